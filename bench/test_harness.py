@@ -1,0 +1,426 @@
+"""bench/test_harness.py: self-test of the benchmark harness's own logic, on tiny fake data.
+
+Owns no benchmark: it checks the statistics, ratios, targets and table formatting of
+run_bench.py, the listing/sampling/measuring helpers and the run protocol of loaders.py (with
+the raw reader, which needs only the standard library), and the prepfs mount hook against a
+fake `prepfs` script. Needs no torch, DALI or FUSE; charts are checked when matplotlib is there.
+
+    python3 bench/test_harness.py        # prints "N passed, N failed" last
+    python3 -m pytest bench/test_harness.py
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import stat
+import sys
+import tempfile
+import textwrap
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import loaders  # noqa: E402
+import run_bench as rb  # noqa: E402
+
+
+def fake_run(samples=100, wall=1.0, cpu=2.0, rss=100.0, pss=None, fs_cpu=None, fs_rss=None):
+    r = {"samples": samples, "wall_s": wall, "cpu_s": cpu, "peak_rss_mb": rss,
+         "peak_pss_mb": pss}
+    if fs_cpu is not None:
+        r["fs_cpu_s"] = fs_cpu
+    if fs_rss is not None:
+        r["fs_peak_rss_mb"] = fs_rss
+    return r
+
+
+def fake_case(cid, scenario, loader, sps_list, error=None):
+    runs = [fake_run(samples=100, wall=100.0 / s) for s in sps_list]
+    c = {"id": cid, "scenario": scenario, "loader": loader, "label": rb.LABELS.get(loader, loader),
+         "reads": "JPEG files", "runs": runs, "error": error}
+    if runs:
+        c["summary"] = rb.summarize(runs)
+    return c
+
+
+class StatsTest(unittest.TestCase):
+    def test_spread(self):
+        s = rb.spread([3.0, 1.0, 2.0, None])
+        self.assertEqual((s["median"], s["min"], s["max"], s["n"]), (2.0, 1.0, 3.0, 3))
+        self.assertEqual(rb.spread([])["median"], None)
+        self.assertEqual(rb.spread([1.0, 2.0, 3.0, 4.0])["median"], 2.5)
+
+    def test_summarize_adds_the_daemon(self):
+        runs = [fake_run(100, 1.0, 0.5, rss=200, pss=150, fs_cpu=0.5, fs_rss=50),
+                fake_run(100, 2.0, 0.7, rss=300, pss=120, fs_cpu=0.3, fs_rss=40),
+                fake_run(100, 4.0, 0.9, rss=250, pss=None, fs_cpu=0.1, fs_rss=60)]
+        s = rb.summarize(runs)
+        self.assertEqual(s["samples_per_s"]["median"], 50.0)
+        self.assertEqual((s["samples_per_s"]["min"], s["samples_per_s"]["max"]), (25.0, 100.0))
+        # CPU per sample: (loader + daemon) / samples, median of 0.010, 0.010, 0.010
+        self.assertAlmostEqual(s["cpu_s_per_sample"]["median"], 0.010)
+        self.assertAlmostEqual(s["loader_cpu_s_per_sample"], 0.007)
+        self.assertAlmostEqual(s["fs_cpu_s_per_sample"], 0.003)
+        self.assertEqual(s["peak_rss_mb"], 340)  # 300 + 40
+        self.assertEqual(s["peak_pss_mb"], 200)  # 150 + 50; the run without PSS is skipped
+        self.assertEqual((s["runs"], s["samples_per_run"]), (3, 100))
+
+    def test_summarize_without_daemon(self):
+        s = rb.summarize([fake_run(64, 0.5, 1.28)])
+        self.assertEqual(s["samples_per_s"]["median"], 128.0)
+        self.assertAlmostEqual(s["cpu_s_per_sample"]["median"], 0.02)
+        self.assertEqual(s["fs_cpu_s_per_sample"], 0.0)
+        self.assertIsNone(s["peak_pss_mb"])
+
+
+def fake_results(quick=False):
+    cases = [fake_case("1a", "cold", "torchvision", [90, 100, 110]),
+             fake_case("1b", "cold", "dali", [200, 190, 210]),
+             fake_case("1c", "cold", "torchvision-ppm", [1000, 900, 1100]),
+             fake_case("1d", "cold", "raw", [5000])]
+    if not quick:
+        cases += [fake_case("2a", "warm", "torchvision", [100]),
+                  fake_case("2b", "warm", "dali", [250])]
+    cases += [fake_case("2c", "warm", "torchvision-ppm", [2500]),
+              fake_case("3d", "floor", "raw", [4000]),
+              fake_case("3f", "floor", "raw", [10000])]
+    return cases
+
+
+class RatioTest(unittest.TestCase):
+    def test_ratio(self):
+        self.assertEqual(rb.ratio(10, 5), 2.0)
+        self.assertIsNone(rb.ratio(None, 5))
+        self.assertIsNone(rb.ratio(10, 0))
+        self.assertIsNone(rb.ratio(10, None))
+
+    def test_ratios_same_cache_state(self):
+        r = rb.ratios(fake_results())
+        self.assertAlmostEqual(r["1c"]["torchvision"], 10.0)
+        self.assertAlmostEqual(r["1c"]["dali"], 5.0)
+        self.assertAlmostEqual(r["1a"]["torchvision"], 1.0)
+        self.assertAlmostEqual(r["2c"]["torchvision"], 25.0)  # against 2a, not 1a
+        self.assertAlmostEqual(r["2c"]["dali"], 10.0)
+        self.assertAlmostEqual(r["3f"]["torchvision"], 100.0)  # floor: against the warm rows
+
+    def test_ratios_fall_back_to_cold(self):
+        r = rb.ratios(fake_results(quick=True))
+        self.assertAlmostEqual(r["2c"]["torchvision"], 25.0)  # 2a missing: 1a
+        self.assertAlmostEqual(r["2c"]["dali"], 12.5)
+
+    def test_failed_baseline(self):
+        res = fake_results()
+        res[0] = fake_case("1a", "cold", "torchvision", [], error="boom")
+        r = rb.ratios(res)
+        self.assertIsNone(r["1c"]["torchvision"])
+        self.assertAlmostEqual(r["1c"]["dali"], 5.0)
+
+    def test_targets(self):
+        t = {x["cases"].split(" ")[0] + "/" + x["cases"].split(" ")[-1]: x
+             for x in rb.targets(fake_results())}
+        self.assertTrue(t["1c/1a"]["met"])  # 10x >= 5x
+        self.assertTrue(t["1c/1b"]["met"])  # 5x >= 3x
+        self.assertTrue(t["2c/2a"]["met"])  # 25x >= 20x
+        self.assertFalse(t["3d/3f"]["met"])  # 0.4 < 0.5
+        self.assertAlmostEqual(t["3d/3f"]["ratio"], 0.4)
+        peers_only = [c for c in fake_results() if c["id"] in ("1a", "1b")]
+        self.assertTrue(all(x["met"] is None and x["ratio"] is None
+                            for x in rb.targets(peers_only)))
+
+
+class FormatTest(unittest.TestCase):
+    def test_numbers(self):
+        self.assertEqual(rb.fmt_num(None), "-")
+        self.assertEqual(rb.fmt_num(12345.6), "12,346")
+        self.assertEqual(rb.fmt_num(99.6), "100")
+        self.assertEqual(rb.fmt_num(0.1234, 2), "0.12")
+        self.assertEqual(rb.fmt_ratio(None), "-")
+        self.assertEqual(rb.fmt_ratio(2.345), "2.35x")
+        self.assertEqual(rb.fmt_ratio(23.45), "23.4x")
+
+    def test_table_rows(self):
+        res = fake_results()
+        res.append(fake_case("1e", "cold", "pil", [], error="ImportError: no PIL\nmore"))
+        rows = {r[0]: r for r in rb.table_rows(res)}
+        self.assertEqual(len(rows["1a"]), len(rb.TABLE_HEADER))
+        self.assertEqual(rows["1a"][4], "100")
+        self.assertEqual(rows["1a"][5], "90 - 110")
+        self.assertEqual(rows["1a"][8], "1.00x")
+        self.assertEqual(rows["1a"][9], "0.50x")
+        self.assertEqual(rows["1c"][8], "10.0x")
+        self.assertEqual(rows["1c"][9], "5.00x")
+        self.assertEqual(rows["1c"][6], "20.00")  # 1 s CPU per run / 100 samples... x1000
+        self.assertEqual(rows["1e"][4], "failed: ImportError: no PIL")
+
+    def test_markdown_table(self):
+        t = rb.markdown_table(["a", "b|c"], [["1", "x|y"]])
+        self.assertEqual(t.splitlines(), ["| a | b\\|c |", "|---|---|", "| 1 | x\\|y |"])
+
+    def test_render_markdown(self):
+        d = tempfile.mkdtemp()
+        report = {
+            "command": "python bench/run_bench.py --data d --quick", "date": "2026-01-01",
+            "quick": True, "page_cache_drop": "yes", "json_path": os.path.join(d, "r", "x.json"),
+            "machine": {"cpu_model": "Test CPU", "nproc": 2, "mem_gib": 24.0, "kernel": "6.1",
+                        "loadavg_before": [0.1, 0.1, 0.1]},
+            "settings": {"cpus": [0, 1], "data_samples": 10, "data_classes": 2, "data_mb": 1.2,
+                         "data_mean_kb": 120.0, "reps": 3, "samples_desc": "10 samples",
+                         "workers": 2, "prepfs": {"desc": "not measured"}},
+            "cases": fake_results(quick=True),
+        }
+        report["targets"] = rb.targets(report["cases"])
+        md = rb.render_markdown(report, [os.path.join(d, "r", "x-throughput.png")], d)
+        self.assertIn("`python bench/run_bench.py --data d --quick`", md)
+        self.assertIn("![x-throughput.png](r/x-throughput.png)", md)
+        self.assertIn("| cold: prepfs >= 5x torchvision | 1c / 1a | 10.0x | met |", md)
+        self.assertIn("| floor: prepfs cached >= 1/2 tmpfs | 3d / 3f | 0.40x | **missed** |", md)
+        self.assertIn("(quick run)", md)
+        self.assertNotIn("Warning", md)
+        self.assertEqual(sum(1 for ln in md.splitlines() if ln.startswith("| 1a ")), 1)
+
+    def test_progress_line(self):
+        c = fake_case("1a", "cold", "torchvision", [90, 100, 110])
+        line = rb.progress_line(c)
+        self.assertTrue(line.startswith("[bench] 1a  cold  torchvision on JPEG files: 100.0"))
+        self.assertIn("[3 x 100]", line)
+        bad = fake_case("1b", "cold", "dali", [], error="RuntimeError: x")
+        self.assertIn("FAILED: RuntimeError: x", rb.progress_line(bad))
+
+    def test_plan(self):
+        full = [c.id for c in rb.plan("/d", "/m/augmented", "prepfs augmented/", "/dev/shm/f",
+                                      True)]
+        self.assertEqual(full, ["1a", "1b", "1e", "1c", "1d", "2a", "2b", "2e", "2c", "2d",
+                                "3d", "3f", "3g"])
+        quick = [c.id for c in rb.plan("/d", "/m/augmented", "x", "/dev/shm/f", True, True)]
+        self.assertEqual(quick, ["1a", "1b", "1c", "1d", "2c", "2d", "3d", "3f"])
+        peers = rb.plan("/d", None, "x", None, False)
+        self.assertEqual([c.id for c in peers], ["1a", "1b", "1e", "2a", "2b", "2e"])
+        self.assertTrue(all(c.cold == (c.scenario == "cold") for c in peers))
+        self.assertTrue(all(c.warmup == (c.scenario == "warm") for c in peers))
+
+    def test_charts(self):
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            self.skipTest("no matplotlib")
+        d = tempfile.mkdtemp()
+        report = {"cases": fake_results(), "settings": {"data_samples": 10, "cpus": [0, 1]}}
+        paths = rb.write_charts(report, os.path.join(d, "x"))
+        self.assertEqual([os.path.basename(p) for p in paths], ["x-throughput.png", "x-cpu.png"])
+        for p in paths:
+            with open(p, "rb") as f:
+                self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+
+
+def make_tree(root, classes=2, per_class=3, size=1000, junk=True):
+    for c in range(classes):
+        d = os.path.join(root, f"class{c}")
+        os.makedirs(d)
+        for i in range(per_class):
+            with open(os.path.join(d, f"img{i}.JPEG"), "wb") as f:
+                f.write(bytes([i]) * (size + i))
+    if junk:
+        with open(os.path.join(root, "class0", "notes.txt"), "w") as f:
+            f.write("x")
+
+
+class LoaderHelpersTest(unittest.TestCase):
+    def test_list_image_folder(self):
+        d = tempfile.mkdtemp()
+        make_tree(d)
+        classes, samples = loaders.list_image_folder(d)
+        self.assertEqual(classes, ["class0", "class1"])
+        self.assertEqual(len(samples), 6)  # notes.txt is not an image
+        self.assertEqual([c for _, c in samples], [0, 0, 0, 1, 1, 1])
+        self.assertEqual(len(loaders.list_files(d)), 7)
+
+    def test_pick_is_a_fixed_subset(self):
+        items = list(range(100))
+        a = loaders.pick(items, 10)
+        self.assertEqual(a, loaders.pick(items, 10))
+        self.assertEqual(a, sorted(a))
+        self.assertEqual(len(set(a)), 10)
+        self.assertEqual(loaders.pick(items, None), items)
+        self.assertEqual(loaders.pick(items, 1000), items)
+
+    def test_rrc_params(self):
+        rng = random.Random(1)
+        for w, h in ((500, 375), (375, 500), (224, 224), (50, 2000), (2000, 50)):
+            for _ in range(200):
+                top, left, ch, cw = loaders.rrc_params(w, h, rng)
+                self.assertTrue(0 <= top and top + ch <= h and 0 <= left and left + cw <= w,
+                                (w, h, top, left, ch, cw))
+                self.assertGreater(ch, 0)
+                self.assertGreater(cw, 0)
+        # a very thin image cannot fit the ratio: the centre crop with the clamped ratio
+        top, left, ch, cw = loaders.rrc_params(2000, 10, random.Random(0),
+                                               scale=(1.0, 1.0))
+        self.assertEqual((ch, cw), (10, 13))
+        self.assertEqual(left, (2000 - 13) // 2)
+
+    def test_raw_reader_and_protocol(self):
+        d = tempfile.mkdtemp()
+        make_tree(d, junk=False)
+        out = io.StringIO()
+        inp = io.StringIO("go\n" * 3)
+        res = loaders.run_reps("raw", d, workers=2, reps=2, warmup=1, sync=True, out=out,
+                               inp=inp)
+        self.assertEqual(len(res), 2)
+        lines = out.getvalue().splitlines()
+        self.assertEqual([ln.split(" ")[0] for ln in lines],
+                         ["@@ready", "@@result"] * 3)
+        last = json.loads(lines[-1][len(loaders.RESULT_TAG):])
+        self.assertEqual(last["samples"], 6)
+        self.assertEqual(last["bytes"], 2 * (3000 + 0 + 1 + 2))
+        self.assertFalse(last["extra"]["warmup"])
+        self.assertTrue(json.loads(lines[1][len(loaders.RESULT_TAG):])["extra"]["warmup"])
+        self.assertGreater(last["samples_per_s"], 0)
+        self.assertGreaterEqual(last["cpu_s"], 0)
+
+    def test_raw_min_seconds_and_processes(self):
+        d = tempfile.mkdtemp()
+        make_tree(d, junk=False)
+        r = loaders.run_raw(d, workers=2, min_seconds=0.2)
+        self.assertGreaterEqual(r.wall_s, 0.2)
+        self.assertEqual(r.samples % 6, 0)
+        self.assertGreater(r.samples, 6)
+        p = loaders.LOADERS["raw-proc"](d, workers=2, limit=4)
+        self.assertEqual(p.samples, 4)
+        self.assertEqual(p.loader, "raw-proc")
+
+    def test_tree_memory(self):
+        self.assertGreater(loaders.tree_memory_mb(os.getpid()), 1.0)
+        self.assertEqual(loaders.tree_memory_mb(2 ** 22 + 12345), 0.0)  # no such process
+
+
+FAKE_PREPFS = textwrap.dedent("""\
+    #!{python}
+    # a stand-in for `prepfs mount CONFIG --source SRC --mountpoint MNT`: no FUSE, it only
+    # writes MNT/.prepfs/stats.json, then waits for SIGTERM and removes it.
+    import json, os, signal, sys, time
+    args = sys.argv[1:]
+    assert args[0] == "mount" and args[2] == "--source" and args[4] == "--mountpoint", args
+    mnt = args[5]
+    if os.environ.get("FAKE_PREPFS_FAIL"):
+        print("prepfs: bad config", file=sys.stderr); sys.exit(3)
+    if not os.environ.get("FAKE_PREPFS_HANG"):
+        time.sleep(0.2)
+        os.makedirs(os.path.join(mnt, ".prepfs"), exist_ok=True)
+        with open(os.path.join(mnt, ".prepfs", "stats.json"), "w") as f:
+            json.dump({{"samples": 6, "source": args[3], "cpus": sorted(os.sched_getaffinity(0))}}, f)
+    def bye(*_):
+        try:
+            os.remove(os.path.join(mnt, ".prepfs", "stats.json"))
+        except OSError:
+            pass
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, bye)
+    while True:
+        time.sleep(1)
+""")
+
+
+class MountHookTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+        self.bin = os.path.join(self.dir, "prepfs")
+        with open(self.bin, "w") as f:
+            f.write(FAKE_PREPFS.format(python=sys.executable))
+        os.chmod(self.bin, os.stat(self.bin).st_mode | stat.S_IXUSR)
+        self.mnt = os.path.join(self.dir, "mnt")
+        os.environ.pop("FAKE_PREPFS_FAIL", None)
+        os.environ.pop("FAKE_PREPFS_HANG", None)
+
+    def test_mount_and_close(self):
+        cpu = sorted(os.sched_getaffinity(0))[:1]
+        with rb.mount_prepfs(self.bin, "cfg.yaml", "/src", self.mnt, timeout=10,
+                             cpus=cpu) as h:
+            st = h.stats()
+            self.assertEqual(st["source"], "/src")
+            self.assertEqual(st["cpus"], cpu)  # pinned like the loaders
+            self.assertIsNone(h.proc.poll())
+            self.assertGreaterEqual(h.cpu_seconds(), 0.0)
+            self.assertEqual(h.view("augmented"), os.path.join(self.mnt, "augmented"))
+            self.assertEqual(rb.find_mount_daemon(self.mnt), h.pid)
+        self.assertEqual(h.proc.returncode, 0)  # ended by SIGTERM, cleanly
+        self.assertFalse(os.path.exists(os.path.join(self.mnt, ".prepfs", "stats.json")))
+
+    def test_exit_is_reported(self):
+        os.environ["FAKE_PREPFS_FAIL"] = "1"
+        with self.assertRaises(rb.PrepfsError) as e:
+            rb.mount_prepfs(self.bin, "cfg.yaml", "/src", self.mnt, timeout=10)
+        self.assertIn("exited with status 3", str(e.exception))
+        self.assertIn("bad config", str(e.exception))
+
+    def test_timeout(self):
+        os.environ["FAKE_PREPFS_HANG"] = "1"
+        t = time.monotonic()
+        with self.assertRaises(rb.PrepfsError) as e:
+            rb.mount_prepfs(self.bin, "cfg.yaml", "/src", self.mnt, timeout=0.5)
+        self.assertIn("did not appear", str(e.exception))
+        self.assertLess(time.monotonic() - t, 10)
+
+    def test_missing_binary(self):
+        with self.assertRaises(rb.PrepfsError):
+            rb.mount_prepfs(os.path.join(self.dir, "nope"), "c", "/s", self.mnt)
+
+    def test_is_mounted(self):
+        self.assertTrue(rb.is_mounted("/"))
+        self.assertFalse(rb.is_mounted(self.dir))
+
+    def tearDown(self):
+        os.environ.pop("FAKE_PREPFS_FAIL", None)
+        os.environ.pop("FAKE_PREPFS_HANG", None)
+
+
+class RunCaseTest(unittest.TestCase):
+    """run_case drives a real child process (the raw reader: standard library only)."""
+
+    def test_run_case_raw(self):
+        d = tempfile.mkdtemp()
+        make_tree(d, junk=False)
+
+        class Args:
+            python = sys.executable
+            workers = 2
+            reps = 2
+            limit = None
+            timeout = 60
+
+        cpus = sorted(os.sched_getaffinity(0))[:2]
+        case = rb.Case("1d", "cold", "raw", "raw", "files", d, cold=True)
+        rec = rb.run_case(case, Args, cpus, None)
+        self.assertIsNone(rec["error"], rec.get("stderr_tail"))
+        self.assertEqual(len(rec["runs"]), 2)
+        self.assertEqual(rec["summary"]["samples_per_run"], 6)
+        self.assertIn(rec["runs"][0]["page_cache_dropped"], (True, False))
+        warm = rb.Case("2d", "warm", "raw", "raw", "files", d, warmup=1)
+        rec = rb.run_case(warm, Args, cpus, None)
+        self.assertEqual((len(rec["runs"]), len(rec["warmup_runs"])), (2, 1))
+        self.assertGreaterEqual(rec["runs"][0]["wall_s"], 1.0)  # --min-seconds 1 when warm
+
+    def test_run_case_failure(self):
+        class Args:
+            python = sys.executable
+            workers = 2
+            reps = 1
+            limit = None
+            timeout = 60
+
+        case = rb.Case("1d", "cold", "raw", "raw", "files", "/nonexistent/dir")
+        rec = rb.run_case(case, Args, sorted(os.sched_getaffinity(0))[:1], None)
+        self.assertIn("FileNotFoundError", rec["error"])
+        self.assertNotIn("summary", rec)
+
+
+if __name__ == "__main__":
+    result = unittest.TextTestRunner(verbosity=1).run(
+        unittest.defaultTestLoader.loadTestsFromModule(sys.modules[__name__]))
+    failed = len(result.failures) + len(result.errors)
+    skipped = len(result.skipped)
+    passed = result.testsRun - failed - skipped
+    print(f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
+    sys.exit(1 if failed else 0)

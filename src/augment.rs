@@ -1,0 +1,549 @@
+//! The augmentation pipeline: torchvision's operations, their random draws, and the geometry
+//! they amount to.
+//!
+//! A pipeline is an ordered list of [`AugmentOp`]s with torchvision's names and semantics. For one
+//! sample, [`plan_sample`] draws every random parameter (a pure function of the draw seed) and
+//! folds the whole list into one [`SamplePlan`]: a rectangle of the source image, the output
+//! size and a mirror flag. Folding the geometry first is what lets the decoder do the
+//! data-reducing work early (decode only the rectangle, let the DCT downscale), Pecan-style.
+//! Pixels are produced by `pipeline`, not here.
+
+use std::collections::BTreeMap;
+
+use rand::Rng;
+use rand_pcg::Pcg64Mcg;
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_norway::Value;
+
+/// A width and a height in pixels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Size2 {
+    pub width: u32,
+    pub height: u32,
+}
+
+impl Size2 {
+    pub fn new(width: u32, height: u32) -> Self {
+        Size2 { width, height }
+    }
+    /// Pixels in the image.
+    pub fn area(&self) -> u64 {
+        u64::from(self.width) * u64::from(self.height)
+    }
+}
+
+/// `resize`'s target: torchvision's `Resize(int)` (shorter side) or `Resize((h, w))`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ResizeTo {
+    ShorterSide(u32),
+    Exact(Size2),
+}
+
+/// One operation of the pipeline, with torchvision's semantics.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AugmentOp {
+    /// `RandomResizedCrop(size, scale, ratio)`, bilinear with antialiasing.
+    RandomResizedCrop { size: Size2, scale: (f64, f64), ratio: (f64, f64) },
+    /// `RandomHorizontalFlip(p)`.
+    RandomHorizontalFlip { p: f64 },
+    /// `Resize(size)`, bilinear with antialiasing.
+    Resize { to: ResizeTo },
+    /// `CenterCrop(size)`.
+    CenterCrop { size: Size2 },
+    /// `Normalize(mean, std)` on `ToTensor`'s 0-1 values; npy float32 output only.
+    Normalize { mean: [f32; 3], std: [f32; 3] },
+}
+
+impl AugmentOp {
+    /// torchvision's standard ImageNet training geometry: `RandomResizedCrop(224)` and a flip.
+    pub fn imagenet_train() -> Vec<AugmentOp> {
+        vec![
+            AugmentOp::RandomResizedCrop {
+                size: Size2::new(224, 224),
+                scale: (0.08, 1.0),
+                ratio: (3.0 / 4.0, 4.0 / 3.0),
+            },
+            AugmentOp::RandomHorizontalFlip { p: 0.5 },
+        ]
+    }
+
+    /// The operation's name in configs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            AugmentOp::RandomResizedCrop { .. } => "random_resized_crop",
+            AugmentOp::RandomHorizontalFlip { .. } => "random_horizontal_flip",
+            AugmentOp::Resize { .. } => "resize",
+            AugmentOp::CenterCrop { .. } => "center_crop",
+            AugmentOp::Normalize { .. } => "normalize",
+        }
+    }
+
+    /// Parses one list entry, `{op_name: {arg: value, ...}}`; the error names the argument.
+    pub fn from_yaml(entry: &BTreeMap<String, Value>) -> Result<AugmentOp, String> {
+        if entry.len() != 1 {
+            return Err("each entry is one operation, like `- random_horizontal_flip: {p: 0.5}`".into());
+        }
+        let (name, args) = entry.iter().next().ok_or("empty entry")?;
+        let args = Args::new(name, args)?;
+        let op = match name.as_str() {
+            "random_resized_crop" => {
+                let op = AugmentOp::RandomResizedCrop {
+                    size: args.size("size")?.ok_or("random_resized_crop: `size` is required")?,
+                    scale: args.range("scale", (0.08, 1.0))?,
+                    ratio: args.range("ratio", (3.0 / 4.0, 4.0 / 3.0))?,
+                };
+                args.only(&["size", "scale", "ratio", "interpolation", "antialias"])?;
+                args.bilinear_antialiased()?;
+                op
+            }
+            "random_horizontal_flip" => {
+                let p = args.float("p")?.unwrap_or(0.5);
+                if !(0.0..=1.0).contains(&p) {
+                    return Err(format!("{name}: `p` must lie in [0, 1], got {p}"));
+                }
+                args.only(&["p"])?;
+                AugmentOp::RandomHorizontalFlip { p }
+            }
+            "resize" => {
+                let to = match args.get("size") {
+                    Some(Value::Number(_)) => ResizeTo::ShorterSide(args.side("size")?),
+                    Some(_) => ResizeTo::Exact(args.size("size")?.ok_or("resize: bad `size`")?),
+                    None => return Err("resize: `size` is required".into()),
+                };
+                args.only(&["size", "interpolation", "antialias"])?;
+                args.bilinear_antialiased()?;
+                AugmentOp::Resize { to }
+            }
+            "center_crop" => {
+                let size = args.size("size")?.ok_or("center_crop: `size` is required")?;
+                args.only(&["size"])?;
+                AugmentOp::CenterCrop { size }
+            }
+            "normalize" => {
+                let mean = args.triple("mean")?.ok_or("normalize: `mean` is required")?;
+                let std = args.triple("std")?.ok_or("normalize: `std` is required")?;
+                args.only(&["mean", "std"])?;
+                AugmentOp::Normalize { mean, std }
+            }
+            other => {
+                return Err(format!(
+                    "unknown operation `{other}`; known: random_resized_crop, \
+                     random_horizontal_flip, resize, center_crop, normalize"
+                ))
+            }
+        };
+        Ok(op)
+    }
+}
+
+impl Serialize for AugmentOp {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut args: BTreeMap<&str, serde_json::Value> = BTreeMap::new();
+        let size = |s: &Size2| serde_json::json!([s.height, s.width]);
+        match self {
+            AugmentOp::RandomResizedCrop { size: s, scale, ratio } => {
+                args.insert("size", size(s));
+                args.insert("scale", serde_json::json!([scale.0, scale.1]));
+                args.insert("ratio", serde_json::json!([ratio.0, ratio.1]));
+            }
+            AugmentOp::RandomHorizontalFlip { p } => {
+                args.insert("p", serde_json::json!(p));
+            }
+            AugmentOp::Resize { to: ResizeTo::ShorterSide(n) } => {
+                args.insert("size", serde_json::json!(n));
+            }
+            AugmentOp::Resize { to: ResizeTo::Exact(s) } | AugmentOp::CenterCrop { size: s } => {
+                args.insert("size", size(s));
+            }
+            AugmentOp::Normalize { mean, std } => {
+                args.insert("mean", serde_json::json!(mean));
+                args.insert("std", serde_json::json!(std));
+            }
+        }
+        let mut map = serializer.serialize_map(Some(1))?;
+        map.serialize_entry(self.name(), &args)?;
+        map.end()
+    }
+}
+
+/// The arguments of one operation, read with errors that name the argument.
+struct Args<'a> {
+    op: &'a str,
+    map: BTreeMap<String, &'a Value>,
+}
+
+impl<'a> Args<'a> {
+    fn new(op: &'a str, value: &'a Value) -> Result<Self, String> {
+        let mut map = BTreeMap::new();
+        match value {
+            Value::Null => {}
+            Value::Mapping(m) => {
+                for (k, v) in m {
+                    let k = k.as_str().ok_or_else(|| format!("{op}: argument names are strings"))?;
+                    map.insert(k.to_string(), v);
+                }
+            }
+            _ => return Err(format!("{op}: arguments go in a mapping, like `{op}: {{size: 224}}`")),
+        }
+        Ok(Args { op, map })
+    }
+    fn get(&self, key: &str) -> Option<&'a Value> {
+        self.map.get(key).copied()
+    }
+    fn only(&self, known: &[&str]) -> Result<(), String> {
+        match self.map.keys().find(|k| !known.contains(&k.as_str())) {
+            Some(k) => Err(format!("{}: unknown argument `{k}`; known: {}", self.op, known.join(", "))),
+            None => Ok(()),
+        }
+    }
+    fn float(&self, key: &str) -> Result<Option<f64>, String> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_f64()
+                .filter(|x| x.is_finite())
+                .map(Some)
+                .ok_or_else(|| format!("{}: `{key}` must be a number", self.op)),
+        }
+    }
+    fn side(&self, key: &str) -> Result<u32, String> {
+        let v = self.get(key).and_then(Value::as_u64).unwrap_or(0);
+        if v == 0 || v > 16384 {
+            return Err(format!("{}: `{key}` must be a whole number from 1 to 16384", self.op));
+        }
+        Ok(v as u32)
+    }
+    /// torchvision's size: `n` for a square, or `[h, w]`.
+    fn size(&self, key: &str) -> Result<Option<Size2>, String> {
+        let bad = || format!("{}: `{key}` must be n or [h, w], whole numbers from 1 to 16384", self.op);
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Number(_)) => {
+                let n = self.side(key)?;
+                Ok(Some(Size2::new(n, n)))
+            }
+            Some(Value::Sequence(s)) if s.len() == 2 => {
+                let dim = |v: &Value| v.as_u64().filter(|n| (1..=16384).contains(n)).ok_or_else(bad);
+                Ok(Some(Size2::new(dim(&s[1])? as u32, dim(&s[0])? as u32)))
+            }
+            Some(_) => Err(bad()),
+        }
+    }
+    fn range(&self, key: &str, default: (f64, f64)) -> Result<(f64, f64), String> {
+        let bad = || format!("{}: `{key}` must be [low, high] with 0 < low <= high", self.op);
+        match self.get(key) {
+            None => Ok(default),
+            Some(Value::Sequence(s)) if s.len() == 2 => {
+                let lo = s[0].as_f64().ok_or_else(bad)?;
+                let hi = s[1].as_f64().ok_or_else(bad)?;
+                if lo > 0.0 && lo <= hi && hi.is_finite() {
+                    Ok((lo, hi))
+                } else {
+                    Err(bad())
+                }
+            }
+            Some(_) => Err(bad()),
+        }
+    }
+    fn triple(&self, key: &str) -> Result<Option<[f32; 3]>, String> {
+        let bad = || format!("{}: `{key}` must be three numbers, one per RGB channel", self.op);
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Sequence(s)) if s.len() == 3 => {
+                let mut out = [0f32; 3];
+                for (o, v) in out.iter_mut().zip(s) {
+                    *o = v.as_f64().ok_or_else(bad)? as f32;
+                }
+                Ok(Some(out))
+            }
+            Some(_) => Err(bad()),
+        }
+    }
+    /// We resample bilinear with antialiasing only; say so if a config asks for another.
+    fn bilinear_antialiased(&self) -> Result<(), String> {
+        if let Some(v) = self.get("interpolation") {
+            if v.as_str() != Some("bilinear") {
+                return Err(format!("{}: only `interpolation: bilinear` is supported", self.op));
+            }
+        }
+        if let Some(v) = self.get("antialias") {
+            if v.as_bool() != Some(true) {
+                return Err(format!("{}: only `antialias: true` is supported", self.op));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A rectangle in source-image pixel coordinates (pixel k covers [k, k+1)).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rect {
+    pub x: f64,
+    pub y: f64,
+    pub width: f64,
+    pub height: f64,
+}
+
+/// Everything one sample's augmentation does, after the random draws: resample `crop` of the
+/// source to `out`, then mirror if `flip`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SamplePlan {
+    pub crop: Rect,
+    pub out: Size2,
+    pub flip: bool,
+}
+
+impl SamplePlan {
+    /// The identity plan: the whole image at full resolution (the `decoded` view).
+    pub fn identity(source: Size2) -> SamplePlan {
+        SamplePlan {
+            crop: Rect { x: 0.0, y: 0.0, width: source.width.into(), height: source.height.into() },
+            out: source,
+            flip: false,
+        }
+    }
+}
+
+/// The output size the pipeline always produces, whatever the source size; `None` when it
+/// depends on the source (then augmented files would have no exact size before reading).
+pub fn fixed_output_size(ops: &[AugmentOp]) -> Option<Size2> {
+    let mut size = None;
+    for op in ops {
+        match op {
+            AugmentOp::RandomResizedCrop { size: s, .. } | AugmentOp::CenterCrop { size: s } => {
+                size = Some(*s)
+            }
+            AugmentOp::Resize { to: ResizeTo::Exact(s) } => size = Some(*s),
+            AugmentOp::Resize { to: ResizeTo::ShorterSide(_) } => size = None,
+            AugmentOp::RandomHorizontalFlip { .. } | AugmentOp::Normalize { .. } => {}
+        }
+    }
+    size
+}
+
+/// The random generator of one draw: a pure function of (seed, job, epoch, sample).
+pub fn draw_rng(seed: u64, job: u64, epoch: u64, sample: u64) -> Pcg64Mcg {
+    let mut h = splitmix64(seed ^ 0x7072_6570_6673);
+    for part in [job, epoch, sample] {
+        h = splitmix64(h ^ part);
+    }
+    Pcg64Mcg::new(u128::from(h) << 64 | u128::from(splitmix64(h)))
+}
+
+fn splitmix64(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Draws every random parameter of the pipeline for a source of size `source` and folds the
+/// geometry into one plan. Follows torchvision's order of draws and its integer rounding.
+pub fn plan_sample(ops: &[AugmentOp], source: Size2, rng: &mut impl Rng) -> SamplePlan {
+    let mut cur = source;
+    let mut crop = SamplePlan::identity(source).crop;
+    let mut flip = false;
+    // Maps a crop of the current image (x, y, w, h in its pixels) back onto the source.
+    let take = |cur: Size2, crop: &mut Rect, flip: bool, x: u32, y: u32, w: u32, h: u32| {
+        let x = if flip { cur.width - x - w } else { x };
+        let sx = crop.width / f64::from(cur.width);
+        let sy = crop.height / f64::from(cur.height);
+        *crop = Rect {
+            x: crop.x + f64::from(x) * sx,
+            y: crop.y + f64::from(y) * sy,
+            width: f64::from(w) * sx,
+            height: f64::from(h) * sy,
+        };
+    };
+    for op in ops {
+        match *op {
+            AugmentOp::RandomResizedCrop { size, scale, ratio } => {
+                let (i, j, h, w) = random_resized_crop_params(cur, scale, ratio, rng);
+                take(cur, &mut crop, flip, j, i, w, h);
+                cur = size;
+            }
+            AugmentOp::RandomHorizontalFlip { p } => {
+                if rng.gen::<f64>() < p {
+                    flip = !flip;
+                }
+            }
+            AugmentOp::Resize { to: ResizeTo::Exact(size) } => cur = size,
+            AugmentOp::Resize { to: ResizeTo::ShorterSide(n) } => {
+                cur = shorter_side_resize(cur, n);
+            }
+            AugmentOp::CenterCrop { size } => {
+                let w = size.width.min(cur.width);
+                let h = size.height.min(cur.height);
+                let top = ((f64::from(cur.height - h)) / 2.0).round_ties_even() as u32;
+                let left = ((f64::from(cur.width - w)) / 2.0).round_ties_even() as u32;
+                take(cur, &mut crop, flip, left, top, w, h);
+                cur = Size2::new(w, h);
+            }
+            AugmentOp::Normalize { .. } => {}
+        }
+    }
+    SamplePlan { crop, out: cur, flip }
+}
+
+/// torchvision's `Resize(int)` output size: the shorter side becomes `n`, the longer keeps the
+/// aspect ratio (truncated, as torchvision does).
+pub fn shorter_side_resize(cur: Size2, n: u32) -> Size2 {
+    let (w, h) = (u64::from(cur.width), u64::from(cur.height));
+    if w <= h {
+        Size2::new(n, ((u64::from(n) * h) / w).max(1) as u32)
+    } else {
+        Size2::new(((u64::from(n) * w) / h).max(1) as u32, n)
+    }
+}
+
+/// torchvision's `RandomResizedCrop.get_params`: ten tries at a random area and log-uniform
+/// aspect ratio, then the central-crop fallback. Returns (top, left, height, width).
+pub fn random_resized_crop_params(
+    image: Size2,
+    scale: (f64, f64),
+    ratio: (f64, f64),
+    rng: &mut impl Rng,
+) -> (u32, u32, u32, u32) {
+    let (width, height) = (f64::from(image.width), f64::from(image.height));
+    let area = width * height;
+    let (log_lo, log_hi) = (ratio.0.ln(), ratio.1.ln());
+    for _ in 0..10 {
+        let target_area = area * uniform(rng, scale.0, scale.1);
+        let aspect = uniform(rng, log_lo, log_hi).exp();
+        let w = (target_area * aspect).sqrt().round_ties_even();
+        let h = (target_area / aspect).sqrt().round_ties_even();
+        if w > 0.0 && w <= width && h > 0.0 && h <= height {
+            let (w, h) = (w as u32, h as u32);
+            let i = rng.gen_range(0..=image.height - h);
+            let j = rng.gen_range(0..=image.width - w);
+            return (i, j, h, w);
+        }
+    }
+    let in_ratio = width / height;
+    let (w, h) = if in_ratio < ratio.0 {
+        (image.width, ((width / ratio.0).round_ties_even() as u32).max(1))
+    } else if in_ratio > ratio.1 {
+        (((height * ratio.1).round_ties_even() as u32).max(1), image.height)
+    } else {
+        (image.width, image.height)
+    };
+    ((image.height - h) / 2, (image.width - w) / 2, h, w)
+}
+
+fn uniform(rng: &mut impl Rng, lo: f64, hi: f64) -> f64 {
+    if hi > lo {
+        lo + (hi - lo) * rng.gen::<f64>()
+    } else {
+        lo
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_one(yaml: &str) -> Result<AugmentOp, String> {
+        let entry: BTreeMap<String, Value> = serde_norway::from_str(yaml).expect("yaml");
+        AugmentOp::from_yaml(&entry)
+    }
+
+    #[test]
+    fn parses_torchvision_names_and_defaults() {
+        let op = parse_one("random_resized_crop: { size: 224 }").expect("op");
+        assert_eq!(
+            op,
+            AugmentOp::RandomResizedCrop {
+                size: Size2::new(224, 224),
+                scale: (0.08, 1.0),
+                ratio: (0.75, 4.0 / 3.0)
+            }
+        );
+        assert_eq!(parse_one("random_horizontal_flip:").expect("op"), AugmentOp::RandomHorizontalFlip { p: 0.5 });
+        assert_eq!(
+            parse_one("resize: { size: 256 }").expect("op"),
+            AugmentOp::Resize { to: ResizeTo::ShorterSide(256) }
+        );
+        assert_eq!(
+            parse_one("center_crop: { size: [100, 200] }").expect("op"),
+            AugmentOp::CenterCrop { size: Size2::new(200, 100) }
+        );
+        assert!(parse_one("random_resized_crop: { size: 224, scale: [0.5, 0.1] }").unwrap_err().contains("scale"));
+        assert!(parse_one("random_resized_crop: { size: 224, interpolation: nearest }").is_err());
+        assert!(parse_one("resize: { size: 0 }").unwrap_err().contains("size"));
+        assert!(parse_one("center_crop: { size: 2, pad: 1 }").unwrap_err().contains("pad"));
+    }
+
+    #[test]
+    fn crop_params_stay_inside_and_follow_the_scale_and_ratio() {
+        let image = Size2::new(500, 375);
+        let mut rng = draw_rng(1, 0, 0, 0);
+        let mut areas = Vec::new();
+        for _ in 0..5000 {
+            let (i, j, h, w) = random_resized_crop_params(image, (0.08, 1.0), (0.75, 4.0 / 3.0), &mut rng);
+            assert!(i + h <= 375 && j + w <= 500 && h > 0 && w > 0);
+            let frac = f64::from(w * h) / image.area() as f64;
+            assert!(frac <= 1.0 + 1e-9 && frac >= 0.07, "{frac}");
+            areas.push(frac);
+        }
+        // Uniform area in [0.08, 1] with rejections of too-large crops: the mean sits a bit under
+        // the midpoint 0.54 but well above 0.3.
+        let mean = areas.iter().sum::<f64>() / areas.len() as f64;
+        assert!((0.3..0.56).contains(&mean), "{mean}");
+    }
+
+    #[test]
+    fn crop_fallback_is_torchvisions_central_crop() {
+        // A very wide image never fits ratio 1:1 with scale 1: the fallback crops the centre.
+        let image = Size2::new(1000, 100);
+        let mut rng = draw_rng(0, 0, 0, 0);
+        let (i, j, h, w) = random_resized_crop_params(image, (1.0, 1.0), (1.0, 1.0), &mut rng);
+        assert_eq!((i, j, h, w), (0, 450, 100, 100));
+    }
+
+    #[test]
+    fn draws_are_a_pure_function_of_their_inputs() {
+        let ops = AugmentOp::imagenet_train();
+        let image = Size2::new(640, 480);
+        let a = plan_sample(&ops, image, &mut draw_rng(3, 1, 2, 42));
+        let b = plan_sample(&ops, image, &mut draw_rng(3, 1, 2, 42));
+        let c = plan_sample(&ops, image, &mut draw_rng(3, 1, 3, 42));
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_eq!(a.out, Size2::new(224, 224));
+    }
+
+    #[test]
+    fn flips_come_out_about_half_the_time() {
+        let ops = AugmentOp::imagenet_train();
+        let flips = (0..2000)
+            .filter(|&s| plan_sample(&ops, Size2::new(64, 64), &mut draw_rng(0, 0, 0, s)).flip)
+            .count();
+        assert!((850..1150).contains(&flips), "{flips}");
+    }
+
+    #[test]
+    fn resize_then_center_crop_maps_back_onto_the_source() {
+        let ops = vec![
+            AugmentOp::Resize { to: ResizeTo::ShorterSide(256) },
+            AugmentOp::CenterCrop { size: Size2::new(224, 224) },
+        ];
+        let plan = plan_sample(&ops, Size2::new(512, 1024), &mut draw_rng(0, 0, 0, 0));
+        assert_eq!(plan.out, Size2::new(224, 224));
+        // 512x1024 -> 256x512; the centre 224 crop starts at (16, 144) there, (32, 288) in the source.
+        assert_eq!(plan.crop, Rect { x: 32.0, y: 288.0, width: 448.0, height: 448.0 });
+        assert_eq!(fixed_output_size(&ops), Some(Size2::new(224, 224)));
+        assert_eq!(fixed_output_size(&ops[..1]), None);
+    }
+
+    #[test]
+    fn a_crop_after_a_flip_is_mirrored() {
+        let ops = vec![
+            AugmentOp::RandomHorizontalFlip { p: 1.0 },
+            AugmentOp::CenterCrop { size: Size2::new(10, 10) },
+        ];
+        let plan = plan_sample(&ops, Size2::new(41, 10), &mut draw_rng(0, 0, 0, 0));
+        // Centre crop of 41 wide starts at round(15.5) = 16; mirrored it is 41 - 16 - 10 = 15.
+        assert!(plan.flip);
+        assert_eq!(plan.crop.x, 15.0);
+    }
+}

@@ -1,0 +1,400 @@
+//! The mount configuration: one typed struct, parsed from YAML and validated once.
+//!
+//! Everything that reads configuration reads a [`Config`]; nothing re-parses YAML. Unknown keys,
+//! bad values and a missing source are refused before mounting, with the key (and, where the
+//! YAML has it, the line) named in the message.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_norway::Value;
+
+use crate::augment::{AugmentOp, Size2};
+
+/// Default limit on the pixels a sample's header may claim (64 megapixels).
+pub const DEFAULT_MAX_PIXELS: u64 = 64_000_000;
+
+/// A refused configuration: which key, where, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("config: {message}")]
+pub struct ConfigError {
+    message: String,
+}
+
+impl ConfigError {
+    fn at(text: &str, key: &str, why: impl fmt::Display) -> Self {
+        let message = match line_of_key(text, key) {
+            Some(line) => format!("`{key}` (line {line}): {why}"),
+            None => format!("`{key}`: {why}"),
+        };
+        ConfigError { message }
+    }
+    fn plain(message: impl Into<String>) -> Self {
+        ConfigError { message: message.into() }
+    }
+}
+
+/// The serialised form of the mounted pixels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    /// Binary PPM (P6, maxval 255): PIL and torchvision read it as it is.
+    Ppm,
+    /// A numpy `.npy` array: uint8 HWC, or float32 CHW.
+    Npy,
+}
+
+/// Element type of an `npy` output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dtype {
+    /// uint8, height x width x 3.
+    Uint8,
+    /// float32, 3 x height x width, `(x / 255 - mean) / std`.
+    Float32,
+}
+
+/// How samples are written into the `decoded` and `augmented` views.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputConfig {
+    #[serde(default = "OutputConfig::default_format")]
+    pub format: Format,
+    #[serde(default = "OutputConfig::default_dtype")]
+    pub dtype: Dtype,
+    #[serde(default = "OutputConfig::default_mean")]
+    pub mean: [f32; 3],
+    #[serde(default = "OutputConfig::default_std")]
+    pub std: [f32; 3],
+}
+
+impl OutputConfig {
+    fn default_format() -> Format {
+        Format::Ppm
+    }
+    fn default_dtype() -> Dtype {
+        Dtype::Uint8
+    }
+    fn default_mean() -> [f32; 3] {
+        [0.0; 3]
+    }
+    fn default_std() -> [f32; 3] {
+        [1.0; 3]
+    }
+    /// The file name extension of this format.
+    pub fn extension(&self) -> &'static str {
+        match self.format {
+            Format::Ppm => "ppm",
+            Format::Npy => "npy",
+        }
+    }
+}
+
+impl Default for OutputConfig {
+    fn default() -> Self {
+        OutputConfig {
+            format: Format::Ppm,
+            dtype: Dtype::Uint8,
+            mean: Self::default_mean(),
+            std: Self::default_std(),
+        }
+    }
+}
+
+/// The YAML as written, before validation.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    source: Option<PathBuf>,
+    mountpoint: Option<PathBuf>,
+    #[serde(default)]
+    seed: u64,
+    #[serde(default)]
+    threads: usize,
+    #[serde(default)]
+    fuse_threads: usize,
+    #[serde(default)]
+    max_pixels: Option<u64>,
+    #[serde(default)]
+    augment: Option<Vec<BTreeMap<String, Value>>>,
+    #[serde(default)]
+    output: Option<OutputConfig>,
+}
+
+/// The validated configuration of one mount.
+#[derive(Debug, Clone, Serialize)]
+pub struct Config {
+    /// The dataset directory served (never written).
+    pub source: PathBuf,
+    /// Where the filesystem is mounted.
+    pub mountpoint: PathBuf,
+    /// Seed of every random draw: a draw is a pure function of (seed, job, epoch, sample).
+    pub seed: u64,
+    /// Threads of the decode/augment pool.
+    pub threads: usize,
+    /// Threads reading FUSE requests.
+    pub fuse_threads: usize,
+    /// Samples whose header claims more pixels than this are refused (EIO).
+    pub max_pixels: u64,
+    /// The augmentation pipeline, in order.
+    pub augment: Vec<AugmentOp>,
+    /// How pixels are written out.
+    pub output: OutputConfig,
+}
+
+/// Overrides given on the command line; each wins over the YAML.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    pub source: Option<PathBuf>,
+    pub mountpoint: Option<PathBuf>,
+    pub seed: Option<u64>,
+}
+
+impl Config {
+    /// Reads, parses and validates a config file.
+    pub fn load(path: &Path, overrides: &Overrides) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::plain(format!("cannot read {}: {e}", path.display())))?;
+        Config::parse(&text, overrides)
+            .map_err(|e| ConfigError::plain(format!("{}: {}", path.display(), e.message)))
+    }
+
+    /// Parses and validates YAML text.
+    pub fn parse(text: &str, overrides: &Overrides) -> Result<Config, ConfigError> {
+        let raw: RawConfig = if text.trim().is_empty() {
+            serde_norway::from_str("{}")
+        } else {
+            serde_norway::from_str(text)
+        }
+        .map_err(|e| ConfigError::plain(describe_yaml_error(&e)))?;
+
+        let source = overrides
+            .source
+            .clone()
+            .or(raw.source)
+            .ok_or_else(|| ConfigError::at(text, "source", "missing (set it or pass --source)"))?;
+        if !source.is_dir() {
+            return Err(ConfigError::at(
+                text,
+                "source",
+                format!("{} is not a readable directory", source.display()),
+            ));
+        }
+        let mountpoint = overrides.mountpoint.clone().or(raw.mountpoint).ok_or_else(|| {
+            ConfigError::at(text, "mountpoint", "missing (set it or pass --mountpoint)")
+        })?;
+        let source = source.canonicalize().map_err(|e| ConfigError::at(text, "source", e))?;
+        if mountpoint.starts_with(&source) {
+            return Err(ConfigError::at(text, "mountpoint", "must not lie inside the source"));
+        }
+
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let threads = if raw.threads == 0 { cores } else { raw.threads };
+        if threads > 1024 {
+            return Err(ConfigError::at(text, "threads", "at most 1024"));
+        }
+        let fuse_threads = if raw.fuse_threads == 0 { 4 } else { raw.fuse_threads };
+        if fuse_threads > 256 {
+            return Err(ConfigError::at(text, "fuse_threads", "at most 256"));
+        }
+        let max_pixels = raw.max_pixels.unwrap_or(DEFAULT_MAX_PIXELS);
+        if max_pixels == 0 {
+            return Err(ConfigError::at(text, "max_pixels", "must be positive"));
+        }
+
+        let mut output = raw.output.unwrap_or_default();
+        let augment = match raw.augment {
+            None => AugmentOp::imagenet_train(),
+            Some(list) => {
+                let mut ops = Vec::with_capacity(list.len());
+                for (i, entry) in list.iter().enumerate() {
+                    let op = AugmentOp::from_yaml(entry).map_err(|why| {
+                        let key = entry.keys().next().map_or("augment", String::as_str);
+                        ConfigError::at(text, key, format!("augment[{i}]: {why}"))
+                    })?;
+                    ops.push(op);
+                }
+                ops
+            }
+        };
+        validate_output(text, &mut output, &augment)?;
+        Ok(Config {
+            source,
+            mountpoint,
+            seed: overrides.seed.unwrap_or(raw.seed),
+            threads,
+            fuse_threads,
+            max_pixels,
+            augment,
+            output,
+        })
+    }
+
+    /// The effective configuration as YAML (served as `.prepfs/config.yaml`).
+    pub fn to_yaml(&self) -> String {
+        serde_norway::to_string(self).unwrap_or_else(|e| format!("# cannot serialise: {e}\n"))
+    }
+
+    /// The size of every `augmented` output, if the pipeline fixes it.
+    pub fn augmented_size(&self) -> Option<Size2> {
+        crate::augment::fixed_output_size(&self.augment)
+    }
+}
+
+/// Folds a `normalize` op into the output settings and checks they fit together.
+fn validate_output(
+    text: &str,
+    output: &mut OutputConfig,
+    augment: &[AugmentOp],
+) -> Result<(), ConfigError> {
+    for op in augment {
+        if let AugmentOp::Normalize { mean, std } = op {
+            if output.format != Format::Npy || output.dtype != Dtype::Float32 {
+                return Err(ConfigError::at(
+                    text,
+                    "normalize",
+                    "needs `output: {format: npy, dtype: float32}`",
+                ));
+            }
+            output.mean = *mean;
+            output.std = *std;
+        }
+    }
+    if output.std.iter().any(|s| !(*s > 0.0 && s.is_finite())) {
+        return Err(ConfigError::at(text, "std", "every value must be positive"));
+    }
+    if output.mean.iter().any(|m| !m.is_finite()) {
+        return Err(ConfigError::at(text, "mean", "every value must be a finite number"));
+    }
+    let normalizes = output.mean != [0.0; 3] || output.std != [1.0; 3];
+    if normalizes && (output.format != Format::Npy || output.dtype != Dtype::Float32) {
+        return Err(ConfigError::at(
+            text,
+            "mean",
+            "mean/std apply to `format: npy` with `dtype: float32` only",
+        ));
+    }
+    if output.format == Format::Ppm && output.dtype != Dtype::Uint8 {
+        return Err(ConfigError::at(text, "dtype", "ppm output is uint8; use `format: npy`"));
+    }
+    if fixed_size_missing(augment) {
+        return Err(ConfigError::at(
+            text,
+            "augment",
+            "the pipeline must end in a fixed size (random_resized_crop, center_crop or \
+             resize to [h, w]) so every augmented file has one exact size",
+        ));
+    }
+    Ok(())
+}
+
+fn fixed_size_missing(augment: &[AugmentOp]) -> bool {
+    crate::augment::fixed_output_size(augment).is_none()
+}
+
+/// serde_norway's messages already carry "at line L column C"; make unknown keys read well.
+fn describe_yaml_error(e: &serde_norway::Error) -> String {
+    let text = e.to_string();
+    match e.location() {
+        Some(loc) if !text.contains("line") => format!("{text} (line {})", loc.line()),
+        _ => text,
+    }
+}
+
+/// The 1-based line on which `key:` first appears, for messages about values that parsed but
+/// were refused.
+fn line_of_key(text: &str, key: &str) -> Option<usize> {
+    text.lines().position(|line| {
+        let t = line.trim_start().trim_start_matches("- ").trim_start_matches('{').trim_start();
+        t.starts_with(&format!("{key}:")) || line.contains(&format!(" {key}:"))
+    })
+    .map(|i| i + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(yaml: &str) -> Result<Config, ConfigError> {
+        let dir = std::env::temp_dir();
+        let overrides = Overrides { source: Some(dir), mountpoint: Some("/mnt/x".into()), seed: None };
+        Config::parse(yaml, &overrides)
+    }
+
+    #[test]
+    fn minimal_config_gets_the_imagenet_defaults() {
+        let c = parse("seed: 7\n").expect("valid");
+        assert_eq!(c.seed, 7);
+        assert_eq!(c.output.format, Format::Ppm);
+        assert_eq!(c.augmented_size(), Some(Size2 { width: 224, height: 224 }));
+        assert_eq!(c.max_pixels, DEFAULT_MAX_PIXELS);
+    }
+
+    #[test]
+    fn unknown_key_is_named_with_its_line() {
+        let err = parse("seed: 1\nthreds: 4\n").unwrap_err().to_string();
+        assert!(err.contains("threds"), "{err}");
+        assert!(err.contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn unknown_operation_is_named_with_its_line() {
+        let err = parse("seed: 1\naugment:\n  - random_crop: { size: 3 }\n").unwrap_err().to_string();
+        assert!(err.contains("random_crop"), "{err}");
+        assert!(err.contains("line 3"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_are_refused_by_key() {
+        let err = parse("augment:\n  - random_resized_crop: { size: 224, scale: [0.9, 0.1] }\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("random_resized_crop") && err.contains("scale"), "{err}");
+        let err = parse("output: { format: jpeg }\n").unwrap_err().to_string();
+        assert!(err.contains("jpeg"), "{err}");
+        let err = parse("output: { format: ppm, mean: [0.5, 0.5, 0.5] }\n").unwrap_err().to_string();
+        assert!(err.contains("mean"), "{err}");
+        let err = parse("max_pixels: 0\n").unwrap_err().to_string();
+        assert!(err.contains("max_pixels") && err.contains("line 1"), "{err}");
+    }
+
+    #[test]
+    fn missing_source_is_refused() {
+        let overrides = Overrides { mountpoint: Some("/mnt/x".into()), ..Default::default() };
+        let err = Config::parse("seed: 1\n", &overrides).unwrap_err().to_string();
+        assert!(err.contains("source"), "{err}");
+        let overrides = Overrides {
+            source: Some("/definitely/not/here".into()),
+            mountpoint: Some("/mnt/x".into()),
+            seed: None,
+        };
+        let err = Config::parse("seed: 1\n", &overrides).unwrap_err().to_string();
+        assert!(err.contains("source") && err.contains("/definitely/not/here"), "{err}");
+    }
+
+    #[test]
+    fn normalize_needs_float_npy_and_sets_mean_std() {
+        let yaml = "augment:\n  - random_resized_crop: { size: 32 }\n  - normalize: { mean: [0.5, 0.5, 0.5], std: [0.25, 0.25, 0.25] }\noutput: { format: npy, dtype: float32 }\n";
+        let c = parse(yaml).expect("valid");
+        assert_eq!(c.output.mean, [0.5; 3]);
+        assert_eq!(c.output.std, [0.25; 3]);
+        let err = parse("augment:\n  - random_resized_crop: { size: 32 }\n  - normalize: { mean: [0.5, 0.5, 0.5], std: [0.25, 0.25, 0.25] }\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("normalize"), "{err}");
+    }
+
+    #[test]
+    fn cli_overrides_win() {
+        let overrides = Overrides {
+            source: Some(std::env::temp_dir()),
+            mountpoint: Some("/mnt/cli".into()),
+            seed: Some(99),
+        };
+        let c = Config::parse("seed: 1\nmountpoint: /mnt/yaml\n", &overrides).expect("valid");
+        assert_eq!(c.seed, 99);
+        assert_eq!(c.mountpoint, PathBuf::from("/mnt/cli"));
+    }
+}

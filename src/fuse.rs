@@ -1,0 +1,256 @@
+//! The FUSE adapter: a thin layer from `fuser` callbacks onto [`Filesystem`].
+//!
+//! Each callback resolves to one core call and one reply; errors become errnos through
+//! [`Error::errno`] only. Opens of pixel views, which decode and augment, run on the rayon
+//! decode pool with the reply moved there, so a slow decode never holds a FUSE thread: the
+//! other requests (lookups, reads of open files, listings) keep flowing.
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, KernelConfig, LockOwner,
+    OpenAccMode, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
+    ReplyOpen, ReplyStatfs, ReplyWrite, Request, WriteFlags,
+};
+
+use crate::error::Error;
+use crate::filesystem::{Attr, CachePolicy, Filesystem, Kind};
+
+/// How long the kernel may keep names and attributes: the source is read-only under us.
+const TTL: Duration = Duration::from_secs(60);
+
+/// `fuser::Filesystem` over the core.
+pub struct FuseAdapter {
+    fs: Arc<Filesystem>,
+    pool: Arc<rayon::ThreadPool>,
+    uid: u32,
+    gid: u32,
+}
+
+impl FuseAdapter {
+    /// An adapter running pixel work on `pool`.
+    pub fn new(fs: Arc<Filesystem>, pool: Arc<rayon::ThreadPool>) -> Self {
+        FuseAdapter { fs, pool, uid: nix::unistd::getuid().as_raw(), gid: nix::unistd::getgid().as_raw() }
+    }
+
+    fn attr(&self, a: &Attr) -> FileAttr {
+        let (kind, perm, nlink) = match a.kind {
+            Kind::Dir => (FileType::Directory, 0o555, 2),
+            Kind::File => (FileType::RegularFile, 0o444, 1),
+        };
+        FileAttr {
+            ino: INodeNo(a.ino),
+            size: a.size,
+            blocks: a.size.div_ceil(512),
+            atime: a.mtime,
+            mtime: a.mtime,
+            ctime: a.mtime,
+            crtime: SystemTime::UNIX_EPOCH,
+            kind,
+            perm,
+            nlink,
+            uid: self.uid,
+            gid: self.gid,
+            rdev: 0,
+            blksize: 128 * 1024,
+            flags: 0,
+        }
+    }
+}
+
+fn errno(e: &Error) -> Errno {
+    Errno::from_i32(e.errno())
+}
+
+fn fopen_flags(cache: CachePolicy) -> FopenFlags {
+    match cache {
+        CachePolicy::KeepCache => FopenFlags::FOPEN_KEEP_CACHE,
+        CachePolicy::DirectIo => FopenFlags::FOPEN_DIRECT_IO,
+    }
+}
+
+impl fuser::Filesystem for FuseAdapter {
+    fn init(&mut self, _req: &Request, _config: &mut KernelConfig) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        match self.fs.lookup(parent.0, name) {
+            Ok(a) => reply.entry(&TTL, &self.attr(&a), Generation(0)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.fs.getattr(ino.0) {
+            Ok(a) => reply.attr(&TTL, &self.attr(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let write = !matches!(flags.acc_mode(), OpenAccMode::O_RDONLY)
+            || flags.0 & (libc::O_TRUNC | libc::O_APPEND) != 0;
+        let fs = Arc::clone(&self.fs);
+        self.pool.spawn(move || match fs.open(ino.0, write) {
+            Ok(o) => reply.opened(FileHandle(o.fh), fopen_flags(o.cache)),
+            Err(e) => reply.error(errno(&e)),
+        });
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        self.fs.read(fh.0, offset, size, |data| match data {
+            Ok(bytes) => reply.data(bytes),
+            Err(e) => reply.error(errno(&e)),
+        });
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.fs.release(fh.0);
+        reply.ok();
+    }
+
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs.opendir(ino.0) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let result = self.fs.readdir(fh.0, offset, |entry, next| {
+            let kind = match entry.kind {
+                Kind::Dir => FileType::Directory,
+                Kind::File => FileType::RegularFile,
+            };
+            reply.add(INodeNo(entry.ino), next, kind, &entry.name)
+        });
+        match result {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        self.fs.releasedir(fh.0);
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let files = self.fs.catalog().file_count() as u64;
+        reply.statfs(0, 0, 0, files, 0, 128 * 1024, 255, 128 * 1024);
+    }
+
+    fn access(&self, _req: &Request, _ino: INodeNo, mask: fuser::AccessFlags, reply: ReplyEmpty) {
+        if mask.bits() & libc::W_OK != 0 {
+            reply.error(Errno::EROFS);
+        } else {
+            reply.ok();
+        }
+    }
+
+    // Everything that would change the mount: read-only.
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _mode: Option<u32>,
+        _uid: Option<u32>,
+        _gid: Option<u32>,
+        _size: Option<u64>,
+        _atime: Option<fuser::TimeOrNow>,
+        _mtime: Option<fuser::TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn mknod(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _m: u32, _u: u32, _r: u32, reply: ReplyEntry) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn mkdir(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _m: u32, _u: u32, reply: ReplyEntry) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn unlink(&self, _req: &Request, _p: INodeNo, _n: &OsStr, reply: ReplyEmpty) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn rmdir(&self, _req: &Request, _p: INodeNo, _n: &OsStr, reply: ReplyEmpty) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn symlink(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _t: &Path, reply: ReplyEntry) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        _p: INodeNo,
+        _n: &OsStr,
+        _np: INodeNo,
+        _nn: &OsStr,
+        _f: fuser::RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn link(&self, _req: &Request, _i: INodeNo, _np: INodeNo, _nn: &OsStr, reply: ReplyEntry) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _offset: u64,
+        _data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        reply.error(Errno::EROFS);
+    }
+
+    fn create(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _m: u32, _u: u32, _f: i32, reply: ReplyCreate) {
+        reply.error(Errno::EROFS);
+    }
+}

@@ -1,0 +1,26 @@
+//! prepfs: a FUSE filesystem that serves decoded and augmented training samples.
+//!
+//! Where things live (the hot path is open -> `filesystem` -> `pipeline` -> read):
+//! - [`config`]: the one typed configuration, validated once.
+//! - [`catalog`]: the scanned source tree, compact, with lazily probed image sizes.
+//! - [`augment`]: torchvision's operations, their random draws, the geometry they fold into.
+//! - [`jpeg`]: TurboJPEG header probing and the region/DCT-scaled decode.
+//! - [`pipeline`]: source bytes to output pixels (fast path and reference path).
+//! - [`output`]: PPM / npy encoding with sizes known up front.
+//! - [`filesystem`]: the filesystem core (inodes, views, handles), called by tests directly.
+//! - [`fuse`]: the thin adapter from `fuser` callbacks onto the core.
+//! - [`mount`]: mounting, stale-mount recovery, signals.
+//! - [`stats`]: live counters served as `.prepfs/stats.json`.
+//! - [`error`]: the core's error type and its one errno mapping.
+
+pub mod augment;
+pub mod catalog;
+pub mod config;
+pub mod error;
+pub mod filesystem;
+pub mod fuse;
+pub mod jpeg;
+pub mod mount;
+pub mod output;
+pub mod pipeline;
+pub mod stats;

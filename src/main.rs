@@ -1,0 +1,92 @@
+//! The `prepfs` command: `mount` a dataset, print a mount's `stats`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use prepfs::config::{Config, Overrides};
+
+#[derive(Parser)]
+#[command(name = "prepfs", version, about = "A FUSE filesystem serving decoded and augmented training samples")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Mount a dataset (foreground; Ctrl-C, SIGTERM or SIGHUP unmount).
+    Mount {
+        /// The mount configuration (YAML; see mount-configs/).
+        config: PathBuf,
+        /// The dataset directory (overrides `source`).
+        #[arg(long)]
+        source: Option<PathBuf>,
+        /// Where to mount (overrides `mountpoint`).
+        #[arg(long)]
+        mountpoint: Option<PathBuf>,
+        /// Seed of every random draw (overrides `seed`).
+        #[arg(long)]
+        seed: Option<u64>,
+    },
+    /// Print the live figures of a mounted prepfs.
+    Stats {
+        /// The mountpoint.
+        mountpoint: PathBuf,
+    },
+    /// Validate a configuration and print it as prepfs will use it.
+    Check {
+        config: PathBuf,
+        #[arg(long)]
+        source: Option<PathBuf>,
+        #[arg(long)]
+        mountpoint: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("PREPFS_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Mount { config, source, mountpoint, seed } => {
+            let config = match Config::load(&config, &Overrides { source, mountpoint, seed }) {
+                Ok(c) => c,
+                Err(e) => return fail(e),
+            };
+            match prepfs::mount::run(config) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(e),
+            }
+        }
+        Command::Stats { mountpoint } => {
+            let path = mountpoint.join(".prepfs/stats.json");
+            match std::fs::read_to_string(&path) {
+                Ok(text) => {
+                    print!("{text}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(format!("{}: {e} (is prepfs mounted there?)", path.display())),
+            }
+        }
+        Command::Check { config, source, mountpoint } => {
+            match Config::load(&config, &Overrides { source, mountpoint, seed: None }) {
+                Ok(c) => {
+                    print!("{}", c.to_yaml());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(e),
+            }
+        }
+    }
+}
+
+fn fail(e: impl std::fmt::Display) -> ExitCode {
+    eprintln!("prepfs: {e}");
+    ExitCode::FAILURE
+}

@@ -1,0 +1,312 @@
+//! The decode/augment pipeline: from a sample's source bytes to the pixels of its `decoded` or
+//! `augmented` file.
+//!
+//! JPEG goes through TurboJPEG with the fast path (Pecan's lesson: reduce data before doing
+//! expensive work): only the region of the crop is decoded, and when the crop will be shrunk
+//! anyway the DCT downscales it by 1/2, 1/4 or 1/8 first. Everything else goes through `image`.
+//! Then one antialiased bilinear resample (`fast_image_resize`, Pillow's algorithm) takes the
+//! crop to the output size, and the mirror is applied. [`augment_reference`] is the
+//! straightforward path (full decode, crop, resize) the fast path is held against.
+
+use std::cell::RefCell;
+use std::io::{BufRead, Cursor, Seek};
+
+use fast_image_resize::images::{Image, ImageRef};
+use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
+
+use crate::augment::{Rect, SamplePlan, Size2};
+use crate::jpeg::{self, Region, Rgb, Scale};
+
+/// The DCT may shrink the crop only while the shrunk crop keeps at least this many times the
+/// output's pixels per side: the resample that follows stays a downscale, and the result
+/// stays within [`FAST_PATH_TOLERANCE`] of the straightforward path.
+pub const DCT_SCALE_MARGIN: f64 = 1.0;
+
+/// The mean absolute difference per channel (8-bit values) that the fast path may add against
+/// [`augment_reference`]; tests hold it.
+pub const FAST_PATH_TOLERANCE: f64 = 3.0;
+
+/// What a sample's bytes are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Codec {
+    Jpeg,
+    /// PNG, BMP, GIF, WebP, TIFF: decoded by `image`.
+    Other,
+}
+
+impl Codec {
+    /// Sniffs the codec from the first bytes, whatever the file name says.
+    pub fn sniff(bytes: &[u8]) -> Codec {
+        if bytes.starts_with(&[0xFF, 0xD8]) {
+            Codec::Jpeg
+        } else {
+            Codec::Other
+        }
+    }
+}
+
+/// The size in pixels a sample's header claims, reading only the header (JPEG marker segments,
+/// or what `image` needs for other formats).
+pub fn probe_size(mut reader: impl BufRead + Seek) -> Result<Size2, String> {
+    let head = reader.fill_buf().map_err(|e| e.to_string())?;
+    let (codec, empty) = (Codec::sniff(head), head.is_empty());
+    if codec == Codec::Jpeg {
+        let info = jpeg::probe(reader).map_err(|e| e.to_string())?;
+        return Ok(Size2::new(info.width, info.height));
+    }
+    let reader = image::ImageReader::new(reader).with_guessed_format().map_err(|e| e.to_string())?;
+    if reader.format().is_none() {
+        return Err(if empty { "empty file".into() } else { "not an image (unknown format)".into() });
+    }
+    let (w, h) = reader.into_dimensions().map_err(|e| e.to_string())?;
+    Ok(Size2::new(w, h))
+}
+
+/// Refuses a header that claims too many pixels, before any pixel memory is allocated.
+pub fn check_pixels(size: Size2, max_pixels: u64) -> Result<(), String> {
+    if size.area() > max_pixels {
+        return Err(format!(
+            "{}x{} is {} pixels, over the limit of {max_pixels} (max_pixels)",
+            size.width,
+            size.height,
+            size.area()
+        ));
+    }
+    Ok(())
+}
+
+/// The full-resolution RGB decode (the `decoded` view).
+pub fn decode_full(bytes: &[u8], max_pixels: u64) -> Result<Rgb, String> {
+    match Codec::sniff(bytes) {
+        Codec::Jpeg => {
+            let info = jpeg::probe(bytes).map_err(|e| e.to_string())?;
+            check_pixels(Size2::new(info.width, info.height), max_pixels)?;
+            Ok(jpeg::decode(bytes, Scale::One, None)?.image)
+        }
+        Codec::Other => decode_other(bytes, max_pixels),
+    }
+}
+
+fn decode_other(bytes: &[u8], max_pixels: u64) -> Result<Rgb, String> {
+    let size = probe_size(Cursor::new(bytes))?;
+    check_pixels(size, max_pixels)?;
+    let mut reader = image::ImageReader::new(Cursor::new(bytes))
+        .with_guessed_format()
+        .map_err(|e| e.to_string())?;
+    let mut limits = image::Limits::default();
+    limits.max_alloc = Some(max_pixels.saturating_mul(16));
+    reader.limits(limits);
+    let decoded = reader.decode().map_err(|e| e.to_string())?;
+    // PIL's convert("RGB") drops alpha without compositing; so does to_rgb8.
+    let rgb = decoded.to_rgb8();
+    Ok(Rgb { width: rgb.width(), height: rgb.height(), pixels: rgb.into_raw() })
+}
+
+/// The augmented pixels of one sample for `plan`, by the fast path.
+pub fn augment(bytes: &[u8], plan: &SamplePlan, max_pixels: u64) -> Result<Rgb, String> {
+    match Codec::sniff(bytes) {
+        Codec::Jpeg => augment_jpeg(bytes, plan, max_pixels),
+        Codec::Other => {
+            let full = decode_other(bytes, max_pixels)?;
+            finish(&full, (0, 0), plan.crop, plan)
+        }
+    }
+}
+
+/// The straightforward path: decode everything at full size, then crop and resize.
+pub fn augment_reference(bytes: &[u8], plan: &SamplePlan, max_pixels: u64) -> Result<Rgb, String> {
+    let full = decode_full(bytes, max_pixels)?;
+    finish(&full, (0, 0), plan.crop, plan)
+}
+
+/// The coarsest DCT scale that keeps the crop at least [`DCT_SCALE_MARGIN`] times the output.
+pub fn dct_scale_for(crop: Rect, out: Size2) -> Scale {
+    let fits = |s: Scale| {
+        let d = f64::from(s.denom());
+        crop.width / d >= f64::from(out.width) * DCT_SCALE_MARGIN
+            && crop.height / d >= f64::from(out.height) * DCT_SCALE_MARGIN
+    };
+    [Scale::Eighth, Scale::Quarter, Scale::Half].into_iter().find(|s| fits(*s)).unwrap_or(Scale::One)
+}
+
+fn augment_jpeg(bytes: &[u8], plan: &SamplePlan, max_pixels: u64) -> Result<Rgb, String> {
+    let info = jpeg::probe(bytes).map_err(|e| e.to_string())?;
+    let source = Size2::new(info.width, info.height);
+    check_pixels(source, max_pixels)?;
+    let scale = dct_scale_for(plan.crop, plan.out);
+    let d = f64::from(scale.denom());
+    let crop = Rect {
+        x: plan.crop.x / d,
+        y: plan.crop.y / d,
+        width: plan.crop.width / d,
+        height: plan.crop.height / d,
+    };
+    // Decode the crop plus the resampling filter's reach on each side (Pillow's filter taps
+    // extend past a crop box into the image), so the region resamples as the whole image would.
+    let reach = (crop.width / f64::from(plan.out.width)).max(crop.height / f64::from(plan.out.height)).max(1.0) + 1.0;
+    let (sw, sh) = (scale.apply(source.width), scale.apply(source.height));
+    let x0 = (crop.x - reach).floor().max(0.0) as u32;
+    let y0 = (crop.y - reach).floor().max(0.0) as u32;
+    let x1 = ((crop.x + crop.width + reach).ceil() as u32).min(sw);
+    let y1 = ((crop.y + crop.height + reach).ceil() as u32).min(sh);
+    let region = Region { x: x0, y: y0, width: x1.saturating_sub(x0), height: y1.saturating_sub(y0) };
+    let decoded = jpeg::decode(bytes, scale, Some(region))?;
+    finish(&decoded.image, decoded.origin, crop, plan)
+}
+
+thread_local! {
+    static RESIZER: RefCell<Resizer> = RefCell::new(Resizer::new());
+}
+
+/// Resamples `crop` (in the coordinates of the image `image` is a part of, `image` sitting at
+/// `origin`) to the plan's output size, then mirrors if the plan says so.
+fn finish(image: &Rgb, origin: (u32, u32), crop: Rect, plan: &SamplePlan) -> Result<Rgb, String> {
+    let left = (crop.x - f64::from(origin.0)).clamp(0.0, f64::from(image.width));
+    let top = (crop.y - f64::from(origin.1)).clamp(0.0, f64::from(image.height));
+    let width = crop.width.min(f64::from(image.width) - left);
+    let height = crop.height.min(f64::from(image.height) - top);
+    let out = plan.out;
+    let whole = left == 0.0
+        && top == 0.0
+        && width == f64::from(image.width)
+        && height == f64::from(image.height);
+    let mut pixels = if whole && out == Size2::new(image.width, image.height) {
+        image.pixels.clone()
+    } else {
+        let src = ImageRef::new(image.width, image.height, &image.pixels, PixelType::U8x3)
+            .map_err(|e| format!("resample: {e}"))?;
+        let mut dst = Image::new(out.width, out.height, PixelType::U8x3);
+        let options = ResizeOptions::new()
+            .resize_alg(ResizeAlg::Convolution(FilterType::Bilinear))
+            .crop(left, top, width, height);
+        RESIZER
+            .with(|r| r.borrow_mut().resize(&src, &mut dst, &options))
+            .map_err(|e| format!("resample: {e}"))?;
+        dst.into_vec()
+    };
+    if plan.flip {
+        mirror_rows(&mut pixels, out.width as usize);
+    }
+    Ok(Rgb { width: out.width, height: out.height, pixels })
+}
+
+fn mirror_rows(pixels: &mut [u8], width: usize) {
+    for row in pixels.chunks_exact_mut(width * 3) {
+        for x in 0..width / 2 {
+            let (a, b) = (x * 3, (width - 1 - x) * 3);
+            for c in 0..3 {
+                row.swap(a + c, b + c);
+            }
+        }
+    }
+}
+
+/// Mean absolute difference per value between two images of one size.
+pub fn mean_abs_diff(a: &Rgb, b: &Rgb) -> f64 {
+    assert_eq!((a.width, a.height), (b.width, b.height));
+    let sum: u64 = a.pixels.iter().zip(&b.pixels).map(|(x, y)| u64::from(x.abs_diff(*y))).sum();
+    sum as f64 / a.pixels.len().max(1) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::augment::{draw_rng, plan_sample, AugmentOp};
+
+    /// A photo-like test image: smooth gradients plus texture and edges.
+    pub(crate) fn photo_jpeg(width: usize, height: usize, subsamp: turbojpeg::Subsamp) -> Vec<u8> {
+        let mut pixels = vec![0u8; width * height * 3];
+        for y in 0..height {
+            for x in 0..width {
+                let i = (y * width + x) * 3;
+                let fx = x as f64 / width as f64;
+                let fy = y as f64 / height as f64;
+                let ripple = ((x as f64 * 0.21).sin() * (y as f64 * 0.13).cos() * 40.0) as i32;
+                let disc = if (fx - 0.6).powi(2) + (fy - 0.4).powi(2) < 0.05 { 90 } else { 0 };
+                pixels[i] = (fx * 200.0) as i32 as u8 + (disc as u8 / 2);
+                pixels[i + 1] = ((fy * 180.0) as i32 + ripple).clamp(0, 255) as u8;
+                pixels[i + 2] = (((1.0 - fx) * 150.0) as i32 + disc).clamp(0, 255) as u8;
+            }
+        }
+        let image = turbojpeg::Image {
+            pixels: pixels.as_slice(),
+            width,
+            pitch: width * 3,
+            height,
+            format: turbojpeg::PixelFormat::RGB,
+        };
+        let mut c = turbojpeg::Compressor::new().expect("compressor");
+        c.set_quality(90).expect("quality");
+        c.set_subsamp(subsamp).expect("subsamp");
+        c.compress_to_owned(image).expect("compress").to_vec()
+    }
+
+    #[test]
+    fn decoded_view_is_the_full_image() {
+        let jpeg = photo_jpeg(500, 375, turbojpeg::Subsamp::Sub2x2);
+        let rgb = decode_full(&jpeg, 64_000_000).expect("decode");
+        assert_eq!((rgb.width, rgb.height, rgb.pixels.len()), (500, 375, 500 * 375 * 3));
+    }
+
+    #[test]
+    fn too_many_pixels_is_refused_before_decoding() {
+        let jpeg = photo_jpeg(200, 100, turbojpeg::Subsamp::Sub2x2);
+        let err = decode_full(&jpeg, 19_999).unwrap_err();
+        assert!(err.contains("max_pixels"), "{err}");
+    }
+
+    #[test]
+    fn fast_path_stays_within_tolerance_of_the_straightforward_path() {
+        let ops = AugmentOp::imagenet_train();
+        let mut worst: f64 = 0.0;
+        let mut scaled = 0;
+        for (i, (w, h, ss)) in [
+            (500, 375, turbojpeg::Subsamp::Sub2x2),
+            (1024, 768, turbojpeg::Subsamp::Sub2x1),
+            (2000, 1500, turbojpeg::Subsamp::None),
+            (333, 257, turbojpeg::Subsamp::Sub2x2),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let jpeg = photo_jpeg(w, h, ss);
+            for sample in 0..25 {
+                let plan = plan_sample(&ops, Size2::new(w as u32, h as u32), &mut draw_rng(5, 0, i as u64, sample));
+                if dct_scale_for(plan.crop, plan.out) != Scale::One {
+                    scaled += 1;
+                }
+                let fast = augment(&jpeg, &plan, 64_000_000).expect("fast");
+                let slow = augment_reference(&jpeg, &plan, 64_000_000).expect("slow");
+                worst = worst.max(mean_abs_diff(&fast, &slow));
+            }
+        }
+        assert!(scaled > 10, "the DCT scaling path was exercised only {scaled} times");
+        assert!(worst <= FAST_PATH_TOLERANCE, "worst mean abs diff {worst}");
+    }
+
+    #[test]
+    fn flip_mirrors_the_output() {
+        let jpeg = photo_jpeg(300, 200, turbojpeg::Subsamp::None);
+        let mut plan = SamplePlan::identity(Size2::new(300, 200));
+        let plain = augment(&jpeg, &plan, 64_000_000).expect("plain");
+        plan.flip = true;
+        let flipped = augment(&jpeg, &plan, 64_000_000).expect("flipped");
+        let px = |img: &Rgb, x: usize, y: usize| img.pixels[(y * 300 + x) * 3..][..3].to_vec();
+        assert_eq!(px(&plain, 0, 10), px(&flipped, 299, 10));
+        assert_eq!(px(&plain, 120, 50), px(&flipped, 179, 50));
+    }
+
+    #[test]
+    fn png_goes_through_image() {
+        let mut png = Vec::new();
+        let img = image::RgbaImage::from_fn(40, 30, |x, y| image::Rgba([x as u8 * 5, y as u8 * 7, 9, 128]));
+        img.write_to(&mut Cursor::new(&mut png), image::ImageFormat::Png).expect("png");
+        let rgb = decode_full(&png, 1_000_000).expect("decode");
+        assert_eq!((rgb.width, rgb.height), (40, 30));
+        assert_eq!(&rgb.pixels[..3], &[0, 0, 9]);
+        assert_eq!(probe_size(Cursor::new(&png)).expect("probe"), Size2::new(40, 30));
+        let plan = plan_sample(&AugmentOp::imagenet_train(), Size2::new(40, 30), &mut draw_rng(0, 0, 0, 0));
+        assert_eq!(augment(&png, &plan, 1_000_000).expect("augment").pixels.len(), 224 * 224 * 3);
+        assert!(decode_full(b"plain text", 1_000_000).is_err());
+    }
+}

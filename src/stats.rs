@@ -1,0 +1,90 @@
+//! Live counters of the mount, served as `.prepfs/stats.json` and printed by `prepfs stats`.
+//!
+//! Plain relaxed atomics: counters are bumped on request paths and never locked.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use serde_json::json;
+
+/// One counter per view and form of work.
+#[derive(Debug, Default)]
+pub struct ViewCounters {
+    pub opens: AtomicU64,
+    pub bytes_served: AtomicU64,
+}
+
+/// The mount's counters.
+#[derive(Debug)]
+pub struct Stats {
+    started: Instant,
+    pub encoded: ViewCounters,
+    pub decoded: ViewCounters,
+    pub augmented: ViewCounters,
+    /// Bytes read from the source dataset.
+    pub source_bytes_read: AtomicU64,
+    /// Samples that could not be decoded (each failure counted once per attempt).
+    pub decode_errors: AtomicU64,
+    /// Source files that vanished or failed to read under the mount.
+    pub source_errors: AtomicU64,
+    /// Samples decoded (full or region) and their total time.
+    pub decodes: AtomicU64,
+    pub decode_nanos: AtomicU64,
+    /// File handles currently open.
+    pub open_handles: AtomicU64,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Stats {
+            started: Instant::now(),
+            encoded: ViewCounters::default(),
+            decoded: ViewCounters::default(),
+            augmented: ViewCounters::default(),
+            source_bytes_read: AtomicU64::new(0),
+            decode_errors: AtomicU64::new(0),
+            source_errors: AtomicU64::new(0),
+            decodes: AtomicU64::new(0),
+            decode_nanos: AtomicU64::new(0),
+            open_handles: AtomicU64::new(0),
+        }
+    }
+}
+
+/// Adds `n` to a counter.
+pub fn bump(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
+}
+
+fn get(counter: &AtomicU64) -> u64 {
+    counter.load(Ordering::Relaxed)
+}
+
+impl Stats {
+    /// The figures as a JSON document; `extra` adds the sections other parts own
+    /// (catalog, configuration).
+    pub fn to_json(&self, extra: serde_json::Value) -> serde_json::Value {
+        let view = |v: &ViewCounters| json!({"opens": get(&v.opens), "bytes_served": get(&v.bytes_served)});
+        let decodes = get(&self.decodes);
+        let mut doc = json!({
+            "uptime_s": self.started.elapsed().as_secs_f64(),
+            "views": {
+                "encoded": view(&self.encoded),
+                "decoded": view(&self.decoded),
+                "augmented": view(&self.augmented),
+            },
+            "source_bytes_read": get(&self.source_bytes_read),
+            "decode_errors": get(&self.decode_errors),
+            "source_errors": get(&self.source_errors),
+            "decodes": decodes,
+            "decode_ms_mean": if decodes == 0 { 0.0 } else {
+                get(&self.decode_nanos) as f64 / decodes as f64 / 1e6
+            },
+            "open_handles": get(&self.open_handles),
+        });
+        if let (Some(doc), serde_json::Value::Object(extra)) = (doc.as_object_mut(), extra) {
+            doc.extend(extra);
+        }
+        doc
+    }
+}

@@ -1,0 +1,191 @@
+//! Shared set-up of the mounted end-to-end tests: a synthetic dataset made by the project's
+//! generator, and a mount guard that runs the real `prepfs` binary, waits until it serves, and
+//! unmounts on every way out (drop, panic, or a watchdog when the test overruns its time limit).
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The `prepfs` binary under test.
+pub fn prepfs_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_prepfs"))
+}
+
+/// The dataset generator example, built beside the binary (`cargo build --examples`).
+pub fn generator_bin() -> PathBuf {
+    let bin = prepfs_bin();
+    let dir = bin.parent().expect("target dir");
+    let path = dir.join("examples").join("make_dataset");
+    assert!(path.exists(), "{} is missing: run `cargo build --examples` (make test does)", path.display());
+    path
+}
+
+/// Makes an ImageFolder dataset with the generator under `dir`.
+pub fn make_dataset(dir: &Path, classes: u32, per_class: u32, bad: bool) -> PathBuf {
+    let out = dir.join("source");
+    let mut cmd = Command::new(generator_bin());
+    cmd.arg("--out").arg(&out).arg("--classes").arg(classes.to_string());
+    cmd.arg("--per-class").arg(per_class.to_string()).arg("--quiet");
+    if bad {
+        cmd.arg("--bad");
+    }
+    let status = cmd.status().expect("run generator");
+    assert!(status.success(), "generator failed");
+    out
+}
+
+/// Writes a config file for a test mount.
+pub fn write_config(dir: &Path, yaml: &str) -> PathBuf {
+    let path = dir.join("mount.yaml");
+    std::fs::write(&path, yaml).expect("write config");
+    path
+}
+
+/// A running `prepfs mount`; dropping it unmounts and reaps the process.
+pub struct Mounted {
+    pub mountpoint: PathBuf,
+    child: Option<Child>,
+    done: Arc<AtomicBool>,
+    pub stderr_path: PathBuf,
+}
+
+impl Mounted {
+    /// Mounts `source` at `dir/mnt` with `config`, waits until `.prepfs/stats.json` answers,
+    /// and arms a watchdog that tears the mount down after `limit`.
+    pub fn start(dir: &Path, config: &Path, source: &Path, limit: Duration) -> Mounted {
+        let mountpoint = dir.join("mnt");
+        let stderr_path = dir.join("prepfs.log");
+        let log = std::fs::File::create(&stderr_path).expect("log file");
+        let child = Command::new(prepfs_bin())
+            .arg("mount")
+            .arg(config)
+            .arg("--source")
+            .arg(source)
+            .arg("--mountpoint")
+            .arg(&mountpoint)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn prepfs");
+        let done = Arc::new(AtomicBool::new(false));
+        let mut mounted = Mounted { mountpoint: mountpoint.clone(), child: Some(child), done: done.clone(), stderr_path };
+        let pid = mounted.child.as_ref().map(|c| c.id()).unwrap_or(0);
+        let watch_mnt = mountpoint.clone();
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + limit;
+            while Instant::now() < deadline {
+                if done.load(Ordering::SeqCst) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            eprintln!("watchdog: test overran {limit:?}; killing prepfs and detaching {}", watch_mnt.display());
+            // SAFETY: plain kill(2) on our own child's pid.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            force_unmount(&watch_mnt);
+        });
+        let ready = mountpoint.join(".prepfs/stats.json");
+        let started = Instant::now();
+        while !ready.exists() {
+            if let Some(status) = mounted.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!("prepfs exited before serving ({status}): {}", mounted.log());
+            }
+            assert!(started.elapsed() < Duration::from_secs(60), "prepfs did not come up: {}", mounted.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        mounted
+    }
+
+    /// A path inside the mount.
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.mountpoint.join(rel)
+    }
+
+    /// What prepfs logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    /// The live stats document.
+    pub fn stats(&self) -> serde_json::Value {
+        let text = std::fs::read_to_string(self.path(".prepfs/stats.json")).expect("stats.json");
+        serde_json::from_str(&text).expect("stats.json is JSON")
+    }
+
+    /// Stops prepfs with SIGTERM, as a user would, and returns its exit status.
+    pub fn stop(mut self) -> std::process::ExitStatus {
+        self.shutdown().expect("prepfs exit status")
+    }
+
+    fn shutdown(&mut self) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let started = Instant::now();
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(s)) => break Some(s),
+                Ok(None) if started.elapsed() < Duration::from_secs(10) => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                _ => {
+                    let _ = child.kill();
+                    break child.wait().ok();
+                }
+            }
+        };
+        force_unmount(&self.mountpoint);
+        self.done.store(true, Ordering::SeqCst);
+        status
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        self.shutdown();
+        self.done.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Whether `path` is a mountpoint now.
+pub fn is_mounted(path: &Path) -> bool {
+    let Ok(canonical) = path.canonicalize() else { return true }; // ENOTCONN: a dead mount
+    std::fs::read_to_string("/proc/self/mounts")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split_whitespace().nth(1).map(Path::new) == Some(canonical.as_path()))
+}
+
+/// Detaches `path` if anything is still mounted there.
+pub fn force_unmount(path: &Path) {
+    if is_mounted(path) {
+        let _ = Command::new("fusermount3").arg("-u").arg("-z").arg(path).status();
+        if is_mounted(path) {
+            let _ = Command::new("umount").arg("-l").arg(path).status();
+        }
+    }
+}
+
+/// Runs a Python helper from tests/support with arguments; returns its stdout, failing the
+/// test with its stderr when it fails.
+pub fn python(script: &str, args: &[&dyn AsRef<std::ffi::OsStr>]) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support").join(script);
+    let mut cmd = Command::new("python3");
+    cmd.arg(&path);
+    for a in args {
+        cmd.arg(a);
+    }
+    let out = cmd.output().expect("python3 (make test installs it with pillow and numpy)");
+    assert!(
+        out.status.success(),
+        "{script} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
