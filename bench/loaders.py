@@ -3,13 +3,17 @@
 This module owns the loaders: each is a function ``(data_dir, workers=2, limit=None, epochs=1,
 seed=0) -> RunResult`` that consumes samples the way a user of that loader would, and reports
 how many it consumed, the wall time, the CPU seconds (the process, its threads, and its worker
-processes) and the peak memory. The harness (bench/run_bench.py) runs each repetition in a fresh
-process through this module's command line, so that CPU and memory figures of one run never mix
-with another's:
+processes) and the peak RSS. The harness (bench/run_bench.py) runs all repetitions of one case
+in a child process of their own, through this module's command line, with the framework
+imported before the first run:
 
-    python bench/loaders.py run --loader torchvision --data DIR [--workers 2] [--limit N] ...
+    python bench/loaders.py run --loader torchvision --data DIR [--workers 2] [--limit N]
+        [--reps 5] [--warmup 1] [--cold] [--sync] [--cpus 0,1]
 
-prints one JSON object (a RunResult) as its last line of output.
+prints one line `@@result {json}` (a RunResult) per run; with --sync it first prints
+`@@ready {json}` and waits for a line on stdin, so the driver can drop caches or remount prepfs
+between runs. `python bench/loaders.py fake-augmented` writes a directory of augmented files
+that stands in for prepfs's `augmented/` view.
 
 Loaders (names as used on the command line and in results):
 
@@ -45,7 +49,7 @@ import resource
 import sys
 import threading
 import time
-from typing import Callable, Iterable, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 # torchvision's IMG_EXTENSIONS: what ImageFolder (and so every loader here) accepts as a sample.
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")

@@ -5,7 +5,9 @@ directory, how often, in which cache state; the summary statistics; the JSON res
 Markdown table and the PNG charts; and the hook that mounts prepfs for the runs that read it.
 
     python bench/run_bench.py --data DIR [--quick] [--prepfs-bin target/release/prepfs
-        --prepfs-config mount-configs/imagenet.yaml | --prepfs-mount MNT | --augmented-dir DIR]
+        --prepfs-config mount-configs/imagenet.yaml
+        [--prepfs-npy-config mount-configs/imagenet-npy.yaml]
+        | --prepfs-mount MNT | --augmented-dir DIR [--augmented-npy-dir DIR]]
 
 Scenarios (ids as in the table; see issue 3):
 
@@ -13,8 +15,9 @@ Scenarios (ids as in the table; see issue 3):
   the driver mounts it): 1a torchvision on the JPEGs, 1b DALI CPU, 1e plain PIL (an extra peer),
   1c torchvision over prepfs ``augmented/`` with only ToTensor + Normalize, 1d the raw reader of
   ``augmented/``.
+  With a second, npy float32 mount: 1n, torch over ``np.load`` with no transform at all.
 - 2 warm (one unmeasured warm-up run first, so the page cache, or prepfs's cache, holds the set):
-  2a, 2b, 2e, 2c, 2d, the same loaders.
+  2a, 2b, 2e, 2c, 2d (2n), the same loaders.
 - 3 floor: the raw reader over prepfs's cached outputs (3d) against the same number of augmented
   files copied to tmpfs (/dev/shm) and read by the same reader (3f); 3g is the torchvision loop of
   1c over the tmpfs copy (what that loop costs by itself).
@@ -22,7 +25,8 @@ Scenarios (ids as in the table; see issue 3):
 Every measured run is a fresh run of a loader (bench/loaders.py) in a child process that has
 already imported its framework; the children of one case run its repetitions one after another
 and wait for the driver before each (see loaders.run_reps), which drops caches or remounts.
-The loader process and its workers, and the prepfs daemon, are pinned to the same cores.
+The loader process and its workers, and the prepfs daemon, are pinned to the same cores; when
+the driver mounts prepfs, only the daemon a case reads runs during that case.
 
 Without any prepfs option only the peers run (1a 1b 1e 2a 2b 2e). ``--augmented-dir`` points
 1c/1d/2c/2d/3 at a plain directory of augmented PPMs instead (e.g. one written by
@@ -239,7 +243,13 @@ class PrepfsSource:
             return
         if self.mount:
             self.mount.close()
+            self.mount = None
         self.mount = self._restart()
+
+    def ensure(self) -> None:
+        """Mounted, if the driver mounts it (after close(), or lazily)."""
+        if self._restart is not None and self.mount is None:
+            self.mount = self._restart()
 
     def stats(self) -> Optional[dict]:
         if self.mount:
@@ -274,6 +284,7 @@ class Case:
     cold: bool = False  # drop the page cache (and empty prepfs's cache) before each run
     warmup: int = 0  # unmeasured runs first
     prepfs: bool = False  # reads through prepfs: account the daemon's CPU and memory
+    source: str = "ppm"  # which prepfs source it reads: "ppm" or "npy" (the output format)
 
 
 SCENARIO_TITLES = {
@@ -300,10 +311,12 @@ SHORT = {
 
 
 def plan(data: str, augmented: Optional[str], aug_reads: str, floor_dir: Optional[str],
-         prepfs: bool, quick: bool = False) -> List[Case]:
+         prepfs: bool, quick: bool = False, npy_augmented: Optional[str] = None,
+         npy_reads: str = "") -> List[Case]:
     """The cases to run, in order: cold ones first, then warm, then the floor. Quick runs
     leave out the PIL peer, the warm peers (their warm rate is their cold rate: they are
-    CPU-bound; ratios fall back to the cold rows) and 3g."""
+    CPU-bound; ratios fall back to the cold rows) and 3g. With `npy_augmented` (prepfs with
+    npy float32 output), 1n and 2n: torch over np.load with no transform at all."""
     cases = []
     peers = [("a", "torchvision"), ("b", "dali"), ("e", "pil")]
     ours = [("c", "torchvision-ppm"), ("d", "raw")]
@@ -318,6 +331,10 @@ def plan(data: str, augmented: Optional[str], aug_reads: str, floor_dir: Optiona
                 cases.append(Case(num + letter, scen, loader, LABELS[loader], aug_reads,
                                   augmented, cold=scen == "cold", warmup=int(scen == "warm"),
                                   prepfs=prepfs))
+        if npy_augmented:
+            cases.append(Case(num + "n", scen, "torch-npy", LABELS["torch-npy"], npy_reads,
+                              npy_augmented, cold=scen == "cold", warmup=int(scen == "warm"),
+                              prepfs=prepfs, source="npy"))
     if augmented and floor_dir:
         cases.append(Case("3d", "floor", "raw", LABELS["raw"], aug_reads + ", after a warm-up",
                           augmented, warmup=1, prepfs=prepfs))
@@ -492,7 +509,7 @@ def render_markdown(report: dict, charts: Sequence[str], md_dir: str) -> str:
         f"Machine: {m['cpu_model']}, {m['nproc']} CPUs, runs pinned to CPUs {cpus}; "
         f"{m['mem_gib']:.0f} GiB memory; Linux {m['kernel']}; load average "
         f"{m['loadavg_before'][0]:.2f} before the runs. "
-        f"Data: {s['data_samples']} JPEGs in {s['data_classes']} classes, "
+        f"Data: {s['data_samples']} images in {s['data_classes']} classes, "
         f"{s['data_mb']:.0f} MB (mean {s['data_mean_kb']:.0f} KB). "
         f"Each case: {s['reps']} measured runs of {s['samples_desc']}, {s['workers']} workers "
         f"or threads, batch {loaders.BATCH_SIZE}. Page cache dropped before cold runs: "
@@ -569,7 +586,7 @@ def write_charts(report: dict, prefix: str) -> List[str]:
         y += 1
         prev = c["scenario"]
     paths = []
-    sub = f"{report['settings']['data_samples']} JPEGs, {len(report['settings']['cpus'])} CPUs"
+    sub = f"{report['settings']['data_samples']} images, {len(report['settings']['cpus'])} CPUs"
     for key, title, fname, scale in (
         ("samples_per_s", "samples/s (median, whiskers min-max; higher is better)",
          "throughput", 1.0),
@@ -811,6 +828,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     g.add_argument("--prepfs-mount", help="an already mounted prepfs over --data")
     g.add_argument("--augmented-dir",
                    help="a plain directory of augmented PPMs standing in for augmented/")
+    g.add_argument("--prepfs-npy-config",
+                   help="with --prepfs-bin: also mount this npy float32 config (e.g. "
+                        "mount-configs/imagenet-npy.yaml) for rows 1n/2n")
+    g.add_argument("--augmented-npy-dir",
+                   help="with --augmented-dir: a plain directory of augmented .npy files for "
+                        "rows 1n/2n")
     ap.add_argument("--quick", action="store_true", help="fewer, shorter runs")
     ap.add_argument("--limit", type=int, default=None,
                     help="samples per run (default: 512 with --quick, else the whole set)")
@@ -828,6 +851,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = ap.parse_args(argv)
     if sum(x is not None for x in (args.prepfs_bin, args.prepfs_mount, args.augmented_dir)) > 1:
         ap.error("give at most one of --prepfs-bin, --prepfs-mount, --augmented-dir")
+    if args.prepfs_npy_config and not args.prepfs_bin:
+        ap.error("--prepfs-npy-config needs --prepfs-bin")
+    if args.augmented_npy_dir and not args.augmented_dir:
+        ap.error("--augmented-npy-dir needs --augmented-dir")
     if args.reps is None:
         args.reps = 3 if args.quick else 5
     if args.limit is None and args.quick:
@@ -839,25 +866,42 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     machine = machine_info()
     dinfo = dataset_info(data)
     n = dinfo["data_samples"] if not args.limit else min(args.limit, dinfo["data_samples"])
-    print(f"[bench] {dinfo['data_samples']} JPEGs in {data}; {args.reps} runs x {n} samples per "
+    print(f"[bench] {dinfo['data_samples']} images in {data}; {args.reps} runs x {n} samples per "
           f"case; CPUs {cpus}; load average {machine['loadavg_before'][0]:.2f}", flush=True)
     if machine["loadavg_before"][0] > 0.5:
         print("[bench] warning: the machine is busy; throughput figures will be low",
               flush=True)
 
     src: Optional[PrepfsSource] = None
+    npy_src: Optional[PrepfsSource] = None
     prepfs_desc = "not measured"
     floor_dir = None
     aug_reads = "prepfs augmented/"
+    npy_reads = "prepfs augmented/ (npy)"
     if args.prepfs_bin:
-        binary, config, mnt = (os.path.abspath(args.prepfs_bin),
-                               os.path.abspath(args.prepfs_config),
-                               os.path.abspath(args.mountpoint))
-        restart = lambda: mount_prepfs(binary, config, data, mnt, cpus=cpus)  # noqa: E731
-        print(f"[bench] mounting {binary} mount {config} at {mnt}", flush=True)
-        src = PrepfsSource("driver-mount", os.path.join(mnt, "augmented"), restart(), restart)
+        binary = os.path.abspath(args.prepfs_bin)
+
+        def mounter(config: str, mnt: str) -> Callable[[], PrepfsMount]:
+            def restart() -> PrepfsMount:
+                return mount_prepfs(binary, config, data, mnt, cpus=cpus)
+            return restart
+
+        configs = [("ppm", os.path.abspath(args.prepfs_config), os.path.abspath(args.mountpoint))]
+        if args.prepfs_npy_config:
+            configs.append(("npy", os.path.abspath(args.prepfs_npy_config),
+                            os.path.abspath(args.mountpoint) + "-npy"))
+        for key, config, mnt in configs:
+            print(f"[bench] prepfs: {_show_path(binary)} mount {_show_path(config)} at {mnt}",
+                  flush=True)
+            s = PrepfsSource("driver-mount", os.path.join(mnt, "augmented"), None,
+                             mounter(config, mnt))
+            if key == "ppm":
+                src = s
+            else:
+                npy_src = s
         prepfs_desc = (f"mounted by the harness (`{_show_path(binary)} mount "
-                       f"{_show_path(config)}`), remounted with an empty cache for cold runs")
+                       + " / ".join(_show_path(c) for _, c, _ in configs)
+                       + "`), remounted with an empty cache for cold runs")
     elif args.prepfs_mount:
         src = PrepfsSource("external-mount",
                            os.path.join(os.path.abspath(args.prepfs_mount), "augmented"))
@@ -868,6 +912,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         aug_reads = "PPM files (stand-in, no prepfs)"
         prepfs_desc = (f"not measured: rows 1c/1d/2c/2d/3 read a plain directory of augmented "
                        f"PPMs ({args.augmented_dir}) in its place")
+        if args.augmented_npy_dir:
+            npy_src = PrepfsSource("stand-in", os.path.abspath(args.augmented_npy_dir))
+            npy_reads = ".npy files (stand-in, no prepfs)"
     report = {
         "schema": 1,
         "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -885,30 +932,47 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         },
         "cases": [],
     }
+    sources = {k: v for k, v in (("ppm", src), ("npy", npy_src)) if v is not None}
+    report["settings"]["prepfs"]["augmented_npy"] = npy_src.augmented if npy_src else None
     try:
+        for s in sources.values():
+            s.ensure()
+            if not os.path.isdir(s.augmented):
+                raise PrepfsError(f"{s.augmented} is not a directory")
         if src is not None:
-            if not os.path.isdir(src.augmented):
-                raise PrepfsError(f"{src.augmented} is not a directory")
             floor_dir = tempfile.mkdtemp(prefix="prepfs-bench-floor-", dir="/dev/shm"
                                          if os.path.isdir("/dev/shm") else None)
         cases = plan(data, src.augmented if src else None, aug_reads, floor_dir,
-                     prepfs=src is not None and src.kind != "stand-in", quick=args.quick)
+                     prepfs=src is not None and src.kind != "stand-in", quick=args.quick,
+                     npy_augmented=npy_src.augmented if npy_src else None, npy_reads=npy_reads)
         if args.only:
             keep = set(args.only.split(","))
             cases = [c for c in cases if c.id in keep]
         floor_ready = False
         for case in cases:
+            # one prepfs daemon at a time: its cache should have the memory to itself
+            for key, s in sources.items():
+                if key != case.source or not case.prepfs:
+                    s.close()
+            case_src = sources.get(case.source) if case.prepfs else None
+            if case_src is not None:
+                case_src.ensure()
             if case.data == floor_dir and not floor_ready:
+                src.ensure()
                 k = copy_floor(src.augmented, floor_dir, args.limit)
+                src.close()
                 print(f"[bench] copied {k} augmented outputs to {floor_dir} for the floor",
                       flush=True)
                 floor_ready = True
-            rec = run_case(case, args, cpus, src, verbose=args.verbose)
+            rec = run_case(case, args, cpus, case_src, verbose=args.verbose)
             report["cases"].append(rec)
             print(progress_line(rec), flush=True)
+    except PrepfsError as e:
+        print(f"[bench] error: {e}", file=sys.stderr, flush=True)
+        return 2
     finally:
-        if src is not None:
-            src.close()
+        for s in sources.values():
+            s.close()
         if floor_dir:
             shutil.rmtree(floor_dir, ignore_errors=True)
 

@@ -196,6 +196,12 @@ class FormatTest(unittest.TestCase):
                                 "3d", "3f", "3g"])
         quick = [c.id for c in rb.plan("/d", "/m/augmented", "x", "/dev/shm/f", True, True)]
         self.assertEqual(quick, ["1a", "1b", "1c", "1d", "2c", "2d", "3d", "3f"])
+        npy = rb.plan("/d", "/m/augmented", "x", "/dev/shm/f", True, True, "/n/augmented", "n")
+        self.assertEqual([c.id for c in npy],
+                         ["1a", "1b", "1c", "1d", "1n", "2c", "2d", "2n", "3d", "3f"])
+        self.assertEqual({c.id for c in npy if c.source == "npy"}, {"1n", "2n"})
+        self.assertTrue(all(c.loader == "torch-npy" and c.prepfs for c in npy
+                            if c.source == "npy"))
         peers = rb.plan("/d", None, "x", None, False)
         self.assertEqual([c.id for c in peers], ["1a", "1b", "1e", "2a", "2b", "2e"])
         self.assertTrue(all(c.cold == (c.scenario == "cold") for c in peers))

@@ -345,12 +345,24 @@ impl Filesystem {
         let probed = File::open(&path).map_err(|e| Error::source_io(&path, e)).and_then(|f| {
             pipeline::probe_size(BufReader::with_capacity(16 * 1024, f)).map_err(|why| Error::decode(&path, why))
         });
-        match &probed {
-            Ok(size) => self.catalog.remember_size(file, Ok(*size)),
-            Err(Error::Decode { .. }) => self.catalog.remember_size(file, Err(())),
-            Err(_) => {}
+        match probed {
+            Ok(size) => {
+                self.catalog.remember_size(file, Ok(size));
+                Ok(size)
+            }
+            Err(Error::Decode { reason, .. }) => Err(self.mark_bad(file, reason)),
+            Err(e) => Err(e),
         }
-        probed
+    }
+
+    /// Records an undecodable sample: one log line naming the file and the reason, a count in
+    /// stats, and a mark so every later open refuses it at once.
+    fn mark_bad(&self, file: FileId, reason: String) -> Error {
+        bump(&self.stats.decode_errors, 1);
+        let err = Error::decode(self.catalog.file_path(file), reason);
+        tracing::warn!("{err}");
+        self.catalog.remember_size(file, Err(()));
+        err
     }
 
     /// Snapshots a directory listing; [`Filesystem::readdir`] pages through it.
@@ -470,6 +482,12 @@ impl Filesystem {
     /// slots in here: look up the cheapest form held before reading the source.
     fn produce(&self, file: FileId, form: Form) -> Result<Arc<[u8]>> {
         let path = self.catalog.file_path(file);
+        if let Some(Err(())) = self.catalog.known_size(file) {
+            // Known bad: a region decode may have missed damage outside its rows once, but a
+            // sample found undecodable stays refused, consistently, in every view.
+            bump(&self.stats.decode_errors, 1);
+            return Err(Error::decode(&path, "undecodable (found earlier; see the first log line)"));
+        }
         let bytes = std::fs::read(&path).map_err(|e| self.source_error(&path, e))?;
         bump(&self.stats.source_bytes_read, bytes.len() as u64);
         let started = Instant::now();
@@ -486,13 +504,7 @@ impl Filesystem {
                 })
             }
         };
-        let pixels = pixels.map_err(|why| {
-            bump(&self.stats.decode_errors, 1);
-            let err = Error::decode(&path, why);
-            tracing::warn!("{err}");
-            self.catalog.remember_size(file, Err(()));
-            err
-        })?;
+        let pixels = pixels.map_err(|why| self.mark_bad(file, why))?;
         bump(&self.stats.decodes, 1);
         bump(&self.stats.decode_nanos, started.elapsed().as_nanos() as u64);
         if form == Form::Decoded {

@@ -41,6 +41,11 @@ pub enum MountpointState {
 
 /// What is at `path` now.
 pub fn mountpoint_state(path: &Path) -> io::Result<MountpointState> {
+    // statfs always reaches the daemon (stat may be answered from cached attributes), so it
+    // tells a dead FUSE mount by ENOTCONN.
+    if let Err(nix::errno::Errno::ENOTCONN) = nix::sys::statfs::statfs(path) {
+        return Ok(MountpointState::Dead);
+    }
     match std::fs::metadata(path) {
         Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => Ok(MountpointState::Dead),
         Err(e) => Err(e),

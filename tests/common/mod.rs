@@ -51,6 +51,8 @@ pub struct Mounted {
     child: Option<Child>,
     done: Arc<AtomicBool>,
     pub stderr_path: PathBuf,
+    /// Leave whatever is mounted alone on drop (a test of dead-mount recovery).
+    leave_mount: bool,
 }
 
 impl Mounted {
@@ -73,7 +75,13 @@ impl Mounted {
             .spawn()
             .expect("spawn prepfs");
         let done = Arc::new(AtomicBool::new(false));
-        let mut mounted = Mounted { mountpoint: mountpoint.clone(), child: Some(child), done: done.clone(), stderr_path };
+        let mut mounted = Mounted {
+            mountpoint: mountpoint.clone(),
+            child: Some(child),
+            done: done.clone(),
+            stderr_path,
+            leave_mount: false,
+        };
         let pid = mounted.child.as_ref().map(|c| c.id()).unwrap_or(0);
         let watch_mnt = mountpoint.clone();
         std::thread::spawn(move || {
@@ -89,9 +97,11 @@ impl Mounted {
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
             force_unmount(&watch_mnt);
         });
+        // Ready when prepfs says it serves and a read (which always reaches the daemon, unlike
+        // a cached stat) answers.
         let ready = mountpoint.join(".prepfs/stats.json");
         let started = Instant::now();
-        while !ready.exists() {
+        while !(mounted.log().contains("prepfs: serving") && std::fs::read(&ready).is_ok()) {
             if let Some(status) = mounted.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
                 panic!("prepfs exited before serving ({status}): {}", mounted.log());
             }
@@ -99,6 +109,17 @@ impl Mounted {
             std::thread::sleep(Duration::from_millis(20));
         }
         mounted
+    }
+
+    /// The prepfs process id.
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().map_or(0, |c| c.id() as i32)
+    }
+
+    /// Makes drop reap the process but leave the (dead) mount for the next mount to clear.
+    pub fn forget_mount(mut self) -> Mounted {
+        self.leave_mount = true;
+        self
     }
 
     /// A path inside the mount.
@@ -139,7 +160,9 @@ impl Mounted {
                 }
             }
         };
-        force_unmount(&self.mountpoint);
+        if !self.leave_mount {
+            force_unmount(&self.mountpoint);
+        }
         self.done.store(true, Ordering::SeqCst);
         status
     }
@@ -154,7 +177,11 @@ impl Drop for Mounted {
 
 /// Whether `path` is a mountpoint now.
 pub fn is_mounted(path: &Path) -> bool {
-    let Ok(canonical) = path.canonicalize() else { return true }; // ENOTCONN: a dead mount
+    let canonical = match path.canonicalize() {
+        Ok(c) => c,
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => return true, // a dead mount
+        Err(_) => return false,
+    };
     std::fs::read_to_string("/proc/self/mounts")
         .unwrap_or_default()
         .lines()
@@ -173,7 +200,7 @@ pub fn force_unmount(path: &Path) {
 
 /// Runs a Python helper from tests/support with arguments; returns its stdout, failing the
 /// test with its stderr when it fails.
-pub fn python(script: &str, args: &[&dyn AsRef<std::ffi::OsStr>]) -> String {
+pub fn python<S: AsRef<std::ffi::OsStr>>(script: &str, args: &[S]) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support").join(script);
     let mut cmd = Command::new("python3");
     cmd.arg(&path);

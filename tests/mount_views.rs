@@ -1,0 +1,271 @@
+//! Mounted end-to-end tests of the three views: the real `prepfs` binary over a generated
+//! dataset, read through the kernel as a training job would. Each test has its own temporary
+//! directory, a mount guard that unmounts on every way out, and a time limit.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{ErrorKind, Read};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{is_mounted, make_dataset, python, write_config, Mounted};
+
+const LIMIT: Duration = Duration::from_secs(120);
+const BAD_FILES: [&str; 6] = ["bad_truncated", "bad_corrupt", "bad_empty", "bad_text", "bad_huge", "bad_png"];
+
+const CONFIG: &str = "seed: 1\nthreads: 2\n";
+
+/// Every file under `root`, relative path -> bytes.
+fn tree_bytes(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in fs::read_dir(&dir).expect("read_dir") {
+            let entry = entry.expect("entry");
+            let path = entry.path();
+            if entry.file_type().expect("type").is_dir() {
+                stack.push(path);
+            } else {
+                let rel = path.strip_prefix(root).expect("rel").to_path_buf();
+                out.insert(rel, fs::read(&path).expect("read"));
+            }
+        }
+    }
+    out
+}
+
+fn read_all(path: &Path) -> std::io::Result<Vec<u8>> {
+    let mut f = fs::File::open(path)?;
+    let mut buf = Vec::new();
+    f.read_to_end(&mut buf)?;
+    Ok(buf)
+}
+
+#[test]
+fn encoded_is_byte_identical_and_pixel_views_match_pil() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let source = make_dataset(tmp.path(), 3, 8, true);
+    let config = write_config(tmp.path(), CONFIG);
+    let before = tree_bytes(&source);
+    let mnt = Mounted::start(tmp.path(), &config, &source, LIMIT);
+
+    // encoded/: the same tree, byte for byte, non-image files included.
+    let served = tree_bytes(&mnt.path("encoded"));
+    assert_eq!(served.keys().collect::<Vec<_>>(), before.keys().collect::<Vec<_>>());
+    for (rel, bytes) in &before {
+        assert!(served[rel] == *bytes, "encoded/{} differs from the source", rel.display());
+    }
+
+    // decoded/ and augmented/: image samples only, as .ppm; augmented has one fixed size.
+    let class0 = fs::read_dir(mnt.path("decoded/n00000000")).expect("list").count();
+    let images0 = before.keys().filter(|p| p.starts_with("n00000000") && !p.ends_with("README.txt")).count();
+    assert_eq!(class0, images0);
+    for entry in fs::read_dir(mnt.path("augmented/n00000001")).expect("list") {
+        let entry = entry.expect("entry");
+        assert_eq!(entry.path().extension().and_then(|e| e.to_str()), Some("ppm"));
+        assert_eq!(entry.metadata().expect("stat").len(), 15 + 224 * 224 * 3);
+    }
+
+    // Decoded sizes are exact before any read, and PIL agrees on every pixel.
+    for entry in fs::read_dir(mnt.path("decoded/n00000001")).expect("list") {
+        let path = entry.expect("entry").path();
+        let stat_len = fs::metadata(&path).expect("stat").len();
+        assert_eq!(read_all(&path).expect("read").len() as u64, stat_len, "{}", path.display());
+    }
+    let mut args = vec![source.clone().into_os_string(), mnt.mountpoint.clone().into_os_string(), "--skip".into()];
+    args.extend(BAD_FILES.iter().map(Into::into));
+    let report = python("compare_pil.py", &args);
+    assert!(report.contains("\"compared\""), "{report}");
+
+    drop(mnt);
+    assert_eq!(tree_bytes(&source), before, "the source was modified");
+}
+
+#[test]
+fn augmented_opens_draw_fresh_crops_pinned_to_their_handle() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let source = make_dataset(tmp.path(), 1, 4, false);
+    let config = write_config(tmp.path(), CONFIG);
+    let mnt = Mounted::start(tmp.path(), &config, &source, LIMIT);
+    let path = mnt.path("augmented/n00000000/n00000000_000001.ppm");
+
+    let a = read_all(&path).expect("first open");
+    let b = read_all(&path).expect("second open");
+    assert_eq!(a.len(), b.len());
+    assert!(a != b, "two opens served the same augmentation");
+
+    // One handle, read in small pieces with seeks, sees one consistent image.
+    let mut f = fs::File::open(&path).expect("open");
+    let mut pieces = Vec::new();
+    let mut chunk = vec![0u8; 4096];
+    loop {
+        let n = f.read(&mut chunk).expect("read");
+        if n == 0 {
+            break;
+        }
+        pieces.extend_from_slice(&chunk[..n]);
+    }
+    use std::os::unix::fs::FileExt;
+    let mut again = vec![0u8; pieces.len()];
+    f.read_exact_at(&mut again, 0).expect("pread");
+    assert_eq!(pieces, again, "a handle's content changed between reads");
+    assert!(pieces.starts_with(b"P6\n224 224\n255\n"));
+}
+
+#[test]
+fn bad_samples_get_eio_and_everything_else_keeps_working() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let source = make_dataset(tmp.path(), 2, 4, true);
+    let config = write_config(tmp.path(), CONFIG);
+    let mnt = Mounted::start(tmp.path(), &config, &source, LIMIT);
+    let bad_dir = "n00000001";
+    for name in BAD_FILES {
+        for view in ["decoded", "augmented"] {
+            let path = mnt.path(&format!("{view}/{bad_dir}/{name}.ppm"));
+            let err = read_all(&path).expect_err(&format!("{view}/{name} should fail"));
+            assert_eq!(err.raw_os_error(), Some(libc::EIO), "{view}/{name}: {err}");
+        }
+        // The original bytes stay readable, damaged or not.
+        let encoded = fs::read_dir(mnt.path(&format!("encoded/{bad_dir}"))).expect("list");
+        assert!(encoded.filter_map(Result::ok).any(|e| e.file_name().to_string_lossy().starts_with(name)));
+    }
+    // Every good sample still decodes.
+    for class in ["n00000000", "n00000001"] {
+        for entry in fs::read_dir(mnt.path(&format!("augmented/{class}"))).expect("list") {
+            let path = entry.expect("entry").path();
+            if !path.file_name().is_some_and(|n| n.to_string_lossy().starts_with("bad_")) {
+                assert_eq!(read_all(&path).expect("good sample").len(), 15 + 224 * 224 * 3);
+            }
+        }
+    }
+    let stats = mnt.stats();
+    assert!(stats["decode_errors"].as_u64().unwrap_or(0) >= BAD_FILES.len() as u64, "{stats}");
+    let log = mnt.log();
+    for name in BAD_FILES {
+        assert!(log.contains(name), "no log line names {name}:\n{log}");
+    }
+}
+
+#[test]
+fn the_mount_is_read_only() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let source = make_dataset(tmp.path(), 1, 2, false);
+    let config = write_config(tmp.path(), CONFIG);
+    let before = tree_bytes(&source);
+    let mnt = Mounted::start(tmp.path(), &config, &source, LIMIT);
+    let file = mnt.path("encoded/n00000000/n00000000_000000.JPEG");
+    let file = if file.exists() { file } else { mnt.path("encoded/n00000000/n00000000_000000.jpg") };
+    let erofs = |r: std::io::Result<()>| {
+        let e = r.expect_err("write should fail");
+        assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    };
+    erofs(fs::OpenOptions::new().write(true).open(&file).map(|_| ()));
+    erofs(fs::write(mnt.path("encoded/new.txt"), b"x"));
+    erofs(fs::create_dir(mnt.path("encoded/newdir")));
+    erofs(fs::remove_file(&file));
+    erofs(fs::rename(&file, mnt.path("encoded/n00000000/moved.jpg")));
+    drop(mnt);
+    assert_eq!(tree_bytes(&source), before);
+}
+
+#[test]
+fn a_file_vanishing_under_the_mount_fails_alone() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let source = make_dataset(tmp.path(), 1, 4, false);
+    let config = write_config(tmp.path(), CONFIG);
+    let mnt = Mounted::start(tmp.path(), &config, &source, LIMIT);
+    let class = source.join("n00000000");
+    let mut names: Vec<_> = fs::read_dir(&class).expect("list").map(|e| e.expect("e").file_name()).collect();
+    names.sort();
+    let victim = names.iter().find(|n| n.to_string_lossy().ends_with("JPEG") || n.to_string_lossy().ends_with("jpg")).expect("a jpeg").clone();
+    fs::remove_file(class.join(&victim)).expect("remove");
+    let stem = Path::new(&victim).file_stem().expect("stem").to_string_lossy().into_owned();
+    let err = read_all(&mnt.path(&format!("augmented/n00000000/{stem}.ppm"))).expect_err("vanished");
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+    let err = read_all(&mnt.path(&format!("encoded/n00000000/{}", victim.to_string_lossy()))).expect_err("vanished");
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+    let others = names.iter().filter(|n| **n != victim && !n.to_string_lossy().ends_with(".txt"));
+    for name in others {
+        let stem = Path::new(name).file_stem().expect("stem").to_string_lossy().into_owned();
+        read_all(&mnt.path(&format!("augmented/n00000000/{stem}.ppm"))).expect("other samples keep working");
+    }
+    assert!(mnt.stats()["source_errors"].as_u64().unwrap_or(0) >= 1);
+}
+
+#[test]
+fn parallel_readers_all_get_their_samples() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let source = make_dataset(tmp.path(), 4, 10, false);
+    let config = write_config(tmp.path(), CONFIG);
+    let mnt = Mounted::start(tmp.path(), &config, &source, LIMIT);
+    let mut files: Vec<PathBuf> = Vec::new();
+    for class in fs::read_dir(mnt.path("augmented")).expect("list") {
+        for f in fs::read_dir(class.expect("class").path()).expect("list") {
+            files.push(f.expect("file").path());
+        }
+    }
+    assert_eq!(files.len(), 40);
+    let chunks: Vec<Vec<PathBuf>> = files.chunks(10).map(<[PathBuf]>::to_vec).collect();
+    let handles: Vec<_> = chunks
+        .into_iter()
+        .map(|chunk| {
+            std::thread::spawn(move || chunk.iter().map(|p| read_all(p).map(|b| b.len())).collect::<Vec<_>>())
+        })
+        .collect();
+    for h in handles {
+        for len in h.join().expect("reader thread") {
+            assert_eq!(len.expect("read"), 15 + 224 * 224 * 3);
+        }
+    }
+}
+
+#[test]
+fn sigterm_unmounts_and_a_dead_mount_is_recovered() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let source = make_dataset(tmp.path(), 1, 2, false);
+    let config = write_config(tmp.path(), CONFIG);
+
+    // SIGTERM: a clean exit and nothing left mounted.
+    let mnt = Mounted::start(tmp.path(), &config, &source, LIMIT);
+    let mountpoint = mnt.mountpoint.clone();
+    let status = mnt.stop();
+    assert!(status.success(), "prepfs exited with {status}");
+    assert!(!is_mounted(&mountpoint));
+
+    // SIGKILL leaves a dead mount (ENOTCONN); the next mount clears it and serves.
+    let mnt = Mounted::start(tmp.path(), &config, &source, LIMIT);
+    let mnt = mnt.forget_mount();
+    // SAFETY: kill(2) on the test's own child process.
+    unsafe { libc::kill(mnt.pid(), libc::SIGKILL) };
+    std::thread::sleep(Duration::from_millis(300));
+    // statfs reaches the (dead) daemon; stat may be answered from cached attributes.
+    let err = nix::sys::statfs::statfs(&mountpoint).expect_err("dead mount");
+    assert_eq!(err, nix::errno::Errno::ENOTCONN);
+    drop(mnt);
+    let again = Mounted::start(tmp.path(), &config, &source, LIMIT);
+    assert!(again.log().contains("dead mount"), "{}", again.log());
+    assert!(fs::read_dir(again.path("augmented/n00000000")).expect("serves").count() >= 2);
+}
+
+#[test]
+fn a_config_typo_is_refused_before_mounting() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let source = make_dataset(tmp.path(), 1, 1, false);
+    let config = write_config(tmp.path(), "seed: 1\naugment:\n  - random_resized_crop: { size: 224, scael: [0.1, 1.0] }\n");
+    let mountpoint = tmp.path().join("mnt");
+    let out = std::process::Command::new(common::prepfs_bin())
+        .arg("mount")
+        .arg(&config)
+        .arg("--source")
+        .arg(&source)
+        .arg("--mountpoint")
+        .arg(&mountpoint)
+        .output()
+        .expect("run prepfs");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("scael") && stderr.contains("line 3"), "{stderr}");
+    assert!(!is_mounted(&mountpoint));
+}
