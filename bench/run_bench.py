@@ -538,8 +538,9 @@ def render_markdown(report: dict, charts: Sequence[str], md_dir: str) -> str:
         "- CPU ms/sample: user + system CPU of the loader process, its threads and its worker "
         "processes, plus the prepfs daemon's for rows that read prepfs; the median of the runs.",
         "- peak mem: the largest, over the runs, of the summed memory of the loader process and "
-        "its workers (PSS: pages shared by forked workers counted once; sampled every 2 s, so "
-        "short peaks may be missed) plus the prepfs daemon's RSS. RSS sums are in the JSON.",
+        "its workers (PSS: pages shared by forked workers counted once; sampled 0.3 s and 1 s into "
+        "each run, then every 2 s, so short peaks may be missed; the RSS sum where no PSS "
+        "sample was taken) plus the prepfs daemon's RSS. RSS sums are in the JSON.",
         "- cold: `sync; echo 3 > /proc/sys/vm/drop_caches` before each measured run, and prepfs "
         "remounted with an empty cache when the harness mounts it; warm: one unmeasured run "
         "first (the raw reader repeats its pass over the files for at least 1 s). "
@@ -672,8 +673,9 @@ def dataset_info(data: str) -> dict:
 
 class RunSampler:
     """During one run, from outside it: the peak summed PSS of the loader's process tree
-    (every 2 s; reading PSS costs tens of ms per process, too much to do often or inside the
-    run) and the peak RSS of the prepfs daemon (every 0.1 s)."""
+    (0.3 s and 1 s into the run, then every 2 s: reading PSS costs tens of ms per torch
+    process, too much to do often or inside the run; None for runs shorter than 0.3 s) and the
+    peak RSS of the prepfs daemon (every 0.1 s)."""
 
     def __init__(self, child_pid: int, fs_pid: Optional[int]):
         self.child_pid, self.fs_pid = child_pid, fs_pid
@@ -685,7 +687,7 @@ class RunSampler:
     def _loop(self) -> None:
         tick = 0
         while not self._stop.is_set():
-            if tick % 20 == 0:
+            if tick in (3, 10) or tick % 20 == 10:  # 0.3 s and 1 s in, then every 2 s
                 self.peak_pss_mb = max(self.peak_pss_mb,
                                        loaders.tree_memory_mb(self.child_pid, use_pss=True))
             if self.fs_pid:

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what prepfs needs to build and test, only where it is missing:
+#   Debian: fuse3 (fusermount3, /dev/fuse), cmake + nasm + pkg-config (bundled libjpeg-turbo 3)
+#   Python: pillow + numpy (the tests compare against PIL)
+set -euo pipefail
+
+missing=()
+command -v fusermount3 >/dev/null || missing+=(fuse3)
+command -v cmake >/dev/null || missing+=(cmake)
+command -v nasm >/dev/null || missing+=(nasm)
+command -v pkg-config >/dev/null || missing+=(pkg-config)
+command -v python3 >/dev/null || missing+=(python3 python3-pip)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing Debian packages: ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if ! python3 -c "import PIL, numpy" 2>/dev/null; then
+  echo "installing Python packages: pillow numpy"
+  python3 -m pip install -q pillow numpy 2>/dev/null \
+    || python3 -m pip install -q --break-system-packages pillow numpy
+fi
+
+if [ ! -e /dev/fuse ]; then
+  echo "warning: /dev/fuse is missing; mounting needs the fuse kernel module (modprobe fuse)" >&2
+fi
