@@ -285,6 +285,7 @@ class Case:
     warmup: int = 0  # unmeasured runs first
     prepfs: bool = False  # reads through prepfs: account the daemon's CPU and memory
     source: str = "ppm"  # which prepfs source it reads: "ppm" or "npy" (the output format)
+    chart_reads: str = ""  # a shorter `reads` for chart labels ("": the same)
 
 
 SCENARIO_TITLES = {
@@ -310,13 +311,31 @@ SHORT = {
 }
 
 
+# What "warm" and "cached outputs" mean for rows that read prepfs, by whether the mount has a
+# cache: (warm rows' suffix, the floor row's suffix, the same for chart labels).
+NO_CACHE_WARM = ", source page-cache warm (prepfs has no cache)"
+NO_CACHE_FLOOR = ", no cache: computed at open, source warm"
+
+
 def plan(data: str, augmented: Optional[str], aug_reads: str, floor_dir: Optional[str],
          prepfs: bool, quick: bool = False, npy_augmented: Optional[str] = None,
-         npy_reads: str = "") -> List[Case]:
+         npy_reads: str = "", cache_on: Optional[bool] = None) -> List[Case]:
     """The cases to run, in order: cold ones first, then warm, then the floor. Quick runs
     leave out the PIL peer, the warm peers (their warm rate is their cold rate: they are
     CPU-bound; ratios fall back to the cold rows) and 3g. With `npy_augmented` (prepfs with
-    npy float32 output), 1n and 2n: torch over np.load with no transform at all."""
+    npy float32 output), 1n and 2n: torch over np.load with no transform at all.
+
+    cache_on: whether the prepfs mount has a sample cache (None: unknown, or not prepfs).
+    Without one (False), "warm" for prepfs rows only means the source JPEGs are in the page
+    cache, and 3d reads outputs computed at open, not cached ones: their `reads` say so."""
+    warm_sfx = floor_sfx = ""
+    warm_chart = floor_chart = ""
+    if cache_on is False:
+        warm_sfx, floor_sfx = NO_CACHE_WARM, NO_CACHE_FLOOR
+        warm_chart, floor_chart = ", source warm, no cache", ", no cache, source warm"
+    elif cache_on:
+        warm_sfx, floor_sfx = ", prepfs cache warm", ", cached outputs"
+        warm_chart, floor_chart = warm_sfx, floor_sfx
     cases = []
     peers = [("a", "torchvision"), ("b", "dali"), ("e", "pil")]
     ours = [("c", "torchvision-ppm"), ("d", "raw")]
@@ -326,18 +345,21 @@ def plan(data: str, augmented: Optional[str], aug_reads: str, floor_dir: Optiona
                 continue
             cases.append(Case(num + letter, scen, loader, LABELS[loader], "JPEG files", data,
                               cold=scen == "cold", warmup=int(scen == "warm")))
+        sfx, csfx = (warm_sfx, warm_chart) if scen == "warm" else ("", "")
         if augmented:
             for letter, loader in ours:
-                cases.append(Case(num + letter, scen, loader, LABELS[loader], aug_reads,
+                cases.append(Case(num + letter, scen, loader, LABELS[loader], aug_reads + sfx,
                                   augmented, cold=scen == "cold", warmup=int(scen == "warm"),
-                                  prepfs=prepfs))
+                                  prepfs=prepfs, chart_reads=aug_reads + csfx))
         if npy_augmented:
-            cases.append(Case(num + "n", scen, "torch-npy", LABELS["torch-npy"], npy_reads,
-                              npy_augmented, cold=scen == "cold", warmup=int(scen == "warm"),
-                              prepfs=prepfs, source="npy"))
+            cases.append(Case(num + "n", scen, "torch-npy", LABELS["torch-npy"],
+                              npy_reads + sfx, npy_augmented, cold=scen == "cold",
+                              warmup=int(scen == "warm"), prepfs=prepfs, source="npy",
+                              chart_reads=npy_reads + csfx))
     if augmented and floor_dir:
-        cases.append(Case("3d", "floor", "raw", LABELS["raw"], aug_reads + ", after a warm-up",
-                          augmented, warmup=1, prepfs=prepfs))
+        cases.append(Case("3d", "floor", "raw", LABELS["raw"],
+                          aug_reads + (floor_sfx or ", after a warm-up"), augmented, warmup=1,
+                          prepfs=prepfs, chart_reads=aug_reads + floor_chart))
         cases.append(Case("3f", "floor", "raw", LABELS["raw"], "tmpfs copy of the same outputs",
                           floor_dir, warmup=1))
         if not quick:
@@ -433,16 +455,39 @@ TARGETS = [
 ]
 
 
-def targets(results: Sequence[dict]) -> List[dict]:
-    """The issue's targets: measured ratio, and whether it is met (None: not measured)."""
+def targets(results: Sequence[dict], cache_on: Optional[bool] = None) -> List[dict]:
+    """The issue's targets: measured ratio, whether it is met (None: not measured), and a note
+    saying what the measured cases stand for where that differs from the target's premise
+    (no prepfs cache yet; warm peers left out by --quick)."""
     by_id = {c["id"]: c for c in results}
     out = []
     for desc, num, dens, want in TARGETS:
         den = next((d for d in dens if _median_sps(by_id, d)), dens[0])
         r = ratio(_median_sps(by_id, num), _median_sps(by_id, den))
+        notes = []
+        if r is not None and cache_on is False and num in ("2c", "3d"):
+            notes.append("prepfs has no cache yet: " + (
+                "2c reads outputs computed at open from a page-cache-warm source"
+                if num == "2c" else "3d reads outputs computed at open, not cached ones"))
+        if r is not None and den != dens[0]:
+            notes.append(f"{dens[0]} not run: against {den}")
         out.append({"target": desc, "cases": f"{num} / {den}", "want": want, "ratio": r,
-                    "met": None if r is None else r >= want})
+                    "met": None if r is None else r >= want, "note": "; ".join(notes)})
     return out
+
+
+def pending_rows(cache_on: Optional[bool]) -> List[List[str]]:
+    """Table rows for the scenarios of issue 3 that cannot run yet, as wide as TABLE_HEADER."""
+    blank = [""] * (len(TABLE_HEADER) - 5)
+    rows = []
+    if not cache_on:
+        rows.append(["2p", "2 warm, 25% cache", "prepfs with a cache of 25% of the set",
+                     "prepfs augmented/", "pending: prepfs has no cache yet (cache issue)"]
+                    + blank)
+    rows.append(["4", "4 concurrent jobs", "3 jobs x 2 epochs, cache 25%, read-limited source: "
+                 "torchvision, prepfs without jobs, prepfs with ODS", "makespan, hit rate",
+                 "pending: needs the jobs issue"] + blank)
+    return rows
 
 
 def fmt_num(x: Optional[float], digits: int = 0) -> str:
@@ -496,37 +541,102 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+def cache_desc(cache_on: Optional[bool], stats: Optional[dict]) -> str:
+    if cache_on is None:
+        return "not known (no prepfs statistics)"
+    if not cache_on:
+        return ("none: the mount config sets no cache (or this prepfs has none), so every open "
+                "of `augmented/` decodes and augments afresh; \"warm\" rows for prepfs have "
+                "only the source JPEGs in the kernel page cache")
+    mem = (stats or {}).get("cache", {}).get("memory")
+    return f"{mem / 2**20:.0f} MiB" if isinstance(mem, (int, float)) else "on"
+
+
 def render_markdown(report: dict, charts: Sequence[str], md_dir: str) -> str:
-    """BENCHMARKS.md: setup in a paragraph, the targets, the table, the charts, the method."""
+    """BENCHMARKS.md: the command and the machine, how to read it, the targets, the table, the
+    charts, the method."""
     m, s = report["machine"], report["settings"]
     tgt = report["targets"]
+    cache_on = s.get("prepfs", {}).get("cache_on")
+    invoked = report.get("invoked_as")
     out = ["# prepfs benchmarks", ""]
-    out.append(f"Produced by `{report['command']}` on {report['date']}"
-               + (" (quick run)" if report["quick"] else "") + ".")
+    if invoked:
+        out.append(f"Produced by `{invoked}`" + (" (a quick run)" if report["quick"] else "")
+                   + f", which ran `{report['command']}`.")
+    else:
+        out.append(f"Produced by `{report['command']}`"
+                   + (" (quick run)" if report["quick"] else "") + ".")
     out.append("")
     cpus = ",".join(str(c) for c in s["cpus"])
-    out.append(
-        f"Machine: {m['cpu_model']}, {m['nproc']} CPUs, runs pinned to CPUs {cpus}; "
-        f"{m['mem_gib']:.0f} GiB memory; Linux {m['kernel']}; load average "
-        f"{m['loadavg_before'][0]:.2f} before the runs. "
-        f"Data: {s['data_samples']} images in {s['data_classes']} classes, "
-        f"{s['data_mb']:.0f} MB (mean {s['data_mean_kb']:.0f} KB). "
-        f"Each case: {s['reps']} measured runs of {s['samples_desc']}, {s['workers']} workers "
-        f"or threads, batch {loaders.BATCH_SIZE}. Page cache dropped before cold runs: "
-        f"{report['page_cache_drop']}. prepfs: {s['prepfs']['desc']}.")
-    if m["loadavg_before"][0] > 0.5:
+    pk = m.get("packages") or {}
+    pkgs = ", ".join(f"{k} {v}" for k, v in pk.items() if v)
+    la = m["loadavg_before"]
+    after = m.get("loadavg_after")
+    out += [
+        f"- Date: {report['date']}",
+        f"- Machine: {m['cpu_model']}; nproc {m['nproc']}; every process of a case (loader, "
+        f"its workers, the prepfs daemon) pinned to CPUs {cpus}; {m['mem_gib']:.0f} GiB "
+        f"memory; Linux {m['kernel']}; Python {m.get('python', '?')}"
+        + (f" ({pkgs})" if pkgs else ""),
+        f"- Load average (1 min) {la[0]:.2f} before the runs"
+        + (f", {after[0]:.2f} after" if after else ""),
+    ]
+    if report.get("build_info"):
+        out.append(f"- Build: {report['build_info']}")
+    out.append(f"- Data: {s['data_samples']} JPEGs in {s['data_classes']} classes, "
+               f"{s['data_mb']:.0f} MB (mean {s['data_mean_kb']:.0f} KB)"
+               + (f", {s['data_info']}" if s.get("data_info") else ""))
+    out.append(f"- Each case: {s['reps']} measured runs of {s['samples_desc']}, "
+               f"{s['workers']} workers or threads, batch {loaders.BATCH_SIZE}; page cache "
+               f"dropped before cold runs: {report['page_cache_drop']}")
+    out.append(f"- prepfs: {s['prepfs']['desc']}")
+    if s.get("prepfs", {}).get("kind") in ("driver-mount", "external-mount"):
+        out.append(f"- prepfs cache: {cache_desc(cache_on, s['prepfs'].get('stats'))}")
+    if la[0] > 0.5:
         out.append("")
         out.append(f"**Warning:** the machine was busy when the runs started (load average "
-                   f"{m['loadavg_before'][0]:.2f}); throughput is lower than on an idle "
-                   f"machine, CPU per sample less affected.")
+                   f"{la[0]:.2f} on {m['nproc']} CPUs: other work was running); samples/s is "
+                   f"lower and noisier than on an idle machine. CPU ms per sample is the "
+                   f"steadier figure.")
+    out.append("")
+    out += [
+        "## How to read this", "",
+        "- Each row is one loader, as a user would write it, reading one tree in one cache "
+        "state, on the same cores and the same images. The id is scenario + loader: 1 cold "
+        "(nothing cached anywhere), 2 warm (after one unmeasured pass), 3 floor (the raw rate "
+        "of prepfs against tmpfs); a torchvision, b DALI CPU, e plain PIL (the peers, doing the "
+        "whole ImageNet train transform themselves on the JPEGs), c the same torchvision loop "
+        "over prepfs `augmented/` with only ToTensor + Normalize left, n torch over prepfs's "
+        "normalized float32 `.npy` with no transform, d a raw reader of whole files (the "
+        "filesystem's own rate: no loader can beat it), f/g the same over a tmpfs copy.",
+        "- samples/s: higher is better; the median of the runs, min - max the spread. "
+        "vs torchvision / vs DALI: this row's samples/s over 1a / 1b for cold rows, over 2a / "
+        "2b for warm and floor rows (1a / 1b when the warm peers were not run).",
+        "- CPU ms/sample: all the CPU one sample cost, the prepfs daemon's included: on a "
+        "training machine these are cores taken from the job. Less sensitive to other load "
+        "than samples/s.",
+        "- The headline is 1c against 1a and 1b: the same training loop, pointed at "
+        "`augmented/` instead of the JPEGs. 3d against 3f is what FUSE costs.",
+    ]
+    pending = (pending_rows(cache_on)
+               if s.get("prepfs", {}).get("kind") in ("driver-mount", "external-mount") else [])
+    if cache_on is False:
+        out.append("- prepfs has no sample cache yet, so its warm rows (2c, 2d, 2n) and 3d "
+                   "measure outputs computed at open from a source already in the page cache, "
+                   "not cached outputs; the warm and floor targets are about cached outputs.")
+    if pending:
+        out.append("- Rows marked pending are scenarios of issue 3 that need work not yet "
+                   "done; they are listed so the table shows the whole plan.")
     out.append("")
     if any(t["ratio"] is not None for t in tgt):
         out += ["## Targets", ""]
         rows = [[t["target"], t["cases"], fmt_ratio(t["ratio"]),
-                 "-" if t["met"] is None else ("met" if t["met"] else "**missed**")]
+                 "-" if t["met"] is None else ("met" if t["met"] else "**missed**"),
+                 t.get("note", "")]
                 for t in tgt]
-        out += [markdown_table(["target", "cases", "measured", ""], rows), ""]
-    out += ["## Results", "", markdown_table(TABLE_HEADER, table_rows(report["cases"])), ""]
+        out += [markdown_table(["target", "cases", "measured", "", "note"], rows), ""]
+    rows = table_rows(report["cases"]) + pending
+    out += ["## Results", "", markdown_table(TABLE_HEADER, rows), ""]
     for ch in charts:
         rel = os.path.relpath(ch, md_dir)
         out += [f"![{os.path.basename(ch)}]({rel})", ""]
@@ -553,7 +663,8 @@ def render_markdown(report: dict, charts: Sequence[str], md_dir: str) -> str:
 
 
 def chart_label(case: dict) -> str:
-    return f"{case['id']}  {SHORT.get(case['loader'], case['loader'])} | {case['reads']}"
+    return (f"{case['id']}  {SHORT.get(case['loader'], case['loader'])} | "
+            f"{case.get('chart_reads') or case['reads']}")
 
 
 def write_charts(report: dict, prefix: str) -> List[str]:
@@ -850,6 +961,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--python", default=sys.executable, help="interpreter for the loaders")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per case")
     ap.add_argument("-v", "--verbose", action="store_true", help="a line per run too")
+    ap.add_argument("--invoked-as", default=None,
+                    help="the command a user ran (e.g. `make bench`), for the report")
+    ap.add_argument("--build-info", default=None, help="which prepfs build, for the report")
+    ap.add_argument("--data-info", default=None, help="how the data set was made, for the report")
     args = ap.parse_args(argv)
     if sum(x is not None for x in (args.prepfs_bin, args.prepfs_mount, args.augmented_dir)) > 1:
         ap.error("give at most one of --prepfs-bin, --prepfs-mount, --augmented-dir")
@@ -862,6 +977,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.limit is None and args.quick:
         args.limit = 512
     data = os.path.abspath(args.data)
+    # SIGTERM / SIGHUP (e.g. from bench/run.sh's trap) unwind like Ctrl-C, so that every
+    # `finally` runs: the loader child killed, prepfs unmounted, the tmpfs copy removed.
+    def _interrupt(signum, _frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
     cpus = sorted(os.sched_getaffinity(0))[: max(1, args.cores)]
     os.sched_setaffinity(0, set(cpus))  # the driver too: all on the same cores
 
@@ -923,9 +1044,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "command": shlex.join(["python", os.path.relpath(os.path.abspath(sys.argv[0]), ROOT)]
                               + list(argv if argv is not None else sys.argv[1:])),
         "quick": args.quick,
+        "invoked_as": args.invoked_as,
+        "build_info": args.build_info,
         "machine": machine,
         "settings": {
-            "data": data, **dinfo, "reps": args.reps, "limit": args.limit,
+            "data": data, **dinfo, "data_info": args.data_info, "reps": args.reps,
+            "limit": args.limit,
             "samples_desc": f"{n} samples" + (" (the whole set)" if n == dinfo["data_samples"]
                                               else " (a fixed random subset)"),
             "workers": args.workers, "batch_size": loaders.BATCH_SIZE, "cpus": cpus,
@@ -941,12 +1065,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             s.ensure()
             if not os.path.isdir(s.augmented):
                 raise PrepfsError(f"{s.augmented} is not a directory")
+        cache_on = None
+        if src is not None and src.kind != "stand-in":
+            st = src.stats()
+            if st is not None:
+                # prepfs reports its cache under "cache" (memory 0: disabled); none: no cache
+                mem = (st.get("cache") or {}).get("memory") or 0
+                cache_on = mem > 0
+            report["settings"]["prepfs"]["stats"] = st
+        report["settings"]["prepfs"]["cache_on"] = cache_on
         if src is not None:
-            floor_dir = tempfile.mkdtemp(prefix="prepfs-bench-floor-", dir="/dev/shm"
-                                         if os.path.isdir("/dev/shm") else None)
+            floor_dir = tempfile.mkdtemp(prefix=f"prepfs-bench-floor-{os.getpid()}-",
+                                         dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
         cases = plan(data, src.augmented if src else None, aug_reads, floor_dir,
                      prepfs=src is not None and src.kind != "stand-in", quick=args.quick,
-                     npy_augmented=npy_src.augmented if npy_src else None, npy_reads=npy_reads)
+                     npy_augmented=npy_src.augmented if npy_src else None, npy_reads=npy_reads,
+                     cache_on=cache_on)
         if args.only:
             keep = set(args.only.split(","))
             cases = [c for c in cases if c.id in keep]
@@ -972,6 +1106,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except PrepfsError as e:
         print(f"[bench] error: {e}", file=sys.stderr, flush=True)
         return 2
+    except KeyboardInterrupt as e:
+        print(f"[bench] interrupted ({e or 'SIGINT'}); unmounting, no report written",
+              file=sys.stderr, flush=True)
+        return 130
     finally:
         for s in sources.values():
             s.close()
@@ -984,7 +1122,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                  else "no (drop_caches refused)" if not any(drops)
                                  else "partly")
     report["machine"]["loadavg_after"] = list(os.getloadavg())
-    report["targets"] = targets(report["cases"])
+    report["targets"] = targets(report["cases"], report["settings"]["prepfs"].get("cache_on"))
     for c in report["cases"]:
         c["ratios"] = ratios(report["cases"])[c["id"]]
 

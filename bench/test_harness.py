@@ -11,6 +11,7 @@ fake `prepfs` script. Needs no torch, DALI or FUSE; charts are checked when matp
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -175,11 +176,51 @@ class FormatTest(unittest.TestCase):
         md = rb.render_markdown(report, [os.path.join(d, "r", "x-throughput.png")], d)
         self.assertIn("`python bench/run_bench.py --data d --quick`", md)
         self.assertIn("![x-throughput.png](r/x-throughput.png)", md)
-        self.assertIn("| cold: prepfs >= 5x torchvision | 1c / 1a | 10.0x | met |", md)
-        self.assertIn("| floor: prepfs cached >= 1/2 tmpfs | 3d / 3f | 0.40x | **missed** |", md)
+        self.assertIn("| cold: prepfs >= 5x torchvision | 1c / 1a | 10.0x | met |  |", md)
+        self.assertIn("| floor: prepfs cached >= 1/2 tmpfs | 3d / 3f | 0.40x | **missed** |",
+                      md)
+        self.assertIn("| warm: prepfs >= 20x torchvision | 2c / 1a | 25.0x | met | 2a not run: "
+                      "against 1a |", md)
         self.assertIn("(quick run)", md)
+        self.assertIn("## How to read this", md)
+        self.assertIn("- Machine: Test CPU; nproc 2;", md)
         self.assertNotIn("Warning", md)
+        self.assertNotIn("pending", md)  # peers only: no prepfs rows to wait for
         self.assertEqual(sum(1 for ln in md.splitlines() if ln.startswith("| 1a ")), 1)
+
+        # as bench/run.sh runs it: the user's command, a prepfs mount without a cache, busy
+        report["invoked_as"] = "make bench QUICK=1"
+        report["build_info"] = "prepfs abc123"
+        report["machine"]["loadavg_before"] = [2.5, 2.0, 1.0]
+        report["settings"]["prepfs"] = {"desc": "mounted", "kind": "driver-mount",
+                                         "cache_on": False, "stats": {"samples": 10}}
+        report["targets"] = rb.targets(report["cases"], cache_on=False)
+        md = rb.render_markdown(report, [], d)
+        self.assertIn("Produced by `make bench QUICK=1` (a quick run), which ran "
+                      "`python bench/run_bench.py --data d --quick`.", md)
+        self.assertIn("- Build: prepfs abc123", md)
+        self.assertIn("- prepfs cache: none", md)
+        self.assertIn("**Warning:** the machine was busy", md)
+        self.assertIn("prepfs has no cache yet: 3d reads outputs computed at open", md)
+        self.assertIn("| 4 | 4 concurrent jobs |", md)
+        self.assertIn("| 2p | 2 warm, 25% cache |", md)
+        widths = {ln.count(" | ") for ln in md.splitlines()
+                  if ln.startswith("| ") and ln.split(" | ")[0][2:] in ("1a", "4", "2p")}
+        self.assertEqual(widths, {len(rb.TABLE_HEADER) - 1})
+
+    def test_pending_rows(self):
+        rows = rb.pending_rows(cache_on=False)
+        self.assertEqual([r[0] for r in rows], ["2p", "4"])
+        self.assertTrue(all(len(r) == len(rb.TABLE_HEADER) for r in rows))
+        self.assertTrue(all(r[4].startswith("pending") for r in rows))
+        self.assertEqual([r[0] for r in rb.pending_rows(cache_on=True)], ["4"])
+
+    def test_target_notes(self):
+        t = {x["cases"]: x for x in rb.targets(fake_results(), cache_on=False)}
+        self.assertIn("no cache yet", t["2c / 2a"]["note"])
+        self.assertIn("no cache yet", t["3d / 3f"]["note"])
+        self.assertEqual(t["1c / 1a"]["note"], "")
+        self.assertTrue(all(x["note"] == "" for x in rb.targets(fake_results(), cache_on=True)))
 
     def test_progress_line(self):
         c = fake_case("1a", "cold", "torchvision", [90, 100, 110])
@@ -206,6 +247,14 @@ class FormatTest(unittest.TestCase):
         self.assertEqual([c.id for c in peers], ["1a", "1b", "1e", "2a", "2b", "2e"])
         self.assertTrue(all(c.cold == (c.scenario == "cold") for c in peers))
         self.assertTrue(all(c.warmup == (c.scenario == "warm") for c in peers))
+        # without a prepfs cache, the warm and floor prepfs rows say what they really read
+        nc = {c.id: c for c in rb.plan("/d", "/m/augmented", "prepfs augmented/", "/dev/shm/f",
+                                       True, True, cache_on=False)}
+        self.assertEqual(nc["1c"].reads, "prepfs augmented/")
+        self.assertIn("page-cache warm (prepfs has no cache)", nc["2c"].reads)
+        self.assertIn("no cache", nc["3d"].reads)
+        self.assertIn("no cache", rb.chart_label(dataclasses.asdict(nc["2d"])))
+        self.assertEqual(nc["3f"].reads, "tmpfs copy of the same outputs")
 
     def test_charts(self):
         try:

@@ -121,6 +121,124 @@ struct RawConfig {
     augment: Option<Vec<BTreeMap<String, Value>>>,
     #[serde(default)]
     output: Option<OutputConfig>,
+    #[serde(default)]
+    cache: Option<RawCache>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCache {
+    memory: Option<Value>,
+    split: Option<String>,
+    policy: Option<String>,
+    refill: Option<bool>,
+}
+
+/// How the memory is split among the three forms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SplitChoice {
+    /// Seneca's model picks the split from measured rates.
+    Auto,
+    /// Percentages for (encoded, decoded, augmented).
+    #[serde(untagged)]
+    Fixed([u32; 3]),
+}
+
+/// Whether encoded and decoded entries stay once admitted (Seneca) or make room by LRU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EvictionPolicy {
+    /// Admit while there is room; never evict (no thrashing under random access).
+    Keep,
+    /// Evict the least recently used entry to admit a new one.
+    Lru,
+}
+
+/// The sample cache's settings.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CacheConfig {
+    /// Bytes of memory for cached samples (all three forms); 0 disables the cache.
+    pub memory: u64,
+    pub split: SplitChoice,
+    pub policy: EvictionPolicy,
+    /// Refill free augmented room in the background with fresh augmentations.
+    pub refill: bool,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig { memory: 0, split: SplitChoice::Auto, policy: EvictionPolicy::Keep, refill: true }
+    }
+}
+
+/// Parses a byte size: a number of bytes, or a number with a unit (KB, MB, GB, TB in powers of
+/// ten; KiB, MiB, GiB, TiB in powers of two).
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num.parse().map_err(|_| format!("`{text}` is not a size like 8GiB or 500MB"))?;
+    let scale = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1u64,
+        "kb" | "k" => 1_000,
+        "mb" | "m" => 1_000_000,
+        "gb" | "g" => 1_000_000_000,
+        "tb" | "t" => 1_000_000_000_000,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        "tib" => 1 << 40,
+        other => return Err(format!("unknown unit `{other}` in `{text}`; use B, KB, MB, GB, KiB, MiB, GiB")),
+    };
+    Ok((value * scale as f64) as u64)
+}
+
+/// Parses an `E-D-A` split of percentages summing to 100.
+pub fn parse_split(text: &str) -> Result<[u32; 3], String> {
+    let parts: Vec<&str> = text.trim().split('-').collect();
+    let bad = || format!("`{text}` is not a split like 20-30-50 (encoded-decoded-augmented percent, summing to 100)");
+    if parts.len() != 3 {
+        return Err(bad());
+    }
+    let mut out = [0u32; 3];
+    for (o, p) in out.iter_mut().zip(&parts) {
+        *o = p.trim().parse().map_err(|_| bad())?;
+    }
+    if out.iter().sum::<u32>() != 100 {
+        return Err(bad());
+    }
+    Ok(out)
+}
+
+fn cache_config(text: &str, raw: Option<RawCache>) -> Result<CacheConfig, ConfigError> {
+    let Some(raw) = raw else { return Ok(CacheConfig::default()) };
+    let mut cache = CacheConfig::default();
+    if let Some(memory) = raw.memory {
+        cache.memory = match &memory {
+            Value::Number(n) => n.as_u64().ok_or_else(|| ConfigError::at(text, "memory", "must be a size"))?,
+            Value::String(s) => parse_bytes(s).map_err(|e| ConfigError::at(text, "memory", e))?,
+            _ => return Err(ConfigError::at(text, "memory", "must be a size like 8GiB")),
+        };
+    }
+    if let Some(split) = raw.split {
+        cache.split = if split.trim() == "auto" {
+            SplitChoice::Auto
+        } else {
+            SplitChoice::Fixed(parse_split(&split).map_err(|e| ConfigError::at(text, "split", e))?)
+        };
+    }
+    if let Some(policy) = raw.policy {
+        cache.policy = match policy.as_str() {
+            "keep" => EvictionPolicy::Keep,
+            "lru" => EvictionPolicy::Lru,
+            other => return Err(ConfigError::at(text, "policy", format!("`{other}`: use keep or lru"))),
+        };
+    }
+    if let Some(refill) = raw.refill {
+        cache.refill = refill;
+    }
+    Ok(cache)
 }
 
 /// The validated configuration of one mount.
@@ -142,6 +260,8 @@ pub struct Config {
     pub augment: Vec<AugmentOp>,
     /// How pixels are written out.
     pub output: OutputConfig,
+    /// The sample cache.
+    pub cache: CacheConfig,
 }
 
 /// Overrides given on the command line; each wins over the YAML.
@@ -220,6 +340,7 @@ impl Config {
             }
         };
         validate_output(text, &mut output, &augment)?;
+        let cache = cache_config(text, raw.cache)?;
         Ok(Config {
             source,
             mountpoint,
@@ -229,6 +350,7 @@ impl Config {
             max_pixels,
             augment,
             output,
+            cache,
         })
     }
 
@@ -384,6 +506,22 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("normalize"), "{err}");
+    }
+
+    #[test]
+    fn cache_settings_parse_sizes_and_splits() {
+        let c = parse("cache: { memory: 2GiB, split: 20-30-50, policy: lru }\n").expect("valid");
+        assert_eq!(c.cache.memory, 2 << 30);
+        assert_eq!(c.cache.split, SplitChoice::Fixed([20, 30, 50]));
+        assert_eq!(c.cache.policy, EvictionPolicy::Lru);
+        assert_eq!(parse("cache: { memory: 500MB }\n").expect("valid").cache.split, SplitChoice::Auto);
+        assert_eq!(parse_bytes("1.5KiB"), Ok(1536));
+        let err = parse("cache:\n  memory: 8 GiBs\n").unwrap_err().to_string();
+        assert!(err.contains("memory") && err.contains("line 2"), "{err}");
+        let err = parse("cache:\n  split: 50-50-10\n").unwrap_err().to_string();
+        assert!(err.contains("split") && err.contains("line 2"), "{err}");
+        let err = parse("cache: { memroy: 1GB }\n").unwrap_err().to_string();
+        assert!(err.contains("memroy"), "{err}");
     }
 
     #[test]

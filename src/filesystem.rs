@@ -21,9 +21,11 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
-use crate::augment::{draw_rng, plan_sample, Size2};
+use crate::augment::{draw_rng, plan_sample, SamplePlan, Size2};
+use crate::cache::{SampleCache, SingleFlight};
 use crate::catalog::{Catalog, DirId, Entry, FileId};
-use crate::config::Config;
+use crate::config::{Config, SplitChoice};
+use crate::jpeg::Rgb;
 use crate::error::{Error, Result};
 use crate::output;
 use crate::pipeline;
@@ -160,6 +162,13 @@ pub struct Opened {
     pub cache: CachePolicy,
 }
 
+/// What a miss should leave in hand: pixels for the `decoded` view, anything for `augmented`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Admit {
+    Pixels,
+    Augmented,
+}
+
 /// What an open handle serves.
 enum HandleData {
     /// A source file read through on demand (the `encoded` view).
@@ -212,6 +221,25 @@ pub struct Filesystem {
     draws: Vec<AtomicU32>,
     augmented_size: Size2,
     mounted_at: SystemTime,
+    cache: SampleCache,
+    /// Concurrent misses of one sample read and decode it once.
+    loads: SingleFlight<std::result::Result<Loaded, LoadFailure>>,
+}
+
+/// A sample in the cheapest form at hand.
+#[derive(Clone)]
+enum Loaded {
+    /// Full-resolution pixels: augmenting is a crop and a resize.
+    Pixels(Arc<Rgb>),
+    /// Source bytes: augmenting decodes (the fast path).
+    Bytes(Arc<[u8]>),
+}
+
+/// A failed load, shareable between the requests of one flight.
+#[derive(Clone, Debug)]
+enum LoadFailure {
+    Decode(String),
+    Source(std::io::ErrorKind, String),
 }
 
 impl Filesystem {
@@ -219,7 +247,15 @@ impl Filesystem {
     pub fn new(config: Config, catalog: Catalog) -> Filesystem {
         let augmented_size = config.augmented_size().unwrap_or(Size2::new(224, 224));
         let draws = (0..catalog.file_count()).map(|_| AtomicU32::new(0)).collect();
+        let split = match config.cache.split {
+            SplitChoice::Fixed(split) => split,
+            // Until the model has measured inputs, favour the forms that save CPU per epoch.
+            SplitChoice::Auto => [0, 50, 50],
+        };
+        let cache = SampleCache::new(config.cache.memory, split, config.cache.policy);
         Filesystem {
+            cache,
+            loads: SingleFlight::default(),
             config,
             catalog,
             stats: Stats::default(),
@@ -238,6 +274,11 @@ impl Filesystem {
     /// The live counters.
     pub fn stats(&self) -> &Stats {
         &self.stats
+    }
+
+    /// The sample cache.
+    pub fn cache(&self) -> &SampleCache {
+        &self.cache
     }
 
     /// The effective configuration.
@@ -478,39 +519,150 @@ impl Filesystem {
         Ok(Opened { fh: self.handles.insert(data), cache })
     }
 
-    /// Reads the source, decodes, augments and encodes one sample. The cache (a later issue)
-    /// slots in here: look up the cheapest form held before reading the source.
+    /// The bytes of one sample's `decoded` or `augmented` file, by the cheapest path that holds
+    /// the sample: an augmented hit, else augment from decoded pixels, else decode and augment
+    /// encoded bytes (cached or read from the source).
     fn produce(&self, file: FileId, form: Form) -> Result<Arc<[u8]>> {
-        let path = self.catalog.file_path(file);
         if let Some(Err(())) = self.catalog.known_size(file) {
             // Known bad: a region decode may have missed damage outside its rows once, but a
             // sample found undecodable stays refused, consistently, in every view.
             bump(&self.stats.decode_errors, 1);
-            return Err(Error::decode(&path, "undecodable (found earlier; see the first log line)"));
+            let path = self.catalog.file_path(file);
+            return Err(Error::decode(path, "undecodable (found earlier; see the first log line)"));
         }
-        let bytes = std::fs::read(&path).map_err(|e| self.source_error(&path, e))?;
-        bump(&self.stats.source_bytes_read, bytes.len() as u64);
-        let started = Instant::now();
-        let max_pixels = self.config.max_pixels;
-        let pixels = match form {
-            Form::Decoded => pipeline::decode_full(&bytes, max_pixels),
-            _ => {
-                let epoch = self.draws[file as usize].fetch_add(1, Ordering::Relaxed);
-                pipeline::probe_size(std::io::Cursor::new(&bytes)).and_then(|size| {
-                    pipeline::check_pixels(size, max_pixels)?;
-                    let mut rng = draw_rng(self.config.seed, 0, u64::from(epoch), u64::from(file));
-                    let plan = plan_sample(&self.config.augment, size, &mut rng);
-                    pipeline::augment(&bytes, &plan, max_pixels)
-                })
+        match form {
+            Form::Decoded => {
+                let pixels = match self.load(file, Admit::Pixels)? {
+                    Loaded::Pixels(p) => p,
+                    Loaded::Bytes(b) => Arc::new(self.timed_decode(file, || pipeline::decode_full(&b, self.config.max_pixels))?),
+                };
+                Ok(output::encode(&self.config.output, &pixels).into())
             }
+            _ => {
+                if let Some(out) = self.cache.augmented.take(file) {
+                    return Ok(out);
+                }
+                let loaded = self.load(file, Admit::Augmented)?;
+                self.augment(file, &loaded)
+            }
+        }
+    }
+
+    /// One fresh augmentation of a loaded sample (a new draw: never a crop served before).
+    fn augment(&self, file: FileId, loaded: &Loaded) -> Result<Arc<[u8]>> {
+        let epoch = u64::from(self.draws[file as usize].fetch_add(1, Ordering::Relaxed));
+        let mut rng = draw_rng(self.config.seed, 0, epoch, u64::from(file));
+        let max_pixels = self.config.max_pixels;
+        let pixels = match loaded {
+            Loaded::Pixels(p) => {
+                let plan = plan_sample(&self.config.augment, Size2::new(p.width, p.height), &mut rng);
+                self.timed_decode(file, || pipeline::augment_pixels(p, &plan))?
+            }
+            Loaded::Bytes(bytes) => self.timed_decode(file, || {
+                let size = pipeline::probe_size(std::io::Cursor::new(&bytes[..]))?;
+                pipeline::check_pixels(size, max_pixels)?;
+                let plan: SamplePlan = plan_sample(&self.config.augment, size, &mut rng);
+                pipeline::augment(bytes, &plan, max_pixels)
+            })?,
         };
-        let pixels = pixels.map_err(|why| self.mark_bad(file, why))?;
+        Ok(output::encode(&self.config.output, &pixels).into())
+    }
+
+    /// Runs pixel work, timing it into stats and marking the sample bad if it fails.
+    fn timed_decode(&self, file: FileId, work: impl FnOnce() -> std::result::Result<Rgb, String>) -> Result<Rgb> {
+        let started = Instant::now();
+        let pixels = work().map_err(|why| self.mark_bad(file, why))?;
         bump(&self.stats.decodes, 1);
         bump(&self.stats.decode_nanos, started.elapsed().as_nanos() as u64);
-        if form == Form::Decoded {
-            self.catalog.remember_size(file, Ok(Size2::new(pixels.width, pixels.height)));
+        Ok(pixels)
+    }
+
+    /// The sample in the cheapest form held, else read from the source (once, however many
+    /// requests miss together) and admitted in Seneca's fill order.
+    fn load(&self, file: FileId, want: Admit) -> Result<Loaded> {
+        if let Some(p) = self.cache.decoded.get(file) {
+            return Ok(Loaded::Pixels(p));
         }
-        Ok(output::encode(&self.config.output, &pixels).into())
+        if let Some(b) = self.cache.encoded.get(file) {
+            return Ok(Loaded::Bytes(b));
+        }
+        let path = self.catalog.file_path(file);
+        self.loads.run(file, || self.load_from_source(file, want)).map_err(|f| match f {
+            LoadFailure::Decode(why) => Error::decode(&path, why),
+            LoadFailure::Source(kind, why) => Error::source_io(&path, std::io::Error::new(kind, why)),
+        })
+    }
+
+    /// Reads a sample from the source and admits it in Seneca's fill order: augmented while it
+    /// has room (a second, fresh augmentation of the same decode is kept for a later open; the
+    /// pixels go to decoded too if it has room), then decoded, then encoded.
+    fn load_from_source(&self, file: FileId, want: Admit) -> std::result::Result<Loaded, LoadFailure> {
+        let path = self.catalog.file_path(file);
+        let bytes: Arc<[u8]> = std::fs::read(&path)
+            .map_err(|e| {
+                let kind = e.kind();
+                LoadFailure::Source(kind, self.source_error(&path, e).to_string())
+            })?
+            .into();
+        bump(&self.stats.source_bytes_read, bytes.len() as u64);
+        if !self.cache.enabled() {
+            return Ok(Loaded::Bytes(bytes));
+        }
+        let decoded_len = self.source_size(file).map(|s| s.area() * 3).unwrap_or(0);
+        let full_decode = |fs: &Self| {
+            fs.timed_decode(file, || pipeline::decode_full(&bytes, fs.config.max_pixels))
+                .map(Arc::new)
+                .map_err(|e| LoadFailure::Decode(e.to_string()))
+        };
+        let out_len = output::encoded_len(&self.config.output, self.augmented_size);
+        if self.cache.augmented.has_room_for(out_len) && decoded_len > 0 {
+            let pixels = full_decode(self)?;
+            if let Ok(extra) = self.augment(file, &Loaded::Pixels(Arc::clone(&pixels))) {
+                self.cache.augmented.admit(file, extra);
+            }
+            // The pixels are in hand: keep them too while decoded has room, so the refill
+            // worker can make later augmentations without the source.
+            self.cache.decoded.admit(file, Arc::clone(&pixels));
+            return Ok(Loaded::Pixels(pixels));
+        }
+        if want == Admit::Pixels || self.cache.decoded.has_room_for(decoded_len) {
+            let pixels = full_decode(self)?;
+            self.cache.decoded.admit(file, Arc::clone(&pixels));
+            return Ok(Loaded::Pixels(pixels));
+        }
+        self.cache.encoded.admit(file, Arc::clone(&bytes));
+        Ok(Loaded::Bytes(bytes))
+    }
+
+    /// One unit of background refill: a fresh augmentation of a cached sample into free
+    /// augmented room. Returns false when there is nothing to do (no room or no candidate).
+    pub fn refill_once(&self, cursor: &mut usize) -> bool {
+        let out_len = output::encoded_len(&self.config.output, self.augmented_size);
+        if !self.cache.augmented.has_room_for(out_len) {
+            return false;
+        }
+        let n = self.catalog.file_count();
+        for _ in 0..n {
+            let file = (*cursor % n.max(1)) as FileId;
+            *cursor = cursor.wrapping_add(1);
+            if self.cache.augmented.contains(file) || !self.catalog.is_image(file) {
+                continue;
+            }
+            let loaded = if self.cache.decoded.contains(file) {
+                self.cache.decoded.get(file).map(Loaded::Pixels)
+            } else if self.cache.encoded.contains(file) {
+                self.cache.encoded.get(file).map(Loaded::Bytes)
+            } else {
+                None
+            };
+            let Some(loaded) = loaded else { continue };
+            if let Ok(out) = self.augment(file, &loaded) {
+                bump(&self.stats.refills, 1);
+                self.cache.augmented.admit(file, out);
+            }
+            return true;
+        }
+        false
     }
 
     fn source_error(&self, path: &std::path::Path, e: std::io::Error) -> Error {
@@ -568,6 +720,7 @@ impl Filesystem {
             "directories": self.catalog.dir_count(),
             "stem_collisions": self.catalog.stem_collisions,
             "catalog_bytes_per_sample": self.catalog.bytes_per_sample(),
+            "cache": self.cache.stats(),
         });
         let mut text = serde_json::to_string_pretty(&self.stats.to_json(extra)).unwrap_or_default();
         text.push('\n');
@@ -575,3 +728,163 @@ impl Filesystem {
     }
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Overrides;
+    use std::collections::HashSet;
+
+    /// A dataset of `n` photo-like JPEGs in one class, and a core over it with `cache_yaml`.
+    fn core(n: usize, cache_yaml: &str) -> (tempfile::TempDir, Filesystem) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let class = dir.path().join("src/c0");
+        std::fs::create_dir_all(&class).expect("mkdir");
+        for i in 0..n {
+            let jpeg = crate::pipeline::tests::photo_jpeg(320 + 8 * i, 240, turbojpeg::Subsamp::Sub2x2);
+            std::fs::write(class.join(format!("s{i:03}.jpg")), jpeg).expect("write");
+        }
+        let overrides = Overrides {
+            source: Some(dir.path().join("src")),
+            mountpoint: Some(dir.path().join("mnt")),
+            seed: Some(3),
+        };
+        let config = Config::parse(&format!("threads: 1\n{cache_yaml}"), &overrides).expect("config");
+        let catalog = Catalog::scan(&config.source, |_| {}).expect("scan");
+        (dir, Filesystem::new(config, catalog))
+    }
+
+    fn ino_of(fs: &Filesystem, view: &str, name: &str) -> u64 {
+        let root = fs.lookup(ROOT_INO, OsStr::new(view)).expect("view").ino;
+        let class = fs.lookup(root, OsStr::new("c0")).expect("class").ino;
+        fs.lookup(class, OsStr::new(name)).expect("file").ino
+    }
+
+    /// Opens, reads whole and releases one file through the core, as the kernel would.
+    fn read_file(fs: &Filesystem, ino: u64) -> Vec<u8> {
+        let opened = fs.open(ino, false).expect("open");
+        let data = fs.read(opened.fh, 0, u32::MAX, |r| r.expect("read").to_vec());
+        fs.release(opened.fh);
+        data
+    }
+
+    fn epoch(fs: &Filesystem, n: usize) -> Vec<Vec<u8>> {
+        (0..n).map(|i| read_file(fs, ino_of(fs, "augmented", &format!("s{i:03}.ppm")))).collect()
+    }
+
+    fn source_bytes(fs: &Filesystem) -> u64 {
+        fs.stats().source_bytes_read.load(Ordering::Relaxed)
+    }
+
+    #[test]
+    fn a_second_epoch_over_a_set_that_fits_reads_nothing_from_the_source() {
+        for split in ["0-100-0", "100-0-0", "0-50-50"] {
+            let (_dir, fs) = core(6, &format!("cache: {{ memory: 256MiB, split: {split}, refill: false }}\n"));
+            epoch(&fs, 6);
+            let after_first = source_bytes(&fs);
+            assert!(after_first > 0);
+            epoch(&fs, 6);
+            assert_eq!(source_bytes(&fs), after_first, "split {split}: epoch 2 read the source");
+        }
+    }
+
+    #[test]
+    fn without_a_cache_every_open_reads_the_source() {
+        let (_dir, fs) = core(3, "");
+        epoch(&fs, 3);
+        let first = source_bytes(&fs);
+        epoch(&fs, 3);
+        assert_eq!(source_bytes(&fs), 2 * first);
+    }
+
+    #[test]
+    fn augmented_outputs_are_used_once_then_refilled_with_fresh_crops() {
+        let (_dir, fs) = core(5, "cache: { memory: 256MiB, split: 0-50-50, refill: false }\n");
+        let mut seen = HashSet::new();
+        for out in epoch(&fs, 5) {
+            assert!(seen.insert(out), "a crop was served twice");
+        }
+        // Epoch 1 kept one spare augmentation per sample; epoch 2 uses each once.
+        assert_eq!(fs.cache().augmented.entries(), 5);
+        for out in epoch(&fs, 5) {
+            assert!(seen.insert(out), "a crop was served twice");
+        }
+        assert_eq!(fs.cache().augmented.entries(), 0, "used outputs are dropped");
+        // The refill makes fresh ones from the decoded cache, without the source.
+        let before = source_bytes(&fs);
+        let mut cursor = 0;
+        while fs.refill_once(&mut cursor) {}
+        assert_eq!(fs.cache().augmented.entries(), 5);
+        assert_eq!(source_bytes(&fs), before);
+        for out in epoch(&fs, 5) {
+            assert!(seen.insert(out), "a refilled crop repeated an earlier one");
+        }
+        assert_eq!(fs.stats().refills.load(Ordering::Relaxed), 5);
+    }
+
+    #[test]
+    fn misses_fill_augmented_then_decoded_then_encoded() {
+        // Room for one augmented output (150 KB) and one decoded sample (about 230-300 KB).
+        let memory = 1_000_000u64;
+        let (_dir, fs) = core(4, &format!("cache: {{ memory: {memory}, split: 50-32-18, refill: false }}\n"));
+        epoch(&fs, 4);
+        let cache = fs.cache();
+        assert_eq!(cache.augmented.entries(), 1, "augmented fills first");
+        assert!(cache.decoded.entries() >= 1, "then decoded");
+        assert!(cache.encoded.entries() >= 1, "then encoded");
+        assert!(cache.used() <= memory);
+    }
+
+    #[test]
+    fn memory_stays_within_the_budget_far_past_it() {
+        let memory = 600_000u64;
+        for policy in ["keep", "lru"] {
+            let (_dir, fs) = core(12, &format!("cache: {{ memory: {memory}, split: 30-40-30, policy: {policy} }}\n"));
+            for _ in 0..3 {
+                epoch(&fs, 12);
+                let mut cursor = 0;
+                while fs.refill_once(&mut cursor) {}
+                let c = fs.cache();
+                assert!(c.encoded.used() <= c.encoded.budget());
+                assert!(c.decoded.used() <= c.decoded.budget());
+                assert!(c.augmented.used() <= c.augmented.budget());
+                assert!(c.used() <= memory, "{policy}: {} > {memory}", c.used());
+            }
+        }
+    }
+
+    #[test]
+    fn concurrent_opens_of_one_missing_sample_read_it_once() {
+        let (_dir, fs) = core(1, "cache: { memory: 256MiB, split: 0-100-0, refill: false }\n");
+        let fs = Arc::new(fs);
+        let ino = ino_of(&fs, "decoded", "s000.ppm");
+        let barrier = Arc::new(std::sync::Barrier::new(8));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let (fs, barrier) = (Arc::clone(&fs), Arc::clone(&barrier));
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    read_file(&fs, ino)
+                })
+            })
+            .collect();
+        let outputs: Vec<_> = threads.into_iter().map(|t| t.join().expect("thread")).collect();
+        assert!(outputs.windows(2).all(|w| w[0] == w[1]));
+        let size = std::fs::metadata(fs.catalog().file_path(0)).expect("stat").len();
+        assert_eq!(source_bytes(&fs), size, "the source was read more than once");
+        assert_eq!(fs.stats().decodes.load(Ordering::Relaxed), 1, "decoded more than once");
+    }
+
+    #[test]
+    fn stats_show_each_form() {
+        let (_dir, fs) = core(2, "cache: { memory: 64MiB, split: 10-40-50 }\n");
+        epoch(&fs, 2);
+        let stats: serde_json::Value = serde_json::from_str(&fs.stats_json()).expect("json");
+        for form in ["encoded", "decoded", "augmented"] {
+            for key in ["bytes_used", "budget", "entries", "hits", "misses"] {
+                assert!(stats["cache"][form][key].is_u64(), "{form}.{key}: {stats}");
+            }
+        }
+        assert_eq!(stats["cache"]["split"], serde_json::json!([10, 40, 50]));
+    }
+}

@@ -5,6 +5,7 @@
 //! - [`catalog`]: the scanned source tree, compact, with lazily probed image sizes.
 //! - [`augment`]: torchvision's operations, their random draws, the geometry they fold into.
 //! - [`jpeg`]: TurboJPEG header probing and the region/DCT-scaled decode.
+//! - [`cache`]: the tiered sample cache (encoded, decoded, augmented), budgets, single-flight.
 //! - [`pipeline`]: source bytes to output pixels (fast path and reference path).
 //! - [`output`]: PPM / npy encoding with sizes known up front.
 //! - [`filesystem`]: the filesystem core (inodes, views, handles), called by tests directly.
@@ -14,6 +15,7 @@
 //! - [`error`]: the core's error type and its one errno mapping.
 
 pub mod augment;
+pub mod cache;
 pub mod catalog;
 pub mod config;
 pub mod error;
@@ -23,4 +25,5 @@ pub mod jpeg;
 pub mod mount;
 pub mod output;
 pub mod pipeline;
+pub mod planner;
 pub mod stats;

@@ -144,6 +144,9 @@ pub fn run(config: Config) -> Result<(), MountError> {
     let fuse_config = fuser_config(&config);
     let fs = Arc::new(Filesystem::new(config, catalog));
     let adapter = FuseAdapter::new(Arc::clone(&fs), Arc::new(pool));
+    if fs.config().cache.refill && fs.cache().enabled() {
+        spawn_refill(Arc::clone(&fs)).map_err(MountError::Fuse)?;
+    }
     let mut session = fuser::Session::new(adapter, &mountpoint, &fuse_config).map_err(MountError::Fuse)?;
     let mut unmounter = session.unmount_callable();
     let waiter_mountpoint = mountpoint.clone();
@@ -167,6 +170,25 @@ pub fn run(config: Config) -> Result<(), MountError> {
     );
     session.run().map_err(MountError::Fuse)?;
     tracing::info!(mountpoint = %mountpoint.display(), "unmounted");
+    Ok(())
+}
+
+/// The background refill: at the lowest CPU priority, keeps the free augmented room filled with
+/// fresh augmentations of cached samples, so augmented hits keep coming across epochs.
+fn spawn_refill(fs: Arc<Filesystem>) -> io::Result<()> {
+    std::thread::Builder::new().name("prepfs-refill".into()).spawn(move || {
+        // SAFETY: setpriority on this thread's own id (Linux threads have per-thread nice).
+        unsafe {
+            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+            libc::setpriority(libc::PRIO_PROCESS, tid, 19);
+        }
+        let mut cursor = 0usize;
+        loop {
+            if !fs.refill_once(&mut cursor) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    })?;
     Ok(())
 }
 

@@ -113,6 +113,11 @@ pub fn augment(bytes: &[u8], plan: &SamplePlan, max_pixels: u64) -> Result<Rgb, 
     }
 }
 
+/// Augments already-decoded full-resolution pixels (a decoded-cache hit): crop, resize, mirror.
+pub fn augment_pixels(full: &Rgb, plan: &SamplePlan) -> Result<Rgb, String> {
+    finish(full, (0, 0), plan.crop, plan)
+}
+
 /// The straightforward path: decode everything at full size, then crop and resize.
 pub fn augment_reference(bytes: &[u8], plan: &SamplePlan, max_pixels: u64) -> Result<Rgb, String> {
     let full = decode_full(bytes, max_pixels)?;
@@ -192,12 +197,7 @@ fn finish(image: &Rgb, origin: (u32, u32), crop: Rect, plan: &SamplePlan) -> Res
 
 fn mirror_rows(pixels: &mut [u8], width: usize) {
     for row in pixels.chunks_exact_mut(width * 3) {
-        for x in 0..width / 2 {
-            let (a, b) = (x * 3, (width - 1 - x) * 3);
-            for c in 0..3 {
-                row.swap(a + c, b + c);
-            }
-        }
+        row.as_chunks_mut::<3>().0.reverse();
     }
 }
 
@@ -209,7 +209,7 @@ pub fn mean_abs_diff(a: &Rgb, b: &Rgb) -> f64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::augment::{draw_rng, plan_sample, AugmentOp};
 

@@ -32,6 +32,8 @@ pub struct Stats {
     pub decode_nanos: AtomicU64,
     /// File handles currently open.
     pub open_handles: AtomicU64,
+    /// Augmented outputs made by the background refill.
+    pub refills: AtomicU64,
 }
 
 impl Default for Stats {
@@ -47,6 +49,7 @@ impl Default for Stats {
             decodes: AtomicU64::new(0),
             decode_nanos: AtomicU64::new(0),
             open_handles: AtomicU64::new(0),
+            refills: AtomicU64::new(0),
         }
     }
 }
@@ -81,6 +84,7 @@ impl Stats {
                 get(&self.decode_nanos) as f64 / decodes as f64 / 1e6
             },
             "open_handles": get(&self.open_handles),
+            "refills": get(&self.refills),
         });
         if let (Some(doc), serde_json::Value::Object(extra)) = (doc.as_object_mut(), extra) {
             doc.extend(extra);

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# bench/run.sh: what `make bench` runs (after `make build`), issue 3.
+#
+#   1. the Python environment: bench/setup_env.sh (target/bench-venv; a no-op when current);
+#   2. the data set: target/release/examples/make_dataset writes an ImageNet-like JPEG tree to
+#      target/bench-data/train, skipped when its stamp says it already has this size and seed;
+#   3. bench/run_bench.py over it, mounting prepfs (mount-configs/imagenet.yaml for the PPM rows,
+#      mount-configs/imagenet-npy.yaml for the npy rows), writing bench/results/<date>.json,
+#      its PNG charts beside it, and BENCHMARKS.md at the repository root.
+#
+# Nothing stays mounted on any exit path: run_bench.py unmounts what it mounts, and the trap
+# here stops any prepfs daemon left on this run's mount points and lazily unmounts them.
+#
+# Environment:
+#   QUICK=1              a short run (run_bench.py --quick: 3 runs of 512 samples per case,
+#                        no PIL peer, no warm peers, no 3g); outputs <date>-quick.json/.png
+#   BENCH_CLASSES        classes in the generated data set (default 20)
+#   BENCH_PER_CLASS      images per class (default 50: 1000 images, about 38 MB)
+#   BENCH_DATA           where the data set goes (default target/bench-data/train)
+#   BENCH_ARGS           extra arguments for run_bench.py (e.g. "--only 1a,1c -v")
+#   PREPFS_BIN           the binary to benchmark (default target/release/prepfs)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+log() { echo "[bench] $*"; }
+
+quick=${QUICK:-}
+case "$quick" in 0 | no | false) quick= ;; esac
+classes=${BENCH_CLASSES:-20}
+per_class=${BENCH_PER_CLASS:-50}
+data=${BENCH_DATA:-target/bench-data/train}
+bin_src=${PREPFS_BIN:-target/release/prepfs}
+gen=target/release/examples/make_dataset
+work=target/bench-run
+mnt=${TMPDIR:-/tmp}/prepfs-bench-$$
+today=$(date +%F)
+stem=$today${quick:+-quick}
+started=$(date +%s)
+
+for f in "$bin_src" "$gen"; do
+  if [ ! -x "$f" ]; then
+    echo "bench/run.sh: $f is missing; run \`make build\` (or \`make bench\`, which builds)" >&2
+    exit 1
+  fi
+done
+
+# --- cleanup: no mount, daemon or tmpfs copy outlives this script -----------------------------
+py_pid=
+py_ran=
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM HUP
+  if [ -n "$py_pid" ] && kill -0 "$py_pid" 2>/dev/null; then
+    kill -TERM "$py_pid" 2>/dev/null || true   # run_bench.py unmounts in its `finally`
+    for _ in $(seq 100); do kill -0 "$py_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$py_pid" 2>/dev/null || true
+    wait "$py_pid" 2>/dev/null || true
+  fi
+  local m p pids
+  for m in "$mnt" "$mnt-npy"; do
+    # a daemon of this run still serving m (possible only if run_bench.py was killed hard)
+    pids=
+    for p in /proc/[0-9]*; do
+      if tr '\0' '\n' <"$p/cmdline" 2>/dev/null | grep -qxF -- "$m"; then
+        pids="$pids ${p#/proc/}"
+      fi
+    done
+    for p in $pids; do kill -TERM "$p" 2>/dev/null || true; done
+    for p in $pids; do
+      for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+      kill -KILL "$p" 2>/dev/null || true
+    done
+    if grep -qsF " $m " /proc/self/mountinfo; then
+      log "unmounting $m, left behind"
+      fusermount3 -u -z "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+    fi
+    rmdir "$m" 2>/dev/null || true
+  done
+  if [ -n "$py_ran" ]; then rm -rf /dev/shm/prepfs-bench-floor-"$py_ran"-* 2>/dev/null || true; fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
+
+# --- 1. the Python environment ----------------------------------------------------------------
+log "python environment (bench/setup_env.sh)"
+PY=$(bench/setup_env.sh | tail -1)
+
+# --- 2. the data set --------------------------------------------------------------------------
+want="make_dataset --classes $classes --per-class $per_class --width 500 --height 375 --seed 0"
+stamp=$data/.prepfs-bench-stamp
+count() { find "$data" -type f \( -name '*.JPEG' -o -name '*.jpg' -o -name '*.jpeg' \) | wc -l; }
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ "$(count)" -eq $((classes * per_class)) ]; then
+  log "data set $data is current ($want)"
+else
+  log "writing the data set: $gen --out $data --classes $classes --per-class $per_class (ImageNet-like 500x375 JPEGs)"
+  rm -rf "$data"
+  mkdir -p "$(dirname "$data")"
+  t0=$(date +%s)
+  "$gen" --out "$data" --classes "$classes" --per-class "$per_class" --width 500 --height 375 \
+    --seed 0 --quiet
+  echo "$want" >"$stamp"
+  log "data set written in $(($(date +%s) - t0)) s"
+fi
+
+# --- 3. the benchmark -------------------------------------------------------------------------
+# A private copy of the binary: a rebuild during the run (cold runs remount) cannot change it.
+mkdir -p "$work" bench/results
+cp -f "$bin_src" "$work/prepfs"
+rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+if [ -n "$(git status --porcelain -- src Cargo.toml Cargo.lock 2>/dev/null)" ]; then
+  rev="$rev + uncommitted changes in src/"
+fi
+
+if [ -n "${MAKELEVEL:-}" ]; then
+  invoked="make bench${quick:+ QUICK=1}"
+else
+  invoked="${quick:+QUICK=1 }bench/run.sh"
+fi
+[ -n "${BENCH_ARGS:-}" ] && invoked="BENCH_ARGS='$BENCH_ARGS' $invoked"
+
+args=(--data "$data"
+      --prepfs-bin "$work/prepfs" --prepfs-config mount-configs/imagenet.yaml
+      --prepfs-npy-config mount-configs/imagenet-npy.yaml
+      --mountpoint "$mnt"
+      --out "bench/results/$stem.json" --charts-dir bench/results --md BENCHMARKS.md
+      --invoked-as "$invoked"
+      --build-info "prepfs $bin_src (copied to $work/prepfs), commit $rev"
+      --data-info "written by \`$gen --out $data --classes $classes --per-class $per_class --width 500 --height 375 --seed 0\`")
+[ -n "$quick" ] && args+=(--quick)
+# shellcheck disable=SC2206
+[ -n "${BENCH_ARGS:-}" ] && args+=($BENCH_ARGS)
+
+log "running bench/run_bench.py${quick:+ --quick} (one line per case)"
+set +e
+"$PY" bench/run_bench.py "${args[@]}" &
+py_pid=$!
+py_ran=$py_pid
+wait "$py_pid"
+rc=$?
+set -e
+py_pid=
+log "finished in $(($(date +%s) - started)) s (exit status $rc)"
+exit "$rc"
