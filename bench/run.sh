@@ -5,8 +5,9 @@
 #   2. the data set: target/release/examples/make_dataset writes an ImageNet-like JPEG tree to
 #      target/bench-data/train, skipped when its stamp says it already has this size and seed;
 #   3. bench/run_bench.py over it, mounting prepfs (mount-configs/imagenet.yaml for the PPM rows,
-#      mount-configs/imagenet-npy.yaml for the npy rows), writing bench/results/<date>.json,
-#      its PNG charts beside it, and BENCHMARKS.md at the repository root.
+#      mount-configs/imagenet-npy.yaml for the npy rows; each with `cache: { memory: 1GiB }`
+#      added, in target/bench-run/, when the config sets no cache and this prepfs accepts one),
+#      writing bench/results/<date>.json, its PNG charts beside it, and BENCHMARKS.md.
 #
 # Nothing stays mounted on any exit path: run_bench.py unmounts what it mounts, and the trap
 # here stops any prepfs daemon left on this run's mount points and lazily unmounts them.
@@ -15,9 +16,11 @@
 #   QUICK=1              a short run (run_bench.py --quick: 3 runs of 512 samples per case,
 #                        no PIL peer, no warm peers, no 3g); outputs <date>-quick.json/.png
 #   BENCH_CLASSES        classes in the generated data set (default 20)
-#   BENCH_PER_CLASS      images per class (default 50: 1000 images, about 38 MB)
+#   BENCH_PER_CLASS      images per class (default 40: 800 images, about 30 MB)
 #   BENCH_DATA           where the data set goes (default target/bench-data/train)
 #   BENCH_ARGS           extra arguments for run_bench.py (e.g. "--only 1a,1c -v")
+#   BENCH_CACHE          prepfs's cache memory for the run (default 1GiB: holds the whole default
+#                        set in any form); 0: mount the configs as they are (no cache)
 #   PREPFS_BIN           the binary to benchmark (default target/release/prepfs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +31,7 @@ log() { echo "[bench] $*"; }
 quick=${QUICK:-}
 case "$quick" in 0 | no | false) quick= ;; esac
 classes=${BENCH_CLASSES:-20}
-per_class=${BENCH_PER_CLASS:-50}
+per_class=${BENCH_PER_CLASS:-40}
 data=${BENCH_DATA:-target/bench-data/train}
 bin_src=${PREPFS_BIN:-target/release/prepfs}
 gen=target/release/examples/make_dataset
@@ -108,8 +111,34 @@ fi
 
 # --- 3. the benchmark -------------------------------------------------------------------------
 # A private copy of the binary: a rebuild during the run (cold runs remount) cannot change it.
-mkdir -p "$work" bench/results
+rm -rf "$work/logs"
+mkdir -p "$work/logs" bench/results
 cp -f "$bin_src" "$work/prepfs"
+# The mount configs: the project's, plus a cache that holds the set (issue 3, scenario 2: warm
+# is "after the cache holds the set"), unless the config has one or this prepfs has no cache.
+cache_mem=${BENCH_CACHE:-1GiB}
+config_note=
+with_cache() {  # CONFIG -> the config to mount (printed)
+  local cfg=$1 out
+  out=$work/$(basename "$cfg" .yaml)-cache.yaml
+  if [ "$cache_mem" = 0 ] || grep -q '^cache:' "$cfg"; then
+    echo "$cfg"
+    return
+  fi
+  { cat "$cfg"; printf '\n# added by bench/run.sh: a sample cache that holds the bench set\ncache: { memory: %s }\n' "$cache_mem"; } >"$out"
+  if "$work/prepfs" check "$out" --source "$data" >/dev/null 2>&1; then
+    echo "$out"
+  else
+    log "this prepfs does not take a cache section; mounting $cfg as it is" >&2
+    echo "$cfg"
+  fi
+}
+ppm_cfg=$(with_cache mount-configs/imagenet.yaml)
+npy_cfg=$(with_cache mount-configs/imagenet-npy.yaml)
+case "$ppm_cfg" in
+  "$work"/*) config_note="; configs: mount-configs/imagenet.yaml and imagenet-npy.yaml with \`cache: { memory: $cache_mem }\` added ($ppm_cfg, $npy_cfg)" ;;
+esac
+
 rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 if [ -n "$(git status --porcelain -- src Cargo.toml Cargo.lock 2>/dev/null)" ]; then
   rev="$rev + uncommitted changes in src/"
@@ -123,12 +152,11 @@ fi
 [ -n "${BENCH_ARGS:-}" ] && invoked="BENCH_ARGS='$BENCH_ARGS' $invoked"
 
 args=(--data "$data"
-      --prepfs-bin "$work/prepfs" --prepfs-config mount-configs/imagenet.yaml
-      --prepfs-npy-config mount-configs/imagenet-npy.yaml
-      --mountpoint "$mnt"
+      --prepfs-bin "$work/prepfs" --prepfs-config "$ppm_cfg" --prepfs-npy-config "$npy_cfg"
+      --mountpoint "$mnt" --log-dir "$work/logs"
       --out "bench/results/$stem.json" --charts-dir bench/results --md BENCHMARKS.md
       --invoked-as "$invoked"
-      --build-info "prepfs $bin_src (copied to $work/prepfs), commit $rev"
+      --build-info "prepfs $bin_src (copied to $work/prepfs), commit $rev$config_note"
       --data-info "written by \`$gen --out $data --classes $classes --per-class $per_class --width 500 --height 375 --seed 0\`")
 [ -n "$quick" ] && args+=(--quick)
 # shellcheck disable=SC2206

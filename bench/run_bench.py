@@ -109,12 +109,15 @@ def proc_cpu_seconds(pid: int) -> float:
 
 class PrepfsMount:
     """A running `prepfs mount`. close() ends it (SIGTERM, then SIGKILL) and makes sure the
-    mount point is released (lazy unmount as a fallback). Usable as a context manager."""
+    mount point is released (lazy unmount as a fallback); it also deletes the log when the log
+    is a temporary file of its own (`own_log`). Usable as a context manager."""
 
-    def __init__(self, proc: subprocess.Popen, mountpoint: str, log_path: str):
+    def __init__(self, proc: subprocess.Popen, mountpoint: str, log_path: str,
+                 own_log: bool = False):
         self.proc = proc
         self.mountpoint = mountpoint
         self.log_path = log_path
+        self.own_log = own_log
 
     @property
     def pid(self) -> int:
@@ -154,6 +157,11 @@ class PrepfsMount:
                 self.proc.wait()
         if is_mounted(self.mountpoint):
             lazy_unmount(self.mountpoint)
+        if self.own_log:
+            try:
+                os.remove(self.log_path)
+            except OSError:
+                pass
 
     def __enter__(self) -> "PrepfsMount":
         return self
@@ -167,12 +175,15 @@ def mount_prepfs(binary: str, config_yaml: str, source: str, mountpoint: str,
                  log_path: Optional[str] = None, extra_args: Sequence[str] = ()) -> PrepfsMount:
     """Start `BINARY mount CONFIG --source SRC --mountpoint MNT` (pinned to `cpus`) and wait
     until MNT/.prepfs/stats.json exists. Raises PrepfsError (with the end of its log) if the
-    process exits or `timeout` passes first. A mount left behind at MNT is released first."""
+    process exits or `timeout` passes first. A mount left behind at MNT is released first.
+    The daemon's output goes to `log_path` (appended), or to a temporary file deleted when the
+    mount is closed."""
     if not os.path.isfile(binary):
         raise PrepfsError(f"{binary} not found: build it first (cargo build --release)")
     if is_mounted(mountpoint):
         lazy_unmount(mountpoint)
     os.makedirs(mountpoint, exist_ok=True)
+    own_log = log_path is None
     if log_path is None:
         fd, log_path = tempfile.mkstemp(prefix="prepfs-bench-", suffix=".log")
         os.close(fd)
@@ -183,19 +194,21 @@ def mount_prepfs(binary: str, config_yaml: str, source: str, mountpoint: str,
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, preexec_fn=pin,
                                 start_new_session=True, env={**os.environ, "NO_COLOR": "1"})
-    handle = PrepfsMount(proc, mountpoint, log_path)
+    handle = PrepfsMount(proc, mountpoint, log_path, own_log)
     stats = os.path.join(mountpoint, ".prepfs", "stats.json")
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            tail = handle.log_tail()
             handle.close()
             raise PrepfsError(f"{shlex.join(cmd)} exited with status {proc.returncode}:\n"
-                              + handle.log_tail())
+                              + tail)
         if os.path.exists(stats):
             return handle
         time.sleep(0.1)
+    tail = handle.log_tail()
     handle.close()
-    raise PrepfsError(f"{stats} did not appear within {timeout:.0f} s:\n" + handle.log_tail())
+    raise PrepfsError(f"{stats} did not appear within {timeout:.0f} s:\n" + tail)
 
 
 def find_mount_daemon(mountpoint: str) -> Optional[int]:
@@ -334,8 +347,8 @@ def plan(data: str, augmented: Optional[str], aug_reads: str, floor_dir: Optiona
         warm_sfx, floor_sfx = NO_CACHE_WARM, NO_CACHE_FLOOR
         warm_chart, floor_chart = ", source warm, no cache", ", no cache, source warm"
     elif cache_on:
-        warm_sfx, floor_sfx = ", prepfs cache warm", ", cached outputs"
-        warm_chart, floor_chart = warm_sfx, floor_sfx
+        warm_sfx = warm_chart = ", cache on, after a warm-up pass"
+        floor_sfx = floor_chart = ", cache on, after a warm-up pass"
     cases = []
     peers = [("a", "torchvision"), ("b", "dali"), ("e", "pil")]
     ours = [("c", "torchvision-ppm"), ("d", "raw")]
@@ -380,6 +393,20 @@ def spread(values: Sequence[float]) -> Dict[str, float]:
             "n": len(vals)}
 
 
+def cache_counts(stats: Optional[dict]) -> Optional[Dict[str, int]]:
+    """The sample cache's counters from prepfs's stats.json: hits and misses of each form
+    (augmented outputs taken, decoded pixels, encoded bytes); None without a cache."""
+    cache = (stats or {}).get("cache")
+    if not isinstance(cache, dict) or not cache.get("memory"):
+        return None
+    out = {}
+    for form in ("augmented", "decoded", "encoded"):
+        f = cache.get(form) or {}
+        out[f"{form}_hits"] = int(f.get("hits") or 0)
+        out[f"{form}_misses"] = int(f.get("misses") or 0)
+    return out
+
+
 def summarize(runs: Sequence[dict]) -> dict:
     """Aggregate the measured runs of one case: samples/s median/min/max; CPU seconds per
     sample (loader + prepfs daemon), median; peak memory, the largest of the runs."""
@@ -392,7 +419,16 @@ def summarize(runs: Sequence[dict]) -> dict:
         vals = [r[key] + r.get("fs_peak_rss_mb", 0.0) for r in runs if r.get(key) is not None]
         return max(vals) if vals else None
 
+    cache = None
+    if any(r.get("cache") for r in runs):
+        cache = {}
+        for r in runs:
+            for k, v in (r.get("cache") or {}).items():
+                cache[k] = cache.get(k, 0) + v
+        looked = cache.get("augmented_hits", 0) + cache.get("augmented_misses", 0)
+        cache["augmented_hit_rate"] = cache.get("augmented_hits", 0) / looked if looked else None
     return {
+        "cache": cache,
         "samples_per_s": spread(sps),
         "cpu_s_per_sample": spread(cpu),
         "loader_cpu_s_per_sample": statistics.median(loader_cpu) if loader_cpu else None,
@@ -469,6 +505,11 @@ def targets(results: Sequence[dict], cache_on: Optional[bool] = None) -> List[di
             notes.append("prepfs has no cache yet: " + (
                 "2c reads outputs computed at open from a page-cache-warm source"
                 if num == "2c" else "3d reads outputs computed at open, not cached ones"))
+        hit = ((by_id.get(num) or {}).get("summary") or {}).get("cache") or {}
+        rate = hit.get("augmented_hit_rate")
+        if r is not None and cache_on and num in ("2c", "3d") and rate is not None \
+                and rate < 0.9:
+            notes.append(f"only {rate * 100:.0f}% of {num}'s outputs came from the cache")
         if r is not None and den != dens[0]:
             notes.append(f"{dens[0]} not run: against {den}")
         out.append({"target": desc, "cases": f"{num} / {den}", "want": want, "ratio": r,
@@ -479,11 +520,10 @@ def targets(results: Sequence[dict], cache_on: Optional[bool] = None) -> List[di
 def pending_rows(cache_on: Optional[bool]) -> List[List[str]]:
     """Table rows for the scenarios of issue 3 that cannot run yet, as wide as TABLE_HEADER."""
     blank = [""] * (len(TABLE_HEADER) - 5)
-    rows = []
-    if not cache_on:
-        rows.append(["2p", "2 warm, 25% cache", "prepfs with a cache of 25% of the set",
-                     "prepfs augmented/", "pending: prepfs has no cache yet (cache issue)"]
-                    + blank)
+    rows = [["2p", "2 warm, 25% cache", "prepfs with a cache of 25% of the set",
+             "prepfs augmented/",
+             "pending: the harness does not mount a 25% cache yet" if cache_on
+             else "pending: needs a prepfs cache"] + blank]
     rows.append(["4", "4 concurrent jobs", "3 jobs x 2 epochs, cache 25%, read-limited source: "
                  "torchvision, prepfs without jobs, prepfs with ODS", "makespan, hit rate",
                  "pending: needs the jobs issue"] + blank)
@@ -504,6 +544,14 @@ def fmt_ratio(x: Optional[float]) -> str:
     return f"{x:.2f}x" if x < 10 else f"{x:.1f}x"
 
 
+def fmt_hit_rate(cache: Optional[dict]) -> str:
+    """Share of the measured runs' augmented outputs taken from prepfs's cache ("" for rows
+    without a prepfs cache)."""
+    if not cache or cache.get("augmented_hit_rate") is None:
+        return ""
+    return f"{cache['augmented_hit_rate'] * 100:.0f}%"
+
+
 def table_rows(results: Sequence[dict]) -> List[List[str]]:
     rat = ratios(results)
     rows = []
@@ -511,8 +559,8 @@ def table_rows(results: Sequence[dict]) -> List[List[str]]:
         head = [c["id"], SCENARIO_TITLES.get(c["scenario"], c["scenario"]), c["label"],
                 c["reads"]]
         if c.get("error"):
-            rows.append(head + [f"failed: {c['error'].splitlines()[0][:80]}", "", "", "", "",
-                                ""])
+            rows.append(head + [f"failed: {c['error'].splitlines()[0][:80]}"]
+                        + [""] * (len(TABLE_HEADER) - 5))
             continue
         s = c["summary"]
         sps = s["samples_per_s"]
@@ -525,12 +573,14 @@ def table_rows(results: Sequence[dict]) -> List[List[str]]:
             fmt_num(mem),
             fmt_ratio(rat[c["id"]]["torchvision"]),
             fmt_ratio(rat[c["id"]]["dali"]),
+            fmt_hit_rate(s.get("cache")),
         ])
     return rows
 
 
 TABLE_HEADER = ["#", "scenario", "loader", "reads", "samples/s (median)", "min - max",
-                "CPU ms/sample", "peak mem MB", "vs torchvision", "vs DALI"]
+                "CPU ms/sample", "peak mem MB", "vs torchvision", "vs DALI",
+                "outputs from prepfs cache"]
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -548,8 +598,14 @@ def cache_desc(cache_on: Optional[bool], stats: Optional[dict]) -> str:
         return ("none: the mount config sets no cache (or this prepfs has none), so every open "
                 "of `augmented/` decodes and augments afresh; \"warm\" rows for prepfs have "
                 "only the source JPEGs in the kernel page cache")
-    mem = (stats or {}).get("cache", {}).get("memory")
-    return f"{mem / 2**20:.0f} MiB" if isinstance(mem, (int, float)) else "on"
+    c = (stats or {}).get("cache") or {}
+    mem, split = c.get("memory"), c.get("split")
+    out = f"{mem / 2**20:.0f} MiB" if isinstance(mem, (int, float)) else "on"
+    if isinstance(split, (list, tuple)) and len(split) == 3:
+        out += (f", split encoded-decoded-augmented {'-'.join(str(x) for x in split)} "
+                f"(as the mount chose it)")
+    return out + ("; remounted empty before every cold run; the last column of the table is "
+                  "the share of a row's outputs taken from it (the rest computed at open)")
 
 
 def render_markdown(report: dict, charts: Sequence[str], md_dir: str) -> str:
@@ -624,6 +680,10 @@ def render_markdown(report: dict, charts: Sequence[str], md_dir: str) -> str:
         out.append("- prepfs has no sample cache yet, so its warm rows (2c, 2d, 2n) and 3d "
                    "measure outputs computed at open from a source already in the page cache, "
                    "not cached outputs; the warm and floor targets are about cached outputs.")
+    elif cache_on:
+        out.append("- prepfs runs with its sample cache on (see above): cold rows start with it "
+                   "empty, warm rows and 3d after one unmeasured pass; the last column says how "
+                   "many of the row's outputs it served.")
     if pending:
         out.append("- Rows marked pending are scenarios of issue 3 that need work not yet "
                    "done; they are listed so the table shows the whole plan.")
@@ -669,13 +729,17 @@ def chart_label(case: dict) -> str:
 
 def write_charts(report: dict, prefix: str) -> List[str]:
     """PNG charts beside the JSON, one horizontal bar per case, grouped by scenario (cold,
-    warm, floor), coloured by loader, log scale, with min-max whiskers: PREFIX-throughput.png
-    (samples/s) and PREFIX-cpu.png (CPU ms per sample). Returns the paths ([] without
+    warm, floor), coloured by loader, with min-max whiskers. PREFIX-throughput.png: samples/s
+    on a log scale, each bar labelled with its ratio to torchvision, each scenario's torchvision
+    and DALI rates drawn as lines. PREFIX-cpu.png: CPU ms per sample on a linear scale, split
+    into the loader's part and the prepfs daemon's (hatched). Returns the paths ([] without
     matplotlib or results)."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.lines import Line2D
+        from matplotlib.patches import Patch
     except ImportError:
         print("[bench] matplotlib missing: no charts", file=sys.stderr)
         return []
@@ -689,6 +753,7 @@ def write_charts(report: dict, prefix: str) -> List[str]:
     for c in cases:
         loader_color.setdefault(c["loader"] + c["reads"].split(",")[0],
                                 colors[len(loader_color) % len(colors)])
+    bar_colors = [loader_color[c["loader"] + c["reads"].split(",")[0]] for c in cases]
     # y positions, top to bottom, with a gap between scenarios
     ys, y, prev = [], 0.0, None
     for c in cases:
@@ -697,40 +762,100 @@ def write_charts(report: dict, prefix: str) -> List[str]:
         ys.append(-y)
         y += 1
         prev = c["scenario"]
-    paths = []
-    sub = f"{report['settings']['data_samples']} images, {len(report['settings']['cpus'])} CPUs"
-    for key, title, fname, scale in (
-        ("samples_per_s", "samples/s (median, whiskers min-max; higher is better)",
-         "throughput", 1.0),
-        ("cpu_s_per_sample", "CPU ms per sample, loader + prepfs (lower is better)", "cpu",
-         1e3),
-    ):
-        fig, ax = plt.subplots(figsize=(10, 0.42 * len(cases) + 1.6))
-        med = [c["summary"][key]["median"] * scale for c in cases]
-        lo = [m - c["summary"][key]["min"] * scale for m, c in zip(med, cases)]
-        hi = [c["summary"][key]["max"] * scale - m for m, c in zip(med, cases)]
-        bars = ax.barh(ys, med, xerr=[lo, hi], capsize=2, height=0.8,
-                       color=[loader_color[c["loader"] + c["reads"].split(",")[0]]
-                              for c in cases], error_kw={"elinewidth": 0.8})
-        ax.bar_label(bars, labels=[fmt_num(v, 0 if v >= 10 else 2) for v in med], fontsize=8,
-                     padding=4)
+    groups = {scen: [yy for yy, c in zip(ys, cases) if c["scenario"] == scen] for scen in order}
+    groups = {k: v for k, v in groups.items() if v}
+    st = report.get("settings", {})
+    m = report.get("machine", {})
+    sub = f"{st.get('data_samples', '?')} images"
+    if st.get("limit") and st.get("data_samples") and st["limit"] < st["data_samples"]:
+        sub += f", {st['limit']} per run"
+    sub += f", {len(st.get('cpus', []))} CPUs"
+    if report.get("quick"):
+        sub += ", quick run"
+    load = (m.get("loadavg_before") or [0])[0]
+    if load > 0.5:
+        sub += f", busy machine (load {load:.1f})"
+    all_ratios = ratios(report["cases"])
+
+    def frame(ax, title):
         ax.set_yticks(ys)
         ax.set_yticklabels([chart_label(c) for c in cases], fontsize=8)
-        ax.set_xscale("log")
-        ax.set_xlim(min(m for m in med if m > 0) / 2, max(med) * 4)
-        for scen in order:
-            sy = [yy for yy, c in zip(ys, cases) if c["scenario"] == scen]
-            if sy:
-                ax.text(1.01, (max(sy) + min(sy)) / 2, SCENARIO_TITLES[scen],
-                        transform=ax.get_yaxis_transform(), va="center", fontsize=9,
-                        rotation=-90)
+        for scen, sy in groups.items():
+            ax.text(1.01, (max(sy) + min(sy)) / 2, SCENARIO_TITLES[scen],
+                    transform=ax.get_yaxis_transform(), va="center", fontsize=9, rotation=-90)
         ax.set_title(f"{title}\n{sub}", fontsize=10)
         ax.grid(axis="x", which="major", alpha=0.3)
-        fig.tight_layout()
-        path = f"{prefix}-{fname}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        paths.append(path)
+
+    paths = []
+    height = 0.42 * len(cases) + 1.9
+
+    # samples/s
+    fig, ax = plt.subplots(figsize=(11, height))
+    med = [c["summary"]["samples_per_s"]["median"] for c in cases]
+    lo = [v - c["summary"]["samples_per_s"]["min"] for v, c in zip(med, cases)]
+    hi = [c["summary"]["samples_per_s"]["max"] - v for v, c in zip(med, cases)]
+    bars = ax.barh(ys, med, xerr=[lo, hi], capsize=2, height=0.8, color=bar_colors,
+                   error_kw={"elinewidth": 0.8})
+    labels = []
+    for v, c in zip(med, cases):
+        r = all_ratios.get(c["id"], {}).get("torchvision")
+        lab = fmt_num(v, 0 if v >= 10 else 2)
+        if r is not None and c["loader"] != "torchvision":
+            lab += f"  ({fmt_ratio(r)})"
+        labels.append(lab)
+    ax.bar_label(bars, labels=labels, fontsize=8, padding=4)
+    ax.set_xscale("log")
+    ax.set_xlim(min(v for v in med if v > 0) / 2, max(v + h for v, h in zip(med, hi)) * 10)
+    by_id = {c["id"]: c for c in report["cases"]}
+    handles = []
+    for scen, sy in groups.items():
+        base = baseline_ids(report["cases"], scen)
+        for key, style, name in (("torchvision", "--", "torchvision"),
+                                 ("dali", ":", "DALI CPU")):
+            cid = base.get(key)
+            v = _median_sps(by_id, cid) if cid else None
+            if v:
+                ax.vlines(v, min(sy) - 0.5, max(sy) + 0.5, colors="0.25", linestyles=style,
+                          linewidth=1)
+    handles += [Line2D([], [], color="0.25", linestyle="--", label="torchvision rate of the "
+                       "scenario (1a; 2a when run)"),
+                Line2D([], [], color="0.25", linestyle=":", label="DALI CPU rate of the "
+                       "scenario (1b; 2b when run)")]
+    ax.legend(handles=handles, fontsize=7, loc="upper right", framealpha=0.9)
+    frame(ax, "samples/s (median, whiskers min-max, log scale; higher is better)\n"
+          "in brackets: x the torchvision rate of the same scenario")
+    fig.tight_layout()
+    path = f"{prefix}-throughput.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    paths.append(path)
+
+    # CPU per sample, split into the loader's and the daemon's
+    fig, ax = plt.subplots(figsize=(11, height))
+    tot = [c["summary"]["cpu_s_per_sample"]["median"] * 1e3 for c in cases]
+    fs = [min(t, (c["summary"].get("fs_cpu_s_per_sample") or 0.0) * 1e3)
+          for t, c in zip(tot, cases)]
+    own = [t - f for t, f in zip(tot, fs)]
+    lo = [t - c["summary"]["cpu_s_per_sample"]["min"] * 1e3 for t, c in zip(tot, cases)]
+    hi = [c["summary"]["cpu_s_per_sample"]["max"] * 1e3 - t for t, c in zip(tot, cases)]
+    ax.barh(ys, own, height=0.8, color=bar_colors)
+    bars = ax.barh(ys, fs, left=own, height=0.8, color=bar_colors, alpha=0.45, hatch="///",
+                   edgecolor="white", xerr=[lo, hi], capsize=2, error_kw={"elinewidth": 0.8})
+    labels = [fmt_num(t, 2) + (f"  (prepfs {fmt_num(f, 2)})" if f > 0 else "")
+              for t, f in zip(tot, fs)]
+    ax.bar_label(bars, labels=labels, fontsize=8, padding=4)
+    ax.set_xlim(0, max(t + h for t, h in zip(tot, hi)) * 1.4)
+    if any(f > 0 for f in fs):
+        ax.legend(handles=[Patch(facecolor="0.5", label="loader process and its workers"),
+                           Patch(facecolor="0.5", alpha=0.45, hatch="///", edgecolor="white",
+                                 label="prepfs daemon")],
+                  fontsize=7, loc="lower right", framealpha=0.9)
+    frame(ax, "CPU ms per sample, all processes of the case (median; lower is better)")
+    fig.tight_layout()
+    path = f"{prefix}-cpu.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    paths.append(path)
     return paths
 
 
@@ -836,6 +961,7 @@ def run_case(case: Case, args, cpus: List[int], src: Optional[PrepfsSource],
     timer = threading.Timer(args.timeout, child.kill)
     timer.start()
     fs_cpu0 = 0.0
+    cache0: Optional[Dict[str, int]] = None
     sampler: Optional[RunSampler] = None
     try:
         for line in child.stdout:
@@ -847,6 +973,7 @@ def run_case(case: Case, args, cpus: List[int], src: Optional[PrepfsSource],
                     info["page_cache_dropped"] = loaders.drop_page_cache()
                 fs_pid = src.pid if (case.prepfs and src is not None) else None
                 fs_cpu0 = proc_cpu_seconds(fs_pid) if fs_pid else 0.0
+                cache0 = cache_counts(src.stats()) if fs_pid else None
                 sampler = RunSampler(child.pid, fs_pid)
                 sampler.start()
                 record.setdefault("_pending", []).append(info)
@@ -859,6 +986,10 @@ def run_case(case: Case, args, cpus: List[int], src: Optional[PrepfsSource],
                     res["peak_pss_mb"] = sampler.peak_pss_mb or None
                     if sampler.fs_pid:
                         res["fs_cpu_s"] = proc_cpu_seconds(sampler.fs_pid) - fs_cpu0
+                    if cache0 is not None and src is not None:
+                        c1 = cache_counts(src.stats())
+                        if c1 is not None:
+                            res["cache"] = {k: c1[k] - cache0[k] for k in c1}
                         res["fs_peak_rss_mb"] = sampler.fs_peak_rss_mb
                     sampler = None
                 pending = record["_pending"].pop(0) if record.get("_pending") else {}
@@ -965,6 +1096,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="the command a user ran (e.g. `make bench`), for the report")
     ap.add_argument("--build-info", default=None, help="which prepfs build, for the report")
     ap.add_argument("--data-info", default=None, help="how the data set was made, for the report")
+    ap.add_argument("--log-dir", default=None,
+                    help="keep the prepfs daemons' logs here (prepfs-ppm.log, prepfs-npy.log; "
+                         "appended over remounts); default: temporary files, deleted")
     args = ap.parse_args(argv)
     if sum(x is not None for x in (args.prepfs_bin, args.prepfs_mount, args.augmented_dir)) > 1:
         ap.error("give at most one of --prepfs-bin, --prepfs-mount, --augmented-dir")
@@ -1004,9 +1138,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.prepfs_bin:
         binary = os.path.abspath(args.prepfs_bin)
 
-        def mounter(config: str, mnt: str) -> Callable[[], PrepfsMount]:
+        def mounter(config: str, mnt: str, key: str) -> Callable[[], PrepfsMount]:
+            log = None
+            if args.log_dir:
+                os.makedirs(args.log_dir, exist_ok=True)
+                log = os.path.join(os.path.abspath(args.log_dir), f"prepfs-{key}.log")
+
             def restart() -> PrepfsMount:
-                return mount_prepfs(binary, config, data, mnt, cpus=cpus)
+                return mount_prepfs(binary, config, data, mnt, cpus=cpus, log_path=log)
             return restart
 
         configs = [("ppm", os.path.abspath(args.prepfs_config), os.path.abspath(args.mountpoint))]
@@ -1017,7 +1156,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"[bench] prepfs: {_show_path(binary)} mount {_show_path(config)} at {mnt}",
                   flush=True)
             s = PrepfsSource("driver-mount", os.path.join(mnt, "augmented"), None,
-                             mounter(config, mnt))
+                             mounter(config, mnt, key))
             if key == "ppm":
                 src = s
             else:

@@ -11,11 +11,13 @@ fake `prepfs` script. Needs no torch, DALI or FUSE; charts are checked when matp
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import io
 import json
 import os
 import random
+import shutil
 import stat
 import sys
 import tempfile
@@ -26,6 +28,22 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loaders  # noqa: E402
 import run_bench as rb  # noqa: E402
+
+
+_TMPDIRS = []
+
+
+def mkdtemp() -> str:
+    """A temporary directory, removed when the tests end."""
+    d = tempfile.mkdtemp(prefix="prepfs-bench-test-")
+    _TMPDIRS.append(d)
+    return d
+
+
+@atexit.register
+def _remove_tmpdirs() -> None:
+    for d in _TMPDIRS:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def fake_run(samples=100, wall=1.0, cpu=2.0, rss=100.0, pss=None, fs_cpu=None, fs_rss=None):
@@ -161,7 +179,7 @@ class FormatTest(unittest.TestCase):
         self.assertEqual(t.splitlines(), ["| a | b\\|c |", "|---|---|", "| 1 | x\\|y |"])
 
     def test_render_markdown(self):
-        d = tempfile.mkdtemp()
+        d = mkdtemp()
         report = {
             "command": "python bench/run_bench.py --data d --quick", "date": "2026-01-01",
             "quick": True, "page_cache_drop": "yes", "json_path": os.path.join(d, "r", "x.json"),
@@ -213,7 +231,7 @@ class FormatTest(unittest.TestCase):
         self.assertEqual([r[0] for r in rows], ["2p", "4"])
         self.assertTrue(all(len(r) == len(rb.TABLE_HEADER) for r in rows))
         self.assertTrue(all(r[4].startswith("pending") for r in rows))
-        self.assertEqual([r[0] for r in rb.pending_rows(cache_on=True)], ["4"])
+        self.assertEqual([r[0] for r in rb.pending_rows(cache_on=True)], ["2p", "4"])
 
     def test_target_notes(self):
         t = {x["cases"]: x for x in rb.targets(fake_results(), cache_on=False)}
@@ -221,6 +239,32 @@ class FormatTest(unittest.TestCase):
         self.assertIn("no cache yet", t["3d / 3f"]["note"])
         self.assertEqual(t["1c / 1a"]["note"], "")
         self.assertTrue(all(x["note"] == "" for x in rb.targets(fake_results(), cache_on=True)))
+        res = fake_results()
+        by_id = {c["id"]: c for c in res}
+        by_id["3d"]["summary"]["cache"] = {"augmented_hit_rate": 0.5}
+        by_id["2c"]["summary"]["cache"] = {"augmented_hit_rate": 1.0}
+        t = {x["cases"]: x for x in rb.targets(res, cache_on=True)}
+        self.assertEqual(t["3d / 3f"]["note"], "only 50% of 3d's outputs came from the cache")
+        self.assertEqual(t["2c / 2a"]["note"], "")
+
+    def test_cache_counts(self):
+        self.assertIsNone(rb.cache_counts(None))
+        self.assertIsNone(rb.cache_counts({"samples": 3}))
+        self.assertIsNone(rb.cache_counts({"cache": {"memory": 0}}))
+        st = {"cache": {"memory": 10, "augmented": {"hits": 3, "misses": 1},
+                        "decoded": {"hits": 0, "misses": 1}, "encoded": {}}}
+        c = rb.cache_counts(st)
+        self.assertEqual((c["augmented_hits"], c["augmented_misses"], c["encoded_hits"]),
+                         (3, 1, 0))
+        runs = [dict(fake_run(), cache={"augmented_hits": 3, "augmented_misses": 1}),
+                dict(fake_run(), cache={"augmented_hits": 0, "augmented_misses": 4})]
+        s = rb.summarize(runs)
+        self.assertEqual(s["cache"]["augmented_hits"], 3)
+        self.assertAlmostEqual(s["cache"]["augmented_hit_rate"], 3 / 8)
+        self.assertIsNone(rb.summarize([fake_run()])["cache"])
+        case = fake_case("2c", "warm", "torchvision-ppm", [100])
+        case["summary"] = s
+        self.assertEqual(rb.table_rows([case])[0][-1], "38%")
 
     def test_progress_line(self):
         c = fake_case("1a", "cold", "torchvision", [90, 100, 110])
@@ -261,7 +305,7 @@ class FormatTest(unittest.TestCase):
             import matplotlib  # noqa: F401
         except ImportError:
             self.skipTest("no matplotlib")
-        d = tempfile.mkdtemp()
+        d = mkdtemp()
         report = {"cases": fake_results(), "settings": {"data_samples": 10, "cpus": [0, 1]}}
         paths = rb.write_charts(report, os.path.join(d, "x"))
         self.assertEqual([os.path.basename(p) for p in paths], ["x-throughput.png", "x-cpu.png"])
@@ -284,7 +328,7 @@ def make_tree(root, classes=2, per_class=3, size=1000, junk=True):
 
 class LoaderHelpersTest(unittest.TestCase):
     def test_list_image_folder(self):
-        d = tempfile.mkdtemp()
+        d = mkdtemp()
         make_tree(d)
         classes, samples = loaders.list_image_folder(d)
         self.assertEqual(classes, ["class0", "class1"])
@@ -317,7 +361,7 @@ class LoaderHelpersTest(unittest.TestCase):
         self.assertEqual(left, (2000 - 13) // 2)
 
     def test_raw_reader_and_protocol(self):
-        d = tempfile.mkdtemp()
+        d = mkdtemp()
         make_tree(d, junk=False)
         out = io.StringIO()
         inp = io.StringIO("go\n" * 3)
@@ -336,7 +380,7 @@ class LoaderHelpersTest(unittest.TestCase):
         self.assertGreaterEqual(last["cpu_s"], 0)
 
     def test_raw_min_seconds_and_processes(self):
-        d = tempfile.mkdtemp()
+        d = mkdtemp()
         make_tree(d, junk=False)
         r = loaders.run_raw(d, workers=2, min_seconds=0.2)
         self.assertGreaterEqual(r.wall_s, 0.2)
@@ -380,7 +424,7 @@ FAKE_PREPFS = textwrap.dedent("""\
 
 class MountHookTest(unittest.TestCase):
     def setUp(self):
-        self.dir = tempfile.mkdtemp()
+        self.dir = mkdtemp()
         self.bin = os.path.join(self.dir, "prepfs")
         with open(self.bin, "w") as f:
             f.write(FAKE_PREPFS.format(python=sys.executable))
@@ -402,6 +446,15 @@ class MountHookTest(unittest.TestCase):
             self.assertEqual(rb.find_mount_daemon(self.mnt), h.pid)
         self.assertEqual(h.proc.returncode, 0)  # ended by SIGTERM, cleanly
         self.assertFalse(os.path.exists(os.path.join(self.mnt, ".prepfs", "stats.json")))
+        self.assertFalse(os.path.exists(h.log_path))  # its own temporary log: removed
+
+    def test_log_path_is_kept(self):
+        log = os.path.join(self.dir, "logs", "prepfs-ppm.log")
+        os.makedirs(os.path.dirname(log))
+        for _ in range(2):  # a remount appends
+            rb.mount_prepfs(self.bin, "cfg.yaml", "/src", self.mnt, timeout=10,
+                            log_path=log).close()
+        self.assertTrue(os.path.isfile(log))
 
     def test_exit_is_reported(self):
         os.environ["FAKE_PREPFS_FAIL"] = "1"
@@ -435,7 +488,7 @@ class RunCaseTest(unittest.TestCase):
     """run_case drives a real child process (the raw reader: standard library only)."""
 
     def test_run_case_raw(self):
-        d = tempfile.mkdtemp()
+        d = mkdtemp()
         make_tree(d, junk=False)
 
         class Args:

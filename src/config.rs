@@ -132,6 +132,7 @@ struct RawCache {
     split: Option<String>,
     policy: Option<String>,
     refill: Option<bool>,
+    consumer_samples_per_s: Option<f64>,
 }
 
 /// How the memory is split among the three forms.
@@ -164,11 +165,19 @@ pub struct CacheConfig {
     pub policy: EvictionPolicy,
     /// Refill free augmented room in the background with fresh augmentations.
     pub refill: bool,
+    /// The consumers' rate for the model (`t_gpu`); `None`: unbounded.
+    pub consumer_samples_per_s: Option<f64>,
 }
 
 impl Default for CacheConfig {
     fn default() -> Self {
-        CacheConfig { memory: 0, split: SplitChoice::Auto, policy: EvictionPolicy::Keep, refill: true }
+        CacheConfig {
+            memory: 0,
+            split: SplitChoice::Auto,
+            policy: EvictionPolicy::Keep,
+            refill: true,
+            consumer_samples_per_s: None,
+        }
     }
 }
 
@@ -237,6 +246,12 @@ fn cache_config(text: &str, raw: Option<RawCache>) -> Result<CacheConfig, Config
     }
     if let Some(refill) = raw.refill {
         cache.refill = refill;
+    }
+    if let Some(rate) = raw.consumer_samples_per_s {
+        if !(rate > 0.0 && rate.is_finite()) {
+            return Err(ConfigError::at(text, "consumer_samples_per_s", "must be a positive number"));
+        }
+        cache.consumer_samples_per_s = Some(rate);
     }
     Ok(cache)
 }

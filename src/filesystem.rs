@@ -222,6 +222,8 @@ pub struct Filesystem {
     augmented_size: Size2,
     mounted_at: SystemTime,
     cache: SampleCache,
+    /// The model's prediction for the split in force: (split, samples/s).
+    plan: Mutex<Option<serde_json::Value>>,
     /// Concurrent misses of one sample read and decode it once.
     loads: SingleFlight<std::result::Result<Loaded, LoadFailure>>,
 }
@@ -255,6 +257,7 @@ impl Filesystem {
         let cache = SampleCache::new(config.cache.memory, split, config.cache.policy);
         Filesystem {
             cache,
+            plan: Mutex::new(None),
             loads: SingleFlight::default(),
             config,
             catalog,
@@ -279,6 +282,42 @@ impl Filesystem {
     /// The sample cache.
     pub fn cache(&self) -> &SampleCache {
         &self.cache
+    }
+
+    /// Measures the model's inputs here and applies the split: the best one for `split: auto`,
+    /// else the configured one, with the model's prediction for it in stats either way.
+    pub fn plan_cache(&self) {
+        if !self.cache.enabled() {
+            return;
+        }
+        let Some(calibration) = crate::calibrate::measure(&self.catalog, &self.config) else {
+            tracing::warn!("no sample could be timed; keeping split {:?}", self.cache.split());
+            return;
+        };
+        let params = &calibration.params;
+        let (split, evaluation) = match self.config.cache.split {
+            SplitChoice::Auto => crate::planner::best_split(params),
+            SplitChoice::Fixed([e, d, a]) => match crate::planner::Split::new(e, d, a) {
+                Ok(split) => (split, crate::planner::evaluate(params, split)),
+                Err(_) => return,
+            },
+        };
+        self.cache.set_split(split.as_array());
+        tracing::info!(
+            split = %split,
+            predicted_samples_per_s = format!("{:.0}", evaluation.samples_per_s),
+            t_da = format!("{:.0}", params.t_da),
+            t_a = format!("{:.0}", params.t_a),
+            b_storage_mb_s = format!("{:.0}", params.b_storage / 1e6),
+            "cache plan"
+        );
+        let doc = serde_json::json!({
+            "split": split.as_array(),
+            "predicted_samples_per_s": evaluation.samples_per_s,
+            "inputs": params,
+            "samples_timed": calibration.samples_timed,
+        });
+        *self.plan.lock().unwrap_or_else(|p| p.into_inner()) = Some(doc);
     }
 
     /// The effective configuration.
@@ -634,8 +673,9 @@ impl Filesystem {
         Ok(Loaded::Bytes(bytes))
     }
 
-    /// One unit of background refill: a fresh augmentation of a cached sample into free
-    /// augmented room. Returns false when there is nothing to do (no room or no candidate).
+    /// One unit of background refill: a fresh augmentation into free augmented room, made from
+    /// the decoded or encoded cache when they hold the sample, else from the source. Returns
+    /// false when there is nothing to do (no room, or every sample already has one).
     pub fn refill_once(&self, cursor: &mut usize) -> bool {
         let out_len = output::encoded_len(&self.config.output, self.augmented_size);
         if !self.cache.augmented.has_room_for(out_len) {
@@ -648,17 +688,24 @@ impl Filesystem {
             if self.cache.augmented.contains(file) || !self.catalog.is_image(file) {
                 continue;
             }
-            let loaded = if self.cache.decoded.contains(file) {
+            if matches!(self.catalog.known_size(file), Some(Err(()))) {
+                continue;
+            }
+            let cached = if self.cache.decoded.contains(file) {
                 self.cache.decoded.get(file).map(Loaded::Pixels)
             } else if self.cache.encoded.contains(file) {
                 self.cache.encoded.get(file).map(Loaded::Bytes)
             } else {
                 None
             };
-            let Some(loaded) = loaded else { continue };
-            if let Ok(out) = self.augment(file, &loaded) {
+            let refilled = match cached {
+                Some(loaded) => self.augment(file, &loaded).map(|out| self.cache.augmented.admit(file, out)),
+                // Not cached in any form: a load from the source admits a fresh augmentation
+                // itself (augmented comes first in the fill order).
+                None => self.load(file, Admit::Augmented).map(|_| true),
+            };
+            if matches!(refilled, Ok(true)) {
                 bump(&self.stats.refills, 1);
-                self.cache.augmented.admit(file, out);
             }
             return true;
         }
@@ -721,6 +768,7 @@ impl Filesystem {
             "stem_collisions": self.catalog.stem_collisions,
             "catalog_bytes_per_sample": self.catalog.bytes_per_sample(),
             "cache": self.cache.stats(),
+            "plan": self.plan.lock().unwrap_or_else(|p| p.into_inner()).clone(),
         });
         let mut text = serde_json::to_string_pretty(&self.stats.to_json(extra)).unwrap_or_default();
         text.push('\n');

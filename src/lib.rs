@@ -6,6 +6,8 @@
 //! - [`augment`]: torchvision's operations, their random draws, the geometry they fold into.
 //! - [`jpeg`]: TurboJPEG header probing and the region/DCT-scaled decode.
 //! - [`cache`]: the tiered sample cache (encoded, decoded, augmented), budgets, single-flight.
+//! - [`planner`]: Seneca's throughput model (pure functions) and the best split.
+//! - [`calibrate`]: measures the model's inputs on the running machine.
 //! - [`pipeline`]: source bytes to output pixels (fast path and reference path).
 //! - [`output`]: PPM / npy encoding with sizes known up front.
 //! - [`filesystem`]: the filesystem core (inodes, views, handles), called by tests directly.
@@ -16,6 +18,7 @@
 
 pub mod augment;
 pub mod cache;
+pub mod calibrate;
 pub mod catalog;
 pub mod config;
 pub mod error;

@@ -35,6 +35,15 @@ enum Command {
         /// The mountpoint.
         mountpoint: PathBuf,
     },
+    /// Seneca's model: the best cache split and its predicted samples/s (one JSON object).
+    Plan {
+        /// Model parameters (YAML, the paper's symbols; see mount-configs/plan-example.yaml).
+        #[arg(long)]
+        params: PathBuf,
+        /// Also evaluate this split, E-D-A percent.
+        #[arg(long)]
+        split: Option<String>,
+    },
     /// Validate a configuration and print it as prepfs will use it.
     Check {
         config: PathBuf,
@@ -74,6 +83,18 @@ fn main() -> ExitCode {
                 }
                 Err(e) => fail(format!("{}: {e} (is prepfs mounted there?)", path.display())),
             }
+        }
+        Command::Plan { params, split } => {
+            let params = match prepfs::planner::load_params(&params) {
+                Ok(p) => p,
+                Err(e) => return fail(e),
+            };
+            let split = match split.map(|s| s.parse::<prepfs::planner::Split>()).transpose() {
+                Ok(s) => s,
+                Err(e) => return fail(e),
+            };
+            println!("{}", prepfs::planner::plan_json(&params, split));
+            ExitCode::SUCCESS
         }
         Command::Check { config, source, mountpoint } => {
             match Config::load(&config, &Overrides { source, mountpoint, seed: None }) {

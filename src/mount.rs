@@ -144,6 +144,7 @@ pub fn run(config: Config) -> Result<(), MountError> {
     let fuse_config = fuser_config(&config);
     let fs = Arc::new(Filesystem::new(config, catalog));
     let adapter = FuseAdapter::new(Arc::clone(&fs), Arc::new(pool));
+    fs.plan_cache();
     if fs.config().cache.refill && fs.cache().enabled() {
         spawn_refill(Arc::clone(&fs)).map_err(MountError::Fuse)?;
     }

@@ -1,0 +1,93 @@
+//! Mounted end-to-end tests of the sample cache: a second epoch over a dataset that fits reads
+//! nothing from the source, and the live stats say what the cache holds.
+
+mod common;
+
+use std::fs;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::{make_dataset, write_config, Mounted};
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn augmented_files(mnt: &Mounted) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for class in fs::read_dir(mnt.path("augmented")).expect("list") {
+        for f in fs::read_dir(class.expect("class").path()).expect("list") {
+            files.push(f.expect("file").path());
+        }
+    }
+    files.sort();
+    files
+}
+
+fn source_bytes(mnt: &Mounted) -> u64 {
+    mnt.stats()["source_bytes_read"].as_u64().expect("source_bytes_read")
+}
+
+#[test]
+fn a_second_epoch_over_a_set_that_fits_reads_nothing_from_the_source() {
+    for split in ["0-100-0", "100-0-0"] {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let source = make_dataset(tmp.path(), 3, 10, false);
+        let config = write_config(tmp.path(), &format!("seed: 2\ncache: {{ memory: 512MiB, split: {split} }}\n"));
+        let mnt = Mounted::start(tmp.path(), &config, &source, LIMIT);
+        let files = augmented_files(&mnt);
+        assert_eq!(files.len(), 30);
+        // Two parallel readers per epoch, as a DataLoader with two workers would.
+        let epoch = |files: &[PathBuf]| {
+            let halves: Vec<Vec<PathBuf>> = files.chunks(files.len() / 2).map(<[PathBuf]>::to_vec).collect();
+            let readers: Vec<_> = halves
+                .into_iter()
+                .map(|h| std::thread::spawn(move || h.iter().map(|p| fs::read(p).map(|b| b.len())).collect::<Vec<_>>()))
+                .collect();
+            for r in readers {
+                for len in r.join().expect("reader") {
+                    assert_eq!(len.expect("read"), 15 + 224 * 224 * 3);
+                }
+            }
+        };
+        epoch(&files);
+        let after_first = source_bytes(&mnt);
+        let total: u64 = fs::read_dir(&source)
+            .expect("list")
+            .flat_map(|c| fs::read_dir(c.expect("class").path()).expect("list"))
+            .map(|f| f.expect("file"))
+            .filter(|f| f.file_name().to_string_lossy() != "README.txt")
+            .map(|f| f.metadata().expect("stat").len())
+            .sum();
+        assert_eq!(after_first, total, "split {split}: epoch 1 reads each sample once");
+        epoch(&files);
+        assert_eq!(source_bytes(&mnt), after_first, "split {split}: epoch 2 read the source");
+        let stats = mnt.stats();
+        let form = if split == "0-100-0" { "decoded" } else { "encoded" };
+        assert_eq!(stats["cache"][form]["entries"], 30, "{stats}");
+        assert!(stats["cache"][form]["hits"].as_u64().unwrap_or(0) >= 30, "{stats}");
+        let used = stats["cache"][form]["bytes_used"].as_u64().unwrap_or(u64::MAX);
+        assert!(used <= stats["cache"][form]["budget"].as_u64().unwrap_or(0), "{stats}");
+    }
+}
+
+#[test]
+fn prepfs_stats_prints_the_live_figures() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let source = make_dataset(tmp.path(), 1, 3, false);
+    let config = write_config(tmp.path(), "cache: { memory: 64MiB, split: auto }\n");
+    let mnt = Mounted::start(tmp.path(), &config, &source, LIMIT);
+    for f in augmented_files(&mnt) {
+        fs::read(f).expect("read");
+    }
+    let out = std::process::Command::new(common::prepfs_bin())
+        .arg("stats")
+        .arg(&mnt.mountpoint)
+        .output()
+        .expect("prepfs stats");
+    assert!(out.status.success());
+    let stats: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(stats["samples"], 3);
+    assert!(stats["views"]["augmented"]["opens"].as_u64().unwrap_or(0) >= 3);
+    let split = stats["cache"]["split"].as_array().expect("split");
+    assert_eq!(split.iter().filter_map(serde_json::Value::as_u64).sum::<u64>(), 100);
+    assert!(stats["plan"]["predicted_samples_per_s"].as_f64().unwrap_or(0.0) > 0.0, "{stats}");
+}
