@@ -226,6 +226,30 @@ class FormatTest(unittest.TestCase):
                   if ln.startswith("| ") and ln.split(" | ")[0][2:] in ("1a", "4", "2p")}
         self.assertEqual(widths, {len(rb.TABLE_HEADER) - 1})
 
+    def test_report_only(self):
+        d = mkdtemp()
+        report = {
+            "command": "python bench/run_bench.py --data d", "date": "2026-01-01",
+            "quick": False, "page_cache_drop": "yes",
+            "machine": {"cpu_model": "Test CPU", "nproc": 2, "mem_gib": 24.0, "kernel": "6.1",
+                        "loadavg_before": [0.1, 0.1, 0.1]},
+            "settings": {"cpus": [0, 1], "data_samples": 10, "data_classes": 2, "data_mb": 1.2,
+                         "data_mean_kb": 120.0, "reps": 3, "samples_desc": "10 samples",
+                         "workers": 2, "prepfs": {"desc": "not measured"}},
+            "cases": fake_results() + [fake_case("3g", "floor", "torchvision-ppm", [150])],
+        }
+        js = os.path.join(d, "r.json")
+        with open(js, "w") as f:
+            json.dump(report, f)
+        md = os.path.join(d, "B.md")
+        self.assertEqual(rb.main(["--report-only", js, "--md", md, "--charts-dir", d]), 0)
+        with open(md) as f:
+            text = f.read()
+        self.assertIn("| 3d / 3f | 0.40x | **missed** |", text)
+        self.assertIn("this loop alone, over tmpfs (3g), reaches 1.50x", text)
+        with open(js) as f:
+            self.assertEqual(len(json.load(f)["targets"]), len(rb.TARGETS))
+
     def test_pending_rows(self):
         rows = rb.pending_rows(cache_on=False)
         self.assertEqual([r[0] for r in rows], ["2p", "4"])

@@ -482,7 +482,7 @@ mod tests {
             let (i, j, h, w) = random_resized_crop_params(image, (0.08, 1.0), (0.75, 4.0 / 3.0), &mut rng);
             assert!(i + h <= 375 && j + w <= 500 && h > 0 && w > 0);
             let frac = f64::from(w * h) / image.area() as f64;
-            assert!(frac <= 1.0 + 1e-9 && frac >= 0.07, "{frac}");
+            assert!((0.07..=1.0 + 1e-9).contains(&frac), "{frac}");
             areas.push(frac);
         }
         // Uniform area in [0.08, 1] with rejections of too-large crops: the mean sits a bit under

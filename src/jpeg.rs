@@ -166,7 +166,10 @@ thread_local! {
     static HANDLE: RefCell<Option<Handle>> = const { RefCell::new(None) };
 }
 
+// bindgen gives these enums platform-dependent integer types; the casts are for portability.
+#[allow(clippy::unnecessary_cast)]
 const TJPF_RGB: i32 = tj::TJPF_TJPF_RGB as i32;
+#[allow(clippy::unnecessary_cast)]
 const TJPF_CMYK: i32 = tj::TJPF_TJPF_CMYK as i32;
 
 /// The message of the last TurboJPEG error on `handle`.

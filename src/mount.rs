@@ -162,7 +162,7 @@ pub fn run(config: Config) -> Result<(), MountError> {
                 }
             }
         })
-        .map_err(|e| MountError::Fuse(e))?;
+        .map_err(MountError::Fuse)?;
     eprintln!(
         "prepfs: serving {} samples of {} at {} (Ctrl-C to unmount)",
         fs.catalog().sample_count(),
