@@ -133,6 +133,23 @@ struct RawCache {
     policy: Option<String>,
     refill: Option<bool>,
     consumer_samples_per_s: Option<f64>,
+    disk: Option<RawDisk>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDisk {
+    path: Option<PathBuf>,
+    size: Option<Value>,
+}
+
+/// The cache's disk tier: a local directory and its byte budget.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DiskConfig {
+    /// The directory (created if missing; never inside the source or the mountpoint).
+    pub path: PathBuf,
+    /// Bytes of disk for cached encoded and decoded samples.
+    pub size: u64,
 }
 
 /// How the memory is split among the three forms.
@@ -167,6 +184,8 @@ pub struct CacheConfig {
     pub refill: bool,
     /// The consumers' rate for the model (`t_gpu`); `None`: unbounded.
     pub consumer_samples_per_s: Option<f64>,
+    /// The disk tier, if any.
+    pub disk: Option<DiskConfig>,
 }
 
 impl Default for CacheConfig {
@@ -177,6 +196,7 @@ impl Default for CacheConfig {
             policy: EvictionPolicy::Keep,
             refill: true,
             consumer_samples_per_s: None,
+            disk: None,
         }
     }
 }
@@ -220,15 +240,67 @@ pub fn parse_split(text: &str) -> Result<[u32; 3], String> {
     Ok(out)
 }
 
-fn cache_config(text: &str, raw: Option<RawCache>) -> Result<CacheConfig, ConfigError> {
+/// A size value (a number of bytes, or a string with a unit) of the key `key`.
+fn size_value(text: &str, key: &str, value: &Value) -> Result<u64, ConfigError> {
+    match value {
+        Value::Number(n) => n.as_u64().ok_or_else(|| ConfigError::at(text, key, "must be a size")),
+        Value::String(s) => parse_bytes(s).map_err(|e| ConfigError::at(text, key, e)),
+        _ => Err(ConfigError::at(text, key, "must be a size like 8GiB")),
+    }
+}
+
+/// Validates `cache.disk`: both keys given, the directory made if missing, and not inside the
+/// source (nor the mountpoint, which would hide it).
+fn disk_config(text: &str, raw: RawDisk, source: &Path, mountpoint: &Path) -> Result<DiskConfig, ConfigError> {
+    let path = raw.path.ok_or_else(|| ConfigError::at(text, "disk", "`path` is missing"))?;
+    let size = raw.size.ok_or_else(|| ConfigError::at(text, "disk", "`size` is missing"))?;
+    let size = size_value(text, "size", &size)?;
+    if size == 0 {
+        return Err(ConfigError::at(text, "size", "must be positive"));
+    }
+    // Resolved before anything is created, so that a refused path never writes into the source.
+    let resolved = resolve(&path).map_err(|e| ConfigError::at(text, "path", e))?;
+    if resolved.starts_with(source) {
+        return Err(ConfigError::at(text, "path", "the disk cache must not lie inside the source"));
+    }
+    let mountpoint = resolve(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
+    if resolved.starts_with(&mountpoint) {
+        return Err(ConfigError::at(text, "path", "the disk cache must not lie inside the mountpoint"));
+    }
+    std::fs::create_dir_all(&resolved)
+        .map_err(|e| ConfigError::at(text, "path", format!("cannot create {}: {e}", resolved.display())))?;
+    let path = resolved.canonicalize().map_err(|e| ConfigError::at(text, "path", e))?;
+    Ok(DiskConfig { path, size })
+}
+
+/// `path` made absolute with its longest existing prefix canonicalized (symlinks followed);
+/// the part that does not exist yet is appended as written.
+fn resolve(path: &Path) -> std::io::Result<PathBuf> {
+    let absolute = if path.is_absolute() { path.to_path_buf() } else { std::env::current_dir()?.join(path) };
+    let mut existing = absolute.as_path();
+    let mut missing = Vec::new();
+    while !existing.exists() {
+        match (existing.file_name(), existing.parent()) {
+            (Some(name), Some(parent)) => {
+                missing.push(name.to_owned());
+                existing = parent;
+            }
+            _ => break,
+        }
+    }
+    let mut out = existing.canonicalize()?;
+    out.extend(missing.iter().rev());
+    Ok(out)
+}
+
+fn cache_config(text: &str, raw: Option<RawCache>, source: &Path, mountpoint: &Path) -> Result<CacheConfig, ConfigError> {
     let Some(raw) = raw else { return Ok(CacheConfig::default()) };
     let mut cache = CacheConfig::default();
     if let Some(memory) = raw.memory {
-        cache.memory = match &memory {
-            Value::Number(n) => n.as_u64().ok_or_else(|| ConfigError::at(text, "memory", "must be a size"))?,
-            Value::String(s) => parse_bytes(s).map_err(|e| ConfigError::at(text, "memory", e))?,
-            _ => return Err(ConfigError::at(text, "memory", "must be a size like 8GiB")),
-        };
+        cache.memory = size_value(text, "memory", &memory)?;
+    }
+    if let Some(disk) = raw.disk {
+        cache.disk = Some(disk_config(text, disk, source, mountpoint)?);
     }
     if let Some(split) = raw.split {
         cache.split = if split.trim() == "auto" {
@@ -355,7 +427,7 @@ impl Config {
             }
         };
         validate_output(text, &mut output, &augment)?;
-        let cache = cache_config(text, raw.cache)?;
+        let cache = cache_config(text, raw.cache, &source, &mountpoint)?;
         Ok(Config {
             source,
             mountpoint,
@@ -537,6 +609,34 @@ mod tests {
         assert!(err.contains("split") && err.contains("line 2"), "{err}");
         let err = parse("cache: { memroy: 1GB }\n").unwrap_err().to_string();
         assert!(err.contains("memroy"), "{err}");
+    }
+
+    #[test]
+    fn cache_disk_settings_parse_and_are_checked() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let source = tmp.path().join("src");
+        std::fs::create_dir_all(&source).expect("mkdir");
+        let overrides = Overrides { source: Some(source.clone()), mountpoint: Some(tmp.path().join("mnt")), seed: None };
+        let parse = |yaml: &str| Config::parse(yaml, &overrides);
+        let disk = tmp.path().join("nvme/cache");
+        let yaml = format!("cache:\n  memory: 1GiB\n  disk: {{ path: {}, size: 100GiB }}\n", disk.display());
+        let c = parse(&yaml).expect("valid");
+        let d = c.cache.disk.expect("disk");
+        assert_eq!(d.size, 100 << 30);
+        assert!(disk.is_dir(), "the path is created");
+        assert_eq!(d.path, disk.canonicalize().expect("canonical"));
+        assert_eq!(parse("cache: { memory: 1MiB }\n").expect("valid").cache.disk, None);
+
+        let err = parse(&format!("cache:\n  disk:\n    path: {}\n    size: 10 GiBs\n", disk.display())).unwrap_err().to_string();
+        assert!(err.contains("size") && err.contains("line 4"), "{err}");
+        let err = parse(&format!("cache:\n  disk:\n    path: {}\n    sise: 1GiB\n", disk.display())).unwrap_err().to_string();
+        assert!(err.contains("sise") && err.contains("line"), "{err}");
+        let err = parse("cache:\n  disk: { size: 1GiB }\n").unwrap_err().to_string();
+        assert!(err.contains("disk") && err.contains("path"), "{err}");
+        let inside = source.join("cache");
+        let err = parse(&format!("cache:\n  disk: {{ path: {}, size: 1GiB }}\n", inside.display())).unwrap_err().to_string();
+        assert!(err.contains("path") && err.contains("inside the source"), "{err}");
+        assert!(!inside.exists(), "a refused path is not created in the source");
     }
 
     #[test]

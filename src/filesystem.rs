@@ -14,17 +14,18 @@
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
-use std::io::BufReader;
+use std::io::{BufReader, Read};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::augment::{draw_rng, plan_sample, SamplePlan, Size2};
 use crate::cache::{SampleCache, SingleFlight};
 use crate::catalog::{Catalog, DirId, Entry, FileId};
 use crate::config::{Config, SplitChoice};
+use crate::disk_cache::{self, DiskCache, DiskHit, DiskKind};
 use crate::jpeg::Rgb;
 use crate::error::{Error, Result};
 use crate::output;
@@ -222,6 +223,8 @@ pub struct Filesystem {
     augmented_size: Size2,
     mounted_at: SystemTime,
     cache: SampleCache,
+    /// The cache's disk tier, when configured (and its directory could be opened).
+    disk: Option<DiskCache>,
     /// The model's prediction for the split in force: (split, samples/s).
     plan: Mutex<Option<serde_json::Value>>,
     /// Concurrent misses of one sample read and decode it once.
@@ -255,8 +258,17 @@ impl Filesystem {
             SplitChoice::Auto => [0, 50, 50],
         };
         let cache = SampleCache::new(config.cache.memory, split, config.cache.policy);
+        // A disk tier that cannot be opened leaves the mount serving from memory and the source.
+        let disk = config.cache.disk.as_ref().and_then(|d| match DiskCache::open(&d.path, d.size) {
+            Ok(disk) => Some(disk),
+            Err(e) => {
+                tracing::warn!("{e}; serving without the disk tier");
+                None
+            }
+        });
         Filesystem {
             cache,
+            disk,
             plan: Mutex::new(None),
             loads: SingleFlight::default(),
             config,
@@ -282,6 +294,11 @@ impl Filesystem {
     /// The sample cache.
     pub fn cache(&self) -> &SampleCache {
         &self.cache
+    }
+
+    /// The cache's disk tier, if one is open.
+    pub fn disk_cache(&self) -> Option<&DiskCache> {
+        self.disk.as_ref()
     }
 
     /// Measures the model's inputs here and applies the split: the best one for `split: auto`,
@@ -626,28 +643,79 @@ impl Filesystem {
             return Ok(Loaded::Bytes(b));
         }
         let path = self.catalog.file_path(file);
-        self.loads.run(file, || self.load_from_source(file, want)).map_err(|f| match f {
+        let work = || match self.load_from_disk(file) {
+            Some(loaded) => Ok(loaded),
+            None => self.load_from_source(file, want),
+        };
+        self.loads.run(file, work).map_err(|f| match f {
             LoadFailure::Decode(why) => Error::decode(&path, why),
             LoadFailure::Source(kind, why) => Error::source_io(&path, std::io::Error::new(kind, why)),
         })
     }
 
+    /// The disk tier's key for a source file: its relative path, size and mtime.
+    fn disk_key(&self, file: FileId, meta: &std::fs::Metadata) -> u64 {
+        let path = self.catalog.file_path(file);
+        let rel = path.strip_prefix(self.catalog.root()).unwrap_or(&path);
+        disk_cache::key_of(rel, meta.len(), meta.modified().unwrap_or(UNIX_EPOCH))
+    }
+
+    /// The sample from the disk tier (decoded pixels first, then encoded bytes), promoted into
+    /// the memory form while it has room. A damaged entry reads as a miss (the tier drops it).
+    fn load_from_disk(&self, file: FileId) -> Option<Loaded> {
+        let disk = self.disk.as_ref()?;
+        let meta = std::fs::metadata(self.catalog.file_path(file)).ok()?;
+        match disk.get(self.disk_key(file, &meta))? {
+            DiskHit::Pixels(pixels) => {
+                let pixels = Arc::new(pixels);
+                self.cache.decoded.admit(file, Arc::clone(&pixels));
+                Some(Loaded::Pixels(pixels))
+            }
+            DiskHit::Bytes(bytes) => {
+                let bytes: Arc<[u8]> = bytes.into();
+                self.cache.encoded.admit(file, Arc::clone(&bytes));
+                Some(Loaded::Bytes(bytes))
+            }
+        }
+    }
+
+    /// Spills what a miss produced to the disk tier: the pixels, or the source bytes when the
+    /// pixels do not fit (augmented outputs never go to disk). Queued, not written, here.
+    fn spill(&self, key: Option<u64>, pixels: Option<&Arc<Rgb>>, bytes: &Arc<[u8]>) {
+        let (Some(disk), Some(key)) = (self.disk.as_ref(), key) else { return };
+        let pixels_spilled = pixels.is_some_and(|p| disk.admit_decoded(key, Arc::clone(p)));
+        if !pixels_spilled && !disk.contains(DiskKind::Decoded, key) {
+            disk.admit_encoded(key, Arc::clone(bytes));
+        }
+    }
+
     /// Reads a sample from the source and admits it in Seneca's fill order: augmented while it
     /// has room (a second, fresh augmentation of the same decode is kept for a later open; the
-    /// pixels go to decoded too if it has room), then decoded, then encoded.
+    /// pixels go to decoded too if it has room), then decoded, then encoded. The encoded bytes or
+    /// decoded pixels also spill to the disk tier, whether or not memory took them.
     fn load_from_source(&self, file: FileId, want: Admit) -> std::result::Result<Loaded, LoadFailure> {
         let path = self.catalog.file_path(file);
-        let bytes: Arc<[u8]> = std::fs::read(&path)
-            .map_err(|e| {
-                let kind = e.kind();
-                LoadFailure::Source(kind, self.source_error(&path, e).to_string())
-            })?
-            .into();
+        // The metadata comes from the open file, so the disk key names the bytes read.
+        let read = || -> std::io::Result<(Vec<u8>, std::fs::Metadata)> {
+            let mut f = File::open(&path)?;
+            let meta = f.metadata()?;
+            let mut buf = Vec::with_capacity(meta.len() as usize);
+            f.read_to_end(&mut buf)?;
+            Ok((buf, meta))
+        };
+        let (bytes, meta) = read().map_err(|e| {
+            let kind = e.kind();
+            LoadFailure::Source(kind, self.source_error(&path, e).to_string())
+        })?;
+        let bytes: Arc<[u8]> = bytes.into();
         bump(&self.stats.source_bytes_read, bytes.len() as u64);
+        let key = self.disk.as_ref().map(|_| self.disk_key(file, &meta));
         if !self.cache.enabled() {
+            self.spill(key, None, &bytes);
             return Ok(Loaded::Bytes(bytes));
         }
-        let decoded_len = self.source_size(file).map(|s| s.area() * 3).unwrap_or(0);
+        // The header is in hand: no second read of the file for its size.
+        let decoded_len = pipeline::probe_size(std::io::Cursor::new(&bytes[..])).map_or(0, |s| s.area() * 3);
         let full_decode = |fs: &Self| {
             fs.timed_decode(file, || pipeline::decode_full(&bytes, fs.config.max_pixels))
                 .map(Arc::new)
@@ -662,14 +730,17 @@ impl Filesystem {
             // The pixels are in hand: keep them too while decoded has room, so the refill
             // worker can make later augmentations without the source.
             self.cache.decoded.admit(file, Arc::clone(&pixels));
+            self.spill(key, Some(&pixels), &bytes);
             return Ok(Loaded::Pixels(pixels));
         }
         if want == Admit::Pixels || self.cache.decoded.has_room_for(decoded_len) {
             let pixels = full_decode(self)?;
             self.cache.decoded.admit(file, Arc::clone(&pixels));
+            self.spill(key, Some(&pixels), &bytes);
             return Ok(Loaded::Pixels(pixels));
         }
         self.cache.encoded.admit(file, Arc::clone(&bytes));
+        self.spill(key, None, &bytes);
         Ok(Loaded::Bytes(bytes))
     }
 
@@ -758,6 +829,15 @@ impl Filesystem {
         }
     }
 
+    /// The cache's figures, with the disk tier's under `disk` (null without one).
+    fn cache_stats(&self) -> serde_json::Value {
+        let mut stats = self.cache.stats();
+        if let Some(obj) = stats.as_object_mut() {
+            obj.insert("disk".into(), self.disk.as_ref().map_or(serde_json::Value::Null, DiskCache::stats));
+        }
+        stats
+    }
+
     /// The live figures, as served in `.prepfs/stats.json`.
     pub fn stats_json(&self) -> String {
         let extra = serde_json::json!({
@@ -767,7 +847,7 @@ impl Filesystem {
             "directories": self.catalog.dir_count(),
             "stem_collisions": self.catalog.stem_collisions,
             "catalog_bytes_per_sample": self.catalog.bytes_per_sample(),
-            "cache": self.cache.stats(),
+            "cache": self.cache_stats(),
             "plan": self.plan.lock().unwrap_or_else(|p| p.into_inner()).clone(),
         });
         let mut text = serde_json::to_string_pretty(&self.stats.to_json(extra)).unwrap_or_default();

@@ -6,6 +6,7 @@
 //! - [`augment`]: torchvision's operations, their random draws, the geometry they fold into.
 //! - [`jpeg`]: TurboJPEG header probing and the region/DCT-scaled decode.
 //! - [`cache`]: the tiered sample cache (encoded, decoded, augmented), budgets, single-flight.
+//! - [`disk_cache`]: the cache's disk tier (encoded and decoded entries, checked on read).
 //! - [`planner`]: Seneca's throughput model (pure functions) and the best split.
 //! - [`calibrate`]: measures the model's inputs on the running machine.
 //! - [`pipeline`]: source bytes to output pixels (fast path and reference path).
@@ -21,6 +22,7 @@ pub mod cache;
 pub mod calibrate;
 pub mod catalog;
 pub mod config;
+pub mod disk_cache;
 pub mod error;
 pub mod filesystem;
 pub mod fuse;

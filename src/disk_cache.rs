@@ -1,0 +1,951 @@
+//! The disk tier of the sample cache: encoded bytes and decoded pixels spilled to a local
+//! directory (for example an NVMe) within a byte budget. It survives an unmount and remount, and
+//! checks every entry it reads back.
+//!
+//! It owns the on-disk layout, the index of what is held, the budget, and the background writer.
+//!
+//! - **Layout.** One file per entry: `DIR/encoded/<kk>/<key>.bin` and `DIR/decoded/<kk>/<key>.bin`,
+//!   `key` the 16 hex digits of [`key_of`] and `kk` its first two. The key hashes (FNV-1a 64) the
+//!   source file's path relative to the source root, its size and its mtime, so it is the same
+//!   after a remount and a changed source file never finds its stale entry.
+//! - **File format** (little-endian), a 40-byte header then the payload:
+//!   `0..4` magic `PFDC`, `4..6` version (1), `6` kind (1 encoded, 2 decoded), `7` zero,
+//!   `8..16` key, `16..24` payload length, `24..28` width, `28..32` height (decoded; 0 for
+//!   encoded), `32..36` CRC-32 (IEEE) over header bytes `0..32` and the payload, `36..40` zero.
+//!   The payload is the source bytes (encoded) or packed RGB rows (decoded).
+//! - **Reads** check the header against the file's name and length and the CRC over the whole
+//!   payload, every time. A damaged, truncated or unreadable file is deleted, counted
+//!   (`corrupt_dropped`), logged, and answered as a miss: never served.
+//! - **Writes** go to a temporary name beside the entry, then `rename` (atomic): a crash leaves
+//!   a temporary file (removed by the next scan), never a half entry under a real name. They run
+//!   on one background writer thread fed by a bounded queue (by jobs and by bytes); a write that
+//!   does not fit the queue is dropped (counted), never waited for.
+//! - **Budget.** Each entry is charged its file length rounded up to 4 KiB blocks, reserved
+//!   atomically before the write is queued, so `used` never passes `size`. Entries stay once
+//!   written (Seneca's keep rule). Any write error (`ENOSPC` included) stops admission for the
+//!   rest of the mount (logged once, counted in `write_errors`); requests never fail for it.
+//! - **Warm restart.** Opening the store scans `DIR`, checks each entry's header and length, and
+//!   rebuilds the index and the bytes used; files with bad headers are deleted.
+//!
+//! No lock is held across I/O: index shards are locked only to find, insert or remove a key.
+
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::json;
+
+use crate::jpeg::Rgb;
+
+/// Bytes of the header before every payload.
+pub const HEADER_LEN: usize = 40;
+const MAGIC: [u8; 4] = *b"PFDC";
+const VERSION: u16 = 1;
+/// Entries are charged in whole blocks of this many bytes (what a filesystem allocates).
+pub const BLOCK: u64 = 4096;
+const SHARDS: usize = 16;
+/// The writer's queue: at most this many jobs ...
+const QUEUE_JOBS: usize = 256;
+/// ... holding at most this many payload bytes (memory pinned by queued writes).
+const QUEUE_BYTES: u64 = 64 << 20;
+
+/// A store that could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum DiskError {
+    #[error("disk cache {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Why an entry file is refused.
+#[derive(Debug, thiserror::Error)]
+enum Damage {
+    #[error("shorter than its header")]
+    Short,
+    #[error("bad magic")]
+    Magic,
+    #[error("format version {0}, expected {VERSION}")]
+    Version(u16),
+    #[error("kind byte {0} in the {1} directory")]
+    Kind(u8, &'static str),
+    #[error("key in the header does not match the file name")]
+    Key,
+    #[error("{actual} bytes, the header says {expected}")]
+    Length { actual: u64, expected: u64 },
+    #[error("{width}x{height} pixels do not fill {len} payload bytes")]
+    Dims { width: u32, height: u32, len: u64 },
+    #[error("checksum mismatch")]
+    Checksum,
+    #[error("unreadable: {0}")]
+    Io(io::Error),
+}
+
+/// The two forms the disk tier holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiskKind {
+    Encoded,
+    Decoded,
+}
+
+impl DiskKind {
+    pub const ALL: [DiskKind; 2] = [DiskKind::Encoded, DiskKind::Decoded];
+
+    fn code(self) -> u8 {
+        match self {
+            DiskKind::Encoded => 1,
+            DiskKind::Decoded => 2,
+        }
+    }
+    fn index(self) -> usize {
+        self.code() as usize - 1
+    }
+    /// The subdirectory of the store holding this kind.
+    pub fn dir_name(self) -> &'static str {
+        match self {
+            DiskKind::Encoded => "encoded",
+            DiskKind::Decoded => "decoded",
+        }
+    }
+}
+
+/// FNV-1a, 64 bits: stable across builds and Rust versions (unlike `DefaultHasher`).
+pub fn fnv1a64(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        for &b in *part {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// The key of a source file's entries: its path relative to the source root, its size and its
+/// mtime (to the nanosecond), hashed. A rewritten source file gets a new key.
+pub fn key_of(rel_path: &Path, len: u64, mtime: SystemTime) -> u64 {
+    let since = match mtime.duration_since(UNIX_EPOCH) {
+        Ok(d) => d,
+        Err(e) => e.duration(),
+    };
+    fnv1a64(&[
+        rel_path.as_os_str().as_bytes(),
+        &[0],
+        &len.to_le_bytes(),
+        &since.as_secs().to_le_bytes(),
+        &since.subsec_nanos().to_le_bytes(),
+    ])
+}
+
+/// CRC-32 (IEEE 802.3, reflected, as zlib's `crc32`), slicing by eight.
+struct Crc32(u32);
+
+const CRC_TABLES: [[u32; 256]; 8] = crc_tables();
+
+const fn crc_tables() -> [[u32; 256]; 8] {
+    let mut t = [[0u32; 256]; 8];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = i as u32;
+        let mut k = 0;
+        while k < 8 {
+            c = if c & 1 != 0 { 0xEDB8_8320 ^ (c >> 1) } else { c >> 1 };
+            k += 1;
+        }
+        t[0][i] = c;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 256 {
+        let mut s = 1;
+        while s < 8 {
+            let prev = t[s - 1][i];
+            t[s][i] = (prev >> 8) ^ t[0][(prev & 0xff) as usize];
+            s += 1;
+        }
+        i += 1;
+    }
+    t
+}
+
+impl Crc32 {
+    fn new() -> Self {
+        Crc32(!0)
+    }
+    fn update(&mut self, data: &[u8]) {
+        let t = &CRC_TABLES;
+        let mut c = self.0;
+        let mut chunks = data.chunks_exact(8);
+        for ch in &mut chunks {
+            let lo = c ^ u32::from_le_bytes([ch[0], ch[1], ch[2], ch[3]]);
+            c = t[7][(lo & 0xff) as usize]
+                ^ t[6][((lo >> 8) & 0xff) as usize]
+                ^ t[5][((lo >> 16) & 0xff) as usize]
+                ^ t[4][(lo >> 24) as usize]
+                ^ t[3][ch[4] as usize]
+                ^ t[2][ch[5] as usize]
+                ^ t[1][ch[6] as usize]
+                ^ t[0][ch[7] as usize];
+        }
+        for &b in chunks.remainder() {
+            c = (c >> 8) ^ t[0][((c ^ u32::from(b)) & 0xff) as usize];
+        }
+        self.0 = c;
+    }
+    fn finish(&self) -> u32 {
+        !self.0
+    }
+}
+
+/// CRC-32 of `data`.
+pub fn crc32(data: &[u8]) -> u32 {
+    let mut c = Crc32::new();
+    c.update(data);
+    c.finish()
+}
+
+/// What a lookup found.
+pub enum DiskHit {
+    /// Full-resolution pixels.
+    Pixels(Rgb),
+    /// The source bytes.
+    Bytes(Vec<u8>),
+}
+
+/// A payload queued for writing.
+enum Payload {
+    Bytes(Arc<[u8]>),
+    Pixels(Arc<Rgb>),
+}
+
+impl Payload {
+    fn data(&self) -> &[u8] {
+        match self {
+            Payload::Bytes(b) => b,
+            Payload::Pixels(p) => &p.pixels,
+        }
+    }
+    fn dims(&self) -> (u32, u32) {
+        match self {
+            Payload::Bytes(_) => (0, 0),
+            Payload::Pixels(p) => (p.width, p.height),
+        }
+    }
+}
+
+struct Job {
+    kind: DiskKind,
+    key: u64,
+    gen: u64,
+    payload: Payload,
+}
+
+/// One index entry: its charge, whether its file is written, and a generation that tells a
+/// later entry for the same key from this one.
+#[derive(Clone, Copy)]
+struct Slot {
+    charge: u64,
+    ready: bool,
+    gen: u64,
+}
+
+type Shard = Mutex<HashMap<u64, Slot>>;
+
+/// The state shared with the writer thread.
+struct Inner {
+    dir: PathBuf,
+    size: u64,
+    used: AtomicU64,
+    index: [Vec<Shard>; 2],
+    entries: [AtomicU64; 2],
+    next_gen: AtomicU64,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    corrupt_dropped: AtomicU64,
+    write_errors: AtomicU64,
+    dropped_writes: AtomicU64,
+    admitting: AtomicBool,
+    queued_jobs: AtomicU64,
+    queued_bytes: AtomicU64,
+}
+
+/// The disk tier: see the module documentation.
+pub struct DiskCache {
+    inner: Arc<Inner>,
+    sender: Mutex<Option<SyncSender<Job>>>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+}
+
+fn charge_of(file_len: u64) -> u64 {
+    file_len.div_ceil(BLOCK) * BLOCK
+}
+
+fn parse_key(name: &str) -> Option<u64> {
+    let hex = name.strip_suffix(".bin")?;
+    (hex.len() == 16).then(|| u64::from_str_radix(hex, 16).ok()).flatten()
+}
+
+/// The header for an entry (with its CRC filled in over `payload`).
+fn header(kind: DiskKind, key: u64, payload: &[u8], (width, height): (u32, u32)) -> [u8; HEADER_LEN] {
+    let mut h = [0u8; HEADER_LEN];
+    h[0..4].copy_from_slice(&MAGIC);
+    h[4..6].copy_from_slice(&VERSION.to_le_bytes());
+    h[6] = kind.code();
+    h[8..16].copy_from_slice(&key.to_le_bytes());
+    h[16..24].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+    h[24..28].copy_from_slice(&width.to_le_bytes());
+    h[28..32].copy_from_slice(&height.to_le_bytes());
+    let mut crc = Crc32::new();
+    crc.update(&h[0..32]);
+    crc.update(payload);
+    h[32..36].copy_from_slice(&crc.finish().to_le_bytes());
+    h
+}
+
+/// The fields of a header that passed its checks: payload length, width, height, CRC.
+struct Header {
+    len: u64,
+    width: u32,
+    height: u32,
+    crc: u32,
+}
+
+fn le_u32(b: &[u8]) -> u32 {
+    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+}
+fn le_u64(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    u64::from_le_bytes(a)
+}
+
+/// Checks a header against where the file lies (kind, key) and its length.
+fn check_header(h: &[u8; HEADER_LEN], kind: DiskKind, key: u64, file_len: u64) -> Result<Header, Damage> {
+    if h[0..4] != MAGIC {
+        return Err(Damage::Magic);
+    }
+    let version = u16::from_le_bytes([h[4], h[5]]);
+    if version != VERSION {
+        return Err(Damage::Version(version));
+    }
+    if h[6] != kind.code() || h[7] != 0 || h[36..40] != [0; 4] {
+        return Err(Damage::Kind(h[6], kind.dir_name()));
+    }
+    if le_u64(&h[8..16]) != key {
+        return Err(Damage::Key);
+    }
+    let len = le_u64(&h[16..24]);
+    let expected = len.saturating_add(HEADER_LEN as u64);
+    if file_len != expected {
+        return Err(Damage::Length { actual: file_len, expected });
+    }
+    let (width, height) = (le_u32(&h[24..28]), le_u32(&h[28..32]));
+    let dims_ok = match kind {
+        DiskKind::Encoded => width == 0 && height == 0,
+        DiskKind::Decoded => u64::from(width) * u64::from(height) * 3 == len,
+    };
+    if !dims_ok {
+        return Err(Damage::Dims { width, height, len });
+    }
+    Ok(Header { len, width, height, crc: le_u32(&h[32..36]) })
+}
+
+/// Reads one entry file whole and checks it. `Ok(None)`: the file is gone.
+fn read_entry(path: &Path, kind: DiskKind, key: u64) -> Result<Option<(Header, Vec<u8>)>, Damage> {
+    let mut f = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Damage::Io(e)),
+    };
+    let file_len = f.metadata().map_err(Damage::Io)?.len();
+    let mut h = [0u8; HEADER_LEN];
+    f.read_exact(&mut h).map_err(|e| if e.kind() == io::ErrorKind::UnexpectedEof { Damage::Short } else { Damage::Io(e) })?;
+    let header = check_header(&h, kind, key, file_len)?;
+    let mut payload = Vec::with_capacity(header.len as usize);
+    f.take(header.len + 1).read_to_end(&mut payload).map_err(Damage::Io)?;
+    if payload.len() as u64 != header.len {
+        return Err(Damage::Length { actual: HEADER_LEN as u64 + payload.len() as u64, expected: HEADER_LEN as u64 + header.len });
+    }
+    let mut crc = Crc32::new();
+    crc.update(&h[0..32]);
+    crc.update(&payload);
+    if crc.finish() != header.crc {
+        return Err(Damage::Checksum);
+    }
+    Ok(Some((header, payload)))
+}
+
+/// Checks an entry's header and length only (the scan at open; reads check the payload).
+fn probe_entry(path: &Path, kind: DiskKind, key: u64) -> Result<u64, Damage> {
+    let mut f = File::open(path).map_err(Damage::Io)?;
+    let file_len = f.metadata().map_err(Damage::Io)?.len();
+    let mut h = [0u8; HEADER_LEN];
+    f.read_exact(&mut h).map_err(|e| if e.kind() == io::ErrorKind::UnexpectedEof { Damage::Short } else { Damage::Io(e) })?;
+    check_header(&h, kind, key, file_len)?;
+    Ok(file_len)
+}
+
+impl Inner {
+    fn entry_path(&self, kind: DiskKind, key: u64) -> PathBuf {
+        let name = format!("{key:016x}");
+        self.dir.join(kind.dir_name()).join(&name[..2]).join(format!("{name}.bin"))
+    }
+
+    fn shard(&self, kind: DiskKind, key: u64) -> std::sync::MutexGuard<'_, HashMap<u64, Slot>> {
+        self.index[kind.index()][(key % SHARDS as u64) as usize].lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn reserve(&self, bytes: u64) -> bool {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |used| {
+                (used.saturating_add(bytes) <= self.size).then_some(used + bytes)
+            })
+            .is_ok()
+    }
+
+    /// Takes the slot of `key` out of the index if it is still generation `gen`, releasing its
+    /// charge. Returns whether it did.
+    fn forget(&self, kind: DiskKind, key: u64, gen: u64) -> bool {
+        let removed = {
+            let mut shard = self.shard(kind, key);
+            match shard.get(&key) {
+                Some(slot) if slot.gen == gen => shard.remove(&key),
+                _ => None,
+            }
+        };
+        match removed {
+            Some(slot) => {
+                self.used.fetch_sub(slot.charge, Ordering::AcqRel);
+                if slot.ready {
+                    self.entries[kind.index()].fetch_sub(1, Ordering::Relaxed);
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Writes one queued entry: temporary file, then rename.
+    fn write(&self, job: &Job) -> io::Result<()> {
+        let path = self.entry_path(job.kind, job.key);
+        let parent = path.parent().unwrap_or(&self.dir);
+        fs::create_dir_all(parent)?;
+        let tmp = parent.join(format!(".{:016x}.{}.tmp", job.key, job.gen));
+        let data = job.payload.data();
+        let head = header(job.kind, job.key, data, job.payload.dims());
+        let written = File::create(&tmp).and_then(|mut f| {
+            f.write_all(&head)?;
+            f.write_all(data)?;
+            f.flush()
+        });
+        let result = written.and_then(|()| fs::rename(&tmp, &path));
+        if result.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        result
+    }
+
+    fn run_writer(&self, jobs: Receiver<Job>) {
+        for job in jobs {
+            let len = job.payload.data().len() as u64;
+            match self.write(&job) {
+                Ok(()) => {
+                    let mut shard = self.shard(job.kind, job.key);
+                    if let Some(slot) = shard.get_mut(&job.key).filter(|s| s.gen == job.gen) {
+                        slot.ready = true;
+                        self.entries[job.kind.index()].fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                Err(e) => {
+                    self.forget(job.kind, job.key, job.gen);
+                    self.write_errors.fetch_add(1, Ordering::Relaxed);
+                    if self.admitting.swap(false, Ordering::AcqRel) {
+                        tracing::warn!(
+                            dir = %self.dir.display(),
+                            error = %e,
+                            "disk cache write failed; the disk tier stops admitting for this mount"
+                        );
+                    }
+                }
+            }
+            self.queued_bytes.fetch_sub(len, Ordering::AcqRel);
+            self.queued_jobs.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Rebuilds the index from the files under `dir`; returns (entries, corrupt files dropped).
+    fn scan(&self) -> Result<(), DiskError> {
+        let io_err = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| DiskError::Io { path, source }
+        };
+        for kind in DiskKind::ALL {
+            let kind_dir = self.dir.join(kind.dir_name());
+            fs::create_dir_all(&kind_dir).map_err(io_err(&kind_dir))?;
+            for prefix in fs::read_dir(&kind_dir).map_err(io_err(&kind_dir))? {
+                let prefix = prefix.map_err(io_err(&kind_dir))?.path();
+                if !prefix.is_dir() {
+                    continue;
+                }
+                for file in fs::read_dir(&prefix).map_err(io_err(&prefix))? {
+                    let path = file.map_err(io_err(&prefix))?.path();
+                    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                    if name.starts_with('.') && name.ends_with(".tmp") {
+                        let _ = fs::remove_file(&path); // an interrupted write
+                        continue;
+                    }
+                    let Some(key) = parse_key(&name) else { continue }; // not ours: left alone
+                    match probe_entry(&path, kind, key) {
+                        Ok(file_len) => {
+                            let charge = charge_of(file_len);
+                            if !self.reserve(charge) {
+                                // Over a smaller `size` than the last mount's.
+                                let _ = fs::remove_file(&path);
+                                continue;
+                            }
+                            let gen = self.next_gen.fetch_add(1, Ordering::Relaxed);
+                            self.shard(kind, key).insert(key, Slot { charge, ready: true, gen });
+                            self.entries[kind.index()].fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(why) => {
+                            tracing::warn!(file = %path.display(), "disk cache entry dropped at scan: {why}");
+                            self.corrupt_dropped.fetch_add(1, Ordering::Relaxed);
+                            let _ = fs::remove_file(&path);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl DiskCache {
+    /// Opens (creating if missing) the store at `dir` with `size` bytes, rebuilding its index
+    /// from the entries already there, and starts its writer thread.
+    pub fn open(dir: &Path, size: u64) -> Result<DiskCache, DiskError> {
+        fs::create_dir_all(dir).map_err(|source| DiskError::Io { path: dir.to_path_buf(), source })?;
+        let shards = || (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect::<Vec<_>>();
+        let inner = Arc::new(Inner {
+            dir: dir.to_path_buf(),
+            size,
+            used: AtomicU64::new(0),
+            index: [shards(), shards()],
+            entries: [AtomicU64::new(0), AtomicU64::new(0)],
+            next_gen: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            corrupt_dropped: AtomicU64::new(0),
+            write_errors: AtomicU64::new(0),
+            dropped_writes: AtomicU64::new(0),
+            admitting: AtomicBool::new(true),
+            queued_jobs: AtomicU64::new(0),
+            queued_bytes: AtomicU64::new(0),
+        });
+        let started = Instant::now();
+        inner.scan()?;
+        tracing::info!(
+            dir = %dir.display(),
+            encoded = inner.entries[0].load(Ordering::Relaxed),
+            decoded = inner.entries[1].load(Ordering::Relaxed),
+            bytes_used = inner.used.load(Ordering::Relaxed),
+            size,
+            scan_ms = started.elapsed().as_millis() as u64,
+            "disk cache ready"
+        );
+        let (sender, jobs) = sync_channel(QUEUE_JOBS);
+        let for_writer = Arc::clone(&inner);
+        let writer = std::thread::Builder::new()
+            .name("prepfs-disk-writer".into())
+            .spawn(move || for_writer.run_writer(jobs))
+            .map_err(|source| DiskError::Io { path: dir.to_path_buf(), source })?;
+        Ok(DiskCache { inner, sender: Mutex::new(Some(sender)), writer: Mutex::new(Some(writer)) })
+    }
+
+    /// The entry for `key`, decoded pixels first, then encoded bytes; counts one hit or miss.
+    /// A damaged entry is deleted and counted, and the lookup goes on as if it were absent.
+    pub fn get(&self, key: u64) -> Option<DiskHit> {
+        for kind in [DiskKind::Decoded, DiskKind::Encoded] {
+            let slot = self.inner.shard(kind, key).get(&key).copied();
+            let Some(slot) = slot.filter(|s| s.ready) else { continue };
+            let path = self.inner.entry_path(kind, key);
+            match read_entry(&path, kind, key) {
+                Ok(Some((header, payload))) => {
+                    self.inner.hits.fetch_add(1, Ordering::Relaxed);
+                    return Some(match kind {
+                        DiskKind::Encoded => DiskHit::Bytes(payload),
+                        DiskKind::Decoded => {
+                            DiskHit::Pixels(Rgb { width: header.width, height: header.height, pixels: payload })
+                        }
+                    });
+                }
+                Ok(None) => {
+                    // Deleted under us (by hand, or by a reader that found it damaged).
+                    self.inner.forget(kind, key, slot.gen);
+                }
+                Err(why) => {
+                    if self.inner.forget(kind, key, slot.gen) {
+                        self.inner.corrupt_dropped.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(file = %path.display(), "disk cache entry dropped: {why}");
+                        let _ = fs::remove_file(&path);
+                    }
+                }
+            }
+        }
+        self.inner.misses.fetch_add(1, Ordering::Relaxed);
+        None
+    }
+
+    /// Whether an entry of `kind` is held or being written for `key`.
+    pub fn contains(&self, kind: DiskKind, key: u64) -> bool {
+        self.inner.shard(kind, key).contains_key(&key)
+    }
+
+    /// Queues the source bytes of `key` for writing if the budget allows. Returns whether they
+    /// were queued.
+    pub fn admit_encoded(&self, key: u64, bytes: Arc<[u8]>) -> bool {
+        self.admit(DiskKind::Encoded, key, Payload::Bytes(bytes))
+    }
+
+    /// Queues the decoded pixels of `key` for writing if the budget allows.
+    pub fn admit_decoded(&self, key: u64, pixels: Arc<Rgb>) -> bool {
+        self.admit(DiskKind::Decoded, key, Payload::Pixels(pixels))
+    }
+
+    fn admit(&self, kind: DiskKind, key: u64, payload: Payload) -> bool {
+        let inner = &self.inner;
+        if !inner.admitting.load(Ordering::Acquire) {
+            return false;
+        }
+        let len = payload.data().len() as u64;
+        let charge = charge_of(HEADER_LEN as u64 + len);
+        if charge > inner.size {
+            return false;
+        }
+        let queued = inner.queued_bytes.fetch_add(len, Ordering::AcqRel);
+        if queued > 0 && queued + len > QUEUE_BYTES {
+            inner.queued_bytes.fetch_sub(len, Ordering::AcqRel);
+            inner.dropped_writes.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        let gen = inner.next_gen.fetch_add(1, Ordering::Relaxed);
+        let reserved = {
+            let mut shard = inner.shard(kind, key);
+            let fits = !shard.contains_key(&key) && inner.reserve(charge);
+            if fits {
+                shard.insert(key, Slot { charge, ready: false, gen });
+            }
+            fits
+        };
+        if !reserved {
+            inner.queued_bytes.fetch_sub(len, Ordering::AcqRel);
+            return false;
+        }
+        inner.queued_jobs.fetch_add(1, Ordering::AcqRel);
+        let sent = match &*self.sender.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(sender) => sender.try_send(Job { kind, key, gen, payload }).is_ok(),
+            None => false,
+        };
+        if !sent {
+            inner.forget(kind, key, gen);
+            inner.queued_bytes.fetch_sub(len, Ordering::AcqRel);
+            inner.queued_jobs.fetch_sub(1, Ordering::AcqRel);
+            inner.dropped_writes.fetch_add(1, Ordering::Relaxed);
+        }
+        sent
+    }
+
+    /// Waits (up to `limit`) until every queued write is done; returns whether it is.
+    pub fn flush(&self, limit: Duration) -> bool {
+        let started = Instant::now();
+        while self.inner.queued_jobs.load(Ordering::Acquire) > 0 {
+            if started.elapsed() > limit {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        true
+    }
+
+    /// Bytes charged now (entries written and being written).
+    pub fn used(&self) -> u64 {
+        self.inner.used.load(Ordering::Relaxed)
+    }
+
+    /// The byte budget.
+    pub fn size(&self) -> u64 {
+        self.inner.size
+    }
+
+    /// Entries of `kind` written.
+    pub fn entries(&self, kind: DiskKind) -> u64 {
+        self.inner.entries[kind.index()].load(Ordering::Relaxed)
+    }
+
+    /// Whether the tier still admits (false after a write error).
+    pub fn admitting(&self) -> bool {
+        self.inner.admitting.load(Ordering::Relaxed)
+    }
+
+    /// Damaged entries dropped so far (at scan and on reads).
+    pub fn corrupt_dropped(&self) -> u64 {
+        self.inner.corrupt_dropped.load(Ordering::Relaxed)
+    }
+
+    /// The path of the file that holds (or would hold) an entry.
+    pub fn entry_path(&self, kind: DiskKind, key: u64) -> PathBuf {
+        self.inner.entry_path(kind, key)
+    }
+
+    /// Figures for stats.
+    pub fn stats(&self) -> serde_json::Value {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let i = &self.inner;
+        json!({
+            "path": i.dir,
+            "bytes_used": self.used(),
+            "size": i.size,
+            "entries": { "encoded": self.entries(DiskKind::Encoded), "decoded": self.entries(DiskKind::Decoded) },
+            "hits": get(&i.hits),
+            "misses": get(&i.misses),
+            "corrupt_dropped": get(&i.corrupt_dropped),
+            "write_errors": get(&i.write_errors),
+            "dropped_writes": get(&i.dropped_writes),
+            "pending_writes": get(&i.queued_jobs),
+            "admitting": self.admitting(),
+        })
+    }
+}
+
+impl Drop for DiskCache {
+    /// Finishes the queued writes: closing the queue ends the writer once it drains it.
+    fn drop(&mut self) {
+        self.sender.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(writer) = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = writer.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WAIT: Duration = Duration::from_secs(10);
+
+    fn bytes(n: usize, seed: u8) -> Arc<[u8]> {
+        (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect::<Vec<_>>().into()
+    }
+
+    fn pixels(w: u32, h: u32) -> Arc<Rgb> {
+        Arc::new(Rgb { width: w, height: h, pixels: (0..w * h * 3).map(|i| (i % 251) as u8).collect() })
+    }
+
+    fn flip_byte(path: &Path, at: u64) {
+        let mut data = fs::read(path).expect("read entry");
+        data[at as usize] ^= 0x40;
+        fs::write(path, data).expect("write entry");
+    }
+
+    #[test]
+    fn checksums_and_keys_are_the_standard_ones() {
+        assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
+        assert_eq!(crc32(b""), 0);
+        // FNV-1a 64 reference values.
+        assert_eq!(fnv1a64(&[b""]), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64(&[b"a"]), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a64(&[b"foo", b"bar"]), fnv1a64(&[b"foobar"]));
+        let t = UNIX_EPOCH + Duration::new(1_700_000_000, 5);
+        let k = key_of(Path::new("c0/a.jpg"), 100, t);
+        assert_eq!(k, key_of(Path::new("c0/a.jpg"), 100, t), "stable");
+        assert_ne!(k, key_of(Path::new("c0/a.jpg"), 100, t + Duration::from_nanos(1)), "mtime counts");
+        assert_ne!(k, key_of(Path::new("c0/a.jpg"), 101, t), "size counts");
+        assert_ne!(k, key_of(Path::new("c0/b.jpg"), 100, t), "path counts");
+    }
+
+    #[test]
+    fn round_trip_of_both_kinds() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = DiskCache::open(dir.path(), 1 << 30).expect("open");
+        assert!(store.get(1).is_none());
+        assert!(store.admit_encoded(1, bytes(10_000, 1)));
+        assert!(store.admit_decoded(2, pixels(33, 17)));
+        assert!(!store.admit_encoded(1, bytes(10, 1)), "already held");
+        assert!(store.flush(WAIT));
+        match store.get(1) {
+            Some(DiskHit::Bytes(b)) => assert_eq!(&b[..], &bytes(10_000, 1)[..]),
+            _ => panic!("encoded entry missing"),
+        }
+        match store.get(2) {
+            Some(DiskHit::Pixels(p)) => {
+                assert_eq!((p.width, p.height), (33, 17));
+                assert_eq!(p.pixels, pixels(33, 17).pixels);
+            }
+            _ => panic!("decoded entry missing"),
+        }
+        assert_eq!((store.entries(DiskKind::Encoded), store.entries(DiskKind::Decoded)), (1, 1));
+        assert_eq!(store.used(), charge_of(10_040) + charge_of(40 + 33 * 17 * 3));
+        let stats = store.stats();
+        assert_eq!((stats["hits"].as_u64(), stats["misses"].as_u64()), (Some(2), Some(1)));
+        let path = store.entry_path(DiskKind::Encoded, 1);
+        assert!(path.ends_with("encoded/00/0000000000000001.bin"), "{}", path.display());
+    }
+
+    #[test]
+    fn a_flipped_byte_or_a_truncated_file_is_dropped_never_served() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = DiskCache::open(dir.path(), 1 << 30).expect("open");
+        for key in 1..=4 {
+            assert!(store.admit_encoded(key, bytes(50_000, key as u8)));
+        }
+        assert!(store.flush(WAIT));
+        let path = |k| store.entry_path(DiskKind::Encoded, k);
+        flip_byte(&path(1), 25_000); // payload
+        flip_byte(&path(2), 20); // header: the payload length
+        let f = fs::OpenOptions::new().write(true).open(path(3)).expect("open");
+        f.set_len(30_000).expect("truncate");
+        for key in 1..=3 {
+            assert!(store.get(key).is_none(), "entry {key} was served");
+            assert!(!path(key).exists(), "entry {key} was not deleted");
+        }
+        assert!(store.get(4).is_some(), "an intact entry still serves");
+        assert_eq!(store.corrupt_dropped(), 3);
+        assert_eq!(store.entries(DiskKind::Encoded), 1);
+        assert_eq!(store.used(), charge_of(50_040));
+        // The dropped key can be admitted again (a refetch).
+        assert!(store.admit_encoded(1, bytes(50_000, 1)));
+        assert!(store.flush(WAIT));
+        assert!(store.get(1).is_some());
+    }
+
+    #[test]
+    fn the_budget_holds() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let size = 10 * BLOCK * 3; // room for ten 3-block entries
+        let store = Arc::new(DiskCache::open(dir.path(), size).expect("open"));
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                let store = Arc::clone(&store);
+                std::thread::spawn(move || {
+                    for i in 0..50 {
+                        store.admit_encoded(t * 1000 + i, bytes(2 * BLOCK as usize + 100, i as u8));
+                        assert!(store.used() <= store.size());
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("thread");
+        }
+        assert!(store.flush(WAIT));
+        assert_eq!(store.entries(DiskKind::Encoded), 10);
+        assert_eq!(store.used(), size);
+        let on_disk: u64 = walk(dir.path()).iter().map(|p| charge_of(fs::metadata(p).expect("stat").len())).sum();
+        assert_eq!(on_disk, store.used(), "what is charged is what is on disk");
+        assert!(!store.admit_encoded(99_999, bytes(10, 0)), "full");
+    }
+
+    fn walk(dir: &Path) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for e in fs::read_dir(dir).expect("list") {
+            let p = e.expect("entry").path();
+            if p.is_dir() {
+                out.extend(walk(&p));
+            } else {
+                out.push(p);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn reopening_rebuilds_the_index_and_drops_bad_headers() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let used = {
+            let store = DiskCache::open(dir.path(), 1 << 30).expect("open");
+            for key in 0..6 {
+                assert!(store.admit_encoded(key, bytes(5_000, key as u8)));
+            }
+            assert!(store.admit_decoded(100, pixels(20, 10)));
+            assert!(store.flush(WAIT));
+            store.used()
+        };
+        // A bad magic, a leftover temporary file and a stranger's file.
+        let store_path = |kind, key| {
+            let name = format!("{key:016x}");
+            dir.path().join(DiskKind::dir_name(kind)).join(&name[..2]).join(format!("{name}.bin"))
+        };
+        flip_byte(&store_path(DiskKind::Encoded, 5), 0);
+        let tmp = store_path(DiskKind::Encoded, 0).with_file_name(".0000000000000009.7.tmp");
+        fs::write(&tmp, b"half").expect("tmp");
+        let stranger = dir.path().join("encoded/notes.txt");
+        fs::write(&stranger, b"mine").expect("stranger");
+
+        let store = DiskCache::open(dir.path(), 1 << 30).expect("reopen");
+        assert_eq!(store.entries(DiskKind::Encoded), 5);
+        assert_eq!(store.entries(DiskKind::Decoded), 1);
+        assert_eq!(store.used(), used - charge_of(5_040));
+        assert_eq!(store.corrupt_dropped(), 1);
+        assert!(!tmp.exists() && stranger.exists());
+        assert!(matches!(store.get(3), Some(DiskHit::Bytes(b)) if b[..] == bytes(5_000, 3)[..]));
+        assert!(matches!(store.get(100), Some(DiskHit::Pixels(p)) if p.width == 20));
+        assert!(store.get(5).is_none());
+        // A smaller size on the next mount drops entries past it.
+        drop(store);
+        let store = DiskCache::open(dir.path(), 2 * charge_of(5_040)).expect("reopen small");
+        assert!(store.used() <= store.size());
+        assert_eq!(walk(dir.path()).len() - 1, store.entries(DiskKind::Encoded) as usize + store.entries(DiskKind::Decoded) as usize);
+    }
+
+    #[test]
+    fn a_changed_source_file_misses_its_stale_entry() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let src = dir.path().join("a.jpg");
+        fs::write(&src, b"first").expect("write");
+        let key = |p: &Path| {
+            let m = fs::metadata(p).expect("stat");
+            key_of(Path::new("a.jpg"), m.len(), m.modified().expect("mtime"))
+        };
+        let store = DiskCache::open(&dir.path().join("cache"), 1 << 20).expect("open");
+        let before = key(&src);
+        assert!(store.admit_encoded(before, b"first".to_vec().into()));
+        assert!(store.flush(WAIT));
+        // Same size, new mtime.
+        fs::write(&src, b"secnd").expect("rewrite");
+        let later = SystemTime::now() + Duration::from_secs(5);
+        File::options().write(true).open(&src).expect("open").set_modified(later).expect("set mtime");
+        let after = key(&src);
+        assert_ne!(before, after);
+        assert!(store.get(after).is_none(), "the stale entry was served");
+    }
+
+    #[test]
+    fn a_write_error_stops_admission_without_failing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = DiskCache::open(dir.path(), 1 << 30).expect("open");
+        assert!(store.admit_encoded(1, bytes(100, 1)));
+        assert!(store.flush(WAIT));
+        // The encoded directory becomes a regular file: creating any entry's directory fails
+        // (ENOTDIR), as ENOSPC or EIO would fail a write.
+        fs::remove_dir_all(dir.path().join("encoded")).expect("rm");
+        fs::write(dir.path().join("encoded"), b"").expect("file");
+        assert!(store.admit_encoded(0x1234, bytes(100, 2)), "queued before the failure is known");
+        assert!(store.flush(WAIT));
+        assert!(!store.admitting());
+        assert!(!store.admit_decoded(7, pixels(4, 4)), "no admission after a write error");
+        let stats = store.stats();
+        assert_eq!(stats["write_errors"], 1);
+        assert_eq!(stats["admitting"], false);
+        assert!(store.get(0x1234).is_none());
+        assert_eq!(store.used(), charge_of(140), "the failed write's reservation is released");
+    }
+}

@@ -1,0 +1,123 @@
+//! Mounted end-to-end test of the cache's disk tier: samples spill to the disk directory, a
+//! remount finds them (a warm restart reads nothing from the source), and a damaged cache file is
+//! dropped and refetched, never served.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::{make_dataset, write_config, Mounted};
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn augmented_files(mnt: &Mounted) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for class in fs::read_dir(mnt.path("augmented")).expect("list") {
+        for f in fs::read_dir(class.expect("class").path()).expect("list") {
+            files.push(f.expect("file").path());
+        }
+    }
+    files.sort();
+    files
+}
+
+fn source_bytes(mnt: &Mounted) -> u64 {
+    mnt.stats()["source_bytes_read"].as_u64().expect("source_bytes_read")
+}
+
+fn epoch(files: &[PathBuf]) {
+    for f in files {
+        assert_eq!(fs::read(f).expect("read").len(), 15 + 224 * 224 * 3, "{}", f.display());
+    }
+}
+
+fn cache_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(dir).expect("list") {
+        let p = entry.expect("entry").path();
+        if p.is_dir() {
+            out.extend(cache_files(&p));
+        } else if p.extension().is_some_and(|e| e == "bin") {
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn a_remount_reads_the_disk_tier_and_refetches_only_a_damaged_entry() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let source = make_dataset(tmp.path(), 2, 6, false);
+    let disk = tmp.path().join("nvme/prepfs-cache");
+    // Memory far too small for the set; the disk holds all of it. No background refill, so each
+    // sample is loaded exactly once per epoch.
+    let config = write_config(
+        tmp.path(),
+        &format!(
+            "seed: 2\ncache:\n  memory: 1MiB\n  split: 0-50-50\n  refill: false\n  disk: {{ path: {}, size: 1GiB }}\n",
+            disk.display()
+        ),
+    );
+    let sizes: Vec<u64> = fs::read_dir(&source)
+        .expect("list")
+        .flat_map(|c| fs::read_dir(c.expect("class").path()).expect("list"))
+        .map(|f| f.expect("file"))
+        .filter(|f| f.file_name().to_string_lossy() != "README.txt")
+        .map(|f| f.metadata().expect("stat").len())
+        .collect();
+    assert_eq!(sizes.len(), 12);
+
+    let mnt = Mounted::start(tmp.path(), &config, &source, LIMIT);
+    let files = augmented_files(&mnt);
+    assert_eq!(files.len(), 12);
+    epoch(&files);
+    assert_eq!(source_bytes(&mnt), sizes.iter().sum::<u64>(), "epoch 1 reads each sample once");
+    // Writes are queued off the request path: wait for the writer to finish them.
+    let started = Instant::now();
+    let stats = loop {
+        let stats = mnt.stats();
+        let d = &stats["cache"]["disk"];
+        let held = d["entries"]["encoded"].as_u64().unwrap_or(0) + d["entries"]["decoded"].as_u64().unwrap_or(0);
+        if d["pending_writes"] == 0 && held == 12 {
+            break stats;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "disk writes did not finish: {stats}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let d = &stats["cache"]["disk"];
+    assert_eq!(d["admitting"], true, "{stats}");
+    assert_eq!(d["write_errors"], 0, "{stats}");
+    assert!(d["bytes_used"].as_u64().unwrap_or(u64::MAX) <= d["size"].as_u64().unwrap_or(0), "{stats}");
+    assert!(stats["cache"]["decoded"]["bytes_used"].as_u64().unwrap_or(u64::MAX) <= 1 << 20);
+    assert!(mnt.stop().success());
+
+    // Damage one entry: a flipped byte in the middle of its payload.
+    let entries = cache_files(&disk);
+    assert_eq!(entries.len(), 12, "one cache file per sample: {entries:?}");
+    let victim = &entries[entries.len() / 2];
+    let mut data = fs::read(victim).expect("read entry");
+    let middle = data.len() / 2;
+    data[middle] ^= 0x5a;
+    fs::write(victim, data).expect("write entry");
+
+    let mnt = Mounted::start(tmp.path(), &config, &source, LIMIT);
+    let files = augmented_files(&mnt);
+    epoch(&files);
+    let read = source_bytes(&mnt);
+    let stats = mnt.stats();
+    assert!(sizes.contains(&read), "epoch 2 after a remount read {read} source bytes, not one sample's: {stats}");
+    let d = &stats["cache"]["disk"];
+    assert!(d["corrupt_dropped"].as_u64().unwrap_or(0) >= 1, "{stats}");
+    assert!(d["hits"].as_u64().unwrap_or(0) >= 11, "{stats}");
+    assert!(mnt.log().contains("disk cache entry dropped"), "{}", mnt.log());
+    // The damaged entry was refetched and spills again.
+    let started = Instant::now();
+    while mnt.stats()["cache"]["disk"]["pending_writes"] != 0 {
+        assert!(started.elapsed() < Duration::from_secs(30), "disk writes did not finish");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(cache_files(&disk).len(), 12);
+}
