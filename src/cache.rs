@@ -7,14 +7,19 @@
 //!   budget bounds the cache's resident memory. Encoded and decoded entries stay once admitted
 //!   (`policy: keep`, Seneca's rule: no thrashing under random access), or make room by LRU
 //!   within their shard (`policy: lru`).
-//! - Augmented outputs are taken, not read: each is used once and dropped, and the free room
-//!   is refilled in the background (see `filesystem`) with fresh augmentations.
+//! - Augmented outputs are taken, not read: each records which jobs used it (a 64-bit mask, one
+//!   bit per job slot) and is dropped once every active job has (with no jobs: at its first
+//!   use, and the top-level view always takes it whole). The free room is refilled in the
+//!   background (see `filesystem`) with fresh augmentations.
+//! - [`SampleStatus`] is the dataset-wide status byte per sample that opportunistic sampling
+//!   reads: which forms hold the sample, and how many jobs used its augmented output. The stores
+//!   keep it in step with their maps, under the same shard lock.
 //! - [`SingleFlight`] makes concurrent misses of one sample do the work once.
 //!
 //! No lock is held across decoding or I/O: shards are locked only to find, insert or remove.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use lru::LruCache;
@@ -46,10 +51,85 @@ impl Weighed for Arc<crate::jpeg::Rgb> {
     }
 }
 
+/// Status bit: the encoded form holds the sample.
+pub const HELD_ENCODED: u8 = 1;
+/// Status bit: the decoded form holds the sample.
+pub const HELD_DECODED: u8 = 2;
+/// Status bit: the augmented form holds an output of the sample.
+pub const HELD_AUGMENTED: u8 = 4;
+const HELD_MASK: u8 = 0x0f;
+const REFS_SHIFT: u32 = 4;
+
+/// One status byte per sample: the low bits say which forms hold it ([`HELD_ENCODED`],
+/// [`HELD_DECODED`], [`HELD_AUGMENTED`]), the high four bits how many jobs have used its current
+/// augmented output (saturating at 15). 1.3 MB for 1.3 million samples.
+pub struct SampleStatus {
+    bytes: Vec<AtomicU8>,
+}
+
+impl SampleStatus {
+    /// `n` samples, none held.
+    pub fn new(n: usize) -> SampleStatus {
+        SampleStatus { bytes: (0..n).map(|_| AtomicU8::new(0)).collect() }
+    }
+    /// The forms holding `id` (a combination of the `HELD_*` bits).
+    pub fn held(&self, id: FileId) -> u8 {
+        self.bytes.get(id as usize).map_or(0, |b| b.load(Ordering::Relaxed) & HELD_MASK)
+    }
+    /// Jobs that have used the current augmented output of `id`.
+    pub fn refs(&self, id: FileId) -> u8 {
+        self.bytes.get(id as usize).map_or(0, |b| b.load(Ordering::Relaxed) >> REFS_SHIFT)
+    }
+    fn set(&self, id: FileId, bit: u8) {
+        if let Some(b) = self.bytes.get(id as usize) {
+            b.fetch_or(bit, Ordering::Relaxed);
+        }
+    }
+    fn clear(&self, id: FileId, bit: u8) {
+        if let Some(b) = self.bytes.get(id as usize) {
+            // Dropping the augmented output also drops its reference count.
+            let keep = if bit == HELD_AUGMENTED { !bit & HELD_MASK } else { !bit };
+            b.fetch_and(keep, Ordering::Relaxed);
+        }
+    }
+    fn set_refs(&self, id: FileId, refs: u32) {
+        if let Some(b) = self.bytes.get(id as usize) {
+            let refs = refs.min(15) as u8;
+            let _ = b.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v & HELD_MASK | refs << REFS_SHIFT));
+        }
+    }
+    /// Bytes the status takes.
+    pub fn bytes(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
+/// An augmented output in the cache, and the jobs (one bit per job slot) that have used it.
+#[derive(Clone)]
+pub struct AugmentedEntry {
+    pub bytes: Arc<[u8]>,
+    pub used_by: u64,
+}
+
+impl AugmentedEntry {
+    /// An output no job has used yet.
+    pub fn fresh(bytes: Arc<[u8]>) -> Self {
+        AugmentedEntry { bytes, used_by: 0 }
+    }
+}
+
+impl Weighed for AugmentedEntry {
+    fn weight(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+}
+
 /// One form's store.
 pub struct FormStore<V> {
     name: &'static str,
     shards: Vec<Mutex<LruCache<FileId, V>>>,
+    /// The status table and this form's bit in it.
+    status: Option<(Arc<SampleStatus>, u8)>,
     used: AtomicU64,
     budget: AtomicU64,
     entries: AtomicU64,
@@ -70,6 +150,23 @@ impl<V: Clone + Weighed> FormStore<V> {
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             policy,
+            status: None,
+        }
+    }
+
+    /// The same store, keeping `bit` of `status` in step with what it holds.
+    pub fn with_status(mut self, status: Arc<SampleStatus>, bit: u8) -> Self {
+        self.status = Some((status, bit));
+        self
+    }
+
+    fn mark(&self, id: FileId, held: bool) {
+        if let Some((status, bit)) = &self.status {
+            if held {
+                status.set(id, *bit);
+            } else {
+                status.clear(id, *bit);
+            }
         }
     }
 
@@ -96,7 +193,14 @@ impl<V: Clone + Weighed> FormStore<V> {
 
     /// Removes and returns the entry (a use-once take), counting a hit or a miss.
     pub fn take(&self, id: FileId) -> Option<V> {
-        let found = self.shard(id).pop(&id);
+        let found = {
+            let mut shard = self.shard(id);
+            let found = shard.pop(&id);
+            if found.is_some() {
+                self.mark(id, false);
+            }
+            found
+        };
         match &found {
             Some(v) => {
                 self.hits.fetch_add(1, Ordering::Relaxed);
@@ -145,13 +249,59 @@ impl<V: Clone + Weighed> FormStore<V> {
                 return false;
             }
             match shard.pop_lru() {
-                Some((_, old)) => self.release(Self::charge(&old)),
+                Some((old_id, old)) => {
+                    self.mark(old_id, false);
+                    self.release(Self::charge(&old));
+                }
                 None => return false,
             }
         }
         shard.put(id, value);
+        self.mark(id, true);
         self.entries.fetch_add(1, Ordering::Relaxed);
         true
+    }
+
+    /// Runs `decide` on the entry for `id` under its shard lock (never across I/O): it may
+    /// change the entry, and returns what to hand back and whether to drop the entry. Counts a
+    /// hit when it hands something back, else a miss.
+    pub fn use_entry<R>(&self, id: FileId, decide: impl FnOnce(&mut V) -> (Option<R>, bool)) -> Option<R> {
+        let (out, dropped) = {
+            let mut shard = self.shard(id);
+            let (out, drop) = match shard.peek_mut(&id) {
+                Some(v) => decide(v),
+                None => (None, false),
+            };
+            let dropped = if drop { shard.pop(&id) } else { None };
+            if dropped.is_some() {
+                self.mark(id, false);
+            }
+            (out, dropped)
+        };
+        if let Some(v) = dropped {
+            self.release(Self::charge(&v));
+        }
+        let counter = if out.is_some() { &self.hits } else { &self.misses };
+        counter.fetch_add(1, Ordering::Relaxed);
+        out
+    }
+
+    /// Keeps only the entries for which `keep` holds (it may change them); one shard locked at
+    /// a time. Returns how many were dropped.
+    pub fn retain(&self, mut keep: impl FnMut(FileId, &mut V) -> bool) -> u64 {
+        let mut dropped = 0;
+        for shard in &self.shards {
+            let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+            let gone: Vec<FileId> = shard.iter_mut().filter_map(|(id, v)| (!keep(*id, v)).then_some(*id)).collect();
+            for id in gone {
+                if let Some(v) = shard.pop(&id) {
+                    self.mark(id, false);
+                    self.release(Self::charge(&v));
+                    dropped += 1;
+                }
+            }
+        }
+        dropped
     }
 
     /// Changes the budget (a new split); entries over a smaller budget stay until taken.
@@ -223,23 +373,57 @@ impl<T: Clone> SingleFlight<T> {
 pub struct SampleCache {
     pub encoded: FormStore<Arc<[u8]>>,
     pub decoded: FormStore<Arc<crate::jpeg::Rgb>>,
-    pub augmented: FormStore<Arc<[u8]>>,
+    pub augmented: FormStore<AugmentedEntry>,
+    /// Which forms hold each sample (kept by the stores).
+    pub status: Arc<SampleStatus>,
     memory: u64,
     split: Mutex<[u32; 3]>,
 }
 
 impl SampleCache {
-    /// A cache of `memory` bytes split `split` percent among encoded, decoded, augmented.
-    pub fn new(memory: u64, split: [u32; 3], policy: EvictionPolicy) -> SampleCache {
+    /// A cache of `memory` bytes split `split` percent among encoded, decoded, augmented, for
+    /// sample ids below `samples`.
+    pub fn new(memory: u64, split: [u32; 3], policy: EvictionPolicy, samples: usize) -> SampleCache {
         let budget = |p: u32| memory / 100 * u64::from(p);
+        let status = Arc::new(SampleStatus::new(samples));
         SampleCache {
-            encoded: FormStore::new("encoded", budget(split[0]), policy),
-            decoded: FormStore::new("decoded", budget(split[1]), policy),
-            // Augmented outputs are used once and dropped: never evicted to admit others.
-            augmented: FormStore::new("augmented", budget(split[2]), EvictionPolicy::Keep),
+            encoded: FormStore::new("encoded", budget(split[0]), policy).with_status(Arc::clone(&status), HELD_ENCODED),
+            decoded: FormStore::new("decoded", budget(split[1]), policy).with_status(Arc::clone(&status), HELD_DECODED),
+            // Augmented outputs are used once per job and dropped: never evicted to admit others.
+            augmented: FormStore::new("augmented", budget(split[2]), EvictionPolicy::Keep)
+                .with_status(Arc::clone(&status), HELD_AUGMENTED),
+            status,
             memory,
             split: Mutex::new(split),
         }
+    }
+
+    /// The augmented output of `id` for a job (its used-by bit `job`, the active jobs'
+    /// `active`): one the job has not used, marked used by it, and dropped once every active
+    /// job has used it.
+    pub fn take_augmented_for_job(&self, id: FileId, job: u64, active: u64) -> Option<Arc<[u8]>> {
+        let status = &self.status;
+        self.augmented.use_entry(id, |entry| {
+            if entry.used_by & job != 0 {
+                return (None, false);
+            }
+            entry.used_by |= job;
+            status.set_refs(id, entry.used_by.count_ones());
+            (Some(Arc::clone(&entry.bytes)), entry.used_by & active == active)
+        })
+    }
+
+    /// After a job (bit `job`) retired: forgets its uses and drops the outputs every remaining
+    /// active job (`active`) has used. Returns how many were dropped.
+    pub fn forget_job(&self, job: u64, active: u64) -> u64 {
+        let status = &self.status;
+        self.augmented.retain(|id, entry| {
+            if entry.used_by & job != 0 {
+                entry.used_by &= !job;
+                status.set_refs(id, entry.used_by.count_ones());
+            }
+            entry.used_by == 0 || entry.used_by & active != active
+        })
     }
 
     /// Applies a new split of the same memory.
@@ -385,8 +569,55 @@ mod tests {
     }
 
     #[test]
+    fn the_status_byte_follows_what_each_form_holds() {
+        let cache = SampleCache::new(10_000, [30, 30, 40], EvictionPolicy::Keep, 8);
+        assert_eq!(cache.status.held(3), 0);
+        assert!(cache.encoded.admit(3, bytes(10)));
+        assert!(cache.augmented.admit(3, AugmentedEntry::fresh(bytes(10))));
+        assert_eq!(cache.status.held(3), HELD_ENCODED | HELD_AUGMENTED);
+        assert!(cache.augmented.take(3).is_some());
+        assert_eq!(cache.status.held(3), HELD_ENCODED);
+        // LRU eviction clears the bit of what it evicts.
+        let lru = SampleCache::new(2 * (100 + ENTRY_OVERHEAD) * 100 / 40, [0, 40, 60], EvictionPolicy::Lru, 64);
+        let pixels = |n: u32| Arc::new(crate::jpeg::Rgb { width: n, height: 1, pixels: vec![0; n as usize * 3] });
+        let id = |k: u32| k * SHARDS as u32;
+        for k in 0..3 {
+            lru.decoded.admit(id(k), pixels(20));
+        }
+        let held: Vec<bool> = (0..3).map(|k| lru.status.held(id(k)) & HELD_DECODED != 0).collect();
+        let stored: Vec<bool> = (0..3).map(|k| lru.decoded.contains(id(k))).collect();
+        assert_eq!(held, stored);
+        assert!(!stored[0], "the first was evicted");
+        assert_eq!(cache.status.bytes(), 8);
+    }
+
+    #[test]
+    fn a_shared_output_serves_each_active_job_once_then_goes() {
+        let (a, b, c) = (1u64, 2u64, 4u64);
+        let cache = SampleCache::new(1 << 20, [0, 0, 100], EvictionPolicy::Keep, 4);
+        // Job a made it on a miss and used it; b and c are active.
+        assert!(cache.augmented.admit(0, AugmentedEntry { bytes: bytes(50), used_by: a }));
+        assert_eq!(cache.take_augmented_for_job(0, a, a | b | c), None, "a never gets its own output twice");
+        assert!(cache.take_augmented_for_job(0, b, a | b | c).is_some());
+        assert_eq!(cache.status.refs(0), 2);
+        assert_eq!(cache.take_augmented_for_job(0, b, a | b | c), None);
+        assert!(cache.take_augmented_for_job(0, c, a | b | c).is_some());
+        assert_eq!(cache.status.held(0), 0, "dropped once every active job used it");
+        assert_eq!(cache.augmented.used(), 0);
+        // A job retiring lets go of outputs only it was still waiting for.
+        assert!(cache.augmented.admit(1, AugmentedEntry { bytes: bytes(50), used_by: a | b }));
+        assert!(cache.augmented.admit(2, AugmentedEntry { bytes: bytes(50), used_by: a }));
+        assert!(cache.augmented.admit(3, AugmentedEntry::fresh(bytes(50))));
+        assert_eq!(cache.forget_job(c, a | b), 1, "output 1 was waiting only for c");
+        assert!(!cache.augmented.contains(1) && cache.augmented.contains(2) && cache.augmented.contains(3));
+        assert_eq!(cache.forget_job(a, b), 0, "output 2 is unused again, so it stays for b");
+        assert!(cache.take_augmented_for_job(2, b, b).is_some());
+        assert_eq!(cache.augmented.entries(), 1);
+    }
+
+    #[test]
     fn splits_set_the_budgets() {
-        let cache = SampleCache::new(1000, [20, 30, 50], EvictionPolicy::Keep);
+        let cache = SampleCache::new(1000, [20, 30, 50], EvictionPolicy::Keep, 10);
         assert_eq!((cache.encoded.budget(), cache.decoded.budget(), cache.augmented.budget()), (200, 300, 500));
         cache.set_split([0, 0, 100]);
         assert_eq!(cache.augmented.budget(), 1000);

@@ -107,7 +107,8 @@ impl Default for OutputConfig {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
-    source: Option<PathBuf>,
+    /// A path, or `{ path: DIR, read_limit: 200MB/s }`.
+    source: Option<Value>,
     mountpoint: Option<PathBuf>,
     #[serde(default)]
     seed: u64,
@@ -123,6 +124,126 @@ struct RawConfig {
     output: Option<OutputConfig>,
     #[serde(default)]
     cache: Option<RawCache>,
+    #[serde(default)]
+    jobs: Option<RawJobs>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawJobs {
+    max: Option<usize>,
+    idle_timeout: Option<Value>,
+    prefetch_window: Option<usize>,
+    ods: Option<bool>,
+}
+
+/// Concurrent jobs under `jobs/` (opportunistic sampling).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JobsConfig {
+    /// Jobs active at once (at most 64).
+    pub max: usize,
+    /// A job idle this long is retired (its state freed), seconds.
+    pub idle_timeout_s: f64,
+    /// Samples prepared ahead of a job along its listing order.
+    pub prefetch_window: usize,
+    /// Substitution at open and cached-first listings; off, job views serve what is asked.
+    pub ods: bool,
+}
+
+impl Default for JobsConfig {
+    fn default() -> Self {
+        JobsConfig { max: 16, idle_timeout_s: 600.0, prefetch_window: 16, ods: true }
+    }
+}
+
+fn jobs_config(text: &str, raw: Option<RawJobs>) -> Result<JobsConfig, ConfigError> {
+    let mut jobs = JobsConfig::default();
+    let Some(raw) = raw else { return Ok(jobs) };
+    if let Some(max) = raw.max {
+        if !(1..=crate::sampling::MAX_JOBS).contains(&max) {
+            return Err(ConfigError::at(text, "max", format!("must be 1 to {}", crate::sampling::MAX_JOBS)));
+        }
+        jobs.max = max;
+    }
+    if let Some(idle) = raw.idle_timeout {
+        let secs = match &idle {
+            Value::Number(n) => n.as_f64().ok_or_else(|| "must be a duration".to_string()),
+            Value::String(s) => parse_duration(s),
+            _ => Err("must be a duration like 90s, 10m or 1h".to_string()),
+        }
+        .map_err(|e| ConfigError::at(text, "idle_timeout", e))?;
+        if !(secs > 0.0 && secs.is_finite()) {
+            return Err(ConfigError::at(text, "idle_timeout", "must be positive"));
+        }
+        jobs.idle_timeout_s = secs;
+    }
+    if let Some(window) = raw.prefetch_window {
+        if window > 1024 {
+            return Err(ConfigError::at(text, "prefetch_window", "at most 1024"));
+        }
+        jobs.prefetch_window = window;
+    }
+    if let Some(ods) = raw.ods {
+        jobs.ods = ods;
+    }
+    Ok(jobs)
+}
+
+/// Parses a duration: seconds as a number, or with a unit (ms, s, m, h).
+pub fn parse_duration(text: &str) -> Result<f64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num.parse().map_err(|_| format!("`{text}` is not a duration like 90s, 10m or 1h"))?;
+    let scale = match unit.trim() {
+        "" | "s" => 1.0,
+        "ms" => 0.001,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        other => return Err(format!("unknown unit `{other}` in `{text}`; use ms, s, m or h")),
+    };
+    Ok(value * scale)
+}
+
+/// Parses a rate in bytes per second: a size with an optional `/s` (`200MB/s`, `1GiB/s`).
+pub fn parse_rate(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let t = t.strip_suffix("/s").unwrap_or(t);
+    parse_bytes(t).map_err(|_| format!("`{text}` is not a rate like 200MB/s"))
+}
+
+/// `source` as written: a path, or a mapping with `path` and `read_limit`.
+fn source_value(text: &str, value: Value) -> Result<(PathBuf, Option<u64>), ConfigError> {
+    match value {
+        Value::String(s) => Ok((PathBuf::from(s), None)),
+        Value::Mapping(map) => {
+            let (mut path, mut limit) = (None, None);
+            for (k, v) in map {
+                match (k.as_str(), v) {
+                    (Some("path"), Value::String(p)) => path = Some(PathBuf::from(p)),
+                    (Some("path"), _) => return Err(ConfigError::at(text, "path", "must be a directory path")),
+                    (Some("read_limit"), Value::Null) => {}
+                    (Some("read_limit"), Value::Number(n)) => {
+                        limit = Some(n.as_u64().ok_or_else(|| ConfigError::at(text, "read_limit", "must be a rate like 200MB/s"))?)
+                    }
+                    (Some("read_limit"), Value::String(r)) => {
+                        limit = Some(parse_rate(&r).map_err(|e| ConfigError::at(text, "read_limit", e))?)
+                    }
+                    (Some("read_limit"), _) => return Err(ConfigError::at(text, "read_limit", "must be a rate like 200MB/s")),
+                    (Some(other), _) => {
+                        return Err(ConfigError::at(text, other, format!("unknown key `{other}` in `source`; known: path, read_limit")))
+                    }
+                    (None, _) => return Err(ConfigError::at(text, "source", "keys are names")),
+                }
+            }
+            if limit == Some(0) {
+                return Err(ConfigError::at(text, "read_limit", "must be positive"));
+            }
+            let path = path.ok_or_else(|| ConfigError::at(text, "source", "`path` is missing"))?;
+            Ok((path, limit))
+        }
+        _ => Err(ConfigError::at(text, "source", "a directory path, or { path: DIR, read_limit: 200MB/s }")),
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -333,6 +454,8 @@ fn cache_config(text: &str, raw: Option<RawCache>, source: &Path, mountpoint: &P
 pub struct Config {
     /// The dataset directory served (never written).
     pub source: PathBuf,
+    /// Bytes per second the source may be read at (shared storage); `None`: unlimited.
+    pub source_read_limit: Option<u64>,
     /// Where the filesystem is mounted.
     pub mountpoint: PathBuf,
     /// Seed of every random draw: a draw is a pure function of (seed, job, epoch, sample).
@@ -349,6 +472,8 @@ pub struct Config {
     pub output: OutputConfig,
     /// The sample cache.
     pub cache: CacheConfig,
+    /// Concurrent jobs.
+    pub jobs: JobsConfig,
 }
 
 /// Overrides given on the command line; each wins over the YAML.
@@ -377,10 +502,17 @@ impl Config {
         }
         .map_err(|e| ConfigError::plain(describe_yaml_error(&e)))?;
 
+        let (yaml_source, source_read_limit) = match raw.source {
+            Some(v) => {
+                let (path, limit) = source_value(text, v)?;
+                (Some(path), limit)
+            }
+            None => (None, None),
+        };
         let source = overrides
             .source
             .clone()
-            .or(raw.source)
+            .or(yaml_source)
             .ok_or_else(|| ConfigError::at(text, "source", "missing (set it or pass --source)"))?;
         if !source.is_dir() {
             return Err(ConfigError::at(
@@ -428,8 +560,11 @@ impl Config {
         };
         validate_output(text, &mut output, &augment)?;
         let cache = cache_config(text, raw.cache, &source, &mountpoint)?;
+        let jobs = jobs_config(text, raw.jobs)?;
         Ok(Config {
             source,
+            source_read_limit,
+            jobs,
             mountpoint,
             seed: overrides.seed.unwrap_or(raw.seed),
             threads,
@@ -637,6 +772,39 @@ mod tests {
         let err = parse(&format!("cache:\n  disk: {{ path: {}, size: 1GiB }}\n", inside.display())).unwrap_err().to_string();
         assert!(err.contains("path") && err.contains("inside the source"), "{err}");
         assert!(!inside.exists(), "a refused path is not created in the source");
+    }
+
+    #[test]
+    fn jobs_and_read_limits_parse_and_are_checked() {
+        let c = parse("jobs: { max: 3, idle_timeout: 2m, prefetch_window: 4, ods: false }\n").expect("valid");
+        assert_eq!(c.jobs, JobsConfig { max: 3, idle_timeout_s: 120.0, prefetch_window: 4, ods: false });
+        assert_eq!(parse("seed: 1\n").expect("valid").jobs, JobsConfig::default());
+        assert_eq!(parse("jobs: { idle_timeout: 45 }\n").expect("valid").jobs.idle_timeout_s, 45.0);
+        let err = parse("jobs:\n  max: 65\n").unwrap_err().to_string();
+        assert!(err.contains("max") && err.contains("line 2"), "{err}");
+        let err = parse("jobs:\n  idle_timeout: 10 fortnights\n").unwrap_err().to_string();
+        assert!(err.contains("idle_timeout") && err.contains("line 2"), "{err}");
+        let err = parse("jobs: { odss: true }\n").unwrap_err().to_string();
+        assert!(err.contains("odss"), "{err}");
+
+        let dir = std::env::temp_dir();
+        let overrides = Overrides { mountpoint: Some("/mnt/x".into()), ..Default::default() };
+        let yaml = format!("source:\n  path: {}\n  read_limit: 200MB/s\n", dir.display());
+        let c = Config::parse(&yaml, &overrides).expect("valid");
+        assert_eq!(c.source_read_limit, Some(200_000_000));
+        assert_eq!(c.source, dir.canonicalize().expect("canonical"));
+        let plain = Config::parse(&format!("source: {}\n", dir.display()), &overrides).expect("valid");
+        assert_eq!(plain.source_read_limit, None);
+        let err = Config::parse(&format!("source:\n  path: {}\n  read_limit: fast\n", dir.display()), &overrides)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("read_limit") && err.contains("line 3"), "{err}");
+        let err = Config::parse(&format!("source:\n  path: {}\n  limit: 1MB/s\n", dir.display()), &overrides)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("limit") && err.contains("line 3"), "{err}");
+        assert_eq!(parse_rate("1.5GiB/s"), Ok(1_610_612_736));
+        assert_eq!(parse_duration("500ms"), Ok(0.5));
     }
 
     #[test]

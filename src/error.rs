@@ -31,6 +31,9 @@ pub enum Error {
     /// unsupported. The file is named so the log line can say which.
     #[error("cannot decode {path}: {reason}")]
     Decode { path: PathBuf, reason: String },
+    /// A job name or a new job refused (see [`crate::sampling::JobError`]).
+    #[error("{0}")]
+    Job(#[from] crate::sampling::JobError),
     /// Reading the source failed.
     #[error("source I/O on {path}: {source}")]
     SourceIo {
@@ -51,6 +54,12 @@ impl Error {
             Error::BadHandle => libc::EBADF,
             Error::Invalid(_) => libc::EINVAL,
             Error::Decode { .. } => libc::EIO,
+            Error::Job(e) => match e {
+                crate::sampling::JobError::BadName(_) => libc::EINVAL,
+                crate::sampling::JobError::NameTooLong => libc::ENAMETOOLONG,
+                // "Too many users": the mount's limit on concurrent jobs.
+                crate::sampling::JobError::TooMany(_) => libc::EUSERS,
+            },
             Error::SourceIo { source, .. } => match source.kind() {
                 io::ErrorKind::NotFound => libc::ENOENT,
                 io::ErrorKind::PermissionDenied => libc::EACCES,
@@ -86,5 +95,9 @@ mod tests {
         assert_eq!(gone.errno(), libc::ENOENT);
         let broken = Error::source_io("/x.jpg", io::Error::other("disk"));
         assert_eq!(broken.errno(), libc::EIO);
+        use crate::sampling::JobError;
+        assert_eq!(Error::from(JobError::BadName("..".into())).errno(), libc::EINVAL);
+        assert_eq!(Error::from(JobError::NameTooLong).errno(), libc::ENAMETOOLONG);
+        assert_eq!(Error::from(JobError::TooMany(16)).errno(), libc::EUSERS);
     }
 }

@@ -1,75 +1,50 @@
 //! The filesystem core: the mount's tree of views over the catalog, inode numbers, open file
-//! handles, and the request operations (lookup, getattr, readdir, open, read, release).
+//! handles, jobs' namespaces, and the request operations (lookup, getattr, readdir, open, read,
+//! release, and mkdir/rmdir under `jobs/`).
 //!
 //! It knows nothing of FUSE: `fuse.rs` adapts `fuser` callbacks onto it, and tests call it
-//! directly. The hot path reads top to bottom in [`Filesystem::open`]: resolve the inode, read
-//! the source, run the pipeline, pin the bytes to a handle; [`Filesystem::read`] then slices
-//! them. No lock is held across decoding or I/O: the handle table is locked only to insert, find
-//! or remove a handle.
+//! directly. The hot path reads top to bottom in [`Filesystem::open`]: resolve the inode; in a
+//! job's view, let opportunistic sampling choose the sample to serve ([`crate::sampling`]); ask
+//! the producer for its bytes (cache lookup, decode, augment: [`crate::producer`]); pin them to a
+//! handle. [`Filesystem::read`] then slices them. No lock is held across decoding or I/O: the
+//! handle table is locked only to insert, find or remove a handle.
 //!
-//! Inodes are computed, not allocated: an inode number packs the view (top-level `encoded`,
-//! `decoded`, `augmented`; later, each job's views), whether it is a file, and the catalog index.
-//! So `forget` has nothing to free and inodes are stable across remounts.
+//! Inodes are computed, not allocated: an inode number packs the job (none for the top-level
+//! views), the node's kind, the form and the catalog index. So `forget` has nothing to free and
+//! top-level inodes are stable across remounts.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
-use std::io::{BufReader, Read};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::{Duration, SystemTime};
 
-use crate::augment::{draw_rng, plan_sample, SamplePlan, Size2};
-use crate::cache::{SampleCache, SingleFlight};
+use crate::cache::SampleCache;
 use crate::catalog::{Catalog, DirId, Entry, FileId};
-use crate::config::{Config, SplitChoice};
-use crate::disk_cache::{self, DiskCache, DiskHit, DiskKind};
-use crate::jpeg::Rgb;
+use crate::config::Config;
+use crate::disk_cache::DiskCache;
 use crate::error::{Error, Result};
 use crate::output;
-use crate::pipeline;
+pub use crate::producer::Form;
+use crate::producer::{Consumer, Origin, SampleProducer};
+use crate::sampling::{Job, Jobs};
 use crate::stats::{bump, Stats, ViewCounters};
 
-/// The three forms a view serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Form {
-    /// The source bytes, byte for byte.
-    Encoded,
-    /// The full-resolution RGB decode.
-    Decoded,
-    /// A fresh augmentation at every open.
-    Augmented,
-}
-
-impl Form {
-    pub const ALL: [Form; 3] = [Form::Encoded, Form::Decoded, Form::Augmented];
-
-    /// The view's directory name.
-    pub fn dir_name(self) -> &'static str {
-        match self {
-            Form::Encoded => "encoded",
-            Form::Decoded => "decoded",
-            Form::Augmented => "augmented",
-        }
-    }
-    fn index(self) -> u64 {
-        match self {
-            Form::Encoded => 0,
-            Form::Decoded => 1,
-            Form::Augmented => 2,
-        }
-    }
-    fn from_index(i: u64) -> Option<Form> {
-        Form::ALL.get(i as usize).copied()
-    }
-}
-
-/// A view: one form of the whole tree. Job views (a later issue) add the job here.
+/// A view: one form of the whole tree, top-level or one job's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct View {
     pub form: Form,
+    /// 0 for the top-level views, else the code of the job (see [`crate::sampling::Job::code`]).
+    pub job: u32,
+}
+
+impl View {
+    /// A top-level view.
+    pub fn top(form: Form) -> View {
+        View { form, job: 0 }
+    }
 }
 
 /// A node of the mount.
@@ -82,28 +57,44 @@ pub enum Node {
     StatsFile,
     /// `.prepfs/config.yaml`
     ConfigFile,
+    /// `jobs/`
+    JobsDir,
+    /// `jobs/<job>/`, by the job's code.
+    JobRoot(u32),
     Dir(View, DirId),
     File(View, FileId),
 }
 
+// Inode numbers: the fixed nodes are 1 to 5; the others pack, from the top, the job code
+// (24 bits, 0 for top-level views), a kind (4 bits), the form (2 bits) and a catalog index
+// (32 bits).
 const ROOT_INO: u64 = 1;
 const CONTROL_DIR_INO: u64 = 2;
 const STATS_INO: u64 = 3;
 const CONFIG_INO: u64 = 4;
-const VIEW_SHIFT: u32 = 48;
-const FILE_BIT: u64 = 1 << 47;
-const INDEX_MASK: u64 = FILE_BIT - 1;
+const JOBS_DIR_INO: u64 = 5;
+const JOB_SHIFT: u32 = 40;
+const KIND_SHIFT: u32 = 36;
+const FORM_SHIFT: u32 = 34;
+const KIND_DIR: u64 = 1;
+const KIND_FILE: u64 = 2;
+const KIND_JOB_ROOT: u64 = 3;
 
 impl Node {
     /// The inode number of this node.
     pub fn ino(self) -> u64 {
+        let pack = |job: u32, kind: u64, form: Form, index: u32| {
+            u64::from(job) << JOB_SHIFT | kind << KIND_SHIFT | form.index() << FORM_SHIFT | u64::from(index)
+        };
         match self {
             Node::Root => ROOT_INO,
             Node::ControlDir => CONTROL_DIR_INO,
             Node::StatsFile => STATS_INO,
             Node::ConfigFile => CONFIG_INO,
-            Node::Dir(view, d) => (view.form.index() + 1) << VIEW_SHIFT | u64::from(d),
-            Node::File(view, f) => (view.form.index() + 1) << VIEW_SHIFT | FILE_BIT | u64::from(f),
+            Node::JobsDir => JOBS_DIR_INO,
+            Node::JobRoot(code) => pack(code, KIND_JOB_ROOT, Form::Encoded, 0),
+            Node::Dir(view, d) => pack(view.job, KIND_DIR, view.form, d),
+            Node::File(view, f) => pack(view.job, KIND_FILE, view.form, f),
         }
     }
 
@@ -114,12 +105,19 @@ impl Node {
             CONTROL_DIR_INO => return Some(Node::ControlDir),
             STATS_INO => return Some(Node::StatsFile),
             CONFIG_INO => return Some(Node::ConfigFile),
+            JOBS_DIR_INO => return Some(Node::JobsDir),
             _ => {}
         }
-        let form = Form::from_index((ino >> VIEW_SHIFT).checked_sub(1)?)?;
-        let index = u32::try_from(ino & INDEX_MASK).ok()?;
-        let view = View { form };
-        Some(if ino & FILE_BIT != 0 { Node::File(view, index) } else { Node::Dir(view, index) })
+        let job = (ino >> JOB_SHIFT) as u32;
+        let form = Form::from_index((ino >> FORM_SHIFT) & 3)?;
+        let index = ino as u32;
+        let view = View { form, job };
+        match (ino >> KIND_SHIFT) & 0xf {
+            KIND_DIR => Some(Node::Dir(view, index)),
+            KIND_FILE => Some(Node::File(view, index)),
+            KIND_JOB_ROOT if job != 0 => Some(Node::JobRoot(job)),
+            _ => None,
+        }
     }
 }
 
@@ -137,6 +135,10 @@ pub struct Attr {
     pub kind: Kind,
     pub size: u64,
     pub mtime: SystemTime,
+    /// The node may go away soon (a job's directory): names of it should be kept briefly.
+    pub volatile: bool,
+    /// Entries may be made and removed in it (`jobs/`).
+    pub writable: bool,
 }
 
 /// One listing entry.
@@ -163,21 +165,35 @@ pub struct Opened {
     pub cache: CachePolicy,
 }
 
-/// What a miss should leave in hand: pixels for the `decoded` view, anything for `augmented`.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Admit {
-    Pixels,
-    Augmented,
-}
-
 /// What an open handle serves.
 enum HandleData {
-    /// A source file read through on demand (the `encoded` view).
-    Source { file: File, form: Form },
-    /// Bytes produced at open and pinned to the handle.
-    Bytes { bytes: Arc<[u8]>, form: Form },
+    /// A source file read through on demand (the top-level `encoded` view).
+    Source { file: File },
+    /// Bytes produced at open and pinned to the handle; in a job's view, the sample served.
+    Bytes { bytes: Arc<[u8]>, form: Form, served: Option<Served> },
     /// A directory listing snapshotted at `opendir`.
     Listing(Vec<DirEntry>),
+    /// The control files' text.
+    Control(Arc<[u8]>),
+}
+
+/// The sample a job-view handle serves. It counts as served to the job at its first read;
+/// dropped unread (the last handle sharing it released), it gives its claim back.
+struct Served {
+    job: Arc<Job>,
+    sample: FileId,
+    claimed: bool,
+    read: AtomicBool,
+    /// The key of the handle in [`Filesystem::shares`].
+    share: (u32, Form, FileId),
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if self.claimed && !self.read.load(Ordering::Relaxed) {
+            self.job.unclaim(self.sample);
+        }
+    }
 }
 
 /// Open handles, sharded so that many FUSE threads rarely meet on one lock.
@@ -198,9 +214,9 @@ impl HandleTable {
     fn shard(&self, fh: u64) -> &Mutex<HashMap<u64, Arc<HandleData>>> {
         &self.shards[fh as usize % HANDLE_SHARDS]
     }
-    fn insert(&self, data: HandleData) -> u64 {
+    fn insert(&self, data: Arc<HandleData>) -> u64 {
         let fh = self.next.fetch_add(1, Ordering::Relaxed);
-        self.shard(fh).lock().unwrap_or_else(|p| p.into_inner()).insert(fh, Arc::new(data));
+        self.shard(fh).lock().unwrap_or_else(|p| p.into_inner()).insert(fh, data);
         fh
     }
     fn get(&self, fh: u64) -> Result<Arc<HandleData>> {
@@ -212,174 +228,195 @@ impl HandleTable {
     }
 }
 
+/// Samples waiting to be prepared ahead of the jobs that will read them.
+#[derive(Default)]
+struct PrefetchQueue {
+    pending: Mutex<(VecDeque<(FileId, Form, Arc<Job>)>, HashSet<FileId>)>,
+    ready: Condvar,
+}
+
+/// Prefetch work queued at most (the rest is dropped: the window bounds it anyway).
+const PREFETCH_QUEUE_MAX: usize = 4096;
+
+impl PrefetchQueue {
+    fn push(&self, sample: FileId, form: Form, job: &Arc<Job>) {
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        if pending.0.len() < PREFETCH_QUEUE_MAX && pending.1.insert(sample) {
+            pending.0.push_back((sample, form, Arc::clone(job)));
+            self.ready.notify_one();
+        }
+    }
+    fn pop(&self, wait: Duration) -> Option<(FileId, Form, Arc<Job>)> {
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        if pending.0.is_empty() && !wait.is_zero() {
+            pending = self.ready.wait_timeout(pending, wait).map(|(g, _)| g).unwrap_or_else(|p| p.into_inner().0);
+        }
+        pending.0.pop_front()
+    }
+    fn done(&self, sample: FileId) {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner()).1.remove(&sample);
+    }
+}
+
 /// The filesystem core.
 pub struct Filesystem {
-    config: Config,
-    catalog: Catalog,
-    stats: Stats,
+    producer: SampleProducer,
+    jobs: Jobs,
     handles: HandleTable,
-    /// Opens so far of each sample's top-level `augmented` file: the epoch of its next draw.
-    draws: Vec<AtomicU32>,
-    augmented_size: Size2,
+    /// Open job-view handles by (job code, form, requested sample): a second open of one path
+    /// while the first is open (PIL opens a PPM twice to try mmap) shares the first's content.
+    shares: Mutex<HashMap<(u32, Form, FileId), Weak<HandleData>>>,
+    prefetch: PrefetchQueue,
     mounted_at: SystemTime,
-    cache: SampleCache,
-    /// The cache's disk tier, when configured (and its directory could be opened).
-    disk: Option<DiskCache>,
-    /// The model's prediction for the split in force: (split, samples/s).
-    plan: Mutex<Option<serde_json::Value>>,
-    /// Concurrent misses of one sample read and decode it once.
-    loads: SingleFlight<std::result::Result<Loaded, LoadFailure>>,
-}
-
-/// A sample in the cheapest form at hand.
-#[derive(Clone)]
-enum Loaded {
-    /// Full-resolution pixels: augmenting is a crop and a resize.
-    Pixels(Arc<Rgb>),
-    /// Source bytes: augmenting decodes (the fast path).
-    Bytes(Arc<[u8]>),
-}
-
-/// A failed load, shareable between the requests of one flight.
-#[derive(Clone, Debug)]
-enum LoadFailure {
-    Decode(String),
-    Source(std::io::ErrorKind, String),
 }
 
 impl Filesystem {
     /// A filesystem over a scanned catalog.
     pub fn new(config: Config, catalog: Catalog) -> Filesystem {
-        let augmented_size = config.augmented_size().unwrap_or(Size2::new(224, 224));
-        let draws = (0..catalog.file_count()).map(|_| AtomicU32::new(0)).collect();
-        let split = match config.cache.split {
-            SplitChoice::Fixed(split) => split,
-            // Until the model has measured inputs, favour the forms that save CPU per epoch.
-            SplitChoice::Auto => [0, 50, 50],
-        };
-        let cache = SampleCache::new(config.cache.memory, split, config.cache.policy);
-        // A disk tier that cannot be opened leaves the mount serving from memory and the source.
-        let disk = config.cache.disk.as_ref().and_then(|d| match DiskCache::open(&d.path, d.size) {
-            Ok(disk) => Some(disk),
-            Err(e) => {
-                tracing::warn!("{e}; serving without the disk tier");
-                None
-            }
-        });
+        let jobs = Jobs::new(config.jobs.max, catalog.file_count(), catalog.sample_count() as u64, config.seed);
         Filesystem {
-            cache,
-            disk,
-            plan: Mutex::new(None),
-            loads: SingleFlight::default(),
-            config,
-            catalog,
-            stats: Stats::default(),
+            producer: SampleProducer::new(config, catalog),
+            jobs,
             handles: HandleTable::new(),
-            draws,
-            augmented_size,
+            shares: Mutex::new(HashMap::new()),
+            prefetch: PrefetchQueue::default(),
             mounted_at: SystemTime::now(),
         }
     }
 
     /// The catalog served.
     pub fn catalog(&self) -> &Catalog {
-        &self.catalog
+        self.producer.catalog()
     }
 
     /// The live counters.
     pub fn stats(&self) -> &Stats {
-        &self.stats
+        self.producer.stats()
     }
 
     /// The sample cache.
     pub fn cache(&self) -> &SampleCache {
-        &self.cache
+        self.producer.cache()
     }
 
     /// The cache's disk tier, if one is open.
     pub fn disk_cache(&self) -> Option<&DiskCache> {
-        self.disk.as_ref()
-    }
-
-    /// Measures the model's inputs here and applies the split: the best one for `split: auto`,
-    /// else the configured one, with the model's prediction for it in stats either way.
-    pub fn plan_cache(&self) {
-        if !self.cache.enabled() {
-            return;
-        }
-        let Some(calibration) = crate::calibrate::measure(&self.catalog, &self.config) else {
-            tracing::warn!("no sample could be timed; keeping split {:?}", self.cache.split());
-            return;
-        };
-        let params = &calibration.params;
-        let (split, evaluation) = match self.config.cache.split {
-            SplitChoice::Auto => crate::planner::best_split(params),
-            SplitChoice::Fixed([e, d, a]) => match crate::planner::Split::new(e, d, a) {
-                Ok(split) => (split, crate::planner::evaluate(params, split)),
-                Err(_) => return,
-            },
-        };
-        self.cache.set_split(split.as_array());
-        tracing::info!(
-            split = %split,
-            predicted_samples_per_s = format!("{:.0}", evaluation.samples_per_s),
-            t_da = format!("{:.0}", params.t_da),
-            t_a = format!("{:.0}", params.t_a),
-            b_storage_mb_s = format!("{:.0}", params.b_storage / 1e6),
-            "cache plan"
-        );
-        let doc = serde_json::json!({
-            "split": split.as_array(),
-            "predicted_samples_per_s": evaluation.samples_per_s,
-            "inputs": params,
-            "samples_timed": calibration.samples_timed,
-        });
-        *self.plan.lock().unwrap_or_else(|p| p.into_inner()) = Some(doc);
+        self.producer.disk_cache()
     }
 
     /// The effective configuration.
     pub fn config(&self) -> &Config {
-        &self.config
+        self.producer.config()
+    }
+
+    /// The jobs under `jobs/`.
+    pub fn jobs(&self) -> &Jobs {
+        &self.jobs
+    }
+
+    /// Measures the cache model's inputs and applies the split (see the producer).
+    pub fn plan_cache(&self) {
+        self.producer.plan_cache();
+    }
+
+    /// Re-plans the cache split from the rates measured while serving, when enough samples were
+    /// timed since the last plan.
+    pub fn replan(&self) -> bool {
+        self.producer.replan_from_live_rates()
+    }
+
+    /// One unit of background refill of the augmented cache, with samples some active job has not
+    /// seen (any sample, with no jobs). Returns false when there is nothing to do.
+    pub fn refill_once(&self, cursor: &mut usize) -> bool {
+        let jobs = self.jobs.active();
+        self.producer.refill_once(cursor, |f| jobs.is_empty() || jobs.iter().any(|j| !j.has_seen(f)))
+    }
+
+    /// Runs queued prefetch work until the queue stays empty for `wait` (or at once with a zero
+    /// `wait`, returning when it is empty). Returns how many samples it prepared.
+    pub fn run_prefetch(&self, wait: Duration, stop: &AtomicBool) -> usize {
+        let mut prepared = 0;
+        while !stop.load(Ordering::Relaxed) {
+            let Some((sample, form, job)) = self.prefetch.pop(wait) else { break };
+            if !job.has_seen(sample) && self.producer.prepare(sample, form) {
+                bump(&job.counters.prefetched, 1);
+                prepared += 1;
+            }
+            self.prefetch.done(sample);
+        }
+        prepared
+    }
+
+    /// Retires the jobs idle past `jobs.idle_timeout`; returns how many.
+    pub fn retire_idle_jobs(&self) -> usize {
+        let idle_ms = (self.config().jobs.idle_timeout_s * 1000.0) as u64;
+        let retired = self.jobs.retire_idle(idle_ms);
+        for job in &retired {
+            self.forget_job(job);
+        }
+        retired.len()
+    }
+
+    /// What retiring `job` frees in the cache: its uses of augmented outputs.
+    fn forget_job(&self, job: &Job) {
+        let dropped = self.cache().forget_job(job.bit(), self.jobs.active_mask());
+        tracing::info!(job = job.name(), outputs_dropped = dropped, "job state freed");
     }
 
     fn counters(&self, form: Form) -> &ViewCounters {
+        let stats = self.stats();
         match form {
-            Form::Encoded => &self.stats.encoded,
-            Form::Decoded => &self.stats.decoded,
-            Form::Augmented => &self.stats.augmented,
+            Form::Encoded => &stats.encoded,
+            Form::Decoded => &stats.decoded,
+            Form::Augmented => &stats.augmented,
         }
     }
 
     fn dir_attr(&self, node: Node) -> Attr {
-        Attr { ino: node.ino(), kind: Kind::Dir, size: 0, mtime: self.mounted_at }
+        let volatile = matches!(node, Node::JobRoot(_));
+        let writable = node == Node::JobsDir;
+        Attr { ino: node.ino(), kind: Kind::Dir, size: 0, mtime: self.mounted_at, volatile, writable }
     }
 
     fn file_attr(&self, node: Node, size: u64) -> Attr {
-        Attr { ino: node.ino(), kind: Kind::File, size, mtime: self.mounted_at }
+        Attr { ino: node.ino(), kind: Kind::File, size, mtime: self.mounted_at, volatile: false, writable: false }
+    }
+
+    /// The active job whose inodes carry `code`, marked active now.
+    fn job(&self, code: u32) -> Result<Arc<Job>> {
+        let job = self.jobs.by_code(code).ok_or(Error::NotFound)?;
+        job.touch(self.jobs.now_ms());
+        Ok(job)
     }
 
     /// Finds `name` in the directory `parent`.
     pub fn lookup(&self, parent: u64, name: &OsStr) -> Result<Attr> {
+        let form_named = |name: &OsStr| Form::ALL.into_iter().find(|f| f.dir_name().as_bytes() == name.as_bytes());
         let node = match Node::from_ino(parent).ok_or(Error::NotFound)? {
             Node::Root => match name.to_str() {
                 Some(".prepfs") => Node::ControlDir,
-                Some(n) => {
-                    let form = Form::ALL.into_iter().find(|f| f.dir_name() == n).ok_or(Error::NotFound)?;
-                    Node::Dir(View { form }, 0)
-                }
-                None => return Err(Error::NotFound),
+                Some("jobs") => Node::JobsDir,
+                _ => Node::Dir(View::top(form_named(name).ok_or(Error::NotFound)?), 0),
             },
             Node::ControlDir => match name.to_str() {
                 Some("stats.json") => Node::StatsFile,
                 Some("config.yaml") => Node::ConfigFile,
                 _ => return Err(Error::NotFound),
             },
+            // A job exists from the first lookup of its name.
+            Node::JobsDir => Node::JobRoot(self.jobs.get_or_create(name.as_bytes())?.code()),
+            Node::JobRoot(code) => {
+                self.job(code)?;
+                Node::Dir(View { form: form_named(name).ok_or(Error::NotFound)?, job: code }, 0)
+            }
             Node::Dir(view, dir) => {
+                if view.job != 0 {
+                    self.job(view.job)?;
+                }
+                let catalog = self.catalog();
                 let entry = match view.form {
-                    Form::Encoded => self.catalog.lookup(dir, name),
-                    Form::Decoded | Form::Augmented => {
-                        self.catalog.lookup_image(dir, name, self.config.output.extension())
-                    }
+                    Form::Encoded => catalog.lookup(dir, name),
+                    Form::Decoded | Form::Augmented => catalog.lookup_image(dir, name, self.config().output.extension()),
                 };
                 match entry.ok_or(Error::NotFound)? {
                     Entry::Dir(d) => Node::Dir(view, d),
@@ -397,24 +434,25 @@ impl Filesystem {
     }
 
     fn attr_of(&self, node: Node) -> Result<Attr> {
+        let catalog = self.catalog();
         match node {
-            Node::Root | Node::ControlDir | Node::Dir(..) => {
-                if let Node::Dir(_, d) = node {
-                    if d as usize >= self.catalog.dir_count() {
-                        return Err(Error::NotFound);
-                    }
+            Node::Root | Node::ControlDir | Node::JobsDir => Ok(self.dir_attr(node)),
+            Node::JobRoot(code) => self.jobs.by_code(code).map(|_| self.dir_attr(node)).ok_or(Error::NotFound),
+            Node::Dir(view, d) => {
+                if d as usize >= catalog.dir_count() || (view.job != 0 && self.jobs.by_code(view.job).is_none()) {
+                    return Err(Error::NotFound);
                 }
                 Ok(self.dir_attr(node))
             }
             Node::StatsFile => Ok(self.file_attr(node, self.stats_json().len() as u64)),
-            Node::ConfigFile => Ok(self.file_attr(node, self.config.to_yaml().len() as u64)),
+            Node::ConfigFile => Ok(self.file_attr(node, self.config().to_yaml().len() as u64)),
             Node::File(view, file) => {
-                if file as usize >= self.catalog.file_count() {
+                if file as usize >= catalog.file_count() || (view.job != 0 && self.jobs.by_code(view.job).is_none()) {
                     return Err(Error::NotFound);
                 }
                 match view.form {
                     Form::Encoded => {
-                        let path = self.catalog.file_path(file);
+                        let path = catalog.file_path(file);
                         let meta = std::fs::metadata(&path).map_err(|e| Error::source_io(&path, e))?;
                         let mut attr = self.file_attr(node, meta.len());
                         attr.mtime = meta.modified().unwrap_or(self.mounted_at);
@@ -422,103 +460,95 @@ impl Filesystem {
                     }
                     Form::Decoded => {
                         // An undecodable header still lists (size 0); opening it gets EIO.
-                        let size = self.source_size(file).map_or(0, |s| output::encoded_len(&self.config.output, s));
+                        let output = &self.config().output;
+                        let size = self.producer.source_size(file).map_or(0, |s| output::encoded_len(output, s));
                         Ok(self.file_attr(node, size))
                     }
-                    Form::Augmented => {
-                        Ok(self.file_attr(node, output::encoded_len(&self.config.output, self.augmented_size)))
-                    }
+                    Form::Augmented => Ok(self.file_attr(
+                        node,
+                        output::encoded_len(&self.config().output, self.producer.augmented_size()),
+                    )),
                 }
             }
         }
     }
 
-    /// A sample's pixel size from its header, probed once and remembered.
-    fn source_size(&self, file: FileId) -> Result<Size2> {
-        if let Some(known) = self.catalog.known_size(file) {
-            return known.map_err(|()| Error::decode(self.catalog.file_path(file), "unreadable header"));
-        }
-        let path = self.catalog.file_path(file);
-        let probed = File::open(&path).map_err(|e| Error::source_io(&path, e)).and_then(|f| {
-            pipeline::probe_size(BufReader::with_capacity(16 * 1024, f)).map_err(|why| Error::decode(&path, why))
-        });
-        match probed {
-            Ok(size) => {
-                self.catalog.remember_size(file, Ok(size));
-                Ok(size)
-            }
-            Err(Error::Decode { reason, .. }) => Err(self.mark_bad(file, reason)),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Records an undecodable sample: one log line naming the file and the reason, a count in
-    /// stats, and a mark so every later open refuses it at once.
-    fn mark_bad(&self, file: FileId, reason: String) -> Error {
-        bump(&self.stats.decode_errors, 1);
-        let err = Error::decode(self.catalog.file_path(file), reason);
-        tracing::warn!("{err}");
-        self.catalog.remember_size(file, Err(()));
-        err
-    }
-
-    /// Snapshots a directory listing; [`Filesystem::readdir`] pages through it.
+    /// Snapshots a directory listing; [`Filesystem::readdir`] pages through it. In a job's view
+    /// the samples come in the job's order for this epoch (cached and unseen first).
     pub fn opendir(&self, ino: u64) -> Result<u64> {
         let node = Node::from_ino(ino).ok_or(Error::NotFound)?;
+        let catalog = self.catalog();
         let parent_ino = match node {
-            Node::Dir(view, d) if d != 0 => Node::Dir(view, self.catalog.dir_parent(d)).ino(),
+            Node::Dir(view, d) if d != 0 => Node::Dir(view, catalog.dir_parent(d)).ino(),
+            Node::Dir(view, _) if view.job != 0 => Node::JobRoot(view.job).ino(),
+            Node::JobRoot(_) => JOBS_DIR_INO,
             _ => ROOT_INO,
         };
         let mut entries = vec![
             DirEntry { ino, kind: Kind::Dir, name: ".".into() },
             DirEntry { ino: parent_ino, kind: Kind::Dir, name: "..".into() },
         ];
-        let dir = |node: Node, name: &str| DirEntry { ino: node.ino(), kind: Kind::Dir, name: name.into() };
+        let dir = |node: Node, name: &OsStr| DirEntry { ino: node.ino(), kind: Kind::Dir, name: name.to_owned() };
+        let file = |node: Node, name: OsString| DirEntry { ino: node.ino(), kind: Kind::File, name };
+        let views = |job: u32| Form::ALL.map(|form| dir(Node::Dir(View { form, job }, 0), OsStr::new(form.dir_name())));
         match node {
             Node::Root => {
-                entries.extend(Form::ALL.map(|form| dir(Node::Dir(View { form }, 0), form.dir_name())));
-                entries.push(dir(Node::ControlDir, ".prepfs"));
+                entries.extend(views(0));
+                entries.push(dir(Node::JobsDir, OsStr::new("jobs")));
+                entries.push(dir(Node::ControlDir, OsStr::new(".prepfs")));
             }
             Node::ControlDir => {
-                for (node, name) in [(Node::StatsFile, "stats.json"), (Node::ConfigFile, "config.yaml")] {
-                    entries.push(DirEntry { ino: node.ino(), kind: Kind::File, name: name.into() });
+                entries.push(file(Node::StatsFile, "stats.json".into()));
+                entries.push(file(Node::ConfigFile, "config.yaml".into()));
+            }
+            Node::JobsDir => {
+                for job in self.jobs.active() {
+                    entries.push(dir(Node::JobRoot(job.code()), OsStr::new(job.name())));
                 }
             }
+            Node::JobRoot(code) => {
+                self.job(code)?;
+                entries.extend(views(code));
+            }
             Node::Dir(view, d) => {
-                if d as usize >= self.catalog.dir_count() {
+                if d as usize >= catalog.dir_count() {
                     return Err(Error::NotFound);
                 }
-                for sub in self.catalog.subdirs(d) {
-                    entries.push(DirEntry {
-                        ino: Node::Dir(view, sub).ino(),
-                        kind: Kind::Dir,
-                        name: self.catalog.dir_name(sub).to_owned(),
-                    });
+                for sub in catalog.subdirs(d) {
+                    entries.push(dir(Node::Dir(view, sub), catalog.dir_name(sub)));
                 }
+                let samples: Arc<[FileId]> = if view.job == 0 {
+                    catalog.images(d).into()
+                } else {
+                    let job = self.job(view.job)?;
+                    let rank = |c: FileId| self.producer.rank(c, view.form);
+                    job.listing_order(d, catalog.images(d), rank, self.config().jobs.ods)
+                };
+                let ext = self.config().output.extension();
                 match view.form {
                     Form::Encoded => {
-                        for f in self.catalog.files(d) {
-                            entries.push(DirEntry {
-                                ino: Node::File(view, f).ino(),
-                                kind: Kind::File,
-                                name: self.catalog.file_name(f).to_owned(),
-                            });
+                        for &f in samples.iter() {
+                            entries.push(file(Node::File(view, f), catalog.file_name(f).to_owned()));
+                        }
+                        // Files that are not samples (and images hidden by a stem collision).
+                        let listed: HashSet<FileId> = samples.iter().copied().collect();
+                        for f in catalog.files(d).filter(|f| !listed.contains(f)) {
+                            entries.push(file(Node::File(view, f), catalog.file_name(f).to_owned()));
                         }
                     }
                     Form::Decoded | Form::Augmented => {
-                        let ext = self.config.output.extension();
-                        for &f in self.catalog.images(d) {
-                            let mut name = OsString::from(OsStr::from_bytes(self.catalog.stem(f)));
+                        for &f in samples.iter() {
+                            let mut name = OsString::from(OsStr::from_bytes(catalog.stem(f)));
                             name.push(".");
                             name.push(ext);
-                            entries.push(DirEntry { ino: Node::File(view, f).ino(), kind: Kind::File, name });
+                            entries.push(file(Node::File(view, f), name));
                         }
                     }
                 }
             }
             Node::StatsFile | Node::ConfigFile | Node::File(..) => return Err(Error::NotADirectory),
         }
-        Ok(self.handles.insert(HandleData::Listing(entries)))
+        Ok(self.handles.insert(Arc::new(HandleData::Listing(entries))))
     }
 
     /// Entries of an open listing from `offset` on (offset k resumes after the k-th entry).
@@ -538,6 +568,32 @@ impl Filesystem {
         self.handles.remove(fh);
     }
 
+    /// Makes a job: `mkdir jobs/<name>` (a lookup makes one too). Anything else is read-only.
+    pub fn mkdir(&self, parent: u64, name: &OsStr) -> Result<Attr> {
+        if Node::from_ino(parent) != Some(Node::JobsDir) {
+            return Err(Error::ReadOnly);
+        }
+        let job = self.jobs.get_or_create(name.as_bytes())?;
+        self.attr_of(Node::JobRoot(job.code()))
+    }
+
+    /// Retires a job: `rmdir jobs/<name>` frees its state now rather than after its idle time.
+    /// Anything else is read-only.
+    pub fn rmdir(&self, parent: u64, name: &OsStr) -> Result<()> {
+        if Node::from_ino(parent) != Some(Node::JobsDir) {
+            return Err(Error::ReadOnly);
+        }
+        let name = name.to_str().ok_or(Error::NotFound)?;
+        let job = self.jobs.retire(name).ok_or(Error::NotFound)?;
+        self.forget_job(&job);
+        Ok(())
+    }
+
+    /// Whether a node takes changes (only `jobs/`, for mkdir and rmdir).
+    pub fn accepts_changes(&self, ino: u64) -> bool {
+        Node::from_ino(ino) == Some(Node::JobsDir)
+    }
+
     /// Opens a file: for pixel views this decodes and augments (the caller runs it on the
     /// decode pool) and pins the result to the returned handle.
     pub fn open(&self, ino: u64, write: bool) -> Result<Opened> {
@@ -546,311 +602,193 @@ impl Filesystem {
         }
         let node = Node::from_ino(ino).ok_or(Error::NotFound)?;
         let (data, cache) = match node {
-            Node::Root | Node::ControlDir | Node::Dir(..) => return Err(Error::IsADirectory),
-            Node::StatsFile => (HandleData::Bytes { bytes: self.stats_json().into_bytes().into(), form: Form::Encoded }, CachePolicy::DirectIo),
-            Node::ConfigFile => (HandleData::Bytes { bytes: self.config.to_yaml().into_bytes().into(), form: Form::Encoded }, CachePolicy::DirectIo),
+            Node::Root | Node::ControlDir | Node::JobsDir | Node::JobRoot(_) | Node::Dir(..) => {
+                return Err(Error::IsADirectory)
+            }
+            Node::StatsFile => (Arc::new(HandleData::Control(self.stats_json().into_bytes().into())), CachePolicy::DirectIo),
+            Node::ConfigFile => {
+                (Arc::new(HandleData::Control(self.config().to_yaml().into_bytes().into())), CachePolicy::DirectIo)
+            }
             Node::File(view, file) => {
-                if file as usize >= self.catalog.file_count() {
+                if file as usize >= self.catalog().file_count() {
                     return Err(Error::NotFound);
                 }
                 bump(&self.counters(view.form).opens, 1);
-                match view.form {
-                    Form::Encoded => {
-                        let path = self.catalog.file_path(file);
-                        let f = File::open(&path).map_err(|e| self.source_error(&path, e))?;
-                        (HandleData::Source { file: f, form: Form::Encoded }, CachePolicy::KeepCache)
-                    }
-                    Form::Decoded => {
-                        let bytes = self.produce(file, view.form)?;
-                        (HandleData::Bytes { bytes, form: view.form }, CachePolicy::KeepCache)
-                    }
-                    Form::Augmented => {
-                        let bytes = self.produce(file, view.form)?;
-                        (HandleData::Bytes { bytes, form: view.form }, CachePolicy::DirectIo)
-                    }
+                if view.job != 0 {
+                    (self.open_in_job(view, file)?, CachePolicy::DirectIo)
+                } else {
+                    self.open_top_level(view.form, file)?
                 }
             }
         };
-        bump(&self.stats.open_handles, 1);
+        bump(&self.stats().open_handles, 1);
         Ok(Opened { fh: self.handles.insert(data), cache })
     }
 
-    /// The bytes of one sample's `decoded` or `augmented` file, by the cheapest path that holds
-    /// the sample: an augmented hit, else augment from decoded pixels, else decode and augment
-    /// encoded bytes (cached or read from the source).
-    fn produce(&self, file: FileId, form: Form) -> Result<Arc<[u8]>> {
-        if let Some(Err(())) = self.catalog.known_size(file) {
-            // Known bad: a region decode may have missed damage outside its rows once, but a
-            // sample found undecodable stays refused, consistently, in every view.
-            bump(&self.stats.decode_errors, 1);
-            let path = self.catalog.file_path(file);
-            return Err(Error::decode(path, "undecodable (found earlier; see the first log line)"));
-        }
-        match form {
-            Form::Decoded => {
-                let pixels = match self.load(file, Admit::Pixels)? {
-                    Loaded::Pixels(p) => p,
-                    Loaded::Bytes(b) => Arc::new(self.timed_decode(file, || pipeline::decode_full(&b, self.config.max_pixels))?),
-                };
-                Ok(output::encode(&self.config.output, &pixels).into())
-            }
-            _ => {
-                if let Some(out) = self.cache.augmented.take(file) {
-                    return Ok(out);
-                }
-                let loaded = self.load(file, Admit::Augmented)?;
-                self.augment(file, &loaded)
-            }
-        }
-    }
-
-    /// One fresh augmentation of a loaded sample (a new draw: never a crop served before).
-    fn augment(&self, file: FileId, loaded: &Loaded) -> Result<Arc<[u8]>> {
-        let epoch = u64::from(self.draws[file as usize].fetch_add(1, Ordering::Relaxed));
-        let mut rng = draw_rng(self.config.seed, 0, epoch, u64::from(file));
-        let max_pixels = self.config.max_pixels;
-        let pixels = match loaded {
-            Loaded::Pixels(p) => {
-                let plan = plan_sample(&self.config.augment, Size2::new(p.width, p.height), &mut rng);
-                self.timed_decode(file, || pipeline::augment_pixels(p, &plan))?
-            }
-            Loaded::Bytes(bytes) => self.timed_decode(file, || {
-                let size = pipeline::probe_size(std::io::Cursor::new(&bytes[..]))?;
-                pipeline::check_pixels(size, max_pixels)?;
-                let plan: SamplePlan = plan_sample(&self.config.augment, size, &mut rng);
-                pipeline::augment(bytes, &plan, max_pixels)
-            })?,
-        };
-        Ok(output::encode(&self.config.output, &pixels).into())
-    }
-
-    /// Runs pixel work, timing it into stats and marking the sample bad if it fails.
-    fn timed_decode(&self, file: FileId, work: impl FnOnce() -> std::result::Result<Rgb, String>) -> Result<Rgb> {
-        let started = Instant::now();
-        let pixels = work().map_err(|why| self.mark_bad(file, why))?;
-        bump(&self.stats.decodes, 1);
-        bump(&self.stats.decode_nanos, started.elapsed().as_nanos() as u64);
-        Ok(pixels)
-    }
-
-    /// The sample in the cheapest form held, else read from the source (once, however many
-    /// requests miss together) and admitted in Seneca's fill order.
-    fn load(&self, file: FileId, want: Admit) -> Result<Loaded> {
-        if let Some(p) = self.cache.decoded.get(file) {
-            return Ok(Loaded::Pixels(p));
-        }
-        if let Some(b) = self.cache.encoded.get(file) {
-            return Ok(Loaded::Bytes(b));
-        }
-        let path = self.catalog.file_path(file);
-        let work = || match self.load_from_disk(file) {
-            Some(loaded) => Ok(loaded),
-            None => self.load_from_source(file, want),
-        };
-        self.loads.run(file, work).map_err(|f| match f {
-            LoadFailure::Decode(why) => Error::decode(&path, why),
-            LoadFailure::Source(kind, why) => Error::source_io(&path, std::io::Error::new(kind, why)),
+    /// An open in a top-level view: the requested sample, always.
+    fn open_top_level(&self, form: Form, file: FileId) -> Result<(Arc<HandleData>, CachePolicy)> {
+        let pinned = |bytes| Arc::new(HandleData::Bytes { bytes, form, served: None });
+        Ok(match form {
+            Form::Encoded => (Arc::new(HandleData::Source { file: self.producer.open_source(file)? }), CachePolicy::KeepCache),
+            Form::Decoded => (pinned(self.producer.decoded(file)?.0), CachePolicy::KeepCache),
+            Form::Augmented => (pinned(self.producer.augmented(file, Consumer::TopLevel)?.0), CachePolicy::DirectIo),
         })
     }
 
-    /// The disk tier's key for a source file: its relative path, size and mtime.
-    fn disk_key(&self, file: FileId, meta: &std::fs::Metadata) -> u64 {
-        let path = self.catalog.file_path(file);
-        let rel = path.strip_prefix(self.catalog.root()).unwrap_or(&path);
-        disk_cache::key_of(rel, meta.len(), meta.modified().unwrap_or(UNIX_EPOCH))
-    }
-
-    /// The sample from the disk tier (decoded pixels first, then encoded bytes), promoted into
-    /// the memory form while it has room. A damaged entry reads as a miss (the tier drops it).
-    fn load_from_disk(&self, file: FileId) -> Option<Loaded> {
-        let disk = self.disk.as_ref()?;
-        let meta = std::fs::metadata(self.catalog.file_path(file)).ok()?;
-        match disk.get(self.disk_key(file, &meta))? {
-            DiskHit::Pixels(pixels) => {
-                let pixels = Arc::new(pixels);
-                self.cache.decoded.admit(file, Arc::clone(&pixels));
-                Some(Loaded::Pixels(pixels))
-            }
-            DiskHit::Bytes(bytes) => {
-                let bytes: Arc<[u8]> = bytes.into();
-                self.cache.encoded.admit(file, Arc::clone(&bytes));
-                Some(Loaded::Bytes(bytes))
-            }
+    /// An open in a job's view: opportunistic sampling chooses the sample (the requested one, or
+    /// an unseen one of the same directory that is cached), prefetch is queued along the job's
+    /// listing, and the chosen sample's bytes are pinned to the handle.
+    fn open_in_job(&self, view: View, requested: FileId) -> Result<Arc<HandleData>> {
+        let job = self.job(view.job)?;
+        bump(&job.counters.opens, 1);
+        let share = (view.job, view.form, requested);
+        // PIL's second open of a path it holds open (to try mmap) sees the same content.
+        if let Some(shared) = self.shares.lock().unwrap_or_else(|p| p.into_inner()).get(&share).and_then(Weak::upgrade) {
+            return Ok(shared);
         }
-    }
-
-    /// Spills what a miss produced to the disk tier: the pixels, or the source bytes when the
-    /// pixels do not fit (augmented outputs never go to disk). Queued, not written, here.
-    fn spill(&self, key: Option<u64>, pixels: Option<&Arc<Rgb>>, bytes: &Arc<[u8]>) {
-        let (Some(disk), Some(key)) = (self.disk.as_ref(), key) else { return };
-        let pixels_spilled = pixels.is_some_and(|p| disk.admit_decoded(key, Arc::clone(p)));
-        if !pixels_spilled && !disk.contains(DiskKind::Decoded, key) {
-            disk.admit_encoded(key, Arc::clone(bytes));
+        let catalog = self.catalog();
+        if !catalog.is_image(requested) {
+            // Not a sample (a README in encoded/): served as it is, outside the job's epochs.
+            let (bytes, _) = self.producer.encoded(requested)?;
+            return Ok(Arc::new(HandleData::Bytes { bytes, form: view.form, served: None }));
         }
-    }
-
-    /// Reads a sample from the source and admits it in Seneca's fill order: augmented while it
-    /// has room (a second, fresh augmentation of the same decode is kept for a later open; the
-    /// pixels go to decoded too if it has room), then decoded, then encoded. The encoded bytes or
-    /// decoded pixels also spill to the disk tier, whether or not memory took them.
-    fn load_from_source(&self, file: FileId, want: Admit) -> std::result::Result<Loaded, LoadFailure> {
-        let path = self.catalog.file_path(file);
-        // The metadata comes from the open file, so the disk key names the bytes read.
-        let read = || -> std::io::Result<(Vec<u8>, std::fs::Metadata)> {
-            let mut f = File::open(&path)?;
-            let meta = f.metadata()?;
-            let mut buf = Vec::with_capacity(meta.len() as usize);
-            f.read_to_end(&mut buf)?;
-            Ok((buf, meta))
-        };
-        let (bytes, meta) = read().map_err(|e| {
-            let kind = e.kind();
-            LoadFailure::Source(kind, self.source_error(&path, e).to_string())
-        })?;
-        let bytes: Arc<[u8]> = bytes.into();
-        bump(&self.stats.source_bytes_read, bytes.len() as u64);
-        let key = self.disk.as_ref().map(|_| self.disk_key(file, &meta));
-        if !self.cache.enabled() {
-            self.spill(key, None, &bytes);
-            return Ok(Loaded::Bytes(bytes));
-        }
-        // The header is in hand: no second read of the file for its size.
-        let decoded_len = pipeline::probe_size(std::io::Cursor::new(&bytes[..])).map_or(0, |s| s.area() * 3);
-        let full_decode = |fs: &Self| {
-            fs.timed_decode(file, || pipeline::decode_full(&bytes, fs.config.max_pixels))
-                .map(Arc::new)
-                .map_err(|e| LoadFailure::Decode(e.to_string()))
-        };
-        let out_len = output::encoded_len(&self.config.output, self.augmented_size);
-        if self.cache.augmented.has_room_for(out_len) && decoded_len > 0 {
-            let pixels = full_decode(self)?;
-            if let Ok(extra) = self.augment(file, &Loaded::Pixels(Arc::clone(&pixels))) {
-                self.cache.augmented.admit(file, extra);
-            }
-            // The pixels are in hand: keep them too while decoded has room, so the refill
-            // worker can make later augmentations without the source.
-            self.cache.decoded.admit(file, Arc::clone(&pixels));
-            self.spill(key, Some(&pixels), &bytes);
-            return Ok(Loaded::Pixels(pixels));
-        }
-        if want == Admit::Pixels || self.cache.decoded.has_room_for(decoded_len) {
-            let pixels = full_decode(self)?;
-            self.cache.decoded.admit(file, Arc::clone(&pixels));
-            self.spill(key, Some(&pixels), &bytes);
-            return Ok(Loaded::Pixels(pixels));
-        }
-        self.cache.encoded.admit(file, Arc::clone(&bytes));
-        self.spill(key, None, &bytes);
-        Ok(Loaded::Bytes(bytes))
-    }
-
-    /// One unit of background refill: a fresh augmentation into free augmented room, made from
-    /// the decoded or encoded cache when they hold the sample, else from the source. Returns
-    /// false when there is nothing to do (no room, or every sample already has one).
-    pub fn refill_once(&self, cursor: &mut usize) -> bool {
-        let out_len = output::encoded_len(&self.config.output, self.augmented_size);
-        if !self.cache.augmented.has_room_for(out_len) {
-            return false;
-        }
-        let n = self.catalog.file_count();
-        for _ in 0..n {
-            let file = (*cursor % n.max(1)) as FileId;
-            *cursor = cursor.wrapping_add(1);
-            if self.cache.augmented.contains(file) || !self.catalog.is_image(file) {
-                continue;
-            }
-            if matches!(self.catalog.known_size(file), Some(Err(()))) {
-                continue;
-            }
-            let cached = if self.cache.decoded.contains(file) {
-                self.cache.decoded.get(file).map(Loaded::Pixels)
-            } else if self.cache.encoded.contains(file) {
-                self.cache.encoded.get(file).map(Loaded::Bytes)
-            } else {
-                None
+        let dir = catalog.file_dir(requested);
+        let ods = self.config().jobs.ods;
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let samples = catalog.images(dir);
+            let rank = |c: FileId| if self.producer.known_bad(c) { 0 } else { self.producer.rank(c, view.form) };
+            let choice = job.choose(requested, samples, rank, view.form.top_rank(), Jobs::scan_start(samples.len()), ods);
+            let served = Served { job: Arc::clone(&job), sample: choice.sample, claimed: choice.claimed, read: AtomicBool::new(false), share };
+            self.queue_prefetch(&job, view.form, dir, requested);
+            let produced = match view.form {
+                Form::Augmented => {
+                    let consumer = Consumer::Job { bit: job.bit(), active: self.jobs.active_mask() | job.bit() };
+                    self.producer.augmented(choice.sample, consumer)
+                }
+                Form::Decoded => self.producer.decoded(choice.sample),
+                Form::Encoded => self.producer.encoded(choice.sample),
             };
-            let refilled = match cached {
-                Some(loaded) => self.augment(file, &loaded).map(|out| self.cache.augmented.admit(file, out)),
-                // Not cached in any form: a load from the source admits a fresh augmentation
-                // itself (augmented comes first in the fill order).
-                None => self.load(file, Admit::Augmented).map(|_| true),
-            };
-            if matches!(refilled, Ok(true)) {
-                bump(&self.stats.refills, 1);
+            match produced {
+                Ok((bytes, origin)) => {
+                    let c = &job.counters;
+                    bump(
+                        match origin {
+                            Origin::Augmented => &c.hits_augmented,
+                            Origin::Decoded => &c.hits_decoded,
+                            Origin::Encoded => &c.hits_encoded,
+                            Origin::Disk | Origin::Source => &c.misses,
+                        },
+                        1,
+                    );
+                    if choice.substituted {
+                        bump(&c.substitutions, 1);
+                    }
+                    let data = Arc::new(HandleData::Bytes { bytes, form: view.form, served: Some(served) });
+                    let mut shares = self.shares.lock().unwrap_or_else(|p| p.into_inner());
+                    shares.retain(|_, w| w.strong_count() > 0);
+                    shares.insert(share, Arc::downgrade(&data));
+                    return Ok(data);
+                }
+                Err(e) => {
+                    // A sample that cannot be served counts as the job's (its epoch can end);
+                    // a substitute that failed is replaced, once, rather than fail the request.
+                    job.mark_served(choice.sample);
+                    drop(served);
+                    if !choice.substituted || attempts > 1 {
+                        return Err(e);
+                    }
+                }
             }
-            return true;
         }
-        false
     }
 
-    fn source_error(&self, path: &std::path::Path, e: std::io::Error) -> Error {
-        bump(&self.stats.source_errors, 1);
-        let err = Error::source_io(path, e);
-        tracing::warn!("{err}");
-        err
+    /// Queues the next samples of the job's listing of `dir` for preparation (the prefetch
+    /// window, bounded again by what the cache has room for when the work runs).
+    fn queue_prefetch(&self, job: &Arc<Job>, form: Form, dir: DirId, requested: FileId) {
+        let window = self.config().jobs.prefetch_window;
+        if window == 0 || !self.cache().enabled() {
+            return;
+        }
+        for sample in job.prefetch_candidates(dir, requested, window, |c| self.producer.rank(c, form) > 0) {
+            self.prefetch.push(sample, form, job);
+        }
     }
 
-    /// Reads up to `size` bytes at `offset` of an open file and hands them to `reply`.
+    /// Reads up to `size` bytes at `offset` of an open file and hands them to `reply`. The first
+    /// read of a job-view handle counts its sample as served to the job.
     pub fn read<R>(&self, fh: u64, offset: u64, size: u32, reply: impl FnOnce(Result<&[u8]>) -> R) -> R {
         let handle = match self.handles.get(fh) {
             Ok(h) => h,
             Err(e) => return reply(Err(e)),
         };
         match &*handle {
-            HandleData::Bytes { bytes, form } => {
+            HandleData::Bytes { bytes, form, served } => {
+                if let Some(s) = served {
+                    if !s.read.swap(true, Ordering::Relaxed) {
+                        s.job.mark_served(s.sample);
+                        s.job.touch(self.jobs.now_ms());
+                    }
+                }
                 let start = (offset as usize).min(bytes.len());
                 let end = start.saturating_add(size as usize).min(bytes.len());
                 bump(&self.counters(*form).bytes_served, (end - start) as u64);
                 reply(Ok(&bytes[start..end]))
             }
-            HandleData::Source { file, form } => {
-                let mut buf = vec![0u8; size as usize];
-                let mut filled = 0;
-                while filled < buf.len() {
-                    match file.read_at(&mut buf[filled..], offset + filled as u64) {
-                        Ok(0) => break,
-                        Ok(n) => filled += n,
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                        Err(e) => return reply(Err(Error::source_io("(open source file)", e))),
-                    }
-                }
-                bump(&self.stats.source_bytes_read, filled as u64);
-                bump(&self.counters(*form).bytes_served, filled as u64);
-                reply(Ok(&buf[..filled]))
+            HandleData::Control(bytes) => {
+                let start = (offset as usize).min(bytes.len());
+                let end = start.saturating_add(size as usize).min(bytes.len());
+                reply(Ok(&bytes[start..end]))
             }
+            HandleData::Source { file } => match self.producer.read_source_at(file, offset, size) {
+                Ok(buf) => {
+                    bump(&self.stats().encoded.bytes_served, buf.len() as u64);
+                    reply(Ok(&buf))
+                }
+                Err(e) => reply(Err(e)),
+            },
             HandleData::Listing(_) => reply(Err(Error::IsADirectory)),
         }
     }
 
     /// Releases an open file.
     pub fn release(&self, fh: u64) {
-        if self.handles.remove(fh).is_some() {
-            self.stats.open_handles.fetch_sub(1, Ordering::Relaxed);
+        let Some(data) = self.handles.remove(fh) else { return };
+        self.stats().open_handles.fetch_sub(1, Ordering::Relaxed);
+        if let HandleData::Bytes { served: Some(served), .. } = &*data {
+            // The last handle sharing this content: forget the share.
+            if Arc::strong_count(&data) == 1 {
+                let mut shares = self.shares.lock().unwrap_or_else(|p| p.into_inner());
+                if shares.get(&served.share).is_some_and(|w| w.as_ptr() == Arc::as_ptr(&data)) {
+                    shares.remove(&served.share);
+                }
+            }
         }
     }
 
-    /// The cache's figures, with the disk tier's under `disk` (null without one).
-    fn cache_stats(&self) -> serde_json::Value {
-        let mut stats = self.cache.stats();
-        if let Some(obj) = stats.as_object_mut() {
-            obj.insert("disk".into(), self.disk.as_ref().map_or(serde_json::Value::Null, DiskCache::stats));
-        }
-        stats
+    /// Bytes of opportunistic-sampling metadata: the status byte per sample and every active
+    /// job's bits.
+    pub fn ods_metadata_bytes(&self) -> usize {
+        self.cache().status.bytes() + self.jobs.active().iter().map(|j| j.state_bytes()).sum::<usize>()
     }
 
     /// The live figures, as served in `.prepfs/stats.json`.
     pub fn stats_json(&self) -> String {
+        let catalog = self.catalog();
         let extra = serde_json::json!({
-            "source": self.config.source,
-            "samples": self.catalog.sample_count(),
-            "files": self.catalog.file_count(),
-            "directories": self.catalog.dir_count(),
-            "stem_collisions": self.catalog.stem_collisions,
-            "catalog_bytes_per_sample": self.catalog.bytes_per_sample(),
-            "cache": self.cache_stats(),
-            "plan": self.plan.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            "source": self.config().source,
+            "samples": catalog.sample_count(),
+            "files": catalog.file_count(),
+            "directories": catalog.dir_count(),
+            "stem_collisions": catalog.stem_collisions,
+            "catalog_bytes_per_sample": catalog.bytes_per_sample(),
+            "cache": self.producer.cache_stats(),
+            "plan": self.producer.plan_json(),
+            "jobs": self.jobs.stats(),
+            "ods_metadata_bytes": self.ods_metadata_bytes(),
         });
-        let mut text = serde_json::to_string_pretty(&self.stats.to_json(extra)).unwrap_or_default();
+        let mut text = serde_json::to_string_pretty(&self.stats().to_json(extra)).unwrap_or_default();
         text.push('\n');
         text
     }

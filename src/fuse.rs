@@ -21,6 +21,8 @@ use crate::filesystem::{Attr, CachePolicy, Filesystem, Kind};
 
 /// How long the kernel may keep names and attributes: the source is read-only under us.
 const TTL: Duration = Duration::from_secs(60);
+/// For nodes that may go away soon (a job's directory, retired when idle or by rmdir).
+const VOLATILE_TTL: Duration = Duration::from_secs(1);
 
 /// `fuser::Filesystem` over the core.
 pub struct FuseAdapter {
@@ -38,6 +40,7 @@ impl FuseAdapter {
 
     fn attr(&self, a: &Attr) -> FileAttr {
         let (kind, perm, nlink) = match a.kind {
+            Kind::Dir if a.writable => (FileType::Directory, 0o755, 2),
             Kind::Dir => (FileType::Directory, 0o555, 2),
             Kind::File => (FileType::RegularFile, 0o444, 1),
         };
@@ -61,6 +64,14 @@ impl FuseAdapter {
     }
 }
 
+fn ttl(a: &Attr) -> Duration {
+    if a.volatile {
+        VOLATILE_TTL
+    } else {
+        TTL
+    }
+}
+
 fn errno(e: &Error) -> Errno {
     Errno::from_i32(e.errno())
 }
@@ -79,14 +90,14 @@ impl fuser::Filesystem for FuseAdapter {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         match self.fs.lookup(parent.0, name) {
-            Ok(a) => reply.entry(&TTL, &self.attr(&a), Generation(0)),
+            Ok(a) => reply.entry(&ttl(&a), &self.attr(&a), Generation(0)),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.fs.getattr(ino.0) {
-            Ok(a) => reply.attr(&TTL, &self.attr(&a)),
+            Ok(a) => reply.attr(&ttl(&a), &self.attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -167,8 +178,8 @@ impl fuser::Filesystem for FuseAdapter {
         reply.statfs(0, 0, 0, files, 0, 128 * 1024, 255, 128 * 1024);
     }
 
-    fn access(&self, _req: &Request, _ino: INodeNo, mask: fuser::AccessFlags, reply: ReplyEmpty) {
-        if mask.bits() & libc::W_OK != 0 {
+    fn access(&self, _req: &Request, ino: INodeNo, mask: fuser::AccessFlags, reply: ReplyEmpty) {
+        if mask.bits() & libc::W_OK != 0 && !self.fs.accepts_changes(ino.0) {
             reply.error(Errno::EROFS);
         } else {
             reply.ok();
@@ -210,7 +221,24 @@ impl fuser::Filesystem for FuseAdapter {
         }
     }
 
-    // Everything that would change the mount: read-only.
+    // `jobs/`: mkdir makes a job, rmdir retires one.
+
+    fn mkdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, _mode: u32, _umask: u32, reply: ReplyEntry) {
+        match self.fs.mkdir(parent.0, name) {
+            Ok(a) => reply.entry(&ttl(&a), &self.attr(&a), Generation(0)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.fs.rmdir(parent.0, name) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    // Everything else that would change the mount: read-only (the mount is not `-o ro`, so that
+    // mkdir and rmdir under `jobs/` reach us; every other change is refused here).
 
     fn setattr(
         &self,
@@ -237,15 +265,7 @@ impl fuser::Filesystem for FuseAdapter {
         reply.error(Errno::EROFS);
     }
 
-    fn mkdir(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _m: u32, _u: u32, reply: ReplyEntry) {
-        reply.error(Errno::EROFS);
-    }
-
     fn unlink(&self, _req: &Request, _p: INodeNo, _n: &OsStr, reply: ReplyEmpty) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn rmdir(&self, _req: &Request, _p: INodeNo, _n: &OsStr, reply: ReplyEmpty) {
         reply.error(Errno::EROFS);
     }
 

@@ -1,12 +1,17 @@
 //! prepfs: a FUSE filesystem that serves decoded and augmented training samples.
 //!
-//! Where things live (the hot path is open -> `filesystem` -> `pipeline` -> read):
+//! Where things live (the hot path is open -> `filesystem` -> `producer` -> `pipeline` -> read):
 //! - [`config`]: the one typed configuration, validated once.
 //! - [`catalog`]: the scanned source tree, compact, with lazily probed image sizes.
 //! - [`augment`]: torchvision's operations, their random draws, the geometry they fold into.
 //! - [`jpeg`]: TurboJPEG header probing and the region/DCT-scaled decode.
 //! - [`cache`]: the tiered sample cache (encoded, decoded, augmented), budgets, single-flight.
 //! - [`disk_cache`]: the cache's disk tier (encoded and decoded entries, checked on read).
+//! - [`producer`]: a sample's bytes in one form by the cheapest path: cache tiers, source reads,
+//!   decode/augment, admission in Seneca's fill order; refill, prefetch and the cache plan.
+//! - [`sampling`]: opportunistic sampling for concurrent jobs: the job registry, seen bits,
+//!   epochs, substitution at open, listing order.
+//! - [`throttle`]: the source read limit.
 //! - [`planner`]: Seneca's throughput model (pure functions) and the best split.
 //! - [`calibrate`]: measures the model's inputs on the running machine.
 //! - [`pipeline`]: source bytes to output pixels (fast path and reference path).
@@ -31,4 +36,7 @@ pub mod mount;
 pub mod output;
 pub mod pipeline;
 pub mod planner;
+pub mod producer;
+pub mod sampling;
 pub mod stats;
+pub mod throttle;

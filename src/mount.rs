@@ -148,6 +148,10 @@ pub fn run(config: Config) -> Result<(), MountError> {
     if fs.config().cache.refill && fs.cache().enabled() {
         spawn_refill(Arc::clone(&fs)).map_err(MountError::Fuse)?;
     }
+    spawn_housekeeping(Arc::clone(&fs)).map_err(MountError::Fuse)?;
+    for i in 0..fs.config().threads {
+        spawn_prefetch(Arc::clone(&fs), i).map_err(MountError::Fuse)?;
+    }
     let mut session = fuser::Session::new(adapter, &mountpoint, &fuse_config).map_err(MountError::Fuse)?;
     let mut unmounter = session.unmount_callable();
     let waiter_mountpoint = mountpoint.clone();
@@ -178,11 +182,7 @@ pub fn run(config: Config) -> Result<(), MountError> {
 /// fresh augmentations of cached samples, so augmented hits keep coming across epochs.
 fn spawn_refill(fs: Arc<Filesystem>) -> io::Result<()> {
     std::thread::Builder::new().name("prepfs-refill".into()).spawn(move || {
-        // SAFETY: setpriority on this thread's own id (Linux threads have per-thread nice).
-        unsafe {
-            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-            libc::setpriority(libc::PRIO_PROCESS, tid, 19);
-        }
+        lower_priority(19);
         let mut cursor = 0usize;
         loop {
             if !fs.refill_once(&mut cursor) {
@@ -193,12 +193,45 @@ fn spawn_refill(fs: Arc<Filesystem>) -> io::Result<()> {
     Ok(())
 }
 
+/// Sets the calling thread's nice value (Linux threads have their own).
+fn lower_priority(nice: i32) {
+    // SAFETY: setpriority on this thread's own id.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, nice);
+    }
+}
+
+/// Once a second: retire idle jobs, and re-plan the cache split from the rates measured while
+/// serving.
+fn spawn_housekeeping(fs: Arc<Filesystem>) -> io::Result<()> {
+    std::thread::Builder::new().name("prepfs-housekeeping".into()).spawn(move || loop {
+        std::thread::sleep(Duration::from_secs(1));
+        fs.retire_idle_jobs();
+        fs.replan();
+    })?;
+    Ok(())
+}
+
+/// A prefetch worker: prepares the samples queued ahead of jobs, below the priority of requests.
+fn spawn_prefetch(fs: Arc<Filesystem>, i: usize) -> io::Result<()> {
+    std::thread::Builder::new().name(format!("prepfs-prefetch-{i}")).spawn(move || {
+        lower_priority(10);
+        let never = std::sync::atomic::AtomicBool::new(false);
+        loop {
+            fs.run_prefetch(Duration::from_secs(1), &never);
+        }
+    })?;
+    Ok(())
+}
+
 fn fuser_config(config: &Config) -> fuser::Config {
     let mut fc = fuser::Config::default();
     fc.mount_options = vec![
         fuser::MountOption::FSName(format!("prepfs:{}", config.source.display())),
         fuser::MountOption::Subtype("prepfs".into()),
-        fuser::MountOption::RO,
+        // Not `RO`: the kernel would refuse mkdir/rmdir under jobs/ before asking us. Every other
+        // change is refused by the daemon with EROFS.
         fuser::MountOption::NoAtime,
         fuser::MountOption::NoDev,
         fuser::MountOption::NoSuid,

@@ -34,6 +34,18 @@ pub struct Stats {
     pub open_handles: AtomicU64,
     /// Augmented outputs made by the background refill.
     pub refills: AtomicU64,
+    /// Whole-file reads of the source and their total time (the model's storage rate).
+    pub source_reads: AtomicU64,
+    pub source_read_nanos: AtomicU64,
+    /// Full decodes and their total time.
+    pub full_decodes: AtomicU64,
+    pub full_decode_nanos: AtomicU64,
+    /// Decode-and-augment from encoded bytes (the model's `t_da`) and their total time.
+    pub decode_augments: AtomicU64,
+    pub decode_augment_nanos: AtomicU64,
+    /// Augment-only from decoded pixels (the model's `t_a`) and their total time.
+    pub pixel_augments: AtomicU64,
+    pub pixel_augment_nanos: AtomicU64,
 }
 
 impl Default for Stats {
@@ -50,6 +62,14 @@ impl Default for Stats {
             decode_nanos: AtomicU64::new(0),
             open_handles: AtomicU64::new(0),
             refills: AtomicU64::new(0),
+            source_reads: AtomicU64::new(0),
+            source_read_nanos: AtomicU64::new(0),
+            full_decodes: AtomicU64::new(0),
+            full_decode_nanos: AtomicU64::new(0),
+            decode_augments: AtomicU64::new(0),
+            decode_augment_nanos: AtomicU64::new(0),
+            pixel_augments: AtomicU64::new(0),
+            pixel_augment_nanos: AtomicU64::new(0),
         }
     }
 }
@@ -69,6 +89,10 @@ impl Stats {
     pub fn to_json(&self, extra: serde_json::Value) -> serde_json::Value {
         let view = |v: &ViewCounters| json!({"opens": get(&v.opens), "bytes_served": get(&v.bytes_served)});
         let decodes = get(&self.decodes);
+        let mean_ms = |n: &AtomicU64, nanos: &AtomicU64| {
+            let n = get(n);
+            if n == 0 { 0.0 } else { get(nanos) as f64 / n as f64 / 1e6 }
+        };
         let mut doc = json!({
             "uptime_s": self.started.elapsed().as_secs_f64(),
             "views": {
@@ -85,6 +109,16 @@ impl Stats {
             },
             "open_handles": get(&self.open_handles),
             "refills": get(&self.refills),
+            "work": {
+                "full_decodes": get(&self.full_decodes),
+                "full_decode_ms_mean": mean_ms(&self.full_decodes, &self.full_decode_nanos),
+                "decode_augments": get(&self.decode_augments),
+                "decode_augment_ms_mean": mean_ms(&self.decode_augments, &self.decode_augment_nanos),
+                "pixel_augments": get(&self.pixel_augments),
+                "pixel_augment_ms_mean": mean_ms(&self.pixel_augments, &self.pixel_augment_nanos),
+                "source_reads": get(&self.source_reads),
+                "source_read_ms_mean": mean_ms(&self.source_reads, &self.source_read_nanos),
+            },
         });
         if let (Some(doc), serde_json::Value::Object(extra)) = (doc.as_object_mut(), extra) {
             doc.extend(extra);

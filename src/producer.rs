@@ -1,0 +1,711 @@
+//! The sample producer: a sample's bytes in one form by the cheapest path that holds it, and the
+//! admissions that path makes.
+//!
+//! The hot path reads top to bottom in [`SampleProducer::augmented`]: an augmented hit, else
+//! augment decoded pixels (memory cache), else decode and augment encoded bytes (memory cache,
+//! disk tier, or the source, read once however many requests miss together). A miss admits what
+//! it made in Seneca's fill order: augmented while it has room, then decoded, then encoded; the
+//! pixels or bytes also spill to the disk tier.
+//!
+//! It owns the sample cache and its disk tier, source reads (and the read limit), the draws of
+//! fresh augmentations, undecodable-sample bookkeeping, the counters of that work, and the
+//! background work that keeps the cache useful: refill, prefetch, and the cache plan. It knows
+//! nothing of inodes, handles or jobs' rules: the filesystem core decides *which* sample an open
+//! serves, then asks for its bytes here. No lock is held across decoding or I/O.
+
+use std::fs::File;
+use std::io::{BufReader, Read};
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, UNIX_EPOCH};
+
+use crate::augment::{draw_rng, plan_sample, SamplePlan, Size2};
+use crate::cache::{AugmentedEntry, SampleCache, SingleFlight, HELD_AUGMENTED, HELD_DECODED, HELD_ENCODED};
+use crate::catalog::{Catalog, FileId};
+use crate::config::{Config, SplitChoice};
+use crate::disk_cache::{self, DiskCache, DiskHit, DiskKind};
+use crate::error::{Error, Result};
+use crate::jpeg::Rgb;
+use crate::output;
+use crate::pipeline;
+use crate::sampling::Rank;
+use crate::stats::{bump, Stats};
+use crate::throttle::{self, ReadLimit};
+
+/// The three forms a sample is served in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Form {
+    /// The source bytes, byte for byte.
+    Encoded,
+    /// The full-resolution RGB decode.
+    Decoded,
+    /// A fresh augmentation at every open.
+    Augmented,
+}
+
+impl Form {
+    pub const ALL: [Form; 3] = [Form::Encoded, Form::Decoded, Form::Augmented];
+
+    /// The view's directory name.
+    pub fn dir_name(self) -> &'static str {
+        match self {
+            Form::Encoded => "encoded",
+            Form::Decoded => "decoded",
+            Form::Augmented => "augmented",
+        }
+    }
+
+    /// The form's number in inode numbers.
+    pub(crate) fn index(self) -> u64 {
+        match self {
+            Form::Encoded => 0,
+            Form::Decoded => 1,
+            Form::Augmented => 2,
+        }
+    }
+
+    /// The form numbered `i` by [`Form::index`].
+    pub(crate) fn from_index(i: u64) -> Option<Form> {
+        Form::ALL.get(i as usize).copied()
+    }
+
+    /// The best [`SampleProducer::rank`] a sample can have in this form's view.
+    pub fn top_rank(self) -> Rank {
+        match self {
+            Form::Encoded => 1,
+            Form::Decoded => 2,
+            Form::Augmented => 3,
+        }
+    }
+}
+
+/// Where an output came from: the cache form that held the sample, the disk tier, or the source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    Augmented,
+    Decoded,
+    Encoded,
+    Disk,
+    Source,
+}
+
+/// Who an augmented output is for, which decides what the cache keeps of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Consumer {
+    /// A top-level `augmented/` open: takes a cached output whole; a miss keeps a spare, fresh
+    /// augmentation for a later open while augmented has room.
+    TopLevel,
+    /// An open in a job's view (`bit` its used-by bit, `active` every active job's): uses a
+    /// cached output it has not used; a miss shares its own output with the other active jobs.
+    Job { bit: u64, active: u64 },
+    /// Prefetch: the output goes to the cache, unused.
+    Prefetch,
+}
+
+/// What a miss should admit besides what it returns.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Admit {
+    /// Full pixels are wanted (the `decoded` view).
+    Pixels,
+    /// Anything to augment; `spare`: also keep a fresh augmentation while augmented has room.
+    Augmented { spare: bool },
+    /// Nothing is served: fill decoded, else encoded (prefetch without augmented room).
+    Fill,
+}
+
+/// A sample in the cheapest form at hand.
+#[derive(Clone)]
+enum Loaded {
+    /// Full-resolution pixels: augmenting is a crop and a resize.
+    Pixels(Arc<Rgb>),
+    /// Source bytes: augmenting decodes (the fast path).
+    Bytes(Arc<[u8]>),
+}
+
+/// A failed load, shareable between the requests of one flight.
+#[derive(Clone, Debug)]
+enum LoadFailure {
+    Decode(String),
+    Source(std::io::ErrorKind, String),
+}
+
+/// How many timed samples the plan waits for before it trusts live rates over the mount-time
+/// calibration.
+const REPLAN_MIN_SAMPLES: u64 = 64;
+
+/// The producer: see the module documentation.
+pub struct SampleProducer {
+    config: Config,
+    catalog: Catalog,
+    stats: Stats,
+    cache: SampleCache,
+    disk: Option<DiskCache>,
+    read_limit: Option<ReadLimit>,
+    /// Augmentations drawn so far of each sample: the next draw's index, so no draw repeats.
+    draws: Vec<AtomicU32>,
+    augmented_size: Size2,
+    /// Bytes of one augmented output.
+    out_len: u64,
+    /// Concurrent misses of one sample read and decode it once.
+    loads: SingleFlight<std::result::Result<(Loaded, Origin), LoadFailure>>,
+    /// The plan in force (split, prediction, inputs) and the inputs measured at mount.
+    plan: Mutex<Option<PlanState>>,
+}
+
+struct PlanState {
+    doc: serde_json::Value,
+    params: crate::planner::PlanParams,
+    /// Timed samples (both paths) when the plan was last made.
+    timed: u64,
+}
+
+impl SampleProducer {
+    /// A producer over a scanned catalog.
+    pub fn new(config: Config, catalog: Catalog) -> SampleProducer {
+        let augmented_size = config.augmented_size().unwrap_or(Size2::new(224, 224));
+        let draws = (0..catalog.file_count()).map(|_| AtomicU32::new(0)).collect();
+        let split = match config.cache.split {
+            SplitChoice::Fixed(split) => split,
+            // Until the model has measured inputs, favour the forms that save CPU per epoch.
+            SplitChoice::Auto => [0, 50, 50],
+        };
+        let cache = SampleCache::new(config.cache.memory, split, config.cache.policy, catalog.file_count());
+        // A disk tier that cannot be opened leaves the mount serving from memory and the source.
+        let disk = config.cache.disk.as_ref().and_then(|d| match DiskCache::open(&d.path, d.size) {
+            Ok(disk) => Some(disk),
+            Err(e) => {
+                tracing::warn!("{e}; serving without the disk tier");
+                None
+            }
+        });
+        SampleProducer {
+            read_limit: config.source_read_limit.map(ReadLimit::new),
+            out_len: output::encoded_len(&config.output, augmented_size),
+            cache,
+            disk,
+            loads: SingleFlight::default(),
+            plan: Mutex::new(None),
+            config,
+            catalog,
+            stats: Stats::default(),
+            draws,
+            augmented_size,
+        }
+    }
+
+    /// The effective configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The catalog served.
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    /// The live counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// The sample cache.
+    pub fn cache(&self) -> &SampleCache {
+        &self.cache
+    }
+
+    /// The cache's disk tier, if one is open.
+    pub fn disk_cache(&self) -> Option<&DiskCache> {
+        self.disk.as_ref()
+    }
+
+    /// The size of every augmented output.
+    pub fn augmented_size(&self) -> Size2 {
+        self.augmented_size
+    }
+
+    /// How cheaply `file` can be served in `form`'s view now: 0 when no cache form that view can
+    /// use holds it, up to [`Form::top_rank`].
+    pub fn rank(&self, file: FileId, form: Form) -> Rank {
+        let held = self.cache.status.held(file);
+        let has = |bit: u8| held & bit != 0;
+        match form {
+            Form::Augmented if has(HELD_AUGMENTED) => 3,
+            Form::Augmented | Form::Decoded if has(HELD_DECODED) => 2,
+            _ if has(HELD_ENCODED) => 1,
+            _ => 0,
+        }
+    }
+
+    // ---- source reads -------------------------------------------------------------------------
+
+    /// Opens a source file for reading through (the top-level `encoded` view).
+    pub fn open_source(&self, file: FileId) -> Result<File> {
+        let path = self.catalog.file_path(file);
+        File::open(&path).map_err(|e| self.source_error(&path, e))
+    }
+
+    /// Reads up to `size` bytes at `offset` of an open source file, within the read limit.
+    pub fn read_source_at(&self, f: &File, offset: u64, size: u32) -> Result<Vec<u8>> {
+        throttle::take(self.read_limit.as_ref(), u64::from(size));
+        let mut buf = vec![0u8; size as usize];
+        let mut filled = 0;
+        while filled < buf.len() {
+            match f.read_at(&mut buf[filled..], offset + filled as u64) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::source_io("(open source file)", e)),
+            }
+        }
+        buf.truncate(filled);
+        bump(&self.stats.source_bytes_read, filled as u64);
+        Ok(buf)
+    }
+
+    /// Reads a whole source file (within the read limit), with the metadata of the file read.
+    fn read_source(&self, file: FileId) -> std::io::Result<(Vec<u8>, std::fs::Metadata)> {
+        let path = self.catalog.file_path(file);
+        let started = Instant::now();
+        let mut f = File::open(&path)?;
+        let meta = f.metadata()?;
+        throttle::take(self.read_limit.as_ref(), meta.len());
+        let mut buf = Vec::with_capacity(meta.len() as usize);
+        f.read_to_end(&mut buf)?;
+        bump(&self.stats.source_bytes_read, buf.len() as u64);
+        bump(&self.stats.source_reads, 1);
+        bump(&self.stats.source_read_nanos, started.elapsed().as_nanos() as u64);
+        Ok((buf, meta))
+    }
+
+    fn source_error(&self, path: &std::path::Path, e: std::io::Error) -> Error {
+        bump(&self.stats.source_errors, 1);
+        let err = Error::source_io(path, e);
+        tracing::warn!("{err}");
+        err
+    }
+
+    // ---- sample sizes and bad samples ---------------------------------------------------------
+
+    /// A sample's pixel size from its header, probed once and remembered.
+    pub fn source_size(&self, file: FileId) -> Result<Size2> {
+        if let Some(known) = self.catalog.known_size(file) {
+            return known.map_err(|()| Error::decode(self.catalog.file_path(file), "unreadable header"));
+        }
+        let path = self.catalog.file_path(file);
+        let probed = File::open(&path).map_err(|e| Error::source_io(&path, e)).and_then(|f| {
+            throttle::take(self.read_limit.as_ref(), 16 * 1024);
+            pipeline::probe_size(BufReader::with_capacity(16 * 1024, f)).map_err(|why| Error::decode(&path, why))
+        });
+        match probed {
+            Ok(size) => {
+                self.catalog.remember_size(file, Ok(size));
+                Ok(size)
+            }
+            Err(Error::Decode { reason, .. }) => Err(self.mark_bad(file, reason)),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether `file` was found undecodable earlier.
+    pub fn known_bad(&self, file: FileId) -> bool {
+        matches!(self.catalog.known_size(file), Some(Err(())))
+    }
+
+    /// Records an undecodable sample: one log line naming the file and the reason, a count in
+    /// stats, and a mark so every later open refuses it at once.
+    fn mark_bad(&self, file: FileId, reason: String) -> Error {
+        bump(&self.stats.decode_errors, 1);
+        let err = Error::decode(self.catalog.file_path(file), reason);
+        tracing::warn!("{err}");
+        self.catalog.remember_size(file, Err(()));
+        err
+    }
+
+    /// The refusal of a sample found undecodable earlier: a region decode may have missed damage
+    /// outside its rows once, but a bad sample stays refused, consistently, in every view.
+    fn refuse_known_bad(&self, file: FileId) -> Result<()> {
+        if self.known_bad(file) {
+            bump(&self.stats.decode_errors, 1);
+            let path = self.catalog.file_path(file);
+            return Err(Error::decode(path, "undecodable (found earlier; see the first log line)"));
+        }
+        Ok(())
+    }
+
+    // ---- the three forms ----------------------------------------------------------------------
+
+    /// The bytes of one `augmented` file of `file` for `consumer`, and where they came from.
+    pub fn augmented(&self, file: FileId, consumer: Consumer) -> Result<(Arc<[u8]>, Origin)> {
+        self.refuse_known_bad(file)?;
+        let hit = match consumer {
+            Consumer::TopLevel => self.cache.augmented.take(file).map(|e| e.bytes),
+            Consumer::Job { bit, active } => self.cache.take_augmented_for_job(file, bit, active),
+            Consumer::Prefetch => None,
+        };
+        if let Some(out) = hit {
+            return Ok((out, Origin::Augmented));
+        }
+        // A spare is worth making when no other job will be handed this one's output.
+        let spare = match consumer {
+            Consumer::TopLevel => true,
+            Consumer::Job { bit, active } => active & !bit == 0,
+            Consumer::Prefetch => false,
+        };
+        let (loaded, origin) = self.load(file, Admit::Augmented { spare })?;
+        let out = self.augment(file, &loaded)?;
+        match consumer {
+            Consumer::Job { bit, active } if active & !bit != 0 => {
+                // Shared with the other active jobs (Seneca): dropped once they all used it.
+                self.cache.augmented.admit(file, AugmentedEntry { bytes: Arc::clone(&out), used_by: bit });
+            }
+            Consumer::Prefetch => {
+                self.cache.augmented.admit(file, AugmentedEntry::fresh(Arc::clone(&out)));
+            }
+            _ => {}
+        }
+        Ok((out, origin))
+    }
+
+    /// The bytes of `file`'s `decoded` file, and where they came from.
+    pub fn decoded(&self, file: FileId) -> Result<(Arc<[u8]>, Origin)> {
+        self.refuse_known_bad(file)?;
+        let (loaded, origin) = self.load(file, Admit::Pixels)?;
+        let pixels = match loaded {
+            Loaded::Pixels(p) => p,
+            Loaded::Bytes(b) => Arc::new(self.timed(file, Timing::Decode, || pipeline::decode_full(&b, self.config.max_pixels))?),
+        };
+        Ok((output::encode(&self.config.output, &pixels).into(), origin))
+    }
+
+    /// The whole source bytes of `file`, from the encoded cache or the source (then admitted
+    /// while encoded has room), and where they came from.
+    pub fn encoded(&self, file: FileId) -> Result<(Arc<[u8]>, Origin)> {
+        if let Some(bytes) = self.cache.encoded.get(file) {
+            return Ok((bytes, Origin::Encoded));
+        }
+        let path = self.catalog.file_path(file);
+        let (bytes, meta) = self.read_source(file).map_err(|e| self.source_error(&path, e))?;
+        let bytes: Arc<[u8]> = bytes.into();
+        if self.cache.enabled() {
+            self.cache.encoded.admit(file, Arc::clone(&bytes));
+        }
+        let key = self.disk.as_ref().map(|_| self.disk_key(file, &meta));
+        self.spill(key, None, &bytes);
+        Ok((bytes, Origin::Source))
+    }
+
+    /// One fresh augmentation of a loaded sample (a new draw: never a crop served before).
+    fn augment(&self, file: FileId, loaded: &Loaded) -> Result<Arc<[u8]>> {
+        let draw = u64::from(self.draws[file as usize].fetch_add(1, Ordering::Relaxed));
+        let mut rng = draw_rng(self.config.seed, 0, draw, u64::from(file));
+        let max_pixels = self.config.max_pixels;
+        let pixels = match loaded {
+            Loaded::Pixels(p) => {
+                let plan = plan_sample(&self.config.augment, Size2::new(p.width, p.height), &mut rng);
+                self.timed(file, Timing::AugmentPixels, || pipeline::augment_pixels(p, &plan))?
+            }
+            Loaded::Bytes(bytes) => self.timed(file, Timing::DecodeAugment, || {
+                let size = pipeline::probe_size(std::io::Cursor::new(&bytes[..]))?;
+                pipeline::check_pixels(size, max_pixels)?;
+                let plan: SamplePlan = plan_sample(&self.config.augment, size, &mut rng);
+                pipeline::augment(bytes, &plan, max_pixels)
+            })?,
+        };
+        Ok(output::encode(&self.config.output, &pixels).into())
+    }
+
+    /// Runs pixel work, timing it into stats and marking the sample bad if it fails.
+    fn timed(&self, file: FileId, kind: Timing, work: impl FnOnce() -> std::result::Result<Rgb, String>) -> Result<Rgb> {
+        let started = Instant::now();
+        let pixels = work().map_err(|why| self.mark_bad(file, why))?;
+        let nanos = started.elapsed().as_nanos() as u64;
+        bump(&self.stats.decodes, 1);
+        bump(&self.stats.decode_nanos, nanos);
+        let (count, total) = match kind {
+            Timing::Decode => (&self.stats.full_decodes, &self.stats.full_decode_nanos),
+            Timing::DecodeAugment => (&self.stats.decode_augments, &self.stats.decode_augment_nanos),
+            Timing::AugmentPixels => (&self.stats.pixel_augments, &self.stats.pixel_augment_nanos),
+        };
+        bump(count, 1);
+        bump(total, nanos);
+        Ok(pixels)
+    }
+
+    // ---- loading through the tiers ------------------------------------------------------------
+
+    /// The sample in the cheapest form held, else read from the disk tier or the source (once,
+    /// however many requests miss together) and admitted in Seneca's fill order.
+    fn load(&self, file: FileId, want: Admit) -> Result<(Loaded, Origin)> {
+        if let Some(p) = self.cache.decoded.get(file) {
+            return Ok((Loaded::Pixels(p), Origin::Decoded));
+        }
+        if let Some(b) = self.cache.encoded.get(file) {
+            return Ok((Loaded::Bytes(b), Origin::Encoded));
+        }
+        let path = self.catalog.file_path(file);
+        let work = || match self.load_from_disk(file) {
+            Some(loaded) => Ok((loaded, Origin::Disk)),
+            None => self.load_from_source(file, want).map(|l| (l, Origin::Source)),
+        };
+        self.loads.run(file, work).map_err(|f| match f {
+            LoadFailure::Decode(why) => Error::decode(&path, why),
+            LoadFailure::Source(kind, why) => Error::source_io(&path, std::io::Error::new(kind, why)),
+        })
+    }
+
+    /// The disk tier's key for a source file: its relative path, size and mtime.
+    fn disk_key(&self, file: FileId, meta: &std::fs::Metadata) -> u64 {
+        let path = self.catalog.file_path(file);
+        let rel = path.strip_prefix(self.catalog.root()).unwrap_or(&path);
+        disk_cache::key_of(rel, meta.len(), meta.modified().unwrap_or(UNIX_EPOCH))
+    }
+
+    /// The sample from the disk tier (decoded pixels first, then encoded bytes), promoted into
+    /// the memory form while it has room. A damaged entry reads as a miss (the tier drops it).
+    fn load_from_disk(&self, file: FileId) -> Option<Loaded> {
+        let disk = self.disk.as_ref()?;
+        let meta = std::fs::metadata(self.catalog.file_path(file)).ok()?;
+        match disk.get(self.disk_key(file, &meta))? {
+            DiskHit::Pixels(pixels) => {
+                let pixels = Arc::new(pixels);
+                self.cache.decoded.admit(file, Arc::clone(&pixels));
+                Some(Loaded::Pixels(pixels))
+            }
+            DiskHit::Bytes(bytes) => {
+                let bytes: Arc<[u8]> = bytes.into();
+                self.cache.encoded.admit(file, Arc::clone(&bytes));
+                Some(Loaded::Bytes(bytes))
+            }
+        }
+    }
+
+    /// Spills what a miss produced to the disk tier: the pixels, or the source bytes when the
+    /// pixels do not fit (augmented outputs never go to disk). Queued, not written, here.
+    fn spill(&self, key: Option<u64>, pixels: Option<&Arc<Rgb>>, bytes: &Arc<[u8]>) {
+        let (Some(disk), Some(key)) = (self.disk.as_ref(), key) else { return };
+        let pixels_spilled = pixels.is_some_and(|p| disk.admit_decoded(key, Arc::clone(p)));
+        if !pixels_spilled && !disk.contains(DiskKind::Decoded, key) {
+            disk.admit_encoded(key, Arc::clone(bytes));
+        }
+    }
+
+    /// Reads a sample from the source and admits it in Seneca's fill order: a spare fresh
+    /// augmentation while augmented has room (when `want` asks for one), then the pixels while
+    /// decoded has room, else the bytes while encoded has room. The bytes or pixels also spill
+    /// to the disk tier, whether or not memory took them.
+    fn load_from_source(&self, file: FileId, want: Admit) -> std::result::Result<Loaded, LoadFailure> {
+        let path = self.catalog.file_path(file);
+        let (bytes, meta) = self.read_source(file).map_err(|e| {
+            let kind = e.kind();
+            LoadFailure::Source(kind, self.source_error(&path, e).to_string())
+        })?;
+        let bytes: Arc<[u8]> = bytes.into();
+        let key = self.disk.as_ref().map(|_| self.disk_key(file, &meta));
+        if !self.cache.enabled() {
+            self.spill(key, None, &bytes);
+            return Ok(Loaded::Bytes(bytes));
+        }
+        // The header is in hand: no second read of the file for its size.
+        let decoded_len = pipeline::probe_size(std::io::Cursor::new(&bytes[..])).map_or(0, |s| s.area() * 3);
+        let spare = want == Admit::Augmented { spare: true } && decoded_len > 0 && self.cache.augmented.has_room_for(self.out_len);
+        let keep_pixels = decoded_len > 0 && self.cache.decoded.has_room_for(decoded_len);
+        if spare || keep_pixels || want == Admit::Pixels {
+            let pixels = self
+                .timed(file, Timing::Decode, || pipeline::decode_full(&bytes, self.config.max_pixels))
+                .map(Arc::new)
+                .map_err(|e| LoadFailure::Decode(e.to_string()))?;
+            if spare {
+                if let Ok(extra) = self.augment(file, &Loaded::Pixels(Arc::clone(&pixels))) {
+                    self.cache.augmented.admit(file, AugmentedEntry::fresh(extra));
+                }
+            }
+            // The pixels are in hand: keep them while decoded has room (so refill can make later
+            // augmentations without the source), else the bytes while encoded has room.
+            if !self.cache.decoded.admit(file, Arc::clone(&pixels)) {
+                self.cache.encoded.admit(file, Arc::clone(&bytes));
+            }
+            self.spill(key, Some(&pixels), &bytes);
+            return Ok(Loaded::Pixels(pixels));
+        }
+        self.cache.encoded.admit(file, Arc::clone(&bytes));
+        self.spill(key, None, &bytes);
+        Ok(Loaded::Bytes(bytes))
+    }
+
+    // ---- background work ----------------------------------------------------------------------
+
+    /// One unit of background refill: a fresh augmentation into free augmented room of a sample
+    /// `wanted` (some job has not seen it), made from the decoded or encoded cache when they hold
+    /// it, else from the source. Returns false when there is nothing to do (no room, or every
+    /// wanted sample already has one).
+    pub fn refill_once(&self, cursor: &mut usize, wanted: impl Fn(FileId) -> bool) -> bool {
+        if !self.cache.augmented.has_room_for(self.out_len) {
+            return false;
+        }
+        let n = self.catalog.file_count();
+        for _ in 0..n {
+            let file = (*cursor % n.max(1)) as FileId;
+            *cursor = cursor.wrapping_add(1);
+            if self.cache.status.held(file) & HELD_AUGMENTED != 0 || !self.catalog.is_image(file) {
+                continue;
+            }
+            if self.known_bad(file) || !wanted(file) {
+                continue;
+            }
+            let cached = if let Some(p) = self.cache.decoded.get(file) {
+                Some(Loaded::Pixels(p))
+            } else {
+                self.cache.encoded.get(file).map(Loaded::Bytes)
+            };
+            let refilled = match cached {
+                Some(loaded) => self
+                    .augment(file, &loaded)
+                    .map(|out| self.cache.augmented.admit(file, AugmentedEntry::fresh(out))),
+                // Not cached in any form: a load from the source admits a fresh augmentation
+                // itself (augmented comes first in the fill order).
+                None => self.load(file, Admit::Augmented { spare: true }).map(|_| true),
+            };
+            if matches!(refilled, Ok(true)) {
+                bump(&self.stats.refills, 1);
+            }
+            return true;
+        }
+        false
+    }
+
+    /// Prefetch: makes `file` cached for `form`'s view if a form that view can use has room.
+    /// Returns whether it is cached now because of this call.
+    pub fn prepare(&self, file: FileId, form: Form) -> bool {
+        if self.rank(file, form) > 0 || self.known_bad(file) || !self.catalog.is_image(file) || !self.cache.enabled() {
+            return false;
+        }
+        let done = match form {
+            Form::Augmented if self.cache.augmented.has_room_for(self.out_len) => {
+                self.augmented(file, Consumer::Prefetch).is_ok()
+            }
+            Form::Encoded => self.encoded(file).is_ok(),
+            Form::Augmented | Form::Decoded => self.load(file, Admit::Fill).is_ok(),
+        };
+        done && self.rank(file, form) > 0
+    }
+
+    // ---- the cache plan -----------------------------------------------------------------------
+
+    /// Measures the model's inputs here and applies the split: the best one for `split: auto`,
+    /// else the configured one, with the model's prediction for it in stats either way.
+    pub fn plan_cache(&self) {
+        if !self.cache.enabled() {
+            return;
+        }
+        let Some(calibration) = crate::calibrate::measure(&self.catalog, &self.config) else {
+            tracing::warn!("no sample could be timed; keeping split {:?}", self.cache.split());
+            return;
+        };
+        let mut params = calibration.params;
+        if let Some(limit) = &self.read_limit {
+            params.b_storage = params.b_storage.min(limit.bytes_per_s() as f64);
+        }
+        self.apply_plan(params, "mount-time calibration", calibration.samples_timed as u64);
+    }
+
+    /// Re-plans from the rates measured while serving, once enough samples were timed since the
+    /// last plan: decode+augment and augment-only rates per thread times the pool's threads, and
+    /// the source's read rate. Returns whether it re-planned.
+    pub fn replan_from_live_rates(&self) -> bool {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let (da_n, da_ns) = (get(&self.stats.decode_augments), get(&self.stats.decode_augment_nanos));
+        let (a_n, a_ns) = (get(&self.stats.pixel_augments), get(&self.stats.pixel_augment_nanos));
+        let (full_n, full_ns) = (get(&self.stats.full_decodes), get(&self.stats.full_decode_nanos));
+        let (reads, read_ns, read_bytes) =
+            (get(&self.stats.source_reads), get(&self.stats.source_read_nanos), get(&self.stats.source_bytes_read));
+        let timed = da_n + a_n;
+        let mut params = {
+            let plan = self.plan.lock().unwrap_or_else(|p| p.into_inner());
+            match plan.as_ref() {
+                Some(p) if timed >= p.timed + REPLAN_MIN_SAMPLES => p.params.clone(),
+                _ => return false,
+            }
+        };
+        let threads = self.config.threads as f64;
+        if da_n >= REPLAN_MIN_SAMPLES / 4 {
+            params.t_da = threads * da_n as f64 / (da_ns as f64 / 1e9).max(1e-9);
+        } else if full_n > 0 && a_n > 0 {
+            // Decoded-cache hits only: a full decode followed by an augment.
+            let per = full_ns as f64 / full_n as f64 + a_ns as f64 / a_n as f64;
+            params.t_da = threads * 1e9 / per.max(1.0);
+        }
+        if a_n >= REPLAN_MIN_SAMPLES / 4 {
+            params.t_a = threads * a_n as f64 / (a_ns as f64 / 1e9).max(1e-9);
+        }
+        if reads >= REPLAN_MIN_SAMPLES / 4 && read_ns > 0 {
+            let mut rate = read_bytes as f64 / (read_ns as f64 / 1e9);
+            if let Some(limit) = &self.read_limit {
+                rate = rate.min(limit.bytes_per_s() as f64);
+            }
+            params.b_storage = rate.min(1e12);
+        }
+        self.apply_plan(params, "rates measured while serving", timed);
+        true
+    }
+
+    fn apply_plan(&self, params: crate::planner::PlanParams, from: &str, timed: u64) {
+        let (split, evaluation) = match self.config.cache.split {
+            SplitChoice::Auto => crate::planner::best_split(&params),
+            SplitChoice::Fixed([e, d, a]) => match crate::planner::Split::new(e, d, a) {
+                Ok(split) => (split, crate::planner::evaluate(&params, split)),
+                Err(_) => return,
+            },
+        };
+        let previous = self.cache.split();
+        self.cache.set_split(split.as_array());
+        if previous != split.as_array() || from.starts_with("mount") {
+            tracing::info!(
+                split = %split,
+                predicted_samples_per_s = format!("{:.0}", evaluation.samples_per_s),
+                t_da = format!("{:.0}", params.t_da),
+                t_a = format!("{:.0}", params.t_a),
+                b_storage_mb_s = format!("{:.0}", params.b_storage / 1e6),
+                from,
+                "cache plan"
+            );
+        }
+        let doc = serde_json::json!({
+            "split": split.as_array(),
+            "predicted_samples_per_s": evaluation.samples_per_s,
+            "inputs": params,
+            "from": from,
+            "samples_timed": timed,
+        });
+        *self.plan.lock().unwrap_or_else(|p| p.into_inner()) = Some(PlanState { doc, params, timed });
+    }
+
+    /// The plan in force, for stats.
+    pub fn plan_json(&self) -> serde_json::Value {
+        self.plan.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map_or(serde_json::Value::Null, |p| p.doc.clone())
+    }
+
+    /// The cache's figures, with the disk tier's under `disk` (null without one).
+    pub fn cache_stats(&self) -> serde_json::Value {
+        let mut stats = self.cache.stats();
+        if let Some(obj) = stats.as_object_mut() {
+            obj.insert("disk".into(), self.disk.as_ref().map_or(serde_json::Value::Null, DiskCache::stats));
+            obj.insert(
+                "read_limit_bytes_per_s".into(),
+                self.read_limit.as_ref().map_or(serde_json::Value::Null, |l| l.bytes_per_s().into()),
+            );
+        }
+        stats
+    }
+}
+
+/// Which rate a timed piece of pixel work feeds.
+#[derive(Clone, Copy)]
+enum Timing {
+    /// A full decode (decoded view, or a miss keeping pixels).
+    Decode,
+    /// Decode and augment from encoded bytes (the model's `t_da`).
+    DecodeAugment,
+    /// Augment from decoded pixels (the model's `t_a`).
+    AugmentPixels,
+}
