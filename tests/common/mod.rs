@@ -216,3 +216,75 @@ pub fn python<S: AsRef<std::ffi::OsStr>>(script: &str, args: &[S]) -> String {
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// Red and green levels that code sample `id` (7 x 7 = 49 ids), kept by any crop, resize or flip.
+pub fn id_levels(id: usize) -> (u8, u8) {
+    ((20 + 36 * (id % 7)) as u8, (20 + 36 * ((id / 7) % 7)) as u8)
+}
+
+/// The sample id whose levels are nearest the mean red and green of `rgb` (and that distance).
+pub fn id_of_pixels(rgb: &[u8]) -> (usize, f64) {
+    let n = (rgb.len() / 3).max(1) as f64;
+    let (mut r, mut g) = (0f64, 0f64);
+    for px in rgb.chunks_exact(3) {
+        r += f64::from(px[0]);
+        g += f64::from(px[1]);
+    }
+    let (r, g) = (r / n, g / n);
+    (0..49)
+        .map(|id| {
+            let (ir, ig) = id_levels(id);
+            (id, (f64::from(ir) - r).abs().max((f64::from(ig) - g).abs()))
+        })
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .expect("ids")
+}
+
+/// Splits a binary PPM into (width, height, pixels), checking its header against its length.
+pub fn parse_ppm(bytes: &[u8]) -> (usize, usize, &[u8]) {
+    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(20)]);
+    let mut fields = text.split_ascii_whitespace();
+    assert_eq!(fields.next(), Some("P6"), "not a PPM");
+    let w: usize = fields.next().and_then(|f| f.parse().ok()).expect("width");
+    let h: usize = fields.next().and_then(|f| f.parse().ok()).expect("height");
+    assert_eq!(fields.next(), Some("255"));
+    let header = format!("P6\n{w} {h}\n255\n").len();
+    assert_eq!(bytes.len(), header + w * h * 3, "PPM length does not match its header");
+    (w, h, &bytes[header..])
+}
+
+/// An ImageFolder tree of id-coded JPEGs: `classes` directories `c0, c1, ...` of `per_class`
+/// samples `s<id>.jpg`, sample `id` coded by [`id_levels`] with a blue pattern that makes every
+/// crop differ, sizes varying by sample. Returns the source root and each id's class.
+pub fn make_id_dataset(dir: &Path, classes: usize, per_class: usize) -> (PathBuf, Vec<usize>) {
+    assert!(classes * per_class <= 49, "49 ids at most");
+    let root = dir.join("idset");
+    let mut class_of = Vec::new();
+    for c in 0..classes {
+        let class_dir = root.join(format!("c{c}"));
+        std::fs::create_dir_all(&class_dir).expect("mkdir");
+        for k in 0..per_class {
+            let id = c * per_class + k;
+            class_of.push(c);
+            let (width, height) = (176 + 16 * (id % 5), 144 + 8 * (id % 3));
+            let (r, g) = id_levels(id);
+            let mut pixels = vec![0u8; width * height * 3];
+            for y in 0..height {
+                for x in 0..width {
+                    let i = (y * width + x) * 3;
+                    let b = 128.0 + 90.0 * ((x as f64 / 9.0 + id as f64).sin() * (y as f64 / 11.0).cos());
+                    pixels[i] = r;
+                    pixels[i + 1] = g;
+                    pixels[i + 2] = b as u8;
+                }
+            }
+            let image = turbojpeg::Image { pixels: pixels.as_slice(), width, pitch: width * 3, height, format: turbojpeg::PixelFormat::RGB };
+            let mut comp = turbojpeg::Compressor::new().expect("compressor");
+            comp.set_quality(95).expect("quality");
+            comp.set_subsamp(turbojpeg::Subsamp::None).expect("subsamp");
+            let jpeg = comp.compress_to_owned(image).expect("compress");
+            std::fs::write(class_dir.join(format!("s{id:02}.jpg")), &jpeg[..]).expect("write");
+        }
+    }
+    (root, class_of)
+}
