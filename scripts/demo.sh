@@ -16,7 +16,8 @@ fi
 mkdir -p "$mnt"
 
 echo "== mounting $src at $mnt"
-$bin mount mount-configs/imagenet.yaml --source "$src" --mountpoint "$mnt" 2>"$work/prepfs.log" &
+printf 'cache: { memory: 256MiB }\n' | cat mount-configs/imagenet.yaml - > "$work/demo.yaml"
+$bin mount "$work/demo.yaml" --source "$src" --mountpoint "$mnt" 2>"$work/prepfs.log" &
 pid=$!
 cleanup() {
   kill -TERM "$pid" 2>/dev/null || true
@@ -64,6 +65,33 @@ print(f"  two opens of {os.path.basename(p)}: {a} vs {b} ({'different crops' if 
 arr = np.asarray(Image.open(p).convert("RGB"))
 print(f"  pixel mean per channel: {arr.reshape(-1, 3).mean(0).round(1).tolist()}")
 PY
+
+echo "== two training jobs at once under jobs/ (opportunistic sampling), 2 epochs each"
+python3 - "$mnt" <<'PY'
+import os, sys, threading
+from PIL import Image
+mnt = sys.argv[1]
+def job(name):
+    root = os.path.join(mnt, "jobs", name, "augmented")
+    files = [os.path.join(root, c, f) for c in sorted(os.listdir(root)) for f in sorted(os.listdir(os.path.join(root, c)))]
+    for epoch in range(2):
+        for p in files:
+            try:
+                Image.open(p).convert("RGB")
+            except OSError:
+                pass  # the generator's bad files
+threads = [threading.Thread(target=job, args=(n,)) for n in ("resnet", "vit")]
+[t.start() for t in threads]; [t.join() for t in threads]
+PY
+$bin stats "$mnt" | python3 -c "
+import json, sys
+d = json.load(sys.stdin)
+for j in d['jobs']['active']:
+    print(f\"  job {j['name']}: epoch {j['epoch']}, {j['samples_served']} samples served, \"
+          f\"hit rate {j['hit_rate']:.2f}, {j['substitutions']} substitutions, {j['prefetched']} prefetched\")
+c = d['cache']
+print(f\"  cache split {c['split']}: \" + ', '.join(f\"{f} {c[f]['entries']} entries\" for f in ('encoded', 'decoded', 'augmented')))
+"
 
 echo "== live stats (prepfs stats $mnt)"
 $bin stats "$mnt" | python3 -c "import json,sys; d=json.load(sys.stdin); print(json.dumps({k: d[k] for k in ['samples','decodes','decode_errors','source_bytes_read','views','catalog_bytes_per_sample']}, indent=1))"

@@ -627,12 +627,18 @@ impl Filesystem {
 
     /// An open in a top-level view: the requested sample, always.
     fn open_top_level(&self, form: Form, file: FileId) -> Result<(Arc<HandleData>, CachePolicy)> {
-        let pinned = |bytes| Arc::new(HandleData::Bytes { bytes, form, served: None });
-        Ok(match form {
-            Form::Encoded => (Arc::new(HandleData::Source { file: self.producer.open_source(file)? }), CachePolicy::KeepCache),
-            Form::Decoded => (pinned(self.producer.decoded(file)?.0), CachePolicy::KeepCache),
-            Form::Augmented => (pinned(self.producer.augmented(file, Consumer::TopLevel)?.0), CachePolicy::DirectIo),
-        })
+        if form == Form::Encoded {
+            let source = HandleData::Source { file: self.producer.open_source(file)? };
+            return Ok((Arc::new(source), CachePolicy::KeepCache));
+        }
+        let (bytes, origin) = match form {
+            Form::Decoded => self.producer.decoded(file)?,
+            _ => self.producer.augmented(file, Consumer::TopLevel)?,
+        };
+        let counters = self.counters(form);
+        bump(if matches!(origin, Origin::Disk | Origin::Source) { &counters.misses } else { &counters.hits }, 1);
+        let cache = if form == Form::Decoded { CachePolicy::KeepCache } else { CachePolicy::DirectIo };
+        Ok((Arc::new(HandleData::Bytes { bytes, form, served: None }), cache))
     }
 
     /// An open in a job's view: opportunistic sampling chooses the sample (the requested one, or
@@ -939,6 +945,44 @@ mod tests {
         let size = std::fs::metadata(fs.catalog().file_path(0)).expect("stat").len();
         assert_eq!(source_bytes(&fs), size, "the source was read more than once");
         assert_eq!(fs.stats().decodes.load(Ordering::Relaxed), 1, "decoded more than once");
+    }
+
+    #[test]
+    fn the_plan_is_redone_from_rates_measured_while_serving() {
+        let (_dir, fs) = core(6, "cache: { memory: 256MiB, split: auto, refill: false }\n");
+        fs.plan_cache();
+        let planned: serde_json::Value = serde_json::from_str(&fs.stats_json()).expect("json");
+        assert_eq!(planned["plan"]["from"], "mount-time calibration", "{}", planned["plan"]);
+        assert!(!fs.replan(), "nothing new measured yet");
+        let mut epochs = 0;
+        while !fs.replan() {
+            epoch(&fs, 6);
+            epochs += 1;
+            assert!(epochs < 40, "no re-plan after {epochs} epochs");
+        }
+        let replanned: serde_json::Value = serde_json::from_str(&fs.stats_json()).expect("json");
+        let plan = &replanned["plan"];
+        assert_eq!(plan["from"], "rates measured while serving", "{plan}");
+        assert!(plan["inputs"]["t_a"].as_f64().unwrap_or(0.0) > 0.0, "{plan}");
+        assert!(plan["samples_timed"].as_u64().unwrap_or(0) >= 64, "{plan}");
+        let split: Vec<u64> = plan["split"].as_array().expect("split").iter().filter_map(|v| v.as_u64()).collect();
+        assert_eq!(split.iter().sum::<u64>(), 100);
+        assert_eq!(replanned["cache"]["split"], plan["split"], "the plan's split is the one in force");
+    }
+
+    #[test]
+    fn source_reads_keep_to_the_read_limit() {
+        // The path is overridden (as --source does); the limit stays.
+        let (_dir, fs) = core(6, "source: { path: /overridden, read_limit: 1MB/s }\n");
+        let started = std::time::Instant::now();
+        epoch(&fs, 6);
+        let read = source_bytes(&fs);
+        let took = started.elapsed().as_secs_f64();
+        // The 20 ms burst allowance, and the first header probe's 16 KiB, may run ahead.
+        let floor = read as f64 / 1e6 - 0.04;
+        assert!(took >= floor, "{read} bytes at 1 MB/s took {took:.3} s (< {floor:.3} s)");
+        let stats: serde_json::Value = serde_json::from_str(&fs.stats_json()).expect("json");
+        assert_eq!(stats["cache"]["read_limit_bytes_per_s"], 1_000_000);
     }
 
     #[test]

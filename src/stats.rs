@@ -12,6 +12,10 @@ use serde_json::json;
 pub struct ViewCounters {
     pub opens: AtomicU64,
     pub bytes_served: AtomicU64,
+    /// Top-level opens served without reading the source (from a cache form) ...
+    pub hits: AtomicU64,
+    /// ... and those that read it (or the disk tier).
+    pub misses: AtomicU64,
 }
 
 /// The mount's counters.
@@ -87,7 +91,9 @@ impl Stats {
     /// The figures as a JSON document; `extra` adds the sections other parts own
     /// (catalog, configuration).
     pub fn to_json(&self, extra: serde_json::Value) -> serde_json::Value {
-        let view = |v: &ViewCounters| json!({"opens": get(&v.opens), "bytes_served": get(&v.bytes_served)});
+        let view = |v: &ViewCounters| {
+            json!({"opens": get(&v.opens), "bytes_served": get(&v.bytes_served), "hits": get(&v.hits), "misses": get(&v.misses)})
+        };
         let decodes = get(&self.decodes);
         let mean_ms = |n: &AtomicU64, nanos: &AtomicU64| {
             let n = get(n);

@@ -217,6 +217,29 @@ fn a_second_open_of_a_path_held_open_shares_its_content_and_counts_once() {
     assert_ne!(id_of_pixels(pixels).0, id_of_pixels(parse_ppm(&a).2).0);
 }
 
+#[test]
+fn prefetch_prepares_the_next_samples_of_the_listing() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (source, _) = make_id_dataset(tmp.path(), CLASSES, PER_CLASS);
+    let config = write_config(
+        tmp.path(),
+        "seed: 11\nthreads: 2\ncache: { memory: 64MiB, split: 0-50-50, refill: false }\njobs: { prefetch_window: 4 }\n",
+    );
+    let mnt = Mounted::start(tmp.path(), &config, &source, LIMIT);
+    // A loader that follows the listing, with time between samples (a training step).
+    let dir = mnt.path("jobs/follower/augmented/c1");
+    let listing: Vec<PathBuf> = fs::read_dir(&dir).expect("list").map(|e| e.expect("entry").path()).collect();
+    assert_eq!(listing.len(), PER_CLASS);
+    for path in &listing {
+        fs::read(path).expect("read");
+        std::thread::sleep(Duration::from_millis(40));
+    }
+    let job = job_stats(&mnt).into_iter().find(|j| j["name"] == "follower").expect("job");
+    assert!(job["prefetched"].as_u64().unwrap_or(0) >= 4, "{job}");
+    assert!(job["hits"]["augmented"].as_u64().unwrap_or(0) >= 4, "samples prepared ahead were not hits: {job}");
+    assert_eq!(job["samples_served"], PER_CLASS as u64, "{job}");
+}
+
 /// The jobs' hit rate (hits over opens) for 3 jobs x 2 epochs with a cache of 25% of the set.
 fn concurrent_hit_rate(ods: bool) -> f64 {
     let tmp = tempfile::tempdir().expect("tempdir");
