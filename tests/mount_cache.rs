@@ -91,3 +91,58 @@ fn prepfs_stats_prints_the_live_figures() {
     assert_eq!(split.iter().filter_map(serde_json::Value::as_u64).sum::<u64>(), 100);
     assert!(stats["plan"]["predicted_samples_per_s"].as_f64().unwrap_or(0.0) > 0.0, "{stats}");
 }
+
+/// The daemon's resident set, in bytes.
+fn rss(pid: i32) -> u64 {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS");
+    kb * 1024
+}
+
+#[test]
+fn resident_memory_stays_within_the_budget_plus_the_documented_overhead() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    // 120 samples of about 500x375: ~67 MB decoded, ~18 MB augmented, ~4 MB encoded; the cache
+    // gets 24 MiB, so every form is filled far past its share, three times over.
+    let source = make_dataset(tmp.path(), 3, 40, false);
+    let budget: u64 = 24 << 20;
+    let config = write_config(tmp.path(), &format!("seed: 4\nthreads: 2\ncache: {{ memory: {budget}, split: 10-70-20, refill: false }}\n"));
+    let mnt = Mounted::start(tmp.path(), &config, &source, LIMIT);
+    let base = rss(mnt.pid());
+    let mut decoded = Vec::new();
+    for class in fs::read_dir(mnt.path("decoded")).expect("list") {
+        for f in fs::read_dir(class.expect("class").path()).expect("list") {
+            decoded.push(f.expect("file").path());
+        }
+    }
+    let augmented = augmented_files(&mnt);
+    let mut peak = 0;
+    for _ in 0..3 {
+        for path in decoded.iter().chain(&augmented) {
+            fs::read(path).expect("read");
+        }
+        peak = peak.max(rss(mnt.pid()));
+    }
+    let stats = mnt.stats();
+    let used = stats["cache"]["encoded"]["bytes_used"].as_u64().unwrap_or(0)
+        + stats["cache"]["decoded"]["bytes_used"].as_u64().unwrap_or(0)
+        + stats["cache"]["augmented"]["bytes_used"].as_u64().unwrap_or(0);
+    assert!(used <= budget, "charged {used} > budget {budget}");
+    assert!(used > budget / 2, "the cache was not filled: {stats}");
+    // The documented overhead above the base and the budget: the outputs pinned by open handles
+    // (two readers here) and allocator slack, 8 MiB (README, "Memory bound").
+    let overhead: u64 = 8 << 20;
+    eprintln!("RSS: base {} KiB, peak {} KiB, cache charged {} KiB of {} KiB", base >> 10, peak >> 10, used >> 10, budget >> 10);
+    assert!(
+        peak <= base + budget + overhead,
+        "RSS peaked at {} MiB: base {} MiB + budget {} MiB + {} MiB allowed",
+        peak >> 20,
+        base >> 20,
+        budget >> 20,
+        overhead >> 20
+    );
+}
