@@ -808,6 +808,27 @@ mod tests {
     }
 
     #[test]
+    fn the_shipped_mount_configs_are_valid() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("mount-configs");
+        let mut checked = 0;
+        for entry in std::fs::read_dir(&dir).expect("mount-configs") {
+            let path = entry.expect("entry").path();
+            // plan-example.yaml holds the planner's parameters, not a mount (planner tests it).
+            if path.extension().is_none_or(|e| e != "yaml") || path.ends_with("plan-example.yaml") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).expect("read").replace("/var/cache/prepfs", &tmp.path().join("disk").display().to_string());
+            let source = tmp.path().join("source");
+            std::fs::create_dir_all(&source).expect("source");
+            let overrides = Overrides { source: Some(source), mountpoint: Some("/mnt/x".into()), seed: None };
+            Config::parse(&text, &overrides).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            checked += 1;
+        }
+        assert!(checked >= 3, "{checked} configs");
+    }
+
+    #[test]
     fn cli_overrides_win() {
         let overrides = Overrides {
             source: Some(std::env::temp_dir()),
