@@ -2,7 +2,7 @@
 //!
 //! A handful of samples spread over the catalog are read, decoded and augmented at mount; their
 //! sizes and timings, a memory-copy rate for the cache's bandwidth, the decode pool's thread
-//! count and the configured consumer rate become a [`PlanParams`] for Seneca's model. Nothing
+//! count (at most one per core) and the configured consumer rate become a [`PlanParams`] for Seneca's model. Nothing
 //! is taken from an offline profile.
 
 use std::time::Instant;
@@ -60,7 +60,7 @@ pub fn measure(catalog: &Catalog, config: &Config) -> Option<Calibration> {
         return None;
     }
     let n = timed as f64;
-    let threads = config.threads as f64;
+    let threads = config.decode_parallelism() as f64;
     let params = PlanParams {
         n_total: catalog.sample_count() as u64,
         s_data: bytes as f64 / n,

@@ -460,7 +460,7 @@ pub struct Config {
     pub mountpoint: PathBuf,
     /// Seed of every random draw: a draw is a pure function of (seed, job, epoch, sample).
     pub seed: u64,
-    /// Threads of the decode/augment pool.
+    /// Threads of the decode/augment pool (they also read the source).
     pub threads: usize,
     /// Threads reading FUSE requests.
     pub fuse_threads: usize,
@@ -530,7 +530,9 @@ impl Config {
         }
 
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let threads = if raw.threads == 0 { cores } else { raw.threads };
+        // Twice the cores by default: a thread waiting on the source (network storage, a read
+        // limit) leaves its core to another thread's decode.
+        let threads = if raw.threads == 0 { 2 * cores } else { raw.threads };
         if threads > 1024 {
             return Err(ConfigError::at(text, "threads", "at most 1024"));
         }
@@ -579,6 +581,13 @@ impl Config {
     /// The effective configuration as YAML (served as `.prepfs/config.yaml`).
     pub fn to_yaml(&self) -> String {
         serde_norway::to_string(self).unwrap_or_else(|e| format!("# cannot serialise: {e}\n"))
+    }
+
+    /// How many decodes can run at once: the pool's threads, at most one per core. The model's
+    /// compute rates are one thread's rate times this.
+    pub fn decode_parallelism(&self) -> usize {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        self.threads.clamp(1, cores)
     }
 
     /// The size of every `augmented` output, if the pipeline fixes it.

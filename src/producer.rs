@@ -245,9 +245,9 @@ impl SampleProducer {
         File::open(&path).map_err(|e| self.source_error(&path, e))
     }
 
-    /// Reads up to `size` bytes at `offset` of an open source file, within the read limit.
+    /// Reads up to `size` bytes at `offset` of an open source file, within the read limit (what
+    /// was read is charged, not what was asked for: a 1 MiB read of a 13 KB file costs 13 KB).
     pub fn read_source_at(&self, f: &File, offset: u64, size: u32) -> Result<Vec<u8>> {
-        throttle::take(self.read_limit.as_ref(), u64::from(size));
         let mut buf = vec![0u8; size as usize];
         let mut filled = 0;
         while filled < buf.len() {
@@ -259,6 +259,7 @@ impl SampleProducer {
             }
         }
         buf.truncate(filled);
+        throttle::take(self.read_limit.as_ref(), filled as u64);
         bump(&self.stats.source_bytes_read, filled as u64);
         Ok(buf)
     }
@@ -574,18 +575,28 @@ impl SampleProducer {
         false
     }
 
-    /// Prefetch: makes `file` cached for `form`'s view if a form that view can use has room.
-    /// Returns whether it is cached now because of this call.
+    /// Prefetch: makes `file` cached for `form`'s view if a form that view can use has room now.
+    /// Returns whether it is cached now because of this call. Nothing is read from the source
+    /// when no such form has room (the work would be thrown away).
     pub fn prepare(&self, file: FileId, form: Form) -> bool {
         if self.rank(file, form) > 0 || self.known_bad(file) || !self.catalog.is_image(file) || !self.cache.enabled() {
             return false;
         }
+        let encoded_fits = || {
+            let len = std::fs::metadata(self.catalog.file_path(file)).map_or(u64::MAX, |m| m.len());
+            self.cache.encoded.has_room_for(len)
+        };
+        let decoded_fits = || match self.catalog.known_size(file) {
+            Some(Ok(size)) => self.cache.decoded.has_room_for(size.area() * 3),
+            _ => false,
+        };
         let done = match form {
             Form::Augmented if self.cache.augmented.has_room_for(self.out_len) => {
                 self.augmented(file, Consumer::Prefetch).is_ok()
             }
-            Form::Encoded => self.encoded(file).is_ok(),
-            Form::Augmented | Form::Decoded => self.load(file, Admit::Fill).is_ok(),
+            Form::Encoded if encoded_fits() => self.encoded(file).is_ok(),
+            Form::Augmented | Form::Decoded if decoded_fits() || encoded_fits() => self.load(file, Admit::Fill).is_ok(),
+            _ => false,
         };
         done && self.rank(file, form) > 0
     }
@@ -610,7 +621,7 @@ impl SampleProducer {
     }
 
     /// Re-plans from the rates measured while serving, once enough samples were timed since the
-    /// last plan: decode+augment and augment-only rates per thread times the pool's threads, and
+    /// last plan: decode+augment and augment-only rates per thread times the decodes that can run at once, and
     /// the source's read rate. Returns whether it re-planned.
     pub fn replan_from_live_rates(&self) -> bool {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -627,7 +638,7 @@ impl SampleProducer {
                 _ => return false,
             }
         };
-        let threads = self.config.threads as f64;
+        let threads = self.config.decode_parallelism() as f64;
         if da_n >= REPLAN_MIN_SAMPLES / 4 {
             params.t_da = threads * da_n as f64 / (da_ns as f64 / 1e9).max(1e-9);
         } else if full_n > 0 && a_n > 0 {

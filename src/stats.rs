@@ -18,9 +18,40 @@ pub struct ViewCounters {
     pub misses: AtomicU64,
 }
 
+/// FUSE requests received, by kind (what the kernel asks per file read shows here).
+#[derive(Debug, Default)]
+pub struct RequestCounters {
+    pub lookup: AtomicU64,
+    pub getattr: AtomicU64,
+    pub open: AtomicU64,
+    pub read: AtomicU64,
+    pub release: AtomicU64,
+    pub flush: AtomicU64,
+    pub opendir: AtomicU64,
+    pub readdir: AtomicU64,
+    pub releasedir: AtomicU64,
+    pub ioctl: AtomicU64,
+    pub xattr: AtomicU64,
+    pub other: AtomicU64,
+}
+
+impl RequestCounters {
+    fn to_json(&self) -> serde_json::Value {
+        json!({
+            "lookup": get(&self.lookup), "getattr": get(&self.getattr), "open": get(&self.open),
+            "read": get(&self.read), "release": get(&self.release), "flush": get(&self.flush),
+            "opendir": get(&self.opendir), "readdir": get(&self.readdir),
+            "releasedir": get(&self.releasedir), "ioctl": get(&self.ioctl), "xattr": get(&self.xattr),
+            "other": get(&self.other),
+        })
+    }
+}
+
 /// The mount's counters.
 #[derive(Debug)]
 pub struct Stats {
+    /// FUSE requests by kind.
+    pub requests: RequestCounters,
     started: Instant,
     pub encoded: ViewCounters,
     pub decoded: ViewCounters,
@@ -55,6 +86,7 @@ pub struct Stats {
 impl Default for Stats {
     fn default() -> Self {
         Stats {
+            requests: RequestCounters::default(),
             started: Instant::now(),
             encoded: ViewCounters::default(),
             decoded: ViewCounters::default(),
@@ -115,6 +147,7 @@ impl Stats {
             },
             "open_handles": get(&self.open_handles),
             "refills": get(&self.refills),
+            "fuse_requests": self.requests.to_json(),
             "work": {
                 "full_decodes": get(&self.full_decodes),
                 "full_decode_ms_mean": mean_ms(&self.full_decodes, &self.full_decode_nanos),
