@@ -33,6 +33,20 @@ Loaders (names as used on the command line and in results):
                       RandomResizedCrop(224) (torchvision's sampling algorithm, reimplemented),
                       random flip, to uint8 numpy arrays, batched by 64.
 
+Training jobs of scenario 4 (concurrent jobs; each job is one such process, started by the driver
+together with the others, and runs `epochs` epochs):
+
+- ``job-torchvision`` ImageFolder + DataLoader(batch 64, shuffle, ``workers`` workers) with the full
+                      ImageNet train transform, whose ``loader=`` reads each file's bytes and drops
+                      them from the page cache (``posix_fadvise(DONTNEED)``, see
+                      ``read_uncached``) before decoding them with PIL: every epoch of every job
+                      reads the storage, as with a data set larger than memory.
+- ``job-ppm``         the same DataLoader over prepfs ``augmented/`` (or a job's
+                      ``jobs/<name>/augmented/``), ToTensor + Normalize only.
+
+Their RunResult's ``extra`` has ``t_start``/``t_end`` (CLOCK_MONOTONIC, shared by every process
+of the machine, so the driver computes the makespan across jobs) and ``epoch_walls``.
+
 Only the standard library is needed to import this module; each loader imports its framework
 when it runs, so the harness's own tests run without torch or DALI.
 """
@@ -578,6 +592,111 @@ def run_pil(data: str, workers: int = 2, limit: Optional[int] = None, epochs: in
         return m.finish(n, batch_size=BATCH_SIZE)
 
 
+# --------------------------------------------------------------------------------------------
+# Scenario 4: one training job of several running at once
+
+
+# How `read_uncached` keeps a file's pages out of the page cache: "fadvise" reads it, then
+# posix_fadvise(POSIX_FADV_DONTNEED) over the whole file; "direct" opens it with O_DIRECT
+# (FUSE serves such reads without the page cache); "none" reads it normally (cached).
+UNCACHED_MODES = ("fadvise", "direct", "none")
+
+
+def read_uncached(path: str, mode: str = "fadvise") -> bytes:
+    """The whole file, read so that the kernel page cache does not keep it (see UNCACHED_MODES):
+    the next read of it, by this job's next epoch or by another job, goes to the storage again,
+    as it would with a data set larger than memory."""
+    flags = os.O_RDONLY | (getattr(os, "O_DIRECT", 0) if mode == "direct" else 0)
+    fd = os.open(path, flags)
+    try:
+        chunks = []
+        if mode == "direct":
+            import mmap
+
+            buf = mmap.mmap(-1, 1 << 20)  # page-aligned, as O_DIRECT may require
+            while True:
+                k = os.readv(fd, [buf])
+                if k <= 0:
+                    break
+                chunks.append(buf[:k])
+            buf.close()
+        else:
+            while True:
+                b = os.read(fd, 1 << 20)
+                if not b:
+                    break
+                chunks.append(b)
+            if mode == "fadvise":
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
+class UncachedPilLoader:
+    """ImageFolder's `loader=` for scenario 4's torchvision jobs: the file's bytes through
+    read_uncached, decoded by PIL from memory, converted to RGB (as torchvision's
+    default_loader does). A class, not a closure, so DataLoader workers can use it."""
+
+    def __init__(self, mode: str = "fadvise"):
+        self.mode = mode
+
+    def __call__(self, path: str):
+        import io
+
+        from PIL import Image
+
+        img = Image.open(io.BytesIO(read_uncached(path, self.mode)))
+        return img.convert("RGB")
+
+
+def run_train_job(data: str, workers: int = 2, limit: Optional[int] = None, epochs: int = 2,
+                  seed: int = 0, transform: str = "full",
+                  uncached: Optional[str] = None) -> RunResult:
+    """One training job of scenario 4: ImageFolder (built inside the timed part: listing the
+    tree is the job's work too) + DataLoader(batch 64, shuffle, `workers` workers), `epochs`
+    epochs. transform "full": RandomResizedCrop(224), RandomHorizontalFlip, ToTensor,
+    Normalize (the JPEGs), with `uncached` ("fadvise", "direct") as the way each file is read;
+    "ppm": ToTensor + Normalize only (prepfs's augmented outputs). wall_s covers the whole job;
+    extra has t_start / t_end (time.monotonic) and each epoch's wall time."""
+    t0 = time.perf_counter()
+    import torch
+    import torchvision.transforms as T
+    from torch.utils.data import DataLoader
+    from torchvision.datasets import ImageFolder
+
+    name = "job-torchvision" if transform == "full" else "job-ppm"
+    with Measure(name, data, workers, epochs, t0) as m:
+        m.start()
+        t_start = time.monotonic()
+        if transform == "full":
+            tf = T.Compose([T.RandomResizedCrop(CROP_SIZE), T.RandomHorizontalFlip(),
+                            T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+        else:
+            tf = T.Compose([T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+        kw = {"loader": UncachedPilLoader(uncached)} if uncached and transform == "full" else {}
+        ds = _subset(ImageFolder(data, transform=tf, **kw), limit)
+        torch.manual_seed(seed)
+        loader = DataLoader(ds, batch_size=BATCH_SIZE, shuffle=True, num_workers=workers)
+        n = 0
+        walls = []
+        for _ in range(epochs):
+            te = time.monotonic()
+            it = iter(loader)
+            for images, _labels in it:
+                n += images.shape[0]
+            shutdown = getattr(it, "_shutdown_workers", None)
+            if shutdown:
+                shutdown()
+            del it
+            walls.append(time.monotonic() - te)
+        m.stop()
+        t_end = time.monotonic()
+        return m.finish(n, batch_size=BATCH_SIZE, t_start=t_start, t_end=t_end,
+                        epoch_walls=walls, transform=transform, uncached=uncached,
+                        samples_per_epoch=len(ds))
+
+
 LOADERS: dict = {
     "torchvision": run_torchvision,
     "dali": run_dali,
@@ -586,6 +705,9 @@ LOADERS: dict = {
     "raw": run_raw,
     "raw-proc": lambda *a, **k: run_raw(*a, mode="process", **k),
     "pil": run_pil,
+    "job-torchvision": lambda *a, uncached="fadvise", **k: run_train_job(
+        *a, transform="full", uncached=uncached, **k),
+    "job-ppm": lambda *a, uncached=None, **k: run_train_job(*a, transform="ppm", **k),
 }
 
 
@@ -608,7 +730,7 @@ def drop_page_cache() -> bool:
 def preimport(loader: str) -> None:
     """Import the loader's framework now, so that no run pays for it and a dropped page cache
     does not turn the import into disk reads."""
-    if loader.startswith("torch"):
+    if loader.startswith(("torch", "job-")):
         import torch  # noqa: F401
         import torchvision.datasets  # noqa: F401
         import torchvision.transforms  # noqa: F401
@@ -640,7 +762,7 @@ READY_TAG = "@@ready "  # with --sync: "@@ready {json}" before each run; answer 
 def run_reps(loader: str, data: str, workers: int = 2, limit: Optional[int] = None,
              epochs: int = 1, seed: int = 0, reps: int = 1, warmup: int = 0, cold: bool = False,
              sync: bool = False, min_seconds: float = 0.0, out=sys.stdout,
-             inp=sys.stdin) -> List[RunResult]:
+             inp=sys.stdin, uncached: Optional[str] = None) -> List[RunResult]:
     """`warmup` unmeasured runs, then `reps` measured ones, each printed as a RESULT_TAG line.
     min_seconds: for the raw reader, repeat epochs until the run has lasted this long.
 
@@ -649,6 +771,8 @@ def run_reps(loader: str, data: str, workers: int = 2, limit: Optional[int] = No
     preimport(loader)
     fn = LOADERS[loader]
     kw = {"min_seconds": min_seconds} if loader.startswith("raw") and min_seconds else {}
+    if loader.startswith("job-") and uncached:
+        kw["uncached"] = uncached
     results = []
     for i in range(warmup + reps):
         is_warmup = i < warmup
@@ -685,6 +809,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     r.add_argument("--min-seconds", type=float, default=0.0,
                    help="raw reader: repeat epochs until a run has lasted this long")
     r.add_argument("--cpus", default=None, help="pin to these CPUs first, e.g. 0,1 or 0-1")
+    r.add_argument("--uncached", choices=UNCACHED_MODES, default=None,
+                   help="job-torchvision: how each file is kept out of the page cache "
+                        "(default fadvise)")
     f = sub.add_parser("fake-augmented",
                        help="write augmented files of a JPEG tree (a stand-in for prepfs "
                             "augmented/)")
@@ -702,7 +829,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if cpus:
         os.sched_setaffinity(0, cpus)
     run_reps(a.loader, a.data, a.workers, a.limit, a.epochs, a.seed, a.reps, a.warmup, a.cold,
-             a.sync, a.min_seconds)
+             a.sync, a.min_seconds, uncached=a.uncached)
     return 0
 
 

@@ -7,20 +7,24 @@
 #   3. bench/run_bench.py over it, mounting prepfs (mount-configs/imagenet.yaml for the PPM rows,
 #      mount-configs/imagenet-npy.yaml for the npy rows; each with `cache: { memory: 1GiB }`
 #      added, in target/bench-run/, when the config sets no cache and this prepfs accepts one),
-#      writing bench/results/<date>.json, its PNG charts beside it, and BENCHMARKS.md.
+#      writing bench/results/<date>.json, its PNG charts beside it, and BENCHMARKS.md. It also
+#      mounts, itself, a PPM mount with a cache of 25% of the set (scenario 2p) and, for
+#      scenario 4 (3 concurrent jobs), read-limited mounts; their configs go to target/bench-run/.
 #
 # Nothing stays mounted on any exit path: run_bench.py unmounts what it mounts, and the trap
 # here stops any prepfs daemon left on this run's mount points and lazily unmounts them.
 #
 # Environment:
 #   QUICK=1              a short run (run_bench.py --quick: 3 runs of 512 samples per case,
-#                        no PIL peer, no warm peers, no 3g); outputs <date>-quick.json/.png
+#                        no PIL peer, no warm peers, no 3g; scenario 4 once, over 16 images
+#                        per class); outputs <date>-quick.json/.png
 #   BENCH_CLASSES        classes in the generated data set (default 20)
 #   BENCH_PER_CLASS      images per class (default 40: 800 images, about 30 MB)
 #   BENCH_DATA           where the data set goes (default target/bench-data/train)
 #   BENCH_ARGS           extra arguments for run_bench.py (e.g. "--only 1a,1c -v")
 #   BENCH_CACHE          prepfs's cache memory for the run (default 1GiB: holds the whole default
 #                        set in any form); 0: mount the configs as they are (no cache)
+#   BENCH_READ_LIMIT     scenario 4's storage read limit (default 10MB/s)
 #   PREPFS_BIN           the binary to benchmark (default target/release/prepfs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -61,7 +65,7 @@ cleanup() {
     wait "$py_pid" 2>/dev/null || true
   fi
   local m p pids
-  for m in "$mnt" "$mnt-npy"; do
+  for m in "$mnt" "$mnt-npy" "$mnt-25" "$mnt-storage" "$mnt-jobs"; do
     # a daemon of this run still serving m (possible only if run_bench.py was killed hard)
     pids=
     for p in /proc/[0-9]*; do
@@ -80,7 +84,10 @@ cleanup() {
     fi
     rmdir "$m" 2>/dev/null || true
   done
-  if [ -n "$py_ran" ]; then rm -rf /dev/shm/prepfs-bench-floor-"$py_ran"-* 2>/dev/null || true; fi
+  if [ -n "$py_ran" ]; then
+    rm -rf /dev/shm/prepfs-bench-floor-"$py_ran"-* "${TMPDIR:-/tmp}"/prepfs-bench-jobs-data-"$py_ran"-* \
+      2>/dev/null || true
+  fi
   exit "$rc"
 }
 trap cleanup EXIT
@@ -153,7 +160,8 @@ fi
 
 args=(--data "$data"
       --prepfs-bin "$work/prepfs" --prepfs-config "$ppm_cfg" --prepfs-npy-config "$npy_cfg"
-      --mountpoint "$mnt" --log-dir "$work/logs"
+      --mountpoint "$mnt" --log-dir "$work/logs" --config-dir "$work"
+      --read-limit "${BENCH_READ_LIMIT:-10MB/s}"
       --out "bench/results/$stem.json" --charts-dir bench/results --md BENCHMARKS.md
       --invoked-as "$invoked"
       --build-info "prepfs $bin_src (copied to $work/prepfs), commit $rev$config_note"

@@ -283,13 +283,159 @@ class PrepfsSource:
 
 
 # --------------------------------------------------------------------------------------------
+# Mount configs derived from the base one (pure text functions: the harness needs no YAML
+# library), and the wait for the cache's background refill (its decision is a pure function)
+
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
+               "kib": 2 ** 10, "mib": 2 ** 20, "gib": 2 ** 30, "tib": 2 ** 40}
+
+
+def parse_size(text: str) -> float:
+    """prepfs's size syntax: a number of bytes, or with B, KB, MB, GB (powers of ten) or KiB,
+    MiB, GiB; a rate may end in "/s" ("10MB/s" -> 10e6). ValueError if it is none of those."""
+    t = str(text).strip().replace(" ", "")
+    if t.endswith("/s"):
+        t = t[:-2]
+    i = len(t)
+    while i and not (t[i - 1].isdigit() or t[i - 1] == "."):
+        i -= 1
+    num, unit = t[:i], t[i:].lower()
+    if not num or unit not in _SIZE_UNITS:
+        raise ValueError(f"not a size: {text!r}")
+    return float(num) * _SIZE_UNITS[unit]
+
+
+def fmt_bytes(n: Optional[float]) -> str:
+    """Decimal units, as prepfs's configs and the data set's size are given."""
+    if n is None:
+        return "-"
+    for unit, k in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if abs(n) >= k:
+            return f"{n / k:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def strip_top_level(text: str, keys: Sequence[str]) -> str:
+    """`text` (YAML) without the top-level sections `keys`: each key's line and the indented
+    (or blank) lines that follow it. A line at column 0 (another key, a comment) ends one."""
+    out, skipping = [], False
+    for line in text.splitlines():
+        top = line[:1] not in (" ", "\t", "")
+        if top:
+            skipping = any(line.startswith(k + ":") for k in keys)
+        if not skipping:
+            out.append(line)
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def derive_config(base: str, cache: Optional[str] = None, source: Optional[str] = None,
+                  read_limit: Optional[str] = None, note: str = "") -> str:
+    """A mount config from the base config's text: its `cache:` section replaced by `cache`
+    (a flow mapping such as "{ memory: 7250000, split: auto }"; None: no cache at all), and,
+    with `read_limit`, its `source:` replaced by `{ path: SOURCE, read_limit: LIMIT }` (the
+    mount's --source overrides the path; the limit stays)."""
+    keys = ["cache"] + (["source"] if read_limit else [])
+    out = strip_top_level(base, keys)
+    out += f"\n# added by bench/run_bench.py{': ' + note if note else ''}\n"
+    if read_limit:
+        out += f"source: {{ path: {json.dumps(source or '.')}, read_limit: {read_limit} }}\n"
+    if cache:
+        out += f"cache: {cache}\n"
+    return out
+
+
+def cache_of_share(data_bytes: float, share: float) -> int:
+    """Seneca's convention: "X% of the data cached" is a cache X% the size of the data set on
+    storage (its encoded bytes), whatever forms the cache then holds."""
+    return max(1, int(data_bytes * share))
+
+
+def cache_memory(stats: Optional[dict]) -> int:
+    """The mount's cache budget in bytes from its stats.json (0: no cache, or not known)."""
+    try:
+        return int(((stats or {}).get("cache") or {}).get("memory") or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def aug_entries(stats: Optional[dict]) -> Optional[int]:
+    """cache.augmented.entries of a stats.json, or None."""
+    try:
+        return int(((stats or {}).get("cache") or {}).get("augmented", {}).get("entries"))
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+# Before a measured warm (or floor) run: poll stats.json until the augmented cache has stopped
+# growing for REFILL_STABLE_S, or holds every sample, or REFILL_MAX_S have passed.
+REFILL_STABLE_S = 1.5
+REFILL_MAX_S = 90.0
+REFILL_POLL_S = 0.25
+
+
+def refill_decision(history: Sequence[tuple], target: Optional[int],
+                    stable_s: float = REFILL_STABLE_S,
+                    max_s: float = REFILL_MAX_S) -> Optional[str]:
+    """Whether the wait for the refill is over, from the polls so far: `history` is
+    [(seconds since the wait began, augmented entries or None), ...] in order. Returns None
+    (keep waiting) or why it is over: "full" (entries >= target, the number of samples),
+    "stable" (no new high for `stable_s`), "timeout" (`max_s` passed), "no-stats" (no figure
+    after 5 polls: nothing to wait for)."""
+    if not history:
+        return None
+    now = history[-1][0]
+    seen = [(t, e) for t, e in history if e is not None]
+    if not seen:
+        return "no-stats" if len(history) >= 5 else None
+    if target and seen[-1][1] >= target:
+        return "full"
+    if now >= max_s:
+        return "timeout"
+    high, since = None, seen[0][0]
+    for t, e in seen:
+        if high is None or e > high:
+            high, since = e, t
+    if now - since >= stable_s:
+        return "stable"
+    return None
+
+
+def wait_for_refill(stats: Callable[[], Optional[dict]], target: Optional[int] = None,
+                    stable_s: float = REFILL_STABLE_S, max_s: float = REFILL_MAX_S,
+                    poll_s: float = REFILL_POLL_S,
+                    clock: Callable[[], float] = time.monotonic,
+                    sleep: Callable[[float], None] = time.sleep) -> dict:
+    """Polls `stats` (a mount's stats.json) until refill_decision says the refill has caught
+    up. Returns {"waited_s", "reason", "augmented_entries_start" (at the end of the wait: the
+    measured run starts with these), "augmented_entries_before" (when the wait began),
+    "target"}. `target` defaults to the mount's sample count."""
+    t0 = clock()
+    history = []
+    first = None
+    while True:
+        st = stats()
+        if target is None and st and isinstance(st.get("samples"), int):
+            target = st["samples"]
+        e = aug_entries(st)
+        if first is None:
+            first = e
+        history.append((clock() - t0, e))
+        why = refill_decision(history, target, stable_s, max_s)
+        if why:
+            return {"waited_s": round(clock() - t0, 3), "reason": why,
+                    "augmented_entries_start": e, "augmented_entries_before": first,
+                    "target": target}
+        sleep(poll_s)
+
+
+# --------------------------------------------------------------------------------------------
 # The plan
 
 
 @dataclasses.dataclass
 class Case:
     id: str  # "1a": scenario number + loader letter, as in issue 3
-    scenario: str  # "cold", "warm", "floor"
+    scenario: str  # "cold", "warm", "warm25" (2p), "floor"
     loader: str  # a key of loaders.LOADERS
     label: str  # the loader, for people
     reads: str  # what it reads, for people
@@ -297,14 +443,17 @@ class Case:
     cold: bool = False  # drop the page cache (and empty prepfs's cache) before each run
     warmup: int = 0  # unmeasured runs first
     prepfs: bool = False  # reads through prepfs: account the daemon's CPU and memory
-    source: str = "ppm"  # which prepfs source it reads: "ppm" or "npy" (the output format)
+    source: str = "ppm"  # which prepfs mount it reads: "ppm", "npy" (the output format) or
+    # "ppm25" (the PPM config with a cache of 25% of the data set, scenario 2p)
     chart_reads: str = ""  # a shorter `reads` for chart labels ("": the same)
 
 
 SCENARIO_TITLES = {
     "cold": "1 cold",
     "warm": "2 warm",
+    "warm25": "2p warm, 25% cache",
     "floor": "3 floor",
+    "jobs": "4 concurrent jobs",
 }
 LABELS = {
     "torchvision": "torchvision ImageFolder + DataLoader, full transform",
@@ -332,7 +481,8 @@ NO_CACHE_FLOOR = ", no cache: computed at open, source warm"
 
 def plan(data: str, augmented: Optional[str], aug_reads: str, floor_dir: Optional[str],
          prepfs: bool, quick: bool = False, npy_augmented: Optional[str] = None,
-         npy_reads: str = "", cache_on: Optional[bool] = None) -> List[Case]:
+         npy_reads: str = "", cache_on: Optional[bool] = None,
+         augmented25: Optional[str] = None, reads25: str = "") -> List[Case]:
     """The cases to run, in order: cold ones first, then warm, then the floor. Quick runs
     leave out the PIL peer, the warm peers (their warm rate is their cold rate: they are
     CPU-bound; ratios fall back to the cold rows) and 3g. With `npy_augmented` (prepfs with
@@ -340,7 +490,11 @@ def plan(data: str, augmented: Optional[str], aug_reads: str, floor_dir: Optiona
 
     cache_on: whether the prepfs mount has a sample cache (None: unknown, or not prepfs).
     Without one (False), "warm" for prepfs rows only means the source JPEGs are in the page
-    cache, and 3d reads outputs computed at open, not cached ones: their `reads` say so."""
+    cache, and 3d reads outputs computed at open, not cached ones: their `reads` say so.
+
+    augmented25: `augmented/` of a second PPM mount whose cache is 25% of the data set
+    (scenario 2p): rows 2pc and 2pd, the loaders of 2c and 2d after a warm-up pass, right after
+    the warm rows (quick runs too)."""
     warm_sfx = floor_sfx = ""
     warm_chart = floor_chart = ""
     if cache_on is False:
@@ -369,6 +523,11 @@ def plan(data: str, augmented: Optional[str], aug_reads: str, floor_dir: Optiona
                               npy_reads + sfx, npy_augmented, cold=scen == "cold",
                               warmup=int(scen == "warm"), prepfs=prepfs, source="npy",
                               chart_reads=npy_reads + csfx))
+    if augmented25:
+        for letter, loader in ours:
+            cases.append(Case("2p" + letter, "warm25", loader, LABELS[loader],
+                              reads25 + ", after a warm-up pass", augmented25, warmup=1,
+                              prepfs=prepfs, source="ppm25", chart_reads=reads25))
     if augmented and floor_dir:
         cases.append(Case("3d", "floor", "raw", LABELS["raw"],
                           aug_reads + (floor_sfx or ", after a warm-up"), augmented, warmup=1,
@@ -429,6 +588,7 @@ def summarize(runs: Sequence[dict]) -> dict:
         cache["augmented_hit_rate"] = cache.get("augmented_hits", 0) / looked if looked else None
     return {
         "cache": cache,
+        "refill_wait": refill_summary(runs),
         "samples_per_s": spread(sps),
         "cpu_s_per_sample": spread(cpu),
         "loader_cpu_s_per_sample": statistics.median(loader_cpu) if loader_cpu else None,
@@ -458,6 +618,7 @@ def _median_sps(cases: Dict[str, dict], cid: str) -> Optional[float]:
 BASELINE = {
     "cold": (("1a",), ("1b",)),
     "warm": (("2a", "1a"), ("2b", "1b")),
+    "warm25": (("2a", "1a"), ("2b", "1b")),
     "floor": (("2a", "1a"), ("2b", "1b")),
 }
 
@@ -491,10 +652,12 @@ TARGETS = [
 ]
 
 
-def targets(results: Sequence[dict], cache_on: Optional[bool] = None) -> List[dict]:
+def targets(results: Sequence[dict], cache_on: Optional[bool] = None,
+            jobs: Optional[dict] = None) -> List[dict]:
     """The issue's targets: measured ratio, whether it is met (None: not measured), and a note
     saying what the measured cases stand for where that differs from the target's premise
-    (no prepfs cache yet; warm peers left out by --quick)."""
+    (no prepfs cache yet; warm peers left out by --quick); then scenario 4's (jobs_targets).
+    "shown" is the measured value as the report prints it."""
     by_id = {c["id"]: c for c in results}
     out = []
     for desc, num, dens, want in TARGETS:
@@ -516,20 +679,30 @@ def targets(results: Sequence[dict], cache_on: Optional[bool] = None) -> List[di
         if r is not None and num in ("1c", "2c") and loop is not None:
             notes.append(f"this loop alone, over tmpfs (3g), reaches {fmt_ratio(loop)}")
         out.append({"target": desc, "cases": f"{num} / {den}", "want": want, "ratio": r,
+                    "shown": fmt_ratio(r),
                     "met": None if r is None else r >= want, "note": "; ".join(notes)})
-    return out
+    return out + jobs_targets(jobs)
 
 
-def pending_rows(cache_on: Optional[bool]) -> List[List[str]]:
-    """Table rows for the scenarios of issue 3 that cannot run yet, as wide as TABLE_HEADER."""
+def pending_rows(cache_on: Optional[bool], done: Sequence[str] = (),
+                 why: Optional[str] = None) -> List[List[str]]:
+    """Table rows for the scenarios of issue 3 that were not run (2p: rows 2pc/2pd; 4: rows
+    4a-4c; `done` lists the ids that were), as wide as TABLE_HEADER. `why`: the reason to
+    show (default: what each needs)."""
     blank = [""] * (len(TABLE_HEADER) - 5)
-    rows = [["2p", "2 warm, 25% cache", "prepfs with a cache of 25% of the set",
-             "prepfs augmented/",
-             "pending: the harness does not mount a 25% cache yet" if cache_on
-             else "pending: needs a prepfs cache"] + blank]
-    rows.append(["4", "4 concurrent jobs", "3 jobs x 2 epochs, cache 25%, read-limited source: "
-                 "torchvision, prepfs without jobs, prepfs with ODS", "makespan, hit rate",
-                 "pending: needs the jobs issue"] + blank)
+    rows = []
+    if not any(d.startswith("2p") for d in done):
+        rows.append(["2p", "2 warm, 25% cache", "prepfs with a cache of 25% of the set",
+                     "prepfs augmented/",
+                     f"pending: {why}" if why else
+                     "pending: needs the harness to mount prepfs (--prepfs-bin)" if cache_on
+                     else "pending: needs a prepfs cache"] + blank)
+    if not any(d.startswith("4") for d in done):
+        rows.append(["4", "4 concurrent jobs", "3 jobs x 2 epochs, cache 25%, read-limited "
+                     "source: torchvision, prepfs without jobs, prepfs with ODS",
+                     "makespan, hit rate",
+                     f"pending: {why}" if why else
+                     "pending: needs the harness to mount prepfs (--prepfs-bin)"] + blank)
     return rows
 
 
@@ -594,6 +767,265 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+# --------------------------------------------------------------------------------------------
+# Scenario 4, concurrent jobs: figures of one run and of a variant (pure functions)
+
+# The variants, in order: (id, key, loader of each job, label, what the jobs read)
+JOB_VARIANTS = [
+    ("4a", "torchvision", "job-torchvision",
+     "torchvision ImageFolder + DataLoader, full transform",
+     "prepfs encoded/ as storage limited to {R} (no cache), page cache dropped per file"),
+    ("4b", "prepfs", "job-ppm", "torchvision ImageFolder + DataLoader, ToTensor + Normalize",
+     "prepfs augmented/ (no jobs), {C} cache, source limited to {R}"),
+    ("4c", "prepfs-ods", "job-ppm", "torchvision ImageFolder + DataLoader, ToTensor + Normalize",
+     "prepfs jobs/job<i>/augmented/ (ODS), {C} cache, source limited to {R}"),
+]
+SENECA = {"makespan_reduction": 0.45, "hit_rate": 0.54, "cached_share": 0.20}
+
+
+def makespan(jobs: Sequence[dict]) -> Optional[float]:
+    """From the first job's start to the last job's end (t_start / t_end on one clock)."""
+    starts = [j["t_start"] for j in jobs if j.get("t_start") is not None]
+    ends = [j["t_end"] for j in jobs if j.get("t_end") is not None]
+    if not starts or not ends or len(ends) < len(jobs):
+        return None
+    return max(ends) - min(starts)
+
+
+def view_hits(st0: Optional[dict], st1: Optional[dict],
+              view: str = "augmented") -> Dict[str, Optional[float]]:
+    """Hits and misses of a top-level view between two stats.json snapshots (the opens served
+    from a cache form without reading the source, and the others), and their rate."""
+    def get(st, k):
+        return int((((st or {}).get("views") or {}).get(view) or {}).get(k) or 0)
+    h = get(st1, "hits") - get(st0, "hits")
+    m = get(st1, "misses") - get(st0, "misses")
+    return {"hits": h, "misses": m, "hit_rate": h / (h + m) if h + m else None}
+
+
+def merge_job_stats(known: Dict[str, dict], stats: Optional[dict]) -> Dict[str, dict]:
+    """Keeps the latest figures of every job seen in stats.json's jobs.active (a job that
+    retires drops out of it; its last figures stay here)."""
+    for j in (((stats or {}).get("jobs") or {}).get("active") or []):
+        if isinstance(j, dict) and j.get("name"):
+            known[j["name"]] = j
+    return known
+
+
+def job_hits(jobs: Sequence[dict]) -> Dict[str, Optional[float]]:
+    """Summed over the jobs' stats: hits in every form (augmented, decoded, encoded: served
+    without reading the source) and misses, and their rate."""
+    h = m = 0
+    for j in jobs:
+        hits = j.get("hits") or {}
+        h += sum(int(hits.get(k) or 0) for k in ("augmented", "decoded", "encoded"))
+        m += int(j.get("misses") or 0)
+    return {"hits": h, "misses": m, "hit_rate": h / (h + m) if h + m else None}
+
+
+def jobs_run_record(variant: str, jobs: Sequence[dict], st0: Optional[dict],
+                    st1: Optional[dict], fs_cpu_s: float,
+                    job_stats: Optional[Dict[str, dict]] = None,
+                    expected_source_bytes: Optional[float] = None) -> dict:
+    """One run of a variant: `jobs` are the jobs' RunResults (JSON), in job order; st0/st1 the
+    mount's stats.json before the start and after the last job's end; fs_cpu_s the daemon's
+    CPU over the run; job_stats the per-job figures of prepfs (ODS runs)."""
+    samples = sum(j.get("samples") or 0 for j in jobs)
+    loader_cpu = sum(j.get("cpu_s") or 0.0 for j in jobs)
+    src = None
+    if st0 is not None and st1 is not None:
+        src = int(st1.get("source_bytes_read") or 0) - int(st0.get("source_bytes_read") or 0)
+    if variant == "torchvision":
+        hit = {"hits": 0, "misses": samples, "hit_rate": 0.0}
+        hit_from = "none: no cache by construction"
+    elif variant == "prepfs-ods":
+        hit = job_hits(list((job_stats or {}).values()))
+        hit_from = "jobs.active[].hits / (hits + misses), summed over the jobs"
+    else:
+        hit = view_hits(st0, st1, "augmented")
+        hit_from = "views.augmented hits / (hits + misses), deltas over the run"
+    ms = makespan([j.get("extra", j) for j in jobs])
+    rec = {
+        "jobs": [{"job": i, "t_start": (j.get("extra") or {}).get("t_start"),
+                  "t_end": (j.get("extra") or {}).get("t_end"), "wall_s": j.get("wall_s"),
+                  "samples": j.get("samples"), "cpu_s": j.get("cpu_s"),
+                  "epoch_walls": (j.get("extra") or {}).get("epoch_walls"),
+                  "peak_rss_mb": j.get("peak_rss_mb")}
+                 for i, j in enumerate(jobs)],
+        "makespan_s": ms, "samples": samples,
+        "samples_per_s": samples / ms if ms else None,
+        "loader_cpu_s": loader_cpu, "fs_cpu_s": fs_cpu_s, "cpu_s": loader_cpu + fs_cpu_s,
+        "source_bytes_read": src, **hit, "hit_from": hit_from,
+    }
+    if expected_source_bytes and src is not None:
+        rec["expected_source_bytes"] = expected_source_bytes
+        rec["source_read_share"] = src / expected_source_bytes
+    if job_stats:
+        rec["job_stats"] = [{k: v for k, v in js.items() if k != "state_bytes"}
+                            for _, js in sorted(job_stats.items())]
+    return rec
+
+
+def summarize_jobs(runs: Sequence[dict]) -> dict:
+    """A variant over its runs: makespan median/min/max, each job's wall time (median over the
+    runs, by job index), the hit rate, source bytes, CPU seconds, samples/s (all jobs' samples
+    over the makespan), medians; every figure None where not measured."""
+    def med(key):
+        vals = [r[key] for r in runs if r.get(key) is not None]
+        return statistics.median(vals) if vals else None
+    n_jobs = max((len(r["jobs"]) for r in runs), default=0)
+    walls = []
+    for i in range(n_jobs):
+        w = [r["jobs"][i]["wall_s"] for r in runs
+             if i < len(r["jobs"]) and r["jobs"][i].get("wall_s") is not None]
+        walls.append(statistics.median(w) if w else None)
+    cpu_per = [r["cpu_s"] / r["samples"] for r in runs if r.get("samples")]
+    return {
+        "makespan_s": spread([r.get("makespan_s") for r in runs]),
+        "samples_per_s": spread([r.get("samples_per_s") for r in runs]),
+        "job_wall_s": walls,
+        "hit_rate": med("hit_rate"),
+        "source_bytes_read": med("source_bytes_read"),
+        "source_read_share": med("source_read_share"),
+        "cpu_s": med("cpu_s"), "loader_cpu_s": med("loader_cpu_s"), "fs_cpu_s": med("fs_cpu_s"),
+        "cpu_s_per_sample": statistics.median(cpu_per) if cpu_per else None,
+        "samples": med("samples"),
+        "runs": len(runs),
+    }
+
+
+def _variant(jobs: Optional[dict], vid: str) -> Optional[dict]:
+    for v in (jobs or {}).get("variants") or []:
+        if v.get("id") == vid and v.get("summary") and not v.get("error"):
+            return v
+    return None
+
+
+def _median_makespan(jobs: Optional[dict], vid: str) -> Optional[float]:
+    v = _variant(jobs, vid)
+    return v["summary"]["makespan_s"]["median"] if v else None
+
+
+def makespan_reduction(jobs: Optional[dict], vid: str, base: str = "4a") -> Optional[float]:
+    """1 - makespan(vid) / makespan(base), medians: 0.45 is "45% less makespan"."""
+    a, b = _median_makespan(jobs, vid), _median_makespan(jobs, base)
+    if a is None or not b:
+        return None
+    return 1.0 - a / b
+
+
+def fmt_pct(x: Optional[float], signed: bool = False) -> str:
+    if x is None:
+        return "-"
+    return f"{x * 100:+.0f}%" if signed else f"{x * 100:.0f}%"
+
+
+def jobs_rows(jobs: Optional[dict]) -> List[List[str]]:
+    """Rows of the main table for scenario 4 (as wide as TABLE_HEADER): samples/s is all the
+    jobs' samples over the makespan; vs torchvision is against 4a; the last column the hit
+    rate."""
+    rows = []
+    base = _variant(jobs, "4a")
+    base_sps = base["summary"]["samples_per_s"]["median"] if base else None
+    st = (jobs or {}).get("settings") or {}
+    head_label = f"{st.get('jobs', 3)} x "
+    for v in (jobs or {}).get("variants") or []:
+        head = [v["id"], SCENARIO_TITLES["jobs"], head_label + v["label"]
+                + f", {st.get('epochs', 2)} epochs each", v["reads"]]
+        if v.get("error") and not v.get("summary"):
+            rows.append(head + [f"failed: {v['error'].splitlines()[0][:80]}"]
+                        + [""] * (len(TABLE_HEADER) - 5))
+            continue
+        s = v["summary"]
+        sps = s["samples_per_s"]
+        cpu = s.get("cpu_s_per_sample")
+        hit = s.get("hit_rate")
+        rows.append(head + [
+            fmt_num(sps["median"]),
+            f"{fmt_num(sps['min'])} - {fmt_num(sps['max'])}",
+            fmt_num(None if cpu is None else cpu * 1000, 2),
+            "-",
+            fmt_ratio(ratio(sps["median"], base_sps)),
+            "-",
+            ("0% (no cache)" if v["key"] == "torchvision" else fmt_pct(hit)),
+        ])
+    return rows
+
+
+JOBS_HEADER = ["#", "variant", "makespan s (median)", "min - max", "each job's wall s",
+               "hit rate", "source read", "CPU s (loaders + daemon)", "makespan vs 4a"]
+
+
+def jobs_table(jobs: dict) -> List[List[str]]:
+    """The scenario's own table: one row per variant."""
+    rows = []
+    data_bytes = ((jobs or {}).get("settings") or {}).get("data_bytes")
+    for v in jobs.get("variants") or []:
+        if v.get("error") and not v.get("summary"):
+            rows.append([v["id"], v["key"], f"failed: {v['error'].splitlines()[0][:80]}"]
+                        + [""] * (len(JOBS_HEADER) - 3))
+            continue
+        s = v["summary"]
+        ms = s["makespan_s"]
+        src = s.get("source_bytes_read")
+        src_txt = fmt_bytes(src)
+        if src is not None and data_bytes:
+            src_txt += f" ({src / data_bytes:.1f}x the set)"
+        red = makespan_reduction(jobs, v["id"])
+        hit = "0% (no cache)" if v["key"] == "torchvision" else fmt_pct(s.get("hit_rate"))
+        rows.append([
+            v["id"], v["key"], fmt_num(ms["median"], 1),
+            f"{fmt_num(ms['min'], 1)} - {fmt_num(ms['max'], 1)}",
+            ", ".join(fmt_num(w, 1) for w in s["job_wall_s"]),
+            hit, src_txt, fmt_num(s.get("cpu_s"), 1),
+            "-" if v["id"] == "4a" else ("-" if red is None else f"{-red * 100:+.0f}%"),
+        ])
+    return rows
+
+
+# (description, case, baseline case or None, at least this, what is measured)
+JOB_TARGETS = [
+    ("jobs: ODS makespan >= 45% below torchvision's (Seneca: 45% less than PyTorch)",
+     "4c", "4a", SENECA["makespan_reduction"], "makespan_reduction"),
+    ("jobs: ODS hit rate >= 54% (Seneca: 54% with 20% cached)", "4c", None,
+     SENECA["hit_rate"], "hit_rate"),
+]
+
+
+def jobs_targets(jobs: Optional[dict]) -> List[dict]:
+    """Scenario 4's targets, from Seneca's published figures: measured value (a share), met or
+    not (None: not measured), notes on how our setting differs."""
+    out = []
+    st = (jobs or {}).get("settings") or {}
+    for desc, vid, base, want, what in JOB_TARGETS:
+        v = _variant(jobs, vid)
+        if what == "makespan_reduction":
+            val = makespan_reduction(jobs, vid, base)
+        else:
+            val = v["summary"].get("hit_rate") if v else None
+        notes = []
+        if val is not None:
+            share = st.get("cache_share")
+            if share is not None:
+                notes.append(f"{share * 100:.0f}% of the set cached here "
+                             f"(Seneca's figure: {SENECA['cached_share'] * 100:.0f}%)")
+            if what == "hit_rate":
+                notes.append("a hit is an open served from any cache form without reading "
+                             "the source")
+            if st.get("reps") == 1:
+                notes.append("1 run")
+            if st.get("subset"):
+                notes.append(st["subset"])
+        out.append({"target": desc, "cases": f"{vid} / {base}" if base else vid,
+                    "want": want, "ratio": val,
+                    "shown": (fmt_pct(val) if what != "makespan_reduction" or val is None
+                              else f"{fmt_pct(val)} less" if val >= 0
+                              else f"{fmt_pct(-val)} more"),
+                    "met": None if val is None else val >= want,
+                    "note": "; ".join(notes)})
+    return out
+
+
 def cache_desc(cache_on: Optional[bool], stats: Optional[dict]) -> str:
     if cache_on is None:
         return "not known (no prepfs statistics)"
@@ -651,6 +1083,12 @@ def render_markdown(report: dict, charts: Sequence[str], md_dir: str) -> str:
     out.append(f"- prepfs: {s['prepfs']['desc']}")
     if s.get("prepfs", {}).get("kind") in ("driver-mount", "external-mount"):
         out.append(f"- prepfs cache: {cache_desc(cache_on, s['prepfs'].get('stats'))}")
+    if s.get("prepfs", {}).get("cache25_bytes"):
+        c25 = s["prepfs"]
+        out.append(f"- prepfs cache of rows 2pc/2pd: {fmt_bytes(c25['cache25_bytes'])}, 25% of the "
+                   f"data set's bytes on storage, `split: auto`"
+                   + (f" (the mount chose encoded-decoded-augmented {c25['cache25_split']})"
+                      if c25.get("cache25_split") else ""))
     if la[0] > 0.5:
         out.append("")
         out.append(f"**Warning:** the machine was busy when the runs started (load average "
@@ -676,8 +1114,19 @@ def render_markdown(report: dict, charts: Sequence[str], md_dir: str) -> str:
         "than samples/s.",
         "- The headline is 1c against 1a and 1b: the same training loop, pointed at "
         "`augmented/` instead of the JPEGs. 3d against 3f is what FUSE costs.",
+        "- 2pc / 2pd: the loaders of 2c / 2d on a second mount whose cache is 25% of the data "
+        "set's size on storage (Seneca's convention: \"X% cached\" is a cache X% the size of "
+        "the data set), split as prepfs's model picks it, after one unmeasured pass.",
+        "- 4a-4c: three training jobs started together, each reading the whole set for two "
+        "epochs from read-limited storage (see \"Scenario 4\" below): 4a torchvision on the "
+        "JPEGs, 4b the same jobs over prepfs `augmented/` (no jobs), 4c over "
+        "`jobs/job<i>/augmented/` (opportunistic sampling); samples/s is all the jobs' samples "
+        "over the makespan, vs torchvision is against 4a, the last column the hit rate.",
     ]
-    pending = (pending_rows(cache_on)
+    jobs = report.get("jobs")
+    done = ([c["id"] for c in report["cases"]]
+            + [v["id"] for v in ((jobs or {}).get("variants") or [])])
+    pending = (pending_rows(cache_on, done, s.get("pending_why"))
                if s.get("prepfs", {}).get("kind") in ("driver-mount", "external-mount") else [])
     if cache_on is False:
         out.append("- prepfs has no sample cache yet, so its warm rows (2c, 2d, 2n) and 3d "
@@ -694,16 +1143,30 @@ def render_markdown(report: dict, charts: Sequence[str], md_dir: str) -> str:
     out.append("")
     if any(t["ratio"] is not None for t in tgt):
         out += ["## Targets", ""]
-        rows = [[t["target"], t["cases"], fmt_ratio(t["ratio"]),
+        rows = [[t["target"], t["cases"], t.get("shown") or fmt_ratio(t["ratio"]),
                  "-" if t["met"] is None else ("met" if t["met"] else "**missed**"),
                  t.get("note", "")]
                 for t in tgt]
         out += [markdown_table(["target", "cases", "measured", "", "note"], rows), ""]
-    rows = table_rows(report["cases"]) + pending
+    rows = table_rows(report["cases"]) + jobs_rows(jobs) + pending
     out += ["## Results", "", markdown_table(TABLE_HEADER, rows), ""]
-    for ch in charts:
+    main_charts = [c for c in charts if not c.endswith("-jobs.png")]
+    for ch in main_charts:
         rel = os.path.relpath(ch, md_dir)
         out += [f"![{os.path.basename(ch)}]({rel})", ""]
+    warm = warm_start_rows(report["cases"])
+    if warm:
+        out += ["## Warm starts", "",
+                "Before each measured run of a warm or floor row that reads a prepfs cache, the "
+                "harness waits for the background refill to catch up (the augmented cache is "
+                f"use-once: a pass empties it): it polls `stats.json` until "
+                f"`cache.augmented.entries` has not grown for {REFILL_STABLE_S:g} s or holds "
+                f"every sample, for at most {REFILL_MAX_S:.0f} s. What the measured runs "
+                "started with:", "",
+                markdown_table(WARM_HEADER, warm), ""]
+    if jobs:
+        out += render_jobs_section(jobs, [c for c in charts if c.endswith("-jobs.png")],
+                                   md_dir)
     out += [
         "## How it is measured", "",
         "- samples/s: samples delivered to the consumer over the wall time from the first "
@@ -720,10 +1183,226 @@ def render_markdown(report: dict, charts: Sequence[str], md_dir: str) -> str:
         "first (the raw reader repeats its pass over the files for at least 1 s). "
         "vs torchvision / vs DALI: against 1a / 1b for cold rows, 2a / 2b otherwise (1a / 1b "
         "where the warm peers were not run).",
+        "- warm and floor rows over a prepfs cache (2c, 2d, 2n, 2pc, 2pd, 3d): after the "
+        "warm-up pass and before each measured run, the wait for the refill described under "
+        "\"Warm starts\" (its length and the cache's augmented entries at the start of each "
+        "run are in the JSON, `refill_wait`); the wait is not part of the measured run.",
+        "- scenario 4: see its section; each variant on a freshly mounted prepfs (empty cache) "
+        "and a dropped page cache, the three job processes started together once their imports "
+        "are done; makespan from the first job's start to the last job's end (CLOCK_MONOTONIC, "
+        "listing the tree included); CPU: the job processes, their DataLoader workers and the "
+        "daemon.",
         f"- Raw JSON: `{os.path.relpath(report['json_path'], md_dir)}`.",
         "",
     ]
     return "\n".join(out)
+
+
+WARM_HEADER = ["#", "refill wait s (median, max)", "augmented entries at the start (min - max)",
+               "of samples", "how the waits ended"]
+
+
+def refill_summary(runs: Sequence[dict]) -> Optional[dict]:
+    """The refill waits before a case's measured runs (None if it had none)."""
+    waits = [r["refill_wait"] for r in runs if r.get("refill_wait")]
+    if not waits:
+        return None
+    reasons: Dict[str, int] = {}
+    for w in waits:
+        reasons[w.get("reason") or "?"] = reasons.get(w.get("reason") or "?", 0) + 1
+    return {"waited_s": spread([w.get("waited_s") for w in waits]),
+            "augmented_entries_start": spread([w.get("augmented_entries_start")
+                                               for w in waits]),
+            "target": next((w.get("target") for w in waits if w.get("target")), None),
+            "reasons": reasons}
+
+
+def warm_start_rows(results: Sequence[dict]) -> List[List[str]]:
+    rows = []
+    for c in results:
+        rw = (c.get("summary") or {}).get("refill_wait")
+        if not rw:
+            continue
+        w, e = rw["waited_s"], rw["augmented_entries_start"]
+        rows.append([c["id"], f"{fmt_num(w['median'], 1)}, {fmt_num(w['max'], 1)}",
+                     f"{fmt_num(e['min'])} - {fmt_num(e['max'])}",
+                     fmt_num(rw.get("target")),
+                     ", ".join(f"{k} x{v}" for k, v in sorted(rw["reasons"].items()))])
+    return rows
+
+
+def render_jobs_section(jobs: dict, charts: Sequence[str], md_dir: str) -> List[str]:
+    """BENCHMARKS.md's section on scenario 4: the setting, the table, Seneca's figures."""
+    st = jobs.get("settings") or {}
+    out = ["## Scenario 4: concurrent jobs", ""]
+    rate = st.get("read_limit_bytes_per_s")
+    mean = (st["data_bytes"] / st["data_samples"]) if st.get("data_samples") else None
+    per_sample = rate / mean if rate and mean else None
+    cpus = ",".join(str(c) for c in st.get("cpus") or [])
+    text = (f"{st.get('jobs', 3)} training jobs started together, each a process running "
+            f"torchvision `ImageFolder` + `DataLoader(shuffle=True, num_workers="
+            f"{st.get('workers', 2)}, batch_size={st.get('batch_size', 64)})` for "
+            f"{st.get('epochs', 2)} epochs over {st.get('data_samples', '?')} images "
+            f"({fmt_bytes(st.get('data_bytes'))})")
+    if st.get("subset"):
+        text += f" ({st['subset']})"
+    text += (f"; everything (jobs, their workers, the prepfs daemons) pinned to CPUs {cpus}, "
+             f"as the other rows. Storage: every read of the source goes through prepfs's "
+             f"read limit, `{st.get('read_limit')}`")
+    if per_sample:
+        text += f" ({per_sample:.0f} samples/s of the mean {mean / 1e3:.0f} KB JPEG)"
+    mi = st.get("model_inputs") or {}
+    if mi.get("t_da"):
+        text += (f"; prepfs measured, while serving, decode + augment at {mi['t_da']:.0f} "
+                 f"samples/s on these cores")
+        if mi.get("b_storage"):
+            text += f" and the storage at {mi['b_storage'] / 1e6:.1f} MB/s"
+    a = _variant(jobs, "4a")
+    if a and a["summary"]["samples_per_s"]["median"]:
+        text += (f"; the torchvision jobs of 4a together reached "
+                 f"{a['summary']['samples_per_s']['median']:.0f} samples/s")
+    text += (f". Cache for 4b and 4c: {fmt_pct(st.get('cache_share'))} of the set's bytes on "
+             f"storage ({fmt_bytes(st.get('cache_bytes'))}), `split: auto`")
+    if st.get("split"):
+        text += f" (the mount chose encoded-decoded-augmented {st['split']})"
+    text += (f". Each variant on a freshly mounted prepfs (empty cache) after dropping the page "
+             f"cache; the median of {st.get('reps', '?')} run(s) (min - max).")
+    out += [text, ""]
+    out += [f"- 4a: torchvision with the full ImageNet train transform on the JPEGs, read from "
+            f"`encoded/` of a second prepfs mount that is only the read-limited storage (no "
+            f"cache); its `ImageFolder` loader reads each file and drops it from the page cache "
+            f"({st.get('uncached_desc') or 'posix_fadvise DONTNEED'}) so each epoch of each job "
+            f"reads the storage, as with a data set larger than memory. Hit rate 0% by "
+            f"construction.",
+            "- 4b: the same jobs over prepfs's top-level `augmented/` with only ToTensor + "
+            "Normalize; no job names, so no opportunistic sampling. Hit rate: "
+            "`views.augmented` hits / (hits + misses) over the run (a hit: an open served from "
+            "any cache form without reading the source).",
+            "- 4c: the same, job i reading `jobs/job<i>/augmented/` (opportunistic sampling). "
+            "Hit rate: the jobs' hits (augmented, decoded, encoded) over hits + misses, summed "
+            "over `jobs.active` in stats.json.", ""]
+    out += [markdown_table(JOBS_HEADER, jobs_table(jobs)), ""]
+    red_c, red_b = makespan_reduction(jobs, "4c"), makespan_reduction(jobs, "4b")
+    vc, vb = _variant(jobs, "4c"), _variant(jobs, "4b")
+    line = ("Against Seneca's published figures (FAST '26; 45% less makespan than PyTorch, a "
+            "54% hit rate with 20% of the data cached): makespan ")
+    def vs_a(red: float) -> str:
+        return (f"{fmt_pct(red)} below 4a's" if red >= 0 else f"{fmt_pct(-red)} above 4a's")
+    line += (f"{vs_a(red_c)} with ODS (4c)" if red_c is not None else "not measured with ODS")
+    if red_b is not None:
+        line += f", {vs_a(red_b)} without jobs (4b)"
+    line += "; hit rate "
+    line += fmt_pct(vc["summary"].get("hit_rate")) + " with ODS" if vc else "not measured"
+    if vb:
+        line += f", {fmt_pct(vb['summary'].get('hit_rate'))} without jobs"
+    line += f", with {fmt_pct(st.get('cache_share'))} cached."
+    out += [line, ""]
+    checks = jobs_checks(jobs)
+    if checks:
+        out += ["Checks:", ""] + [f"- {c}" for c in checks] + [""]
+    for ch in charts:
+        rel = os.path.relpath(ch, md_dir)
+        out += [f"![{os.path.basename(ch)}]({rel})", ""]
+    return out
+
+
+def jobs_checks(jobs: dict) -> List[str]:
+    """What the figures say about the runs themselves: whether 4a really read the storage every
+    epoch, and whether each ODS job was served every sample once per epoch."""
+    out = []
+    st = jobs.get("settings") or {}
+    a = _variant(jobs, "4a")
+    if a:
+        shares = [r.get("source_read_share") for r in a.get("runs") or []
+                  if r.get("source_read_share") is not None]
+        if shares:
+            ok = all(x >= 0.95 for x in shares)
+            out.append(f"4a read {min(shares) * 100:.0f}% - {max(shares) * 100:.0f}% of "
+                       f"{st.get('jobs', 3)} jobs x {st.get('epochs', 2)} epochs x the set's "
+                       f"bytes from the storage mount: "
+                       + ("every epoch of every job read the storage" if ok else
+                          "**some reads were served from the page cache**"))
+    for vid in ("4b", "4c"):
+        v = _variant(jobs, vid)
+        if not v:
+            continue
+        for r in v.get("runs") or []:
+            want = st.get("data_samples", 0) * st.get("epochs", 2)
+            got = [j.get("samples") for j in r.get("jobs") or []]
+            if want and any(g != want for g in got):
+                out.append(f"{vid}: jobs delivered {got} samples, not {want} each")
+                break
+    c = _variant(jobs, "4c")
+    if c:
+        served = []
+        for r in c.get("runs") or []:
+            served += [(js.get("name"), js.get("samples_served"), js.get("epoch"))
+                       for js in r.get("job_stats") or []]
+        want = st.get("data_samples", 0) * st.get("epochs", 2)
+        if served:
+            bad = [x for x in served if x[1] != want]
+            out.append("4c: prepfs counted " + (
+                f"{want} samples served to every job ({st.get('epochs', 2)} epochs of "
+                f"{st.get('data_samples')})" if not bad else
+                "samples served per job " + ", ".join(f"{n}: {k}" for n, k, _ in served)
+                + f" (expected {want} each)"))
+    return out
+
+
+def write_jobs_chart(report: dict, prefix: str) -> List[str]:
+    """PREFIX-jobs.png: scenario 4's makespan per variant (median, whiskers min-max), each bar
+    annotated with its hit rate and its makespan against 4a; Seneca's "45% less than PyTorch"
+    drawn as a line at 0.55 x 4a's makespan. [] without matplotlib or results."""
+    jobs = report.get("jobs")
+    vs = [v for v in ((jobs or {}).get("variants") or []) if v.get("summary")
+          and v["summary"]["makespan_s"]["median"] is not None]
+    if not vs:
+        return []
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    st = jobs.get("settings") or {}
+    fig, ax = plt.subplots(figsize=(9, 1.0 + 0.8 * len(vs) + 1.0))
+    ys = list(range(len(vs)))[::-1]
+    med = [v["summary"]["makespan_s"]["median"] for v in vs]
+    lo = [m - v["summary"]["makespan_s"]["min"] for m, v in zip(med, vs)]
+    hi = [v["summary"]["makespan_s"]["max"] - m for m, v in zip(med, vs)]
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    bars = ax.barh(ys, med, xerr=[lo, hi], capsize=3, height=0.6,
+                   color=[colors[i % len(colors)] for i in range(len(vs))])
+    labels = []
+    for v, m in zip(vs, med):
+        hit = "0% (no cache)" if v["key"] == "torchvision" else fmt_pct(v["summary"]["hit_rate"])
+        lab = f"{m:.1f} s, hit rate {hit}"
+        red = makespan_reduction(jobs, v["id"])
+        if v["id"] != "4a" and red is not None:
+            lab += f", {-red * 100:+.0f}% vs 4a"
+        labels.append(lab)
+    ax.bar_label(bars, labels=labels, fontsize=8, padding=4)
+    ax.set_yticks(ys)
+    ax.set_yticklabels([f"{v['id']}  {v['key']}" for v in vs], fontsize=9)
+    base = _median_makespan(jobs, "4a")
+    if base:
+        ax.axvline(base * (1 - SENECA["makespan_reduction"]), color="0.3", linestyle="--",
+                   linewidth=1, label="Seneca: 45% less makespan than PyTorch (x 4a)")
+        ax.legend(fontsize=7, loc="lower right", framealpha=0.9)
+    ax.set_xlim(0, max(m + h for m, h in zip(med, hi)) * 1.7)
+    sub = (f"{st.get('jobs', 3)} jobs x {st.get('epochs', 2)} epochs, "
+           f"{st.get('data_samples', '?')} images, storage {st.get('read_limit')}, "
+           f"cache {fmt_pct(st.get('cache_share'))} of the set, "
+           f"{len(st.get('cpus') or [])} CPUs, {st.get('reps', '?')} run(s)")
+    ax.set_title("scenario 4: makespan of concurrent jobs (median, whiskers min-max; lower is "
+                 f"better)\n{sub}", fontsize=10)
+    ax.set_xlabel("seconds")
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    path = f"{prefix}-jobs.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]
 
 
 def chart_label(case: dict) -> str:
@@ -750,7 +1429,7 @@ def write_charts(report: dict, prefix: str) -> List[str]:
     cases = [c for c in report["cases"] if not c.get("error") and c.get("summary")]
     if not cases:
         return []
-    order = {"cold": 0, "warm": 1, "floor": 2}
+    order = {"cold": 0, "warm": 1, "warm25": 2, "floor": 3}
     cases = sorted(cases, key=lambda c: order.get(c["scenario"], 9))  # stable: plan order
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     # one colour per loader and kind of source, the same in every report
@@ -910,7 +1589,7 @@ def machine_info() -> dict:
 def dataset_info(data: str) -> dict:
     classes, samples = loaders.list_image_folder(data)
     total = sum(os.stat(p).st_size for p, _ in samples)
-    return {"data_samples": len(samples), "data_classes": len(classes),
+    return {"data_samples": len(samples), "data_classes": len(classes), "data_bytes": total,
             "data_mb": total / 1e6, "data_mean_kb": total / len(samples) / 1e3}
 
 
@@ -978,6 +1657,17 @@ def run_case(case: Case, args, cpus: List[int], src: Optional[PrepfsSource],
                     if case.prepfs and src is not None and src.can_empty_cache:
                         src.fresh()
                     info["page_cache_dropped"] = loaders.drop_page_cache()
+                elif (case.warmup and not info["warmup"] and case.prepfs and src is not None
+                      and src.kind != "stand-in" and cache_memory(src.stats()) > 0):
+                    # warm means "the cache holds the set": the warm-up (or the previous run)
+                    # used the augmented outputs up; let the refill make new ones first
+                    info["refill_wait"] = wait_for_refill(src.stats)
+                    if verbose:
+                        w = info["refill_wait"]
+                        print(f"[bench]     {case.id} refill wait {w['waited_s']:.1f} s "
+                              f"({w['reason']}): {w['augmented_entries_before']} -> "
+                              f"{w['augmented_entries_start']} augmented entries of "
+                              f"{w['target']}", flush=True)
                 fs_pid = src.pid if (case.prepfs and src is not None) else None
                 fs_cpu0 = proc_cpu_seconds(fs_pid) if fs_pid else 0.0
                 cache0 = cache_counts(src.stats()) if fs_pid else None
@@ -1001,6 +1691,8 @@ def run_case(case: Case, args, cpus: List[int], src: Optional[PrepfsSource],
                     sampler = None
                 pending = record["_pending"].pop(0) if record.get("_pending") else {}
                 res["page_cache_dropped"] = pending.get("page_cache_dropped")
+                if pending.get("refill_wait"):
+                    res["refill_wait"] = pending["refill_wait"]
                 (record["warmup_runs"] if res["extra"].get("warmup") else record["runs"]).append(
                     res)
                 if verbose:
@@ -1042,9 +1734,317 @@ def progress_line(rec: dict) -> str:
     line = (f"{head}: {fmt_num(sp['median'], 1)} samples/s ({fmt_num(sp['min'], 1)} - "
             f"{fmt_num(sp['max'], 1)}), {s['cpu_s_per_sample']['median'] * 1e3:.2f} ms CPU/sample,"
             f" {fmt_num(mem)} MB  [{s['runs']} x {s['samples_per_run']}]")
+    rw = s.get("refill_wait")
+    if rw:
+        line += (f"  [refill wait {fmt_num(rw['waited_s']['median'], 1)} s, "
+                 f"{fmt_num(rw['augmented_entries_start']['min'])}-"
+                 f"{fmt_num(rw['augmented_entries_start']['max'])} augmented at start]")
     if rec.get("error"):
         line += f"  (partly failed: {rec['error']})"
     return line
+
+
+# --------------------------------------------------------------------------------------------
+# Running scenario 4
+
+
+def make_subset_tree(src: str, dst: str, per_class: int) -> int:
+    """`per_class` images of each class of the ImageFolder tree `src` (a fixed random pick)
+    under `dst`, same class directories, hard-linked (copied across file systems)."""
+    classes, samples = loaders.list_image_folder(src)
+    n = 0
+    for ci, c in enumerate(classes):
+        paths = [p for p, k in samples if k == ci]
+        for p in loaders.pick(paths, per_class):
+            out = os.path.join(dst, os.path.relpath(p, src))
+            os.makedirs(os.path.dirname(out), exist_ok=True)
+            try:
+                os.link(p, out)
+            except OSError:
+                shutil.copyfile(p, out)
+            n += 1
+    return n
+
+
+def check_config(binary: str, config: str, source: str) -> Optional[str]:
+    """None if `prepfs check CONFIG --source SRC` accepts it, else its complaint."""
+    try:
+        p = subprocess.run([binary, "check", config, "--source", source], capture_output=True,
+                           text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return str(e)
+    if p.returncode == 0:
+        return None
+    lines = [ln for ln in (p.stderr + p.stdout).strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else f"exit status {p.returncode}"
+
+
+class JobProcs:
+    """The job processes of one variant (`loaders.py run --sync`, one per job), each running
+    `reps` runs; their output lines, read by one thread each, arrive on one queue."""
+
+    def __init__(self, cmds: Sequence[Sequence[str]]):
+        import queue
+
+        self.queue: "queue.Queue" = queue.Queue()
+        self.procs, self.errs = [], []
+        for i, cmd in enumerate(cmds):
+            errf = tempfile.TemporaryFile(mode="w+")
+            p = subprocess.Popen(list(cmd), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=errf, text=True, bufsize=1)
+            self.procs.append(p)
+            self.errs.append(errf)
+            threading.Thread(target=self._pump, args=(i, p), daemon=True).start()
+
+    def _pump(self, i: int, p: subprocess.Popen) -> None:
+        for line in p.stdout:
+            self.queue.put((i, line))
+        self.queue.put((i, None))
+
+    def next(self, deadline: float):
+        """(job index, line or None at its end); raises TimeoutError at the deadline."""
+        import queue
+
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        try:
+            return self.queue.get(timeout=left)
+        except queue.Empty:
+            raise TimeoutError from None
+
+    def go(self) -> None:
+        for p in self.procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+
+    def stderr_tail(self, i: int, n: int = 3000) -> str:
+        self.errs[i].seek(0)
+        return self.errs[i].read()[-n:]
+
+    def close(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        for f in self.errs:
+            f.close()
+
+
+def _trim_stats(st: Optional[dict]) -> Optional[dict]:
+    if not st:
+        return None
+    return {k: st.get(k) for k in ("source_bytes_read", "views", "cache", "plan", "refills",
+                                   "jobs", "decode_errors", "source_errors", "samples")}
+
+
+def run_jobs_variant(vid: str, key: str, loader: str, label: str, reads: str, *, args,
+                     cpus: List[int], mounter: Callable[[], PrepfsMount],
+                     data_for: Callable[[str, int], str], settings: dict) -> dict:
+    """All runs of one variant of scenario 4: the job processes start (importing torch) and
+    wait; before each run the mount is made afresh (empty cache), the page cache dropped, then
+    every job is told to go at once; figures come from the jobs' results and the mount's
+    stats.json."""
+    rec = {"id": vid, "key": key, "loader": loader, "label": label, "reads": reads,
+           "runs": [], "error": None}
+    n_jobs, reps = settings["jobs"], settings["reps"]
+    mnt_root = None
+    cmds = []
+    for i in range(n_jobs):
+        cmd = [args.python, os.path.join(HERE, "loaders.py"), "run", "--loader", loader,
+               "--data", "@DATA@", "--workers", str(args.workers), "--reps", str(reps),
+               "--epochs", str(settings["epochs"]), "--seed", str(1000 * (i + 1)), "--sync",
+               "--cpus", ",".join(map(str, cpus))]
+        if loader == "job-torchvision":
+            cmd += ["--uncached", settings["uncached"]]
+        cmds.append(cmd)
+    mount: Optional[PrepfsMount] = None
+    procs: Optional[JobProcs] = None
+    try:
+        # the path each job reads is known once the mount point is (the same every run)
+        mnt_root = mounter.mountpoint  # type: ignore[attr-defined]
+        cmds = [[data_for(mnt_root, i) if a == "@DATA@" else a for a in c]
+                for i, c in enumerate(cmds)]
+        procs = JobProcs(cmds)
+        deadline = time.monotonic() + args.jobs_timeout
+        early: set = set()  # jobs whose next @@ready came while the run was being collected
+        for rep in range(reps):
+            ready, ended = set(early), set()
+            early = set()
+            while len(ready) < n_jobs:
+                i, line = procs.next(deadline)
+                if line is None:
+                    raise RuntimeError(f"job {i} exited before run {rep}: "
+                                       + (procs.stderr_tail(i).strip().splitlines() or ["?"])[-1])
+                if line.startswith(loaders.READY_TAG):
+                    ready.add(i)
+            if mount:
+                mount.close()
+            mount = mounter()
+            dropped = loaders.drop_page_cache()
+            st0 = mount.stats()
+            cpu0 = mount.cpu_seconds()
+            known: Dict[str, dict] = {}
+            results: Dict[int, dict] = {}
+            procs.go()
+            while len(results) + len(ended) < n_jobs:
+                i, line = procs.next(deadline)
+                if line is None:
+                    ended.add(i)
+                    continue
+                if line.startswith(loaders.RESULT_TAG):
+                    results[i] = json.loads(line[len(loaders.RESULT_TAG):])
+                    merge_job_stats(known, mount.stats())
+                elif line.startswith(loaders.READY_TAG):
+                    early.add(i)
+            fs_cpu = mount.cpu_seconds() - cpu0
+            st1 = mount.stats()
+            merge_job_stats(known, st1)
+            if len(results) < n_jobs:
+                bad = sorted(set(range(n_jobs)) - set(results))
+                raise RuntimeError(f"job {bad[0]} failed in run {rep}: "
+                                   + (procs.stderr_tail(bad[0]).strip().splitlines()
+                                      or ["?"])[-1])
+            expected = (settings["data_bytes"] * settings["epochs"] * n_jobs
+                        if key == "torchvision" else None)
+            run = jobs_run_record(key, [results[i] for i in range(n_jobs)], st0, st1, fs_cpu,
+                                  known if key == "prepfs-ods" else None, expected)
+            run["rep"] = rep
+            run["page_cache_dropped"] = dropped
+            run["fs_stats_end"] = _trim_stats(st1)
+            rec["runs"].append(run)
+            split = ((st1 or {}).get("cache") or {}).get("split")
+            if key != "torchvision" and isinstance(split, list) and "split" not in settings:
+                settings["split"] = "-".join(str(x) for x in split)
+            inputs = (((st1 or {}).get("plan") or {}).get("inputs") or {})
+            if key != "torchvision" and inputs and "model_inputs" not in settings:
+                settings["model_inputs"] = {k: inputs.get(k) for k in
+                                            ("t_da", "t_a", "b_storage", "s_data", "b_cache")}
+                settings["model_inputs"]["predicted_samples_per_s"] = (
+                    (st1.get("plan") or {}).get("predicted_samples_per_s"))
+            if args.verbose:
+                print(f"[bench]     {vid} run {rep}: makespan {run['makespan_s']:.1f} s, hit "
+                      f"rate {fmt_pct(run.get('hit_rate'))}, source "
+                      f"{fmt_bytes(run.get('source_bytes_read'))}, CPU {run['cpu_s']:.1f} s",
+                      flush=True)
+            mount.close()
+            mount = None
+    except TimeoutError:
+        rec["error"] = f"timed out after {args.jobs_timeout:.0f} s"
+    except (RuntimeError, PrepfsError, ValueError, OSError) as e:
+        rec["error"] = str(e).strip().splitlines()[0] if str(e).strip() else repr(e)
+        if mount is not None:
+            rec["log_tail"] = mount.log_tail()
+    finally:
+        if procs is not None:
+            if rec["error"]:
+                rec["stderr_tail"] = "\n".join(procs.stderr_tail(i, 1000)
+                                               for i in range(n_jobs))
+            procs.close()
+        if mount is not None:
+            mount.close()
+    if rec["runs"]:
+        rec["summary"] = summarize_jobs(rec["runs"])
+    return rec
+
+
+def jobs_progress_line(v: dict) -> str:
+    head = f"[bench] {v['id']:<3} jobs  {v['key']} on {v['reads']}"
+    if v.get("error") and not v.get("summary"):
+        return f"{head}: FAILED: {v['error']}"
+    s = v["summary"]
+    ms = s["makespan_s"]
+    hit = "0% (no cache)" if v["key"] == "torchvision" else fmt_pct(s.get("hit_rate"))
+    line = (f"{head}: makespan {fmt_num(ms['median'], 1)} s ({fmt_num(ms['min'], 1)} - "
+            f"{fmt_num(ms['max'], 1)}), jobs {', '.join(fmt_num(w, 1) for w in s['job_wall_s'])}"
+            f" s, hit rate {hit}, source {fmt_bytes(s.get('source_bytes_read'))}, CPU "
+            f"{fmt_num(s.get('cpu_s'), 1)} s  [{s['runs']} run(s)]")
+    if v.get("error"):
+        line += f"  (partly failed: {v['error']})"
+    return line
+
+
+def run_jobs_scenario(args, cpus: List[int], binary: str, base_text: str, data: str,
+                      mountpoint: str, config_dir: str, keep: Optional[set]) -> dict:
+    """Scenario 4: the three variants, each on fresh mounts. Returns report["jobs"]."""
+    tmp = None
+    jobs_data = data
+    subset = None
+    try:
+        if args.jobs_per_class:
+            tmp = tempfile.mkdtemp(prefix=f"prepfs-bench-jobs-data-{os.getpid()}-")
+            k = make_subset_tree(data, tmp, args.jobs_per_class)
+            jobs_data = tmp
+            subset = f"quick: {args.jobs_per_class} images per class, {k} in all"
+        _, samples = loaders.list_image_folder(jobs_data)
+        data_bytes = sum(os.stat(p).st_size for p, _ in samples)
+        cache_bytes = cache_of_share(data_bytes, args.cache_share)
+        settings = {
+            "jobs": args.jobs, "epochs": args.jobs_epochs, "reps": args.jobs_reps,
+            "workers": args.workers, "batch_size": loaders.BATCH_SIZE, "cpus": cpus,
+            "data": jobs_data, "data_samples": len(samples), "data_bytes": data_bytes,
+            "subset": subset, "read_limit": args.read_limit,
+            "read_limit_bytes_per_s": parse_size(args.read_limit),
+            "cache_share": args.cache_share, "cache_bytes": cache_bytes,
+            "uncached": args.jobs_uncached,
+            "uncached_desc": {"fadvise": "`posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED)` after "
+                                         "reading it",
+                              "direct": "opened with `O_DIRECT`",
+                              "none": "no: read normally"}[args.jobs_uncached],
+        }
+        storage_cfg = os.path.join(config_dir, "jobs-storage.yaml")
+        prepfs_cfg = os.path.join(config_dir, "jobs-prepfs.yaml")
+        with open(storage_cfg, "w") as f:
+            f.write(derive_config(base_text, None, jobs_data, args.read_limit,
+                                  "scenario 4's storage: read-limited, no cache"))
+        with open(prepfs_cfg, "w") as f:
+            f.write(derive_config(base_text, f"{{ memory: {cache_bytes}, split: auto }}",
+                                  jobs_data, args.read_limit,
+                                  f"scenario 4: read-limited source, a cache of "
+                                  f"{args.cache_share * 100:.0f}% of the set's bytes"))
+        settings["configs"] = {"storage": storage_cfg, "prepfs": prepfs_cfg}
+        out = {"settings": settings, "variants": []}
+        for cfg in (storage_cfg, prepfs_cfg):
+            err = check_config(binary, cfg, jobs_data)
+            if err:
+                out["error"] = f"prepfs check {_show_path(cfg)}: {err}"
+                print(f"[bench] 4: not run: {out['error']}", flush=True)
+                return out
+        log_dir = os.path.abspath(args.log_dir) if args.log_dir else None
+
+        def mounter_for(cfg: str, mnt: str, key: str):
+            log = os.path.join(log_dir, f"prepfs-{key}.log") if log_dir else None
+
+            def m() -> PrepfsMount:
+                return mount_prepfs(binary, cfg, jobs_data, mnt, cpus=cpus, log_path=log)
+            m.mountpoint = mnt  # type: ignore[attr-defined]
+            return m
+        storage = mounter_for(storage_cfg, mountpoint + "-storage", "jobs-storage")
+        shared = mounter_for(prepfs_cfg, mountpoint + "-jobs", "jobs")
+        paths = {
+            "torchvision": (storage, lambda mnt, i: os.path.join(mnt, "encoded")),
+            "prepfs": (shared, lambda mnt, i: os.path.join(mnt, "augmented")),
+            "prepfs-ods": (shared, lambda mnt, i: os.path.join(mnt, "jobs", f"job{i}",
+                                                               "augmented")),
+        }
+        rate = settings["read_limit_bytes_per_s"] / (data_bytes / len(samples))
+        print(f"[bench] 4: {args.jobs} jobs x {args.jobs_epochs} epochs over {len(samples)} "
+              f"images ({fmt_bytes(data_bytes)}), storage {args.read_limit} (~{rate:.0f} "
+              f"samples/s), cache {fmt_bytes(cache_bytes)}, {args.jobs_reps} run(s) per variant",
+              flush=True)
+        for vid, key, loader, label, reads in JOB_VARIANTS:
+            if keep is not None and vid not in keep and "4" not in keep:
+                continue
+            mounter, data_for = paths[key]
+            reads = reads.format(R=args.read_limit, C=fmt_pct(args.cache_share))
+            v = run_jobs_variant(vid, key, loader, label, reads, args=args, cpus=cpus,
+                                 mounter=mounter, data_for=data_for, settings=settings)
+            out["variants"].append(v)
+            print(jobs_progress_line(v), flush=True)
+        return out
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def copy_floor(src_dir: str, dst_dir: str, limit: Optional[int]) -> int:
@@ -1108,8 +2108,29 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--build-info", default=None, help="which prepfs build, for the report")
     ap.add_argument("--data-info", default=None, help="how the data set was made, for the report")
     ap.add_argument("--log-dir", default=None,
-                    help="keep the prepfs daemons' logs here (prepfs-ppm.log, prepfs-npy.log; "
-                         "appended over remounts); default: temporary files, deleted")
+                    help="keep the prepfs daemons' logs here (prepfs-ppm.log, prepfs-npy.log, "
+                         "prepfs-ppm25.log, prepfs-jobs*.log; appended over remounts); default: "
+                         "temporary files, deleted")
+    ap.add_argument("--config-dir", default=None,
+                    help="write the derived mount configs here (2p's 25%% cache, scenario 4's); "
+                         "default: a temporary directory, deleted")
+    g4 = ap.add_argument_group("scenarios 2p and 4 (with --prepfs-bin)")
+    g4.add_argument("--cache-share", type=float, default=0.25,
+                    help="2p's and scenario 4's cache, as a share of the data set's bytes")
+    g4.add_argument("--read-limit", default=os.environ.get("BENCH_READ_LIMIT") or "10MB/s",
+                    help="scenario 4's storage read limit (prepfs source.read_limit; env "
+                         "BENCH_READ_LIMIT)")
+    g4.add_argument("--jobs", type=int, default=3, help="scenario 4: concurrent jobs")
+    g4.add_argument("--jobs-epochs", type=int, default=2, help="scenario 4: epochs per job")
+    g4.add_argument("--jobs-reps", type=int, default=None,
+                    help="scenario 4: runs per variant (default: 1 with --quick, else 3)")
+    g4.add_argument("--jobs-per-class", type=int, default=None,
+                    help="scenario 4: only this many images per class (default: 16 with "
+                         "--quick, else all)")
+    g4.add_argument("--jobs-uncached", choices=loaders.UNCACHED_MODES, default="fadvise",
+                    help="scenario 4a: how the torchvision jobs keep files out of the page cache")
+    g4.add_argument("--jobs-timeout", type=float, default=1200,
+                    help="scenario 4: seconds per variant, all its runs")
     args = ap.parse_args(argv)
     if args.report_only:
         with open(args.report_only) as f:
@@ -1128,6 +2149,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args.reps = 3 if args.quick else 5
     if args.limit is None and args.quick:
         args.limit = 512
+    if args.jobs_reps is None:
+        args.jobs_reps = 1 if args.quick else 3
+    if args.jobs_per_class is None and args.quick:
+        args.jobs_per_class = 16
+    try:
+        parse_size(args.read_limit)
+    except ValueError:
+        ap.error(f"--read-limit {args.read_limit!r}: not a rate (e.g. 10MB/s)")
+    if not 0 < args.cache_share <= 1:
+        ap.error("--cache-share must be in (0, 1]")
     data = os.path.abspath(args.data)
     # SIGTERM / SIGHUP (e.g. from bench/run.sh's trap) unwind like Ctrl-C, so that every
     # `finally` runs: the loader child killed, prepfs unmounted, the tmpfs copy removed.
@@ -1149,6 +2180,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     src: Optional[PrepfsSource] = None
     npy_src: Optional[PrepfsSource] = None
+    src25: Optional[PrepfsSource] = None
+    base_text = binary = None
+    pending_why = None
+    own_config_dir = args.config_dir is None
+    config_dir = tempfile.mkdtemp(prefix="prepfs-bench-configs-") if own_config_dir \
+        else os.path.abspath(args.config_dir)
+    os.makedirs(config_dir, exist_ok=True)
     prepfs_desc = "not measured"
     floor_dir = None
     aug_reads = "prepfs augmented/"
@@ -1170,6 +2208,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.prepfs_npy_config:
             configs.append(("npy", os.path.abspath(args.prepfs_npy_config),
                             os.path.abspath(args.mountpoint) + "-npy"))
+        # 2p: the PPM config with a cache of 25% of the data set's bytes (Seneca's convention)
+        with open(os.path.abspath(args.prepfs_config)) as f:
+            base_text = f.read()
+        cache25 = cache_of_share(dinfo["data_bytes"], args.cache_share)
+        cfg25 = os.path.join(config_dir, "imagenet-cache25.yaml")
+        with open(cfg25, "w") as f:
+            f.write(derive_config(base_text, f"{{ memory: {cache25}, split: auto }}",
+                                  note=f"scenario 2p: a cache of {args.cache_share * 100:g}% "
+                                       f"of the data set's {dinfo['data_bytes']} bytes"))
+        why25 = check_config(binary, cfg25, data)
+        if why25:
+            print(f"[bench] 2p: prepfs check refused {cfg25}: {why25}; 2p not run", flush=True)
+            pending_why = f"prepfs check refused the 25% config: {why25}"
+        else:
+            configs.append(("ppm25", cfg25, os.path.abspath(args.mountpoint) + "-25"))
         for key, config, mnt in configs:
             print(f"[bench] prepfs: {_show_path(binary)} mount {_show_path(config)} at {mnt}",
                   flush=True)
@@ -1177,8 +2230,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                              mounter(config, mnt, key))
             if key == "ppm":
                 src = s
-            else:
+            elif key == "npy":
                 npy_src = s
+            else:
+                src25 = s
         prepfs_desc = (f"mounted by the harness (`{_show_path(binary)} mount "
                        + " / ".join(_show_path(c) for _, c, _ in configs)
                        + "`), remounted with an empty cache for cold runs")
@@ -1215,7 +2270,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         },
         "cases": [],
     }
-    sources = {k: v for k, v in (("ppm", src), ("npy", npy_src)) if v is not None}
+    sources = {k: v for k, v in (("ppm", src), ("npy", npy_src), ("ppm25", src25))
+               if v is not None}
+    report["settings"]["prepfs"]["augmented25"] = src25.augmented if src25 else None
+    report["settings"]["prepfs"]["cache25_bytes"] = (
+        cache_of_share(dinfo["data_bytes"], args.cache_share) if src25 else None)
+    report["settings"]["pending_why"] = pending_why
     report["settings"]["prepfs"]["augmented_npy"] = npy_src.augmented if npy_src else None
     try:
         for s in sources.values():
@@ -1237,10 +2297,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         cases = plan(data, src.augmented if src else None, aug_reads, floor_dir,
                      prepfs=src is not None and src.kind != "stand-in", quick=args.quick,
                      npy_augmented=npy_src.augmented if npy_src else None, npy_reads=npy_reads,
-                     cache_on=cache_on)
+                     cache_on=cache_on, augmented25=src25.augmented if src25 else None,
+                     reads25=f"prepfs augmented/, cache {args.cache_share * 100:g}% of the set "
+                             f"({fmt_bytes(report['settings']['prepfs']['cache25_bytes'])})")
+        keep = None
         if args.only:
             keep = set(args.only.split(","))
-            cases = [c for c in cases if c.id in keep]
+            if report["settings"]["pending_why"] is None and binary:
+                report["settings"]["pending_why"] = "not run (--only)"
+            cases = [c for c in cases if c.id in keep or (c.id.startswith("2p") and "2p" in keep)]
         floor_ready = False
         for case in cases:
             # one prepfs daemon at a time: its cache should have the memory to itself
@@ -1258,8 +2323,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                       flush=True)
                 floor_ready = True
             rec = run_case(case, args, cpus, case_src, verbose=args.verbose)
+            if case.source == "ppm25" and case_src is not None:
+                split = ((rec.get("prepfs_stats") or {}).get("cache") or {}).get("split")
+                if isinstance(split, list):
+                    report["settings"]["prepfs"]["cache25_split"] = "-".join(map(str, split))
             report["cases"].append(rec)
             print(progress_line(rec), flush=True)
+        # scenario 4: concurrent jobs, on mounts of its own (the others closed first)
+        for s in sources.values():
+            s.close()
+        if binary and (keep is None or any(k.startswith("4") for k in keep)):
+            report["jobs"] = run_jobs_scenario(args, cpus, binary, base_text, data,
+                                               os.path.abspath(args.mountpoint), config_dir,
+                                               keep)
     except PrepfsError as e:
         print(f"[bench] error: {e}", file=sys.stderr, flush=True)
         return 2
@@ -1272,6 +2348,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             s.close()
         if floor_dir:
             shutil.rmtree(floor_dir, ignore_errors=True)
+        if own_config_dir:
+            shutil.rmtree(config_dir, ignore_errors=True)
 
     drops = [r.get("page_cache_dropped") for c in report["cases"] for r in c["runs"]
              if c["cold"]]
@@ -1280,13 +2358,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                  else "partly")
     report["machine"]["loadavg_after"] = list(os.getloadavg())
     write_report(report, args.out, args.charts_dir, args.md)
-    return 1 if any(c.get("error") for c in report["cases"]) else 0
+    failed = any(c.get("error") for c in report["cases"]) or any(
+        v.get("error") for v in (report.get("jobs") or {}).get("variants") or [])
+    return 1 if failed else 0
 
 
 def write_report(report: dict, out: str, charts_dir: str, md: str) -> None:
     """Targets and ratios from the cases, then the JSON, the charts and BENCHMARKS.md."""
     report["targets"] = targets(report["cases"],
-                                report["settings"].get("prepfs", {}).get("cache_on"))
+                                report["settings"].get("prepfs", {}).get("cache_on"),
+                                report.get("jobs"))
     for c in report["cases"]:
         c["ratios"] = ratios(report["cases"])[c["id"]]
     out = os.path.abspath(out)
@@ -1296,6 +2377,7 @@ def write_report(report: dict, out: str, charts_dir: str, md: str) -> None:
     os.makedirs(charts_dir, exist_ok=True)
     stem = os.path.splitext(os.path.basename(out))[0]
     charts = write_charts(report, os.path.join(charts_dir, stem))
+    charts += write_jobs_chart(report, os.path.join(charts_dir, stem))
     report["charts"] = charts
     with open(out, "w") as f:
         json.dump(report, f, indent=1)
@@ -1305,7 +2387,7 @@ def write_report(report: dict, out: str, charts_dir: str, md: str) -> None:
     print(f"[bench] wrote {out}, {md}" + "".join(f", {c}" for c in charts), flush=True)
     for t in report["targets"]:
         if t["ratio"] is not None:
-            print(f"[bench] target {t['target']}: {fmt_ratio(t['ratio'])} "
+            print(f"[bench] target {t['target']}: {t.get('shown') or fmt_ratio(t['ratio'])} "
                   f"({'met' if t['met'] else 'missed'})", flush=True)
 
 

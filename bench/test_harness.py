@@ -248,7 +248,7 @@ class FormatTest(unittest.TestCase):
         self.assertIn("| 3d / 3f | 0.40x | **missed** |", text)
         self.assertIn("this loop alone, over tmpfs (3g), reaches 1.50x", text)
         with open(js) as f:
-            self.assertEqual(len(json.load(f)["targets"]), len(rb.TARGETS))
+            self.assertEqual(len(json.load(f)["targets"]), len(rb.TARGETS) + len(rb.JOB_TARGETS))
 
     def test_pending_rows(self):
         rows = rb.pending_rows(cache_on=False)
@@ -546,6 +546,459 @@ class RunCaseTest(unittest.TestCase):
         rec = rb.run_case(case, Args, sorted(os.sched_getaffinity(0))[:1], None)
         self.assertIn("FileNotFoundError", rec["error"])
         self.assertNotIn("summary", rec)
+
+
+class ConfigTest(unittest.TestCase):
+    """Mount configs derived from the base one (2p's 25% cache, scenario 4's read limit)."""
+
+    BASE = textwrap.dedent("""\
+        # a comment
+        source: /data/imagenet/train
+        seed: 0
+        augment:
+          - random_resized_crop: { size: 224 }
+        output:
+          format: ppm
+
+        # added by bench/run.sh
+        cache: { memory: 1GiB }
+        """)
+
+    def test_parse_size(self):
+        self.assertEqual(rb.parse_size("10MB/s"), 10e6)
+        self.assertEqual(rb.parse_size("1GiB"), 2 ** 30)
+        self.assertEqual(rb.parse_size("512 KiB"), 512 * 1024)
+        self.assertEqual(rb.parse_size("7250000"), 7250000)
+        self.assertEqual(rb.parse_size("1.5kb/s"), 1500)
+        for bad in ("", "fast", "10XB/s", "MB"):
+            with self.assertRaises(ValueError):
+                rb.parse_size(bad)
+        self.assertEqual(rb.fmt_bytes(29_000_000), "29.0 MB")
+        self.assertEqual(rb.fmt_bytes(None), "-")
+        self.assertEqual(rb.cache_of_share(29_000_000, 0.25), 7_250_000)
+
+    def test_strip_top_level(self):
+        text = "a: 1\ncache:\n  memory: 1GiB\n  split: auto\nb: 2\n"
+        self.assertEqual(rb.strip_top_level(text, ["cache"]), "a: 1\nb: 2\n")
+        self.assertEqual(rb.strip_top_level(text, ["nothing"]), text)
+        # a key that only starts like another is kept
+        self.assertIn("cache_x: 1", rb.strip_top_level("cache_x: 1\ncache: 2\n", ["cache"]))
+
+    def test_derive_config(self):
+        c25 = rb.derive_config(self.BASE, "{ memory: 7250000, split: auto }", note="2p")
+        self.assertEqual(c25.count("cache:"), 1)
+        self.assertIn("cache: { memory: 7250000, split: auto }", c25)
+        self.assertIn("source: /data/imagenet/train", c25)  # untouched without a read limit
+        self.assertIn("random_resized_crop", c25)
+        self.assertIn("# added by bench/run_bench.py: 2p", c25)
+        storage = rb.derive_config(self.BASE, None, "/d/my data", "10MB/s")
+        self.assertNotIn("cache:", storage)  # no cache at all
+        self.assertNotIn("/data/imagenet/train", storage)
+        self.assertIn('source: { path: "/d/my data", read_limit: 10MB/s }', storage)
+        both = rb.derive_config(self.BASE, "{ memory: 1 }", "/d", "1MB/s")
+        self.assertEqual([ln.split(":")[0] for ln in both.splitlines()
+                          if ln.startswith(("source", "cache"))], ["source", "cache"])
+
+
+class RefillWaitTest(unittest.TestCase):
+    """The wait for the background refill before warm and floor runs."""
+
+    def test_decision(self):
+        d = rb.refill_decision
+        self.assertIsNone(d([], 800))
+        self.assertEqual(d([(0.0, 100), (0.25, 800)], 800), "full")
+        self.assertEqual(d([(0.0, 900)], 800), "full")
+        self.assertIsNone(d([(0.0, 10), (0.5, 50), (1.0, 90)], 800))  # still growing
+        self.assertIsNone(d([(0.0, 90), (1.0, 90)], 800, stable_s=1.5))
+        self.assertEqual(d([(0.0, 90), (1.0, 90), (1.6, 90)], 800, stable_s=1.5), "stable")
+        # growth restarts the clock; a dip is not growth
+        self.assertIsNone(d([(0.0, 10), (1.0, 20), (2.0, 20)], 800, stable_s=1.5))
+        self.assertEqual(d([(0.0, 20), (1.0, 15), (1.6, 18)], 800, stable_s=1.5), "stable")
+        self.assertEqual(d([(0.0, 1), (5.0, 2), (10.0, 3)], 800, max_s=10.0), "timeout")
+        self.assertEqual(d([(0.0, 50), (1.6, 50)], None), "stable")  # no target known
+        self.assertIsNone(d([(0.0, None)] * 4, 800))
+        self.assertEqual(d([(0.0, None)] * 5, 800), "no-stats")
+
+    def fake_wait(self, entries, samples=800, **kw):
+        clock = [0.0]
+        seq = iter(entries)
+        calls = []
+
+        def stats():
+            calls.append(clock[0])
+            e = next(seq, entries[-1])
+            return None if e is None else {"samples": samples,
+                                           "cache": {"memory": 1, "augmented": {"entries": e}}}
+
+        def sleep(s):
+            clock[0] += s
+        return rb.wait_for_refill(stats, clock=lambda: clock[0], sleep=sleep, **kw), calls
+
+    def test_wait(self):
+        w, calls = self.fake_wait([0, 100, 400, 800, 800])
+        self.assertEqual((w["reason"], w["augmented_entries_start"], w["target"]),
+                         ("full", 800, 800))
+        self.assertEqual(w["augmented_entries_before"], 0)
+        self.assertAlmostEqual(w["waited_s"], 0.75)
+        w, _ = self.fake_wait([0, 30, 60, 60])  # a small cache: stops growing at 60
+        self.assertEqual((w["reason"], w["augmented_entries_start"]), ("stable", 60))
+        self.assertGreaterEqual(w["waited_s"], rb.REFILL_STABLE_S)
+        self.assertLess(w["waited_s"], rb.REFILL_STABLE_S + 1.0)
+        w, _ = self.fake_wait(list(range(0, 10000)), max_s=5.0)  # never settles: bounded
+        self.assertEqual(w["reason"], "timeout")
+        self.assertLessEqual(w["waited_s"], 5.0 + rb.REFILL_POLL_S)
+        w, _ = self.fake_wait([None])
+        self.assertEqual(w["reason"], "no-stats")
+
+    def test_summary_and_rows(self):
+        runs = [dict(fake_run(), refill_wait={"waited_s": 2.0, "reason": "full",
+                                               "augmented_entries_start": 800, "target": 800}),
+                dict(fake_run(), refill_wait={"waited_s": 4.0, "reason": "stable",
+                                               "augmented_entries_start": 790, "target": 800})]
+        s = rb.summarize(runs)
+        rw = s["refill_wait"]
+        self.assertEqual(rw["waited_s"]["median"], 3.0)
+        self.assertEqual((rw["augmented_entries_start"]["min"],
+                          rw["augmented_entries_start"]["max"]), (790, 800))
+        self.assertEqual(rw["reasons"], {"full": 1, "stable": 1})
+        self.assertIsNone(rb.summarize([fake_run()])["refill_wait"])
+        case = fake_case("2c", "warm", "torchvision-ppm", [100])
+        case["summary"] = s
+        rows = rb.warm_start_rows([case, fake_case("1a", "cold", "torchvision", [1])])
+        self.assertEqual(rows, [["2c", "3.0, 4.0", "790 - 800", "800", "full x1, stable x1"]])
+        self.assertEqual(len(rows[0]), len(rb.WARM_HEADER))
+        self.assertIn("[refill wait 3.0 s, 790-800 augmented at start]", rb.progress_line(case))
+        self.assertEqual(rb.cache_memory({"cache": {"memory": 5}}), 5)
+        self.assertEqual(rb.cache_memory(None), 0)
+        self.assertIsNone(rb.aug_entries({"cache": {"memory": 5}}))
+
+
+def fake_job(start, end, samples=200, cpu=10.0):
+    return {"samples": samples, "wall_s": end - start, "cpu_s": cpu, "peak_rss_mb": 300.0,
+            "extra": {"t_start": start, "t_end": end, "epoch_walls": [(end - start) / 2] * 2}}
+
+
+def fake_jobs_report(makespans=None, hit_b=0.3, hit_c=0.6, reps=3):
+    """Scenario 4 with variants whose makespans (per run) are given."""
+    makespans = makespans or {"4a": [100.0, 110.0, 90.0], "4b": [70.0], "4c": [50.0]}
+    settings = {"jobs": 3, "epochs": 2, "reps": reps, "workers": 2, "batch_size": 64,
+                "cpus": [0, 1], "data_samples": 100, "data_bytes": 3_600_000,
+                "read_limit": "10MB/s", "read_limit_bytes_per_s": 1e7, "cache_share": 0.25,
+                "cache_bytes": 900_000, "uncached": "fadvise", "split": "10-20-70"}
+    variants = []
+    for vid, key, loader, label, reads in rb.JOB_VARIANTS:
+        if vid not in makespans:
+            continue
+        runs = []
+        for m in makespans[vid]:
+            jobs = [fake_job(1000.0, 1000.0 + m), fake_job(1000.5, 1000.0 + m - 5),
+                    fake_job(1001.0, 1000.0 + m - 1)]
+            hr = {"4a": None, "4b": hit_b, "4c": hit_c}[vid]
+            st0 = {"source_bytes_read": 0, "views": {"augmented": {"hits": 0, "misses": 0}}}
+            st1 = {"source_bytes_read": 21_600_000 if vid == "4a" else 5_000_000,
+                   "views": {"augmented": {"hits": int(600 * (hr or 0)),
+                                           "misses": 600 - int(600 * (hr or 0))}}}
+            js = {f"job{i}": {"name": f"job{i}", "samples_served": 200, "epoch": 2,
+                              "hits": {"augmented": int(200 * (hr or 0)), "decoded": 0,
+                                       "encoded": 0},
+                              "misses": 200 - int(200 * (hr or 0))} for i in range(3)}
+            runs.append(rb.jobs_run_record(key, jobs, st0, st1, 20.0,
+                                           js if key == "prepfs-ods" else None,
+                                           21_600_000 if key == "torchvision" else None))
+        variants.append({"id": vid, "key": key, "loader": loader, "label": label,
+                         "reads": reads.format(R="10MB/s", C="25%"), "runs": runs,
+                         "error": None, "summary": rb.summarize_jobs(runs)})
+    return {"settings": settings, "variants": variants}
+
+
+class JobsTest(unittest.TestCase):
+    """Scenario 4's figures: makespan, hit rates, the rows, the targets."""
+
+    def test_makespan(self):
+        self.assertEqual(rb.makespan([{"t_start": 5, "t_end": 20}, {"t_start": 3, "t_end": 9}]),
+                         17)
+        self.assertIsNone(rb.makespan([{"t_start": 5, "t_end": 20}, {"t_start": 3}]))
+        self.assertIsNone(rb.makespan([]))
+
+    def test_hit_rates(self):
+        st0 = {"views": {"augmented": {"hits": 10, "misses": 5}}}
+        st1 = {"views": {"augmented": {"hits": 40, "misses": 35}}}
+        self.assertEqual(rb.view_hits(st0, st1), {"hits": 30, "misses": 30, "hit_rate": 0.5})
+        self.assertIsNone(rb.view_hits(st0, st0)["hit_rate"])
+        jobs = [{"hits": {"augmented": 5, "decoded": 3, "encoded": 2}, "misses": 10},
+                {"hits": {"augmented": 0}, "misses": 0}]
+        self.assertEqual(rb.job_hits(jobs), {"hits": 10, "misses": 10, "hit_rate": 0.5})
+        known = rb.merge_job_stats({}, {"jobs": {"active": [{"name": "job0", "misses": 1},
+                                                            {"name": "job1", "misses": 2}]}})
+        # job0 retired: its last figures stay; job1 updated
+        rb.merge_job_stats(known, {"jobs": {"active": [{"name": "job1", "misses": 7}]}})
+        self.assertEqual({k: v["misses"] for k, v in known.items()}, {"job0": 1, "job1": 7})
+        self.assertEqual(rb.merge_job_stats(known, None), known)
+
+    def test_run_record(self):
+        jobs = [fake_job(10.0, 50.0), fake_job(11.0, 61.0, cpu=12.0)]
+        r = rb.jobs_run_record("torchvision", jobs, {"source_bytes_read": 100},
+                               {"source_bytes_read": 1100}, 3.0, None, 1000)
+        self.assertEqual(r["makespan_s"], 51.0)
+        self.assertEqual((r["samples"], r["loader_cpu_s"], r["cpu_s"]), (400, 22.0, 25.0))
+        self.assertEqual(r["source_bytes_read"], 1000)
+        self.assertEqual(r["source_read_share"], 1.0)
+        self.assertEqual(r["hit_rate"], 0.0)  # no cache by construction
+        self.assertAlmostEqual(r["samples_per_s"], 400 / 51.0)
+        self.assertEqual([j["wall_s"] for j in r["jobs"]], [40.0, 50.0])
+        st0 = {"views": {"augmented": {"hits": 0, "misses": 0}}}
+        st1 = {"views": {"augmented": {"hits": 100, "misses": 300}}}
+        self.assertEqual(rb.jobs_run_record("prepfs", jobs, st0, st1, 1.0)["hit_rate"], 0.25)
+        js = {"job0": {"name": "job0", "hits": {"augmented": 150, "decoded": 50}, "misses": 0,
+                       "state_bytes": 8}}
+        r = rb.jobs_run_record("prepfs-ods", jobs, st0, st1, 1.0, js)
+        self.assertEqual(r["hit_rate"], 1.0)  # from the jobs, not the top-level view
+        self.assertNotIn("state_bytes", r["job_stats"][0])
+
+    def test_summary_and_reduction(self):
+        jr = fake_jobs_report()
+        a = rb._variant(jr, "4a")["summary"]
+        self.assertEqual(a["makespan_s"]["median"], 100.0)  # first start to last end
+        self.assertEqual((a["makespan_s"]["min"], a["makespan_s"]["max"]), (90.0, 110.0))
+        self.assertEqual(a["job_wall_s"], [100.0, 94.5, 98.0])
+        self.assertEqual(len(a["job_wall_s"]), 3)
+        self.assertEqual(a["source_read_share"], 1.0)
+        self.assertAlmostEqual(rb.makespan_reduction(jr, "4c"), 0.5)
+        self.assertAlmostEqual(rb.makespan_reduction(jr, "4b"), 0.3)
+        self.assertAlmostEqual(rb._variant(jr, "4c")["summary"]["hit_rate"], 0.6)
+        self.assertAlmostEqual(rb._variant(jr, "4b")["summary"]["hit_rate"], 0.3)
+        self.assertIsNone(rb.makespan_reduction(jr, "4x"))
+        self.assertIsNone(rb.makespan_reduction({"variants": []}, "4c"))
+
+    def test_rows_and_table(self):
+        jr = fake_jobs_report()
+        rows = {r[0]: r for r in rb.jobs_rows(jr)}
+        self.assertEqual(sorted(rows), ["4a", "4b", "4c"])
+        self.assertTrue(all(len(r) == len(rb.TABLE_HEADER) for r in rows.values()))
+        self.assertEqual(rows["4a"][-1], "0% (no cache)")
+        self.assertEqual(rows["4c"][-1], "60%")
+        self.assertEqual(rows["4a"][8], "1.00x")
+        self.assertEqual(rows["4c"][8], "2.00x")  # all samples over the makespan, vs 4a's
+        self.assertIn("3 x torchvision", rows["4a"][2])
+        self.assertIn("10MB/s", rows["4b"][3])
+        tab = {r[0]: r for r in rb.jobs_table(jr)}
+        self.assertTrue(all(len(r) == len(rb.JOBS_HEADER) for r in tab.values()))
+        self.assertEqual(tab["4c"][2], "50.0")
+        self.assertEqual(tab["4c"][4], "50.0, 44.5, 48.0")
+        self.assertEqual(tab["4c"][-1], "-50%")
+        self.assertEqual(tab["4a"][-1], "-")
+        self.assertIn("6.0x the set", tab["4a"][6])
+        failed = {"settings": {}, "variants": [{"id": "4b", "key": "prepfs", "label": "x",
+                                                "reads": "y", "error": "boom\nmore"}]}
+        self.assertEqual(rb.jobs_rows(failed)[0][4], "failed: boom")
+        self.assertEqual(rb.jobs_table(failed)[0][2], "failed: boom")
+
+    def test_targets(self):
+        t = {x["target"]: x for x in rb.jobs_targets(fake_jobs_report())}
+        red = next(v for k, v in t.items() if "makespan" in k)
+        hit = next(v for k, v in t.items() if "hit rate" in k)
+        self.assertTrue(red["met"])  # 50% less >= 45%
+        self.assertEqual(red["shown"], "50% less")
+        self.assertEqual(red["cases"], "4c / 4a")
+        self.assertTrue(hit["met"])  # 60% >= 54%
+        self.assertIn("25% of the set cached here (Seneca's figure: 20%)", hit["note"])
+        t = rb.jobs_targets(fake_jobs_report({"4a": [100.0], "4c": [80.0]}, hit_c=0.2))
+        self.assertEqual([x["met"] for x in t], [False, False])
+        self.assertEqual(t[0]["shown"], "20% less")
+        t = rb.jobs_targets(fake_jobs_report({"4a": [100.0], "4c": [130.0]}))
+        self.assertEqual(t[0]["shown"], "30% more")
+        t = rb.jobs_targets(None)
+        self.assertEqual([(x["ratio"], x["met"], x["shown"]) for x in t],
+                         [(None, None, "-")] * len(rb.JOB_TARGETS))
+        all_t = rb.targets(fake_results(), jobs=fake_jobs_report())
+        self.assertEqual(len(all_t), len(rb.TARGETS) + len(rb.JOB_TARGETS))
+
+    def test_checks(self):
+        jr = fake_jobs_report()
+        checks = rb.jobs_checks(jr)
+        self.assertTrue(any("every epoch of every job read the storage" in c for c in checks))
+        self.assertTrue(any("200 samples served to every job" in c for c in checks))
+        for r in rb._variant(jr, "4a")["runs"]:
+            r["source_read_share"] = 0.5
+        self.assertTrue(any("served from the page cache" in c for c in rb.jobs_checks(jr)))
+
+    def test_markdown_and_chart(self):
+        d = mkdtemp()
+        report = {
+            "command": "python bench/run_bench.py --data d", "date": "2026-01-01",
+            "quick": False, "page_cache_drop": "yes", "json_path": os.path.join(d, "x.json"),
+            "machine": {"cpu_model": "Test CPU", "nproc": 2, "mem_gib": 24.0, "kernel": "6.1",
+                        "loadavg_before": [0.1, 0.1, 0.1]},
+            "settings": {"cpus": [0, 1], "data_samples": 10, "data_classes": 2, "data_mb": 1.2,
+                         "data_mean_kb": 120.0, "reps": 3, "samples_desc": "10 samples",
+                         "workers": 2, "prepfs": {"desc": "mounted", "kind": "driver-mount",
+                                                  "cache_on": True}},
+            "cases": fake_results() + [fake_case("2pc", "warm25", "torchvision-ppm", [300]),
+                                       fake_case("2pd", "warm25", "raw", [900])],
+            "jobs": fake_jobs_report(),
+        }
+        report["targets"] = rb.targets(report["cases"], True, report["jobs"])
+        md = rb.render_markdown(report, [os.path.join(d, "x-jobs.png")], d)
+        self.assertIn("## Scenario 4: concurrent jobs", md)
+        self.assertIn("| 4c | 4 concurrent jobs |", md)
+        self.assertIn("| 2pc | 2p warm, 25% cache |", md)
+        self.assertNotIn("pending", md)  # 2p and 4 ran
+        self.assertIn("| jobs: ODS makespan >= 45% below torchvision's (Seneca: 45% less than "
+                      "PyTorch) | 4c / 4a | 50% less | met |", md)
+        self.assertIn("![x-jobs.png](x-jobs.png)", md)
+        self.assertIn("the mount chose encoded-decoded-augmented 10-20-70", md)
+        self.assertIn("(278 samples/s of the mean 36 KB JPEG)", md)
+        results = md.split("## Results")[1].split("##")[0]
+        widths = {ln.count(" | ") for ln in results.splitlines()
+                  if ln.startswith("| ") and ln.split(" | ")[0][2:] in ("1a", "4a", "2pc")}
+        self.assertEqual(widths, {len(rb.TABLE_HEADER) - 1})
+        section = md.split("## Scenario 4")[1].split("## How")[0]
+        widths = {ln.count(" | ") for ln in section.splitlines() if ln.startswith("| 4")}
+        self.assertEqual(widths, {len(rb.JOBS_HEADER) - 1})
+        # only 4 ran: 2p still pending, with the reason given
+        report["cases"] = fake_results()
+        report["settings"]["pending_why"] = "not run (--only)"
+        md = rb.render_markdown(report, [], d)
+        self.assertIn("| 2p | 2 warm, 25% cache | prepfs with a cache of 25% of the set | "
+                      "prepfs augmented/ | pending: not run (--only) |", md)
+        self.assertNotIn("| 4 | 4 concurrent jobs |", md)
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            return
+        paths = rb.write_jobs_chart(report, os.path.join(d, "x"))
+        self.assertEqual([os.path.basename(p) for p in paths], ["x-jobs.png"])
+        with open(paths[0], "rb") as f:
+            self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+        self.assertEqual(rb.write_jobs_chart({"jobs": None}, os.path.join(d, "y")), [])
+
+    def test_pending_rows_done(self):
+        self.assertEqual([r[0] for r in rb.pending_rows(True, ["2pc", "2pd"])], ["4"])
+        self.assertEqual([r[0] for r in rb.pending_rows(True, ["4a"])], ["2p"])
+        self.assertEqual(rb.pending_rows(True, ["2pc", "4c"]), [])
+
+    def test_plan_2p(self):
+        ids = [c.id for c in rb.plan("/d", "/m/augmented", "x", "/dev/shm/f", True, True,
+                                     augmented25="/m-25/augmented", reads25="p25")]
+        self.assertEqual(ids, ["1a", "1b", "1c", "1d", "2c", "2d", "2pc", "2pd", "3d", "3f"])
+        cs = {c.id: c for c in rb.plan("/d", "/m/augmented", "x", "/dev/shm/f", True,
+                                       augmented25="/m-25/augmented", reads25="p25")}
+        self.assertEqual((cs["2pc"].loader, cs["2pd"].loader), ("torchvision-ppm", "raw"))
+        self.assertTrue(all(cs[i].source == "ppm25" and cs[i].warmup == 1 and cs[i].prepfs
+                            and not cs[i].cold and cs[i].data == "/m-25/augmented"
+                            for i in ("2pc", "2pd")))
+        self.assertEqual(rb.baseline_ids([], "warm25"), {"torchvision": None, "dali": None})
+        r = rb.ratios(fake_results() + [fake_case("2pc", "warm25", "torchvision-ppm", [300])])
+        self.assertAlmostEqual(r["2pc"]["torchvision"], 3.0)  # against 2a, as the warm rows
+
+    def test_subset_tree(self):
+        d, out = mkdtemp(), mkdtemp()
+        make_tree(d, classes=3, per_class=5)
+        self.assertEqual(rb.make_subset_tree(d, os.path.join(out, "t"), 2), 6)
+        classes, samples = loaders.list_image_folder(os.path.join(out, "t"))
+        self.assertEqual((len(classes), len(samples)), (3, 6))
+        self.assertEqual(rb.make_subset_tree(d, os.path.join(out, "u"), 100), 15)
+
+
+class UncachedReadTest(unittest.TestCase):
+    def test_read_uncached(self):
+        d = mkdtemp()
+        p = os.path.join(d, "f.bin")
+        data = bytes(range(256)) * 5000 + b"tail"
+        with open(p, "wb") as f:
+            f.write(data)
+        self.assertEqual(loaders.read_uncached(p, "fadvise"), data)
+        self.assertEqual(loaders.read_uncached(p, "none"), data)
+        try:
+            self.assertEqual(loaders.read_uncached(p, "direct"), data)
+        except OSError:
+            pass  # O_DIRECT is not supported by every file system (tmpfs)
+        self.assertEqual(set(loaders.UNCACHED_MODES), {"fadvise", "direct", "none"})
+
+
+class FakeSource:
+    """Stands in for a PrepfsSource with a cache whose refill is done at the second poll."""
+
+    kind = "driver-mount"
+    pid = None
+    can_empty_cache = False
+
+    def __init__(self):
+        self.polls = 0
+
+    def stats(self):
+        self.polls += 1
+        return {"samples": 6, "cache": {"memory": 100, "augmented": {
+            "entries": 6 if self.polls >= 2 else 1, "hits": 0, "misses": 0}}}
+
+
+class RunCaseRefillTest(unittest.TestCase):
+    def test_warm_case_waits_for_the_refill(self):
+        d = mkdtemp()
+        make_tree(d, junk=False)
+
+        class Args:
+            python = sys.executable
+            workers = 2
+            reps = 2
+            limit = None
+            timeout = 60
+
+        src = FakeSource()
+        case = rb.Case("2d", "warm", "raw", "raw", "files", d, warmup=1, prepfs=True)
+        rec = rb.run_case(case, Args, sorted(os.sched_getaffinity(0))[:1], src)
+        self.assertIsNone(rec["error"], rec.get("stderr_tail"))
+        self.assertNotIn("refill_wait", rec["warmup_runs"][0])  # not before the warm-up
+        for r in rec["runs"]:
+            self.assertEqual(r["refill_wait"]["augmented_entries_start"], 6)
+            self.assertEqual(r["refill_wait"]["reason"], "full")
+        self.assertEqual(rec["summary"]["refill_wait"]["target"], 6)
+        cold = rb.Case("1d", "cold", "raw", "raw", "files", d, cold=True, prepfs=True)
+        rec = rb.run_case(cold, Args, sorted(os.sched_getaffinity(0))[:1], FakeSource())
+        self.assertTrue(all("refill_wait" not in r for r in rec["runs"]))
+
+
+class JobsVariantTest(unittest.TestCase):
+    """run_jobs_variant drives real job processes (the raw reader) against a fake prepfs."""
+
+    def test_variant(self):
+        d, tools = mkdtemp(), mkdtemp()
+        make_tree(d, junk=False)
+        binary = os.path.join(tools, "prepfs")
+        with open(binary, "w") as f:
+            f.write(FAKE_PREPFS.format(python=sys.executable))
+        os.chmod(binary, os.stat(binary).st_mode | stat.S_IXUSR)
+        mnt = os.path.join(tools, "mnt")
+        mounts = []
+
+        def mounter():
+            m = rb.mount_prepfs(binary, "cfg.yaml", d, mnt, timeout=10)
+            mounts.append(m.pid)
+            return m
+        mounter.mountpoint = mnt
+
+        class Args:
+            python = sys.executable
+            workers = 1
+            jobs_timeout = 60
+            verbose = False
+
+        settings = {"jobs": 2, "reps": 2, "epochs": 1, "data_bytes": 6000, "uncached": "none"}
+        v = rb.run_jobs_variant("4b", "prepfs", "raw", "raw", "files", args=Args,
+                                cpus=sorted(os.sched_getaffinity(0))[:1], mounter=mounter,
+                                data_for=lambda m, i: d, settings=settings)
+        self.assertIsNone(v["error"], v.get("stderr_tail"))
+        self.assertEqual(len(v["runs"]), 2)
+        self.assertEqual(len(set(mounts)), 2)  # a fresh mount for every run
+        self.assertEqual([r["samples"] for r in v["runs"]], [12, 12])
+        self.assertFalse(rb.is_mounted(mnt))
+        self.assertIn("fake", rb.jobs_progress_line(v) + "fake")
+        bad = rb.run_jobs_variant("4b", "prepfs", "raw", "raw", "files", args=Args,
+                                  cpus=sorted(os.sched_getaffinity(0))[:1], mounter=mounter,
+                                  data_for=lambda m, i: "/nonexistent", settings=settings)
+        self.assertIn("failed in run 0", bad["error"])
+        self.assertIn("FAILED", rb.jobs_progress_line(bad))
+
 
 
 if __name__ == "__main__":
