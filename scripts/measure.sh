@@ -35,7 +35,7 @@ stat_of() { python3 -c "import json,sys; d=json.load(open('$mnt/.prepfs/stats.js
 set_bytes=$(du -sb "$data" | cut -f1)
 echo "dataset: $(find "$data" -type f -name '*.*' | wc -l) files, $((set_bytes / 1000000)) MB, $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg)"
 if [ "$mode" = cold ]; then
-  printf "seed: 0\nthreads: 2\n" > target/measure/cold.yaml
+  printf "seed: 0\n" > target/measure/cold.yaml
   for run in 1 2 3; do
     drop; echo "run $run PIL pipeline (2 processes): $(python3 scripts/pil_pipeline.py "$data" 2)"
     start_mount target/measure/cold.yaml; drop
@@ -65,7 +65,7 @@ PY
         *) need=$dec_bytes ;;
       esac
       mem=$((need * pct / 100))
-      printf "seed: 0\nthreads: 2\ncache: { memory: $mem, split: $split, refill: false }\n" > target/measure/epochs.yaml
+      printf "seed: 0\ncache: { memory: $mem, split: $split, refill: false }\n" > target/measure/epochs.yaml
       drop; start_mount target/measure/epochs.yaml
       e1=$(python3 scripts/read_tree.py "$mnt/augmented" 2); e2=$(python3 scripts/read_tree.py "$mnt/augmented" 2)
       echo "cache ${pct}% ($((mem / 1000000)) MB) split=$split -> $(stat_of "d['cache']['split']") predicted $(stat_of "round(d['plan']['predicted_samples_per_s'])")/s | epoch 1: $e1 | epoch 2: $e2"

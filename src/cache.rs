@@ -353,6 +353,11 @@ impl<T: Clone> Default for SingleFlight<T> {
 }
 
 impl<T: Clone> SingleFlight<T> {
+    /// Whether some thread is running the work for `id` now.
+    pub fn in_flight(&self, id: FileId) -> bool {
+        self.flights.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&id)
+    }
+
     /// Runs `work` for `id` unless another thread is running it; then waits for and shares that
     /// result. The map lock is held only to find or register the flight, never during `work`.
     pub fn run(&self, id: FileId, work: impl FnOnce() -> T) -> T {

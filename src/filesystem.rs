@@ -29,7 +29,7 @@ use crate::error::{Error, Result};
 use crate::output;
 pub use crate::producer::Form;
 use crate::producer::{Consumer, Origin, SampleProducer};
-use crate::sampling::{Job, Jobs};
+use crate::sampling::{Bitset, Job, Jobs};
 use crate::stats::{bump, Stats, ViewCounters};
 
 /// A view: one form of the whole tree, top-level or one job's.
@@ -267,6 +267,10 @@ pub struct Filesystem {
     /// while the first is open (PIL opens a PPM twice to try mmap) shares the first's content.
     shares: Mutex<HashMap<(u32, Form, FileId), Weak<HandleData>>>,
     prefetch: PrefetchQueue,
+    /// Samples served by top-level `augmented/` opens in the current pass over the set (cleared
+    /// when every sample has been): the refill prepares the others first.
+    top_pass: Bitset,
+    top_pass_served: AtomicU64,
     mounted_at: SystemTime,
 }
 
@@ -274,7 +278,10 @@ impl Filesystem {
     /// A filesystem over a scanned catalog.
     pub fn new(config: Config, catalog: Catalog) -> Filesystem {
         let jobs = Jobs::new(config.jobs.max, catalog.file_count(), catalog.sample_count() as u64, config.seed);
+        let top_pass = Bitset::new(catalog.file_count());
         Filesystem {
+            top_pass,
+            top_pass_served: AtomicU64::new(0),
             producer: SampleProducer::new(config, catalog),
             jobs,
             handles: HandleTable::new(),
@@ -328,8 +335,32 @@ impl Filesystem {
     /// One unit of background refill of the augmented cache, with samples some active job has not
     /// seen (any sample, with no jobs). Returns false when there is nothing to do.
     pub fn refill_once(&self, cursor: &mut usize) -> bool {
+        self.refill_lane_once(cursor, (0, 1))
+    }
+
+    /// [`Filesystem::refill_once`] for one of several refill workers: the samples of `lane`.
+    /// With jobs, the samples some job has not seen this epoch; without, those top-level readers
+    /// have not read in this pass (so the refill works ahead of them, not on the next pass).
+    pub fn refill_lane_once(&self, cursor: &mut usize, lane: (usize, usize)) -> bool {
         let jobs = self.jobs.active();
-        self.producer.refill_once(cursor, |f| jobs.is_empty() || jobs.iter().any(|j| !j.has_seen(f)))
+        self.producer.refill_once(cursor, lane, |f| {
+            if jobs.is_empty() {
+                !self.top_pass.get(f)
+            } else {
+                jobs.iter().any(|j| !j.has_seen(f))
+            }
+        })
+    }
+
+    /// Notes a top-level `augmented/` open of `file` in the current pass.
+    fn note_top_level_pass(&self, file: FileId) {
+        if self.top_pass.set(file) {
+            let samples = self.catalog().sample_count() as u64;
+            if self.top_pass_served.fetch_add(1, Ordering::Relaxed) + 1 >= samples {
+                self.top_pass.clear_all();
+                self.top_pass_served.store(0, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Runs queued prefetch work until the queue stays empty for `wait` (or at once with a zero
@@ -650,7 +681,10 @@ impl Filesystem {
         }
         let (bytes, origin) = match form {
             Form::Decoded => self.producer.decoded(file)?,
-            _ => self.producer.augmented(file, Consumer::TopLevel)?,
+            _ => {
+                self.note_top_level_pass(file);
+                self.producer.augmented(file, Consumer::TopLevel)?
+            }
         };
         let counters = self.counters(form);
         bump(if matches!(origin, Origin::Disk | Origin::Source) { &counters.misses } else { &counters.hits }, 1);
@@ -909,6 +943,33 @@ mod tests {
             assert!(seen.insert(out), "a refilled crop repeated an earlier one");
         }
         assert_eq!(fs.stats().refills.load(Ordering::Relaxed), 5);
+    }
+
+    #[test]
+    fn the_refill_works_ahead_of_top_level_readers_from_the_source_and_stops() {
+        // Augmented only: the refill must read the source itself.
+        let (_dir, fs) = core(6, "cache: { memory: 64MiB, split: 0-0-100, refill: false }\n");
+        // Readers have read three samples in this pass: the refill prepares the other three.
+        for i in 0..3 {
+            read_file(&fs, ino_of(&fs, "augmented", &format!("s{i:03}.ppm")));
+        }
+        let mut cursor = 0;
+        let mut rounds = 0;
+        while fs.refill_once(&mut cursor) {
+            rounds += 1;
+            assert!(rounds < 100, "the refill does not stop");
+        }
+        assert_eq!(fs.cache().augmented.entries(), 3);
+        assert_eq!(fs.stats().refills.load(Ordering::Relaxed), 3, "refills count what was admitted");
+        assert!((3..6).all(|f| fs.cache().status.held(f) & crate::cache::HELD_AUGMENTED != 0));
+        // Reading the rest of the pass hits them; the next pass is then prepared in turn.
+        let before = source_bytes(&fs);
+        for i in 3..6 {
+            read_file(&fs, ino_of(&fs, "augmented", &format!("s{i:03}.ppm")));
+        }
+        assert_eq!(source_bytes(&fs), before, "the prepared samples were hits");
+        while fs.refill_once(&mut cursor) {}
+        assert_eq!(fs.cache().augmented.entries(), 6, "a new pass: every sample prepared");
     }
 
     #[test]

@@ -178,18 +178,23 @@ pub fn run(config: Config) -> Result<(), MountError> {
     Ok(())
 }
 
-/// The background refill: at the lowest CPU priority, keeps the free augmented room filled with
-/// fresh augmentations of cached samples, so augmented hits keep coming across epochs.
+/// The background refill: one worker per decode core, below the priority of requests, keeps the
+/// free augmented room filled with fresh augmentations, so augmented hits keep coming across
+/// epochs and idle CPU (a reader between requests, a GPU step) prepares what will be read next.
 fn spawn_refill(fs: Arc<Filesystem>) -> io::Result<()> {
-    std::thread::Builder::new().name("prepfs-refill".into()).spawn(move || {
-        lower_priority(19);
-        let mut cursor = 0usize;
-        loop {
-            if !fs.refill_once(&mut cursor) {
-                std::thread::sleep(Duration::from_millis(50));
+    let lanes = fs.config().decode_parallelism();
+    for lane in 0..lanes {
+        let fs = Arc::clone(&fs);
+        std::thread::Builder::new().name(format!("prepfs-refill-{lane}")).spawn(move || {
+            lower_priority(10);
+            let mut cursor = 0usize;
+            loop {
+                if !fs.refill_lane_once(&mut cursor, (lane, lanes)) {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
             }
-        }
-    })?;
+        })?;
+    }
     Ok(())
 }
 

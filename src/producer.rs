@@ -492,8 +492,8 @@ impl SampleProducer {
     }
 
     /// Reads a sample from the source and admits it in Seneca's fill order: a spare fresh
-    /// augmentation while augmented has room (when `want` asks for one), then the pixels while
-    /// decoded has room, else the bytes while encoded has room. The bytes or pixels also spill
+    /// augmentation while augmented has room (when `want` asks for one and the pixels are kept),
+    /// the pixels while decoded has room, else the bytes while encoded has room. The bytes or pixels also spill
     /// to the disk tier, whether or not memory took them.
     fn load_from_source(&self, file: FileId, want: Admit) -> std::result::Result<Loaded, LoadFailure> {
         let path = self.catalog.file_path(file);
@@ -509,8 +509,13 @@ impl SampleProducer {
         }
         // The header is in hand: no second read of the file for its size.
         let decoded_len = pipeline::probe_size(std::io::Cursor::new(&bytes[..])).map_or(0, |s| s.area() * 3);
-        let spare = want == Admit::Augmented { spare: true } && decoded_len > 0 && self.cache.augmented.has_room_for(self.out_len);
+        // A full decode (rather than the region fast path) only when the pixels are kept; a spare
+        // augmentation only when the pixels are in hand anyway (it then costs a resample, not a
+        // second decode). Otherwise the refill fills augmented room, off the request path.
         let keep_pixels = decoded_len > 0 && self.cache.decoded.has_room_for(decoded_len);
+        let spare = want == Admit::Augmented { spare: true }
+            && (keep_pixels || want == Admit::Pixels)
+            && self.cache.augmented.has_room_for(self.out_len);
         if spare || keep_pixels || want == Admit::Pixels {
             let pixels = self
                 .timed(file, Timing::Decode, || pipeline::decode_full(&bytes, self.config.max_pixels))
@@ -538,35 +543,32 @@ impl SampleProducer {
 
     /// One unit of background refill: a fresh augmentation into free augmented room of a sample
     /// `wanted` (some job has not seen it), made from the decoded or encoded cache when they hold
-    /// it, else from the source. Returns false when there is nothing to do (no room, or every
-    /// wanted sample already has one).
-    pub fn refill_once(&self, cursor: &mut usize, wanted: impl Fn(FileId) -> bool) -> bool {
+    /// it, else from the source. Workers share the samples out by `lane` of `lanes` (sample ids
+    /// equal to `lane` modulo `lanes`), so they never make the same one. Returns false when there
+    /// is nothing to do (no room, or every wanted sample of the lane already has one).
+    pub fn refill_once(&self, cursor: &mut usize, (lane, lanes): (usize, usize), wanted: impl Fn(FileId) -> bool) -> bool {
         if !self.cache.augmented.has_room_for(self.out_len) {
             return false;
         }
-        let n = self.catalog.file_count();
+        let lanes = lanes.max(1);
+        let n = self.catalog.file_count().saturating_sub(lane).div_ceil(lanes);
         for _ in 0..n {
-            let file = (*cursor % n.max(1)) as FileId;
+            // Offset by half the lane: readers that go in name order start at the beginning, so
+            // the refill works ahead of them rather than on the sample they are decoding.
+            let file = (((*cursor + n / 2) % n) * lanes + lane) as FileId;
             *cursor = cursor.wrapping_add(1);
             if self.cache.status.held(file) & HELD_AUGMENTED != 0 || !self.catalog.is_image(file) {
                 continue;
             }
-            if self.known_bad(file) || !wanted(file) {
+            if self.known_bad(file) || !wanted(file) || self.loads.in_flight(file) {
                 continue;
             }
-            let cached = if let Some(p) = self.cache.decoded.get(file) {
-                Some(Loaded::Pixels(p))
-            } else {
-                self.cache.encoded.get(file).map(Loaded::Bytes)
-            };
-            let refilled = match cached {
-                Some(loaded) => self
-                    .augment(file, &loaded)
-                    .map(|out| self.cache.augmented.admit(file, AugmentedEntry::fresh(out))),
-                // Not cached in any form: a load from the source admits a fresh augmentation
-                // itself (augmented comes first in the fill order).
-                None => self.load(file, Admit::Augmented { spare: true }).map(|_| true),
-            };
+            // From the decoded or encoded cache when they hold it, else from the source (which
+            // also fills decoded or encoded while they have room).
+            let refilled = self
+                .load(file, Admit::Fill)
+                .and_then(|(loaded, _)| self.augment(file, &loaded))
+                .map(|out| self.cache.augmented.admit(file, AugmentedEntry::fresh(out)));
             if matches!(refilled, Ok(true)) {
                 bump(&self.stats.refills, 1);
             }
