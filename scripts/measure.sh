@@ -2,7 +2,9 @@
 # Side-by-side figures for the closing notes of issues 2 and 4, on one generated dataset.
 #   scripts/measure.sh cold  [N_PER_CLASS]   prepfs augmented/ (2 readers, cold) vs the PIL pipeline
 #   scripts/measure.sh epochs [N_PER_CLASS]  epoch 1 / epoch 2 through augmented/ for each split,
-#                                            cache = 100% and 25% of the set, predicted beside measured
+#                                            cache = 100% and 25% of the set in the split's form
+#                                            (auto: the decoded form), predicted beside measured;
+#                                            between the epochs, the refill is let settle
 # Repeats each measurement 3 times, alternating peers; prints one line per run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +33,17 @@ stop_mount() {
 trap stop_mount EXIT
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true; }
 stat_of() { python3 -c "import json,sys; d=json.load(open('$mnt/.prepfs/stats.json')); print(eval(sys.argv[1]))" "$1"; }
+
+# Waits (at most 60 s) until the refill stops adding augmented outputs for a second.
+settle() {
+  local last=-1 now
+  for _ in $(seq 120); do
+    now=$(stat_of "d['cache']['augmented']['entries']")
+    [ "$now" = "$last" ] && return
+    last=$now
+    sleep 0.5
+  done
+}
 
 set_bytes=$(du -sb "$data" | cut -f1)
 echo "dataset: $(find "$data" -type f -name '*.*' | wc -l) files, $((set_bytes / 1000000)) MB, $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg)"
@@ -65,9 +78,11 @@ PY
         *) need=$dec_bytes ;;
       esac
       mem=$((need * pct / 100))
-      printf "seed: 0\ncache: { memory: $mem, split: $split, refill: false }\n" > target/measure/epochs.yaml
+      printf "seed: 0\ncache: { memory: $mem, split: $split }\n" > target/measure/epochs.yaml
       drop; start_mount target/measure/epochs.yaml
-      e1=$(python3 scripts/read_tree.py "$mnt/augmented" 2); e2=$(python3 scripts/read_tree.py "$mnt/augmented" 2)
+      e1=$(python3 scripts/read_tree.py "$mnt/augmented" 2)
+      settle
+      e2=$(python3 scripts/read_tree.py "$mnt/augmented" 2)
       echo "cache ${pct}% ($((mem / 1000000)) MB) split=$split -> $(stat_of "d['cache']['split']") predicted $(stat_of "round(d['plan']['predicted_samples_per_s'])")/s | epoch 1: $e1 | epoch 2: $e2"
       stop_mount
     done
