@@ -121,3 +121,67 @@ fn a_remount_reads_the_disk_tier_and_refetches_only_a_damaged_entry() {
     }
     assert_eq!(cache_files(&disk).len(), 12);
 }
+
+/// A small tmpfs standing in for a disk that fills up; unmounted on every way out.
+struct SmallDisk(PathBuf);
+
+impl SmallDisk {
+    fn mount(path: PathBuf, size: &str) -> SmallDisk {
+        fs::create_dir_all(&path).expect("mkdir");
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "prepfs-test-disk"])
+            .arg(&path)
+            .status()
+            .expect("mount(8)");
+        assert!(status.success(), "mounting a tmpfs needs root (make test runs as root)");
+        SmallDisk(path)
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_full_disk_stops_the_disk_tier_and_nothing_else() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let source = make_dataset(tmp.path(), 2, 6, false);
+    // A 1 MiB disk under a 1 GiB budget: the writes run out of space (ENOSPC) long before the
+    // budget, after a decoded entry or two (about 560 KB each).
+    let disk = SmallDisk::mount(tmp.path().join("small-disk"), "1m");
+    let config = write_config(
+        tmp.path(),
+        &format!(
+            "seed: 3\ncache:\n  memory: 1MiB\n  split: 0-50-50\n  refill: false\n  disk: {{ path: {}, size: 1GiB }}\n",
+            disk.0.display()
+        ),
+    );
+    let mnt = Mounted::start(tmp.path(), &config, &source, LIMIT);
+    let files = augmented_files(&mnt);
+    for _ in 0..2 {
+        epoch(&files);
+    }
+    let started = Instant::now();
+    let stats = loop {
+        let stats = mnt.stats();
+        if stats["cache"]["disk"]["pending_writes"] == 0 {
+            break stats;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "disk writes did not finish: {stats}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let d = &stats["cache"]["disk"];
+    assert!(d["write_errors"].as_u64().unwrap_or(0) >= 1, "{stats}");
+    assert_eq!(d["admitting"], false, "{stats}");
+    assert_eq!(stats["decode_errors"], 0, "{stats}");
+    assert!(mnt.log().contains("No space left"), "the log names the cause: {}", mnt.log());
+    // What was written before the disk filled still reads back after a remount.
+    assert!(mnt.stop().success());
+    let written = cache_files(&disk.0).len();
+    assert!(written >= 1, "nothing was written before the disk filled");
+    let mnt = Mounted::start(tmp.path(), &config, &source, LIMIT);
+    epoch(&augmented_files(&mnt));
+    assert!(mnt.stats()["cache"]["disk"]["hits"].as_u64().unwrap_or(0) >= 1);
+}
