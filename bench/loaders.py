@@ -110,6 +110,20 @@ class RunResult:
 # Measuring
 
 
+def drain_epoch(loader) -> int:
+    """Iterates one epoch of a torch DataLoader; returns the samples it delivered. The exhausted
+    iterator's workers are reaped, so that RUSAGE_CHILDREN includes them."""
+    n = 0
+    it = iter(loader)
+    for images, _labels in it:
+        n += images.shape[0]
+    shutdown = getattr(it, "_shutdown_workers", None)
+    if shutdown:
+        shutdown()
+    del it
+    return n
+
+
 def _read_mem_kb(pid: int, use_pss: bool) -> int:
     """PSS (or RSS) of one process in KiB; 0 if it is gone."""
     try:
@@ -374,15 +388,7 @@ def _torch_loop(m: Measure, dataset, workers: int, epochs: int, seed: int) -> Ru
     n = 0
     m.start()
     for _ in range(epochs):
-        it = iter(loader)
-        for images, labels in it:
-            n += images.shape[0]
-        # An exhausted iterator has shut its workers down; make sure they are reaped so
-        # RUSAGE_CHILDREN includes them.
-        shutdown = getattr(it, "_shutdown_workers", None)
-        if shutdown:
-            shutdown()
-        del it
+        n += drain_epoch(loader)
     m.stop()
     return m.finish(n, batch_size=BATCH_SIZE, torch_threads=torch.get_num_threads())
 
@@ -682,13 +688,7 @@ def run_train_job(data: str, workers: int = 2, limit: Optional[int] = None, epoc
         walls = []
         for _ in range(epochs):
             te = time.monotonic()
-            it = iter(loader)
-            for images, _labels in it:
-                n += images.shape[0]
-            shutdown = getattr(it, "_shutdown_workers", None)
-            if shutdown:
-                shutdown()
-            del it
+            n += drain_epoch(loader)
             walls.append(time.monotonic() - te)
         m.stop()
         t_end = time.monotonic()

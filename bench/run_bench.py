@@ -842,7 +842,7 @@ def jobs_run_record(variant: str, jobs: Sequence[dict], st0: Optional[dict],
     if variant == "torchvision":
         hit = {"hits": 0, "misses": samples, "hit_rate": 0.0}
         hit_from = "none: no cache by construction"
-    elif variant == "prepfs-ods":
+    elif variant.startswith("prepfs-ods"):
         hit = job_hits(list((job_stats or {}).values()))
         hit_from = "jobs.active[].hits / (hits + misses), summed over the jobs"
     else:
@@ -1932,7 +1932,7 @@ def run_jobs_variant(vid: str, key: str, loader: str, label: str, reads: str, *,
             expected = (settings["data_bytes"] * settings["epochs"] * n_jobs
                         if key == "torchvision" else None)
             run = jobs_run_record(key, [results[i] for i in range(n_jobs)], st0, st1, fs_cpu,
-                                  known if key == "prepfs-ods" else None, expected)
+                                  known if key.startswith("prepfs-ods") else None, expected)
             run["rep"] = rep
             run["page_cache_dropped"] = dropped
             run["fs_stats_end"] = _trim_stats(st1)
@@ -2021,21 +2021,19 @@ def run_jobs_scenario(args, cpus: List[int], binary: str, base_text: str, data: 
         prepfs_cfg = os.path.join(config_dir, "jobs-prepfs.yaml")
         tuned_cfg = os.path.join(config_dir, "jobs-prepfs-tuned.yaml")
         settings["consumer_rate"] = args.consumer_rate
-        with open(storage_cfg, "w") as f:
-            f.write(derive_config(base_text, None, jobs_data, args.read_limit,
-                                  "scenario 4's storage: read-limited, no cache"))
-        with open(prepfs_cfg, "w") as f:
-            f.write(derive_config(base_text, f"{{ memory: {cache_bytes}, split: {args.cache_split}, "
-                                             f"policy: {args.cache_policy} }}",
-                                  jobs_data, args.read_limit,
-                                  f"scenario 4: read-limited source, a cache of "
-                                  f"{args.cache_share * 100:.0f}% of the set's bytes"))
-        with open(tuned_cfg, "w") as f:
-            f.write(derive_config(base_text, f"{{ memory: {cache_bytes}, split: auto, policy: lru, "
-                                             f"consumer_samples_per_s: {args.consumer_rate} }}",
-                                  jobs_data, args.read_limit,
-                                  f"scenario 4d: the same cache, set as README advises for "
-                                  f"concurrent jobs"))
+        configs = [
+            (storage_cfg, None, "scenario 4's storage: read-limited, no cache"),
+            (prepfs_cfg, f"{{ memory: {cache_bytes}, split: {args.cache_split}, "
+                         f"policy: {args.cache_policy} }}",
+             f"scenario 4: read-limited source, a cache of {args.cache_share * 100:.0f}% of the "
+             f"set's bytes"),
+            (tuned_cfg, f"{{ memory: {cache_bytes}, split: auto, policy: lru, "
+                        f"consumer_samples_per_s: {args.consumer_rate} }}",
+             "scenario 4d: the same cache, set as README advises for concurrent jobs"),
+        ]
+        for path, cache, note in configs:
+            with open(path, "w") as f:
+                f.write(derive_config(base_text, cache, jobs_data, args.read_limit, note))
         settings["configs"] = {"storage": storage_cfg, "prepfs": prepfs_cfg, "tuned": tuned_cfg}
         out = {"settings": settings, "variants": []}
         for cfg in (storage_cfg, prepfs_cfg, tuned_cfg):

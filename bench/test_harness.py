@@ -23,6 +23,7 @@ import sys
 import tempfile
 import textwrap
 import time
+import types
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -508,6 +509,12 @@ class MountHookTest(unittest.TestCase):
         os.environ.pop("FAKE_PREPFS_HANG", None)
 
 
+def case_args(reps: int = 2):
+    """The arguments run_case reads, as the driver's argparse would give them."""
+    return types.SimpleNamespace(python=sys.executable, workers=2, reps=reps, limit=None,
+                                 timeout=60)
+
+
 class RunCaseTest(unittest.TestCase):
     """run_case drives a real child process (the raw reader: standard library only)."""
 
@@ -515,12 +522,7 @@ class RunCaseTest(unittest.TestCase):
         d = mkdtemp()
         make_tree(d, junk=False)
 
-        class Args:
-            python = sys.executable
-            workers = 2
-            reps = 2
-            limit = None
-            timeout = 60
+        Args = case_args(2)
 
         cpus = sorted(os.sched_getaffinity(0))[:2]
         case = rb.Case("1d", "cold", "raw", "raw", "files", d, cold=True)
@@ -535,12 +537,7 @@ class RunCaseTest(unittest.TestCase):
         self.assertGreaterEqual(rec["runs"][0]["wall_s"], 1.0)  # --min-seconds 1 when warm
 
     def test_run_case_failure(self):
-        class Args:
-            python = sys.executable
-            workers = 2
-            reps = 1
-            limit = None
-            timeout = 60
+        Args = case_args(1)
 
         case = rb.Case("1d", "cold", "raw", "raw", "files", "/nonexistent/dir")
         rec = rb.run_case(case, Args, sorted(os.sched_getaffinity(0))[:1], None)
@@ -938,12 +935,7 @@ class RunCaseRefillTest(unittest.TestCase):
         d = mkdtemp()
         make_tree(d, junk=False)
 
-        class Args:
-            python = sys.executable
-            workers = 2
-            reps = 2
-            limit = None
-            timeout = 60
+        Args = case_args(2)
 
         src = FakeSource()
         case = rb.Case("2d", "warm", "raw", "raw", "files", d, warmup=1, prepfs=True)

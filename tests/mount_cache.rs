@@ -7,24 +7,9 @@ use std::fs;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::{make_dataset, write_config, Mounted};
+use common::{augmented_files, make_dataset, source_bytes, write_config, Mounted};
 
 const LIMIT: Duration = Duration::from_secs(120);
-
-fn augmented_files(mnt: &Mounted) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    for class in fs::read_dir(mnt.path("augmented")).expect("list") {
-        for f in fs::read_dir(class.expect("class").path()).expect("list") {
-            files.push(f.expect("file").path());
-        }
-    }
-    files.sort();
-    files
-}
-
-fn source_bytes(mnt: &Mounted) -> u64 {
-    mnt.stats()["source_bytes_read"].as_u64().expect("source_bytes_read")
-}
 
 #[test]
 fn a_second_epoch_over_a_set_that_fits_reads_nothing_from_the_source() {

@@ -8,24 +8,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{make_dataset, write_config, Mounted};
+use common::{augmented_files, make_dataset, source_bytes, write_config, Mounted};
 
 const LIMIT: Duration = Duration::from_secs(120);
-
-fn augmented_files(mnt: &Mounted) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    for class in fs::read_dir(mnt.path("augmented")).expect("list") {
-        for f in fs::read_dir(class.expect("class").path()).expect("list") {
-            files.push(f.expect("file").path());
-        }
-    }
-    files.sort();
-    files
-}
-
-fn source_bytes(mnt: &Mounted) -> u64 {
-    mnt.stats()["source_bytes_read"].as_u64().expect("source_bytes_read")
-}
 
 fn epoch(files: &[PathBuf]) {
     for f in files {

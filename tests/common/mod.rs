@@ -175,6 +175,23 @@ impl Drop for Mounted {
     }
 }
 
+/// Every file of the mount's `augmented/` view, one class directory deep, sorted.
+pub fn augmented_files(mnt: &Mounted) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for class in std::fs::read_dir(mnt.path("augmented")).expect("list") {
+        for f in std::fs::read_dir(class.expect("class").path()).expect("list") {
+            files.push(f.expect("file").path());
+        }
+    }
+    files.sort();
+    files
+}
+
+/// Bytes the mount has read from its source so far.
+pub fn source_bytes(mnt: &Mounted) -> u64 {
+    mnt.stats()["source_bytes_read"].as_u64().expect("source_bytes_read")
+}
+
 /// Whether `path` is a mountpoint now.
 pub fn is_mounted(path: &Path) -> bool {
     let canonical = match path.canonicalize() {
