@@ -29,7 +29,7 @@ use crate::error::{Error, Result};
 use crate::output;
 pub use crate::producer::Form;
 use crate::producer::{Consumer, Origin, SampleProducer};
-use crate::sampling::{Bitset, Job, Jobs};
+use crate::sampling::{Job, Jobs, Pass};
 use crate::stats::{bump, Stats, ViewCounters};
 
 /// A view: one form of the whole tree, top-level or one job's.
@@ -267,10 +267,9 @@ pub struct Filesystem {
     /// while the first is open (PIL opens a PPM twice to try mmap) shares the first's content.
     shares: Mutex<HashMap<(u32, Form, FileId), Weak<HandleData>>>,
     prefetch: PrefetchQueue,
-    /// Samples served by top-level `augmented/` opens in the current pass over the set (cleared
-    /// when every sample has been): the refill prepares the others first.
-    top_pass: Bitset,
-    top_pass_served: AtomicU64,
+    /// Samples served by top-level `augmented/` opens in the current pass over the set: the
+    /// refill prepares the others first.
+    top_pass: Pass,
     mounted_at: SystemTime,
 }
 
@@ -278,10 +277,9 @@ impl Filesystem {
     /// A filesystem over a scanned catalog.
     pub fn new(config: Config, catalog: Catalog) -> Filesystem {
         let jobs = Jobs::new(config.jobs.max, catalog.file_count(), catalog.sample_count() as u64, config.seed);
-        let top_pass = Bitset::new(catalog.file_count());
+        let top_pass = Pass::new(catalog.file_count(), catalog.sample_count() as u64);
         Filesystem {
             top_pass,
-            top_pass_served: AtomicU64::new(0),
             producer: SampleProducer::new(config, catalog),
             jobs,
             handles: HandleTable::new(),
@@ -345,22 +343,11 @@ impl Filesystem {
         let jobs = self.jobs.active();
         self.producer.refill_once(cursor, lane, |f| {
             if jobs.is_empty() {
-                !self.top_pass.get(f)
+                !self.top_pass.has_seen(f)
             } else {
                 jobs.iter().any(|j| !j.has_seen(f))
             }
         })
-    }
-
-    /// Notes a top-level `augmented/` open of `file` in the current pass.
-    fn note_top_level_pass(&self, file: FileId) {
-        if self.top_pass.set(file) {
-            let samples = self.catalog().sample_count() as u64;
-            if self.top_pass_served.fetch_add(1, Ordering::Relaxed) + 1 >= samples {
-                self.top_pass.clear_all();
-                self.top_pass_served.store(0, Ordering::Relaxed);
-            }
-        }
     }
 
     /// Runs queued prefetch work until the queue stays empty for `wait` (or at once with a zero
@@ -682,7 +669,7 @@ impl Filesystem {
         let (bytes, origin) = match form {
             Form::Decoded => self.producer.decoded(file)?,
             _ => {
-                self.note_top_level_pass(file);
+                self.top_pass.mark(file);
                 self.producer.augmented(file, Consumer::TopLevel)?
             }
         };
@@ -710,15 +697,14 @@ impl Filesystem {
             return Ok(Arc::new(HandleData::Bytes { bytes, form: view.form, served: None }));
         }
         let dir = catalog.file_dir(requested);
-        let ods = self.config().jobs.ods;
-        let mut attempts = 0;
+        let samples = catalog.images(dir);
+        let rank = |c: FileId| if self.producer.known_bad(c) { 0 } else { self.producer.rank(c, view.form) };
+        self.queue_prefetch(&job, view.form, dir, requested);
+        // A substitute that cannot be served is replaced, once, rather than fail the request.
+        let mut retried = false;
         loop {
-            attempts += 1;
-            let samples = catalog.images(dir);
-            let rank = |c: FileId| if self.producer.known_bad(c) { 0 } else { self.producer.rank(c, view.form) };
-            let choice = job.choose(requested, samples, rank, view.form.top_rank(), Jobs::scan_start(samples.len()), ods);
+            let choice = job.choose(requested, samples, rank, view.form.top_rank(), Jobs::scan_start(samples.len()), self.config().jobs.ods);
             let served = Served { job: Arc::clone(&job), sample: choice.sample, claimed: choice.claimed, read: AtomicBool::new(false), share };
-            self.queue_prefetch(&job, view.form, dir, requested);
             let produced = match view.form {
                 Form::Augmented => {
                     let consumer = Consumer::Job { bit: job.bit(), active: self.jobs.active_mask() | job.bit() };
@@ -727,37 +713,37 @@ impl Filesystem {
                 Form::Decoded => self.producer.decoded(choice.sample),
                 Form::Encoded => self.producer.encoded(choice.sample),
             };
-            match produced {
-                Ok((bytes, origin)) => {
-                    let c = &job.counters;
-                    bump(
-                        match origin {
-                            Origin::Augmented => &c.hits_augmented,
-                            Origin::Decoded => &c.hits_decoded,
-                            Origin::Encoded => &c.hits_encoded,
-                            Origin::Disk | Origin::Source => &c.misses,
-                        },
-                        1,
-                    );
-                    if choice.substituted {
-                        bump(&c.substitutions, 1);
-                    }
-                    let data = Arc::new(HandleData::Bytes { bytes, form: view.form, served: Some(served) });
-                    let mut shares = self.shares.lock().unwrap_or_else(|p| p.into_inner());
-                    shares.retain(|_, w| w.strong_count() > 0);
-                    shares.insert(share, Arc::downgrade(&data));
-                    return Ok(data);
-                }
+            let (bytes, origin) = match produced {
+                Ok(out) => out,
                 Err(e) => {
-                    // A sample that cannot be served counts as the job's (its epoch can end);
-                    // a substitute that failed is replaced, once, rather than fail the request.
+                    // A sample that cannot be served counts as the job's (its epoch can end).
                     job.mark_served(choice.sample);
                     drop(served);
-                    if !choice.substituted || attempts > 1 {
+                    if !choice.substituted || retried {
                         return Err(e);
                     }
+                    retried = true;
+                    continue;
                 }
+            };
+            let c = &job.counters;
+            bump(
+                match origin {
+                    Origin::Augmented => &c.hits_augmented,
+                    Origin::Decoded => &c.hits_decoded,
+                    Origin::Encoded => &c.hits_encoded,
+                    Origin::Disk | Origin::Source => &c.misses,
+                },
+                1,
+            );
+            if choice.substituted {
+                bump(&c.substitutions, 1);
             }
+            let data = Arc::new(HandleData::Bytes { bytes, form: view.form, served: Some(served) });
+            let mut shares = self.shares.lock().unwrap_or_else(|p| p.into_inner());
+            shares.retain(|_, w| w.strong_count() > 0);
+            shares.insert(share, Arc::downgrade(&data));
+            return Ok(data);
         }
     }
 
@@ -1022,7 +1008,7 @@ mod tests {
         assert!(outputs.windows(2).all(|w| w[0] == w[1]));
         let size = std::fs::metadata(fs.catalog().file_path(0)).expect("stat").len();
         assert_eq!(source_bytes(&fs), size, "the source was read more than once");
-        assert_eq!(fs.stats().decodes.load(Ordering::Relaxed), 1, "decoded more than once");
+        assert_eq!(fs.stats().decodes(), 1, "decoded more than once");
     }
 
     #[test]

@@ -347,17 +347,14 @@ impl SampleProducer {
         if let Some(out) = hit {
             return Ok((out, Origin::Augmented));
         }
-        // A spare is worth making when no other job will be handed this one's output.
-        let spare = match consumer {
-            Consumer::TopLevel => true,
-            Consumer::Job { bit, active } => active & !bit == 0,
-            Consumer::Prefetch => false,
-        };
+        // Another active job will be handed this job's output; else a spare is worth making.
+        let shared = matches!(consumer, Consumer::Job { bit, active } if active & !bit != 0);
+        let spare = !shared && consumer != Consumer::Prefetch;
         let (loaded, origin) = self.load(file, Admit::Augmented { spare })?;
         let out = self.augment(file, &loaded)?;
         match consumer {
-            Consumer::Job { bit, active } if active & !bit != 0 => {
-                // Shared with the other active jobs (Seneca): dropped once they all used it.
+            // Shared with the other active jobs (Seneca): dropped once they all used it.
+            Consumer::Job { bit, .. } if shared => {
                 self.cache.augmented.admit(file, AugmentedEntry { bytes: Arc::clone(&out), used_by: bit });
             }
             Consumer::Prefetch => {
@@ -421,8 +418,6 @@ impl SampleProducer {
         let started = Instant::now();
         let pixels = work().map_err(|why| self.mark_bad(file, why))?;
         let nanos = started.elapsed().as_nanos() as u64;
-        bump(&self.stats.decodes, 1);
-        bump(&self.stats.decode_nanos, nanos);
         let (count, total) = match kind {
             Timing::Decode => (&self.stats.full_decodes, &self.stats.full_decode_nanos),
             Timing::DecodeAugment => (&self.stats.decode_augments, &self.stats.decode_augment_nanos),

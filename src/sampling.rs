@@ -92,6 +92,54 @@ impl Bitset {
     }
 }
 
+/// One pass over the dataset: the samples served in it, and which pass it is. When every sample
+/// has been served, the next pass begins (the bits clear). A job's epochs are passes; so is what
+/// the top-level readers have read, which the refill works ahead of.
+pub struct Pass {
+    seen: Bitset,
+    served: AtomicU64,
+    number: AtomicU64,
+    samples: u64,
+}
+
+impl Pass {
+    /// The first pass over `samples` samples with ids below `ids`.
+    pub fn new(ids: usize, samples: u64) -> Pass {
+        Pass { seen: Bitset::new(ids), served: AtomicU64::new(0), number: AtomicU64::new(0), samples }
+    }
+    /// Whether `sample` was served in this pass.
+    pub fn has_seen(&self, sample: FileId) -> bool {
+        self.seen.get(sample)
+    }
+    /// Marks `sample` served; returns whether it was new in this pass. The last sample of a
+    /// pass begins the next one.
+    pub fn mark(&self, sample: FileId) -> bool {
+        let new = self.seen.set(sample);
+        if new && self.served.fetch_add(1, Ordering::Relaxed) + 1 >= self.samples {
+            self.next();
+        }
+        new
+    }
+    /// Begins the next pass: every sample unseen again.
+    pub fn next(&self) {
+        self.seen.clear_all();
+        self.served.store(0, Ordering::Relaxed);
+        self.number.fetch_add(1, Ordering::Relaxed);
+    }
+    /// Which pass this is, from 0.
+    pub fn number(&self) -> u64 {
+        self.number.load(Ordering::Relaxed)
+    }
+    /// Samples served in this pass.
+    pub fn served(&self) -> u64 {
+        self.served.load(Ordering::Relaxed)
+    }
+    /// Bytes of its bits.
+    pub fn bytes(&self) -> usize {
+        self.seen.bytes()
+    }
+}
+
 /// Why a job name is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum JobError {
@@ -165,13 +213,13 @@ pub struct Job {
     name: String,
     slot: usize,
     code: u32,
-    samples: u64,
     seed: u64,
-    seen: Bitset,
+    /// The name hashed: the job's part in its listings' shuffles.
+    key: u64,
+    /// This epoch: the samples served in it.
+    epoch: Pass,
     claimed: Bitset,
     state: Mutex<JobState>,
-    epoch: AtomicU64,
-    served_this_epoch: AtomicU64,
     last_active_ms: AtomicU64,
     pub counters: JobCounters,
 }
@@ -182,13 +230,11 @@ impl Job {
             name: name.to_owned(),
             slot,
             code,
-            samples,
             seed,
-            seen: Bitset::new(files),
+            key: crate::disk_cache::fnv1a64(&[name.as_bytes()]),
+            epoch: Pass::new(files, samples),
             claimed: Bitset::new(files),
             state: Mutex::new(JobState::default()),
-            epoch: AtomicU64::new(0),
-            served_this_epoch: AtomicU64::new(0),
             last_active_ms: AtomicU64::new(now_ms),
             counters: JobCounters::default(),
         }
@@ -211,22 +257,22 @@ impl Job {
 
     /// The current epoch, counting from 1.
     pub fn epoch(&self) -> u64 {
-        self.epoch.load(Ordering::Relaxed) + 1
+        self.epoch.number() + 1
     }
 
     /// Samples served in the current epoch.
     pub fn served_this_epoch(&self) -> u64 {
-        self.served_this_epoch.load(Ordering::Relaxed)
+        self.epoch.served()
     }
 
     /// Whether the job has been served `sample` in its current epoch.
     pub fn has_seen(&self, sample: FileId) -> bool {
-        self.seen.get(sample)
+        self.epoch.has_seen(sample)
     }
 
     /// Whether `sample` is neither served this epoch nor pinned to an open handle.
     fn free(&self, sample: FileId) -> bool {
-        !self.seen.get(sample) && !self.claimed.get(sample)
+        !self.epoch.has_seen(sample) && !self.claimed.get(sample)
     }
 
     fn lock(&self) -> MutexGuard<'_, JobState> {
@@ -241,13 +287,6 @@ impl Job {
     /// Milliseconds of the mount's clock at the last activity.
     pub fn last_active_ms(&self) -> u64 {
         self.last_active_ms.load(Ordering::Relaxed)
-    }
-
-    /// Starts the next epoch: every sample unseen again. Claims stay with their handles.
-    fn next_epoch(&self) {
-        self.seen.clear_all();
-        self.served_this_epoch.store(0, Ordering::Relaxed);
-        self.epoch.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Chooses what an open of `requested` (a sample of a directory whose samples are
@@ -284,7 +323,7 @@ impl Job {
                 }
                 None if !rolled => {
                     // Nothing unseen left in this directory: the job has started its next pass.
-                    self.next_epoch();
+                    self.epoch.next();
                     rolled = true;
                 }
                 // Everything left is pinned to open handles: serve the request as it is.
@@ -336,12 +375,9 @@ impl Job {
     pub fn mark_served(&self, sample: FileId) -> bool {
         let _state = self.lock();
         self.claimed.clear(sample);
-        let new = self.seen.set(sample);
+        let new = self.epoch.mark(sample);
         if new {
             self.counters.served.fetch_add(1, Ordering::Relaxed);
-            if self.served_this_epoch.fetch_add(1, Ordering::Relaxed) + 1 >= self.samples {
-                self.next_epoch();
-            }
         }
         new
     }
@@ -358,9 +394,8 @@ impl Job {
         if !ods {
             return dir_samples.into();
         }
-        let epoch = self.epoch.load(Ordering::Relaxed);
-        let job_key = crate::disk_cache::fnv1a64(&[self.name.as_bytes()]);
-        let mut rng = draw_rng(self.seed, job_key, epoch, u64::from(dir) | 1 << 40);
+        let epoch = self.epoch.number();
+        let mut rng = draw_rng(self.seed, self.key, epoch, u64::from(dir) | 1 << 40);
         let mut order: Vec<FileId> = dir_samples.to_vec();
         order.shuffle(&mut rng);
         // A stable partition keeps each part shuffled.
@@ -393,7 +428,7 @@ impl Job {
         if window == 0 {
             return Vec::new();
         }
-        let epoch = self.epoch.load(Ordering::Relaxed);
+        let epoch = self.epoch.number();
         let mut state = self.lock();
         let Some(listing) = state.listings.get_mut(&dir) else { return Vec::new() };
         if listing.epoch != epoch {
@@ -417,7 +452,7 @@ impl Job {
 
     /// Bytes of per-sample state (seen and claimed bits).
     pub fn state_bytes(&self) -> usize {
-        self.seen.bytes() + self.claimed.bytes()
+        self.epoch.bytes() + self.claimed.bytes()
     }
 }
 

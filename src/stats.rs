@@ -62,9 +62,6 @@ pub struct Stats {
     pub decode_errors: AtomicU64,
     /// Source files that vanished or failed to read under the mount.
     pub source_errors: AtomicU64,
-    /// Samples decoded (full or region) and their total time.
-    pub decodes: AtomicU64,
-    pub decode_nanos: AtomicU64,
     /// File handles currently open.
     pub open_handles: AtomicU64,
     /// Augmented outputs made by the background refill.
@@ -94,8 +91,6 @@ impl Default for Stats {
             source_bytes_read: AtomicU64::new(0),
             decode_errors: AtomicU64::new(0),
             source_errors: AtomicU64::new(0),
-            decodes: AtomicU64::new(0),
-            decode_nanos: AtomicU64::new(0),
             open_handles: AtomicU64::new(0),
             refills: AtomicU64::new(0),
             source_reads: AtomicU64::new(0),
@@ -120,13 +115,19 @@ fn get(counter: &AtomicU64) -> u64 {
 }
 
 impl Stats {
+    /// Pieces of pixel work done (full decodes, decode-and-augments, augments from pixels).
+    pub fn decodes(&self) -> u64 {
+        get(&self.full_decodes) + get(&self.decode_augments) + get(&self.pixel_augments)
+    }
+
     /// The figures as a JSON document; `extra` adds the sections other parts own
     /// (catalog, configuration).
     pub fn to_json(&self, extra: serde_json::Value) -> serde_json::Value {
         let view = |v: &ViewCounters| {
             json!({"opens": get(&v.opens), "bytes_served": get(&v.bytes_served), "hits": get(&v.hits), "misses": get(&v.misses)})
         };
-        let decodes = get(&self.decodes);
+        let decodes = self.decodes();
+        let decode_nanos = get(&self.full_decode_nanos) + get(&self.decode_augment_nanos) + get(&self.pixel_augment_nanos);
         let mean_ms = |n: &AtomicU64, nanos: &AtomicU64| {
             let n = get(n);
             if n == 0 { 0.0 } else { get(nanos) as f64 / n as f64 / 1e6 }
@@ -143,7 +144,7 @@ impl Stats {
             "source_errors": get(&self.source_errors),
             "decodes": decodes,
             "decode_ms_mean": if decodes == 0 { 0.0 } else {
-                get(&self.decode_nanos) as f64 / decodes as f64 / 1e6
+                decode_nanos as f64 / decodes as f64 / 1e6
             },
             "open_handles": get(&self.open_handles),
             "refills": get(&self.refills),
