@@ -19,8 +19,8 @@
 //! No lock is held across decoding or I/O: shards are locked only to find, insert or remove.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use crate::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use crate::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use lru::LruCache;
 use serde_json::json;
@@ -170,7 +170,7 @@ impl<V: Clone + Weighed> FormStore<V> {
         }
     }
 
-    fn shard(&self, id: FileId) -> std::sync::MutexGuard<'_, LruCache<FileId, V>> {
+    fn shard(&self, id: FileId) -> MutexGuard<'_, LruCache<FileId, V>> {
         self.shards[id as usize % SHARDS].lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -284,6 +284,20 @@ impl<V: Clone + Weighed> FormStore<V> {
         let counter = if out.is_some() { &self.hits } else { &self.misses };
         counter.fetch_add(1, Ordering::Relaxed);
         out
+    }
+
+    /// Drops the entry for `id`, if any, without counting a hit or a miss. Returns whether
+    /// there was one.
+    pub fn remove(&self, id: FileId) -> bool {
+        let removed = {
+            let mut shard = self.shard(id);
+            let removed = shard.pop(&id);
+            if removed.is_some() {
+                self.mark(id, false);
+            }
+            removed
+        };
+        removed.map(|v| self.release(Self::charge(&v))).is_some()
     }
 
     /// Keeps only the entries for which `keep` holds (it may change them); one shard locked at
@@ -429,6 +443,13 @@ impl SampleCache {
             }
             entry.used_by == 0 || entry.used_by & active != active
         })
+    }
+
+    /// Drops every form of `id` (its source file changed: what was made of it is stale).
+    pub fn forget_sample(&self, id: FileId) {
+        self.encoded.remove(id);
+        self.decoded.remove(id);
+        self.augmented.remove(id);
     }
 
     /// Applies a new split of the same memory.

@@ -24,9 +24,10 @@ pub struct Calibration {
     pub samples_timed: usize,
 }
 
-/// Times up to [`PROBE_SAMPLES`] samples and the memory copy rate; `None` when no sample
-/// could be timed (an empty or unreadable dataset).
-pub fn measure(catalog: &Catalog, config: &Config) -> Option<Calibration> {
+/// Times up to [`PROBE_SAMPLES`] samples (their bytes from `read`, the source's bounded
+/// reads) and the memory copy rate; `None` when no sample could be timed (an empty or
+/// unreadable dataset).
+pub fn measure(catalog: &Catalog, config: &Config, read: impl Fn(u32) -> Option<Vec<u8>>) -> Option<Calibration> {
     let images: Vec<u32> = (0..catalog.file_count() as u32).filter(|&f| catalog.is_image(f)).collect();
     if images.is_empty() {
         return None;
@@ -35,7 +36,7 @@ pub fn measure(catalog: &Catalog, config: &Config) -> Option<Calibration> {
     let (mut bytes, mut read_s, mut pixels, mut da_s, mut a_s, mut timed) = (0u64, 0f64, 0u64, 0f64, 0f64, 0usize);
     for &file in images.iter().step_by(stride).take(PROBE_SAMPLES) {
         let started = Instant::now();
-        let Ok(data) = std::fs::read(catalog.file_path(file)) else { continue };
+        let Some(data) = read(file) else { continue };
         let read = started.elapsed().as_secs_f64();
         let Ok(size) = pipeline::probe_size(std::io::Cursor::new(&data)) else { continue };
         let plan = plan_sample(&config.augment, size, &mut draw_rng(config.seed, u64::MAX, 0, u64::from(file)));

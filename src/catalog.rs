@@ -1,17 +1,21 @@
 //! The source catalog: the scanned directory tree of the dataset, held compactly.
 //!
 //! One scan at mount time records every directory and file name (no `stat`, no reads: the
-//! directory entries' types suffice), sorted, in one string arena. Directories' children are
+//! directory entries' types suffice, but for symlinks), sorted, in one string arena. Symlinks
+//! are followed only to targets inside the source (others are skipped, said in one log line),
+//! a directory reached twice (a symlink cycle) is listed once, and the scan stops early when
+//! asked (a signal during a long scan). Directories' children are
 //! contiguous ranges, so a lookup is a binary search and a listing is a slice. Image files (by
 //! extension) are the samples: each has an id, a stem for its `decoded`/`augmented` name, and a
 //! pixel size probed from its header on first need and remembered. About 50 bytes per sample
 //! plus the name (see [`Catalog::bytes_per_sample`]).
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::os::unix::fs::MetadataExt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use crate::augment::Size2;
@@ -76,8 +80,17 @@ pub enum Entry {
 
 impl Catalog {
     /// Scans `root`, calling `progress` with the running count of files every so often.
-    pub fn scan(root: &Path, mut progress: impl FnMut(usize)) -> std::io::Result<Catalog> {
+    pub fn scan(root: &Path, progress: impl FnMut(usize)) -> std::io::Result<Catalog> {
+        Catalog::scan_until(root, progress, &AtomicBool::new(false))
+    }
+
+    /// [`Catalog::scan`], giving up with `Interrupted` once `stop` is set.
+    pub fn scan_until(root: &Path, mut progress: impl FnMut(usize), stop: &AtomicBool) -> std::io::Result<Catalog> {
         let started = Instant::now();
+        let canonical_root = root.canonicalize()?;
+        // Directories listed so far, by (device, inode): a symlink cycle lists nothing twice.
+        let mut visited: HashSet<(u64, u64)> = HashSet::new();
+        let (mut links_outside, mut first_outside) = (0usize, None::<PathBuf>);
         let mut cat = Catalog {
             root: root.to_path_buf(),
             names: Vec::new(),
@@ -96,6 +109,14 @@ impl Catalog {
         };
         let mut queue = VecDeque::from([(0 as DirId, root.to_path_buf())]);
         while let Some((dir_id, path)) = queue.pop_front() {
+            if stop.load(Ordering::Relaxed) {
+                return Err(std::io::Error::new(std::io::ErrorKind::Interrupted, "scan stopped"));
+            }
+            if let Ok(meta) = std::fs::metadata(&path) {
+                if !visited.insert((meta.dev(), meta.ino())) {
+                    continue; // already listed (reached again through a symlink)
+                }
+            }
             let mut subdirs = Vec::new();
             let mut files = Vec::new();
             let entries = match std::fs::read_dir(&path) {
@@ -111,8 +132,17 @@ impl Catalog {
                 let name = entry.file_name();
                 let mut kind = entry.file_type()?;
                 if kind.is_symlink() {
-                    match std::fs::metadata(entry.path()) {
-                        Ok(m) => kind = m.file_type(),
+                    // Followed only when the target lies inside the source.
+                    match entry.path().canonicalize() {
+                        Ok(target) if target.starts_with(&canonical_root) => match std::fs::metadata(&target) {
+                            Ok(m) => kind = m.file_type(),
+                            Err(_) => continue,
+                        },
+                        Ok(_) => {
+                            links_outside += 1;
+                            first_outside.get_or_insert_with(|| entry.path());
+                            continue;
+                        }
                         Err(_) => continue, // dangling link
                     }
                 }
@@ -165,6 +195,13 @@ impl Catalog {
             node.files = (first_file, last_file);
             node.images = (first_image, last_image);
             progress(cat.files.len());
+        }
+        if let Some(first) = first_outside {
+            tracing::warn!(
+                skipped = links_outside,
+                first = %first.display(),
+                "symlinks leading outside the source are not served"
+            );
         }
         cat.sizes = (0..cat.files.len()).map(|_| AtomicU64::new(0)).collect();
         cat.names.shrink_to_fit();
@@ -321,6 +358,11 @@ impl Catalog {
         self.sizes[file as usize].store(v, Ordering::Relaxed);
     }
 
+    /// Forgets an image's probed size (the file changed): the next need probes it again.
+    pub fn forget_size(&self, file: FileId) {
+        self.sizes[file as usize].store(0, Ordering::Relaxed);
+    }
+
     /// Bytes of catalog memory per sample, names included.
     pub fn bytes_per_sample(&self) -> f64 {
         let bytes = self.names.capacity()
@@ -425,6 +467,37 @@ mod tests {
         assert_eq!(cat.known_size(0), Some(Ok(Size2::new(500, 375))));
         cat.remember_size(1, Err(()));
         assert_eq!(cat.known_size(1), Some(Err(())));
+    }
+
+    #[test]
+    fn symlinks_are_followed_only_inside_the_source_and_cycles_are_listed_once() {
+        let dir = tree();
+        let root = dir.path();
+        let outside = tempfile::tempdir().expect("tempdir");
+        fs::write(outside.path().join("secret.jpg"), "s").expect("write");
+        std::os::unix::fs::symlink(outside.path().join("secret.jpg"), root.join("b/leak.jpg")).expect("link");
+        std::os::unix::fs::symlink(outside.path(), root.join("b/outdir")).expect("link");
+        std::os::unix::fs::symlink("/etc/shadow", root.join("shadow.jpg")).expect("link");
+        std::os::unix::fs::symlink("../../b/x2.jpg", root.join("a/deep/alias.jpg")).expect("link");
+        // Two directory links back up the tree: without cycle detection the scan never ends.
+        std::os::unix::fs::symlink("..", root.join("a/deep/up")).expect("link");
+        std::os::unix::fs::symlink("../..", root.join("a/deep/er/upup")).expect("link");
+        let cat = Catalog::scan(root, |_| {}).expect("scan");
+        let names: Vec<String> = (0..cat.file_count() as u32).map(|f| cat.file_name(f).to_string_lossy().into_owned()).collect();
+        assert!(!names.iter().any(|n| n == "leak.jpg" || n == "shadow.jpg"), "{names:?}");
+        assert!(cat.lookup(cat.lookup(0, OsStr::new("b")).map(|e| match e { Entry::Dir(d) => d, _ => 0 }).expect("b"), OsStr::new("outdir")).is_none());
+        assert!(names.iter().any(|n| n == "y.png"));
+        assert!(names.iter().any(|n| n == "alias.jpg"), "a link inside the source is followed: {names:?}");
+        // Each real directory is listed once, whatever points at it: the 7 files and the alias.
+        assert_eq!(cat.file_count(), 8, "{names:?}");
+    }
+
+    #[test]
+    fn a_scan_asked_to_stop_stops() {
+        let dir = tree();
+        let stop = AtomicBool::new(true);
+        let err = Catalog::scan_until(dir.path(), |_| {}, &stop).expect_err("stopped");
+        assert_eq!(err.kind(), std::io::ErrorKind::Interrupted);
     }
 
     #[test]

@@ -126,6 +126,12 @@ struct RawConfig {
     cache: Option<RawCache>,
     #[serde(default)]
     jobs: Option<RawJobs>,
+    #[serde(default)]
+    allow_other: Option<bool>,
+    #[serde(default)]
+    control_public: Option<bool>,
+    #[serde(default)]
+    max_open_bytes: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -135,6 +141,7 @@ struct RawJobs {
     idle_timeout: Option<Value>,
     prefetch_window: Option<usize>,
     ods: Option<bool>,
+    per_user: Option<usize>,
 }
 
 /// Concurrent jobs under `jobs/` (opportunistic sampling).
@@ -148,11 +155,14 @@ pub struct JobsConfig {
     pub prefetch_window: usize,
     /// Substitution at open and cached-first listings; off, job views serve what is asked.
     pub ods: bool,
+    /// Jobs one user (uid) may hold at once; root and the mount's owner are not limited, and
+    /// one slot is always kept for them.
+    pub per_user: usize,
 }
 
 impl Default for JobsConfig {
     fn default() -> Self {
-        JobsConfig { max: 16, idle_timeout_s: 600.0, prefetch_window: 16, ods: true }
+        JobsConfig { max: 16, idle_timeout_s: 600.0, prefetch_window: 16, ods: true, per_user: 4 }
     }
 }
 
@@ -186,6 +196,11 @@ fn jobs_config(text: &str, raw: Option<RawJobs>) -> Result<JobsConfig, ConfigErr
     if let Some(ods) = raw.ods {
         jobs.ods = ods;
     }
+    jobs.per_user = match raw.per_user {
+        Some(0) => return Err(ConfigError::at(text, "per_user", "must be at least 1")),
+        Some(n) => n.min(jobs.max),
+        None => (jobs.max / 4).max(1),
+    };
     Ok(jobs)
 }
 
@@ -212,10 +227,46 @@ pub fn parse_rate(text: &str) -> Result<u64, String> {
     parse_bytes(t).map_err(|_| format!("`{text}` is not a rate like 200MB/s"))
 }
 
-/// `source` as written: a path, or a mapping with `path` and `read_limit`.
-fn source_value(text: &str, value: Value) -> Result<(PathBuf, Option<u64>), ConfigError> {
+/// How the source is read: bounds that keep one file from taking the daemon down.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SourceLimits {
+    /// Files larger than this are refused (EIO, one log line) without being read.
+    pub max_file_size: u64,
+    /// A source read not answered within this many seconds fails (EIO) instead of hanging.
+    pub timeout_s: f64,
+}
+
+/// Default [`SourceLimits::max_file_size`]: far above any training image, far below memory.
+pub const DEFAULT_MAX_FILE_SIZE: u64 = 256 << 20;
+
+impl Default for SourceLimits {
+    fn default() -> Self {
+        SourceLimits { max_file_size: DEFAULT_MAX_FILE_SIZE, timeout_s: 30.0 }
+    }
+}
+
+/// Who may use the mount.
+#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+pub struct AccessConfig {
+    /// Let users other than the one mounting use the mount (FUSE `allow_other`). The kernel
+    /// checks every access against the source's owners and modes either way.
+    pub allow_other: bool,
+    /// `.prepfs/` (stats, config) readable by every user, not only the mount's owner.
+    pub control_public: bool,
+    /// Bytes of served output that open files may pin at once; opens past it wait for
+    /// releases, then fail with ENFILE. One user may take at most half of it.
+    pub max_open_bytes: u64,
+}
+
+/// Default [`AccessConfig::max_open_bytes`]: about 1,700 open augmented files.
+pub const DEFAULT_MAX_OPEN_BYTES: u64 = 256 << 20;
+
+/// `source` as written: a path, or a mapping with `path`, `read_limit`, `max_file_size` and
+/// `timeout`.
+fn source_value(text: &str, value: Value) -> Result<(PathBuf, Option<u64>, SourceLimits), ConfigError> {
+    let mut limits = SourceLimits::default();
     match value {
-        Value::String(s) => Ok((PathBuf::from(s), None)),
+        Value::String(s) => Ok((PathBuf::from(s), None, limits)),
         Value::Mapping(map) => {
             let (mut path, mut limit) = (None, None);
             for (k, v) in map {
@@ -230,8 +281,30 @@ fn source_value(text: &str, value: Value) -> Result<(PathBuf, Option<u64>), Conf
                         limit = Some(parse_rate(&r).map_err(|e| ConfigError::at(text, "read_limit", e))?)
                     }
                     (Some("read_limit"), _) => return Err(ConfigError::at(text, "read_limit", "must be a rate like 200MB/s")),
+                    (Some("max_file_size"), v) => {
+                        limits.max_file_size = size_value(text, "max_file_size", &v)?;
+                        if limits.max_file_size == 0 {
+                            return Err(ConfigError::at(text, "max_file_size", "must be positive"));
+                        }
+                    }
+                    (Some("timeout"), v) => {
+                        let secs = match &v {
+                            Value::Number(n) => n.as_f64().ok_or_else(|| "must be a duration".to_string()),
+                            Value::String(s) => parse_duration(s),
+                            _ => Err("must be a duration like 30s".to_string()),
+                        }
+                        .map_err(|e| ConfigError::at(text, "timeout", e))?;
+                        if !(secs > 0.0 && secs.is_finite()) {
+                            return Err(ConfigError::at(text, "timeout", "must be positive"));
+                        }
+                        limits.timeout_s = secs;
+                    }
                     (Some(other), _) => {
-                        return Err(ConfigError::at(text, other, format!("unknown key `{other}` in `source`; known: path, read_limit")))
+                        return Err(ConfigError::at(
+                            text,
+                            other,
+                            format!("unknown key `{other}` in `source`; known: path, read_limit, max_file_size, timeout"),
+                        ))
                     }
                     (None, _) => return Err(ConfigError::at(text, "source", "keys are names")),
                 }
@@ -240,7 +313,7 @@ fn source_value(text: &str, value: Value) -> Result<(PathBuf, Option<u64>), Conf
                 return Err(ConfigError::at(text, "read_limit", "must be positive"));
             }
             let path = path.ok_or_else(|| ConfigError::at(text, "source", "`path` is missing"))?;
-            Ok((path, limit))
+            Ok((path, limit, limits))
         }
         _ => Err(ConfigError::at(text, "source", "a directory path, or { path: DIR, read_limit: 200MB/s }")),
     }
@@ -474,6 +547,11 @@ pub struct Config {
     pub cache: CacheConfig,
     /// Concurrent jobs.
     pub jobs: JobsConfig,
+    /// Bounds on reading the source.
+    pub source_limits: SourceLimits,
+    /// Who may use the mount, and what open files may pin.
+    #[serde(flatten)]
+    pub access: AccessConfig,
 }
 
 /// Overrides given on the command line; each wins over the YAML.
@@ -502,12 +580,12 @@ impl Config {
         }
         .map_err(|e| ConfigError::plain(describe_yaml_error(&e)))?;
 
-        let (yaml_source, source_read_limit) = match raw.source {
+        let (yaml_source, source_read_limit, source_limits) = match raw.source {
             Some(v) => {
-                let (path, limit) = source_value(text, v)?;
-                (Some(path), limit)
+                let (path, limit, limits) = source_value(text, v)?;
+                (Some(path), limit, limits)
             }
-            None => (None, None),
+            None => (None, None, SourceLimits::default()),
         };
         let source = overrides
             .source
@@ -563,7 +641,21 @@ impl Config {
         validate_output(text, &mut output, &augment)?;
         let cache = cache_config(text, raw.cache, &source, &mountpoint)?;
         let jobs = jobs_config(text, raw.jobs)?;
+        let max_open_bytes = match &raw.max_open_bytes {
+            Some(v) => size_value(text, "max_open_bytes", v)?,
+            None => DEFAULT_MAX_OPEN_BYTES,
+        };
+        if max_open_bytes < 1 << 20 {
+            return Err(ConfigError::at(text, "max_open_bytes", "at least 1MiB"));
+        }
+        let access = AccessConfig {
+            allow_other: raw.allow_other.unwrap_or(false),
+            control_public: raw.control_public.unwrap_or(false),
+            max_open_bytes,
+        };
         Ok(Config {
+            source_limits,
+            access,
             source,
             source_read_limit,
             jobs,
@@ -786,7 +878,7 @@ mod tests {
     #[test]
     fn jobs_and_read_limits_parse_and_are_checked() {
         let c = parse("jobs: { max: 3, idle_timeout: 2m, prefetch_window: 4, ods: false }\n").expect("valid");
-        assert_eq!(c.jobs, JobsConfig { max: 3, idle_timeout_s: 120.0, prefetch_window: 4, ods: false });
+        assert_eq!(c.jobs, JobsConfig { max: 3, idle_timeout_s: 120.0, prefetch_window: 4, ods: false, per_user: 1 });
         assert_eq!(parse("seed: 1\n").expect("valid").jobs, JobsConfig::default());
         assert_eq!(parse("jobs: { idle_timeout: 45 }\n").expect("valid").jobs.idle_timeout_s, 45.0);
         let err = parse("jobs:\n  max: 65\n").unwrap_err().to_string();

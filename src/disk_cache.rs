@@ -6,8 +6,9 @@
 //!
 //! - **Layout.** One file per entry: `DIR/encoded/<kk>/<key>.bin` and `DIR/decoded/<kk>/<key>.bin`,
 //!   `key` the 16 hex digits of [`key_of`] and `kk` its first two. The key hashes (FNV-1a 64) the
-//!   source file's path relative to the source root, its size and its mtime, so it is the same
-//!   after a remount and a changed source file never finds its stale entry.
+//!   source file's path relative to the source root and its version (inode, size, mtime and
+//!   ctime), so it is the same after a remount and a changed source file never finds its stale
+//!   entry, even when a replacement keeps the size and the mtime.
 //! - **File format** (little-endian), a 40-byte header then the payload:
 //!   `0..4` magic `PFDC`, `4..6` version (1), `6` kind (1 encoded, 2 decoded), `7` zero,
 //!   `8..16` key, `16..24` payload length, `24..28` width, `28..32` height (decoded; 0 for
@@ -38,7 +39,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 
@@ -130,19 +131,17 @@ pub fn fnv1a64(parts: &[&[u8]]) -> u64 {
     h
 }
 
-/// The key of a source file's entries: its path relative to the source root, its size and its
-/// mtime (to the nanosecond), hashed. A rewritten source file gets a new key.
-pub fn key_of(rel_path: &Path, len: u64, mtime: SystemTime) -> u64 {
-    let since = match mtime.duration_since(UNIX_EPOCH) {
-        Ok(d) => d,
-        Err(e) => e.duration(),
-    };
+/// The key of a source file's entries: its path relative to the source root and its version
+/// (inode, size, mtime and ctime to the nanosecond; not the device number, which may change
+/// across reboots), hashed. A rewritten or replaced source file gets a new key.
+pub fn key_of(rel_path: &Path, version: &crate::source::Identity) -> u64 {
     fnv1a64(&[
         rel_path.as_os_str().as_bytes(),
         &[0],
-        &len.to_le_bytes(),
-        &since.as_secs().to_le_bytes(),
-        &since.subsec_nanos().to_le_bytes(),
+        &version.ino.to_le_bytes(),
+        &version.len.to_le_bytes(),
+        &version.mtime_ns.to_le_bytes(),
+        &version.ctime_ns.to_le_bytes(),
     ])
 }
 
@@ -764,12 +763,15 @@ mod tests {
         assert_eq!(fnv1a64(&[b""]), 0xcbf2_9ce4_8422_2325);
         assert_eq!(fnv1a64(&[b"a"]), 0xaf63_dc4c_8601_ec8c);
         assert_eq!(fnv1a64(&[b"foo", b"bar"]), fnv1a64(&[b"foobar"]));
-        let t = UNIX_EPOCH + Duration::new(1_700_000_000, 5);
-        let k = key_of(Path::new("c0/a.jpg"), 100, t);
-        assert_eq!(k, key_of(Path::new("c0/a.jpg"), 100, t), "stable");
-        assert_ne!(k, key_of(Path::new("c0/a.jpg"), 100, t + Duration::from_nanos(1)), "mtime counts");
-        assert_ne!(k, key_of(Path::new("c0/a.jpg"), 101, t), "size counts");
-        assert_ne!(k, key_of(Path::new("c0/b.jpg"), 100, t), "path counts");
+        let v = crate::source::Identity { dev: 1, ino: 7, len: 100, mtime_ns: 1_700_000_000_000_000_005, ctime_ns: 9 };
+        let k = key_of(Path::new("c0/a.jpg"), &v);
+        assert_eq!(k, key_of(Path::new("c0/a.jpg"), &v), "stable");
+        assert_eq!(k, key_of(Path::new("c0/a.jpg"), &crate::source::Identity { dev: 2, ..v }), "the device may change");
+        assert_ne!(k, key_of(Path::new("c0/a.jpg"), &crate::source::Identity { mtime_ns: v.mtime_ns + 1, ..v }), "mtime counts");
+        assert_ne!(k, key_of(Path::new("c0/a.jpg"), &crate::source::Identity { len: 101, ..v }), "size counts");
+        assert_ne!(k, key_of(Path::new("c0/a.jpg"), &crate::source::Identity { ino: 8, ..v }), "inode counts");
+        assert_ne!(k, key_of(Path::new("c0/a.jpg"), &crate::source::Identity { ctime_ns: 10, ..v }), "ctime counts");
+        assert_ne!(k, key_of(Path::new("c0/b.jpg"), &v), "path counts");
     }
 
     #[test]
@@ -913,7 +915,7 @@ mod tests {
         fs::write(&src, b"first").expect("write");
         let key = |p: &Path| {
             let m = fs::metadata(p).expect("stat");
-            key_of(Path::new("a.jpg"), m.len(), m.modified().expect("mtime"))
+            key_of(Path::new("a.jpg"), &crate::source::FileMeta::of(&m).identity)
         };
         let store = DiskCache::open(&dir.path().join("cache"), 1 << 20).expect("open");
         let before = key(&src);
@@ -921,7 +923,7 @@ mod tests {
         assert!(store.flush(WAIT));
         // Same size, new mtime.
         fs::write(&src, b"secnd").expect("rewrite");
-        let later = SystemTime::now() + Duration::from_secs(5);
+        let later = std::time::SystemTime::now() + Duration::from_secs(5);
         File::options().write(true).open(&src).expect("open").set_modified(later).expect("set mtime");
         let after = key(&src);
         assert_ne!(before, after);

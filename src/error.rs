@@ -34,6 +34,9 @@ pub enum Error {
     /// A job name or a new job refused (see [`crate::sampling::JobError`]).
     #[error("{0}")]
     Job(#[from] crate::sampling::JobError),
+    /// Open files pin `max_open_bytes` of output already, and none was released in time.
+    #[error("open files pin max_open_bytes of output; close some")]
+    TooManyOpen,
     /// Reading the source failed.
     #[error("source I/O on {path}: {source}")]
     SourceIo {
@@ -59,7 +62,10 @@ impl Error {
                 crate::sampling::JobError::NameTooLong => libc::ENAMETOOLONG,
                 // "Too many users": the mount's limit on concurrent jobs.
                 crate::sampling::JobError::TooMany(_) => libc::EUSERS,
+                // One user's share of the jobs: a quota.
+                crate::sampling::JobError::TooManyForUser { .. } => libc::EDQUOT,
             },
+            Error::TooManyOpen => libc::ENFILE,
             Error::SourceIo { source, .. } => match source.kind() {
                 io::ErrorKind::NotFound => libc::ENOENT,
                 io::ErrorKind::PermissionDenied => libc::EACCES,
@@ -99,5 +105,11 @@ mod tests {
         assert_eq!(Error::from(JobError::BadName("..".into())).errno(), libc::EINVAL);
         assert_eq!(Error::from(JobError::NameTooLong).errno(), libc::ENAMETOOLONG);
         assert_eq!(Error::from(JobError::TooMany(16)).errno(), libc::EUSERS);
+        assert_eq!(Error::from(JobError::TooManyForUser { uid: 1, held: 4 }).errno(), libc::EDQUOT);
+        assert_eq!(Error::TooManyOpen.errno(), libc::ENFILE);
+        let huge = Error::source_io("/x.jpg", io::Error::from(io::ErrorKind::FileTooLarge));
+        assert_eq!(huge.errno(), libc::EIO);
+        let hung = Error::source_io("/x.jpg", io::Error::from(io::ErrorKind::TimedOut));
+        assert_eq!(hung.errno(), libc::EIO);
     }
 }

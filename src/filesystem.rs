@@ -15,7 +15,6 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::{OsStr, OsString};
-use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
@@ -26,11 +25,25 @@ use crate::catalog::{Catalog, DirId, Entry, FileId};
 use crate::config::Config;
 use crate::disk_cache::DiskCache;
 use crate::error::{Error, Result};
+use crate::open_budget::{Lease, OpenBudget, OPEN_WAIT};
 use crate::output;
 pub use crate::producer::Form;
 use crate::producer::{Consumer, Origin, SampleProducer};
-use crate::sampling::{Job, Jobs, Pass};
+use crate::sampling::{Bitset, Job, Jobs, Pass, Requester};
+use crate::source::{FileMeta, LocalSource, Observed, SourceFile, SourceIo};
 use crate::stats::{bump, Stats, ViewCounters};
+
+/// Who makes a request: the uid and gid the kernel sends with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caller {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl Caller {
+    /// Root (tests, and the mount's own checks).
+    pub const ROOT: Caller = Caller { uid: 0, gid: 0 };
+}
 
 /// A view: one form of the whole tree, top-level or one job's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -128,17 +141,21 @@ pub enum Kind {
     File,
 }
 
-/// The attributes the core reports for a node.
+/// The attributes the core reports for a node. Owner and mode are the source's (write bits
+/// cleared) for everything made of the source, so the kernel (`default_permissions`) refuses
+/// through the mount what the source refuses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Attr {
     pub ino: u64,
     pub kind: Kind,
     pub size: u64,
     pub mtime: SystemTime,
+    pub uid: u32,
+    pub gid: u32,
+    /// Permission bits.
+    pub perm: u16,
     /// The node may go away soon (a job's directory): names of it should be kept briefly.
     pub volatile: bool,
-    /// Entries may be made and removed in it (`jobs/`).
-    pub writable: bool,
 }
 
 /// One listing entry.
@@ -156,6 +173,9 @@ pub enum CachePolicy {
     KeepCache,
     /// Content differs per open: bypass the page cache (`FOPEN_DIRECT_IO`).
     DirectIo,
+    /// Immutable content whose source changed since the kernel may have cached it: drop the
+    /// page cache at this open (neither flag), keep it again from the next open on.
+    Refresh,
 }
 
 /// What `open` returns.
@@ -165,10 +185,16 @@ pub struct Opened {
     pub cache: CachePolicy,
 }
 
+/// An open handle: what it serves, and the bytes it pins leased from the open budget.
+struct Handle {
+    data: HandleData,
+    _lease: Option<Lease>,
+}
+
 /// What an open handle serves.
 enum HandleData {
     /// A source file read through on demand (the top-level `encoded` view).
-    Source { file: File },
+    Source { file: Arc<dyn SourceFile> },
     /// Bytes produced at open and pinned to the handle; in a job's view, the sample served.
     Bytes { bytes: Arc<[u8]>, form: Form, served: Option<Served> },
     /// A directory listing snapshotted at `opendir`.
@@ -196,10 +222,23 @@ impl Drop for Served {
     }
 }
 
+impl HandleData {
+    /// Bytes of memory the handle pins while open.
+    fn pinned_bytes(&self) -> u64 {
+        match self {
+            HandleData::Source { .. } => 0,
+            HandleData::Bytes { bytes, .. } | HandleData::Control(bytes) => bytes.len() as u64,
+            HandleData::Listing(entries) => {
+                entries.iter().map(|e| (std::mem::size_of::<DirEntry>() + e.name.len()) as u64).sum()
+            }
+        }
+    }
+}
+
 /// Open handles, sharded so that many FUSE threads rarely meet on one lock.
 struct HandleTable {
     next: AtomicU64,
-    shards: Vec<Mutex<HashMap<u64, Arc<HandleData>>>>,
+    shards: Vec<Mutex<HashMap<u64, Arc<Handle>>>>,
 }
 
 const HANDLE_SHARDS: usize = 16;
@@ -211,19 +250,19 @@ impl HandleTable {
             shards: (0..HANDLE_SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
         }
     }
-    fn shard(&self, fh: u64) -> &Mutex<HashMap<u64, Arc<HandleData>>> {
+    fn shard(&self, fh: u64) -> &Mutex<HashMap<u64, Arc<Handle>>> {
         &self.shards[fh as usize % HANDLE_SHARDS]
     }
-    fn insert(&self, data: Arc<HandleData>) -> u64 {
+    fn insert(&self, data: Arc<Handle>) -> u64 {
         let fh = self.next.fetch_add(1, Ordering::Relaxed);
         self.shard(fh).lock().unwrap_or_else(|p| p.into_inner()).insert(fh, data);
         fh
     }
-    fn get(&self, fh: u64) -> Result<Arc<HandleData>> {
+    fn get(&self, fh: u64) -> Result<Arc<Handle>> {
         let shard = self.shard(fh).lock().unwrap_or_else(|p| p.into_inner());
         shard.get(&fh).cloned().ok_or(Error::BadHandle)
     }
-    fn remove(&self, fh: u64) -> Option<Arc<HandleData>> {
+    fn remove(&self, fh: u64) -> Option<Arc<Handle>> {
         self.shard(fh).lock().unwrap_or_else(|p| p.into_inner()).remove(&fh)
     }
 }
@@ -258,6 +297,31 @@ impl PrefetchQueue {
     }
 }
 
+/// Inodes whose source changed: the kernel's cached pages and attributes of them are stale.
+/// The mount's notifier thread tells the kernel (never a request thread: a notification may
+/// wait on pages that a request in flight holds).
+#[derive(Default)]
+pub struct StaleInodes {
+    queue: Mutex<Vec<u64>>,
+    ready: Condvar,
+}
+
+impl StaleInodes {
+    fn push(&self, inodes: impl IntoIterator<Item = u64>) {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner()).extend(inodes);
+        self.ready.notify_one();
+    }
+
+    /// The inodes queued so far, waiting up to `wait` for one.
+    pub fn drain(&self, wait: Duration) -> Vec<u64> {
+        let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        if queue.is_empty() && !wait.is_zero() {
+            queue = self.ready.wait_timeout(queue, wait).map(|(g, _)| g).unwrap_or_else(|p| p.into_inner().0);
+        }
+        std::mem::take(&mut *queue)
+    }
+}
+
 /// The filesystem core.
 pub struct Filesystem {
     producer: SampleProducer,
@@ -265,7 +329,15 @@ pub struct Filesystem {
     handles: HandleTable,
     /// Open job-view handles by (job code, form, requested sample): a second open of one path
     /// while the first is open (PIL opens a PPM twice to try mmap) shares the first's content.
-    shares: Mutex<HashMap<(u32, Form, FileId), Weak<HandleData>>>,
+    shares: Mutex<HashMap<(u32, Form, FileId), Weak<Handle>>>,
+    /// What open handles may pin.
+    open_budget: Arc<OpenBudget>,
+    /// Inodes the kernel should drop what it cached of.
+    pub stale: StaleInodes,
+    /// Files changed since the kernel last opened them: their next open drops the page cache.
+    refresh: Bitset,
+    /// The mount's owner (the daemon's uid and gid).
+    owner: (u32, u32),
     prefetch: PrefetchQueue,
     /// Samples served by top-level `augmented/` opens in the current pass over the set: the
     /// refill prepares the others first.
@@ -274,19 +346,67 @@ pub struct Filesystem {
 }
 
 impl Filesystem {
-    /// A filesystem over a scanned catalog.
-    pub fn new(config: Config, catalog: Catalog) -> Filesystem {
-        let jobs = Jobs::new(config.jobs.max, catalog.file_count(), catalog.sample_count() as u64, config.seed);
+    /// A filesystem over a scanned catalog of the local source.
+    pub fn new(config: Config, catalog: Catalog) -> std::io::Result<Filesystem> {
+        let io = Arc::new(LocalSource::new(catalog.root())?);
+        Filesystem::with_source(config, catalog, io)
+    }
+
+    /// A filesystem reading its source through `io` (a fault-injecting one in tests).
+    pub fn with_source(config: Config, catalog: Catalog, io: Arc<dyn SourceIo>) -> std::io::Result<Filesystem> {
+        let jobs = Jobs::new(config.jobs.max, catalog.file_count(), catalog.sample_count() as u64, config.seed)
+            .with_per_user(config.jobs.per_user);
         let top_pass = Pass::new(catalog.file_count(), catalog.sample_count() as u64);
-        Filesystem {
+        let open_budget = OpenBudget::new(config.access.max_open_bytes, OPEN_WAIT);
+        let refresh = Bitset::new(catalog.file_count());
+        Ok(Filesystem {
             top_pass,
-            producer: SampleProducer::new(config, catalog),
+            producer: SampleProducer::new(config, catalog, io)?,
             jobs,
             handles: HandleTable::new(),
             shares: Mutex::new(HashMap::new()),
+            open_budget,
+            stale: StaleInodes::default(),
+            refresh,
+            owner: (nix::unistd::getuid().as_raw(), nix::unistd::getgid().as_raw()),
             prefetch: PrefetchQueue::default(),
             mounted_at: SystemTime::now(),
+        })
+    }
+
+    /// Makes throttled source reads give up at once (the start of an unmount).
+    pub fn interrupt(&self) {
+        self.producer.interrupt();
+    }
+
+    /// Ends the mount's work: source I/O stopped, the disk tier's queued writes written.
+    pub fn shutdown(&self) {
+        self.producer.shutdown();
+    }
+
+    /// Whether `caller` is root or the mount's owner.
+    fn privileged(&self, caller: Caller) -> bool {
+        caller.uid == 0 || caller.uid == self.owner.0
+    }
+
+    fn requester(&self, caller: Caller) -> Requester {
+        Requester { uid: caller.uid, privileged: self.privileged(caller) }
+    }
+
+    /// Checks `file`'s source version (see [`SampleProducer::check_source`]); a changed file's
+    /// inodes in every view are queued for the kernel to drop what it cached of them.
+    fn fresh(&self, file: FileId) -> Result<(FileMeta, Observed)> {
+        let (meta, observed) = self.producer.check_source(file)?;
+        if observed == Observed::Changed {
+            self.queue_stale(file);
         }
+        Ok((meta, observed))
+    }
+
+    fn queue_stale(&self, file: FileId) {
+        self.refresh.set(file);
+        let codes: Vec<u32> = std::iter::once(0).chain(self.jobs.active().iter().map(|j| j.code())).collect();
+        self.stale.push(codes.into_iter().flat_map(|job| Form::ALL.map(|form| Node::File(View { form, job }, file).ino())));
     }
 
     /// The catalog served.
@@ -390,14 +510,40 @@ impl Filesystem {
         }
     }
 
-    fn dir_attr(&self, node: Node) -> Attr {
+    /// A node of prepfs's own (not made of the source): the mount's owner's, with `perm`.
+    fn own_attr(&self, node: Node, kind: Kind, size: u64, perm: u16) -> Attr {
+        let (uid, gid) = self.owner;
         let volatile = matches!(node, Node::JobRoot(_));
-        let writable = node == Node::JobsDir;
-        Attr { ino: node.ino(), kind: Kind::Dir, size: 0, mtime: self.mounted_at, volatile, writable }
+        Attr { ino: node.ino(), kind, size, mtime: self.mounted_at, uid, gid, perm, volatile }
     }
 
-    fn file_attr(&self, node: Node, size: u64) -> Attr {
-        Attr { ino: node.ino(), kind: Kind::File, size, mtime: self.mounted_at, volatile: false, writable: false }
+    /// A directory made of a source directory: its owner and mode, write bits cleared.
+    fn source_dir_attr(&self, node: Node, dir: DirId) -> Result<Attr> {
+        let meta = self.producer.source_metadata(&self.catalog().dir_path(dir))?;
+        Ok(Attr { mtime: meta.mtime, ..self.made_of(node, Kind::Dir, 0, &meta) })
+    }
+
+    fn made_of(&self, node: Node, kind: Kind, size: u64, meta: &FileMeta) -> Attr {
+        Attr {
+            ino: node.ino(),
+            kind,
+            size,
+            mtime: meta.mtime,
+            uid: meta.uid,
+            gid: meta.gid,
+            perm: (meta.mode & 0o555) as u16,
+            volatile: false,
+        }
+    }
+
+    /// `.prepfs/` and its files: the owner's only, unless `control_public`.
+    fn control_perm(&self, dir: bool) -> u16 {
+        match (self.config().access.control_public, dir) {
+            (true, true) => 0o555,
+            (true, false) => 0o444,
+            (false, true) => 0o500,
+            (false, false) => 0o400,
+        }
     }
 
     /// The active job whose inodes carry `code`, marked active now.
@@ -407,8 +553,9 @@ impl Filesystem {
         Ok(job)
     }
 
-    /// Finds `name` in the directory `parent`.
-    pub fn lookup(&self, parent: u64, name: &OsStr) -> Result<Attr> {
+    /// Finds `name` in the directory `parent` for `caller` (under `jobs/`, a job is made for
+    /// them on first use).
+    pub fn lookup(&self, parent: u64, name: &OsStr, caller: Caller) -> Result<Attr> {
         let form_named = |name: &OsStr| Form::ALL.into_iter().find(|f| f.dir_name().as_bytes() == name.as_bytes());
         let node = match Node::from_ino(parent).ok_or(Error::NotFound)? {
             Node::Root => match name.to_str() {
@@ -422,7 +569,7 @@ impl Filesystem {
                 _ => return Err(Error::NotFound),
             },
             // A job exists from the first lookup of its name.
-            Node::JobsDir => Node::JobRoot(self.jobs.get_or_create(name.as_bytes())?.code()),
+            Node::JobsDir => Node::JobRoot(self.jobs.get_or_create(name.as_bytes(), self.requester(caller))?.code()),
             Node::JobRoot(code) => {
                 self.job(code)?;
                 Node::Dir(View { form: form_named(name).ok_or(Error::NotFound)?, job: code }, 0)
@@ -454,46 +601,54 @@ impl Filesystem {
     fn attr_of(&self, node: Node) -> Result<Attr> {
         let catalog = self.catalog();
         match node {
-            Node::Root | Node::ControlDir | Node::JobsDir => Ok(self.dir_attr(node)),
-            Node::JobRoot(code) => self.jobs.by_code(code).map(|_| self.dir_attr(node)).ok_or(Error::NotFound),
+            // Briefly cached: the kernel asks again soon, so a mount whose daemon died is found
+            // dead (ENOTCONN) at once, however long ago it died.
+            Node::Root => self
+                .source_dir_attr(node, 0)
+                .or_else(|_| Ok(self.own_attr(node, Kind::Dir, 0, 0o555)))
+                .map(|a| Attr { volatile: true, ..a }),
+            // Anyone may start a job (mkdir); only its owner, the mount's owner or root may
+            // retire it (the sticky bit).
+            Node::JobsDir => Ok(self.own_attr(node, Kind::Dir, 0, 0o1777)),
+            Node::ControlDir => Ok(self.own_attr(node, Kind::Dir, 0, self.control_perm(true))),
+            Node::JobRoot(code) => {
+                let job = self.jobs.by_code(code).ok_or(Error::NotFound)?;
+                // A job's views are its owner's: another user cannot read from (and so steal
+                // samples of) someone else's epoch.
+                Ok(Attr { uid: job.owner(), ..self.own_attr(node, Kind::Dir, 0, 0o500) })
+            }
             Node::Dir(view, d) => {
                 if d as usize >= catalog.dir_count() || (view.job != 0 && self.jobs.by_code(view.job).is_none()) {
                     return Err(Error::NotFound);
                 }
-                Ok(self.dir_attr(node))
+                self.source_dir_attr(node, d)
             }
-            Node::StatsFile => Ok(self.file_attr(node, self.stats_json().len() as u64)),
-            Node::ConfigFile => Ok(self.file_attr(node, self.config().to_yaml().len() as u64)),
+            Node::StatsFile => Ok(self.own_attr(node, Kind::File, self.stats_json().len() as u64, self.control_perm(false))),
+            Node::ConfigFile => {
+                Ok(self.own_attr(node, Kind::File, self.config().to_yaml().len() as u64, self.control_perm(false)))
+            }
             Node::File(view, file) => {
                 if file as usize >= catalog.file_count() || (view.job != 0 && self.jobs.by_code(view.job).is_none()) {
                     return Err(Error::NotFound);
                 }
-                match view.form {
-                    Form::Encoded => {
-                        let path = catalog.file_path(file);
-                        let meta = std::fs::metadata(&path).map_err(|e| Error::source_io(&path, e))?;
-                        let mut attr = self.file_attr(node, meta.len());
-                        attr.mtime = meta.modified().unwrap_or(self.mounted_at);
-                        Ok(attr)
-                    }
+                let (meta, _) = self.fresh(file)?;
+                let size = match view.form {
+                    Form::Encoded => meta.len(),
+                    // An undecodable header still lists (size 0); opening it gets EIO.
                     Form::Decoded => {
-                        // An undecodable header still lists (size 0); opening it gets EIO.
                         let output = &self.config().output;
-                        let size = self.producer.source_size(file).map_or(0, |s| output::encoded_len(output, s));
-                        Ok(self.file_attr(node, size))
+                        self.producer.source_size(file).map_or(0, |s| output::encoded_len(output, s))
                     }
-                    Form::Augmented => Ok(self.file_attr(
-                        node,
-                        output::encoded_len(&self.config().output, self.producer.augmented_size()),
-                    )),
-                }
+                    Form::Augmented => output::encoded_len(&self.config().output, self.producer.augmented_size()),
+                };
+                Ok(self.made_of(node, Kind::File, size, &meta))
             }
         }
     }
 
     /// Snapshots a directory listing; [`Filesystem::readdir`] pages through it. In a job's view
     /// the samples come in the job's order for this epoch (cached and unseen first).
-    pub fn opendir(&self, ino: u64) -> Result<u64> {
+    pub fn opendir(&self, ino: u64, caller: Caller) -> Result<u64> {
         let node = Node::from_ino(ino).ok_or(Error::NotFound)?;
         let catalog = self.catalog();
         let parent_ino = match node {
@@ -566,13 +721,33 @@ impl Filesystem {
             }
             Node::StatsFile | Node::ConfigFile | Node::File(..) => return Err(Error::NotADirectory),
         }
-        Ok(self.handles.insert(Arc::new(HandleData::Listing(entries))))
+        let handle = self.pin(HandleData::Listing(entries), caller)?;
+        Ok(self.handles.insert(handle))
+    }
+
+    /// A handle for `data`, its bytes leased from the open budget (waiting a moment for
+    /// releases when the budget is spent, then refused).
+    fn pin(&self, data: HandleData, caller: Caller) -> Result<Arc<Handle>> {
+        let bytes = data.pinned_bytes();
+        let lease = if bytes == 0 {
+            None
+        } else {
+            match self.open_budget.lease(caller.uid, self.privileged(caller), bytes) {
+                Some(lease) => Some(lease),
+                None => {
+                    bump(&self.stats().opens_refused, 1);
+                    crate::warn_limited!("open-budget", uid = caller.uid, "open refused: open files pin max_open_bytes");
+                    return Err(Error::TooManyOpen);
+                }
+            }
+        };
+        Ok(Arc::new(Handle { data, _lease: lease }))
     }
 
     /// Entries of an open listing from `offset` on (offset k resumes after the k-th entry).
     pub fn readdir(&self, fh: u64, offset: u64, mut add: impl FnMut(&DirEntry, u64) -> bool) -> Result<()> {
         let handle = self.handles.get(fh)?;
-        let HandleData::Listing(entries) = &*handle else { return Err(Error::NotADirectory) };
+        let HandleData::Listing(entries) = &handle.data else { return Err(Error::NotADirectory) };
         for (i, entry) in entries.iter().enumerate().skip(offset as usize) {
             if add(entry, i as u64 + 1) {
                 break; // the reply buffer is full
@@ -587,11 +762,11 @@ impl Filesystem {
     }
 
     /// Makes a job: `mkdir jobs/<name>` (a lookup makes one too). Anything else is read-only.
-    pub fn mkdir(&self, parent: u64, name: &OsStr) -> Result<Attr> {
+    pub fn mkdir(&self, parent: u64, name: &OsStr, caller: Caller) -> Result<Attr> {
         if Node::from_ino(parent) != Some(Node::JobsDir) {
             return Err(Error::ReadOnly);
         }
-        let job = self.jobs.get_or_create(name.as_bytes())?;
+        let job = self.jobs.get_or_create(name.as_bytes(), self.requester(caller))?;
         self.attr_of(Node::JobRoot(job.code()))
     }
 
@@ -614,7 +789,7 @@ impl Filesystem {
 
     /// Opens a file: for pixel views this decodes and augments (the caller runs it on the
     /// decode pool) and pins the result to the returned handle.
-    pub fn open(&self, ino: u64, write: bool) -> Result<Opened> {
+    pub fn open(&self, ino: u64, write: bool, caller: Caller) -> Result<Opened> {
         if write {
             return Err(Error::ReadOnly);
         }
@@ -623,20 +798,30 @@ impl Filesystem {
             Node::Root | Node::ControlDir | Node::JobsDir | Node::JobRoot(_) | Node::Dir(..) => {
                 return Err(Error::IsADirectory)
             }
-            Node::StatsFile => (Arc::new(HandleData::Control(self.stats_json().into_bytes().into())), CachePolicy::DirectIo),
+            Node::StatsFile => {
+                (self.pin(HandleData::Control(self.stats_json().into_bytes().into()), caller)?, CachePolicy::DirectIo)
+            }
             Node::ConfigFile => {
-                (Arc::new(HandleData::Control(self.config().to_yaml().into_bytes().into())), CachePolicy::DirectIo)
+                (self.pin(HandleData::Control(self.config().to_yaml().into_bytes().into()), caller)?, CachePolicy::DirectIo)
             }
             Node::File(view, file) => {
                 if file as usize >= self.catalog().file_count() {
                     return Err(Error::NotFound);
                 }
                 bump(&self.counters(view.form).opens, 1);
-                if view.job != 0 {
-                    (self.open_in_job(view, file)?, CachePolicy::DirectIo)
+                // Every open checks the source's version first: nothing stale is served.
+                self.fresh(file)?;
+                let (data, cache) = if view.job != 0 {
+                    (self.open_in_job(view, file, caller)?, CachePolicy::DirectIo)
                 } else {
-                    self.open_top_level(view.form, file)?
-                }
+                    self.open_top_level(view.form, file, caller)?
+                };
+                // Changed since the kernel may have cached its pages: this open drops them.
+                let cache = match cache {
+                    CachePolicy::KeepCache if self.refresh.clear(file) => CachePolicy::Refresh,
+                    other => other,
+                };
+                (data, cache)
             }
         };
         bump(&self.stats().open_handles, 1);
@@ -661,10 +846,13 @@ impl Filesystem {
     }
 
     /// An open in a top-level view: the requested sample, always.
-    fn open_top_level(&self, form: Form, file: FileId) -> Result<(Arc<HandleData>, CachePolicy)> {
+    fn open_top_level(&self, form: Form, file: FileId, caller: Caller) -> Result<(Arc<Handle>, CachePolicy)> {
         if form == Form::Encoded {
-            let source = HandleData::Source { file: self.producer.open_source(file)? };
-            return Ok((Arc::new(source), CachePolicy::KeepCache));
+            let (opened, observed) = self.producer.open_source(file)?;
+            if observed == Observed::Changed {
+                self.queue_stale(file);
+            }
+            return Ok((self.pin(HandleData::Source { file: opened }, caller)?, CachePolicy::KeepCache));
         }
         let (bytes, origin) = match form {
             Form::Decoded => self.producer.decoded(file)?,
@@ -676,13 +864,13 @@ impl Filesystem {
         let counters = self.counters(form);
         bump(if matches!(origin, Origin::Disk | Origin::Source) { &counters.misses } else { &counters.hits }, 1);
         let cache = if form == Form::Decoded { CachePolicy::KeepCache } else { CachePolicy::DirectIo };
-        Ok((Arc::new(HandleData::Bytes { bytes, form, served: None }), cache))
+        Ok((self.pin(HandleData::Bytes { bytes, form, served: None }, caller)?, cache))
     }
 
     /// An open in a job's view: opportunistic sampling chooses the sample (the requested one, or
     /// an unseen one of the same directory that is cached), prefetch is queued along the job's
     /// listing, and the chosen sample's bytes are pinned to the handle.
-    fn open_in_job(&self, view: View, requested: FileId) -> Result<Arc<HandleData>> {
+    fn open_in_job(&self, view: View, requested: FileId, caller: Caller) -> Result<Arc<Handle>> {
         let job = self.job(view.job)?;
         bump(&job.counters.opens, 1);
         let share = (view.job, view.form, requested);
@@ -694,7 +882,7 @@ impl Filesystem {
         if !catalog.is_image(requested) {
             // Not a sample (a README in encoded/): served as it is, outside the job's epochs.
             let (bytes, _) = self.producer.encoded(requested)?;
-            return Ok(Arc::new(HandleData::Bytes { bytes, form: view.form, served: None }));
+            return self.pin(HandleData::Bytes { bytes, form: view.form, served: None }, caller);
         }
         let dir = catalog.file_dir(requested);
         let samples = catalog.images(dir);
@@ -739,7 +927,7 @@ impl Filesystem {
             if choice.substituted {
                 bump(&c.substitutions, 1);
             }
-            let data = Arc::new(HandleData::Bytes { bytes, form: view.form, served: Some(served) });
+            let data = self.pin(HandleData::Bytes { bytes, form: view.form, served: Some(served) }, caller)?;
             let mut shares = self.shares.lock().unwrap_or_else(|p| p.into_inner());
             shares.retain(|_, w| w.strong_count() > 0);
             shares.insert(share, Arc::downgrade(&data));
@@ -766,7 +954,7 @@ impl Filesystem {
             Ok(h) => h,
             Err(e) => return reply(Err(e)),
         };
-        match &*handle {
+        match &handle.data {
             HandleData::Bytes { bytes, form, served } => {
                 if let Some(s) = served {
                     if !s.read.swap(true, Ordering::Relaxed) {
@@ -799,7 +987,7 @@ impl Filesystem {
     pub fn release(&self, fh: u64) {
         let Some(data) = self.handles.remove(fh) else { return };
         self.stats().open_handles.fetch_sub(1, Ordering::Relaxed);
-        if let HandleData::Bytes { served: Some(served), .. } = &*data {
+        if let HandleData::Bytes { served: Some(served), .. } = &data.data {
             // The last handle sharing this content: forget the share.
             if Arc::strong_count(&data) == 1 {
                 let mut shares = self.shares.lock().unwrap_or_else(|p| p.into_inner());
@@ -830,6 +1018,8 @@ impl Filesystem {
             "plan": self.producer.plan_json(),
             "jobs": self.jobs.stats(),
             "ods_metadata_bytes": self.ods_metadata_bytes(),
+            "open_bytes": self.open_budget.held(),
+            "max_open_bytes": self.config().access.max_open_bytes,
         });
         let mut text = serde_json::to_string_pretty(&self.stats().to_json(extra)).unwrap_or_default();
         text.push('\n');
@@ -842,7 +1032,73 @@ impl Filesystem {
 mod tests {
     use super::*;
     use crate::config::Overrides;
+    use crate::source::{Fault, FaultySource};
     use std::collections::HashSet;
+
+    /// [`core`] reading its source through a fault-injecting [`FaultySource`].
+    fn faulty_core(n: usize, yaml: &str) -> (tempfile::TempDir, Filesystem, Arc<FaultySource>) {
+        let (dir, fs) = core(n, yaml);
+        let faulty = Arc::new(FaultySource::new(LocalSource::new(&dir.path().join("src")).expect("root")));
+        let overrides = Overrides { source: Some(dir.path().join("src")), mountpoint: Some(dir.path().join("mnt")), seed: Some(3) };
+        let config = Config::parse(&format!("threads: 1\n{yaml}"), &overrides).expect("config");
+        let catalog = Catalog::scan(&config.source, |_| {}).expect("scan");
+        drop(fs);
+        let io: Arc<dyn SourceIo> = faulty.clone();
+        (dir, Filesystem::with_source(config, catalog, io).expect("filesystem"), faulty)
+    }
+
+    #[test]
+    fn a_hung_source_fails_its_open_within_the_timeout_and_the_rest_still_serve() {
+        let (dir, fs, faulty) = faulty_core(3, "source: { path: /x, timeout: 1s }\ncache: { memory: 64MiB, refill: false }\n");
+        faulty.inject(&dir.path().join("src/c0/s001.jpg"), Fault::Hang);
+        let started = std::time::Instant::now();
+        let err = fs.open(ino_of(&fs, "augmented", "s001.ppm"), false, Caller::ROOT).expect_err("hung");
+        assert_eq!(err.errno(), libc::EIO, "{err}");
+        assert!(started.elapsed() < Duration::from_secs(5), "waited {:?}", started.elapsed());
+        for name in ["s000.ppm", "s002.ppm"] {
+            assert!(!read_file(&fs, ino_of(&fs, "augmented", name)).is_empty());
+        }
+        faulty.release_hangs();
+        fs.shutdown();
+    }
+
+    #[test]
+    fn a_source_error_reaches_the_reader_as_its_errno_and_is_not_remembered() {
+        let (dir, fs, faulty) = faulty_core(2, "cache: { memory: 64MiB, refill: false }\n");
+        let path = dir.path().join("src/c0/s000.jpg");
+        let ino = ino_of(&fs, "decoded", "s000.ppm");
+        faulty.inject(&path, Fault::Error(std::io::ErrorKind::PermissionDenied));
+        assert_eq!(fs.open(ino, false, Caller::ROOT).expect_err("denied").errno(), libc::EACCES);
+        faulty.clear();
+        assert!(!read_file(&fs, ino).is_empty(), "a transient failure is not a bad sample");
+    }
+
+    #[test]
+    fn a_changed_source_file_drops_its_cached_forms_and_its_inodes_are_made_stale() {
+        let (dir, fs) = core(2, "cache: { memory: 64MiB, split: 40-40-20, refill: false }\n");
+        let ino = ino_of(&fs, "decoded", "s000.ppm");
+        let first = read_file(&fs, ino);
+        assert!(fs.cache().status.held(0) != 0, "cached");
+        assert!(fs.stale.drain(Duration::ZERO).is_empty());
+        // Replace it (by rename) with a bigger image.
+        let path = dir.path().join("src/c0/s000.jpg");
+        let tmp = dir.path().join("src/c0/.new");
+        std::fs::write(&tmp, crate::pipeline::tests::photo_jpeg(640, 480, turbojpeg::Subsamp::Sub2x2)).expect("write");
+        std::fs::rename(&tmp, &path).expect("rename");
+        let attr = fs.getattr(ino).expect("getattr");
+        assert_eq!(attr.size, 3 * 640 * 480 + "P6\n640 480\n255\n".len() as u64, "the new size, not the one probed before");
+        let stale = fs.stale.drain(Duration::ZERO);
+        assert!(stale.contains(&ino) && stale.contains(&ino_of(&fs, "encoded", "s000.jpg")), "{stale:?}");
+        let opened = fs.open(ino, false, Caller::ROOT).expect("open");
+        let second = fs.read(opened.fh, 0, u32::MAX, |r| r.expect("read").to_vec());
+        fs.release(opened.fh);
+        assert_eq!(opened.cache, CachePolicy::Refresh, "the kernel's cached pages of it are dropped");
+        assert_ne!(first, second);
+        assert_eq!(second.len() as u64, attr.size);
+        assert_eq!(fs.stats().source_changes.load(Ordering::Relaxed), 1);
+        // Unchanged since: the page cache may be kept again.
+        assert_eq!(fs.open(ino, false, Caller::ROOT).expect("open").cache, CachePolicy::KeepCache);
+    }
 
     /// A dataset of `n` photo-like JPEGs in one class, and a core over it with `cache_yaml`.
     fn core(n: usize, cache_yaml: &str) -> (tempfile::TempDir, Filesystem) {
@@ -860,18 +1116,18 @@ mod tests {
         };
         let config = Config::parse(&format!("threads: 1\n{cache_yaml}"), &overrides).expect("config");
         let catalog = Catalog::scan(&config.source, |_| {}).expect("scan");
-        (dir, Filesystem::new(config, catalog))
+        (dir, Filesystem::new(config, catalog).expect("filesystem"))
     }
 
     fn ino_of(fs: &Filesystem, view: &str, name: &str) -> u64 {
-        let root = fs.lookup(ROOT_INO, OsStr::new(view)).expect("view").ino;
-        let class = fs.lookup(root, OsStr::new("c0")).expect("class").ino;
-        fs.lookup(class, OsStr::new(name)).expect("file").ino
+        let root = fs.lookup(ROOT_INO, OsStr::new(view), Caller::ROOT).expect("view").ino;
+        let class = fs.lookup(root, OsStr::new("c0"), Caller::ROOT).expect("class").ino;
+        fs.lookup(class, OsStr::new(name), Caller::ROOT).expect("file").ino
     }
 
     /// Opens, reads whole and releases one file through the core, as the kernel would.
     fn read_file(fs: &Filesystem, ino: u64) -> Vec<u8> {
-        let opened = fs.open(ino, false).expect("open");
+        let opened = fs.open(ino, false, Caller::ROOT).expect("open");
         let data = fs.read(opened.fh, 0, u32::MAX, |r| r.expect("read").to_vec());
         fs.release(opened.fh);
         data

@@ -19,9 +19,11 @@ use fuser::{
 
 use crate::error::Error;
 use crate::stats::bump;
-use crate::filesystem::{Attr, CachePolicy, Filesystem, Kind};
+use crate::filesystem::{Attr, CachePolicy, Caller, Filesystem, Kind};
 
-/// How long the kernel may keep names and attributes: the source is read-only under us.
+/// How long the kernel may keep names and attributes. A source file that changes is found at
+/// its next open (or lookup) and the kernel is told to drop what it cached of it (see
+/// `mount.rs`'s notifier); a change of owner or mode shows within this time.
 const TTL: Duration = Duration::from_secs(60);
 /// For nodes that may go away soon (a job's directory, retired when idle or by rmdir).
 const VOLATILE_TTL: Duration = Duration::from_secs(1);
@@ -30,21 +32,23 @@ const VOLATILE_TTL: Duration = Duration::from_secs(1);
 pub struct FuseAdapter {
     fs: Arc<Filesystem>,
     pool: Arc<rayon::ThreadPool>,
-    uid: u32,
-    gid: u32,
+}
+
+/// Who sent a request.
+fn caller(req: &Request) -> Caller {
+    Caller { uid: req.uid(), gid: req.gid() }
 }
 
 impl FuseAdapter {
     /// An adapter running pixel work on `pool`.
     pub fn new(fs: Arc<Filesystem>, pool: Arc<rayon::ThreadPool>) -> Self {
-        FuseAdapter { fs, pool, uid: nix::unistd::getuid().as_raw(), gid: nix::unistd::getgid().as_raw() }
+        FuseAdapter { fs, pool }
     }
 
     fn attr(&self, a: &Attr) -> FileAttr {
-        let (kind, perm, nlink) = match a.kind {
-            Kind::Dir if a.writable => (FileType::Directory, 0o755, 2),
-            Kind::Dir => (FileType::Directory, 0o555, 2),
-            Kind::File => (FileType::RegularFile, 0o444, 1),
+        let (kind, nlink) = match a.kind {
+            Kind::Dir => (FileType::Directory, 2),
+            Kind::File => (FileType::RegularFile, 1),
         };
         FileAttr {
             ino: INodeNo(a.ino),
@@ -55,10 +59,10 @@ impl FuseAdapter {
             ctime: a.mtime,
             crtime: SystemTime::UNIX_EPOCH,
             kind,
-            perm,
+            perm: a.perm,
             nlink,
-            uid: self.uid,
-            gid: self.gid,
+            uid: a.uid,
+            gid: a.gid,
             rdev: 0,
             blksize: 128 * 1024,
             flags: 0,
@@ -82,6 +86,8 @@ fn fopen_flags(cache: CachePolicy) -> FopenFlags {
     match cache {
         CachePolicy::KeepCache => FopenFlags::FOPEN_KEEP_CACHE,
         CachePolicy::DirectIo => FopenFlags::FOPEN_DIRECT_IO,
+        // Neither: the kernel drops the file's cached pages at this open.
+        CachePolicy::Refresh => FopenFlags::empty(),
     }
 }
 
@@ -90,9 +96,9 @@ impl fuser::Filesystem for FuseAdapter {
         Ok(())
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         bump(&self.fs.stats().requests.lookup, 1);
-        match self.fs.lookup(parent.0, name) {
+        match self.fs.lookup(parent.0, name, caller(req)) {
             Ok(a) => reply.entry(&ttl(&a), &self.attr(&a), Generation(0)),
             Err(e) => reply.error(errno(&e)),
         }
@@ -106,12 +112,13 @@ impl fuser::Filesystem for FuseAdapter {
         }
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         bump(&self.fs.stats().requests.open, 1);
         let write = !matches!(flags.acc_mode(), OpenAccMode::O_RDONLY)
             || flags.0 & (libc::O_TRUNC | libc::O_APPEND) != 0;
         let fs = Arc::clone(&self.fs);
-        let open = move || match fs.open(ino.0, write) {
+        let caller = caller(req);
+        let open = move || match fs.open(ino.0, write, caller) {
             Ok(o) => reply.opened(FileHandle(o.fh), fopen_flags(o.cache)),
             Err(e) => reply.error(errno(&e)),
         };
@@ -163,9 +170,9 @@ impl fuser::Filesystem for FuseAdapter {
         reply.error(Errno::ENOSYS);
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         bump(&self.fs.stats().requests.opendir, 1);
-        match self.fs.opendir(ino.0) {
+        match self.fs.opendir(ino.0, caller(req)) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(errno(&e)),
         }
@@ -248,8 +255,8 @@ impl fuser::Filesystem for FuseAdapter {
 
     // `jobs/`: mkdir makes a job, rmdir retires one.
 
-    fn mkdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, _mode: u32, _umask: u32, reply: ReplyEntry) {
-        match self.fs.mkdir(parent.0, name) {
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, _mode: u32, _umask: u32, reply: ReplyEntry) {
+        match self.fs.mkdir(parent.0, name, caller(req)) {
             Ok(a) => reply.entry(&ttl(&a), &self.attr(&a), Generation(0)),
             Err(e) => reply.error(errno(&e)),
         }

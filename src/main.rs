@@ -76,6 +76,9 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        // A log line that cannot be written (the terminal or a `| head` went away) is dropped:
+        // reporting it would `eprintln!`, which panics on a closed stderr.
+        .log_internal_errors(false)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match Cli::parse().command {
@@ -85,7 +88,7 @@ fn main() -> ExitCode {
                 Err(e) => return fail(e),
             };
             match prepfs::mount::run(config) {
-                Ok(()) => ExitCode::SUCCESS,
+                Ok(()) | Err(prepfs::mount::MountError::Stopped) => ExitCode::SUCCESS,
                 Err(e) => fail(e),
             }
         }
@@ -124,6 +127,6 @@ fn main() -> ExitCode {
 }
 
 fn fail(e: impl std::fmt::Display) -> ExitCode {
-    eprintln!("prepfs: {e}");
+    prepfs::log::say(&format!("prepfs: {e}"));
     ExitCode::FAILURE
 }

@@ -1,10 +1,13 @@
 //! Mounting: preparing the mountpoint (clearing a dead mount a killed prepfs left behind),
-//! scanning the source with progress, starting the FUSE session, and unmounting cleanly on
-//! SIGINT, SIGTERM or SIGHUP.
+//! scanning the source with progress, starting the FUSE session and the mount's background
+//! threads (owned by [`Workers`], stopped and joined at unmount), and unmounting cleanly on
+//! SIGINT, SIGTERM or SIGHUP (a busy mount keeps serving until released; a second signal
+//! forces it).
 
 use std::io;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -26,6 +29,8 @@ pub enum MountError {
     Pool(String),
     #[error("FUSE: {0}")]
     Fuse(io::Error),
+    #[error("stopped by a signal before the mount was ready")]
+    Stopped,
 }
 
 /// The state of a mountpoint before mounting.
@@ -68,13 +73,19 @@ fn unescape_mount_path(s: &str) -> String {
     s.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
 }
 
-/// Makes the mountpoint ready: creates it if missing, clears a dead FUSE mount, refuses a live one.
+/// Makes the mountpoint ready: creates it if missing, clears a dead FUSE mount (whatever its
+/// age), refuses a live one.
 pub fn prepare_mountpoint(path: &Path) -> Result<(), MountError> {
     let fail = |why: String| MountError::Mountpoint { path: path.display().to_string(), why };
-    if !path.exists() && std::fs::symlink_metadata(path).is_err() {
-        std::fs::create_dir_all(path).map_err(|e| fail(format!("cannot create: {e}")))?;
-    }
-    match mountpoint_state(path).map_err(|e| fail(e.to_string()))? {
+    // The state first: a dead mount answers stat with ENOTCONN, which is not "missing".
+    let state = match mountpoint_state(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(path).map_err(|e| fail(format!("cannot create: {e}")))?;
+            mountpoint_state(path)
+        }
+        other => other,
+    };
+    match state.map_err(|e| fail(e.to_string()))? {
         MountpointState::Ready => Ok(()),
         MountpointState::Busy(what) => Err(fail(format!("already mounted: {what}; unmount it first"))),
         MountpointState::Dead => {
@@ -83,6 +94,26 @@ pub fn prepare_mountpoint(path: &Path) -> Result<(), MountError> {
             match mountpoint_state(path).map_err(|e| fail(e.to_string()))? {
                 MountpointState::Ready => Ok(()),
                 other => Err(fail(format!("still not usable after clearing: {other:?}"))),
+            }
+        }
+    }
+}
+
+/// Unmounts `path` if nothing uses it: `Err` with `ResourceBusy` while files are open or a
+/// process sits inside. Directly as root, else through `fusermount3 -u`.
+pub fn try_unmount(path: &Path) -> io::Result<()> {
+    match nix::mount::umount2(path, nix::mount::MntFlags::empty()) {
+        Ok(()) => Ok(()),
+        Err(nix::errno::Errno::EBUSY) => Err(io::Error::from(io::ErrorKind::ResourceBusy)),
+        Err(nix::errno::Errno::EINVAL) => Ok(()), // not mounted (any more)
+        Err(_) => {
+            let out = std::process::Command::new("fusermount3").arg("-u").arg(path).output()?;
+            if out.status.success() {
+                Ok(())
+            } else if String::from_utf8_lossy(&out.stderr).contains("busy") {
+                Err(io::Error::from(io::ErrorKind::ResourceBusy))
+            } else {
+                Err(io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_string()))
             }
         }
     }
@@ -103,32 +134,49 @@ pub fn lazy_unmount(path: &Path) -> io::Result<()> {
     }
 }
 
-/// Scans the source with a progress line on the terminal.
-pub fn scan_with_progress(source: &Path) -> Result<Catalog, MountError> {
+/// Scans the source with a progress line on the terminal; gives up when `stop` is set.
+pub fn scan_with_progress(source: &Path, stop: &AtomicBool) -> Result<Catalog, MountError> {
     let bar = ProgressBar::new_spinner();
     bar.set_style(ProgressStyle::with_template("{spinner} scanning {msg} files ({elapsed})").unwrap_or_else(|_| ProgressStyle::default_spinner()));
     bar.enable_steady_tick(Duration::from_millis(120));
-    let catalog = Catalog::scan(source, |n| {
-        if n % 1024 < 64 {
-            bar.set_message(n.to_string());
-        }
-    })
-    .map_err(|e| MountError::Scan { path: source.display().to_string(), source: e });
+    let catalog = Catalog::scan_until(
+        source,
+        |n| {
+            if n % 1024 < 64 {
+                bar.set_message(n.to_string());
+            }
+        },
+        stop,
+    )
+    .map_err(|e| match e.kind() {
+        io::ErrorKind::Interrupted => MountError::Stopped,
+        _ => MountError::Scan { path: source.display().to_string(), source: e },
+    });
     bar.finish_and_clear();
     catalog
 }
 
-/// Mounts `config` and serves until the mount goes away or a signal asks to stop.
+/// Mounts `config` and serves until the mount goes away or a signal asks to stop. Every
+/// thread it starts is stopped and joined before it returns, and the disk tier's queued writes
+/// are written.
 pub fn run(config: Config) -> Result<(), MountError> {
-    // Block the stop signals before any thread starts, so that only the waiter sees them.
+    // Block the stop signals before any thread starts, so that only the waiter sees them; the
+    // waiter runs from the start, so a signal during a long scan stops it.
     let mut signals = SigSet::empty();
     for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
         signals.add(s);
     }
     signals.thread_block().map_err(|e| MountError::Fuse(e.into()))?;
+    let waiter = SignalWaiter::start(signals, config.mountpoint.clone()).map_err(MountError::Fuse)?;
+    let served = serve(config, &waiter);
+    waiter.finish();
+    served
+}
 
+fn serve(config: Config, waiter: &SignalWaiter) -> Result<(), MountError> {
     prepare_mountpoint(&config.mountpoint)?;
-    let catalog = scan_with_progress(&config.source)?;
+    let canonical_mountpoint = config.mountpoint.canonicalize().unwrap_or_else(|_| config.mountpoint.clone());
+    let catalog = scan_with_progress(&config.source, &waiter.stopping)?;
     tracing::info!(
         samples = catalog.sample_count(),
         files = catalog.file_count(),
@@ -142,59 +190,120 @@ pub fn run(config: Config) -> Result<(), MountError> {
         .map_err(|e| MountError::Pool(e.to_string()))?;
     let mountpoint = config.mountpoint.clone();
     let fuse_config = fuser_config(&config);
-    let fs = Arc::new(Filesystem::new(config, catalog));
+    let fs = Arc::new(Filesystem::new(config, catalog).map_err(MountError::Fuse)?);
     let adapter = FuseAdapter::new(Arc::clone(&fs), Arc::new(pool));
     fs.plan_cache();
-    if fs.config().cache.refill && fs.cache().enabled() {
-        spawn_refill(Arc::clone(&fs)).map_err(MountError::Fuse)?;
+    if waiter.stopping.load(Ordering::SeqCst) {
+        fs.shutdown();
+        return Err(MountError::Stopped);
     }
-    spawn_housekeeping(Arc::clone(&fs)).map_err(MountError::Fuse)?;
-    for i in 0..fs.config().threads {
-        spawn_prefetch(Arc::clone(&fs), i).map_err(MountError::Fuse)?;
+    let session = fuser::Session::new(adapter, &mountpoint, &fuse_config).map_err(MountError::Fuse)?;
+    let notifier = session.notifier();
+    let mut workers = Workers::default();
+    let started = start_workers(&fs, &mut workers, notifier);
+    waiter.mounted(fuse_connection(&canonical_mountpoint));
+    if let Err(e) = started {
+        let _ = try_unmount(&mountpoint).or_else(|_| lazy_unmount(&mountpoint));
+        workers.stop_and_join(&fs);
+        return Err(MountError::Fuse(e));
     }
-    let mut session = fuser::Session::new(adapter, &mountpoint, &fuse_config).map_err(MountError::Fuse)?;
-    let mut unmounter = session.unmount_callable();
-    let waiter_mountpoint = mountpoint.clone();
-    std::thread::Builder::new()
-        .name("prepfs-signals".into())
-        .spawn(move || {
-            if let Ok(sig) = signals.wait() {
-                tracing::info!(signal = ?sig, "unmounting");
-                if let Err(e) = unmounter.unmount() {
-                    tracing::warn!(error = %e, "unmount failed; detaching");
-                    let _ = lazy_unmount(&waiter_mountpoint);
-                }
-            }
-        })
-        .map_err(MountError::Fuse)?;
-    eprintln!(
+    crate::log::say(&format!(
         "prepfs: serving {} samples of {} at {} (Ctrl-C to unmount)",
         fs.catalog().sample_count(),
         fs.config().source.display(),
         mountpoint.display()
-    );
-    session.run().map_err(MountError::Fuse)?;
+    ));
+    let ran = session.run();
+    workers.stop_and_join(&fs);
     tracing::info!(mountpoint = %mountpoint.display(), "unmounted");
-    Ok(())
+    ran.map_err(MountError::Fuse)
 }
 
-/// The background refill: one worker per decode core, below the priority of requests, keeps the
-/// free augmented room filled with fresh augmentations, so augmented hits keep coming across
-/// epochs and idle CPU (a reader between requests, a GPU step) prepares what will be read next.
-fn spawn_refill(fs: Arc<Filesystem>) -> io::Result<()> {
-    let lanes = fs.config().decode_parallelism();
-    for lane in 0..lanes {
-        let fs = Arc::clone(&fs);
-        std::thread::Builder::new().name(format!("prepfs-refill-{lane}")).spawn(move || {
-            lower_priority(10);
-            let mut cursor = 0usize;
-            loop {
-                if !fs.refill_lane_once(&mut cursor, (lane, lanes)) {
-                    std::thread::sleep(Duration::from_millis(50));
+/// The background threads of a mount, stopped and joined at unmount.
+#[derive(Default)]
+struct Workers {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Workers {
+    fn spawn(&mut self, name: String, work: impl FnOnce(&AtomicBool) + Send + 'static) -> io::Result<()> {
+        let stop = Arc::clone(&self.stop);
+        self.threads.push(std::thread::Builder::new().name(name).spawn(move || work(&stop))?);
+        Ok(())
+    }
+
+    /// Stops every worker (throttled source reads give up at once), joins them, then ends the
+    /// source's I/O and writes out the disk tier's queue.
+    fn stop_and_join(self, fs: &Filesystem) {
+        self.stop.store(true, Ordering::SeqCst);
+        fs.interrupt();
+        for t in self.threads {
+            let _ = t.join();
+        }
+        fs.shutdown();
+    }
+}
+
+/// Sleeps `d` unless `stop` is set meanwhile; returns whether to go on.
+fn nap(stop: &AtomicBool, d: Duration) -> bool {
+    let until = std::time::Instant::now() + d;
+    while !stop.load(Ordering::Relaxed) {
+        let Some(left) = until.checked_duration_since(std::time::Instant::now()) else { return true };
+        std::thread::sleep(left.min(Duration::from_millis(50)));
+    }
+    false
+}
+
+fn start_workers(fs: &Arc<Filesystem>, workers: &mut Workers, notifier: fuser::Notifier) -> io::Result<()> {
+    // The background refill: one worker per decode core, below the priority of requests, keeps
+    // the free augmented room filled with fresh augmentations, so augmented hits keep coming
+    // across epochs and idle CPU (a reader between requests, a GPU step) prepares what will be
+    // read next.
+    if fs.config().cache.refill && fs.cache().enabled() {
+        let lanes = fs.config().decode_parallelism();
+        for lane in 0..lanes {
+            let fs = Arc::clone(fs);
+            workers.spawn(format!("prepfs-refill-{lane}"), move |stop| {
+                lower_priority(10);
+                let mut cursor = 0usize;
+                while !stop.load(Ordering::Relaxed) {
+                    if !fs.refill_lane_once(&mut cursor, (lane, lanes)) && !nap(stop, Duration::from_millis(50)) {
+                        break;
+                    }
                 }
+            })?;
+        }
+    }
+    // Once a second: retire idle jobs, and re-plan the cache split from the rates measured
+    // while serving.
+    let housekeeping = Arc::clone(fs);
+    workers.spawn("prepfs-housekeeping".into(), move |stop| {
+        while nap(stop, Duration::from_secs(1)) {
+            housekeeping.retire_idle_jobs();
+            housekeeping.replan();
+        }
+    })?;
+    // Prefetch workers: prepare the samples queued ahead of jobs, below the priority of requests.
+    for i in 0..fs.config().threads {
+        let fs = Arc::clone(fs);
+        workers.spawn(format!("prepfs-prefetch-{i}"), move |stop| {
+            lower_priority(10);
+            while !stop.load(Ordering::Relaxed) {
+                fs.run_prefetch(Duration::from_millis(200), stop);
             }
         })?;
     }
+    // Tells the kernel to drop what it cached of files whose source changed.
+    let stale = Arc::clone(fs);
+    workers.spawn("prepfs-notifier".into(), move |stop| {
+        while !stop.load(Ordering::Relaxed) {
+            for ino in stale.stale.drain(Duration::from_millis(200)) {
+                // ENOENT: the kernel holds nothing of it. Nothing to do either way.
+                let _ = notifier.inval_inode(fuser::INodeNo(ino), 0, 0);
+            }
+        }
+    })?;
     Ok(())
 }
 
@@ -207,27 +316,133 @@ fn lower_priority(nice: i32) {
     }
 }
 
-/// Once a second: retire idle jobs, and re-plan the cache split from the rates measured while
-/// serving.
-fn spawn_housekeeping(fs: Arc<Filesystem>) -> io::Result<()> {
-    std::thread::Builder::new().name("prepfs-housekeeping".into()).spawn(move || loop {
-        std::thread::sleep(Duration::from_secs(1));
-        fs.retire_idle_jobs();
-        fs.replan();
-    })?;
-    Ok(())
+/// The FUSE connection number of the mount at `path` (its device's minor number), whose
+/// `/sys/fs/fuse/connections/<n>/abort` ends it. Read from the mount table for the mountpoint
+/// made canonical before mounting: a `stat` of it now would wait on this very daemon, whose
+/// session does not run yet.
+fn fuse_connection(canonical: &Path) -> Option<u64> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    // Fields: id, parent, major:minor, root, mount point, ...; the last match is the newest.
+    table.lines().rev().find_map(|line| {
+        let mut fields = line.split_whitespace();
+        let dev = fields.nth(2)?;
+        let target = fields.nth(1)?;
+        (Path::new(&unescape_mount_path(target)) == canonical).then(|| dev.split(':').nth(1)?.parse().ok())?
+    })
 }
 
-/// A prefetch worker: prepares the samples queued ahead of jobs, below the priority of requests.
-fn spawn_prefetch(fs: Arc<Filesystem>, i: usize) -> io::Result<()> {
-    std::thread::Builder::new().name(format!("prepfs-prefetch-{i}")).spawn(move || {
-        lower_priority(10);
-        let never = std::sync::atomic::AtomicBool::new(false);
-        loop {
-            fs.run_prefetch(Duration::from_secs(1), &never);
+/// The thread that waits for SIGINT, SIGTERM and SIGHUP. Before the mount is up, a signal stops
+/// the scan. Once it is up, the first signal unmounts; if the mount is busy (files open, a
+/// shell inside), it says so and keeps serving, retrying until the users let go; a second
+/// signal forces the unmount (detached, the connection aborted) and the process exits.
+struct SignalWaiter {
+    stopping: Arc<AtomicBool>,
+    state: Arc<Mutex<WaiterState>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct WaiterState {
+    /// Set once the FUSE session is up: `Some(connection)`.
+    mounted: Option<Option<u64>>,
+    finished: bool,
+}
+
+impl SignalWaiter {
+    fn start(signals: SigSet, mountpoint: std::path::PathBuf) -> io::Result<SignalWaiter> {
+        let stopping = Arc::new(AtomicBool::new(false));
+        let state = Arc::new(Mutex::new(WaiterState::default()));
+        let (stop, st) = (Arc::clone(&stopping), Arc::clone(&state));
+        let thread = std::thread::Builder::new()
+            .name("prepfs-signals".into())
+            .spawn(move || wait_for_signals(signals, &mountpoint, &stop, &st))?;
+        Ok(SignalWaiter { stopping, state, thread: Some(thread) })
+    }
+
+    fn mounted(&self, connection: Option<u64>) {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).mounted = Some(connection);
+    }
+
+    fn finish(mut self) {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).finished = true;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
         }
-    })?;
-    Ok(())
+    }
+}
+
+/// Waits `d` for one of `signals`.
+fn wait_signal(signals: &SigSet, d: Duration) -> Option<i32> {
+    let timeout = libc::timespec { tv_sec: d.as_secs() as libc::time_t, tv_nsec: d.subsec_nanos() as libc::c_long };
+    // SAFETY: sigtimedwait with a valid set, no siginfo wanted, and a valid timeout.
+    let sig = unsafe { libc::sigtimedwait(signals.as_ref(), std::ptr::null_mut(), &timeout) };
+    (sig > 0).then_some(sig)
+}
+
+fn wait_for_signals(signals: SigSet, mountpoint: &Path, stopping: &AtomicBool, state: &Mutex<WaiterState>) {
+    let mut received = 0;
+    let mut busy_said = false;
+    loop {
+        let (mounted, finished) = {
+            let st = state.lock().unwrap_or_else(|p| p.into_inner());
+            (st.mounted, st.finished)
+        };
+        if finished {
+            return;
+        }
+        let signal = wait_signal(&signals, Duration::from_millis(200));
+        if let Some(sig) = signal {
+            received += 1;
+            stopping.store(true, Ordering::SeqCst);
+            match (mounted, received) {
+                (None, 1) => tracing::info!(signal = sig, "stopping before the mount is ready"),
+                (None, _) => {
+                    tracing::warn!(signal = sig, "second signal: exiting now");
+                    std::process::exit(1);
+                }
+                (Some(_), 1) => tracing::info!(signal = sig, "unmounting"),
+                (Some(connection), _) => {
+                    tracing::warn!(signal = sig, "second signal: forcing the unmount; open files get errors");
+                    force_unmount(mountpoint, connection);
+                    return;
+                }
+            }
+        }
+        if mounted.is_none() || received == 0 {
+            continue;
+        }
+        match try_unmount(mountpoint) {
+            Ok(()) => return,
+            Err(e) if e.kind() == io::ErrorKind::ResourceBusy => {
+                if !busy_said {
+                    busy_said = true;
+                    tracing::warn!(
+                        mountpoint = %mountpoint.display(),
+                        "the mount is busy (files open, or a process inside it): serving until they are released; signal again to force"
+                    );
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "unmount failed; detaching");
+                let _ = lazy_unmount(mountpoint);
+                return;
+            }
+        }
+    }
+}
+
+/// Detaches the mount and aborts its FUSE connection, so the session ends and every user of
+/// the mount gets an error at once; exits the process if the session does not end soon.
+fn force_unmount(mountpoint: &Path, connection: Option<u64>) {
+    let _ = lazy_unmount(mountpoint);
+    if let Some(n) = connection {
+        let _ = std::fs::write(format!("/sys/fs/fuse/connections/{n}/abort"), "1");
+    }
+    std::thread::spawn(|| {
+        std::thread::sleep(Duration::from_secs(5));
+        tracing::warn!("the session did not end after the forced unmount; exiting");
+        std::process::exit(1);
+    });
 }
 
 fn fuser_config(config: &Config) -> fuser::Config {
@@ -240,11 +455,14 @@ fn fuser_config(config: &Config) -> fuser::Config {
         fuser::MountOption::NoAtime,
         fuser::MountOption::NoDev,
         fuser::MountOption::NoSuid,
+        // The kernel checks every access against the owners and modes the mount shows (the
+        // source's): nothing the source denies a user reaches them through the mount.
+        fuser::MountOption::DefaultPermissions,
     ];
-    if nix::unistd::geteuid().is_root() {
-        // Training jobs often run as other users on the same machine.
+    if config.access.allow_other {
+        // Other users (training jobs run as other accounts) may use the mount: the operator's
+        // choice, never the default.
         fc.acl = fuser::SessionACL::All;
-        fc.mount_options.push(fuser::MountOption::DefaultPermissions);
     }
     fc.n_threads = Some(config.fuse_threads);
     fc.clone_fd = true;

@@ -13,12 +13,10 @@
 //! nothing of inodes, handles or jobs' rules: the filesystem core decides *which* sample an open
 //! serves, then asks for its bytes here. No lock is held across decoding or I/O.
 
-use std::fs::File;
-use std::io::{BufReader, Read};
-use std::os::unix::fs::FileExt;
+use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Instant, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use crate::augment::{draw_rng, plan_sample, SamplePlan, Size2};
 use crate::cache::{AugmentedEntry, SampleCache, SingleFlight, HELD_AUGMENTED, HELD_DECODED, HELD_ENCODED};
@@ -30,8 +28,8 @@ use crate::jpeg::Rgb;
 use crate::output;
 use crate::pipeline;
 use crate::sampling::Rank;
+use crate::source::{FileMeta, Freshness, Identity, Observed, Source, SourceFile, SourceIo};
 use crate::stats::{bump, Stats};
-use crate::throttle::{self, ReadLimit};
 
 /// The three forms a sample is served in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -141,7 +139,10 @@ pub struct SampleProducer {
     stats: Stats,
     cache: SampleCache,
     disk: Option<DiskCache>,
-    read_limit: Option<ReadLimit>,
+    /// Every read of the source: bounded, timed out, within the read limit.
+    source: Source,
+    /// Each source file's version as last seen.
+    fresh: Freshness,
     /// Augmentations drawn so far of each sample: the next draw's index, so no draw repeats.
     draws: Vec<AtomicU32>,
     augmented_size: Size2,
@@ -161,8 +162,8 @@ struct PlanState {
 }
 
 impl SampleProducer {
-    /// A producer over a scanned catalog.
-    pub fn new(config: Config, catalog: Catalog) -> SampleProducer {
+    /// A producer over a scanned catalog, reading the source through `io`.
+    pub fn new(config: Config, catalog: Catalog, io: Arc<dyn SourceIo>) -> std::io::Result<SampleProducer> {
         let augmented_size = config.augmented_size().unwrap_or(Size2::new(224, 224));
         let draws = (0..catalog.file_count()).map(|_| AtomicU32::new(0)).collect();
         let split = match config.cache.split {
@@ -179,8 +180,16 @@ impl SampleProducer {
                 None
             }
         });
-        SampleProducer {
-            read_limit: config.source_read_limit.map(ReadLimit::new),
+        let source = Source::new(
+            io,
+            config.threads.max(4),
+            Duration::from_secs_f64(config.source_limits.timeout_s),
+            config.source_limits.max_file_size,
+            config.source_read_limit,
+        )?;
+        Ok(SampleProducer {
+            source,
+            fresh: Freshness::new(catalog.file_count()),
             out_len: output::encoded_len(&config.output, augmented_size),
             cache,
             disk,
@@ -191,7 +200,7 @@ impl SampleProducer {
             stats: Stats::default(),
             draws,
             augmented_size,
-        }
+        })
     }
 
     /// The effective configuration.
@@ -239,50 +248,77 @@ impl SampleProducer {
 
     // ---- source reads -------------------------------------------------------------------------
 
-    /// Opens a source file for reading through (the top-level `encoded` view).
-    pub fn open_source(&self, file: FileId) -> Result<File> {
+    /// Stats `file` in the source and checks its version against the one last seen: a changed
+    /// file's cached forms and probed size are dropped here, before anything is served.
+    pub fn check_source(&self, file: FileId) -> Result<(FileMeta, Observed)> {
         let path = self.catalog.file_path(file);
-        File::open(&path).map_err(|e| self.source_error(&path, e))
+        let meta = self.source.metadata(&path).map_err(|e| self.source_failure(file, &path, e))?;
+        let observed = self.observe(file, &meta.identity);
+        Ok((meta, observed))
+    }
+
+    /// `stat` of a source path (a directory's owner and mode, say).
+    pub fn source_metadata(&self, path: &Path) -> Result<FileMeta> {
+        self.source.metadata(path).map_err(|e| Error::source_io(path, e))
+    }
+
+    /// Records the version of `file` just seen; a changed one drops what was made of the old.
+    fn observe(&self, file: FileId, identity: &Identity) -> Observed {
+        let observed = self.fresh.observe(file, identity);
+        if observed == Observed::Changed {
+            self.cache.forget_sample(file);
+            self.catalog.forget_size(file);
+            bump(&self.stats.source_changes, 1);
+            tracing::info!(file = %self.catalog.file_path(file).display(), "source file changed; its cached forms are dropped");
+        }
+        observed
+    }
+
+    /// Opens a source file for reading through (the top-level `encoded` view), and says how
+    /// the version opened compares with the one seen before.
+    pub fn open_source(&self, file: FileId) -> Result<(Arc<dyn SourceFile>, Observed)> {
+        let path = self.catalog.file_path(file);
+        let opened = self.source.open(&path).map_err(|e| self.source_failure(file, &path, e))?;
+        let observed = self.observe(file, &opened.meta().identity);
+        Ok((opened, observed))
     }
 
     /// Reads up to `size` bytes at `offset` of an open source file, within the read limit (what
     /// was read is charged, not what was asked for: a 1 MiB read of a 13 KB file costs 13 KB).
-    pub fn read_source_at(&self, f: &File, offset: u64, size: u32) -> Result<Vec<u8>> {
-        let mut buf = vec![0u8; size as usize];
-        let mut filled = 0;
-        while filled < buf.len() {
-            match f.read_at(&mut buf[filled..], offset + filled as u64) {
-                Ok(0) => break,
-                Ok(n) => filled += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(Error::source_io("(open source file)", e)),
-            }
-        }
-        buf.truncate(filled);
-        throttle::take(self.read_limit.as_ref(), filled as u64);
-        bump(&self.stats.source_bytes_read, filled as u64);
+    pub fn read_source_at(&self, f: &Arc<dyn SourceFile>, offset: u64, size: u32) -> Result<Vec<u8>> {
+        let buf = self.source.read_at(f, offset, size).map_err(|e| {
+            bump(&self.stats.source_errors, 1);
+            Error::source_io("(open source file)", e)
+        })?;
+        bump(&self.stats.source_bytes_read, buf.len() as u64);
         Ok(buf)
     }
 
-    /// Reads a whole source file (within the read limit), with the metadata of the file read.
-    fn read_source(&self, file: FileId) -> std::io::Result<(Vec<u8>, std::fs::Metadata)> {
+    /// Reads a whole source file (bounded, within the read limit), with the metadata of the
+    /// version read.
+    fn read_source(&self, file: FileId) -> std::io::Result<(Vec<u8>, FileMeta)> {
         let path = self.catalog.file_path(file);
         let started = Instant::now();
-        let mut f = File::open(&path)?;
-        let meta = f.metadata()?;
-        throttle::take(self.read_limit.as_ref(), meta.len());
-        let mut buf = Vec::with_capacity(meta.len() as usize);
-        f.read_to_end(&mut buf)?;
+        let (buf, meta) = self.source.read_whole(&path)?;
+        self.observe(file, &meta.identity);
         bump(&self.stats.source_bytes_read, buf.len() as u64);
         bump(&self.stats.source_reads, 1);
         bump(&self.stats.source_read_nanos, started.elapsed().as_nanos() as u64);
         Ok((buf, meta))
     }
 
-    fn source_error(&self, path: &std::path::Path, e: std::io::Error) -> Error {
+    /// The error a failed source access gives. A file that is no sample prepfs will read (over
+    /// `max_file_size`, not a regular file) is marked bad like an undecodable one: refused in
+    /// every view, logged once, until the file changes. Other failures are counted and logged
+    /// (at most a line a second, however many requests fail).
+    fn source_failure(&self, file: FileId, path: &Path, e: std::io::Error) -> Error {
+        use std::io::ErrorKind;
+        if matches!(e.kind(), ErrorKind::FileTooLarge | ErrorKind::InvalidInput) {
+            return self.mark_bad(file, e.to_string());
+        }
         bump(&self.stats.source_errors, 1);
         let err = Error::source_io(path, e);
-        tracing::warn!("{err}");
+        crate::warn_limited!("source", "{err}");
         err
     }
 
@@ -294,17 +330,30 @@ impl SampleProducer {
             return known.map_err(|()| Error::decode(self.catalog.file_path(file), "unreadable header"));
         }
         let path = self.catalog.file_path(file);
-        let probed = File::open(&path).map_err(|e| Error::source_io(&path, e)).and_then(|f| {
-            throttle::take(self.read_limit.as_ref(), 16 * 1024);
-            pipeline::probe_size(BufReader::with_capacity(16 * 1024, f)).map_err(|why| Error::decode(&path, why))
-        });
+        let probed = self.probe_source(file, &path);
         match probed {
             Ok(size) => {
                 self.catalog.remember_size(file, Ok(size));
                 Ok(size)
             }
-            Err(Error::Decode { reason, .. }) => Err(self.mark_bad(file, reason)),
+            Err(Error::Decode { reason, .. }) if !self.known_bad(file) => Err(self.mark_bad(file, reason)),
             Err(e) => Err(e),
+        }
+    }
+
+    /// Probes a sample's size from the first bytes of its file (the whole file, bounded, when
+    /// its header lies further in).
+    fn probe_source(&self, file: FileId, path: &Path) -> Result<Size2> {
+        const HEAD: usize = 64 * 1024;
+        let (head, meta) = self.source.read_head(path, HEAD).map_err(|e| self.source_failure(file, path, e))?;
+        self.observe(file, &meta.identity);
+        match pipeline::probe_size(std::io::Cursor::new(&head[..])) {
+            Ok(size) => Ok(size),
+            Err(_) if (head.len() as u64) < meta.len() => {
+                let (all, _) = self.read_source(file).map_err(|e| self.source_failure(file, path, e))?;
+                pipeline::probe_size(std::io::Cursor::new(&all[..])).map_err(|why| Error::decode(path, why))
+            }
+            Err(why) => Err(Error::decode(path, why)),
         }
     }
 
@@ -318,6 +367,7 @@ impl SampleProducer {
     fn mark_bad(&self, file: FileId, reason: String) -> Error {
         bump(&self.stats.decode_errors, 1);
         let err = Error::decode(self.catalog.file_path(file), reason);
+        // Once per file (and version): later opens are refused without a line.
         tracing::warn!("{err}");
         self.catalog.remember_size(file, Err(()));
         err
@@ -383,9 +433,9 @@ impl SampleProducer {
             return Ok((bytes, Origin::Encoded));
         }
         let path = self.catalog.file_path(file);
-        let (bytes, meta) = self.read_source(file).map_err(|e| self.source_error(&path, e))?;
+        let (bytes, meta) = self.read_source(file).map_err(|e| self.source_failure(file, &path, e))?;
         let bytes: Arc<[u8]> = bytes.into();
-        if self.cache.enabled() {
+        if self.cache.enabled() && self.fresh.is_current(file, &meta.identity) {
             self.cache.encoded.admit(file, Arc::clone(&bytes));
         }
         let key = self.disk.as_ref().map(|_| self.disk_key(file, &meta));
@@ -450,18 +500,19 @@ impl SampleProducer {
         })
     }
 
-    /// The disk tier's key for a source file: its relative path, size and mtime.
-    fn disk_key(&self, file: FileId, meta: &std::fs::Metadata) -> u64 {
+    /// The disk tier's key for a source file: its relative path and version.
+    fn disk_key(&self, file: FileId, meta: &FileMeta) -> u64 {
         let path = self.catalog.file_path(file);
         let rel = path.strip_prefix(self.catalog.root()).unwrap_or(&path);
-        disk_cache::key_of(rel, meta.len(), meta.modified().unwrap_or(UNIX_EPOCH))
+        disk_cache::key_of(rel, &meta.identity)
     }
 
     /// The sample from the disk tier (decoded pixels first, then encoded bytes), promoted into
     /// the memory form while it has room. A damaged entry reads as a miss (the tier drops it).
     fn load_from_disk(&self, file: FileId) -> Option<Loaded> {
         let disk = self.disk.as_ref()?;
-        let meta = std::fs::metadata(self.catalog.file_path(file)).ok()?;
+        let meta = self.source.metadata(&self.catalog.file_path(file)).ok()?;
+        self.observe(file, &meta.identity);
         match disk.get(self.disk_key(file, &meta))? {
             DiskHit::Pixels(pixels) => {
                 let pixels = Arc::new(pixels);
@@ -494,11 +545,15 @@ impl SampleProducer {
         let path = self.catalog.file_path(file);
         let (bytes, meta) = self.read_source(file).map_err(|e| {
             let kind = e.kind();
-            LoadFailure::Source(kind, self.source_error(&path, e).to_string())
+            match self.source_failure(file, &path, e) {
+                Error::Decode { reason, .. } => LoadFailure::Decode(reason),
+                other => LoadFailure::Source(kind, other.to_string()),
+            }
         })?;
         let bytes: Arc<[u8]> = bytes.into();
         let key = self.disk.as_ref().map(|_| self.disk_key(file, &meta));
-        if !self.cache.enabled() {
+        // A version older than one seen meanwhile is served to this request, never kept.
+        if !self.cache.enabled() || !self.fresh.is_current(file, &meta.identity) {
             self.spill(key, None, &bytes);
             return Ok(Loaded::Bytes(bytes));
         }
@@ -580,7 +635,7 @@ impl SampleProducer {
             return false;
         }
         let encoded_fits = || {
-            let len = std::fs::metadata(self.catalog.file_path(file)).map_or(u64::MAX, |m| m.len());
+            let len = self.source.metadata(&self.catalog.file_path(file)).map_or(u64::MAX, |m| m.len());
             self.cache.encoded.has_room_for(len)
         };
         let decoded_fits = || match self.catalog.known_size(file) {
@@ -606,12 +661,13 @@ impl SampleProducer {
         if !self.cache.enabled() {
             return;
         }
-        let Some(calibration) = crate::calibrate::measure(&self.catalog, &self.config) else {
+        let read = |f: FileId| self.source.read_whole(&self.catalog.file_path(f)).ok().map(|(bytes, _)| bytes);
+        let Some(calibration) = crate::calibrate::measure(&self.catalog, &self.config, read) else {
             tracing::warn!("no sample could be timed; keeping split {:?}", self.cache.split());
             return;
         };
         let mut params = calibration.params;
-        if let Some(limit) = &self.read_limit {
+        if let Some(limit) = self.source.read_limit() {
             params.b_storage = params.b_storage.min(limit.bytes_per_s() as f64);
         }
         self.apply_plan(params, "mount-time calibration", calibration.samples_timed as u64);
@@ -648,7 +704,7 @@ impl SampleProducer {
         }
         if reads >= REPLAN_MIN_SAMPLES / 4 && read_ns > 0 {
             let mut rate = read_bytes as f64 / (read_ns as f64 / 1e9);
-            if let Some(limit) = &self.read_limit {
+            if let Some(limit) = self.source.read_limit() {
                 rate = rate.min(limit.bytes_per_s() as f64);
             }
             params.b_storage = rate.min(1e12);
@@ -693,6 +749,22 @@ impl SampleProducer {
         self.plan.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map_or(serde_json::Value::Null, |p| p.doc.clone())
     }
 
+    /// Makes throttled source reads give up at once.
+    pub fn interrupt(&self) {
+        self.source.interrupt();
+    }
+
+    /// Stops the source's I/O (throttled reads return, the I/O threads are joined) and writes
+    /// out the disk tier's queued entries: the end of a mount.
+    pub fn shutdown(&self) {
+        self.source.shutdown(Duration::from_secs(2));
+        if let Some(disk) = &self.disk {
+            if !disk.flush(Duration::from_secs(10)) {
+                tracing::warn!("the disk tier's queued writes did not finish within 10 s; some are lost");
+            }
+        }
+    }
+
     /// The cache's figures, with the disk tier's under `disk` (null without one).
     pub fn cache_stats(&self) -> serde_json::Value {
         let mut stats = self.cache.stats();
@@ -700,7 +772,7 @@ impl SampleProducer {
             obj.insert("disk".into(), self.disk.as_ref().map_or(serde_json::Value::Null, DiskCache::stats));
             obj.insert(
                 "read_limit_bytes_per_s".into(),
-                self.read_limit.as_ref().map_or(serde_json::Value::Null, |l| l.bytes_per_s().into()),
+                self.source.read_limit().map_or(serde_json::Value::Null, |l| l.bytes_per_s().into()),
             );
         }
         stats

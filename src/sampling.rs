@@ -30,8 +30,13 @@
 //! retired job's stale inodes never reach its successor.
 
 use std::collections::HashMap;
+// Statistics and the registry's counters are std's atomics (`stats::bump` takes them); the seen
+// and claimed bits and the pass counters, which synchronise, are crate::sync's (shuttle's under
+// `--features shuttle`), as are the locks.
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::RwLock;
+use crate::sync::atomic::AtomicU64 as SyncAtomicU64;
+use crate::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use rand::seq::SliceRandom;
@@ -54,13 +59,13 @@ pub type Rank = u8;
 
 /// A fixed-size set of sample ids, one atomic bit each.
 pub struct Bitset {
-    words: Vec<AtomicU64>,
+    words: Vec<SyncAtomicU64>,
 }
 
 impl Bitset {
     /// `n` bits, all clear.
     pub fn new(n: usize) -> Bitset {
-        Bitset { words: (0..n.div_ceil(64)).map(|_| AtomicU64::new(0)).collect() }
+        Bitset { words: (0..n.div_ceil(64)).map(|_| SyncAtomicU64::new(0)).collect() }
     }
     fn at(i: FileId) -> (usize, u64) {
         (i as usize / 64, 1u64 << (i % 64))
@@ -97,15 +102,15 @@ impl Bitset {
 /// the top-level readers have read, which the refill works ahead of.
 pub struct Pass {
     seen: Bitset,
-    served: AtomicU64,
-    number: AtomicU64,
+    served: SyncAtomicU64,
+    number: SyncAtomicU64,
     samples: u64,
 }
 
 impl Pass {
     /// The first pass over `samples` samples with ids below `ids`.
     pub fn new(ids: usize, samples: u64) -> Pass {
-        Pass { seen: Bitset::new(ids), served: AtomicU64::new(0), number: AtomicU64::new(0), samples }
+        Pass { seen: Bitset::new(ids), served: SyncAtomicU64::new(0), number: SyncAtomicU64::new(0), samples }
     }
     /// Whether `sample` was served in this pass.
     pub fn has_seen(&self, sample: FileId) -> bool {
@@ -149,6 +154,21 @@ pub enum JobError {
     NameTooLong,
     #[error("{0} jobs are active, the most this mount allows (jobs.max); retire one (rmdir) or wait for one to go idle")]
     TooMany(usize),
+    #[error("user {uid} holds {held} jobs, the most one user may (jobs.per_user); retire one (rmdir) or wait for one to go idle")]
+    TooManyForUser { uid: u32, held: usize },
+}
+
+/// Who asks for a job: the requesting user, and whether it is root or the mount's owner (who
+/// are not held to `jobs.per_user` and always find a slot kept for them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Requester {
+    pub uid: u32,
+    pub privileged: bool,
+}
+
+impl Requester {
+    /// Root or the mount's owner.
+    pub const OWNER: Requester = Requester { uid: 0, privileged: true };
 }
 
 /// Checks a job name: 1 to [`MAX_NAME_LEN`] bytes of `[A-Za-z0-9._-]`, not starting with `.`
@@ -211,6 +231,8 @@ struct JobState {
 /// One training job: see the module documentation.
 pub struct Job {
     name: String,
+    /// The uid that made the job: its directory is theirs.
+    owner: u32,
     slot: usize,
     code: u32,
     seed: u64,
@@ -228,6 +250,7 @@ impl Job {
     fn new(name: &str, slot: usize, code: u32, files: usize, samples: u64, seed: u64, now_ms: u64) -> Job {
         Job {
             name: name.to_owned(),
+            owner: 0,
             slot,
             code,
             seed,
@@ -243,6 +266,11 @@ impl Job {
     /// The job's name (its directory under `jobs/`).
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The uid that made the job.
+    pub fn owner(&self) -> u32 {
+        self.owner
     }
 
     /// The job's slot: its bit in an augmented output's used-by mask.
@@ -466,6 +494,8 @@ struct SlotState {
 pub struct Jobs {
     slots: RwLock<Vec<SlotState>>,
     max: usize,
+    /// Jobs one unprivileged user may hold.
+    per_user: usize,
     files: usize,
     samples: u64,
     seed: u64,
@@ -487,6 +517,7 @@ impl Jobs {
         Jobs {
             slots: RwLock::new((0..max).map(|_| SlotState { job: None, generation: 0 }).collect()),
             max,
+            per_user: max,
             files,
             samples,
             seed,
@@ -509,8 +540,16 @@ impl Jobs {
         self.slots.write().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The job named `name`, made if it does not exist yet (a job exists from first use).
-    pub fn get_or_create(&self, name: &[u8]) -> Result<Arc<Job>, JobError> {
+    /// The same registry, holding each unprivileged user to `per_user` jobs.
+    pub fn with_per_user(mut self, per_user: usize) -> Jobs {
+        self.per_user = per_user.max(1);
+        self
+    }
+
+    /// The job named `name`, made for `who` if it does not exist yet (a job exists from first
+    /// use). An unprivileged user may hold `per_user` jobs and never takes the last free slot,
+    /// so root and the mount's owner can always start one.
+    pub fn get_or_create(&self, name: &[u8], who: Requester) -> Result<Arc<Job>, JobError> {
         let name = check_name(name)?;
         if let Some(job) = self.by_name(name) {
             job.touch(self.now_ms());
@@ -521,11 +560,26 @@ impl Jobs {
             return Ok(Arc::clone(job));
         }
         let Some(slot) = slots.iter().position(|s| s.job.is_none()) else {
+            tracing::warn!(job = name, uid = who.uid, max = self.max, "job refused: every slot is taken (jobs.max)");
             return Err(JobError::TooMany(self.max));
         };
+        if !who.privileged {
+            let free = slots.iter().filter(|s| s.job.is_none()).count();
+            let held = slots.iter().filter_map(|s| s.job.as_ref()).filter(|j| j.owner == who.uid).count();
+            if held >= self.per_user {
+                tracing::warn!(job = name, uid = who.uid, held, "job refused: the user holds jobs.per_user jobs");
+                return Err(JobError::TooManyForUser { uid: who.uid, held });
+            }
+            if free <= 1 && self.max > 1 {
+                tracing::warn!(job = name, uid = who.uid, "job refused: the last slot is kept for root and the mount's owner");
+                return Err(JobError::TooMany(self.max));
+            }
+        }
         let generation = (slots[slot].generation + 1) % GENERATIONS;
         let code = (generation << SLOT_BITS | slot as u32) + 1;
-        let job = Arc::new(Job::new(name, slot, code, self.files, self.samples, self.seed, self.now_ms()));
+        let mut job = Job::new(name, slot, code, self.files, self.samples, self.seed, self.now_ms());
+        job.owner = who.uid;
+        let job = Arc::new(job);
         slots[slot] = SlotState { job: Some(Arc::clone(&job)), generation };
         self.created.fetch_add(1, Ordering::Relaxed);
         tracing::info!(job = name, "job started");
@@ -611,6 +665,7 @@ impl Jobs {
         serde_json::json!({
             "active": jobs,
             "max": self.max,
+            "per_user": self.per_user,
             "started": self.created.load(Ordering::Relaxed),
             "retired": get(&self.retired),
         })
@@ -634,6 +689,21 @@ mod tests {
 
     fn jobs(files: usize) -> Jobs {
         Jobs::new(8, files, files as u64, 7)
+    }
+
+    #[test]
+    fn a_user_holds_at_most_per_user_jobs_and_never_the_last_slot() {
+        let reg = Jobs::new(4, 10, 10, 0).with_per_user(2);
+        let nobody = Requester { uid: 65534, privileged: false };
+        let other = Requester { uid: 1000, privileged: false };
+        reg.get_or_create(b"n1", nobody).expect("first");
+        reg.get_or_create(b"n2", nobody).expect("second");
+        assert_eq!(reg.get_or_create(b"n3", nobody).err(), Some(JobError::TooManyForUser { uid: 65534, held: 2 }));
+        assert_eq!(reg.get_or_create(b"n1", nobody).expect("its own job again").owner(), 65534);
+        reg.get_or_create(b"o1", other).expect("another user");
+        assert_eq!(reg.get_or_create(b"o2", other).err(), Some(JobError::TooMany(4)), "the last slot is kept");
+        let train = reg.get_or_create(b"train", Requester::OWNER).expect("root always finds one");
+        assert_eq!(train.owner(), 0);
     }
 
     #[test]
@@ -664,19 +734,19 @@ mod tests {
     #[test]
     fn jobs_exist_from_first_use_and_are_bounded() {
         let reg = Jobs::new(2, 10, 10, 0);
-        let a = reg.get_or_create(b"a").expect("a");
-        assert!(Arc::ptr_eq(&a, &reg.get_or_create(b"a").expect("a again")));
-        let b = reg.get_or_create(b"b").expect("b");
+        let a = reg.get_or_create(b"a", Requester::OWNER).expect("a");
+        assert!(Arc::ptr_eq(&a, &reg.get_or_create(b"a", Requester::OWNER).expect("a again")));
+        let b = reg.get_or_create(b"b", Requester::OWNER).expect("b");
         assert_ne!(a.bit(), b.bit());
         assert_eq!(reg.active_mask(), a.bit() | b.bit());
-        assert_eq!(reg.get_or_create(b"c").err(), Some(JobError::TooMany(2)));
+        assert_eq!(reg.get_or_create(b"c", Requester::OWNER).err(), Some(JobError::TooMany(2)));
         assert!(reg.by_code(a.code()).is_some());
         // Retiring frees the slot; the successor in that slot gets a new code.
         let old_code = a.code();
         assert!(reg.retire("a").is_some());
         assert!(reg.retire("a").is_none());
         assert!(reg.by_code(old_code).is_none(), "a retired job's inodes are stale");
-        let c = reg.get_or_create(b"c").expect("c");
+        let c = reg.get_or_create(b"c", Requester::OWNER).expect("c");
         assert_eq!(c.bit(), a.bit());
         assert_ne!(c.code(), old_code);
         assert!(reg.by_code(old_code).is_none());
@@ -685,8 +755,8 @@ mod tests {
     #[test]
     fn idle_jobs_retire() {
         let reg = jobs(4);
-        reg.get_or_create(b"busy").expect("busy");
-        reg.get_or_create(b"idle").expect("idle");
+        reg.get_or_create(b"busy", Requester::OWNER).expect("busy");
+        reg.get_or_create(b"idle", Requester::OWNER).expect("idle");
         std::thread::sleep(std::time::Duration::from_millis(30));
         reg.by_name("busy").expect("busy").touch(reg.now_ms());
         let retired = reg.retire_idle(20);
@@ -714,7 +784,7 @@ mod tests {
     #[test]
     fn each_sample_is_served_once_per_epoch_with_cached_ones_first() {
         let reg = jobs(40);
-        let job = reg.get_or_create(b"j").expect("job");
+        let job = reg.get_or_create(b"j", Requester::OWNER).expect("job");
         let dir: Vec<FileId> = (0..40).collect();
         let cached: HashSet<FileId> = (0..40).filter(|i| i % 4 == 0).collect();
         for e in 0..3 {
@@ -732,7 +802,7 @@ mod tests {
     #[test]
     fn an_open_that_is_never_read_gives_its_claim_back() {
         let reg = jobs(3);
-        let job = reg.get_or_create(b"j").expect("job");
+        let job = reg.get_or_create(b"j", Requester::OWNER).expect("job");
         let dir = [0, 1, 2];
         let none = |_c: FileId| 0u8;
         let a = job.choose(0, &dir, none, 2, 0, true);
@@ -751,7 +821,7 @@ mod tests {
     fn reopening_an_exhausted_directory_starts_the_next_pass() {
         // Two directories; the job reads one of them twice before touching the other.
         let reg = jobs(4);
-        let job = reg.get_or_create(b"partial").expect("job");
+        let job = reg.get_or_create(b"partial", Requester::OWNER).expect("job");
         let d0 = [0, 1];
         let none = |_c: FileId| 0u8;
         for s in [0, 1] {
@@ -767,7 +837,7 @@ mod tests {
     #[test]
     fn without_ods_the_requested_sample_is_served() {
         let reg = jobs(10);
-        let job = reg.get_or_create(b"plain").expect("job");
+        let job = reg.get_or_create(b"plain", Requester::OWNER).expect("job");
         let dir: Vec<FileId> = (0..10).collect();
         let all = |_c: FileId| 3u8;
         for s in (0..10).rev() {
@@ -782,7 +852,7 @@ mod tests {
     #[test]
     fn listings_put_cached_unseen_samples_first_and_reshuffle_each_epoch() {
         let reg = jobs(100);
-        let job = reg.get_or_create(b"lister").expect("job");
+        let job = reg.get_or_create(b"lister", Requester::OWNER).expect("job");
         let dir: Vec<FileId> = (0..100).collect();
         let cached = |c: FileId| u8::from(c % 10 == 0);
         let first = job.listing_order(0, &dir, cached, true);
@@ -796,14 +866,14 @@ mod tests {
         assert_eq!(job.epoch(), 2);
         assert_ne!(job.listing_order(0, &dir, cached, true), first, "a new epoch reshuffles");
         // Another job gets its own order.
-        let other = reg.get_or_create(b"other").expect("job");
+        let other = reg.get_or_create(b"other", Requester::OWNER).expect("job");
         assert_ne!(other.listing_order(0, &dir, cached, true)[10..], first[10..]);
     }
 
     #[test]
     fn prefetch_runs_ahead_along_the_listing() {
         let reg = jobs(20);
-        let job = reg.get_or_create(b"p").expect("job");
+        let job = reg.get_or_create(b"p", Requester::OWNER).expect("job");
         let dir: Vec<FileId> = (0..20).collect();
         let order = job.listing_order(3, &dir, |_| 0, true);
         let none_cached = |_c: FileId| false;
@@ -823,7 +893,7 @@ mod tests {
     fn per_sample_state_is_two_bits_per_sample() {
         // 1.3 million samples, 8 jobs: the paper's budget is single megabytes.
         let reg = Jobs::new(8, 1_300_000, 1_300_000, 0);
-        let total: usize = (0..8).map(|i| reg.get_or_create(format!("j{i}").as_bytes()).expect("job").state_bytes()).sum();
+        let total: usize = (0..8).map(|i| reg.get_or_create(format!("j{i}").as_bytes(), Requester::OWNER).expect("job").state_bytes()).sum();
         assert!(total <= 2_700_000, "{total} bytes");
     }
 }

@@ -62,8 +62,13 @@ pub struct Stats {
     pub decode_errors: AtomicU64,
     /// Source files that vanished or failed to read under the mount.
     pub source_errors: AtomicU64,
+    /// Source files found changed (replaced or rewritten) since last seen: their cached forms
+    /// were dropped.
+    pub source_changes: AtomicU64,
     /// File handles currently open.
     pub open_handles: AtomicU64,
+    /// Opens refused because open handles pinned `max_open_bytes` (ENFILE).
+    pub opens_refused: AtomicU64,
     /// Augmented outputs made by the background refill.
     pub refills: AtomicU64,
     /// Whole-file reads of the source and their total time (the model's storage rate).
@@ -91,7 +96,9 @@ impl Default for Stats {
             source_bytes_read: AtomicU64::new(0),
             decode_errors: AtomicU64::new(0),
             source_errors: AtomicU64::new(0),
+            source_changes: AtomicU64::new(0),
             open_handles: AtomicU64::new(0),
+            opens_refused: AtomicU64::new(0),
             refills: AtomicU64::new(0),
             source_reads: AtomicU64::new(0),
             source_read_nanos: AtomicU64::new(0),
@@ -146,7 +153,9 @@ impl Stats {
             "decode_ms_mean": if decodes == 0 { 0.0 } else {
                 decode_nanos as f64 / decodes as f64 / 1e6
             },
+            "source_changes": get(&self.source_changes),
             "open_handles": get(&self.open_handles),
+            "opens_refused": get(&self.opens_refused),
             "refills": get(&self.refills),
             "fuse_requests": self.requests.to_json(),
             "work": {

@@ -6,7 +6,7 @@
 //! lock is held only to move the clock, never while sleeping, so readers queue fairly and a
 //! throttled read never blocks an unthrottled request.
 
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// How far ahead of the rate a reader may run (absorbs timer slack and small reads).
@@ -16,12 +16,20 @@ const BURST: Duration = Duration::from_millis(20);
 pub struct ReadLimit {
     bytes_per_s: f64,
     next_free: Mutex<Instant>,
+    /// Set at unmount: sleeping readers wake and give up, so unmount never waits on them.
+    stopped: Mutex<bool>,
+    wake: Condvar,
 }
 
 impl ReadLimit {
     /// A limit of `bytes_per_s` (positive).
     pub fn new(bytes_per_s: u64) -> ReadLimit {
-        ReadLimit { bytes_per_s: bytes_per_s.max(1) as f64, next_free: Mutex::new(Instant::now()) }
+        ReadLimit {
+            bytes_per_s: bytes_per_s.max(1) as f64,
+            next_free: Mutex::new(Instant::now()),
+            stopped: Mutex::new(false),
+            wake: Condvar::new(),
+        }
     }
 
     /// The rate, bytes per second.
@@ -29,8 +37,15 @@ impl ReadLimit {
         self.bytes_per_s as u64
     }
 
+    /// Wakes every sleeping reader and makes later ones return at once (unmount).
+    pub fn stop(&self) {
+        *self.stopped.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.wake.notify_all();
+    }
+
     /// Accounts for a read of `bytes` and sleeps the calling thread as long as the rate needs.
-    pub fn take(&self, bytes: u64) {
+    /// Returns false when the limit was stopped (unmount): the read should be abandoned.
+    pub fn take(&self, bytes: u64) -> bool {
         let now = Instant::now();
         let due = {
             let mut next = self.next_free.lock().unwrap_or_else(|p| p.into_inner());
@@ -38,17 +53,19 @@ impl ReadLimit {
             *next = start + Duration::from_secs_f64(bytes as f64 / self.bytes_per_s);
             *next
         };
-        if let Some(wait) = due.checked_duration_since(now + BURST) {
-            std::thread::sleep(wait);
+        let wake_at = due.checked_sub(BURST).unwrap_or(due);
+        let mut stopped = self.stopped.lock().unwrap_or_else(|p| p.into_inner());
+        while !*stopped {
+            let Some(wait) = wake_at.checked_duration_since(Instant::now()) else { break };
+            stopped = self.wake.wait_timeout(stopped, wait).map(|(g, _)| g).unwrap_or_else(|p| p.into_inner().0);
         }
+        !*stopped
     }
 }
 
-/// Accounts `bytes` against `limit`, if there is one.
-pub fn take(limit: Option<&ReadLimit>, bytes: u64) {
-    if let Some(limit) = limit {
-        limit.take(bytes);
-    }
+/// Accounts `bytes` against `limit`, if there is one; false once the limit was stopped.
+pub fn take(limit: Option<&ReadLimit>, bytes: u64) -> bool {
+    limit.is_none_or(|limit| limit.take(bytes))
 }
 
 #[cfg(test)]
@@ -64,7 +81,7 @@ mod tests {
         let threads: Vec<_> = (0..4)
             .map(|_| {
                 let limit = Arc::clone(&limit);
-                std::thread::spawn(move || (0..10).for_each(|_| limit.take(50_000)))
+                std::thread::spawn(move || (0..10).for_each(|_| assert!(limit.take(50_000))))
             })
             .collect();
         for t in threads {
@@ -72,6 +89,23 @@ mod tests {
         }
         let took = started.elapsed();
         assert!(took >= Duration::from_millis(175), "2 MB at 10 MB/s took only {took:?}");
+    }
+
+    #[test]
+    fn stopping_the_limit_wakes_a_sleeping_reader_at_once() {
+        let limit = Arc::new(ReadLimit::new(1000));
+        let sleeper = {
+            let limit = Arc::clone(&limit);
+            // 60 s worth of bytes at 1 kB/s.
+            std::thread::spawn(move || (limit.take(10), limit.take(60_000)))
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        let started = Instant::now();
+        limit.stop();
+        let (first, second) = sleeper.join().expect("reader");
+        assert!(first && !second, "the throttled read was not abandoned");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(!limit.take(1), "a read after stop does not wait");
     }
 
     #[test]

@@ -138,6 +138,21 @@ impl Mounted {
         serde_json::from_str(&text).expect("stats.json is JSON")
     }
 
+    /// Waits up to `limit` for prepfs to exit by itself (after an unmount or a signal the test
+    /// sent); its exit status, or `None` if it is still running (it is then killed).
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let child = self.child.as_mut()?;
+        let started = Instant::now();
+        while started.elapsed() < limit {
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
     /// Stops prepfs with SIGTERM, as a user would, and returns its exit status.
     pub fn stop(mut self) -> std::process::ExitStatus {
         self.shutdown().expect("prepfs exit status")

@@ -1,0 +1,361 @@
+//! The source dataset's I/O: every byte and every `stat` prepfs takes from the source goes
+//! through here.
+//!
+//! - [`SourceIo`] is the seam: [`LocalSource`] is the real one (regular files only, opened
+//!   without blocking on FIFOs or devices, symlinks followed only to files inside the source);
+//!   [`FaultySource`] wraps it for tests and injects errors, delays, hangs and growth.
+//! - [`Source`] is what the rest of prepfs calls: whole-file reads bounded by
+//!   `source.max_file_size`, run on [`IoPool`]'s own threads with a timeout (never on the
+//!   decode pool, so a hung file costs one I/O thread, not a decoder), within the read limit.
+//! - [`Freshness`] remembers each file's [`Identity`] (device, inode, size, mtime, ctime) so an
+//!   open notices a changed file and nothing stale is served.
+
+mod faults;
+mod freshness;
+mod local;
+mod pool;
+
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use faults::{Fault, FaultySource};
+pub use freshness::{Freshness, Observed};
+pub use local::LocalSource;
+pub use pool::IoPool;
+
+use crate::throttle::{self, ReadLimit};
+
+/// Who a file belongs to and what it is, as `stat` gives them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileMeta {
+    pub identity: Identity,
+    pub uid: u32,
+    pub gid: u32,
+    /// Permission bits (`st_mode & 0o7777`).
+    pub mode: u32,
+    pub is_dir: bool,
+    pub mtime: std::time::SystemTime,
+}
+
+impl FileMeta {
+    /// The metadata `stat` returned.
+    pub fn of(meta: &std::fs::Metadata) -> FileMeta {
+        use std::os::unix::fs::MetadataExt;
+        FileMeta {
+            identity: Identity {
+                dev: meta.dev(),
+                ino: meta.ino(),
+                len: meta.len(),
+                mtime_ns: meta.mtime() as i128 * 1_000_000_000 + meta.mtime_nsec() as i128,
+                ctime_ns: meta.ctime() as i128 * 1_000_000_000 + meta.ctime_nsec() as i128,
+            },
+            uid: meta.uid(),
+            gid: meta.gid(),
+            mode: meta.mode() & 0o7777,
+            is_dir: meta.is_dir(),
+            mtime: meta.modified().unwrap_or(std::time::UNIX_EPOCH),
+        }
+    }
+
+    /// The file's length in bytes.
+    pub fn len(&self) -> u64 {
+        self.identity.len
+    }
+}
+
+/// What tells one version of a file from another: a replacement (rename over it) changes the
+/// inode, a write changes the size or the times, a `touch` changes mtime and ctime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Identity {
+    pub dev: u64,
+    pub ino: u64,
+    pub len: u64,
+    pub mtime_ns: i128,
+    pub ctime_ns: i128,
+}
+
+impl Identity {
+    /// A 64-bit fingerprint of the identity, never 0 (0 means "not seen yet" in [`Freshness`]).
+    pub fn fingerprint(&self) -> u64 {
+        let (dev, ino, len) = (self.dev.to_le_bytes(), self.ino.to_le_bytes(), self.len.to_le_bytes());
+        let (mtime, ctime) = (self.mtime_ns.to_le_bytes(), self.ctime_ns.to_le_bytes());
+        crate::disk_cache::fnv1a64(&[&dev, &ino, &len, &mtime, &ctime]).max(1)
+    }
+}
+
+/// The source's file system, as prepfs uses it.
+pub trait SourceIo: Send + Sync {
+    /// `stat` of a path (symlinks followed).
+    fn metadata(&self, path: &Path) -> io::Result<FileMeta>;
+    /// Opens a regular file for reading. Refuses anything else (a FIFO, a device, a
+    /// directory) without blocking, and a file reached through a symlink leaving the source.
+    fn open(&self, path: &Path) -> io::Result<Box<dyn SourceFile>>;
+}
+
+/// An open source file.
+pub trait SourceFile: Send + Sync {
+    /// The file's metadata at open (`fstat`: the version this handle reads).
+    fn meta(&self) -> &FileMeta;
+    /// Reads at `offset`; 0 at the end.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+}
+
+/// Source reads with their bounds: see the module documentation.
+pub struct Source {
+    io: Arc<dyn SourceIo>,
+    pool: IoPool,
+    max_file_size: u64,
+    read_limit: Option<Arc<ReadLimit>>,
+}
+
+/// The error of a file larger than `source.max_file_size`.
+pub fn too_large(len: u64, max: u64) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::FileTooLarge,
+        format!("{len} bytes, more than source.max_file_size ({max} bytes); not read"),
+    )
+}
+
+impl Source {
+    /// Source I/O through `io`, on `threads` I/O threads that give up on a call after
+    /// `timeout`.
+    pub fn new(
+        io: Arc<dyn SourceIo>,
+        threads: usize,
+        timeout: Duration,
+        max_file_size: u64,
+        read_limit: Option<u64>,
+    ) -> io::Result<Source> {
+        Ok(Source {
+            io,
+            pool: IoPool::new(threads, timeout)?,
+            max_file_size,
+            read_limit: read_limit.map(|r| Arc::new(ReadLimit::new(r))),
+        })
+    }
+
+    /// The read limit, if one is set.
+    pub fn read_limit(&self) -> Option<&ReadLimit> {
+        self.read_limit.as_deref()
+    }
+
+    /// The largest file read whole.
+    pub fn max_file_size(&self) -> u64 {
+        self.max_file_size
+    }
+
+    /// `stat` of a source path.
+    pub fn metadata(&self, path: &Path) -> io::Result<FileMeta> {
+        self.io.metadata(path)
+    }
+
+    /// Reads a whole file (at most `max_file_size` bytes, else refused unread), with the
+    /// metadata of the version read.
+    pub fn read_whole(&self, path: &Path) -> io::Result<(Vec<u8>, FileMeta)> {
+        let max = self.max_file_size;
+        let meta = self.metadata(path)?;
+        if meta.len() > max {
+            return Err(too_large(meta.len(), max));
+        }
+        self.throttle(meta.len())?;
+        let io = Arc::clone(&self.io);
+        let path = path.to_path_buf();
+        self.pool.run(move || {
+            let file = io.open(&path)?;
+            let meta = *file.meta();
+            read_bounded(&*file, max, usize::MAX).map(|bytes| (bytes, meta))
+        })
+    }
+
+    /// Reads at most `n` bytes from the start of a file (a header), with its metadata.
+    pub fn read_head(&self, path: &Path, n: usize) -> io::Result<(Vec<u8>, FileMeta)> {
+        let io = Arc::clone(&self.io);
+        let path = path.to_path_buf();
+        self.throttle(n as u64)?;
+        self.pool.run(move || {
+            let file = io.open(&path)?;
+            let meta = *file.meta();
+            read_bounded(&*file, u64::MAX, n).map(|bytes| (bytes, meta))
+        })
+    }
+
+    /// Opens a file to read through it (the top-level `encoded` view).
+    pub fn open(&self, path: &Path) -> io::Result<Arc<dyn SourceFile>> {
+        let io = Arc::clone(&self.io);
+        let path = path.to_path_buf();
+        self.pool.run(move || io.open(&path).map(Arc::from))
+    }
+
+    /// Reads up to `size` bytes at `offset` of an open file, within the read limit.
+    pub fn read_at(&self, file: &Arc<dyn SourceFile>, offset: u64, size: u32) -> io::Result<Vec<u8>> {
+        let left = file.meta().len().saturating_sub(offset).min(u64::from(size));
+        self.throttle(left)?;
+        let file = Arc::clone(file);
+        self.pool.run(move || {
+            let mut buf = vec![0u8; size as usize];
+            let mut filled = 0;
+            while filled < buf.len() {
+                match file.read_at(&mut buf[filled..], offset + filled as u64) {
+                    Ok(0) => break,
+                    Ok(n) => filled += n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            buf.truncate(filled);
+            Ok(buf)
+        })
+    }
+
+    fn throttle(&self, bytes: u64) -> io::Result<()> {
+        if throttle::take(self.read_limit.as_deref(), bytes) {
+            Ok(())
+        } else {
+            Err(io::Error::new(io::ErrorKind::Interrupted, "unmounting: throttled read abandoned"))
+        }
+    }
+
+    /// Makes throttled reads return at once, and later ones not wait.
+    pub fn interrupt(&self) {
+        if let Some(limit) = &self.read_limit {
+            limit.stop();
+        }
+    }
+
+    /// Stops: throttled reads return at once, the I/O threads finish what they run and are
+    /// joined (a thread stuck in a hung read is waited for at most `grace`).
+    pub fn shutdown(&self, grace: Duration) {
+        self.interrupt();
+        self.pool.shutdown(grace);
+    }
+}
+
+/// Reads `file` from the start until its end, refusing it past `max` bytes and stopping at
+/// `want` bytes.
+fn read_bounded(file: &dyn SourceFile, max: u64, want: usize) -> io::Result<Vec<u8>> {
+    const CHUNK: usize = 1 << 20;
+    let expected = (file.meta().len().min(max) as usize).min(want);
+    let mut buf = Vec::with_capacity(expected);
+    loop {
+        if buf.len() >= want {
+            buf.truncate(want);
+            return Ok(buf);
+        }
+        let start = buf.len();
+        let step = CHUNK.min(want - start).max(1);
+        buf.resize(start + step, 0);
+        let n = loop {
+            match file.read_at(&mut buf[start..], start as u64) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                other => break other,
+            }
+        };
+        let n = match n {
+            Ok(n) => n,
+            Err(e) => return Err(e),
+        };
+        buf.truncate(start + n);
+        if n == 0 {
+            return Ok(buf);
+        }
+        if buf.len() as u64 > max {
+            // It grew past the limit while we read it.
+            return Err(too_large(buf.len() as u64, max));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn source_over(dir: &Path, io: Arc<dyn SourceIo>, max: u64) -> Source {
+        let _ = dir;
+        Source::new(io, 2, Duration::from_millis(500), max, None).expect("source")
+    }
+
+    #[test]
+    fn a_file_over_the_size_limit_is_refused_without_being_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("huge.jpg");
+        // Sparse: 50 GB that take no disk. Reading it would allocate all of it.
+        std::fs::File::create(&path).expect("create").set_len(50 << 30).expect("set_len");
+        let source = source_over(dir.path(), Arc::new(LocalSource::new(dir.path()).expect("root")), 1 << 20);
+        let err = source.read_whole(&path).expect_err("refused");
+        assert_eq!(err.kind(), io::ErrorKind::FileTooLarge, "{err}");
+        let (head, meta) = source.read_head(&path, 4096).expect("head");
+        assert_eq!((head.len(), meta.len()), (4096, 50 << 30));
+    }
+
+    #[test]
+    fn a_fifo_is_refused_at_once_instead_of_blocking() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("x.jpg");
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o644)).expect("mkfifo");
+        let source = source_over(dir.path(), Arc::new(LocalSource::new(dir.path()).expect("root")), 1 << 20);
+        let started = std::time::Instant::now();
+        let err = source.read_whole(&path).expect_err("refused");
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{err}");
+        assert!(source.open(&path).is_err());
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_symlink_out_of_the_source_is_refused_and_one_inside_is_followed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("src");
+        std::fs::create_dir(&root).expect("mkdir");
+        std::fs::write(dir.path().join("secret"), b"secret").expect("write");
+        std::fs::write(root.join("real.jpg"), b"inside").expect("write");
+        std::os::unix::fs::symlink(dir.path().join("secret"), root.join("out.jpg")).expect("symlink");
+        std::os::unix::fs::symlink("real.jpg", root.join("in.jpg")).expect("symlink");
+        let source = source_over(&root, Arc::new(LocalSource::new(&root).expect("root")), 1 << 20);
+        let err = source.read_whole(&root.join("out.jpg")).expect_err("refused");
+        assert_eq!(err.kind(), io::ErrorKind::PermissionDenied, "{err}");
+        assert_eq!(source.read_whole(&root.join("in.jpg")).expect("inside").0, b"inside");
+    }
+
+    #[test]
+    fn a_hung_read_times_out_and_later_reads_still_work() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("a.jpg"), b"aaaa").expect("write");
+        std::fs::write(dir.path().join("b.jpg"), b"bbbb").expect("write");
+        let faulty = Arc::new(FaultySource::new(LocalSource::new(dir.path()).expect("root")));
+        faulty.inject(&dir.path().join("a.jpg"), Fault::Hang);
+        let source = source_over(dir.path(), faulty.clone(), 1 << 20);
+        let err = source.read_whole(&dir.path().join("a.jpg")).expect_err("hung");
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut, "{err}");
+        assert_eq!(source.read_whole(&dir.path().join("b.jpg")).expect("b").0, b"bbbb");
+        faulty.release_hangs();
+        source.shutdown(Duration::from_secs(2));
+    }
+
+    #[test]
+    fn a_file_that_grows_past_the_limit_while_read_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("a.jpg"), vec![7u8; 1000]).expect("write");
+        let faulty = Arc::new(FaultySource::new(LocalSource::new(dir.path()).expect("root")));
+        faulty.inject(&dir.path().join("a.jpg"), Fault::Grow(5 << 20));
+        let source = source_over(dir.path(), faulty, 2 << 20);
+        let err = source.read_whole(&dir.path().join("a.jpg")).expect_err("grew");
+        assert_eq!(err.kind(), io::ErrorKind::FileTooLarge, "{err}");
+    }
+
+    #[test]
+    fn injected_errors_and_delays_reach_the_caller() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("a.jpg"), b"a").expect("write");
+        let faulty = Arc::new(FaultySource::new(LocalSource::new(dir.path()).expect("root")));
+        let source = source_over(dir.path(), faulty.clone(), 1 << 20);
+        faulty.inject(&dir.path().join("a.jpg"), Fault::Error(io::ErrorKind::PermissionDenied));
+        assert_eq!(source.read_whole(&dir.path().join("a.jpg")).expect_err("err").kind(), io::ErrorKind::PermissionDenied);
+        faulty.inject(&dir.path().join("a.jpg"), Fault::Delay(Duration::from_millis(50)));
+        let started = std::time::Instant::now();
+        assert_eq!(source.read_whole(&dir.path().join("a.jpg")).expect("slow").0, b"a");
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        faulty.clear();
+        assert_eq!(source.read_whole(&dir.path().join("a.jpg")).expect("ok").0, b"a");
+    }
+}

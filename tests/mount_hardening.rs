@@ -1,0 +1,429 @@
+//! Mounted tests of the hardening: each finding of the attack table, reproduced against the real
+//! binary on a real FUSE mount, as an unprivileged user (`setpriv` to `nobody`) where access is
+//! the question. Each test runs in its own temporary directory under a time limit, and the mount
+//! guard unmounts on every way out.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{force_unmount, id_of_pixels, is_mounted, make_id_dataset, parse_ppm, write_config, Mounted};
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// A temporary directory the unprivileged user may traverse (tempdirs are 0700).
+fn open_tempdir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    dir
+}
+
+/// Runs `args` as user and group 65534 (`nobody`), with no supplementary groups.
+fn as_nobody(args: &[&str]) -> std::process::Output {
+    Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .args(args)
+        .output()
+        .expect("setpriv (util-linux)")
+}
+
+fn nobody_reads(path: &Path) -> Result<Vec<u8>, String> {
+    let out = as_nobody(&["cat", &path.display().to_string()]);
+    if out.status.success() {
+        Ok(out.stdout)
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+fn chmod(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+}
+
+/// The daemon's peak resident memory (VmHWM), bytes.
+fn peak_rss(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).expect("VmHWM");
+    line.split_whitespace().nth(1).and_then(|k| k.parse::<u64>().ok()).expect("kB") * 1024
+}
+
+/// The id whose colour coding the PPM's pixels carry.
+fn id_of_ppm(bytes: &[u8]) -> usize {
+    let (_, _, rgb) = parse_ppm(bytes);
+    let (id, distance) = id_of_pixels(rgb);
+    assert!(distance < 12.0, "pixels carry no id (distance {distance})");
+    id
+}
+
+#[test]
+fn what_the_source_denies_a_user_no_view_of_the_mount_gives_them() {
+    let dir = open_tempdir();
+    let (source, _) = make_id_dataset(dir.path(), 2, 3);
+    chmod(&source, 0o755);
+    for class in ["c0", "c1"] {
+        chmod(&source.join(class), 0o755);
+    }
+    // s00 is private to root; c1 as a whole is closed to others; the rest is world-readable.
+    for entry in walk(&source) {
+        chmod(&entry, 0o644);
+    }
+    chmod(&source.join("c0/s00.jpg"), 0o600);
+    chmod(&source.join("c1"), 0o700);
+    // A symlink out of the source, to a file only root may read.
+    let outside = dir.path().join("secret.jpg");
+    std::fs::copy(source.join("c0/s01.jpg"), &outside).expect("copy");
+    chmod(&outside, 0o600);
+    std::os::unix::fs::symlink(&outside, source.join("c0/leak.jpg")).expect("symlink");
+    std::os::unix::fs::symlink("/etc/shadow", source.join("c0/shadow.jpg")).expect("symlink");
+
+    let config = write_config(dir.path(), "allow_other: true\ncache: { memory: 64MiB }\n");
+    let mnt = Mounted::start(dir.path(), &config, &source, LIMIT);
+
+    // Root (the mount's owner) reads everything the source holds.
+    assert!(std::fs::read(mnt.path("encoded/c0/s00.jpg")).is_ok());
+    // The unprivileged user: refused what the source refuses them, in every view.
+    for denied in ["encoded/c0/s00.jpg", "decoded/c0/s00.ppm", "augmented/c0/s00.ppm", "encoded/c1/s03.jpg", "augmented/c1/s03.ppm"] {
+        let err = nobody_reads(&mnt.path(denied)).expect_err(denied);
+        assert!(err.contains("Permission denied"), "{denied}: {err}");
+    }
+    // ... and given what it allows.
+    let open = nobody_reads(&mnt.path("encoded/c0/s01.jpg")).expect("a world-readable sample");
+    assert_eq!(open, std::fs::read(source.join("c0/s01.jpg")).expect("source"));
+    assert_eq!(id_of_ppm(&nobody_reads(&mnt.path("augmented/c0/s01.ppm")).expect("its pixels")), 1);
+    // Links leading out of the source are not served to anyone.
+    for leak in ["encoded/c0/leak.jpg", "encoded/c0/shadow.jpg", "decoded/c0/leak.ppm"] {
+        assert!(!mnt.path(leak).exists(), "{leak} is served");
+    }
+    assert!(mnt.log().contains("symlinks leading outside the source are not served"), "{}", mnt.log());
+    // The owner and mode shown are the source's, write bits cleared.
+    let meta = std::fs::metadata(mnt.path("decoded/c0/s00.ppm")).expect("stat");
+    assert_eq!(meta.permissions().mode() & 0o7777, 0o400);
+    // `.prepfs/` (source and disk paths) is the mount owner's only.
+    let err = nobody_reads(&mnt.path(".prepfs/stats.json")).expect_err("stats");
+    assert!(err.contains("Permission denied"), "{err}");
+    assert!(std::fs::read(mnt.path(".prepfs/stats.json")).is_ok());
+}
+
+fn walk(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(root).expect("list") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
+
+#[test]
+fn a_user_cannot_take_every_job_slot_or_read_another_users_job() {
+    let dir = open_tempdir();
+    let (source, _) = make_id_dataset(dir.path(), 1, 3);
+    chmod(&source, 0o755);
+    chmod(&source.join("c0"), 0o755);
+    for f in walk(&source) {
+        chmod(&f, 0o644);
+    }
+    let config = write_config(dir.path(), "allow_other: true\njobs: { max: 4, per_user: 2 }\n");
+    let mnt = Mounted::start(dir.path(), &config, &source, LIMIT);
+    let stat = |name: &str| as_nobody(&["stat", &mnt.path(&format!("jobs/{name}")).display().to_string()]);
+    assert!(stat("x1").status.success() && stat("x2").status.success(), "a user may start jobs");
+    let refused = stat("x3");
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("quota"), "{}", String::from_utf8_lossy(&refused.stderr));
+    assert!(stat("x1").status.success(), "its own jobs stay usable");
+    // Root can always start one, and its job is its own.
+    std::fs::metadata(mnt.path("jobs/train")).expect("root's job");
+    let err = nobody_reads(&mnt.path("jobs/train/encoded/c0/s00.jpg")).expect_err("another user's job");
+    assert!(err.contains("Permission denied"), "{err}");
+    let rm = as_nobody(&["rmdir", &mnt.path("jobs/train").display().to_string()]);
+    assert!(!rm.status.success(), "a user retired root's job");
+    assert!(mnt.log().contains("jobs.per_user"), "a refused job is logged: {}", mnt.log());
+}
+
+#[test]
+fn a_sparse_50_gb_sample_is_refused_unread_and_the_daemon_stays_small() {
+    let dir = open_tempdir();
+    let (source, _) = make_id_dataset(dir.path(), 1, 4);
+    let huge = source.join("c0/huge.jpg");
+    std::fs::File::create(&huge).expect("create").set_len(50 << 30).expect("sparse");
+    let config = write_config(dir.path(), "cache: { memory: 64MiB, split: 0-50-50 }\n");
+    let mnt = Mounted::start(dir.path(), &config, &source, LIMIT);
+    for path in ["decoded/c0/huge.ppm", "augmented/c0/huge.ppm"] {
+        let err = std::fs::read(mnt.path(path)).expect_err("refused");
+        assert_eq!(err.raw_os_error(), Some(libc::EIO), "{path}: {err}");
+    }
+    for id in 0..4 {
+        let out = std::fs::read(mnt.path(&format!("augmented/c0/s{id:02}.ppm"))).expect("the rest serve");
+        assert_eq!(id_of_ppm(&out), id);
+    }
+    // The top-level encoded view streams it (reads of a few pages, never the whole file).
+    let mut head = vec![0u8; 4096];
+    std::fs::File::open(mnt.path("encoded/c0/huge.jpg")).expect("open").read_exact(&mut head).expect("read");
+    let rss = peak_rss(mnt.pid());
+    assert!(rss < 400 << 20, "peak RSS {} MB", rss >> 20);
+    assert!(mnt.log().contains("max_file_size"), "{}", mnt.log());
+    assert!(mnt.stats()["decode_errors"].as_u64().unwrap_or(0) >= 1);
+}
+
+#[test]
+fn a_fifo_in_place_of_a_sample_fails_at_once_and_nothing_else_hangs() {
+    let dir = open_tempdir();
+    let (source, _) = make_id_dataset(dir.path(), 1, 4);
+    // One FIFO there at the scan, one swapped in (by rename) while the mount runs.
+    nix::unistd::mkfifo(&source.join("c0/early.jpg"), nix::sys::stat::Mode::from_bits_truncate(0o644)).expect("mkfifo");
+    let config = write_config(dir.path(), "cache: { memory: 64MiB }\n");
+    let mnt = Mounted::start(dir.path(), &config, &source, LIMIT);
+    std::fs::read(mnt.path("decoded/c0/s01.ppm")).expect("before");
+    let fifo = dir.path().join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).expect("mkfifo");
+    std::fs::rename(&fifo, source.join("c0/s01.jpg")).expect("swap in a FIFO");
+    let started = Instant::now();
+    // (A job's view would serve another sample of the class instead: opportunistic sampling.)
+    for path in ["encoded/c0/s01.jpg", "decoded/c0/s01.ppm", "augmented/c0/s01.ppm"] {
+        assert!(std::fs::read(mnt.path(path)).is_err(), "{path} served a FIFO");
+    }
+    assert!(std::fs::read(mnt.path("augmented/c0/early.ppm")).is_err());
+    assert!(started.elapsed() < Duration::from_secs(20), "FIFO reads took {:?}", started.elapsed());
+    for id in [0, 2, 3] {
+        let out = std::fs::read(mnt.path(&format!("augmented/c0/s{id:02}.ppm"))).expect("the others");
+        assert_eq!(id_of_ppm(&out), id);
+    }
+}
+
+#[test]
+fn a_replaced_source_file_is_served_in_its_new_version_in_every_view() {
+    let dir = open_tempdir();
+    let (source, _) = make_id_dataset(dir.path(), 1, 4);
+    let config = write_config(dir.path(), "cache: { memory: 256MiB, split: 40-40-20, refill: false }\n");
+    let mnt = Mounted::start(dir.path(), &config, &source, LIMIT);
+    let old_bytes = std::fs::read(mnt.path("encoded/c0/s00.jpg")).expect("encoded");
+    let old_decoded = std::fs::read(mnt.path("decoded/c0/s00.ppm")).expect("decoded");
+    assert_eq!(id_of_ppm(&std::fs::read(mnt.path("augmented/c0/s00.ppm")).expect("augmented")), 0);
+    // Replace s00 by sample 3's image (another size), by rename, as tools that rewrite do.
+    let new_bytes = std::fs::read(source.join("c0/s03.jpg")).expect("s03");
+    assert_ne!(new_bytes.len(), old_bytes.len());
+    let tmp = source.join("c0/.s00.tmp");
+    std::fs::write(&tmp, &new_bytes).expect("write");
+    std::fs::rename(&tmp, source.join("c0/s00.jpg")).expect("rename");
+    // Every view serves the new version at once, whole (not the 60 s attribute cache's).
+    assert_eq!(std::fs::read(mnt.path("encoded/c0/s00.jpg")).expect("encoded"), new_bytes);
+    let decoded = std::fs::read(mnt.path("decoded/c0/s00.ppm")).expect("decoded");
+    assert_ne!(decoded.len(), old_decoded.len());
+    assert_eq!(id_of_ppm(&decoded), 3, "decoded is the new image, whole");
+    assert_eq!(id_of_ppm(&std::fs::read(mnt.path("augmented/c0/s00.ppm")).expect("augmented")), 3);
+    // A shrunk file reads at its new length.
+    std::fs::write(&tmp, &new_bytes[..1000]).expect("write");
+    std::fs::rename(&tmp, source.join("c0/s00.jpg")).expect("rename");
+    assert_eq!(std::fs::read(mnt.path("encoded/c0/s00.jpg")).expect("encoded").len(), 1000);
+    assert!(mnt.stats()["source_changes"].as_u64().unwrap_or(0) >= 2);
+}
+
+#[test]
+fn the_disk_tier_never_serves_a_replacement_that_kept_size_and_mtime() {
+    let dir = open_tempdir();
+    let (source, _) = make_id_dataset(dir.path(), 1, 4);
+    let disk = dir.path().join("disk");
+    let yaml = format!("cache: {{ memory: 0, disk: {{ path: {}, size: 64MiB }} }}\n", disk.display());
+    let config = write_config(dir.path(), &yaml);
+    let target = source.join("c0/s01.jpg");
+    {
+        let mnt = Mounted::start(dir.path(), &config, &source, LIMIT);
+        assert_eq!(id_of_ppm(&std::fs::read(mnt.path("decoded/c0/s01.ppm")).expect("decoded")), 1);
+        mnt.stop();
+    }
+    // Sample 4's image padded (JPEG ignores bytes after its end) to s01's size, its mtime set
+    // back to s01's: only the inode and ctime tell it apart.
+    let old = std::fs::metadata(&target).expect("stat");
+    let mut replacement = std::fs::read(source.join("c0/s00.jpg")).expect("s00");
+    replacement.resize(old.len() as usize, 0);
+    if replacement.len() as u64 != old.len() {
+        panic!("cannot build a same-size replacement");
+    }
+    let tmp = source.join("c0/.tmp");
+    std::fs::write(&tmp, &replacement).expect("write");
+    std::fs::File::options().write(true).open(&tmp).expect("open").set_modified(old.modified().expect("mtime")).expect("mtime");
+    std::fs::rename(&tmp, &target).expect("rename");
+    let mnt = Mounted::start(dir.path(), &config, &source, LIMIT);
+    assert_eq!(id_of_ppm(&std::fs::read(mnt.path("decoded/c0/s01.ppm")).expect("decoded")), 0, "stale pixels from the disk tier");
+}
+
+/// A prepfs whose stderr is a pipe the test holds; killed and unmounted on drop.
+struct PipedMount {
+    child: std::process::Child,
+    mountpoint: PathBuf,
+}
+
+impl Drop for PipedMount {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        force_unmount(&self.mountpoint);
+    }
+}
+
+#[test]
+fn a_closed_log_pipe_does_not_kill_the_daemon() {
+    let dir = open_tempdir();
+    let (source, _) = make_id_dataset(dir.path(), 1, 3);
+    std::fs::write(source.join("c0/bad.jpg"), b"not a jpeg").expect("write");
+    let config = write_config(dir.path(), "");
+    let mountpoint = dir.path().join("mnt");
+    let child = Command::new(common::prepfs_bin())
+        .arg("mount")
+        .arg(&config)
+        .arg("--source")
+        .arg(&source)
+        .arg("--mountpoint")
+        .arg(&mountpoint)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut guard = PipedMount { child, mountpoint: mountpoint.clone() };
+    let stderr = guard.child.stderr.take().expect("stderr");
+    let ready = std::thread::spawn(move || {
+        let mut reader = BufReader::new(stderr);
+        let mut line = String::new();
+        while reader.read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
+            if line.contains("prepfs: serving") {
+                return true; // the reader (and the pipe's read end) goes away here
+            }
+            line.clear();
+        }
+        false
+    });
+    assert!(ready.join().expect("reader"), "prepfs did not come up");
+    // Log lines now go to a pipe nobody reads: a bad sample logs a warning each time.
+    for _ in 0..20 {
+        assert!(std::fs::read(mountpoint.join("augmented/c0/bad.ppm")).is_err());
+        let _ = std::fs::read(mountpoint.join("augmented/c0/s00.ppm"));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(guard.child.try_wait().expect("wait").is_none(), "the daemon died");
+    assert!(std::fs::read(mountpoint.join("augmented/c0/s01.ppm")).is_ok(), "the mount still serves");
+}
+
+#[test]
+fn sigterm_on_a_busy_mount_keeps_serving_until_released_and_a_second_forces_it() {
+    let dir = open_tempdir();
+    let (source, _) = make_id_dataset(dir.path(), 1, 3);
+    let config = write_config(dir.path(), "");
+    // Released: the mount goes once the last file is closed.
+    let mut mnt = Mounted::start(dir.path(), &config, &source, LIMIT);
+    let held = std::fs::File::open(mnt.path("encoded/c0/s00.jpg")).expect("open");
+    let pid = mnt.pid();
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let started = Instant::now();
+    while !mnt.log().contains("busy") {
+        assert!(started.elapsed() < Duration::from_secs(10), "no word of the busy mount: {}", mnt.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(std::fs::read(mnt.path("augmented/c0/s01.ppm")).is_ok(), "it keeps serving");
+    assert!(is_mounted(&mnt.mountpoint));
+    drop(held);
+    let status = mnt.wait_exit(Duration::from_secs(10)).expect("exits once released");
+    assert!(status.success(), "{status}");
+    assert!(!is_mounted(&mnt.mountpoint));
+
+    // Forced: a second signal ends it while a file stays open.
+    let dir2 = open_tempdir();
+    let mut mnt = Mounted::start(dir2.path(), &config, &source, LIMIT);
+    let _held = std::fs::File::open(mnt.path("encoded/c0/s00.jpg")).expect("open");
+    let pid = mnt.pid();
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let started = Instant::now();
+    while !mnt.log().contains("busy") {
+        assert!(started.elapsed() < Duration::from_secs(10), "{}", mnt.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    mnt.wait_exit(Duration::from_secs(10)).expect("a second signal ends it");
+    assert!(!is_mounted(&mnt.mountpoint), "the forced unmount left a mount behind");
+}
+
+#[test]
+fn a_dead_mount_is_cleared_however_old_it_is() {
+    let dir = open_tempdir();
+    let (source, _) = make_id_dataset(dir.path(), 1, 2);
+    let config = write_config(dir.path(), "");
+    let mnt = Mounted::start(dir.path(), &config, &source, LIMIT).forget_mount();
+    std::fs::read(mnt.path("encoded/c0/s00.jpg")).expect("read");
+    let mountpoint = mnt.mountpoint.clone();
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(mnt.pid(), libc::SIGKILL) };
+    drop(mnt);
+    // An old dead mount: the kernel no longer holds cached attributes of its root (kept 1 s).
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(std::fs::metadata(&mountpoint).expect_err("dead").raw_os_error(), Some(libc::ENOTCONN));
+    let again = Mounted::start(dir.path(), &config, &source, LIMIT);
+    assert!(again.log().contains("dead mount"), "{}", again.log());
+    assert!(std::fs::read(again.path("encoded/c0/s01.jpg")).is_ok());
+}
+
+#[test]
+fn removing_the_source_does_not_flood_the_log() {
+    let dir = open_tempdir();
+    let (source, _) = make_id_dataset(dir.path(), 2, 6);
+    let config = write_config(dir.path(), "cache: { memory: 64MiB, split: 0-0-100 }\n");
+    let mnt = Mounted::start(dir.path(), &config, &source, LIMIT);
+    std::fs::remove_dir_all(&source).expect("rm -rf source");
+    let before = mnt.log().lines().count();
+    for id in 0..12 {
+        let _ = std::fs::read(mnt.path(&format!("augmented/c{}/s{id:02}.ppm", id / 6)));
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    let lines = mnt.log().lines().count() - before;
+    assert!(lines <= 12, "{lines} log lines in 3 s: {}", mnt.log());
+}
+
+#[test]
+fn unmount_does_not_wait_on_throttled_reads() {
+    let dir = open_tempdir();
+    let (source, _) = make_id_dataset(dir.path(), 2, 12);
+    // 5 kB/s: the refill's reads of 24 samples would take minutes.
+    let config = write_config(dir.path(), "source: { path: /x, read_limit: 5kB/s }\ncache: { memory: 64MiB, split: 0-0-100 }\n");
+    let mut mnt = Mounted::start(dir.path(), &config, &source, LIMIT);
+    std::thread::sleep(Duration::from_millis(500));
+    let started = Instant::now();
+    let out = Command::new("fusermount3").arg("-u").arg(&mnt.mountpoint).output().expect("fusermount3");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    mnt.wait_exit(Duration::from_secs(10)).expect("prepfs exits");
+    assert!(started.elapsed() < Duration::from_secs(8), "exit took {:?}", started.elapsed());
+}
+
+#[test]
+fn open_files_past_max_open_bytes_are_refused_and_one_user_gets_half() {
+    let dir = open_tempdir();
+    let (source, _) = make_id_dataset(dir.path(), 1, 4);
+    chmod(&source, 0o755);
+    chmod(&source.join("c0"), 0o755);
+    for f in walk(&source) {
+        chmod(&f, 0o644);
+    }
+    // 4 MiB: 27 open augmented files (150,543 bytes each), 13 for one user.
+    let config = write_config(dir.path(), "allow_other: true\nmax_open_bytes: 4MiB\n");
+    let mnt = Mounted::start(dir.path(), &config, &source, LIMIT);
+    let script = format!(
+        "import errno,sys\nfs=[]\nwhile len(fs)<200:\n    try: fs.append(open('{}','rb'))\n    except OSError as e:\n        print(len(fs), errno.errorcode[e.errno]); sys.exit(0)\nprint(len(fs),'none')\n",
+        mnt.path("augmented/c0/s00.ppm").display()
+    );
+    let out = as_nobody(&["/usr/bin/python3", "-c", &script]);
+    let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert_eq!(said, "13 ENFILE", "{}", String::from_utf8_lossy(&out.stderr));
+    // Released on exit: the owner can pin the whole budget.
+    let handles: Vec<_> = (0..27).map(|_| std::fs::File::open(mnt.path("augmented/c0/s01.ppm")).expect("within the budget")).collect();
+    let err = std::fs::File::open(mnt.path("augmented/c0/s01.ppm")).expect_err("past it");
+    assert_eq!(err.raw_os_error(), Some(libc::ENFILE));
+    drop(handles);
+    assert!(std::fs::read(mnt.path("augmented/c0/s02.ppm")).is_ok());
+    assert!(mnt.stats()["opens_refused"].as_u64().unwrap_or(0) >= 2);
+}
