@@ -350,6 +350,15 @@ fn sigterm_on_a_busy_mount_keeps_serving_until_released_and_a_second_forces_it()
     assert!(!is_mounted(&mnt.mountpoint), "the forced unmount left a mount behind");
 }
 
+/// Detaches whatever is mounted at its path when dropped.
+struct DetachOnDrop(PathBuf);
+
+impl Drop for DetachOnDrop {
+    fn drop(&mut self) {
+        force_unmount(&self.0);
+    }
+}
+
 #[test]
 fn a_dead_mount_is_cleared_however_old_it_is() {
     let dir = open_tempdir();
@@ -361,6 +370,8 @@ fn a_dead_mount_is_cleared_however_old_it_is() {
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(mnt.pid(), libc::SIGKILL) };
     drop(mnt);
+    // Whatever happens below, the dead mount does not outlive the test.
+    let _dead = DetachOnDrop(mountpoint.clone());
     // An old dead mount: the kernel no longer holds cached attributes of its root (kept 1 s).
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(std::fs::metadata(&mountpoint).expect_err("dead").raw_os_error(), Some(libc::ENOTCONN));

@@ -159,7 +159,13 @@ impl Mounted {
     }
 
     fn shutdown(&mut self) -> Option<std::process::ExitStatus> {
-        let mut child = self.child.take()?;
+        let Some(mut child) = self.child.take() else {
+            // Already exited (see `wait_exit`): nothing of it may stay mounted.
+            if !self.leave_mount {
+                force_unmount(&self.mountpoint);
+            }
+            return None;
+        };
         // SAFETY: kill(2) on our own child.
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
         let started = Instant::now();
