@@ -461,6 +461,23 @@ impl SampleCache {
         *self.split.lock().unwrap_or_else(|p| p.into_inner()) = split;
     }
 
+    /// Applies a new split with the bytes each form gets (encoded, decoded, augmented) worked
+    /// out by the planner (memory a form cannot use flows to the next); never more than the
+    /// cache's memory in all.
+    pub fn set_split_budgets(&self, split: [u32; 3], budgets: [u64; 3]) {
+        let total: u64 = budgets.iter().sum();
+        let scale = |b: u64| if total > self.memory { (b as u128 * self.memory as u128 / total as u128) as u64 } else { b };
+        self.encoded.set_budget(scale(budgets[0]));
+        self.decoded.set_budget(scale(budgets[1]));
+        self.augmented.set_budget(scale(budgets[2]));
+        *self.split.lock().unwrap_or_else(|p| p.into_inner()) = split;
+    }
+
+    /// The cache's memory, bytes.
+    pub fn memory(&self) -> u64 {
+        self.memory
+    }
+
     /// The split in force.
     pub fn split(&self) -> [u32; 3] {
         *self.split.lock().unwrap_or_else(|p| p.into_inner())

@@ -78,6 +78,10 @@ pub fn measure(catalog: &Catalog, config: &Config, read: impl Fn(u32) -> Option<
         nodes: 1,
         c_nw: 0.0,
         c_pcie: 0.0,
+        // Measured while serving (it needs FUSE round trips); the model assumes a default.
+        t_serve: None,
+        jobs: 1,
+        cores: threads as u32,
     };
     Some(Calibration { params, samples_timed: timed })
 }

@@ -370,7 +370,8 @@ pub enum EvictionPolicy {
 /// The sample cache's settings.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CacheConfig {
-    /// Bytes of memory for cached samples (all three forms); 0 disables the cache.
+    /// Bytes of memory for cached samples (all three forms); 0 disables the cache. Default
+    /// (`auto`): a quarter of the available memory ([`auto_cache_memory`]).
     pub memory: u64,
     pub split: SplitChoice,
     pub policy: EvictionPolicy,
@@ -487,11 +488,26 @@ fn resolve(path: &Path) -> std::io::Result<PathBuf> {
     Ok(out)
 }
 
+/// `cache.memory: auto` (the default): a quarter of the memory available now. The planner
+/// gives each form no more than the set needs in it, so a small set takes only what it needs.
+pub fn auto_cache_memory() -> u64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let available_kib = meminfo
+        .lines()
+        .find(|l| l.starts_with("MemAvailable:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0);
+    available_kib * 1024 / 4
+}
+
 fn cache_config(text: &str, raw: Option<RawCache>, source: &Path, mountpoint: &Path) -> Result<CacheConfig, ConfigError> {
-    let Some(raw) = raw else { return Ok(CacheConfig::default()) };
-    let mut cache = CacheConfig::default();
-    if let Some(memory) = raw.memory {
-        cache.memory = size_value(text, "memory", &memory)?;
+    let mut cache = CacheConfig { memory: auto_cache_memory(), ..CacheConfig::default() };
+    let Some(raw) = raw else { return Ok(cache) };
+    match raw.memory {
+        Some(Value::String(s)) if s.trim() == "auto" => {}
+        Some(memory) => cache.memory = size_value(text, "memory", &memory)?,
+        None => {}
     }
     if let Some(disk) = raw.disk {
         cache.disk = Some(disk_config(text, disk, source, mountpoint)?);

@@ -447,6 +447,7 @@ impl Filesystem {
     /// Re-plans the cache split from the rates measured while serving, when enough samples were
     /// timed since the last plan.
     pub fn replan(&self) -> bool {
+        self.producer.set_jobs_sharing(self.jobs.active().len());
         self.producer.replan_from_live_rates()
     }
 
@@ -1155,7 +1156,7 @@ mod tests {
 
     #[test]
     fn without_a_cache_every_open_reads_the_source() {
-        let (_dir, fs) = core(3, "");
+        let (_dir, fs) = core(3, "cache: { memory: 0 }\n");
         epoch(&fs, 3);
         let first = source_bytes(&fs);
         epoch(&fs, 3);

@@ -35,11 +35,15 @@ enum Command {
         /// The mountpoint.
         mountpoint: PathBuf,
     },
-    /// Seneca's model: the best cache split and its predicted samples/s (one JSON object).
+    /// The best cache split and its predicted samples/s (one JSON object).
     Plan {
         /// Model parameters (YAML, the paper's symbols; see mount-configs/plan-example.yaml).
         #[arg(long)]
         params: PathBuf,
+        /// `prepfs` (the default: times add up, refills cost, memory flows on) or `seneca`
+        /// (the paper's Eqs. 1-9 exactly).
+        #[arg(long, default_value = "prepfs")]
+        model: prepfs::planner::Model,
         /// Also evaluate this split, E-D-A percent.
         #[arg(long)]
         split: Option<String>,
@@ -102,7 +106,7 @@ fn main() -> ExitCode {
                 Err(e) => fail(format!("{}: {e} (is prepfs mounted there?)", path.display())),
             }
         }
-        Command::Plan { params, split } => {
+        Command::Plan { params, split, model } => {
             let params = match prepfs::planner::load_params(&params) {
                 Ok(p) => p,
                 Err(e) => return fail(e),
@@ -111,7 +115,7 @@ fn main() -> ExitCode {
                 Ok(s) => s,
                 Err(e) => return fail(e),
             };
-            println!("{}", prepfs::planner::plan_json(&params, split));
+            println!("{}", model.plan_json(&params, split));
             ExitCode::SUCCESS
         }
         Command::Check { config, source, mountpoint } => {

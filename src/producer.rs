@@ -152,6 +152,20 @@ pub struct SampleProducer {
     loads: SingleFlight<std::result::Result<(Loaded, Origin), LoadFailure>>,
     /// The plan in force (split, prediction, inputs) and the inputs measured at mount.
     plan: Mutex<Option<PlanState>>,
+    /// Jobs active now: how many share each augmented output (the model's `jobs`).
+    jobs_sharing: AtomicU32,
+    /// The mount's own serving rate, measured in seconds with no pixel work (the model's
+    /// `t_serve`).
+    serve: Mutex<ServeProbe>,
+}
+
+/// Measures `t_serve`: opens per second over one-second windows in which every open was a hit
+/// (no decode, no source read); the best window seen.
+struct ServeProbe {
+    at: Instant,
+    opens: u64,
+    work: u64,
+    best: Option<f64>,
 }
 
 struct PlanState {
@@ -195,6 +209,8 @@ impl SampleProducer {
             disk,
             loads: SingleFlight::default(),
             plan: Mutex::new(None),
+            jobs_sharing: AtomicU32::new(1),
+            serve: Mutex::new(ServeProbe { at: Instant::now(), opens: 0, work: 0, best: None }),
             config,
             catalog,
             stats: Stats::default(),
@@ -464,10 +480,13 @@ impl SampleProducer {
     }
 
     /// Runs pixel work, timing it into stats and marking the sample bad if it fails.
+    /// The time is this thread's CPU time, not wall time: with more decode threads than cores,
+    /// wall time would count a core's time once per thread sharing it, and the model's CPU
+    /// rates (per core, times the cores) would come out too low.
     fn timed(&self, file: FileId, kind: Timing, work: impl FnOnce() -> std::result::Result<Rgb, String>) -> Result<Rgb> {
-        let started = Instant::now();
+        let started = thread_cpu_nanos();
         let pixels = work().map_err(|why| self.mark_bad(file, why))?;
-        let nanos = started.elapsed().as_nanos() as u64;
+        let nanos = thread_cpu_nanos().saturating_sub(started).max(1);
         let (count, total) = match kind {
             Timing::Decode => (&self.stats.full_decodes, &self.stats.full_decode_nanos),
             Timing::DecodeAugment => (&self.stats.decode_augments, &self.stats.decode_augment_nanos),
@@ -678,19 +697,31 @@ impl SampleProducer {
     /// the source's read rate. Returns whether it re-planned.
     pub fn replan_from_live_rates(&self) -> bool {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let t_serve = self.probe_serve();
         let (da_n, da_ns) = (get(&self.stats.decode_augments), get(&self.stats.decode_augment_nanos));
         let (a_n, a_ns) = (get(&self.stats.pixel_augments), get(&self.stats.pixel_augment_nanos));
         let (full_n, full_ns) = (get(&self.stats.full_decodes), get(&self.stats.full_decode_nanos));
         let (reads, read_ns, read_bytes) =
             (get(&self.stats.source_reads), get(&self.stats.source_read_nanos), get(&self.stats.source_bytes_read));
         let timed = da_n + a_n;
+        let jobs = self.jobs_sharing.load(Ordering::Relaxed).max(1);
         let mut params = {
             let plan = self.plan.lock().unwrap_or_else(|p| p.into_inner());
+            let moved = |p: &PlanState| {
+                let serve_moved = match (t_serve, p.params.t_serve) {
+                    (Some(now), Some(then)) => (now / then - 1.0).abs() > 0.2,
+                    (now, then) => now.is_some() != then.is_some(),
+                };
+                serve_moved || p.params.jobs != jobs
+            };
             match plan.as_ref() {
-                Some(p) if timed >= p.timed + REPLAN_MIN_SAMPLES => p.params.clone(),
+                Some(p) if timed >= p.timed + REPLAN_MIN_SAMPLES || moved(p) => p.params.clone(),
                 _ => return false,
             }
         };
+        if t_serve.is_some() {
+            params.t_serve = t_serve;
+        }
         let threads = self.config.decode_parallelism() as f64;
         if da_n >= REPLAN_MIN_SAMPLES / 4 {
             params.t_da = threads * da_n as f64 / (da_ns as f64 / 1e9).max(1e-9);
@@ -713,16 +744,44 @@ impl SampleProducer {
         true
     }
 
-    fn apply_plan(&self, params: crate::planner::PlanParams, from: &str, timed: u64) {
+    /// Sets how many jobs are active (they share each augmented output).
+    pub fn set_jobs_sharing(&self, jobs: usize) {
+        self.jobs_sharing.store(jobs.max(1) as u32, Ordering::Relaxed);
+    }
+
+    /// One step of the serving-rate probe (called about once a second); the rate found so far.
+    fn probe_serve(&self) -> Option<f64> {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let s = &self.stats;
+        let opens = get(&s.encoded.opens) + get(&s.decoded.opens) + get(&s.augmented.opens);
+        let work = s.decodes() + get(&s.source_reads);
+        let mut probe = self.serve.lock().unwrap_or_else(|p| p.into_inner());
+        let secs = probe.at.elapsed().as_secs_f64();
+        if secs >= 0.9 {
+            let served = opens.saturating_sub(probe.opens);
+            if work == probe.work && served >= 200 {
+                let rate = served as f64 / secs;
+                probe.best = Some(probe.best.map_or(rate, |b: f64| b.max(rate)));
+            }
+            *probe = ServeProbe { at: Instant::now(), opens, work, best: probe.best };
+        }
+        probe.best
+    }
+
+    fn apply_plan(&self, mut params: crate::planner::PlanParams, from: &str, timed: u64) {
+        use crate::planner::{Model, Split};
+        params.jobs = self.jobs_sharing.load(Ordering::Relaxed).max(1);
         let (split, evaluation) = match self.config.cache.split {
-            SplitChoice::Auto => crate::planner::best_split(&params),
-            SplitChoice::Fixed([e, d, a]) => match crate::planner::Split::new(e, d, a) {
-                Ok(split) => (split, crate::planner::evaluate(&params, split)),
+            SplitChoice::Auto => Model::Prepfs.best_split(&params),
+            SplitChoice::Fixed([e, d, a]) => match Split::new(e, d, a) {
+                Ok(split) => (split, Model::Prepfs.evaluate(&params, split)),
                 Err(_) => return,
             },
         };
         let previous = self.cache.split();
-        self.cache.set_split(split.as_array());
+        // Memory a form cannot use (it holds every sample) flows to the next form.
+        let budgets = crate::planner::budgets(&params, split, crate::cache::ENTRY_OVERHEAD as f64);
+        self.cache.set_split_budgets(split.as_array(), budgets);
         if previous != split.as_array() || from.starts_with("mount") {
             tracing::info!(
                 split = %split,
@@ -736,7 +795,10 @@ impl SampleProducer {
         }
         let doc = serde_json::json!({
             "split": split.as_array(),
+            "model": "prepfs",
+            "budgets": budgets,
             "predicted_samples_per_s": evaluation.samples_per_s,
+            "seneca_predicted_samples_per_s": crate::planner::Model::Seneca.evaluate(&params, split).samples_per_s,
             "inputs": params,
             "from": from,
             "samples_timed": timed,
@@ -776,6 +838,18 @@ impl SampleProducer {
             );
         }
         stats
+    }
+}
+
+/// CPU time the calling thread has used, nanoseconds.
+fn thread_cpu_nanos() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec we own.
+    let ok = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } == 0;
+    if ok {
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    } else {
+        0
     }
 }
 

@@ -1,7 +1,8 @@
-//! The cache planner: Seneca's DSI throughput model (Desai et al., "Preparation Meets
-//! Opportunity", FAST '26, section 5.1, Eqs. 1-9) as pure functions.
+//! Seneca's DSI throughput model (Desai et al., "Preparation Meets Opportunity", FAST '26,
+//! section 5.1, Eqs. 1-9) as pure functions: `prepfs plan --model seneca`, the anchor prepfs's
+//! own model (see [`super::prepfs`]) is compared with.
 //!
-//! This module owns the model and nothing else: the parameter file (`prepfs plan --params`), the
+//! This module owns the model and its inputs: the parameter file (`prepfs plan --params`), the
 //! `E-D-A` split, the evaluation of one split, the search for the best one, and the JSON the
 //! `plan` subcommand prints. It reads no clock and measures nothing; whoever measures the machine
 //! (the `split: auto` path) builds a [`PlanParams`] and calls [`best_split`].
@@ -108,7 +109,17 @@ pub struct PlanParams {
     pub c_nw: f64,
     /// PCIe bandwidth taken by gradient synchronisation, bytes/s, per node (0 with NVLink).
     pub c_pcie: f64,
+    /// prepfs's model only: the rate the mount serves a cached output at, FUSE round trips and
+    /// the readers' own work included, samples/s, per node, on all its cores; `None`: not
+    /// measured (the model then takes [`super::prepfs::DEFAULT_SERVE_PER_CORE`] per core).
+    pub t_serve: Option<f64>,
+    /// prepfs's model only: the training jobs that share each augmented output (1: one job).
+    pub jobs: u32,
+    /// prepfs's model only: the cores the CPU rates (`t_da`, `t_a`, `t_serve`) were measured
+    /// on, for the default serve rate.
+    pub cores: u32,
 }
+
 
 /// A cache split in whole percent: encoded, decoded, augmented, summing to 100.
 ///
@@ -346,6 +357,11 @@ const TIE_TOLERANCE: f64 = 1e-9;
 /// least CPU work, and when the cache is larger than the data needs, it puts the spare bytes
 /// where the model is indifferent rather than inventing a preference.
 pub fn best_split(params: &PlanParams) -> (Split, Evaluation) {
+    best_split_by(params, evaluate)
+}
+
+/// [`best_split`] for any model's evaluation function (same search, same ties).
+pub(crate) fn best_split_by(params: &PlanParams, evaluate: impl Fn(&PlanParams, Split) -> Evaluation) -> (Split, Evaluation) {
     let all: Vec<(Split, Evaluation)> = Split::all().map(|s| (s, evaluate(params, s))).collect();
     let best = all.iter().map(|(_, ev)| ev.samples_per_s).fold(f64::NEG_INFINITY, f64::max);
     let floor = best - best.abs() * TIE_TOLERANCE;
@@ -362,7 +378,16 @@ pub fn best_split(params: &PlanParams) -> (Split, Evaluation) {
 /// What `prepfs plan` prints: `{"split": [E, D, A], "samples_per_s": X}` for the best split,
 /// plus `"evaluated": {"split": [...], "samples_per_s": Y}` for `split` when one is given.
 pub fn plan_json(params: &PlanParams, split: Option<Split>) -> serde_json::Value {
-    let (best, best_eval) = best_split(params);
+    plan_json_by(params, split, evaluate)
+}
+
+/// [`plan_json`] for any model's evaluation function.
+pub(crate) fn plan_json_by(
+    params: &PlanParams,
+    split: Option<Split>,
+    evaluate: impl Fn(&PlanParams, Split) -> Evaluation + Copy,
+) -> serde_json::Value {
+    let (best, best_eval) = best_split_by(params, evaluate);
     let mut out = serde_json::json!({
         "split": best.as_array(),
         "samples_per_s": best_eval.samples_per_s,
@@ -428,7 +453,8 @@ impl PlanParams {
             ("t_da", self.t_da),
             ("t_a", self.t_a),
         ];
-        for (key, v) in rates.into_iter().chain(self.t_gpu.map(|t| ("t_gpu", t))) {
+        let optional = self.t_gpu.map(|t| ("t_gpu", t)).into_iter().chain(self.t_serve.map(|t| ("t_serve", t)));
+        for (key, v) in rates.into_iter().chain(optional) {
             if v.is_nan() || v <= 0.0 {
                 return Err(invalid(
                     key,
@@ -491,6 +517,12 @@ struct RawPlanParams {
     c_nw: Option<Option<f64>>,
     #[serde(default, deserialize_with = "present")]
     c_pcie: Option<Option<f64>>,
+    #[serde(default)]
+    t_serve: Option<f64>,
+    #[serde(default)]
+    jobs: Option<u32>,
+    #[serde(default)]
+    cores: Option<u32>,
 }
 
 /// A key that is present deserialises to `Some(value or None for null)`; `#[serde(default)]`
@@ -563,6 +595,9 @@ impl RawPlanParams {
             nodes: need(text, "nodes", self.nodes)?,
             c_nw: need(text, "c_nw", self.c_nw)?,
             c_pcie: need(text, "c_pcie", self.c_pcie)?,
+            t_serve: self.t_serve.filter(|t| *t != f64::INFINITY),
+            jobs: self.jobs.unwrap_or(1).max(1),
+            cores: self.cores.unwrap_or(1).max(1),
         };
         params.validate_in(text)?;
         Ok(params)
@@ -635,6 +670,9 @@ mod tests {
             nodes: 1,
             c_nw: 0.0,
             c_pcie: 0.0,
+            t_serve: None,
+            jobs: 1,
+            cores: 1,
         }
     }
 

@@ -1,0 +1,89 @@
+//! The cache planner: how to split the cache's memory among the three forms (encoded, decoded,
+//! augmented), as pure functions of measured inputs ([`PlanParams`]). It reads no clock and
+//! measures nothing; `calibrate` and the producer's live re-plan build the inputs.
+//!
+//! Two models evaluate a split:
+//!
+//! - [`Model::Seneca`] ([`seneca`]): the paper's Eqs. 1-9 exactly (generalised sizes), as
+//!   `prepfs plan --model seneca`; the anchor we reproduce.
+//! - [`Model::Prepfs`] ([`prepfs`]): the default, behind `split: auto` and `prepfs plan`. It
+//!   differs from Seneca's where Seneca's does not predict what the mount measures:
+//!   1. **Times add up, rates do not.** Seneca's Eq. 9 averages the paths' rates weighted by
+//!      their sample counts, so a sliver of "free" hits at memory speed dominates the mean. Here
+//!      each sample costs CPU time on the machine's cores (serving it, plus its path's decode
+//!      or augment work); the times add up over the paths and the rate is their reciprocal (a
+//!      harmonic combination), then bounded by storage, links and the consumer.
+//!   2. **A use-once output costs its refill.** Seneca rates an augmented hit at memory-copy
+//!      speed; but the output is used once and replaced by a fresh augmentation from the same
+//!      CPUs. So an augmented hit costs the work of its refill (an augment when the sample's
+//!      pixels are also held, else a decode and augment, plus a storage read when nothing else
+//!      holds it) divided among the jobs that share each output. It is free only when spare
+//!      CPU pays for it: when storage or the consumer bounds the rate below what the CPUs could
+//!      do, which the `min` over the bounds gives.
+//!   3. **Memory left over flows on.** Once a form holds every sample, the rest of its share
+//!      goes to the next form in the fill order (augmented, decoded, encoded), so a cache larger
+//!      than the set holds it in every form it can, not 0-0-100 with memory idle.
+//!   4. **The inputs are the mount's.** The rate it serves a cached output at (`t_serve`: FUSE
+//!      round trips and the readers' work, not a memory copy), the decode+augment and augment
+//!      rates on all its cores counted once (`t_da`, `t_a`), the storage rate or `read_limit`,
+//!      and the consumers' rate (`t_gpu`, given or left unbounded).
+//!
+//! Both models share the search ([`best_split`]-style, all 5151 splits at 1% steps) and the
+//! parameter file.
+
+mod prepfs;
+mod seneca;
+
+pub use prepfs::{budgets, DEFAULT_SERVE_PER_CORE};
+pub use seneca::{
+    best_split, evaluate, load_params, parse_params, plan_json, Evaluation, Line, PlanError, PlanParams, Split,
+};
+
+use std::str::FromStr;
+
+/// Which model evaluates a split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Model {
+    /// The paper's Eqs. 1-9.
+    Seneca,
+    /// prepfs's own (see the module documentation): the default.
+    #[default]
+    Prepfs,
+}
+
+impl FromStr for Model {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Model, String> {
+        match s {
+            "seneca" => Ok(Model::Seneca),
+            "prepfs" => Ok(Model::Prepfs),
+            other => Err(format!("unknown model `{other}`: use prepfs (the default) or seneca")),
+        }
+    }
+}
+
+impl Model {
+    /// Evaluates `split` under this model.
+    pub fn evaluate(self, params: &PlanParams, split: Split) -> Evaluation {
+        match self {
+            Model::Seneca => seneca::evaluate(params, split),
+            Model::Prepfs => prepfs::evaluate(params, split),
+        }
+    }
+
+    /// The best split under this model and its evaluation.
+    pub fn best_split(self, params: &PlanParams) -> (Split, Evaluation) {
+        match self {
+            Model::Seneca => seneca::best_split(params),
+            Model::Prepfs => seneca::best_split_by(params, prepfs::evaluate),
+        }
+    }
+
+    /// What `prepfs plan` prints under this model.
+    pub fn plan_json(self, params: &PlanParams, split: Option<Split>) -> serde_json::Value {
+        match self {
+            Model::Seneca => seneca::plan_json(params, split),
+            Model::Prepfs => seneca::plan_json_by(params, split, prepfs::evaluate),
+        }
+    }
+}
