@@ -135,7 +135,8 @@ pub struct FormStore<V> {
     entries: AtomicU64,
     hits: AtomicU64,
     misses: AtomicU64,
-    policy: EvictionPolicy,
+    /// Whether a full store evicts its least recently used entry to admit (else it keeps).
+    lru: std::sync::atomic::AtomicBool,
 }
 
 impl<V: Clone + Weighed> FormStore<V> {
@@ -149,7 +150,7 @@ impl<V: Clone + Weighed> FormStore<V> {
             entries: AtomicU64::new(0),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
-            policy,
+            lru: std::sync::atomic::AtomicBool::new(policy == EvictionPolicy::Lru),
             status: None,
         }
     }
@@ -245,7 +246,7 @@ impl<V: Clone + Weighed> FormStore<V> {
             return false;
         }
         while !self.reserve(bytes) {
-            if self.policy != EvictionPolicy::Lru {
+            if !self.lru.load(Ordering::Relaxed) {
                 return false;
             }
             match shard.pop_lru() {
@@ -316,6 +317,11 @@ impl<V: Clone + Weighed> FormStore<V> {
             }
         }
         dropped
+    }
+
+    /// Switches eviction: LRU (`true`) or keep.
+    pub fn set_lru(&self, lru: bool) {
+        self.lru.store(lru, Ordering::Relaxed);
     }
 
     /// Changes the budget (a new split); entries over a smaller budget stay until taken.
@@ -471,6 +477,12 @@ impl SampleCache {
         self.decoded.set_budget(scale(budgets[1]));
         self.augmented.set_budget(scale(budgets[2]));
         *self.split.lock().unwrap_or_else(|p| p.into_inner()) = split;
+    }
+
+    /// Switches the encoded and decoded stores' eviction (augmented outputs are never evicted).
+    pub fn set_lru(&self, lru: bool) {
+        self.encoded.set_lru(lru);
+        self.decoded.set_lru(lru);
     }
 
     /// The cache's memory, bytes.

@@ -365,6 +365,10 @@ pub enum EvictionPolicy {
     Keep,
     /// Evict the least recently used entry to admit a new one.
     Lru,
+    /// Keep with one job (or none), LRU while several jobs share the cache: with opportunistic
+    /// sampling, what one job's miss admitted is what the others are served next, so eviction
+    /// then follows use instead of thrashing.
+    Auto,
 }
 
 /// The sample cache's settings.
@@ -388,7 +392,7 @@ impl Default for CacheConfig {
         CacheConfig {
             memory: 0,
             split: SplitChoice::Auto,
-            policy: EvictionPolicy::Keep,
+            policy: EvictionPolicy::Auto,
             refill: true,
             consumer_samples_per_s: None,
             disk: None,
@@ -523,7 +527,8 @@ fn cache_config(text: &str, raw: Option<RawCache>, source: &Path, mountpoint: &P
         cache.policy = match policy.as_str() {
             "keep" => EvictionPolicy::Keep,
             "lru" => EvictionPolicy::Lru,
-            other => return Err(ConfigError::at(text, "policy", format!("`{other}`: use keep or lru"))),
+            "auto" => EvictionPolicy::Auto,
+            other => return Err(ConfigError::at(text, "policy", format!("`{other}`: use auto, keep or lru"))),
         };
     }
     if let Some(refill) = raw.refill {
@@ -845,6 +850,17 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("normalize"), "{err}");
+    }
+
+    #[test]
+    fn the_default_cache_is_on_with_a_quarter_of_available_memory_and_auto_settings() {
+        let c = parse("").expect("valid");
+        assert!(c.cache.memory > 0, "a cache by default");
+        assert_eq!(c.cache.memory, auto_cache_memory());
+        assert_eq!((c.cache.split, c.cache.policy), (SplitChoice::Auto, EvictionPolicy::Auto));
+        assert_eq!(parse("cache: { memory: auto }\n").expect("valid").cache.memory, auto_cache_memory());
+        assert_eq!(parse("cache: { memory: 0 }\n").expect("valid").cache.memory, 0, "0 turns it off");
+        assert_eq!(parse("cache: { policy: auto }\n").expect("valid").cache.policy, EvictionPolicy::Auto);
     }
 
     #[test]

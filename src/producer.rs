@@ -744,9 +744,13 @@ impl SampleProducer {
         true
     }
 
-    /// Sets how many jobs are active (they share each augmented output).
+    /// Sets how many jobs are active (they share each augmented output); under `policy: auto`
+    /// the cache evicts by LRU while more than one is.
     pub fn set_jobs_sharing(&self, jobs: usize) {
         self.jobs_sharing.store(jobs.max(1) as u32, Ordering::Relaxed);
+        if self.config.cache.policy == crate::config::EvictionPolicy::Auto {
+            self.cache.set_lru(jobs > 1);
+        }
     }
 
     /// One step of the serving-rate probe (called about once a second); the rate found so far.
@@ -799,6 +803,9 @@ impl SampleProducer {
             "budgets": budgets,
             "predicted_samples_per_s": evaluation.samples_per_s,
             "seneca_predicted_samples_per_s": crate::planner::Model::Seneca.evaluate(&params, split).samples_per_s,
+            // A first pass, with nothing cached yet: every sample a miss.
+            "predicted_cold_samples_per_s":
+                Model::Prepfs.evaluate(&crate::planner::PlanParams { s_cache: 0.0, ..params.clone() }, split).samples_per_s,
             "inputs": params,
             "from": from,
             "samples_timed": timed,

@@ -222,6 +222,16 @@ mod tests {
     }
 
     #[test]
+    fn the_seneca_model_prints_exactly_what_plan_printed_before() {
+        let p = crate::planner::load_params(concat!(env!("CARGO_MANIFEST_DIR"), "/mount-configs/plan-example.yaml")).expect("example");
+        let split = Some(split("20-30-50"));
+        assert_eq!(Model::Seneca.plan_json(&p, split), crate::planner::plan_json(&p, split));
+        assert_ne!(Model::Prepfs.plan_json(&p, split), Model::Seneca.plan_json(&p, split));
+        assert_eq!("seneca".parse::<Model>(), Ok(Model::Seneca));
+        assert!("magic".parse::<Model>().is_err());
+    }
+
+    #[test]
     fn the_best_split_holds_what_the_cpus_need_most() {
         // A cache for half the set decoded: the best is to hold pixels, not use-once outputs.
         let p = PlanParams { s_cache: 500.0 * 500.0, ..base() };

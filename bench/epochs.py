@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Back-to-back epochs through prepfs's augmented/ view, with the plan's prediction beside each
+measurement (the cache-pays-off issue's table).
+
+For each cache setting: mount, read every file of augmented/ with 2 parallel reader processes
+(epoch 1), then at once again (epoch 2, no pause for the refill), and record each epoch's
+samples/s, the source bytes it read, and the plan's predicted_samples_per_s in force at its end.
+
+Usage: bench/epochs.py --prepfs target/release/prepfs --gen target/release/examples/make_dataset
+                       [--classes 30 --per-class 100] [--out bench/results/DATE-epochs]
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from multiprocessing import Pool
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def read_file(path):
+    with open(path, "rb") as f:
+        return len(f.read())
+
+
+def epoch(files, seed):
+    order = list(files)
+    random.Random(seed).shuffle(order)
+    started = time.time()
+    with Pool(2) as pool:
+        n = sum(1 for _ in pool.imap_unordered(read_file, order, chunksize=4))
+    return n / (time.time() - started)
+
+
+def stats(mnt):
+    with open(os.path.join(mnt, ".prepfs", "stats.json")) as f:
+        return json.load(f)
+
+
+def run(prepfs, source, workdir, name, yaml):
+    mnt = os.path.join(workdir, "mnt-" + name)
+    cfg = os.path.join(workdir, name + ".yaml")
+    with open(cfg, "w") as f:
+        f.write(yaml)
+    log = open(os.path.join(workdir, name + ".log"), "w")
+    proc = subprocess.Popen([prepfs, "mount", cfg, "--source", source, "--mountpoint", mnt], stderr=log)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                stats(mnt)
+                break
+            except OSError:
+                time.sleep(0.05)
+        root = os.path.join(mnt, "augmented")
+        files = sorted(os.path.join(root, c, n) for c in os.listdir(root) for n in os.listdir(os.path.join(root, c)))
+        row = {"config": name, "yaml": yaml.strip(), "samples": len(files)}
+        before = stats(mnt)["source_bytes_read"]
+        for e in (1, 2):
+            rate = epoch(files, e)
+            st = stats(mnt)
+            row[f"epoch{e}_samples_per_s"] = rate
+            plan = st.get("plan") or {}
+            # Epoch 1 starts cold: its prediction is the plan's for an empty cache.
+            row[f"epoch{e}_predicted"] = plan.get("predicted_cold_samples_per_s" if e == 1 else "predicted_samples_per_s")
+            row[f"epoch{e}_source_mb"] = (st["source_bytes_read"] - before) / 1e6
+            before = st["source_bytes_read"]
+            row["split"] = (st.get("plan") or {}).get("split")
+        row["epoch2_over_epoch1"] = row["epoch2_samples_per_s"] / row["epoch1_samples_per_s"]
+        for e in (1, 2):
+            pred = row[f"epoch{e}_predicted"]
+            row[f"epoch{e}_error"] = None if not pred else pred / row[f"epoch{e}_samples_per_s"] - 1
+        return row
+    finally:
+        subprocess.run(["fusermount3", "-u", mnt], stderr=subprocess.DEVNULL)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            subprocess.run(["fusermount3", "-u", "-z", mnt], stderr=subprocess.DEVNULL)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--prepfs", required=True)
+    ap.add_argument("--gen", required=True)
+    ap.add_argument("--classes", type=int, default=30)
+    ap.add_argument("--per-class", type=int, default=100)
+    ap.add_argument("--out", default=os.path.join(HERE, "results", time.strftime("%Y-%m-%d") + "-epochs"))
+    args = ap.parse_args()
+    workdir = tempfile.mkdtemp(prefix="prepfs-epochs-")
+    try:
+        source = os.path.join(workdir, "source")
+        subprocess.run([args.gen, "--out", source, "--classes", str(args.classes), "--per-class",
+                        str(args.per_class), "--quiet"], check=True)
+        set_bytes = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(source) for f in fs)
+        shipped = open(os.path.join(HERE, "..", "mount-configs", "imagenet.yaml")).read()
+        quarter = max(1 << 20, set_bytes // 4)
+        configs = [
+            ("shipped", shipped),
+            ("whole-auto", "cache: { memory: 6GiB, split: auto }\n"),
+            ("whole-100-0-0", "cache: { memory: 6GiB, split: 100-0-0 }\n"),
+            ("whole-0-100-0", "cache: { memory: 6GiB, split: 0-100-0 }\n"),
+            ("whole-0-0-100", "cache: { memory: 6GiB, split: 0-0-100 }\n"),
+            ("quarter-10MBps", f"source: {{ path: /unused, read_limit: 10MB/s }}\ncache: {{ memory: {quarter}, split: auto }}\n"),
+        ]
+        rows = []
+        for name, yaml in configs:
+            row = run(args.prepfs, source, workdir, name, yaml)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        os.makedirs(os.path.dirname(args.out), exist_ok=True)
+        with open(args.out + ".json", "w") as f:
+            json.dump({"set_bytes": set_bytes, "rows": rows}, f, indent=1)
+        lines = [f"Back-to-back epochs, 2 reader processes over augmented/, {rows[0]['samples']} samples "
+                 f"({set_bytes / 1e6:.0f} MB). Predictions: the plan in force at the epoch's end, for an empty cache (epoch 1) and for the cache as planned (epoch 2).",
+                 "", "| config | split | epoch 1 /s | predicted | epoch 2 /s | predicted | e2/e1 | source MB e1, e2 |",
+                 "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+        for r in rows:
+            fmt = lambda v: "-" if v is None else f"{v:,.0f}"
+            lines.append(f"| {r['config']} | {r['split']} | {fmt(r['epoch1_samples_per_s'])} | {fmt(r['epoch1_predicted'])} "
+                         f"| {fmt(r['epoch2_samples_per_s'])} | {fmt(r['epoch2_predicted'])} | {r['epoch2_over_epoch1']:.2f}x "
+                         f"| {r['epoch1_source_mb']:.0f}, {r['epoch2_source_mb']:.0f} |")
+        with open(args.out + ".md", "w") as f:
+            f.write("\n".join(lines) + "\n")
+        print("\n".join(lines))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
