@@ -75,6 +75,7 @@ def run(prepfs, source, workdir, name, yaml):
         for e in (1, 2):
             pred = row[f"epoch{e}_predicted"]
             row[f"epoch{e}_error"] = None if not pred else pred / row[f"epoch{e}_samples_per_s"] - 1
+        row["work_ms"] = {k: v for k, v in st.get("work", {}).items() if k.endswith("_ms_mean")}
         return row
     finally:
         subprocess.run(["fusermount3", "-u", mnt], stderr=subprocess.DEVNULL)
@@ -102,6 +103,7 @@ def main():
         shipped = open(os.path.join(HERE, "..", "mount-configs", "imagenet.yaml")).read()
         quarter = max(1 << 20, set_bytes // 4)
         configs = [
+            ("no-cache", "cache: { memory: 0 }\n"),
             ("shipped", shipped),
             ("whole-auto", "cache: { memory: 6GiB, split: auto }\n"),
             ("whole-100-0-0", "cache: { memory: 6GiB, split: 100-0-0 }\n"),

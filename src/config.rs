@@ -176,16 +176,7 @@ fn jobs_config(text: &str, raw: Option<RawJobs>) -> Result<JobsConfig, ConfigErr
         jobs.max = max;
     }
     if let Some(idle) = raw.idle_timeout {
-        let secs = match &idle {
-            Value::Number(n) => n.as_f64().ok_or_else(|| "must be a duration".to_string()),
-            Value::String(s) => parse_duration(s),
-            _ => Err("must be a duration like 90s, 10m or 1h".to_string()),
-        }
-        .map_err(|e| ConfigError::at(text, "idle_timeout", e))?;
-        if !(secs > 0.0 && secs.is_finite()) {
-            return Err(ConfigError::at(text, "idle_timeout", "must be positive"));
-        }
-        jobs.idle_timeout_s = secs;
+        jobs.idle_timeout_s = duration_value(text, "idle_timeout", &idle)?;
     }
     if let Some(window) = raw.prefetch_window {
         if window > 1024 {
@@ -202,6 +193,20 @@ fn jobs_config(text: &str, raw: Option<RawJobs>) -> Result<JobsConfig, ConfigErr
         None => (jobs.max / 4).max(1),
     };
     Ok(jobs)
+}
+
+/// A positive duration in seconds from a YAML value: a number of seconds, or text with a unit.
+fn duration_value(text: &str, key: &str, value: &Value) -> Result<f64, ConfigError> {
+    let secs = match value {
+        Value::Number(n) => n.as_f64().ok_or_else(|| "must be a duration".to_string()),
+        Value::String(s) => parse_duration(s),
+        _ => Err("must be a duration like 90s, 10m or 1h".to_string()),
+    }
+    .map_err(|e| ConfigError::at(text, key, e))?;
+    if !(secs > 0.0 && secs.is_finite()) {
+        return Err(ConfigError::at(text, key, "must be positive"));
+    }
+    Ok(secs)
 }
 
 /// Parses a duration: seconds as a number, or with a unit (ms, s, m, h).
@@ -287,18 +292,7 @@ fn source_value(text: &str, value: Value) -> Result<(PathBuf, Option<u64>, Sourc
                             return Err(ConfigError::at(text, "max_file_size", "must be positive"));
                         }
                     }
-                    (Some("timeout"), v) => {
-                        let secs = match &v {
-                            Value::Number(n) => n.as_f64().ok_or_else(|| "must be a duration".to_string()),
-                            Value::String(s) => parse_duration(s),
-                            _ => Err("must be a duration like 30s".to_string()),
-                        }
-                        .map_err(|e| ConfigError::at(text, "timeout", e))?;
-                        if !(secs > 0.0 && secs.is_finite()) {
-                            return Err(ConfigError::at(text, "timeout", "must be positive"));
-                        }
-                        limits.timeout_s = secs;
-                    }
+                    (Some("timeout"), v) => limits.timeout_s = duration_value(text, "timeout", &v)?,
                     (Some(other), _) => {
                         return Err(ConfigError::at(
                             text,

@@ -128,29 +128,11 @@ mod tests {
     use super::*;
     use crate::planner::Model;
 
-    /// 1000 samples of 100 B encoded, 500 B decoded, 250 B augmented; serving 4,000/s, decode and
-    /// augment 1,000/s, augment 5,000/s (the machine's cores together); storage 10,000 samples/s.
+    /// Seneca's tests' set (1000 samples of 100 B encoded, 500 B decoded, 250 B augmented;
+    /// decode and augment 1,000/s, augment 5,000/s; storage 10,000 samples/s), served at
+    /// 4,000/s.
     fn base() -> PlanParams {
-        PlanParams {
-            n_total: 1000,
-            s_data: 100.0,
-            s_decoded: 500.0,
-            s_augmented: 250.0,
-            s_cache: 0.0,
-            b_cache: 1e9,
-            b_nic: f64::INFINITY,
-            b_pcie: f64::INFINITY,
-            b_storage: 1e6,
-            t_gpu: None,
-            t_da: 1000.0,
-            t_a: 5000.0,
-            nodes: 1,
-            c_nw: 0.0,
-            c_pcie: 0.0,
-            t_serve: Some(4000.0),
-            jobs: 1,
-            cores: 2,
-        }
+        PlanParams { t_serve: Some(4000.0), cores: 2, ..crate::planner::seneca::tests::base() }
     }
 
     fn split(s: &str) -> Split {

@@ -647,13 +647,13 @@ fn line_of_key(text: &str, key: &str) -> Option<usize> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A small dataset with round numbers; every limit is far away unless a test brings it in.
     /// Rates: cache 1e9 B/s gives 4e6/s augmented, 2e6/s decoded, 1e7/s encoded; storage
     /// 1e6 B/s gives 1e4/s; CPU 1,000/s decode+augment, 5,000/s augment.
-    fn base() -> PlanParams {
+    pub(crate) fn base() -> PlanParams {
         PlanParams {
             n_total: 1000,
             s_data: 100.0,
