@@ -906,7 +906,7 @@ impl Filesystem {
                 Ok(out) => out,
                 Err(e) => {
                     // A sample that cannot be served counts as the job's (its epoch can end).
-                    job.mark_served(choice.sample);
+                    job.mark_served(choice.sample, choice.claimed);
                     drop(served);
                     if !choice.substituted || retried {
                         return Err(e);
@@ -959,7 +959,7 @@ impl Filesystem {
             HandleData::Bytes { bytes, form, served } => {
                 if let Some(s) = served {
                     if !s.read.swap(true, Ordering::Relaxed) {
-                        s.job.mark_served(s.sample);
+                        s.job.mark_served(s.sample, s.claimed);
                         s.job.touch(self.jobs.now_ms());
                     }
                 }

@@ -399,10 +399,14 @@ impl Job {
     }
 
     /// Marks `sample` served to this job (its bytes were first read). Returns whether it was new
-    /// this epoch. The epoch ends when every sample has been served.
-    pub fn mark_served(&self, sample: FileId) -> bool {
+    /// this epoch. The epoch ends when every sample has been served. `holds_claim`: the reading
+    /// handle is the one that claimed the sample; only its read releases the claim (a handle
+    /// sharing the sample unclaimed must not free it while the claimant is still open).
+    pub fn mark_served(&self, sample: FileId, holds_claim: bool) -> bool {
         let _state = self.lock();
-        self.claimed.clear(sample);
+        if holds_claim {
+            self.claimed.clear(sample);
+        }
         let new = self.epoch.mark(sample);
         if new {
             self.counters.served.fetch_add(1, Ordering::Relaxed);
@@ -775,7 +779,7 @@ mod tests {
                 let rank = |c: FileId| u8::from(cached.contains(&c)) * 2;
                 let choice = job.choose(s, dir, rank, 2, Jobs::scan_start(dir.len()), true);
                 assert!(choice.claimed);
-                job.mark_served(choice.sample);
+                job.mark_served(choice.sample, true);
                 choice.sample
             })
             .collect()
@@ -811,7 +815,7 @@ mod tests {
         let b = job.choose(0, &dir, none, 2, 0, true);
         assert_ne!(b.sample, a.sample);
         job.unclaim(b.sample);
-        job.mark_served(a.sample);
+        job.mark_served(a.sample, true);
         // The requested sample was served: the next open of it is served an unseen one.
         let c = job.choose(0, &dir, none, 2, 0, true);
         assert!(c.substituted && c.sample != 0);
@@ -826,7 +830,7 @@ mod tests {
         let none = |_c: FileId| 0u8;
         for s in [0, 1] {
             let c = job.choose(s, &d0, none, 2, 0, true);
-            job.mark_served(c.sample);
+            job.mark_served(c.sample, true);
         }
         assert_eq!(job.epoch(), 1, "two of four samples served");
         let c = job.choose(0, &d0, none, 2, 0, true);
@@ -843,7 +847,7 @@ mod tests {
         for s in (0..10).rev() {
             let c = job.choose(s, &dir, all, 3, 0, false);
             assert_eq!(c.sample, s);
-            job.mark_served(c.sample);
+            job.mark_served(c.sample, true);
         }
         assert_eq!(job.epoch(), 2);
         assert_eq!(&*job.listing_order(0, &dir, all, false), &dir[..]);
@@ -861,7 +865,7 @@ mod tests {
         assert_eq!(first.iter().copied().collect::<HashSet<_>>().len(), 100);
         assert_eq!(job.listing_order(0, &dir, cached, true), first, "same epoch, same order");
         for &s in first.iter() {
-            job.mark_served(s);
+            job.mark_served(s, true);
         }
         assert_eq!(job.epoch(), 2);
         assert_ne!(job.listing_order(0, &dir, cached, true), first, "a new epoch reshuffles");
@@ -883,7 +887,7 @@ mod tests {
         let more = job.prefetch_candidates(3, order[1], 4, none_cached);
         assert_eq!(more, order[5..9]);
         // Cached or seen samples are skipped.
-        job.mark_served(order[9]);
+        job.mark_served(order[9], true);
         let skip = job.prefetch_candidates(3, order[2], 2, |c| c == order[10]);
         assert_eq!(skip, order[11..13]);
         assert!(job.prefetch_candidates(4, 0, 4, none_cached).is_empty(), "no listing of dir 4");

@@ -295,7 +295,7 @@ fn two_handles_of_one_job_opening_at_once_never_hold_the_same_sample_and_each_re
                         thread::yield_now();
                         held.lock().expect("held").remove(&choice.sample);
                         if read {
-                            assert!(job.mark_served(choice.sample), "sample {} was served twice in an epoch", choice.sample);
+                            assert!(job.mark_served(choice.sample, true), "sample {} was served twice in an epoch", choice.sample);
                         } else {
                             job.unclaim(choice.sample);
                         }
