@@ -4,7 +4,7 @@ CARGO ?= cargo
 PYTHON ?= python3
 QUICK ?=
 
-.PHONY: all build deps demo test bench clean
+.PHONY: all build deps demo test bench fuzz clean
 
 all: build
 
@@ -29,6 +29,26 @@ test: deps
 # Side-by-side benchmark against the data loaders users would pick instead (QUICK=1: short).
 bench: build
 	@QUICK=$(QUICK) bench/run.sh
+
+# cargo-fuzz targets (fuzz/README.md), each for FUZZ_RUNS inputs starting from its committed
+# seeds (fuzz/seeds/T); the corpus it grows goes to fuzz/corpus/T (not committed). Fails if any
+# target crashes (or fails to build); a crashing input is saved under fuzz/artifacts/T.
+FUZZ_RUNS ?= 20000
+FUZZ_MAX_LEN ?= 65536
+FUZZ_TARGETS ?= jpeg_probe_decode config_parse disk_entry
+
+fuzz: deps
+	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
+	@rustup run nightly rustc --version >/dev/null 2>&1 || rustup toolchain install nightly --profile minimal
+	$(CARGO) +nightly fuzz build
+	@failed=""; for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(CURDIR)/fuzz/corpus/$$t; \
+	  echo "== fuzz $$t: $(FUZZ_RUNS) runs"; \
+	  $(CARGO) +nightly fuzz run $$t $(CURDIR)/fuzz/corpus/$$t $(CURDIR)/fuzz/seeds/$$t -- \
+	    -runs=$(FUZZ_RUNS) -max_len=$(FUZZ_MAX_LEN) -print_final_stats=1 || failed="$$failed $$t"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "fuzz: crashes in:$$failed (inputs under fuzz/artifacts/)"; exit 1; fi; \
+	echo "fuzz: $(FUZZ_TARGETS): no crashes in $(FUZZ_RUNS) runs each"
 
 clean:
 	$(CARGO) clean
