@@ -20,10 +20,13 @@ build: deps
 demo: build
 	@scripts/demo.sh
 
-# Unit tests, mounted end-to-end tests, the benchmark harness's own self-test.
+# Unit tests, mounted end-to-end tests, the shuttle model checks of the cache's and sampling's
+# concurrency (tests/shuttle.rs, a build with `--features shuttle`), the benchmark harness's own
+# self-test.
 test: deps
 	$(CARGO) build --examples
 	$(CARGO) test --all-targets
+	$(CARGO) test --features shuttle --test shuttle
 	$(PYTHON) bench/test_harness.py
 
 # Side-by-side benchmark against the data loaders users would pick instead (QUICK=1: short).
