@@ -4,7 +4,7 @@ CARGO ?= cargo
 PYTHON ?= python3
 QUICK ?=
 
-.PHONY: all build deps demo test bench fuzz clean
+.PHONY: all build deps demo test bench bench-epochs bench-jobs fuzz clean
 
 all: build
 
@@ -28,6 +28,14 @@ test: deps
 	$(CARGO) test --all-targets
 	$(CARGO) test --features shuttle --test shuttle
 	$(PYTHON) bench/test_harness.py
+
+# Back-to-back epochs with the plan's predictions beside them (bench/results/<date>-epochs.md),
+# and 3 concurrent jobs with the defaults against jobs decoding JPEGs themselves.
+bench-epochs: build
+	$(PYTHON) bench/epochs.py --prepfs target/release/prepfs --gen target/release/examples/make_dataset
+
+bench-jobs: build
+	$(PYTHON) bench/jobs.py --prepfs target/release/prepfs --gen target/release/examples/make_dataset
 
 # Side-by-side benchmark against the data loaders users would pick instead (QUICK=1: short).
 bench: build

@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Three training jobs at once, 2 epochs each, with prepfs's defaults (no policy, no consumer
+rate given) and a cache of 20% of the set's bytes, against three jobs that decode the JPEGs
+themselves (PIL: open, convert to RGB, a RandomResizedCrop-like crop and resize to 224, a flip),
+as the cache-pays-off issue asks: with storage limited to 10 MB/s and with local storage.
+
+A job is one process, as an unmodified ImageFolder loop with one worker: it lists its view
+sorted (class = directory), shuffles the indices each epoch, and opens and decodes every file
+once per epoch. prepfs jobs read `jobs/<job>/augmented` (PPM through PIL); the peers read the
+source (local) or a prepfs mount's `encoded/` with no cache and the read limit (limited).
+
+Usage: bench/jobs.py --prepfs target/release/prepfs --gen target/release/examples/make_dataset
+                     [--classes 30 --per-class 40] [--out bench/results/DATE-jobs]
+Prints and writes per setting: makespan of each system, prepfs's hit rate and decodes per
+sample served.
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from multiprocessing import Process
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def job(root, decode_jpeg, seed, epochs):
+    from PIL import Image
+    classes = sorted(os.listdir(root))
+    items = [(os.path.join(root, c, n), i) for i, c in enumerate(classes) for n in sorted(os.listdir(os.path.join(root, c)))
+             if n.lower().endswith((".jpg", ".jpeg", ".ppm"))]
+    rng = random.Random(seed)
+    for _ in range(epochs):
+        order = list(range(len(items)))
+        rng.shuffle(order)
+        for k in order:
+            path, _label = items[k]
+            with Image.open(path) as im:
+                im = im.convert("RGB")
+                if decode_jpeg:
+                    w, h = im.size
+                    area = w * h * rng.uniform(0.08, 1.0)
+                    cw = min(w, int(area ** 0.5))
+                    ch = min(h, int(area ** 0.5))
+                    x, y = rng.randint(0, w - cw), rng.randint(0, h - ch)
+                    im = im.crop((x, y, x + cw, y + ch)).resize((224, 224), Image.BILINEAR)
+                    if rng.random() < 0.5:
+                        im = im.transpose(Image.FLIP_LEFT_RIGHT)
+                im.tobytes()
+
+
+def makespan(roots, decode_jpeg, epochs=2):
+    started = time.time()
+    procs = [Process(target=job, args=(root, decode_jpeg, 100 + i, epochs)) for i, root in enumerate(roots)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+        if p.exitcode != 0:
+            raise RuntimeError(f"a job failed ({p.exitcode})")
+    return time.time() - started
+
+
+class Mount:
+    def __init__(self, prepfs, source, workdir, name, yaml):
+        self.mnt = os.path.join(workdir, "mnt-" + name)
+        cfg = os.path.join(workdir, name + ".yaml")
+        with open(cfg, "w") as f:
+            f.write(yaml)
+        self.log = open(os.path.join(workdir, name + ".log"), "w")
+        self.proc = subprocess.Popen([prepfs, "mount", cfg, "--source", source, "--mountpoint", self.mnt], stderr=self.log)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                self.stats()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("prepfs did not come up")
+
+    def stats(self):
+        with open(os.path.join(self.mnt, ".prepfs", "stats.json")) as f:
+            return json.load(f)
+
+    def close(self):
+        subprocess.run(["fusermount3", "-u", self.mnt], stderr=subprocess.DEVNULL)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            subprocess.run(["fusermount3", "-u", "-z", self.mnt], stderr=subprocess.DEVNULL)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--prepfs", required=True)
+    ap.add_argument("--gen", required=True)
+    ap.add_argument("--classes", type=int, default=30)
+    ap.add_argument("--per-class", type=int, default=40)
+    ap.add_argument("--cache-extra", default="", help="more cache settings, e.g. 'split: 0-0-100'")
+    ap.add_argument("--settings", default="limited,local")
+    ap.add_argument("--out", default=os.path.join(HERE, "results", time.strftime("%Y-%m-%d") + "-concurrent-jobs"))
+    args = ap.parse_args()
+    workdir = tempfile.mkdtemp(prefix="prepfs-jobs-")
+    rows = []
+    try:
+        source = os.path.join(workdir, "source")
+        subprocess.run([args.gen, "--out", source, "--classes", str(args.classes), "--per-class", str(args.per_class), "--quiet"], check=True)
+        readme = os.path.join(source, "README.txt")
+        if os.path.exists(readme):
+            os.remove(readme)
+        set_bytes = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(source) for f in fs)
+        cache = max(1 << 20, set_bytes // 5)
+        chosen = args.settings.split(",")
+        for setting, limit in [s for s in (("storage 10 MB/s", "10MB/s"), ("local storage", None)) if ("limited" if s[1] else "local") in chosen]:
+            src_yaml = f"source: {{ path: /unused, read_limit: {limit} }}\n" if limit else ""
+            # The peers: the JPEGs themselves (through a cacheless mount for the read limit).
+            peer_mount = Mount(args.prepfs, source, workdir, "peer", src_yaml + "cache: { memory: 0 }\n") if limit else None
+            try:
+                peer_root = os.path.join(peer_mount.mnt, "encoded") if peer_mount else source
+                peer = makespan([peer_root] * 3, True)
+            finally:
+                if peer_mount:
+                    peer_mount.close()
+            mount = Mount(args.prepfs, source, workdir, "prepfs", src_yaml + f"cache: {{ memory: {cache}{', ' + args.cache_extra if args.cache_extra else ''} }}\n")
+            try:
+                roots = [os.path.join(mount.mnt, "jobs", f"job{i}", "augmented") for i in range(3)]
+                for r in roots:
+                    os.listdir(r)
+                ours = makespan(roots, False)
+                st = mount.stats()
+            finally:
+                mount.close()
+            jobs = st["jobs"]["active"]
+            hits = sum(sum(j["hits"].values()) for j in jobs)
+            misses = sum(j["misses"] for j in jobs)
+            served = sum(j["samples_served"] for j in jobs)
+            row = {
+                "setting": setting,
+                "samples": len([1 for _, _, fs in os.walk(source) for _ in fs]),
+                "cache_bytes": cache,
+                "set_bytes": set_bytes,
+                "peer_makespan_s": peer,
+                "prepfs_makespan_s": ours,
+                "makespan_ratio": ours / peer,
+                "hit_rate": hits / max(1, hits + misses),
+                "decodes": st["decodes"],
+                "samples_served": served,
+                "jobs_per_decode": served / max(1, st["decodes"]),
+                "split": (st.get("plan") or {}).get("split"),
+            }
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        os.makedirs(os.path.dirname(args.out), exist_ok=True)
+        with open(args.out + ".json", "w") as f:
+            json.dump(rows, f, indent=1)
+        lines = ["3 jobs x 2 epochs at once, one process each; prepfs with its defaults and a cache of 20% of the set's bytes.", "",
+                 "| setting | peer makespan s | prepfs makespan s | ratio | hit rate | samples served per decode | split |",
+                 "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+        for r in rows:
+            lines.append(f"| {r['setting']} | {r['peer_makespan_s']:.1f} | {r['prepfs_makespan_s']:.1f} | {r['makespan_ratio']:.2f}x "
+                         f"| {r['hit_rate'] * 100:.0f}% | {r['jobs_per_decode']:.2f} | {r['split']} |")
+        with open(args.out + ".md", "w") as f:
+            f.write("\n".join(lines) + "\n")
+        print("\n".join(lines))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
