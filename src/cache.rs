@@ -187,6 +187,12 @@ impl<V: Clone + Weighed> FormStore<V> {
         found
     }
 
+    /// Looks at the entry for `id` under its shard lock, without counting or touching its LRU
+    /// place.
+    pub fn peek<R>(&self, id: FileId, look: impl FnOnce(&V) -> R) -> Option<R> {
+        self.shard(id).peek(&id).map(look)
+    }
+
     /// Whether `id` is held, without counting.
     pub fn contains(&self, id: FileId) -> bool {
         self.shard(id).contains(&id)
@@ -436,6 +442,11 @@ impl SampleCache {
             status.set_refs(id, entry.used_by.count_ones());
             (Some(Arc::clone(&entry.bytes)), entry.used_by & active == active)
         })
+    }
+
+    /// Whether `id`'s augmented output is one the job (its used-by bit `job`) has not used.
+    pub fn augmented_usable_by(&self, id: FileId, job: u64) -> bool {
+        self.augmented.peek(id, |entry| entry.used_by & job == 0).unwrap_or(false)
     }
 
     /// After a job (bit `job`) retired: forgets its uses and drops the outputs every remaining

@@ -695,7 +695,7 @@ impl Filesystem {
                     catalog.images(d).into()
                 } else {
                     let job = self.job(view.job)?;
-                    let rank = |c: FileId| self.producer.rank(c, view.form);
+                    let rank = |c: FileId| self.producer.rank_for_job(c, view.form, job.bit());
                     job.listing_order(d, catalog.images(d), rank, self.config().jobs.ods)
                 };
                 let ext = self.config().output.extension();
@@ -887,7 +887,7 @@ impl Filesystem {
         }
         let dir = catalog.file_dir(requested);
         let samples = catalog.images(dir);
-        let rank = |c: FileId| if self.producer.known_bad(c) { 0 } else { self.producer.rank(c, view.form) };
+        let rank = |c: FileId| if self.producer.known_bad(c) { 0 } else { self.producer.rank_for_job(c, view.form, job.bit()) };
         self.queue_prefetch(&job, view.form, dir, requested);
         // A substitute that cannot be served is replaced, once, rather than fail the request.
         let mut retried = false;
@@ -1046,6 +1046,24 @@ mod tests {
         drop(fs);
         let io: Arc<dyn SourceIo> = faulty.clone();
         (dir, Filesystem::with_source(config, catalog, io).expect("filesystem"), faulty)
+    }
+
+    #[test]
+    fn an_output_a_job_has_used_ranks_as_no_augmented_hit_for_it_but_does_for_the_others() {
+        let (_dir, fs) = core(2, "cache: { memory: 64MiB, split: 0-0-100, refill: false }\n");
+        let job_ino = |job: &str, name: &str| {
+            let jobs = fs.lookup(ROOT_INO, OsStr::new("jobs"), Caller::ROOT).expect("jobs").ino;
+            let root = fs.lookup(jobs, OsStr::new(job), Caller::ROOT).expect("job").ino;
+            let view = fs.lookup(root, OsStr::new("augmented"), Caller::ROOT).expect("view").ino;
+            let class = fs.lookup(view, OsStr::new("c0"), Caller::ROOT).expect("class").ino;
+            fs.lookup(class, OsStr::new(name), Caller::ROOT).expect("file").ino
+        };
+        job_ino("b", "s000.ppm"); // both jobs active: a miss's output is kept for the other
+        read_file(&fs, job_ino("a", "s000.ppm"));
+        let (a, b) = (fs.jobs().by_name("a").expect("a"), fs.jobs().by_name("b").expect("b"));
+        let served = (0..2).find(|&f| a.has_seen(f)).expect("a was served a sample");
+        assert_eq!(fs.producer.rank_for_job(served, Form::Augmented, b.bit()), 3, "b can take it");
+        assert!(fs.producer.rank_for_job(served, Form::Augmented, a.bit()) < 3, "a used it already");
     }
 
     #[test]

@@ -262,6 +262,18 @@ impl SampleProducer {
         }
     }
 
+    /// [`SampleProducer::rank`] for one job (its used-by bit `job`): an augmented output this job
+    /// has used already (it waits for the other jobs) is no hit for it, so the sample ranks as
+    /// the next form that holds it.
+    pub fn rank_for_job(&self, file: FileId, form: Form, job: u64) -> Rank {
+        let rank = self.rank(file, form);
+        if form == Form::Augmented && rank == 3 && !self.cache.augmented_usable_by(file, job) {
+            let held = self.cache.status.held(file);
+            return if held & HELD_DECODED != 0 { 2 } else if held & HELD_ENCODED != 0 { 1 } else { 0 };
+        }
+        rank
+    }
+
     // ---- source reads -------------------------------------------------------------------------
 
     /// Stats `file` in the source and checks its version against the one last seen: a changed
