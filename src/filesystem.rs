@@ -486,6 +486,21 @@ impl Filesystem {
         prepared
     }
 
+    /// The used-by bits of the active jobs that have not been served `sample` this epoch.
+    fn jobs_needing(&self, sample: FileId) -> u64 {
+        self.jobs.active().iter().filter(|j| !j.has_seen(sample)).fold(0, |m, j| m | j.bit())
+    }
+
+    /// Drops the augmented outputs kept for jobs that have all been served their sample since
+    /// (by another path): they would wait an epoch for a taker, taking room from outputs that
+    /// can be shared now. Outputs no job has used yet stay. Returns how many were dropped.
+    pub fn drop_outputs_no_job_needs(&self) -> u64 {
+        if self.jobs.active().is_empty() {
+            return 0;
+        }
+        self.cache().augmented.retain(|id, entry| entry.used_by == 0 || self.jobs_needing(id) & !entry.used_by != 0)
+    }
+
     /// Retires the jobs idle past `jobs.idle_timeout`; returns how many.
     pub fn retire_idle_jobs(&self) -> usize {
         let idle_ms = (self.config().jobs.idle_timeout_s * 1000.0) as u64;
@@ -896,7 +911,9 @@ impl Filesystem {
             let served = Served { job: Arc::clone(&job), sample: choice.sample, claimed: choice.claimed, read: AtomicBool::new(false), share };
             let produced = match view.form {
                 Form::Augmented => {
-                    let consumer = Consumer::Job { bit: job.bit(), active: self.jobs.active_mask() | job.bit() };
+                    // Shared with the jobs that still need this sample this epoch: an output kept
+                    // for a job that has seen the sample would wait an epoch, clogging the room.
+                    let consumer = Consumer::Job { bit: job.bit(), active: self.jobs_needing(choice.sample) | job.bit() };
                     self.producer.augmented(choice.sample, consumer)
                 }
                 Form::Decoded => self.producer.decoded(choice.sample),
@@ -1064,6 +1081,11 @@ mod tests {
         let served = (0..2).find(|&f| a.has_seen(f)).expect("a was served a sample");
         assert_eq!(fs.producer.rank_for_job(served, Form::Augmented, b.bit()), 3, "b can take it");
         assert!(fs.producer.rank_for_job(served, Form::Augmented, a.bit()) < 3, "a used it already");
+        // Kept for b while b needs the sample; dropped once b was served it another way.
+        assert_eq!(fs.drop_outputs_no_job_needs(), 0);
+        b.mark_served(served, false);
+        assert_eq!(fs.drop_outputs_no_job_needs(), 1);
+        assert_eq!(fs.cache().augmented.entries(), 0);
     }
 
     #[test]

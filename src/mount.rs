@@ -275,12 +275,13 @@ fn start_workers(fs: &Arc<Filesystem>, workers: &mut Workers, notifier: fuser::N
             })?;
         }
     }
-    // Once a second: retire idle jobs, and re-plan the cache split from the rates measured
-    // while serving.
+    // Once a second: retire idle jobs, drop shared outputs no job needs this epoch, and re-plan
+    // the cache split from the rates measured while serving.
     let housekeeping = Arc::clone(fs);
     workers.spawn("prepfs-housekeeping".into(), move |stop| {
         while nap(stop, Duration::from_secs(1)) {
             housekeeping.retire_idle_jobs();
+            housekeeping.drop_outputs_no_job_needs();
             housekeeping.replan();
         }
     })?;
