@@ -20,6 +20,8 @@ import tempfile
 import time
 from multiprocessing import Pool
 
+from jobs import Mount  # mounting a config and unmounting it on every way out
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -37,40 +39,23 @@ def epoch(files, seed):
     return n / (time.time() - started)
 
 
-def stats(mnt):
-    with open(os.path.join(mnt, ".prepfs", "stats.json")) as f:
-        return json.load(f)
-
-
 def run(prepfs, source, workdir, name, yaml):
-    mnt = os.path.join(workdir, "mnt-" + name)
-    cfg = os.path.join(workdir, name + ".yaml")
-    with open(cfg, "w") as f:
-        f.write(yaml)
-    log = open(os.path.join(workdir, name + ".log"), "w")
-    proc = subprocess.Popen([prepfs, "mount", cfg, "--source", source, "--mountpoint", mnt], stderr=log)
+    mount = Mount(prepfs, source, workdir, name, yaml)
     try:
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                stats(mnt)
-                break
-            except OSError:
-                time.sleep(0.05)
-        root = os.path.join(mnt, "augmented")
+        root = os.path.join(mount.mnt, "augmented")
         files = sorted(os.path.join(root, c, n) for c in os.listdir(root) for n in os.listdir(os.path.join(root, c)))
         row = {"config": name, "yaml": yaml.strip(), "samples": len(files)}
-        before = stats(mnt)["source_bytes_read"]
+        before = mount.stats()["source_bytes_read"]
         for e in (1, 2):
             rate = epoch(files, e)
-            st = stats(mnt)
+            st = mount.stats()
             row[f"epoch{e}_samples_per_s"] = rate
             plan = st.get("plan") or {}
             # Epoch 1 starts cold: its prediction is the plan's for an empty cache.
             row[f"epoch{e}_predicted"] = plan.get("predicted_cold_samples_per_s" if e == 1 else "predicted_samples_per_s")
             row[f"epoch{e}_source_mb"] = (st["source_bytes_read"] - before) / 1e6
             before = st["source_bytes_read"]
-            row["split"] = (st.get("plan") or {}).get("split")
+            row["split"] = plan.get("split")
         row["epoch2_over_epoch1"] = row["epoch2_samples_per_s"] / row["epoch1_samples_per_s"]
         for e in (1, 2):
             pred = row[f"epoch{e}_predicted"]
@@ -78,12 +63,7 @@ def run(prepfs, source, workdir, name, yaml):
         row["work_ms"] = {k: v for k, v in st.get("work", {}).items() if k.endswith("_ms_mean")}
         return row
     finally:
-        subprocess.run(["fusermount3", "-u", mnt], stderr=subprocess.DEVNULL)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            subprocess.run(["fusermount3", "-u", "-z", mnt], stderr=subprocess.DEVNULL)
+        mount.close()
 
 
 def main():

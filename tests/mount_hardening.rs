@@ -108,6 +108,15 @@ fn what_the_source_denies_a_user_no_view_of_the_mount_gives_them() {
     assert!(std::fs::read(mnt.path(".prepfs/stats.json")).is_ok());
 }
 
+/// Makes a one-class id dataset readable by every user (directories 755, files 644).
+fn readable_by_all(source: &Path) {
+    chmod(source, 0o755);
+    chmod(&source.join("c0"), 0o755);
+    for f in walk(source) {
+        chmod(&f, 0o644);
+    }
+}
+
 fn walk(root: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(root).expect("list") {
@@ -125,11 +134,7 @@ fn walk(root: &Path) -> Vec<PathBuf> {
 fn a_user_cannot_take_every_job_slot_or_read_another_users_job() {
     let dir = open_tempdir();
     let (source, _) = make_id_dataset(dir.path(), 1, 3);
-    chmod(&source, 0o755);
-    chmod(&source.join("c0"), 0o755);
-    for f in walk(&source) {
-        chmod(&f, 0o644);
-    }
+    readable_by_all(&source);
     let config = write_config(dir.path(), "allow_other: true\njobs: { max: 4, per_user: 2 }\n");
     let mnt = Mounted::start(dir.path(), &config, &source, LIMIT);
     let stat = |name: &str| as_nobody(&["stat", &mnt.path(&format!("jobs/{name}")).display().to_string()]);
@@ -415,11 +420,7 @@ fn unmount_does_not_wait_on_throttled_reads() {
 fn open_files_past_max_open_bytes_are_refused_and_one_user_gets_half() {
     let dir = open_tempdir();
     let (source, _) = make_id_dataset(dir.path(), 1, 4);
-    chmod(&source, 0o755);
-    chmod(&source.join("c0"), 0o755);
-    for f in walk(&source) {
-        chmod(&f, 0o644);
-    }
+    readable_by_all(&source);
     // 4 MiB: 27 open augmented files (150,543 bytes each), 13 for one user.
     let config = write_config(dir.path(), "allow_other: true\nmax_open_bytes: 4MiB\n");
     let mnt = Mounted::start(dir.path(), &config, &source, LIMIT);
