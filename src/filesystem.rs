@@ -909,7 +909,9 @@ impl Filesystem {
         loop {
             let choice = job.choose(requested, samples, rank, view.form.top_rank(), Jobs::scan_start(samples.len()), self.config().jobs.ods);
             let served = Served { job: Arc::clone(&job), sample: choice.sample, claimed: choice.claimed, read: AtomicBool::new(false), share };
-            let produced = match view.form {
+            // A substitute's source is checked like the requested one's: nothing stale is served.
+            let fresh = if choice.substituted { self.fresh(choice.sample).map(|_| ()) } else { Ok(()) };
+            let produced = fresh.and_then(|()| match view.form {
                 Form::Augmented => {
                     // Shared with the jobs that still need this sample this epoch: an output kept
                     // for a job that has seen the sample would wait an epoch, clogging the room.
@@ -918,7 +920,7 @@ impl Filesystem {
                 }
                 Form::Decoded => self.producer.decoded(choice.sample),
                 Form::Encoded => self.producer.encoded(choice.sample),
-            };
+            });
             let (bytes, origin) = match produced {
                 Ok(out) => out,
                 Err(e) => {
