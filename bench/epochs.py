@@ -20,7 +20,7 @@ import tempfile
 import time
 from multiprocessing import Pool
 
-from jobs import Mount  # mounting a config and unmounting it on every way out
+from jobs import Mount, write_report  # mounting a config (unmounted on every way out); the report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -96,9 +96,6 @@ def main():
             row = run(args.prepfs, source, workdir, name, yaml)
             rows.append(row)
             print(json.dumps(row), flush=True)
-        os.makedirs(os.path.dirname(args.out), exist_ok=True)
-        with open(args.out + ".json", "w") as f:
-            json.dump({"set_bytes": set_bytes, "rows": rows}, f, indent=1)
         lines = [f"Back-to-back epochs, 2 reader processes over augmented/, {rows[0]['samples']} samples "
                  f"({set_bytes / 1e6:.0f} MB). Predictions: the plan in force at the epoch's end, for an empty cache (epoch 1) and for the cache as planned (epoch 2).",
                  "", "| config | split | epoch 1 /s | predicted | epoch 2 /s | predicted | e2/e1 | source MB e1, e2 |",
@@ -108,9 +105,7 @@ def main():
             lines.append(f"| {r['config']} | {r['split']} | {fmt(r['epoch1_samples_per_s'])} | {fmt(r['epoch1_predicted'])} "
                          f"| {fmt(r['epoch2_samples_per_s'])} | {fmt(r['epoch2_predicted'])} | {r['epoch2_over_epoch1']:.2f}x "
                          f"| {r['epoch1_source_mb']:.0f}, {r['epoch2_source_mb']:.0f} |")
-        with open(args.out + ".md", "w") as f:
-            f.write("\n".join(lines) + "\n")
-        print("\n".join(lines))
+        write_report(args.out, {"set_bytes": set_bytes, "rows": rows}, lines)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

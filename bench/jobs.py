@@ -95,6 +95,16 @@ class Mount:
             subprocess.run(["fusermount3", "-u", "-z", self.mnt], stderr=subprocess.DEVNULL)
 
 
+def write_report(out, data, lines):
+    """Writes OUT.json (the figures) and OUT.md (the table `lines`), and prints the table."""
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out + ".json", "w") as f:
+        json.dump(data, f, indent=1)
+    with open(out + ".md", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--prepfs", required=True)
@@ -155,18 +165,13 @@ def main():
             }
             rows.append(row)
             print(json.dumps(row), flush=True)
-        os.makedirs(os.path.dirname(args.out), exist_ok=True)
-        with open(args.out + ".json", "w") as f:
-            json.dump(rows, f, indent=1)
         lines = ["3 jobs x 2 epochs at once, one process each; prepfs with its defaults and a cache of 20% of the set's bytes.", "",
                  "| setting | peer makespan s | prepfs makespan s | ratio | hit rate | samples served per decode | split |",
                  "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
         for r in rows:
             lines.append(f"| {r['setting']} | {r['peer_makespan_s']:.1f} | {r['prepfs_makespan_s']:.1f} | {r['makespan_ratio']:.2f}x "
                          f"| {r['hit_rate'] * 100:.0f}% | {r['jobs_per_decode']:.2f} | {r['split']} |")
-        with open(args.out + ".md", "w") as f:
-            f.write("\n".join(lines) + "\n")
-        print("\n".join(lines))
+        write_report(args.out, rows, lines)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

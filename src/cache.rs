@@ -200,6 +200,15 @@ impl<V: Clone + Weighed> FormStore<V> {
 
     /// Removes and returns the entry (a use-once take), counting a hit or a miss.
     pub fn take(&self, id: FileId) -> Option<V> {
+        let found = self.pop(id);
+        let counter = if found.is_some() { &self.hits } else { &self.misses };
+        counter.fetch_add(1, Ordering::Relaxed);
+        found
+    }
+
+    /// Removes the entry for `id` (its status bit cleared under the shard lock, its bytes
+    /// given back after it), counting nothing.
+    fn pop(&self, id: FileId) -> Option<V> {
         let found = {
             let mut shard = self.shard(id);
             let found = shard.pop(&id);
@@ -208,14 +217,8 @@ impl<V: Clone + Weighed> FormStore<V> {
             }
             found
         };
-        match &found {
-            Some(v) => {
-                self.hits.fetch_add(1, Ordering::Relaxed);
-                self.release(Self::charge(v));
-            }
-            None => {
-                self.misses.fetch_add(1, Ordering::Relaxed);
-            }
+        if let Some(v) = &found {
+            self.release(Self::charge(v));
         }
         found
     }
@@ -296,15 +299,7 @@ impl<V: Clone + Weighed> FormStore<V> {
     /// Drops the entry for `id`, if any, without counting a hit or a miss. Returns whether
     /// there was one.
     pub fn remove(&self, id: FileId) -> bool {
-        let removed = {
-            let mut shard = self.shard(id);
-            let removed = shard.pop(&id);
-            if removed.is_some() {
-                self.mark(id, false);
-            }
-            removed
-        };
-        removed.map(|v| self.release(Self::charge(&v))).is_some()
+        self.pop(id).is_some()
     }
 
     /// Keeps only the entries for which `keep` holds (it may change them); one shard locked at
@@ -471,11 +466,7 @@ impl SampleCache {
 
     /// Applies a new split of the same memory.
     pub fn set_split(&self, split: [u32; 3]) {
-        let budget = |p: u32| self.memory / 100 * u64::from(p);
-        self.encoded.set_budget(budget(split[0]));
-        self.decoded.set_budget(budget(split[1]));
-        self.augmented.set_budget(budget(split[2]));
-        *self.split.lock().unwrap_or_else(|p| p.into_inner()) = split;
+        self.set_split_budgets(split, split.map(|p| self.memory / 100 * u64::from(p)));
     }
 
     /// Applies a new split with the bytes each form gets (encoded, decoded, augmented) worked

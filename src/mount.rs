@@ -56,19 +56,42 @@ pub fn mountpoint_state(path: &Path) -> io::Result<MountpointState> {
         Err(e) => Err(e),
         Ok(meta) if !meta.is_dir() => Err(io::Error::new(io::ErrorKind::NotADirectory, "not a directory")),
         Ok(_) => {
-            let canonical = path.canonicalize()?;
-            let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
-            let busy = mounts.lines().find_map(|line| {
-                let mut fields = line.split_whitespace();
-                let (what, target, fstype) = (fields.next()?, fields.next()?, fields.next()?);
-                (Path::new(&unescape_mount_path(target)) == canonical).then(|| format!("{fstype} ({what})"))
-            });
+            let busy = mount_at(&path.canonicalize()?).map(|m| format!("{} ({})", m.fstype, m.source));
             Ok(busy.map_or(MountpointState::Ready, MountpointState::Busy))
         }
     }
 }
 
-/// `/proc/mounts` escapes space, tab, newline and backslash as octal.
+/// What the mount table says of the newest mount at a path.
+struct MountEntry {
+    fstype: String,
+    source: String,
+    /// The device's minor number (for FUSE: the connection number).
+    minor: u64,
+}
+
+/// The newest mount at `canonical` (a canonical path), from `/proc/self/mountinfo`: fields
+/// `id parent major:minor root mountpoint options [optional...] - fstype source superoptions`.
+fn mount_at(canonical: &Path) -> Option<MountEntry> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    table.lines().rev().find_map(|line| {
+        let (head, tail) = line.split_once(" - ")?;
+        let mut fields = head.split_whitespace();
+        let dev = fields.nth(2)?;
+        let target = fields.nth(1)?;
+        if Path::new(&unescape_mount_path(target)) != canonical {
+            return None;
+        }
+        let mut tail = tail.split_whitespace();
+        Some(MountEntry {
+            fstype: tail.next()?.to_string(),
+            source: unescape_mount_path(tail.next()?),
+            minor: dev.split(':').nth(1)?.parse().ok()?,
+        })
+    })
+}
+
+/// The mount tables escape space, tab, newline and backslash as octal.
 fn unescape_mount_path(s: &str) -> String {
     s.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
 }
@@ -322,14 +345,7 @@ fn lower_priority(nice: i32) {
 /// made canonical before mounting: a `stat` of it now would wait on this very daemon, whose
 /// session does not run yet.
 fn fuse_connection(canonical: &Path) -> Option<u64> {
-    let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    // Fields: id, parent, major:minor, root, mount point, ...; the last match is the newest.
-    table.lines().rev().find_map(|line| {
-        let mut fields = line.split_whitespace();
-        let dev = fields.nth(2)?;
-        let target = fields.nth(1)?;
-        (Path::new(&unescape_mount_path(target)) == canonical).then(|| dev.split(':').nth(1)?.parse().ok())?
-    })
+    mount_at(canonical).map(|m| m.minor)
 }
 
 /// The thread that waits for SIGINT, SIGTERM and SIGHUP. Before the mount is up, a signal stops

@@ -316,6 +316,15 @@ fn a_closed_log_pipe_does_not_kill_the_daemon() {
     assert!(std::fs::read(mountpoint.join("augmented/c0/s01.ppm")).is_ok(), "the mount still serves");
 }
 
+/// Waits (10 s at most) until prepfs says the mount is busy.
+fn wait_for_busy(mnt: &Mounted) {
+    let started = Instant::now();
+    while !mnt.log().contains("busy") {
+        assert!(started.elapsed() < Duration::from_secs(10), "no word of the busy mount: {}", mnt.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn sigterm_on_a_busy_mount_keeps_serving_until_released_and_a_second_forces_it() {
     let dir = open_tempdir();
@@ -327,11 +336,7 @@ fn sigterm_on_a_busy_mount_keeps_serving_until_released_and_a_second_forces_it()
     let pid = mnt.pid();
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(pid, libc::SIGTERM) };
-    let started = Instant::now();
-    while !mnt.log().contains("busy") {
-        assert!(started.elapsed() < Duration::from_secs(10), "no word of the busy mount: {}", mnt.log());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_busy(&mnt);
     assert!(std::fs::read(mnt.path("augmented/c0/s01.ppm")).is_ok(), "it keeps serving");
     assert!(is_mounted(&mnt.mountpoint));
     drop(held);
@@ -345,11 +350,7 @@ fn sigterm_on_a_busy_mount_keeps_serving_until_released_and_a_second_forces_it()
     let _held = std::fs::File::open(mnt.path("encoded/c0/s00.jpg")).expect("open");
     let pid = mnt.pid();
     unsafe { libc::kill(pid, libc::SIGTERM) };
-    let started = Instant::now();
-    while !mnt.log().contains("busy") {
-        assert!(started.elapsed() < Duration::from_secs(10), "{}", mnt.log());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_busy(&mnt);
     unsafe { libc::kill(pid, libc::SIGTERM) };
     mnt.wait_exit(Duration::from_secs(10)).expect("a second signal ends it");
     assert!(!is_mounted(&mnt.mountpoint), "the forced unmount left a mount behind");
