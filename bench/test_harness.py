@@ -1,9 +1,11 @@
 """bench/test_harness.py: self-test of the benchmark harness's own logic, on tiny fake data.
 
-Owns no benchmark: it checks the statistics, ratios, targets and table formatting of
-run_bench.py, the listing/sampling/measuring helpers and the run protocol of loaders.py (with
-the raw reader, which needs only the standard library), and the prepfs mount hook against a
-fake `prepfs` script. Needs no torch, DALI or FUSE; charts are checked when matplotlib is there.
+Owns no benchmark: it checks the driver, the package bench/prepfs_bench/ that
+bench/run_bench.py runs (the statistics, ratios, targets and table formatting, the derived
+mount configs, the options, the run of a case and of scenario 4), the listing/sampling/measuring
+helpers and the run protocol of loaders.py (with the raw reader, which needs only the standard
+library), and the prepfs mount hook against a fake `prepfs` script. Needs no torch, DALI or
+FUSE; charts are checked when matplotlib is there, the derived configs' YAML when PyYAML is.
 
     python3 bench/test_harness.py        # prints "N passed, N failed" last
     python3 -m pytest bench/test_harness.py
@@ -12,12 +14,14 @@ fake `prepfs` script. Needs no torch, DALI or FUSE; charts are checked when matp
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import io
 import json
 import os
 import random
 import shutil
+import signal
 import stat
 import sys
 import tempfile
@@ -28,7 +32,9 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loaders  # noqa: E402
-import run_bench as rb  # noqa: E402
+from prepfs_bench import (charts, cli, config, mount, plan, refill, runner,  # noqa: E402
+                          scenario4, stats, units)
+from prepfs_bench import report as reporting  # noqa: E402
 
 
 _TMPDIRS = []
@@ -59,25 +65,26 @@ def fake_run(samples=100, wall=1.0, cpu=2.0, rss=100.0, pss=None, fs_cpu=None, f
 
 def fake_case(cid, scenario, loader, sps_list, error=None):
     runs = [fake_run(samples=100, wall=100.0 / s) for s in sps_list]
-    c = {"id": cid, "scenario": scenario, "loader": loader, "label": rb.LABELS.get(loader, loader),
+    c = {"id": cid, "scenario": scenario, "loader": loader,
+         "label": plan.LABELS.get(loader, loader),
          "reads": "JPEG files", "runs": runs, "error": error}
     if runs:
-        c["summary"] = rb.summarize(runs)
+        c["summary"] = stats.summarize(runs)
     return c
 
 
 class StatsTest(unittest.TestCase):
     def test_spread(self):
-        s = rb.spread([3.0, 1.0, 2.0, None])
+        s = stats.spread([3.0, 1.0, 2.0, None])
         self.assertEqual((s["median"], s["min"], s["max"], s["n"]), (2.0, 1.0, 3.0, 3))
-        self.assertEqual(rb.spread([])["median"], None)
-        self.assertEqual(rb.spread([1.0, 2.0, 3.0, 4.0])["median"], 2.5)
+        self.assertEqual(stats.spread([])["median"], None)
+        self.assertEqual(stats.spread([1.0, 2.0, 3.0, 4.0])["median"], 2.5)
 
     def test_summarize_adds_the_daemon(self):
         runs = [fake_run(100, 1.0, 0.5, rss=200, pss=150, fs_cpu=0.5, fs_rss=50),
                 fake_run(100, 2.0, 0.7, rss=300, pss=120, fs_cpu=0.3, fs_rss=40),
                 fake_run(100, 4.0, 0.9, rss=250, pss=None, fs_cpu=0.1, fs_rss=60)]
-        s = rb.summarize(runs)
+        s = stats.summarize(runs)
         self.assertEqual(s["samples_per_s"]["median"], 50.0)
         self.assertEqual((s["samples_per_s"]["min"], s["samples_per_s"]["max"]), (25.0, 100.0))
         # CPU per sample: (loader + daemon) / samples, median of 0.010, 0.010, 0.010
@@ -89,7 +96,7 @@ class StatsTest(unittest.TestCase):
         self.assertEqual((s["runs"], s["samples_per_run"]), (3, 100))
 
     def test_summarize_without_daemon(self):
-        s = rb.summarize([fake_run(64, 0.5, 1.28)])
+        s = stats.summarize([fake_run(64, 0.5, 1.28)])
         self.assertEqual(s["samples_per_s"]["median"], 128.0)
         self.assertAlmostEqual(s["cpu_s_per_sample"]["median"], 0.02)
         self.assertEqual(s["fs_cpu_s_per_sample"], 0.0)
@@ -112,13 +119,13 @@ def fake_results(quick=False):
 
 class RatioTest(unittest.TestCase):
     def test_ratio(self):
-        self.assertEqual(rb.ratio(10, 5), 2.0)
-        self.assertIsNone(rb.ratio(None, 5))
-        self.assertIsNone(rb.ratio(10, 0))
-        self.assertIsNone(rb.ratio(10, None))
+        self.assertEqual(stats.ratio(10, 5), 2.0)
+        self.assertIsNone(stats.ratio(None, 5))
+        self.assertIsNone(stats.ratio(10, 0))
+        self.assertIsNone(stats.ratio(10, None))
 
     def test_ratios_same_cache_state(self):
-        r = rb.ratios(fake_results())
+        r = stats.ratios(fake_results())
         self.assertAlmostEqual(r["1c"]["torchvision"], 10.0)
         self.assertAlmostEqual(r["1c"]["dali"], 5.0)
         self.assertAlmostEqual(r["1a"]["torchvision"], 1.0)
@@ -127,20 +134,20 @@ class RatioTest(unittest.TestCase):
         self.assertAlmostEqual(r["3f"]["torchvision"], 100.0)  # floor: against the warm rows
 
     def test_ratios_fall_back_to_cold(self):
-        r = rb.ratios(fake_results(quick=True))
+        r = stats.ratios(fake_results(quick=True))
         self.assertAlmostEqual(r["2c"]["torchvision"], 25.0)  # 2a missing: 1a
         self.assertAlmostEqual(r["2c"]["dali"], 12.5)
 
     def test_failed_baseline(self):
         res = fake_results()
         res[0] = fake_case("1a", "cold", "torchvision", [], error="boom")
-        r = rb.ratios(res)
+        r = stats.ratios(res)
         self.assertIsNone(r["1c"]["torchvision"])
         self.assertAlmostEqual(r["1c"]["dali"], 5.0)
 
     def test_targets(self):
         t = {x["cases"].split(" ")[0] + "/" + x["cases"].split(" ")[-1]: x
-             for x in rb.targets(fake_results())}
+             for x in stats.targets(fake_results())}
         self.assertTrue(t["1c/1a"]["met"])  # 10x >= 5x
         self.assertTrue(t["1c/1b"]["met"])  # 5x >= 3x
         self.assertTrue(t["2c/2a"]["met"])  # 25x >= 20x
@@ -148,24 +155,24 @@ class RatioTest(unittest.TestCase):
         self.assertAlmostEqual(t["3d/3f"]["ratio"], 0.4)
         peers_only = [c for c in fake_results() if c["id"] in ("1a", "1b")]
         self.assertTrue(all(x["met"] is None and x["ratio"] is None
-                            for x in rb.targets(peers_only)))
+                            for x in stats.targets(peers_only)))
 
 
 class FormatTest(unittest.TestCase):
     def test_numbers(self):
-        self.assertEqual(rb.fmt_num(None), "-")
-        self.assertEqual(rb.fmt_num(12345.6), "12,346")
-        self.assertEqual(rb.fmt_num(99.6), "100")
-        self.assertEqual(rb.fmt_num(0.1234, 2), "0.12")
-        self.assertEqual(rb.fmt_ratio(None), "-")
-        self.assertEqual(rb.fmt_ratio(2.345), "2.35x")
-        self.assertEqual(rb.fmt_ratio(23.45), "23.4x")
+        self.assertEqual(units.fmt_num(None), "-")
+        self.assertEqual(units.fmt_num(12345.6), "12,346")
+        self.assertEqual(units.fmt_num(99.6), "100")
+        self.assertEqual(units.fmt_num(0.1234, 2), "0.12")
+        self.assertEqual(units.fmt_ratio(None), "-")
+        self.assertEqual(units.fmt_ratio(2.345), "2.35x")
+        self.assertEqual(units.fmt_ratio(23.45), "23.4x")
 
     def test_table_rows(self):
         res = fake_results()
         res.append(fake_case("1e", "cold", "pil", [], error="ImportError: no PIL\nmore"))
-        rows = {r[0]: r for r in rb.table_rows(res)}
-        self.assertEqual(len(rows["1a"]), len(rb.TABLE_HEADER))
+        rows = {r[0]: r for r in reporting.table_rows(res)}
+        self.assertEqual(len(rows["1a"]), len(reporting.TABLE_HEADER))
         self.assertEqual(rows["1a"][4], "100")
         self.assertEqual(rows["1a"][5], "90 - 110")
         self.assertEqual(rows["1a"][8], "1.00x")
@@ -176,7 +183,7 @@ class FormatTest(unittest.TestCase):
         self.assertEqual(rows["1e"][4], "failed: ImportError: no PIL")
 
     def test_markdown_table(self):
-        t = rb.markdown_table(["a", "b|c"], [["1", "x|y"]])
+        t = reporting.markdown_table(["a", "b|c"], [["1", "x|y"]])
         self.assertEqual(t.splitlines(), ["| a | b\\|c |", "|---|---|", "| 1 | x\\|y |"])
 
     def test_render_markdown(self):
@@ -191,8 +198,8 @@ class FormatTest(unittest.TestCase):
                          "workers": 2, "prepfs": {"desc": "not measured"}},
             "cases": fake_results(quick=True),
         }
-        report["targets"] = rb.targets(report["cases"])
-        md = rb.render_markdown(report, [os.path.join(d, "r", "x-throughput.png")], d)
+        report["targets"] = stats.targets(report["cases"])
+        md = reporting.render_markdown(report, [os.path.join(d, "r", "x-throughput.png")], d)
         self.assertIn("`python bench/run_bench.py --data d --quick`", md)
         self.assertIn("![x-throughput.png](r/x-throughput.png)", md)
         self.assertIn("| cold: prepfs >= 5x torchvision | 1c / 1a | 10.0x | met |  |", md)
@@ -213,8 +220,8 @@ class FormatTest(unittest.TestCase):
         report["machine"]["loadavg_before"] = [2.5, 2.0, 1.0]
         report["settings"]["prepfs"] = {"desc": "mounted", "kind": "driver-mount",
                                          "cache_on": False, "stats": {"samples": 10}}
-        report["targets"] = rb.targets(report["cases"], cache_on=False)
-        md = rb.render_markdown(report, [], d)
+        report["targets"] = stats.targets(report["cases"], cache_on=False)
+        md = reporting.render_markdown(report, [], d)
         self.assertIn("Produced by `make bench QUICK=1` (a quick run), which ran "
                       "`python bench/run_bench.py --data d --quick`.", md)
         self.assertIn("- Build: prepfs abc123", md)
@@ -225,7 +232,7 @@ class FormatTest(unittest.TestCase):
         self.assertIn("| 2p | 2 warm, 25% cache |", md)
         widths = {ln.count(" | ") for ln in md.splitlines()
                   if ln.startswith("| ") and ln.split(" | ")[0][2:] in ("1a", "4", "2p")}
-        self.assertEqual(widths, {len(rb.TABLE_HEADER) - 1})
+        self.assertEqual(widths, {len(reporting.TABLE_HEADER) - 1})
 
     def test_report_only(self):
         d = mkdtemp()
@@ -243,86 +250,87 @@ class FormatTest(unittest.TestCase):
         with open(js, "w") as f:
             json.dump(report, f)
         md = os.path.join(d, "B.md")
-        self.assertEqual(rb.main(["--report-only", js, "--md", md, "--charts-dir", d]), 0)
+        self.assertEqual(cli.main(["--report-only", js, "--md", md, "--charts-dir", d]), 0)
         with open(md) as f:
             text = f.read()
         self.assertIn("| 3d / 3f | 0.40x | **missed** |", text)
         self.assertIn("this loop alone, over tmpfs (3g), reaches 1.50x", text)
         with open(js) as f:
-            self.assertEqual(len(json.load(f)["targets"]), len(rb.TARGETS) + len(rb.JOB_TARGETS))
+            self.assertEqual(len(json.load(f)["targets"]),
+                             len(stats.TARGETS) + len(stats.JOB_TARGETS))
 
     def test_pending_rows(self):
-        rows = rb.pending_rows(cache_on=False)
+        rows = reporting.pending_rows(cache_on=False)
         self.assertEqual([r[0] for r in rows], ["2p", "4"])
-        self.assertTrue(all(len(r) == len(rb.TABLE_HEADER) for r in rows))
+        self.assertTrue(all(len(r) == len(reporting.TABLE_HEADER) for r in rows))
         self.assertTrue(all(r[4].startswith("pending") for r in rows))
-        self.assertEqual([r[0] for r in rb.pending_rows(cache_on=True)], ["2p", "4"])
+        self.assertEqual([r[0] for r in reporting.pending_rows(cache_on=True)], ["2p", "4"])
 
     def test_target_notes(self):
-        t = {x["cases"]: x for x in rb.targets(fake_results(), cache_on=False)}
+        t = {x["cases"]: x for x in stats.targets(fake_results(), cache_on=False)}
         self.assertIn("no cache yet", t["2c / 2a"]["note"])
         self.assertIn("no cache yet", t["3d / 3f"]["note"])
         self.assertEqual(t["1c / 1a"]["note"], "")
-        self.assertTrue(all(x["note"] == "" for x in rb.targets(fake_results(), cache_on=True)))
+        self.assertTrue(all(x["note"] == "" for x in stats.targets(fake_results(), cache_on=True)))
         res = fake_results()
         by_id = {c["id"]: c for c in res}
         by_id["3d"]["summary"]["cache"] = {"augmented_hit_rate": 0.5}
         by_id["2c"]["summary"]["cache"] = {"augmented_hit_rate": 1.0}
-        t = {x["cases"]: x for x in rb.targets(res, cache_on=True)}
+        t = {x["cases"]: x for x in stats.targets(res, cache_on=True)}
         self.assertEqual(t["3d / 3f"]["note"], "only 50% of 3d's outputs came from the cache")
         self.assertEqual(t["2c / 2a"]["note"], "")
 
     def test_cache_counts(self):
-        self.assertIsNone(rb.cache_counts(None))
-        self.assertIsNone(rb.cache_counts({"samples": 3}))
-        self.assertIsNone(rb.cache_counts({"cache": {"memory": 0}}))
+        self.assertIsNone(stats.cache_counts(None))
+        self.assertIsNone(stats.cache_counts({"samples": 3}))
+        self.assertIsNone(stats.cache_counts({"cache": {"memory": 0}}))
         st = {"cache": {"memory": 10, "augmented": {"hits": 3, "misses": 1},
                         "decoded": {"hits": 0, "misses": 1}, "encoded": {}}}
-        c = rb.cache_counts(st)
+        c = stats.cache_counts(st)
         self.assertEqual((c["augmented_hits"], c["augmented_misses"], c["encoded_hits"]),
                          (3, 1, 0))
         runs = [dict(fake_run(), cache={"augmented_hits": 3, "augmented_misses": 1}),
                 dict(fake_run(), cache={"augmented_hits": 0, "augmented_misses": 4})]
-        s = rb.summarize(runs)
+        s = stats.summarize(runs)
         self.assertEqual(s["cache"]["augmented_hits"], 3)
         self.assertAlmostEqual(s["cache"]["augmented_hit_rate"], 3 / 8)
-        self.assertIsNone(rb.summarize([fake_run()])["cache"])
+        self.assertIsNone(stats.summarize([fake_run()])["cache"])
         case = fake_case("2c", "warm", "torchvision-ppm", [100])
         case["summary"] = s
-        self.assertEqual(rb.table_rows([case])[0][-1], "38%")
+        self.assertEqual(reporting.table_rows([case])[0][-1], "38%")
 
     def test_progress_line(self):
         c = fake_case("1a", "cold", "torchvision", [90, 100, 110])
-        line = rb.progress_line(c)
+        line = reporting.progress_line(c)
         self.assertTrue(line.startswith("[bench] 1a  cold  torchvision on JPEG files: 100.0"))
         self.assertIn("[3 x 100]", line)
         bad = fake_case("1b", "cold", "dali", [], error="RuntimeError: x")
-        self.assertIn("FAILED: RuntimeError: x", rb.progress_line(bad))
+        self.assertIn("FAILED: RuntimeError: x", reporting.progress_line(bad))
 
     def test_plan(self):
-        full = [c.id for c in rb.plan("/d", "/m/augmented", "prepfs augmented/", "/dev/shm/f",
-                                      True)]
+        full = [c.id for c in plan.plan("/d", "/m/augmented", "prepfs augmented/", "/dev/shm/f",
+                                        True)]
         self.assertEqual(full, ["1a", "1b", "1e", "1c", "1d", "2a", "2b", "2e", "2c", "2d",
                                 "3d", "3f", "3g"])
-        quick = [c.id for c in rb.plan("/d", "/m/augmented", "x", "/dev/shm/f", True, True)]
+        quick = [c.id for c in plan.plan("/d", "/m/augmented", "x", "/dev/shm/f", True, True)]
         self.assertEqual(quick, ["1a", "1b", "1c", "1d", "2c", "2d", "3d", "3f"])
-        npy = rb.plan("/d", "/m/augmented", "x", "/dev/shm/f", True, True, "/n/augmented", "n")
+        npy = plan.plan("/d", "/m/augmented", "x", "/dev/shm/f", True, True, "/n/augmented", "n")
         self.assertEqual([c.id for c in npy],
                          ["1a", "1b", "1c", "1d", "1n", "2c", "2d", "2n", "3d", "3f"])
         self.assertEqual({c.id for c in npy if c.source == "npy"}, {"1n", "2n"})
         self.assertTrue(all(c.loader == "torch-npy" and c.prepfs for c in npy
                             if c.source == "npy"))
-        peers = rb.plan("/d", None, "x", None, False)
+        peers = plan.plan("/d", None, "x", None, False)
         self.assertEqual([c.id for c in peers], ["1a", "1b", "1e", "2a", "2b", "2e"])
         self.assertTrue(all(c.cold == (c.scenario == "cold") for c in peers))
         self.assertTrue(all(c.warmup == (c.scenario == "warm") for c in peers))
         # without a prepfs cache, the warm and floor prepfs rows say what they really read
-        nc = {c.id: c for c in rb.plan("/d", "/m/augmented", "prepfs augmented/", "/dev/shm/f",
-                                       True, True, cache_on=False)}
+        nc = {c.id: c for c in plan.plan("/d", "/m/augmented", "prepfs augmented/", "/dev/shm/f",
+                                         True, True, cache_on=False)}
         self.assertEqual(nc["1c"].reads, "prepfs augmented/")
         self.assertIn("page-cache warm (prepfs has no cache)", nc["2c"].reads)
         self.assertIn("no cache", nc["3d"].reads)
-        self.assertIn("no cache", rb.chart_label(dataclasses.asdict(nc["2d"])))
+        self.assertIn("no cache", charts.chart_label(dataclasses.asdict(nc["2d"])))
         self.assertEqual(nc["3f"].reads, "tmpfs copy of the same outputs")
 
     def test_charts(self):
@@ -332,7 +340,7 @@ class FormatTest(unittest.TestCase):
             self.skipTest("no matplotlib")
         d = mkdtemp()
         report = {"cases": fake_results(), "settings": {"data_samples": 10, "cpus": [0, 1]}}
-        paths = rb.write_charts(report, os.path.join(d, "x"))
+        paths = charts.write_charts(report, os.path.join(d, "x"))
         self.assertEqual([os.path.basename(p) for p in paths], ["x-throughput.png", "x-cpu.png"])
         for p in paths:
             with open(p, "rb") as f:
@@ -460,15 +468,15 @@ class MountHookTest(unittest.TestCase):
 
     def test_mount_and_close(self):
         cpu = sorted(os.sched_getaffinity(0))[:1]
-        with rb.mount_prepfs(self.bin, "cfg.yaml", "/src", self.mnt, timeout=10,
-                             cpus=cpu) as h:
+        with mount.mount_prepfs(self.bin, "cfg.yaml", "/src", self.mnt, timeout=10,
+                                cpus=cpu) as h:
             st = h.stats()
             self.assertEqual(st["source"], "/src")
             self.assertEqual(st["cpus"], cpu)  # pinned like the loaders
             self.assertIsNone(h.proc.poll())
             self.assertGreaterEqual(h.cpu_seconds(), 0.0)
             self.assertEqual(h.view("augmented"), os.path.join(self.mnt, "augmented"))
-            self.assertEqual(rb.find_mount_daemon(self.mnt), h.pid)
+            self.assertEqual(mount.find_mount_daemon(self.mnt), h.pid)
         self.assertEqual(h.proc.returncode, 0)  # ended by SIGTERM, cleanly
         self.assertFalse(os.path.exists(os.path.join(self.mnt, ".prepfs", "stats.json")))
         self.assertFalse(os.path.exists(h.log_path))  # its own temporary log: removed
@@ -477,32 +485,32 @@ class MountHookTest(unittest.TestCase):
         log = os.path.join(self.dir, "logs", "prepfs-ppm.log")
         os.makedirs(os.path.dirname(log))
         for _ in range(2):  # a remount appends
-            rb.mount_prepfs(self.bin, "cfg.yaml", "/src", self.mnt, timeout=10,
-                            log_path=log).close()
+            mount.mount_prepfs(self.bin, "cfg.yaml", "/src", self.mnt, timeout=10,
+                               log_path=log).close()
         self.assertTrue(os.path.isfile(log))
 
     def test_exit_is_reported(self):
         os.environ["FAKE_PREPFS_FAIL"] = "1"
-        with self.assertRaises(rb.PrepfsError) as e:
-            rb.mount_prepfs(self.bin, "cfg.yaml", "/src", self.mnt, timeout=10)
+        with self.assertRaises(mount.PrepfsError) as e:
+            mount.mount_prepfs(self.bin, "cfg.yaml", "/src", self.mnt, timeout=10)
         self.assertIn("exited with status 3", str(e.exception))
         self.assertIn("bad config", str(e.exception))
 
     def test_timeout(self):
         os.environ["FAKE_PREPFS_HANG"] = "1"
         t = time.monotonic()
-        with self.assertRaises(rb.PrepfsError) as e:
-            rb.mount_prepfs(self.bin, "cfg.yaml", "/src", self.mnt, timeout=0.5)
+        with self.assertRaises(mount.PrepfsError) as e:
+            mount.mount_prepfs(self.bin, "cfg.yaml", "/src", self.mnt, timeout=0.5)
         self.assertIn("did not appear", str(e.exception))
         self.assertLess(time.monotonic() - t, 10)
 
     def test_missing_binary(self):
-        with self.assertRaises(rb.PrepfsError):
-            rb.mount_prepfs(os.path.join(self.dir, "nope"), "c", "/s", self.mnt)
+        with self.assertRaises(mount.PrepfsError):
+            mount.mount_prepfs(os.path.join(self.dir, "nope"), "c", "/s", self.mnt)
 
     def test_is_mounted(self):
-        self.assertTrue(rb.is_mounted("/"))
-        self.assertFalse(rb.is_mounted(self.dir))
+        self.assertTrue(mount.is_mounted("/"))
+        self.assertFalse(mount.is_mounted(self.dir))
 
     def tearDown(self):
         os.environ.pop("FAKE_PREPFS_FAIL", None)
@@ -525,22 +533,22 @@ class RunCaseTest(unittest.TestCase):
         Args = case_args(2)
 
         cpus = sorted(os.sched_getaffinity(0))[:2]
-        case = rb.Case("1d", "cold", "raw", "raw", "files", d, cold=True)
-        rec = rb.run_case(case, Args, cpus, None)
+        case = plan.Case("1d", "cold", "raw", "raw", "files", d, cold=True)
+        rec = runner.run_case(case, Args, cpus, None)
         self.assertIsNone(rec["error"], rec.get("stderr_tail"))
         self.assertEqual(len(rec["runs"]), 2)
         self.assertEqual(rec["summary"]["samples_per_run"], 6)
         self.assertIn(rec["runs"][0]["page_cache_dropped"], (True, False))
-        warm = rb.Case("2d", "warm", "raw", "raw", "files", d, warmup=1)
-        rec = rb.run_case(warm, Args, cpus, None)
+        warm = plan.Case("2d", "warm", "raw", "raw", "files", d, warmup=1)
+        rec = runner.run_case(warm, Args, cpus, None)
         self.assertEqual((len(rec["runs"]), len(rec["warmup_runs"])), (2, 1))
         self.assertGreaterEqual(rec["runs"][0]["wall_s"], 1.0)  # --min-seconds 1 when warm
 
     def test_run_case_failure(self):
         Args = case_args(1)
 
-        case = rb.Case("1d", "cold", "raw", "raw", "files", "/nonexistent/dir")
-        rec = rb.run_case(case, Args, sorted(os.sched_getaffinity(0))[:1], None)
+        case = plan.Case("1d", "cold", "raw", "raw", "files", "/nonexistent/dir")
+        rec = runner.run_case(case, Args, sorted(os.sched_getaffinity(0))[:1], None)
         self.assertIn("FileNotFoundError", rec["error"])
         self.assertNotIn("summary", rec)
 
@@ -562,46 +570,210 @@ class ConfigTest(unittest.TestCase):
         """)
 
     def test_parse_size(self):
-        self.assertEqual(rb.parse_size("10MB/s"), 10e6)
-        self.assertEqual(rb.parse_size("1GiB"), 2 ** 30)
-        self.assertEqual(rb.parse_size("512 KiB"), 512 * 1024)
-        self.assertEqual(rb.parse_size("7250000"), 7250000)
-        self.assertEqual(rb.parse_size("1.5kb/s"), 1500)
+        self.assertEqual(units.parse_size("10MB/s"), 10e6)
+        self.assertEqual(units.parse_size("1GiB"), 2 ** 30)
+        self.assertEqual(units.parse_size("512 KiB"), 512 * 1024)
+        self.assertEqual(units.parse_size("7250000"), 7250000)
+        self.assertEqual(units.parse_size("1.5kb/s"), 1500)
         for bad in ("", "fast", "10XB/s", "MB"):
             with self.assertRaises(ValueError):
-                rb.parse_size(bad)
-        self.assertEqual(rb.fmt_bytes(29_000_000), "29.0 MB")
-        self.assertEqual(rb.fmt_bytes(None), "-")
-        self.assertEqual(rb.cache_of_share(29_000_000, 0.25), 7_250_000)
+                units.parse_size(bad)
+        self.assertEqual(units.fmt_bytes(29_000_000), "29.0 MB")
+        self.assertEqual(units.fmt_bytes(None), "-")
+        self.assertEqual(config.cache_of_share(29_000_000, 0.25), 7_250_000)
 
     def test_strip_top_level(self):
         text = "a: 1\ncache:\n  memory: 1GiB\n  split: auto\nb: 2\n"
-        self.assertEqual(rb.strip_top_level(text, ["cache"]), "a: 1\nb: 2\n")
-        self.assertEqual(rb.strip_top_level(text, ["nothing"]), text)
+        self.assertEqual(config.strip_top_level(text, ["cache"]), "a: 1\nb: 2\n")
+        self.assertEqual(config.strip_top_level(text, ["nothing"]), text)
         # a key that only starts like another is kept
-        self.assertIn("cache_x: 1", rb.strip_top_level("cache_x: 1\ncache: 2\n", ["cache"]))
+        self.assertIn("cache_x: 1", config.strip_top_level("cache_x: 1\ncache: 2\n", ["cache"]))
 
     def test_derive_config(self):
-        c25 = rb.derive_config(self.BASE, "{ memory: 7250000, split: auto }", note="2p")
+        c25 = config.derive_config(self.BASE, "{ memory: 7250000, split: auto }", note="2p")
         self.assertEqual(c25.count("cache:"), 1)
         self.assertIn("cache: { memory: 7250000, split: auto }", c25)
         self.assertIn("source: /data/imagenet/train", c25)  # untouched without a read limit
         self.assertIn("random_resized_crop", c25)
         self.assertIn("# added by bench/run_bench.py: 2p", c25)
-        storage = rb.derive_config(self.BASE, None, "/d/my data", "10MB/s")
+        storage = config.derive_config(self.BASE, None, "/d/my data", "10MB/s")
         self.assertNotIn("cache:", storage)  # no cache at all
         self.assertNotIn("/data/imagenet/train", storage)
         self.assertIn('source: { path: "/d/my data", read_limit: 10MB/s }', storage)
-        both = rb.derive_config(self.BASE, "{ memory: 1 }", "/d", "1MB/s")
+        both = config.derive_config(self.BASE, "{ memory: 1 }", "/d", "1MB/s")
         self.assertEqual([ln.split(":")[0] for ln in both.splitlines()
                           if ln.startswith(("source", "cache"))], ["source", "cache"])
+
+
+class ConfigTextTest(unittest.TestCase):
+    """The one place that edits mount configs as text: which lines a dropped section owns."""
+
+    def test_top_level_key(self):
+        k = config.top_level_key
+        self.assertEqual(k("source: /d"), "source")
+        self.assertEqual(k("cache:"), "cache")
+        self.assertEqual(k("cache: { memory: 1GiB }"), "cache")
+        self.assertEqual(k("cache : 1"), "cache")
+        self.assertEqual(k('"cache": 1'), "cache")
+        self.assertEqual(k("'cache':"), "cache")
+        self.assertEqual(k("cache_x: 1"), "cache_x")
+        for line in ("  memory: 1", "\tx: 1", "", "# cache: 1", "- a: 1", "-", "---", "...",
+                     "cache", "a:b: 1"):
+            self.assertIsNone(k(line), line)
+
+    def test_strip_keeps_what_is_not_the_section(self):
+        s = config.strip_top_level
+        # a comment at column 0 after the section belongs to what follows: kept
+        self.assertEqual(s("cache:\n  memory: 1\n\n# the seed\nseed: 0\n", ["cache"]),
+                         "# the seed\nseed: 0\n")
+        self.assertEqual(s("a: 1\ncache: 2\n# end\n", ["cache"]), "a: 1\n# end\n")
+        self.assertEqual(s("cache: 1\n---\nb: 2\n", ["cache"]), "---\nb: 2\n")
+        self.assertEqual(s('a: 1\n"cache": { memory: 1 }\nb: 2\n', ["cache"]), "a: 1\nb: 2\n")
+
+    def test_strip_drops_all_of_the_section(self):
+        s = config.strip_top_level
+        # a comment at column 0 that more of the section follows is the section's
+        self.assertEqual(s("cache:\n# the budget\n  memory: 1\nseed: 0\n", ["cache"]),
+                         "seed: 0\n")
+        self.assertEqual(s("cache:\n  memory: 1\n# split\n\n  split: auto\nb: 2\n", ["cache"]),
+                         "b: 2\n")
+        # a block sequence at column 0 is the key's value
+        self.assertEqual(s("source:\n- /a\n- /b\nseed: 0\n", ["source"]), "seed: 0\n")
+        self.assertEqual(s("augment:\n- flip: {}\ncache: 1\n", ["cache"]),
+                         "augment:\n- flip: {}\n")
+
+    def test_derived_configs_of_the_repository(self):
+        """Every config in mount-configs/ (and each with run.sh's cache appended) gives, for
+        2p and for scenario 4, the same mapping with only `cache` (and `source`) replaced."""
+        try:
+            import yaml
+        except ImportError:
+            self.skipTest("no PyYAML")
+        import glob
+        from prepfs_bench import ROOT
+        paths = sorted(glob.glob(os.path.join(ROOT, "mount-configs", "*.yaml")))
+        self.assertTrue(paths)
+        for path in paths:
+            with open(path) as f:
+                text = f.read()
+            for base in (text, text + "\n# added by bench/run.sh: a sample cache that holds "
+                                      "the bench set\ncache: { memory: 1GiB }\n"):
+                want = yaml.safe_load(base) or {}
+                c25 = yaml.safe_load(config.derive_config(
+                    base, "{ memory: 7250000, split: auto, policy: keep }", note="2p"))
+                self.assertEqual(c25, {**{k: v for k, v in want.items() if k != "cache"},
+                                       "cache": {"memory": 7250000, "split": "auto",
+                                                 "policy": "keep"}}, path)
+                st = yaml.safe_load(config.derive_config(base, None, "/d/my data", "10MB/s"))
+                self.assertEqual(st, {**{k: v for k, v in want.items()
+                                         if k not in ("cache", "source")},
+                                      "source": {"path": "/d/my data", "read_limit": "10MB/s"}},
+                                 path)
+
+
+class CliTest(unittest.TestCase):
+    """bench/run_bench.py's options and the steps of its main."""
+
+    def parse(self, *argv):
+        ap = cli.build_parser()
+        args = ap.parse_args(list(argv))
+        cli.resolve_args(ap, args)
+        return args
+
+    def test_defaults(self):
+        a = self.parse("--data", "d")
+        self.assertEqual((a.reps, a.limit, a.jobs_reps, a.jobs_per_class), (5, None, 3, None))
+        self.assertEqual((a.workers, a.cores, a.jobs, a.jobs_epochs, a.cache_share),
+                         (2, 2, 3, 2, 0.25))
+        q = self.parse("--data", "d", "--quick")
+        self.assertEqual((q.reps, q.limit, q.jobs_reps, q.jobs_per_class), (3, 512, 1, 16))
+        q = self.parse("--data", "d", "--quick", "--reps", "7", "--limit", "9")
+        self.assertEqual((q.reps, q.limit), (7, 9))
+
+    def test_refused(self):
+        for argv in ([], ["--data", "d", "--read-limit", "fast"],
+                     ["--data", "d", "--cache-share", "0"],
+                     ["--data", "d", "--prepfs-bin", "b", "--augmented-dir", "a"],
+                     ["--data", "d", "--prepfs-npy-config", "c"],
+                     ["--data", "d", "--augmented-npy-dir", "n"]):
+            with self.assertRaises(SystemExit, msg=argv), \
+                    contextlib.redirect_stderr(io.StringIO()):
+                self.parse(*argv)
+
+    def fake_binary(self, check_status: int) -> str:
+        d = mkdtemp()
+        binary = os.path.join(d, "prepfs")
+        with open(binary, "w") as f:
+            f.write(f"#!/bin/sh\n[ \"$1\" = check ] && {{ echo 'prepfs: no' >&2; "
+                    f"exit {check_status}; }}\nexit 9\n")
+        os.chmod(binary, 0o755)
+        return binary
+
+    def test_driver_mounts(self):
+        d, cfgs = mkdtemp(), mkdtemp()
+        base = os.path.join(d, "base.yaml")
+        with open(base, "w") as f:
+            f.write(ConfigTest.BASE)
+        dinfo = {"data_bytes": 1000, "data_samples": 10}
+        for status in (0, 1):
+            args = self.parse("--data", d, "--prepfs-bin", self.fake_binary(status),
+                              "--prepfs-config", base, "--prepfs-npy-config", base,
+                              "--mountpoint", os.path.join(d, "mnt"))
+            with contextlib.redirect_stdout(io.StringIO()):
+                pf = cli.setup_prepfs(args, d, dinfo, [0], cfgs)
+            with open(os.path.join(cfgs, "imagenet-cache25.yaml")) as f:
+                self.assertIn("cache: { memory: 250, split: auto, policy: keep }", f.read())
+            self.assertEqual(pf.base_text, ConfigTest.BASE)
+            want = ["ppm", "npy"] + (["ppm25"] if status == 0 else [])
+            self.assertEqual(list(pf.sources()), want)
+            self.assertTrue(all(s.kind == "driver-mount" and s.mount is None
+                                for s in pf.sources().values()))  # nothing mounted yet
+            self.assertEqual(pf.sources()["npy"].augmented,
+                             os.path.join(d, "mnt-npy", "augmented"))
+            self.assertEqual(pf.pending_why,
+                             None if status == 0 else "prepfs check refused the 25% config: "
+                                                      "prepfs: no")
+            report = cli.new_report(args, [], {}, dict(dinfo, data_mb=1), d, 10, [0], pf)
+            self.assertEqual(list(report["settings"]["prepfs"]),
+                             ["kind", "desc", "augmented", "augmented25", "cache25_split_asked",
+                              "cache25_policy", "cache25_bytes", "augmented_npy"])
+            self.assertEqual(report["settings"]["prepfs"]["cache25_bytes"],
+                             250 if status == 0 else None)
+            self.assertEqual(list(report["settings"])[-2:], ["prepfs", "pending_why"])
+
+    def test_main_with_a_stand_in(self):
+        """A whole run without prepfs: the floor over a stand-in directory, its report."""
+        d, aug, out = mkdtemp(), mkdtemp(), mkdtemp()
+        make_tree(d, junk=False)
+        make_tree(aug, junk=False)
+        affinity = os.sched_getaffinity(0)
+        handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+        try:
+            with contextlib.redirect_stdout(io.StringIO()) as log:
+                rc = cli.main(["--data", d, "--augmented-dir", aug, "--only", "3f", "--reps",
+                               "1", "--cores", "1", "--out", os.path.join(out, "r.json"),
+                               "--md", os.path.join(out, "B.md"), "--charts-dir", out])
+        finally:
+            os.sched_setaffinity(0, affinity)
+            for s, h in handlers.items():
+                signal.signal(s, h)
+        self.assertEqual(rc, 0, log.getvalue())
+        with open(os.path.join(out, "r.json")) as f:
+            report = json.load(f)
+        self.assertEqual([c["id"] for c in report["cases"]], ["3f"])
+        n = report["cases"][0]["summary"]["samples_per_run"]  # passes for at least 1 s
+        self.assertTrue(n > 0 and n % 6 == 0, n)
+        self.assertEqual(report["settings"]["prepfs"]["kind"], "stand-in")
+        self.assertIn("copied 6 augmented outputs", log.getvalue())
+        with open(os.path.join(out, "B.md")) as f:
+            self.assertIn("| 3f | 3 floor | raw reader (whole files) |", f.read())
 
 
 class RefillWaitTest(unittest.TestCase):
     """The wait for the background refill before warm and floor runs."""
 
     def test_decision(self):
-        d = rb.refill_decision
+        d = refill.refill_decision
         self.assertIsNone(d([], 800))
         self.assertEqual(d([(0.0, 100), (0.25, 800)], 800), "full")
         self.assertEqual(d([(0.0, 900)], 800), "full")
@@ -629,7 +801,7 @@ class RefillWaitTest(unittest.TestCase):
 
         def sleep(s):
             clock[0] += s
-        return rb.wait_for_refill(stats, clock=lambda: clock[0], sleep=sleep, **kw), calls
+        return refill.wait_for_refill(stats, clock=lambda: clock[0], sleep=sleep, **kw), calls
 
     def test_wait(self):
         w, calls = self.fake_wait([0, 100, 400, 800, 800])
@@ -639,11 +811,11 @@ class RefillWaitTest(unittest.TestCase):
         self.assertAlmostEqual(w["waited_s"], 0.75)
         w, _ = self.fake_wait([0, 30, 60, 60])  # a small cache: stops growing at 60
         self.assertEqual((w["reason"], w["augmented_entries_start"]), ("stable", 60))
-        self.assertGreaterEqual(w["waited_s"], rb.REFILL_STABLE_S)
-        self.assertLess(w["waited_s"], rb.REFILL_STABLE_S + 1.0)
+        self.assertGreaterEqual(w["waited_s"], refill.REFILL_STABLE_S)
+        self.assertLess(w["waited_s"], refill.REFILL_STABLE_S + 1.0)
         w, _ = self.fake_wait(list(range(0, 10000)), max_s=5.0)  # never settles: bounded
         self.assertEqual(w["reason"], "timeout")
-        self.assertLessEqual(w["waited_s"], 5.0 + rb.REFILL_POLL_S)
+        self.assertLessEqual(w["waited_s"], 5.0 + refill.REFILL_POLL_S)
         w, _ = self.fake_wait([None])
         self.assertEqual(w["reason"], "no-stats")
 
@@ -652,22 +824,23 @@ class RefillWaitTest(unittest.TestCase):
                                                "augmented_entries_start": 800, "target": 800}),
                 dict(fake_run(), refill_wait={"waited_s": 4.0, "reason": "stable",
                                                "augmented_entries_start": 790, "target": 800})]
-        s = rb.summarize(runs)
+        s = stats.summarize(runs)
         rw = s["refill_wait"]
         self.assertEqual(rw["waited_s"]["median"], 3.0)
         self.assertEqual((rw["augmented_entries_start"]["min"],
                           rw["augmented_entries_start"]["max"]), (790, 800))
         self.assertEqual(rw["reasons"], {"full": 1, "stable": 1})
-        self.assertIsNone(rb.summarize([fake_run()])["refill_wait"])
+        self.assertIsNone(stats.summarize([fake_run()])["refill_wait"])
         case = fake_case("2c", "warm", "torchvision-ppm", [100])
         case["summary"] = s
-        rows = rb.warm_start_rows([case, fake_case("1a", "cold", "torchvision", [1])])
+        rows = reporting.warm_start_rows([case, fake_case("1a", "cold", "torchvision", [1])])
         self.assertEqual(rows, [["2c", "3.0, 4.0", "790 - 800", "800", "full x1, stable x1"]])
-        self.assertEqual(len(rows[0]), len(rb.WARM_HEADER))
-        self.assertIn("[refill wait 3.0 s, 790-800 augmented at start]", rb.progress_line(case))
-        self.assertEqual(rb.cache_memory({"cache": {"memory": 5}}), 5)
-        self.assertEqual(rb.cache_memory(None), 0)
-        self.assertIsNone(rb.aug_entries({"cache": {"memory": 5}}))
+        self.assertEqual(len(rows[0]), len(reporting.WARM_HEADER))
+        self.assertIn("[refill wait 3.0 s, 790-800 augmented at start]",
+                      reporting.progress_line(case))
+        self.assertEqual(refill.cache_memory({"cache": {"memory": 5}}), 5)
+        self.assertEqual(refill.cache_memory(None), 0)
+        self.assertIsNone(refill.aug_entries({"cache": {"memory": 5}}))
 
 
 def fake_job(start, end, samples=200, cpu=10.0):
@@ -683,7 +856,7 @@ def fake_jobs_report(makespans=None, hit_b=0.3, hit_c=0.6, reps=3):
                 "read_limit": "10MB/s", "read_limit_bytes_per_s": 1e7, "cache_share": 0.25,
                 "cache_bytes": 900_000, "uncached": "fadvise", "split": "10-20-70"}
     variants = []
-    for vid, key, loader, label, reads in rb.JOB_VARIANTS:
+    for vid, key, loader, label, reads in plan.JOB_VARIANTS:
         if vid not in makespans:
             continue
         runs = []
@@ -699,12 +872,12 @@ def fake_jobs_report(makespans=None, hit_b=0.3, hit_c=0.6, reps=3):
                               "hits": {"augmented": int(200 * (hr or 0)), "decoded": 0,
                                        "encoded": 0},
                               "misses": 200 - int(200 * (hr or 0))} for i in range(3)}
-            runs.append(rb.jobs_run_record(key, jobs, st0, st1, 20.0,
-                                           js if key == "prepfs-ods" else None,
-                                           21_600_000 if key == "torchvision" else None))
+            runs.append(stats.jobs_run_record(key, jobs, st0, st1, 20.0,
+                                              js if key == "prepfs-ods" else None,
+                                              21_600_000 if key == "torchvision" else None))
         variants.append({"id": vid, "key": key, "loader": loader, "label": label,
                          "reads": reads.format(R="10MB/s", C="25%"), "runs": runs,
-                         "error": None, "summary": rb.summarize_jobs(runs)})
+                         "error": None, "summary": stats.summarize_jobs(runs)})
     return {"settings": settings, "variants": variants}
 
 
@@ -712,30 +885,30 @@ class JobsTest(unittest.TestCase):
     """Scenario 4's figures: makespan, hit rates, the rows, the targets."""
 
     def test_makespan(self):
-        self.assertEqual(rb.makespan([{"t_start": 5, "t_end": 20}, {"t_start": 3, "t_end": 9}]),
+        self.assertEqual(stats.makespan([{"t_start": 5, "t_end": 20}, {"t_start": 3, "t_end": 9}]),
                          17)
-        self.assertIsNone(rb.makespan([{"t_start": 5, "t_end": 20}, {"t_start": 3}]))
-        self.assertIsNone(rb.makespan([]))
+        self.assertIsNone(stats.makespan([{"t_start": 5, "t_end": 20}, {"t_start": 3}]))
+        self.assertIsNone(stats.makespan([]))
 
     def test_hit_rates(self):
         st0 = {"views": {"augmented": {"hits": 10, "misses": 5}}}
         st1 = {"views": {"augmented": {"hits": 40, "misses": 35}}}
-        self.assertEqual(rb.view_hits(st0, st1), {"hits": 30, "misses": 30, "hit_rate": 0.5})
-        self.assertIsNone(rb.view_hits(st0, st0)["hit_rate"])
+        self.assertEqual(stats.view_hits(st0, st1), {"hits": 30, "misses": 30, "hit_rate": 0.5})
+        self.assertIsNone(stats.view_hits(st0, st0)["hit_rate"])
         jobs = [{"hits": {"augmented": 5, "decoded": 3, "encoded": 2}, "misses": 10},
                 {"hits": {"augmented": 0}, "misses": 0}]
-        self.assertEqual(rb.job_hits(jobs), {"hits": 10, "misses": 10, "hit_rate": 0.5})
-        known = rb.merge_job_stats({}, {"jobs": {"active": [{"name": "job0", "misses": 1},
-                                                            {"name": "job1", "misses": 2}]}})
+        self.assertEqual(stats.job_hits(jobs), {"hits": 10, "misses": 10, "hit_rate": 0.5})
+        known = stats.merge_job_stats({}, {"jobs": {"active": [{"name": "job0", "misses": 1},
+                                                               {"name": "job1", "misses": 2}]}})
         # job0 retired: its last figures stay; job1 updated
-        rb.merge_job_stats(known, {"jobs": {"active": [{"name": "job1", "misses": 7}]}})
+        stats.merge_job_stats(known, {"jobs": {"active": [{"name": "job1", "misses": 7}]}})
         self.assertEqual({k: v["misses"] for k, v in known.items()}, {"job0": 1, "job1": 7})
-        self.assertEqual(rb.merge_job_stats(known, None), known)
+        self.assertEqual(stats.merge_job_stats(known, None), known)
 
     def test_run_record(self):
         jobs = [fake_job(10.0, 50.0), fake_job(11.0, 61.0, cpu=12.0)]
-        r = rb.jobs_run_record("torchvision", jobs, {"source_bytes_read": 100},
-                               {"source_bytes_read": 1100}, 3.0, None, 1000)
+        r = stats.jobs_run_record("torchvision", jobs, {"source_bytes_read": 100},
+                                  {"source_bytes_read": 1100}, 3.0, None, 1000)
         self.assertEqual(r["makespan_s"], 51.0)
         self.assertEqual((r["samples"], r["loader_cpu_s"], r["cpu_s"]), (400, 22.0, 25.0))
         self.assertEqual(r["source_bytes_read"], 1000)
@@ -745,41 +918,41 @@ class JobsTest(unittest.TestCase):
         self.assertEqual([j["wall_s"] for j in r["jobs"]], [40.0, 50.0])
         st0 = {"views": {"augmented": {"hits": 0, "misses": 0}}}
         st1 = {"views": {"augmented": {"hits": 100, "misses": 300}}}
-        self.assertEqual(rb.jobs_run_record("prepfs", jobs, st0, st1, 1.0)["hit_rate"], 0.25)
+        self.assertEqual(stats.jobs_run_record("prepfs", jobs, st0, st1, 1.0)["hit_rate"], 0.25)
         js = {"job0": {"name": "job0", "hits": {"augmented": 150, "decoded": 50}, "misses": 0,
                        "state_bytes": 8}}
-        r = rb.jobs_run_record("prepfs-ods", jobs, st0, st1, 1.0, js)
+        r = stats.jobs_run_record("prepfs-ods", jobs, st0, st1, 1.0, js)
         self.assertEqual(r["hit_rate"], 1.0)  # from the jobs, not the top-level view
         self.assertNotIn("state_bytes", r["job_stats"][0])
 
     def test_summary_and_reduction(self):
         jr = fake_jobs_report()
-        a = rb._variant(jr, "4a")["summary"]
+        a = stats.find_variant(jr, "4a")["summary"]
         self.assertEqual(a["makespan_s"]["median"], 100.0)  # first start to last end
         self.assertEqual((a["makespan_s"]["min"], a["makespan_s"]["max"]), (90.0, 110.0))
         self.assertEqual(a["job_wall_s"], [100.0, 94.5, 98.0])
         self.assertEqual(len(a["job_wall_s"]), 3)
         self.assertEqual(a["source_read_share"], 1.0)
-        self.assertAlmostEqual(rb.makespan_reduction(jr, "4c"), 0.5)
-        self.assertAlmostEqual(rb.makespan_reduction(jr, "4b"), 0.3)
-        self.assertAlmostEqual(rb._variant(jr, "4c")["summary"]["hit_rate"], 0.6)
-        self.assertAlmostEqual(rb._variant(jr, "4b")["summary"]["hit_rate"], 0.3)
-        self.assertIsNone(rb.makespan_reduction(jr, "4x"))
-        self.assertIsNone(rb.makespan_reduction({"variants": []}, "4c"))
+        self.assertAlmostEqual(stats.makespan_reduction(jr, "4c"), 0.5)
+        self.assertAlmostEqual(stats.makespan_reduction(jr, "4b"), 0.3)
+        self.assertAlmostEqual(stats.find_variant(jr, "4c")["summary"]["hit_rate"], 0.6)
+        self.assertAlmostEqual(stats.find_variant(jr, "4b")["summary"]["hit_rate"], 0.3)
+        self.assertIsNone(stats.makespan_reduction(jr, "4x"))
+        self.assertIsNone(stats.makespan_reduction({"variants": []}, "4c"))
 
     def test_rows_and_table(self):
         jr = fake_jobs_report()
-        rows = {r[0]: r for r in rb.jobs_rows(jr)}
+        rows = {r[0]: r for r in reporting.jobs_rows(jr)}
         self.assertEqual(sorted(rows), ["4a", "4b", "4c"])
-        self.assertTrue(all(len(r) == len(rb.TABLE_HEADER) for r in rows.values()))
+        self.assertTrue(all(len(r) == len(reporting.TABLE_HEADER) for r in rows.values()))
         self.assertEqual(rows["4a"][-1], "0% (no cache)")
         self.assertEqual(rows["4c"][-1], "60%")
         self.assertEqual(rows["4a"][8], "1.00x")
         self.assertEqual(rows["4c"][8], "2.00x")  # all samples over the makespan, vs 4a's
         self.assertIn("3 x torchvision", rows["4a"][2])
         self.assertIn("10MB/s", rows["4b"][3])
-        tab = {r[0]: r for r in rb.jobs_table(jr)}
-        self.assertTrue(all(len(r) == len(rb.JOBS_HEADER) for r in tab.values()))
+        tab = {r[0]: r for r in reporting.jobs_table(jr)}
+        self.assertTrue(all(len(r) == len(reporting.JOBS_HEADER) for r in tab.values()))
         self.assertEqual(tab["4c"][2], "50.0")
         self.assertEqual(tab["4c"][4], "50.0, 44.5, 48.0")
         self.assertEqual(tab["4c"][-1], "-50%")
@@ -787,11 +960,11 @@ class JobsTest(unittest.TestCase):
         self.assertIn("6.0x the set", tab["4a"][6])
         failed = {"settings": {}, "variants": [{"id": "4b", "key": "prepfs", "label": "x",
                                                 "reads": "y", "error": "boom\nmore"}]}
-        self.assertEqual(rb.jobs_rows(failed)[0][4], "failed: boom")
-        self.assertEqual(rb.jobs_table(failed)[0][2], "failed: boom")
+        self.assertEqual(reporting.jobs_rows(failed)[0][4], "failed: boom")
+        self.assertEqual(reporting.jobs_table(failed)[0][2], "failed: boom")
 
     def test_targets(self):
-        t = {x["target"]: x for x in rb.jobs_targets(fake_jobs_report())}
+        t = {x["target"]: x for x in stats.jobs_targets(fake_jobs_report())}
         red = next(v for k, v in t.items() if "makespan" in k)
         hit = next(v for k, v in t.items() if "hit rate" in k)
         self.assertTrue(red["met"])  # 50% less >= 45%
@@ -799,26 +972,26 @@ class JobsTest(unittest.TestCase):
         self.assertEqual(red["cases"], "4c / 4a")
         self.assertTrue(hit["met"])  # 60% >= 54%
         self.assertIn("25% of the set cached here (Seneca's figure: 20%)", hit["note"])
-        t = rb.jobs_targets(fake_jobs_report({"4a": [100.0], "4c": [80.0]}, hit_c=0.2))
+        t = stats.jobs_targets(fake_jobs_report({"4a": [100.0], "4c": [80.0]}, hit_c=0.2))
         # 4c's two targets missed; 4d's not measured in this report.
         self.assertEqual([x["met"] for x in t], [False, False, None, None])
         self.assertEqual(t[0]["shown"], "20% less")
-        t = rb.jobs_targets(fake_jobs_report({"4a": [100.0], "4c": [130.0]}))
+        t = stats.jobs_targets(fake_jobs_report({"4a": [100.0], "4c": [130.0]}))
         self.assertEqual(t[0]["shown"], "30% more")
-        t = rb.jobs_targets(None)
+        t = stats.jobs_targets(None)
         self.assertEqual([(x["ratio"], x["met"], x["shown"]) for x in t],
-                         [(None, None, "-")] * len(rb.JOB_TARGETS))
-        all_t = rb.targets(fake_results(), jobs=fake_jobs_report())
-        self.assertEqual(len(all_t), len(rb.TARGETS) + len(rb.JOB_TARGETS))
+                         [(None, None, "-")] * len(stats.JOB_TARGETS))
+        all_t = stats.targets(fake_results(), jobs=fake_jobs_report())
+        self.assertEqual(len(all_t), len(stats.TARGETS) + len(stats.JOB_TARGETS))
 
     def test_checks(self):
         jr = fake_jobs_report()
-        checks = rb.jobs_checks(jr)
+        checks = reporting.jobs_checks(jr)
         self.assertTrue(any("every epoch of every job read the storage" in c for c in checks))
         self.assertTrue(any("200 samples served to every job" in c for c in checks))
-        for r in rb._variant(jr, "4a")["runs"]:
+        for r in stats.find_variant(jr, "4a")["runs"]:
             r["source_read_share"] = 0.5
-        self.assertTrue(any("served from the page cache" in c for c in rb.jobs_checks(jr)))
+        self.assertTrue(any("served from the page cache" in c for c in reporting.jobs_checks(jr)))
 
     def test_markdown_and_chart(self):
         d = mkdtemp()
@@ -835,8 +1008,8 @@ class JobsTest(unittest.TestCase):
                                        fake_case("2pd", "warm25", "raw", [900])],
             "jobs": fake_jobs_report(),
         }
-        report["targets"] = rb.targets(report["cases"], True, report["jobs"])
-        md = rb.render_markdown(report, [os.path.join(d, "x-jobs.png")], d)
+        report["targets"] = stats.targets(report["cases"], True, report["jobs"])
+        md = reporting.render_markdown(report, [os.path.join(d, "x-jobs.png")], d)
         self.assertIn("## Scenario 4: concurrent jobs", md)
         self.assertIn("| 4c | 4 concurrent jobs |", md)
         self.assertIn("| 2pc | 2p warm, 25% cache |", md)
@@ -849,14 +1022,14 @@ class JobsTest(unittest.TestCase):
         results = md.split("## Results")[1].split("##")[0]
         widths = {ln.count(" | ") for ln in results.splitlines()
                   if ln.startswith("| ") and ln.split(" | ")[0][2:] in ("1a", "4a", "2pc")}
-        self.assertEqual(widths, {len(rb.TABLE_HEADER) - 1})
+        self.assertEqual(widths, {len(reporting.TABLE_HEADER) - 1})
         section = md.split("## Scenario 4")[1].split("## How")[0]
         widths = {ln.count(" | ") for ln in section.splitlines() if ln.startswith("| 4")}
-        self.assertEqual(widths, {len(rb.JOBS_HEADER) - 1})
+        self.assertEqual(widths, {len(reporting.JOBS_HEADER) - 1})
         # only 4 ran: 2p still pending, with the reason given
         report["cases"] = fake_results()
         report["settings"]["pending_why"] = "not run (--only)"
-        md = rb.render_markdown(report, [], d)
+        md = reporting.render_markdown(report, [], d)
         self.assertIn("| 2p | 2 warm, 25% cache | prepfs with a cache of 25% of the set | "
                       "prepfs augmented/ | pending: not run (--only) |", md)
         self.assertNotIn("| 4 | 4 concurrent jobs |", md)
@@ -864,38 +1037,38 @@ class JobsTest(unittest.TestCase):
             import matplotlib  # noqa: F401
         except ImportError:
             return
-        paths = rb.write_jobs_chart(report, os.path.join(d, "x"))
+        paths = charts.write_jobs_chart(report, os.path.join(d, "x"))
         self.assertEqual([os.path.basename(p) for p in paths], ["x-jobs.png"])
         with open(paths[0], "rb") as f:
             self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
-        self.assertEqual(rb.write_jobs_chart({"jobs": None}, os.path.join(d, "y")), [])
+        self.assertEqual(charts.write_jobs_chart({"jobs": None}, os.path.join(d, "y")), [])
 
     def test_pending_rows_done(self):
-        self.assertEqual([r[0] for r in rb.pending_rows(True, ["2pc", "2pd"])], ["4"])
-        self.assertEqual([r[0] for r in rb.pending_rows(True, ["4a"])], ["2p"])
-        self.assertEqual(rb.pending_rows(True, ["2pc", "4c"]), [])
+        self.assertEqual([r[0] for r in reporting.pending_rows(True, ["2pc", "2pd"])], ["4"])
+        self.assertEqual([r[0] for r in reporting.pending_rows(True, ["4a"])], ["2p"])
+        self.assertEqual(reporting.pending_rows(True, ["2pc", "4c"]), [])
 
     def test_plan_2p(self):
-        ids = [c.id for c in rb.plan("/d", "/m/augmented", "x", "/dev/shm/f", True, True,
-                                     augmented25="/m-25/augmented", reads25="p25")]
+        ids = [c.id for c in plan.plan("/d", "/m/augmented", "x", "/dev/shm/f", True, True,
+                                       augmented25="/m-25/augmented", reads25="p25")]
         self.assertEqual(ids, ["1a", "1b", "1c", "1d", "2c", "2d", "2pc", "2pd", "3d", "3f"])
-        cs = {c.id: c for c in rb.plan("/d", "/m/augmented", "x", "/dev/shm/f", True,
-                                       augmented25="/m-25/augmented", reads25="p25")}
+        cs = {c.id: c for c in plan.plan("/d", "/m/augmented", "x", "/dev/shm/f", True,
+                                         augmented25="/m-25/augmented", reads25="p25")}
         self.assertEqual((cs["2pc"].loader, cs["2pd"].loader), ("torchvision-ppm", "raw"))
         self.assertTrue(all(cs[i].source == "ppm25" and cs[i].warmup == 1 and cs[i].prepfs
                             and not cs[i].cold and cs[i].data == "/m-25/augmented"
                             for i in ("2pc", "2pd")))
-        self.assertEqual(rb.baseline_ids([], "warm25"), {"torchvision": None, "dali": None})
-        r = rb.ratios(fake_results() + [fake_case("2pc", "warm25", "torchvision-ppm", [300])])
+        self.assertEqual(stats.baseline_ids([], "warm25"), {"torchvision": None, "dali": None})
+        r = stats.ratios(fake_results() + [fake_case("2pc", "warm25", "torchvision-ppm", [300])])
         self.assertAlmostEqual(r["2pc"]["torchvision"], 3.0)  # against 2a, as the warm rows
 
     def test_subset_tree(self):
         d, out = mkdtemp(), mkdtemp()
         make_tree(d, classes=3, per_class=5)
-        self.assertEqual(rb.make_subset_tree(d, os.path.join(out, "t"), 2), 6)
+        self.assertEqual(scenario4.make_subset_tree(d, os.path.join(out, "t"), 2), 6)
         classes, samples = loaders.list_image_folder(os.path.join(out, "t"))
         self.assertEqual((len(classes), len(samples)), (3, 6))
-        self.assertEqual(rb.make_subset_tree(d, os.path.join(out, "u"), 100), 15)
+        self.assertEqual(scenario4.make_subset_tree(d, os.path.join(out, "u"), 100), 15)
 
 
 class UncachedReadTest(unittest.TestCase):
@@ -938,16 +1111,16 @@ class RunCaseRefillTest(unittest.TestCase):
         Args = case_args(2)
 
         src = FakeSource()
-        case = rb.Case("2d", "warm", "raw", "raw", "files", d, warmup=1, prepfs=True)
-        rec = rb.run_case(case, Args, sorted(os.sched_getaffinity(0))[:1], src)
+        case = plan.Case("2d", "warm", "raw", "raw", "files", d, warmup=1, prepfs=True)
+        rec = runner.run_case(case, Args, sorted(os.sched_getaffinity(0))[:1], src)
         self.assertIsNone(rec["error"], rec.get("stderr_tail"))
         self.assertNotIn("refill_wait", rec["warmup_runs"][0])  # not before the warm-up
         for r in rec["runs"]:
             self.assertEqual(r["refill_wait"]["augmented_entries_start"], 6)
             self.assertEqual(r["refill_wait"]["reason"], "full")
         self.assertEqual(rec["summary"]["refill_wait"]["target"], 6)
-        cold = rb.Case("1d", "cold", "raw", "raw", "files", d, cold=True, prepfs=True)
-        rec = rb.run_case(cold, Args, sorted(os.sched_getaffinity(0))[:1], FakeSource())
+        cold = plan.Case("1d", "cold", "raw", "raw", "files", d, cold=True, prepfs=True)
+        rec = runner.run_case(cold, Args, sorted(os.sched_getaffinity(0))[:1], FakeSource())
         self.assertTrue(all("refill_wait" not in r for r in rec["runs"]))
 
 
@@ -965,7 +1138,7 @@ class JobsVariantTest(unittest.TestCase):
         mounts = []
 
         def mounter():
-            m = rb.mount_prepfs(binary, "cfg.yaml", d, mnt, timeout=10)
+            m = mount.mount_prepfs(binary, "cfg.yaml", d, mnt, timeout=10)
             mounts.append(m.pid)
             return m
         mounter.mountpoint = mnt
@@ -977,20 +1150,20 @@ class JobsVariantTest(unittest.TestCase):
             verbose = False
 
         settings = {"jobs": 2, "reps": 2, "epochs": 1, "data_bytes": 6000, "uncached": "none"}
-        v = rb.run_jobs_variant("4b", "prepfs", "raw", "raw", "files", args=Args,
-                                cpus=sorted(os.sched_getaffinity(0))[:1], mounter=mounter,
-                                data_for=lambda m, i: d, settings=settings)
+        v = scenario4.run_jobs_variant("4b", "prepfs", "raw", "raw", "files", args=Args,
+                                       cpus=sorted(os.sched_getaffinity(0))[:1], mounter=mounter,
+                                       data_for=lambda m, i: d, settings=settings)
         self.assertIsNone(v["error"], v.get("stderr_tail"))
         self.assertEqual(len(v["runs"]), 2)
         self.assertEqual(len(set(mounts)), 2)  # a fresh mount for every run
         self.assertEqual([r["samples"] for r in v["runs"]], [12, 12])
-        self.assertFalse(rb.is_mounted(mnt))
-        self.assertIn("fake", rb.jobs_progress_line(v) + "fake")
-        bad = rb.run_jobs_variant("4b", "prepfs", "raw", "raw", "files", args=Args,
-                                  cpus=sorted(os.sched_getaffinity(0))[:1], mounter=mounter,
-                                  data_for=lambda m, i: "/nonexistent", settings=settings)
+        self.assertFalse(mount.is_mounted(mnt))
+        self.assertIn("fake", reporting.jobs_progress_line(v) + "fake")
+        bad = scenario4.run_jobs_variant("4b", "prepfs", "raw", "raw", "files", args=Args,
+                                         cpus=sorted(os.sched_getaffinity(0))[:1], mounter=mounter,
+                                         data_for=lambda m, i: "/nonexistent", settings=settings)
         self.assertIn("failed in run 0", bad["error"])
-        self.assertIn("FAILED", rb.jobs_progress_line(bad))
+        self.assertIn("FAILED", reporting.jobs_progress_line(bad))
 
 
 
