@@ -325,6 +325,21 @@ impl<V: Clone + Weighed> FormStore<V> {
         self.lru.store(lru, Ordering::Relaxed);
     }
 
+    /// The entry for `id` is not needed for a while: under LRU it is the next to make room, and
+    /// with the store full it goes now (eviction picks within a shard, so a full store would
+    /// otherwise evict a shard's oldest entry while other shards keep ones no one needs).
+    pub fn retire(&self, id: FileId) {
+        if !self.lru.load(Ordering::Relaxed) {
+            return;
+        }
+        let full = self.peek(id, |v| !self.has_room_for(v.weight())).unwrap_or(false);
+        if full {
+            self.pop(id);
+        } else {
+            self.shard(id).demote(&id);
+        }
+    }
+
     /// Changes the budget (a new split); entries over a smaller budget stay until taken.
     pub fn set_budget(&self, budget: u64) {
         self.budget.store(budget, Ordering::Relaxed);
@@ -485,6 +500,20 @@ impl SampleCache {
     pub fn set_lru(&self, lru: bool) {
         self.encoded.set_lru(lru);
         self.decoded.set_lru(lru);
+    }
+
+    /// With several jobs reading, the cache is a window (see `planner::prepfs`): a job's new
+    /// augmented output evicts the oldest one kept for the other jobs rather than be dropped
+    /// (`shared`); with one job or none, outputs wait for room.
+    pub fn set_shared_outputs(&self, shared: bool) {
+        self.augmented.set_lru(shared);
+    }
+
+    /// No active job needs `id` again this epoch: under LRU its encoded bytes and decoded pixels
+    /// make room before what a job still needs (see [`FormStore::retire`]).
+    pub fn done_with(&self, id: FileId) {
+        self.encoded.retire(id);
+        self.decoded.retire(id);
     }
 
     /// The cache's memory, bytes.

@@ -8,7 +8,7 @@
 use std::time::Instant;
 
 use crate::augment::{draw_rng, plan_sample, Size2};
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, DirId};
 use crate::config::Config;
 use crate::output;
 use crate::pipeline;
@@ -82,6 +82,7 @@ pub fn measure(catalog: &Catalog, config: &Config, read: impl Fn(u32) -> Option<
         t_serve: None,
         jobs: 1,
         cores: threads as u32,
+        dirs: (0..catalog.dir_count()).filter(|&d| !catalog.images(d as DirId).is_empty()).count().max(1) as u32,
     };
     Some(Calibration { params, samples_timed: timed })
 }

@@ -947,6 +947,12 @@ impl Filesystem {
             if choice.substituted {
                 bump(&c.substitutions, 1);
             }
+            // The cache is the jobs' window: bytes and pixels no other job needs this epoch
+            // make room first, however this job was served (an augmented output is dropped
+            // once its jobs have used it).
+            if self.jobs_needing(choice.sample) & !job.bit() == 0 {
+                self.cache().done_with(choice.sample);
+            }
             let data = self.pin(HandleData::Bytes { bytes, form: view.form, served: Some(served) }, caller)?;
             let mut shares = self.shares.lock().unwrap_or_else(|p| p.into_inner());
             shares.retain(|_, w| w.strong_count() > 0);

@@ -746,10 +746,12 @@ impl SampleProducer {
             params.t_a = threads * a_n as f64 / (a_ns as f64 / 1e9).max(1e-9);
         }
         if reads >= REPLAN_MIN_SAMPLES / 4 && read_ns > 0 {
-            let mut rate = read_bytes as f64 / (read_ns as f64 / 1e9);
-            if let Some(limit) = self.source.read_limit() {
-                rate = rate.min(limit.bytes_per_s() as f64);
-            }
+            // Behind a read limit the storage gives the limit: reads queued at the throttle take
+            // longer each, and bytes over their summed times would come out below it.
+            let rate = match self.source.read_limit() {
+                Some(limit) => limit.bytes_per_s() as f64,
+                None => read_bytes as f64 / (read_ns as f64 / 1e9),
+            };
             params.b_storage = rate.min(1e12);
         }
         self.apply_plan(params, "rates measured while serving", timed);
@@ -763,6 +765,7 @@ impl SampleProducer {
         if self.config.cache.policy == crate::config::EvictionPolicy::Auto {
             self.cache.set_lru(jobs > 1);
         }
+        self.cache.set_shared_outputs(jobs > 1);
     }
 
     /// One step of the serving-rate probe (called about once a second); the rate found so far.
@@ -814,6 +817,9 @@ impl SampleProducer {
             "model": "prepfs",
             "budgets": budgets,
             "predicted_samples_per_s": evaluation.samples_per_s,
+            // Of the samples served, those not read from the source (with several jobs: what
+            // the jobs' hit rates should come to).
+            "predicted_hit_rate": 1.0 - evaluation.n_storage / (params.n_total.max(1) as f64),
             "seneca_predicted_samples_per_s": crate::planner::Model::Seneca.evaluate(&params, split).samples_per_s,
             // A first pass, with nothing cached yet: every sample a miss.
             "predicted_cold_samples_per_s":

@@ -17,13 +17,18 @@
 //!      speed; but the output is used once and replaced by a fresh augmentation from the same
 //!      CPUs. So an augmented hit costs the work of its refill (an augment when the sample's
 //!      pixels are also held, else a decode and augment, plus a storage read when nothing else
-//!      holds it) divided among the jobs that share each output. It is free only when spare
-//!      CPU pays for it: when storage or the consumer bounds the rate below what the CPUs could
-//!      do, which the `min` over the bounds gives.
+//!      holds it). It is free only when spare CPU pays for it: when storage or the consumer
+//!      bounds the rate below what the CPUs could do, which the `min` over the bounds gives.
 //!   3. **Memory left over flows on.** Once a form holds every sample, the rest of its share
 //!      goes to the next form in the fill order (augmented, decoded, encoded), so a cache larger
 //!      than the set holds it in every form it can, not 0-0-100 with memory idle.
-//!   4. **The inputs are the mount's.** The rate it serves a cached output at (`t_serve`: FUSE
+//!   4. **Several jobs share through a window, not a store.** Seneca counts ODS's sharing only
+//!      in the hit rate. With jobs reading at once, what one job's miss made (the output, the
+//!      pixels, the bytes) serves the others if the cache keeps it until their requests reach
+//!      its directory; so each form's share buys a window, and an item made serves `1 + (jobs -
+//!      1) min(1, window / (5 · directories))` jobs (the constant from a simulation, see
+//!      [`prepfs`]). The work and the storage reads per sample are divided by that.
+//!   5. **The inputs are the mount's.** The rate it serves a cached output at (`t_serve`: FUSE
 //!      round trips and the readers' work, not a memory copy), the decode+augment and augment
 //!      rates on all its cores counted once (`t_da`, `t_a`), the storage rate or `read_limit`,
 //!      and the consumers' rate (`t_gpu`, given or left unbounded).

@@ -118,6 +118,10 @@ pub struct PlanParams {
     /// prepfs's model only: the cores the CPU rates (`t_da`, `t_a`, `t_serve`) were measured
     /// on, for the default serve rate.
     pub cores: u32,
+    /// prepfs's model only: the directories (classes) the samples are in. A job's substitute
+    /// comes from the requested file's directory, so what one job's miss made waits in the
+    /// cache until the other jobs' requests reach that directory (1: one directory).
+    pub dirs: u32,
 }
 
 
@@ -523,6 +527,8 @@ struct RawPlanParams {
     jobs: Option<u32>,
     #[serde(default)]
     cores: Option<u32>,
+    #[serde(default)]
+    dirs: Option<u32>,
 }
 
 /// A key that is present deserialises to `Some(value or None for null)`; `#[serde(default)]`
@@ -598,6 +604,7 @@ impl RawPlanParams {
             t_serve: self.t_serve.filter(|t| *t != f64::INFINITY),
             jobs: self.jobs.unwrap_or(1).max(1),
             cores: self.cores.unwrap_or(1).max(1),
+            dirs: self.dirs.unwrap_or(1).max(1),
         };
         params.validate_in(text)?;
         Ok(params)
@@ -673,6 +680,7 @@ pub(crate) mod tests {
             t_serve: None,
             jobs: 1,
             cores: 1,
+            dirs: 1,
         }
     }
 
