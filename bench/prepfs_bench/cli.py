@@ -25,7 +25,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import loaders  # bench/loaders.py (standard library only at import time)
 
 from . import BENCH_DIR, ROOT, show_path
-from .config import cache_of_share, check_config, derive_config
+from .config import cache_of_share, check_config, derive_config, policy_setting
 from .mount import PrepfsError, PrepfsMount, PrepfsSource, mount_prepfs
 from .plan import plan
 from .report import progress_line, write_report
@@ -90,8 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="2p's and scenario 4's cache, as a share of the data set's bytes")
     g4.add_argument("--cache-split", default=os.environ.get("BENCH_SPLIT") or "auto",
                     help="the split of the 2p and 4b/4c caches: auto (the model's) or E-D-A")
-    g4.add_argument("--cache-policy", default=os.environ.get("BENCH_POLICY") or "keep",
-                    choices=["keep", "lru"], help="the 2p and 4b/4c caches' policy")
+    g4.add_argument("--cache-policy", default=os.environ.get("BENCH_POLICY") or "auto",
+                    choices=["auto", "keep", "lru"],
+                    help="the 2p and 4b/4c caches' policy (auto: the mount's default, not set)")
     g4.add_argument("--consumer-rate", type=float,
                     default=float(os.environ.get("BENCH_CONSUMER_RATE") or 900),
                     help="4d: the consumers' rate given to the cache model (samples/s; default "
@@ -227,8 +228,8 @@ def setup_driver_mounts(pf: Prepfs, args: argparse.Namespace, data: str, dinfo: 
     cache25 = cache_of_share(dinfo["data_bytes"], args.cache_share)
     cfg25 = os.path.join(config_dir, "imagenet-cache25.yaml")
     with open(cfg25, "w") as f:
-        f.write(derive_config(pf.base_text, f"{{ memory: {cache25}, split: {args.cache_split}, "
-                                            f"policy: {args.cache_policy} }}",
+        f.write(derive_config(pf.base_text, f"{{ memory: {cache25}, split: {args.cache_split}"
+                                            f"{policy_setting(args.cache_policy)} }}",
                               note=f"scenario 2p: a cache of {args.cache_share * 100:g}% "
                                    f"of the data set's {dinfo['data_bytes']} bytes"))
     why25 = check_config(binary, cfg25, data)

@@ -101,3 +101,9 @@ def check_config(binary: str, config: str, source: str) -> Optional[str]:
         return None
     lines = [ln for ln in (p.stderr + p.stdout).strip().splitlines() if ln.strip()]
     return lines[-1] if lines else f"exit status {p.returncode}"
+
+
+def policy_setting(policy: str) -> str:
+    """The `policy` entry of a derived `cache:` flow map: none for "auto" (the mount's default,
+    so the bench measures what a user who sets nothing gets), else ", policy: <policy>"."""
+    return "" if policy == "auto" else f", policy: {policy}"

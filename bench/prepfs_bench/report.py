@@ -219,7 +219,7 @@ def render_markdown(report: dict, charts: Sequence[str], md_dir: str) -> str:
         c25 = s["prepfs"]
         out.append(f"- prepfs cache of rows 2pc/2pd: {fmt_bytes(c25['cache25_bytes'])}, 25% of the "
                    f"data set's bytes on storage, `split: {c25.get('cache25_split_asked', 'auto')}`, "
-                   f"`policy: {c25.get('cache25_policy', 'keep')}`"
+                   f"`policy: {c25.get('cache25_policy', 'auto')}`"
                    + (f" (the mount chose encoded-decoded-augmented {c25['cache25_split']})"
                       if c25.get("cache25_split") else ""))
     if la[0] > 0.5:
@@ -382,7 +382,7 @@ def render_jobs_section(jobs: dict, charts: Sequence[str], md_dir: str) -> List[
                  f"{a['summary']['samples_per_s']['median']:.0f} samples/s")
     text += (f". Cache for 4b and 4c: {fmt_pct(st.get('cache_share'))} of the set's bytes on "
              f"storage ({fmt_bytes(st.get('cache_bytes'))}), `split: {st.get('cache_split', 'auto')}`, "
-             f"`policy: {st.get('cache_policy', 'keep')}`")
+             f"`policy: {st.get('cache_policy', 'auto')}`")
     if st.get("split"):
         text += f" (the mount chose encoded-decoded-augmented {st['split']})"
     text += (f". Each variant on a freshly mounted prepfs (empty cache) after dropping the page "

@@ -21,7 +21,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import loaders  # bench/loaders.py (standard library only at import time)
 
 from . import BENCH_DIR, show_path
-from .config import cache_of_share, check_config, derive_config
+from .config import cache_of_share, check_config, derive_config, policy_setting
 from .mount import PrepfsError, PrepfsMount, mount_prepfs
 from .plan import JOB_VARIANTS
 from .report import jobs_progress_line
@@ -251,8 +251,8 @@ def run_jobs_scenario(args, cpus: List[int], binary: str, base_text: str, data: 
         settings["consumer_rate"] = args.consumer_rate
         configs = [
             (storage_cfg, None, "scenario 4's storage: read-limited, no cache"),
-            (prepfs_cfg, f"{{ memory: {cache_bytes}, split: {args.cache_split}, "
-                         f"policy: {args.cache_policy} }}",
+            (prepfs_cfg, f"{{ memory: {cache_bytes}, split: {args.cache_split}"
+                         f"{policy_setting(args.cache_policy)} }}",
              f"scenario 4: read-limited source, a cache of {args.cache_share * 100:.0f}% of the "
              f"set's bytes"),
             (tuned_cfg, f"{{ memory: {cache_bytes}, split: auto, policy: lru, "
