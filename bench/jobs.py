@@ -101,6 +101,14 @@ class Mount:
             subprocess.run(["fusermount3", "-u", "-z", self.mnt], stderr=subprocess.DEVNULL)
 
 
+def pct(x):
+    return "-" if x is None else f"{x * 100:.0f}%"
+
+
+def num(x):
+    return "-" if x is None else f"{x:.0f}"
+
+
 def write_report(out, data, lines):
     """Writes OUT.json (the figures) and OUT.md (the table `lines`), and prints the table."""
     os.makedirs(os.path.dirname(out), exist_ok=True)
@@ -168,15 +176,20 @@ def main():
                 "samples_served": served,
                 "jobs_per_decode": served / max(1, st["decodes"]),
                 "split": (st.get("plan") or {}).get("split"),
+                "samples_per_s": served / ours,
+                "predicted_samples_per_s": (st.get("plan") or {}).get("predicted_samples_per_s"),
+                "predicted_hit_rate": (st.get("plan") or {}).get("predicted_hit_rate"),
             }
             rows.append(row)
             print(json.dumps(row), flush=True)
         lines = ["3 jobs x 2 epochs at once, one process each; prepfs with its defaults and a cache of 20% of the set's bytes.", "",
-                 "| setting | peer makespan s | prepfs makespan s | ratio | hit rate | samples served per decode | split |",
-                 "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+                 "| setting | peer makespan s | prepfs makespan s | ratio | hit rate (predicted) | samples/s (predicted) | samples served per decode | split |",
+                 "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
         for r in rows:
             lines.append(f"| {r['setting']} | {r['peer_makespan_s']:.1f} | {r['prepfs_makespan_s']:.1f} | {r['makespan_ratio']:.2f}x "
-                         f"| {r['hit_rate'] * 100:.0f}% | {r['jobs_per_decode']:.2f} | {r['split']} |")
+                         f"| {r['hit_rate'] * 100:.0f}% ({pct(r['predicted_hit_rate'])}) "
+                         f"| {r['samples_per_s']:.0f} ({num(r['predicted_samples_per_s'])}) "
+                         f"| {r['jobs_per_decode']:.2f} | {r['split']} |")
         write_report(args.out, rows, lines)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -87,6 +87,18 @@ pub fn measure(catalog: &Catalog, config: &Config, read: impl Fn(u32) -> Option<
     Some(Calibration { params, samples_timed: timed })
 }
 
+/// Seconds the machine's cores have been busy (all of them added up) since boot, from
+/// `/proc/stat`'s first line (user, nice, system, irq, softirq, steal; not idle or iowait).
+pub fn machine_busy_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let fields: Vec<u64> = stat.lines().next()?.split_whitespace().skip(1).map(|f| f.parse().ok()).collect::<Option<_>>()?;
+    let at = |i: usize| fields.get(i).copied().unwrap_or(0);
+    let busy = at(0) + at(1) + at(2) + at(5) + at(6) + at(7);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (hz > 0).then(|| busy as f64 / hz as f64)
+}
+
 /// Bytes per second one thread copies between two 32 MiB buffers: the cache's read bandwidth.
 fn memory_copy_rate() -> f64 {
     let src = vec![1u8; 32 << 20];

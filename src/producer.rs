@@ -161,11 +161,20 @@ pub struct SampleProducer {
 
 /// Measures `t_serve`: opens per second over one-second windows in which every open was a hit
 /// (no decode, no source read); the best window seen.
+/// Samples an interval of the serving probe must have served to count.
+const SERVE_PROBE_MIN: u64 = 200;
+
 struct ServeProbe {
     at: Instant,
     opens: u64,
     work: u64,
     best: Option<f64>,
+    /// The machine's busy core-seconds and the pixel work's CPU nanoseconds at `at`.
+    busy: Option<f64>,
+    pixel_ns: u64,
+    /// Over the intervals that served enough: samples served, and core-seconds spent on them
+    /// beyond the pixel work.
+    costed: (u64, f64),
 }
 
 struct PlanState {
@@ -210,7 +219,15 @@ impl SampleProducer {
             loads: SingleFlight::default(),
             plan: Mutex::new(None),
             jobs_sharing: AtomicU32::new(1),
-            serve: Mutex::new(ServeProbe { at: Instant::now(), opens: 0, work: 0, best: None }),
+            serve: Mutex::new(ServeProbe {
+                at: Instant::now(),
+                opens: 0,
+                work: 0,
+                best: None,
+                busy: crate::calibrate::machine_busy_seconds(),
+                pixel_ns: 0,
+                costed: (0, 0.0),
+            }),
             config,
             catalog,
             stats: Stats::default(),
@@ -753,6 +770,8 @@ impl SampleProducer {
                 None => read_bytes as f64 / (read_ns as f64 / 1e9),
             };
             params.b_storage = rate.min(1e12);
+            // The mean file as read while serving: calibration's dozen samples can miss it.
+            params.s_data = read_bytes as f64 / reads as f64;
         }
         self.apply_plan(params, "rates measured while serving", timed);
         true
@@ -769,22 +788,47 @@ impl SampleProducer {
     }
 
     /// One step of the serving-rate probe (called about once a second); the rate found so far.
+    ///
+    /// Serving costs CPU beyond the pixel work: FUSE round trips, copies and the readers' own
+    /// work on the same cores. With one reading stream it is the best rate of an interval of a
+    /// second that served at least [`SERVE_PROBE_MIN`] samples from the cache alone (no pixel
+    /// work, no source reads); until one has, the model's default. With several jobs, whose
+    /// misses never stop, it is the machine's busy core-seconds less the pixel work's CPU time,
+    /// per sample served, over the intervals that served enough: that also counts what a miss
+    /// costs beyond its timed pixel work (the source read, the output's encoding) at the jobs'
+    /// steady mix of hits and misses, and any other load on the machine. (With one stream that
+    /// mix changes from the first epoch to the second, so a lumped cost would mispredict both.)
     fn probe_serve(&self) -> Option<f64> {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let s = &self.stats;
         let opens = get(&s.encoded.opens) + get(&s.decoded.opens) + get(&s.augmented.opens);
         let work = s.decodes() + get(&s.source_reads);
+        let pixel_ns = get(&s.full_decode_nanos) + get(&s.decode_augment_nanos) + get(&s.pixel_augment_nanos);
+        let busy = crate::calibrate::machine_busy_seconds();
+        let cores = self.config.decode_parallelism() as f64;
         let mut probe = self.serve.lock().unwrap_or_else(|p| p.into_inner());
         let secs = probe.at.elapsed().as_secs_f64();
         if secs >= 0.9 {
             let served = opens.saturating_sub(probe.opens);
-            if work == probe.work && served >= 200 {
+            if work == probe.work && served >= SERVE_PROBE_MIN {
                 let rate = served as f64 / secs;
                 probe.best = Some(probe.best.map_or(rate, |b: f64| b.max(rate)));
             }
-            *probe = ServeProbe { at: Instant::now(), opens, work, best: probe.best };
+            let mut costed = probe.costed;
+            if let (Some(now), Some(then)) = (busy, probe.busy) {
+                let spent = now - then - pixel_ns.saturating_sub(probe.pixel_ns) as f64 / 1e9;
+                if served >= SERVE_PROBE_MIN && spent > 0.0 {
+                    costed = (costed.0 + served, costed.1 + spent);
+                }
+            }
+            *probe = ServeProbe { at: Instant::now(), opens, work, best: probe.best, busy, pixel_ns, costed };
         }
-        probe.best
+        let jobs = self.jobs_sharing.load(Ordering::Relaxed);
+        match (probe.best, probe.costed) {
+            // Core-seconds a sample on `cores` cores: the machine serves cores / that a second.
+            (_, (n, spent)) if jobs > 1 && n > 0 => Some(cores * n as f64 / spent),
+            (best, _) => best,
+        }
     }
 
     fn apply_plan(&self, mut params: crate::planner::PlanParams, from: &str, timed: u64) {

@@ -28,8 +28,10 @@
 //!      its directory; so each form's share buys a window, and an item made serves `1 + (jobs -
 //!      1) min(1, window / (5 · directories))` jobs (the constant from a simulation, see
 //!      [`prepfs`]). The work and the storage reads per sample are divided by that.
-//!   5. **The inputs are the mount's.** The rate it serves a cached output at (`t_serve`: FUSE
-//!      round trips and the readers' work, not a memory copy), the decode+augment and augment
+//!   5. **The inputs are the mount's.** The rate it serves a sample at beyond the pixel work
+//!      (`t_serve`: FUSE round trips, copies and the readers' own work on the same cores, not a
+//!      memory copy; measured while serving as the machine's busy CPU per sample less the pixel
+//!      work's), the decode+augment and augment
 //!      rates on all its cores counted once (`t_da`, `t_a`), the storage rate or `read_limit`,
 //!      and the consumers' rate (`t_gpu`, given or left unbounded).
 //!
