@@ -575,6 +575,49 @@ mod tests {
     }
 
     #[test]
+    fn an_entry_no_job_needs_makes_room_before_those_they_do() {
+        // One shard in play: ids that are multiples of SHARDS.
+        let id = |k: u32| k * SHARDS as u32;
+        let store = FormStore::new("t", 3 * (100 + ENTRY_OVERHEAD), EvictionPolicy::Lru);
+        for k in 0..2 {
+            store.admit(id(k), bytes(100));
+        }
+        // Room left: the oldest-used entry is demoted, so the next admission past the budget
+        // evicts it, though id(0) was used less recently.
+        store.retire(id(1));
+        assert!(store.contains(id(1)));
+        store.admit(id(2), bytes(100));
+        store.admit(id(3), bytes(100));
+        assert!(store.contains(id(0)) && !store.contains(id(1)), "the retired entry went first");
+        // Full: a retired entry goes at once.
+        store.retire(id(0));
+        assert!(!store.contains(id(0)));
+        assert_eq!(store.entries(), 2);
+        // Under keep nothing is evicted or dropped by retiring.
+        let keep = FormStore::new("k", 100 + ENTRY_OVERHEAD, EvictionPolicy::Keep);
+        keep.admit(1, bytes(100));
+        keep.retire(1);
+        assert!(keep.contains(1));
+    }
+
+    #[test]
+    fn with_several_jobs_a_new_output_evicts_the_oldest_one_kept_for_them() {
+        let id = |k: u32| k * SHARDS as u32;
+        let cache = SampleCache::new(100 * (250 + ENTRY_OVERHEAD), [0, 0, 100], EvictionPolicy::Keep, 1000);
+        cache.set_split_budgets([0, 0, 100], [0, 0, 2 * (250 + ENTRY_OVERHEAD)]);
+        let output = || AugmentedEntry { bytes: bytes(250), used_by: 1 };
+        // One job (or none): a full room refuses the new output.
+        assert!(cache.augmented.admit(id(0), output()) && cache.augmented.admit(id(1), output()));
+        assert!(!cache.augmented.admit(id(2), output()));
+        // Several: the oldest kept output makes room, and the status byte follows.
+        cache.set_shared_outputs(true);
+        assert!(cache.augmented.admit(id(2), output()));
+        assert!(!cache.augmented.contains(id(0)) && cache.augmented.contains(id(1)));
+        assert_eq!(cache.status.held(id(0)) & HELD_AUGMENTED, 0);
+        assert_ne!(cache.status.held(id(2)) & HELD_AUGMENTED, 0);
+    }
+
+    #[test]
     fn lru_makes_room_by_evicting_the_least_recently_used() {
         // One shard in play (ids that are multiples of SHARDS) keeps the LRU order observable.
         let store = FormStore::new("t", 3 * (100 + ENTRY_OVERHEAD), EvictionPolicy::Lru);
