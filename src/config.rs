@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_norway::Value;
 
-use crate::augment::{AugmentOp, Size2};
+use crate::pixels::augment::{AugmentOp, Size2};
 
 /// Default limit on the pixels a sample's header may claim (64 megapixels).
 pub const DEFAULT_MAX_PIXELS: u64 = 64_000_000;
@@ -699,7 +699,7 @@ impl Config {
 
     /// The size of every `augmented` output, if the pipeline fixes it.
     pub fn augmented_size(&self) -> Option<Size2> {
-        crate::augment::fixed_output_size(&self.augment)
+        crate::pixels::augment::fixed_output_size(&self.augment)
     }
 }
 
@@ -751,7 +751,7 @@ fn validate_output(
 }
 
 fn fixed_size_missing(augment: &[AugmentOp]) -> bool {
-    crate::augment::fixed_output_size(augment).is_none()
+    crate::pixels::augment::fixed_output_size(augment).is_none()
 }
 
 /// serde_norway's messages already carry "at line L column C"; make unknown keys read well.

@@ -19,7 +19,7 @@ use fuser::{
 
 use crate::error::Error;
 use crate::stats::bump;
-use crate::filesystem::{Attr, CachePolicy, Caller, Filesystem, Kind};
+use crate::fs::{Attr, CachePolicy, Caller, Filesystem, Kind};
 
 /// How long the kernel may keep names and attributes. A source file that changes is found at
 /// its next open (or lookup) and the kernel is told to drop what it cached of it (see

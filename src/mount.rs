@@ -13,9 +13,9 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressStyle};
 use nix::sys::signal::{SigSet, Signal};
 
-use crate::catalog::Catalog;
+use crate::source::catalog::Catalog;
 use crate::config::Config;
-use crate::filesystem::Filesystem;
+use crate::fs::Filesystem;
 use crate::fuse::FuseAdapter;
 
 /// Why a mount could not start.

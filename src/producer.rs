@@ -18,15 +18,15 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::augment::{draw_rng, plan_sample, SamplePlan, Size2};
+use crate::pixels::augment::{draw_rng, plan_sample, SamplePlan, Size2};
 use crate::cache::{AugmentedEntry, SampleCache, SingleFlight, HELD_AUGMENTED, HELD_DECODED, HELD_ENCODED};
-use crate::catalog::{Catalog, FileId};
+use crate::source::catalog::{Catalog, FileId};
 use crate::config::{Config, SplitChoice};
-use crate::disk_cache::{self, DiskCache, DiskHit, DiskKind};
+use crate::cache::disk::{self, DiskCache, DiskHit, DiskKind};
 use crate::error::{Error, Result};
-use crate::jpeg::Rgb;
-use crate::output;
-use crate::pipeline;
+use crate::pixels::jpeg::Rgb;
+use crate::pixels::output;
+use crate::pixels::pipeline;
 use crate::sampling::Rank;
 use crate::source::{FileMeta, Freshness, Identity, Observed, Source, SourceFile, SourceIo};
 use crate::stats::{bump, Stats};
@@ -224,7 +224,7 @@ impl SampleProducer {
                 opens: 0,
                 work: 0,
                 best: None,
-                busy: crate::calibrate::machine_busy_seconds(),
+                busy: crate::planner::calibrate::machine_busy_seconds(),
                 pixel_ns: 0,
                 costed: (0, 0.0),
             }),
@@ -552,7 +552,7 @@ impl SampleProducer {
     fn disk_key(&self, file: FileId, meta: &FileMeta) -> u64 {
         let path = self.catalog.file_path(file);
         let rel = path.strip_prefix(self.catalog.root()).unwrap_or(&path);
-        disk_cache::key_of(rel, &meta.identity)
+        disk::key_of(rel, &meta.identity)
     }
 
     /// The sample from the disk tier (decoded pixels first, then encoded bytes), promoted into
@@ -710,7 +710,7 @@ impl SampleProducer {
             return;
         }
         let read = |f: FileId| self.source.read_whole(&self.catalog.file_path(f)).ok().map(|(bytes, _)| bytes);
-        let Some(calibration) = crate::calibrate::measure(&self.catalog, &self.config, read) else {
+        let Some(calibration) = crate::planner::calibrate::measure(&self.catalog, &self.config, read) else {
             tracing::warn!("no sample could be timed; keeping split {:?}", self.cache.split());
             return;
         };
@@ -804,7 +804,7 @@ impl SampleProducer {
         let opens = get(&s.encoded.opens) + get(&s.decoded.opens) + get(&s.augmented.opens);
         let work = s.decodes() + get(&s.source_reads);
         let pixel_ns = get(&s.full_decode_nanos) + get(&s.decode_augment_nanos) + get(&s.pixel_augment_nanos);
-        let busy = crate::calibrate::machine_busy_seconds();
+        let busy = crate::planner::calibrate::machine_busy_seconds();
         let cores = self.config.decode_parallelism() as f64;
         let mut probe = self.serve.lock().unwrap_or_else(|p| p.into_inner());
         let secs = probe.at.elapsed().as_secs_f64();

@@ -1,5 +1,5 @@
 //! A reference model of opportunistic sampling (`prepfs::sampling`), checked against the real
-//! module on random sequences of operations, driven the way `filesystem` drives it: an open asks
+//! module on random sequences of operations, driven the way `fs` drives it: an open asks
 //! `Job::choose` and pins the choice to a handle; the handle's first read calls `mark_served`; a
 //! handle released unread gives its claim back with `unclaim`.
 //!
@@ -17,8 +17,8 @@ use proptest::prelude::*;
 use rand::seq::SliceRandom;
 use rand::Rng;
 
-use prepfs::augment::draw_rng;
-use prepfs::catalog::FileId;
+use prepfs::pixels::augment::draw_rng;
+use prepfs::source::catalog::FileId;
 use prepfs::sampling::{Choice, Job, Jobs, Requester};
 
 const SEED: u64 = 7;

@@ -27,8 +27,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
-use prepfs::disk_cache::{DiskCache, DiskHit, DiskKind};
-use prepfs::jpeg::Rgb;
+use prepfs::cache::disk::{DiskCache, DiskHit, DiskKind};
+use prepfs::pixels::jpeg::Rgb;
 
 const KEY: u64 = 0x0123_4567_89ab_cdef;
 const SIZE: u64 = 1 << 30;
@@ -210,5 +210,5 @@ fuzz_target!(|data: &[u8]| {
 });
 
 fn fnv(data: &[u8]) -> u64 {
-    prepfs::disk_cache::fnv1a64(&[data])
+    prepfs::cache::disk::fnv1a64(&[data])
 }

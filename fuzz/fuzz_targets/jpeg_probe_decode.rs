@@ -11,8 +11,8 @@
 use std::io::Cursor;
 
 use libfuzzer_sys::fuzz_target;
-use prepfs::jpeg::{self, Region, Scale};
-use prepfs::pipeline;
+use prepfs::pixels::jpeg::{self, Region, Scale};
+use prepfs::pixels::pipeline;
 
 /// The largest image the harness decodes (headers claiming more are only probed).
 const MAX_PIXELS: u64 = 4_000_000;

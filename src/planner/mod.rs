@@ -1,6 +1,6 @@
 //! The cache planner: how to split the cache's memory among the three forms (encoded, decoded,
 //! augmented), as pure functions of measured inputs ([`PlanParams`]). It reads no clock and
-//! measures nothing; `calibrate` and the producer's live re-plan build the inputs.
+//! measures nothing; [`calibrate`] and the producer's live re-plan build the inputs.
 //!
 //! Two models evaluate a split:
 //!
@@ -38,6 +38,7 @@
 //! Both models share the search ([`best_split`]-style, all 5151 splits at 1% steps) and the
 //! parameter file.
 
+pub mod calibrate;
 mod prepfs;
 mod seneca;
 

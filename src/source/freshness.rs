@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::Identity;
-use crate::catalog::FileId;
+use crate::source::catalog::FileId;
 
 /// What observing a file's identity found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

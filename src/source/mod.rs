@@ -10,10 +10,12 @@
 //! - [`Freshness`] remembers each file's [`Identity`] (device, inode, size, mtime, ctime) so an
 //!   open notices a changed file and nothing stale is served.
 
+pub mod catalog;
 mod faults;
 mod freshness;
 mod local;
 mod pool;
+pub mod throttle;
 
 use std::io;
 use std::path::Path;
@@ -25,7 +27,7 @@ pub use freshness::{Freshness, Observed};
 pub use local::LocalSource;
 pub use pool::IoPool;
 
-use crate::throttle::{self, ReadLimit};
+use throttle::ReadLimit;
 
 /// Who a file belongs to and what it is, as `stat` gives them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,7 +83,7 @@ impl Identity {
     pub fn fingerprint(&self) -> u64 {
         let (dev, ino, len) = (self.dev.to_le_bytes(), self.ino.to_le_bytes(), self.len.to_le_bytes());
         let (mtime, ctime) = (self.mtime_ns.to_le_bytes(), self.ctime_ns.to_le_bytes());
-        crate::disk_cache::fnv1a64(&[&dev, &ino, &len, &mtime, &ctime]).max(1)
+        crate::cache::disk::fnv1a64(&[&dev, &ino, &len, &mtime, &ctime]).max(1)
     }
 }
 

@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::jpeg::Rgb;
+use crate::pixels::jpeg::Rgb;
 
 /// Bytes of the header before every payload.
 pub const HEADER_LEN: usize = 40;

@@ -14,8 +14,8 @@ use std::io::{BufRead, Cursor, Seek};
 use fast_image_resize::images::{Image, ImageRef};
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
 
-use crate::augment::{Rect, SamplePlan, Size2};
-use crate::jpeg::{self, Region, Rgb, Scale};
+use crate::pixels::augment::{Rect, SamplePlan, Size2};
+use crate::pixels::jpeg::{self, Region, Rgb, Scale};
 
 /// The DCT may shrink the crop only while the shrunk crop keeps at least this many times the
 /// output's pixels per side: the resample that follows stays a downscale, and the result
@@ -211,7 +211,7 @@ pub fn mean_abs_diff(a: &Rgb, b: &Rgb) -> f64 {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::augment::{draw_rng, plan_sample, AugmentOp};
+    use crate::pixels::augment::{draw_rng, plan_sample, AugmentOp};
 
     /// A photo-like test image: smooth gradients plus texture and edges.
     pub(crate) fn photo_jpeg(width: usize, height: usize, subsamp: turbojpeg::Subsamp) -> Vec<u8> {

@@ -7,11 +7,11 @@
 
 use std::time::Instant;
 
-use crate::augment::{draw_rng, plan_sample, Size2};
-use crate::catalog::{Catalog, DirId};
+use crate::pixels::augment::{draw_rng, plan_sample, Size2};
+use crate::source::catalog::{Catalog, DirId};
 use crate::config::Config;
-use crate::output;
-use crate::pipeline;
+use crate::pixels::output;
+use crate::pixels::pipeline;
 use crate::planner::PlanParams;
 
 /// Samples timed at mount.

@@ -10,7 +10,7 @@
 //! - Augmented outputs are taken, not read: each records which jobs used it (a 64-bit mask, one
 //!   bit per job slot) and is dropped once every active job has (with no jobs: at its first
 //!   use, and the top-level view always takes it whole). The free room is refilled in the
-//!   background (see `filesystem`) with fresh augmentations.
+//!   background (see `crate::fs`) with fresh augmentations.
 //! - [`SampleStatus`] is the dataset-wide status byte per sample that opportunistic sampling
 //!   reads: which forms hold the sample, and how many jobs used its augmented output. The stores
 //!   keep it in step with their maps, under the same shard lock.
@@ -25,7 +25,7 @@ use crate::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use lru::LruCache;
 use serde_json::json;
 
-use crate::catalog::FileId;
+use crate::source::catalog::FileId;
 use crate::config::EvictionPolicy;
 
 /// Bytes charged per entry on top of its payload: the map slot, the `Arc` header and the
@@ -45,9 +45,9 @@ impl Weighed for Arc<[u8]> {
     }
 }
 
-impl Weighed for Arc<crate::jpeg::Rgb> {
+impl Weighed for Arc<crate::pixels::jpeg::Rgb> {
     fn weight(&self) -> u64 {
-        self.pixels.len() as u64 + std::mem::size_of::<crate::jpeg::Rgb>() as u64
+        self.pixels.len() as u64 + std::mem::size_of::<crate::pixels::jpeg::Rgb>() as u64
     }
 }
 
@@ -413,7 +413,7 @@ impl<T: Clone> SingleFlight<T> {
 /// The three stores, with their budgets from a split of one memory size.
 pub struct SampleCache {
     pub encoded: FormStore<Arc<[u8]>>,
-    pub decoded: FormStore<Arc<crate::jpeg::Rgb>>,
+    pub decoded: FormStore<Arc<crate::pixels::jpeg::Rgb>>,
     pub augmented: FormStore<AugmentedEntry>,
     /// Which forms hold each sample (kept by the stores).
     pub status: Arc<SampleStatus>,
@@ -708,7 +708,7 @@ mod tests {
         assert_eq!(cache.status.held(3), HELD_ENCODED);
         // LRU eviction clears the bit of what it evicts.
         let lru = SampleCache::new(2 * (100 + ENTRY_OVERHEAD) * 100 / 40, [0, 40, 60], EvictionPolicy::Lru, 64);
-        let pixels = |n: u32| Arc::new(crate::jpeg::Rgb { width: n, height: 1, pixels: vec![0; n as usize * 3] });
+        let pixels = |n: u32| Arc::new(crate::pixels::jpeg::Rgb { width: n, height: 1, pixels: vec![0; n as usize * 3] });
         let id = |k: u32| k * SHARDS as u32;
         for k in 0..3 {
             lru.decoded.admit(id(k), pixels(20));

@@ -13,6 +13,8 @@
 //! views), the node's kind, the form and the catalog index. So `forget` has nothing to free and
 //! top-level inodes are stable across remounts.
 
+pub mod open_budget;
+
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
@@ -21,12 +23,12 @@ use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, SystemTime};
 
 use crate::cache::SampleCache;
-use crate::catalog::{Catalog, DirId, Entry, FileId};
+use crate::source::catalog::{Catalog, DirId, Entry, FileId};
 use crate::config::Config;
-use crate::disk_cache::DiskCache;
+use crate::cache::disk::DiskCache;
 use crate::error::{Error, Result};
-use crate::open_budget::{Lease, OpenBudget, OPEN_WAIT};
-use crate::output;
+use open_budget::{Lease, OpenBudget, OPEN_WAIT};
+use crate::pixels::output;
 pub use crate::producer::Form;
 use crate::producer::{Consumer, Origin, SampleProducer};
 use crate::sampling::{Bitset, Job, Jobs, Pass, Requester};
@@ -1132,7 +1134,7 @@ mod tests {
         // Replace it (by rename) with a bigger image.
         let path = dir.path().join("src/c0/s000.jpg");
         let tmp = dir.path().join("src/c0/.new");
-        std::fs::write(&tmp, crate::pipeline::tests::photo_jpeg(640, 480, turbojpeg::Subsamp::Sub2x2)).expect("write");
+        std::fs::write(&tmp, crate::pixels::pipeline::tests::photo_jpeg(640, 480, turbojpeg::Subsamp::Sub2x2)).expect("write");
         std::fs::rename(&tmp, &path).expect("rename");
         let attr = fs.getattr(ino).expect("getattr");
         assert_eq!(attr.size, 3 * 640 * 480 + "P6\n640 480\n255\n".len() as u64, "the new size, not the one probed before");
@@ -1155,7 +1157,7 @@ mod tests {
         let class = dir.path().join("src/c0");
         std::fs::create_dir_all(&class).expect("mkdir");
         for i in 0..n {
-            let jpeg = crate::pipeline::tests::photo_jpeg(320 + 8 * i, 240, turbojpeg::Subsamp::Sub2x2);
+            let jpeg = crate::pixels::pipeline::tests::photo_jpeg(320 + 8 * i, 240, turbojpeg::Subsamp::Sub2x2);
             std::fs::write(class.join(format!("s{i:03}.jpg")), jpeg).expect("write");
         }
         let overrides = Overrides {

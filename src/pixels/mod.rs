@@ -1,0 +1,12 @@
+//! Pixel work: from a sample's encoded bytes to the bytes a reader is served, with no I/O and
+//! no cache. The data path calls [`pipeline`], which composes the rest.
+//!
+//! - [`jpeg`]: TurboJPEG header probing and the region / DCT-scaled decode.
+//! - [`augment`]: torchvision's operations, their random draws, the geometry they fold into.
+//! - [`pipeline`]: source bytes to output pixels (the fast path and the reference path).
+//! - [`output`]: PPM / npy encoding, with sizes known up front.
+
+pub mod augment;
+pub mod jpeg;
+pub mod output;
+pub mod pipeline;
