@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_norway::Value;
 
-use crate::pixels::augment::{AugmentOp, Size2};
+use crate::pixels::augment::AugmentOp;
+use crate::shared::Size2;
 
 /// Default limit on the pixels a sample's header may claim (64 megapixels).
 pub const DEFAULT_MAX_PIXELS: u64 = 64_000_000;

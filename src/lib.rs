@@ -20,6 +20,8 @@
 //! - [`fuse`]: the thin adapter from `fuser` callbacks onto the core.
 //! - [`mount`]: mounting, stale-mount recovery, signals, the background workers.
 //! - [`config`]: the one typed configuration, validated once.
+//! - [`shared`]: the few types and helpers several subsystems use (`Form`, `Size2`, `Rgb`,
+//!   the stable hash, the augmentation draw).
 //! - [`stats`]: live counters served as `.prepfs/stats.json`.
 //! - [`error`]: the core's error type and its one errno mapping.
 //! - [`log`]: log lines that cannot flood or fail.
@@ -36,5 +38,6 @@ pub mod planner;
 pub mod producer;
 pub mod sampling;
 pub mod source;
+pub mod shared;
 pub mod stats;
 mod sync;

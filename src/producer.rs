@@ -18,65 +18,21 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::pixels::augment::{draw_rng, plan_sample, SamplePlan, Size2};
+use crate::pixels::augment::{plan_sample, SamplePlan};
+use crate::shared::{draw_rng, Size2};
 use crate::cache::{AugmentedEntry, SampleCache, SingleFlight, HELD_AUGMENTED, HELD_DECODED, HELD_ENCODED};
 use crate::source::catalog::{Catalog, FileId};
 use crate::config::{Config, SplitChoice};
 use crate::cache::disk::{self, DiskCache, DiskHit, DiskKind};
 use crate::error::{Error, Result};
-use crate::pixels::jpeg::Rgb;
+use crate::shared::Rgb;
 use crate::pixels::output;
 use crate::pixels::pipeline;
 use crate::sampling::Rank;
 use crate::source::{FileMeta, Freshness, Identity, Observed, Source, SourceFile, SourceIo};
 use crate::stats::{bump, Stats};
+use crate::shared::Form;
 
-/// The three forms a sample is served in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Form {
-    /// The source bytes, byte for byte.
-    Encoded,
-    /// The full-resolution RGB decode.
-    Decoded,
-    /// A fresh augmentation at every open.
-    Augmented,
-}
-
-impl Form {
-    pub const ALL: [Form; 3] = [Form::Encoded, Form::Decoded, Form::Augmented];
-
-    /// The view's directory name.
-    pub fn dir_name(self) -> &'static str {
-        match self {
-            Form::Encoded => "encoded",
-            Form::Decoded => "decoded",
-            Form::Augmented => "augmented",
-        }
-    }
-
-    /// The form's number in inode numbers.
-    pub(crate) fn index(self) -> u64 {
-        match self {
-            Form::Encoded => 0,
-            Form::Decoded => 1,
-            Form::Augmented => 2,
-        }
-    }
-
-    /// The form numbered `i` by [`Form::index`].
-    pub(crate) fn from_index(i: u64) -> Option<Form> {
-        Form::ALL.get(i as usize).copied()
-    }
-
-    /// The best [`SampleProducer::rank`] a sample can have in this form's view.
-    pub fn top_rank(self) -> Rank {
-        match self {
-            Form::Encoded => 1,
-            Form::Decoded => 2,
-            Form::Augmented => 3,
-        }
-    }
-}
 
 /// Where an output came from: the cache form that held the sample, the disk tier, or the source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

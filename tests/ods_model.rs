@@ -17,7 +17,7 @@ use proptest::prelude::*;
 use rand::seq::SliceRandom;
 use rand::Rng;
 
-use prepfs::pixels::augment::draw_rng;
+use prepfs::shared::draw_rng;
 use prepfs::source::catalog::FileId;
 use prepfs::sampling::{Choice, Job, Jobs, Requester};
 

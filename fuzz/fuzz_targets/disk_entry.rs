@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
 use prepfs::cache::disk::{DiskCache, DiskHit, DiskKind};
-use prepfs::pixels::jpeg::Rgb;
+use prepfs::shared::Rgb;
 
 const KEY: u64 = 0x0123_4567_89ab_cdef;
 const SIZE: u64 = 1 << 30;
@@ -210,5 +210,5 @@ fuzz_target!(|data: &[u8]| {
 });
 
 fn fnv(data: &[u8]) -> u64 {
-    prepfs::cache::disk::fnv1a64(&[data])
+    prepfs::shared::fnv1a64(&[data])
 }

@@ -43,7 +43,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::pixels::jpeg::Rgb;
+use crate::shared::Rgb;
+use crate::shared::fnv1a64;
 
 /// Bytes of the header before every payload.
 pub const HEADER_LEN: usize = 40;
@@ -119,17 +120,7 @@ impl DiskKind {
     }
 }
 
-/// FNV-1a, 64 bits: stable across builds and Rust versions (unlike `DefaultHasher`).
-pub fn fnv1a64(parts: &[&[u8]]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for part in parts {
-        for &b in *part {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
-    h
-}
+
 
 /// The key of a source file's entries: its path relative to the source root and its version
 /// (inode, size, mtime and ctime to the nanosecond; not the device number, which may change
@@ -241,7 +232,7 @@ impl Payload {
     }
 }
 
-struct Job {
+struct WriteJob {
     kind: DiskKind,
     key: u64,
     gen: u64,
@@ -280,7 +271,7 @@ struct Inner {
 /// The disk tier: see the module documentation.
 pub struct DiskCache {
     inner: Arc<Inner>,
-    sender: Mutex<Option<SyncSender<Job>>>,
+    sender: Mutex<Option<SyncSender<WriteJob>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -434,7 +425,7 @@ impl Inner {
     }
 
     /// Writes one queued entry: temporary file, then rename.
-    fn write(&self, job: &Job) -> io::Result<()> {
+    fn write(&self, job: &WriteJob) -> io::Result<()> {
         let path = self.entry_path(job.kind, job.key);
         let parent = path.parent().unwrap_or(&self.dir);
         fs::create_dir_all(parent)?;
@@ -453,7 +444,7 @@ impl Inner {
         result
     }
 
-    fn run_writer(&self, jobs: Receiver<Job>) {
+    fn run_writer(&self, jobs: Receiver<WriteJob>) {
         for job in jobs {
             let len = job.payload.data().len() as u64;
             match self.write(&job) {
@@ -651,7 +642,7 @@ impl DiskCache {
         }
         inner.queued_jobs.fetch_add(1, Ordering::AcqRel);
         let sent = match &*self.sender.lock().unwrap_or_else(|p| p.into_inner()) {
-            Some(sender) => sender.try_send(Job { kind, key, gen, payload }).is_ok(),
+            Some(sender) => sender.try_send(WriteJob { kind, key, gen, payload }).is_ok(),
             None => false,
         };
         if !sent {

@@ -45,9 +45,9 @@ impl Weighed for Arc<[u8]> {
     }
 }
 
-impl Weighed for Arc<crate::pixels::jpeg::Rgb> {
+impl Weighed for Arc<crate::shared::Rgb> {
     fn weight(&self) -> u64 {
-        self.pixels.len() as u64 + std::mem::size_of::<crate::pixels::jpeg::Rgb>() as u64
+        self.pixels.len() as u64 + std::mem::size_of::<crate::shared::Rgb>() as u64
     }
 }
 
@@ -413,7 +413,7 @@ impl<T: Clone> SingleFlight<T> {
 /// The three stores, with their budgets from a split of one memory size.
 pub struct SampleCache {
     pub encoded: FormStore<Arc<[u8]>>,
-    pub decoded: FormStore<Arc<crate::pixels::jpeg::Rgb>>,
+    pub decoded: FormStore<Arc<crate::shared::Rgb>>,
     pub augmented: FormStore<AugmentedEntry>,
     /// Which forms hold each sample (kept by the stores).
     pub status: Arc<SampleStatus>,
@@ -708,7 +708,7 @@ mod tests {
         assert_eq!(cache.status.held(3), HELD_ENCODED);
         // LRU eviction clears the bit of what it evicts.
         let lru = SampleCache::new(2 * (100 + ENTRY_OVERHEAD) * 100 / 40, [0, 40, 60], EvictionPolicy::Lru, 64);
-        let pixels = |n: u32| Arc::new(crate::pixels::jpeg::Rgb { width: n, height: 1, pixels: vec![0; n as usize * 3] });
+        let pixels = |n: u32| Arc::new(crate::shared::Rgb { width: n, height: 1, pixels: vec![0; n as usize * 3] });
         let id = |k: u32| k * SHARDS as u32;
         for k in 0..3 {
             lru.decoded.admit(id(k), pixels(20));

@@ -29,7 +29,7 @@ use crate::cache::disk::DiskCache;
 use crate::error::{Error, Result};
 use open_budget::{Lease, OpenBudget, OPEN_WAIT};
 use crate::pixels::output;
-pub use crate::producer::Form;
+pub use crate::shared::Form;
 use crate::producer::{Consumer, Origin, SampleProducer};
 use crate::sampling::{Bitset, Job, Jobs, Pass, Requester};
 use crate::source::{FileMeta, LocalSource, Observed, SourceFile, SourceIo};

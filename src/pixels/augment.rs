@@ -11,26 +11,9 @@
 use std::collections::BTreeMap;
 
 use rand::Rng;
-use rand_pcg::Pcg64Mcg;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_norway::Value;
-
-/// A width and a height in pixels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct Size2 {
-    pub width: u32,
-    pub height: u32,
-}
-
-impl Size2 {
-    pub fn new(width: u32, height: u32) -> Self {
-        Size2 { width, height }
-    }
-    /// Pixels in the image.
-    pub fn area(&self) -> u64 {
-        u64::from(self.width) * u64::from(self.height)
-    }
-}
+use crate::shared::Size2;
 
 /// `resize`'s target: torchvision's `Resize(int)` (shorter side) or `Resize((h, w))`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -321,21 +304,6 @@ pub fn fixed_output_size(ops: &[AugmentOp]) -> Option<Size2> {
     size
 }
 
-/// The random generator of one draw: a pure function of (seed, job, epoch, sample).
-pub fn draw_rng(seed: u64, job: u64, epoch: u64, sample: u64) -> Pcg64Mcg {
-    let mut h = splitmix64(seed ^ 0x7072_6570_6673);
-    for part in [job, epoch, sample] {
-        h = splitmix64(h ^ part);
-    }
-    Pcg64Mcg::new(u128::from(h) << 64 | u128::from(splitmix64(h)))
-}
-
-fn splitmix64(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
 
 /// Draws every random parameter of the pipeline for a source of size `source` and folds the
 /// geometry into one plan. Follows torchvision's order of draws and its integer rounding.
@@ -441,6 +409,7 @@ fn uniform(rng: &mut impl Rng, lo: f64, hi: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shared::draw_rng;
 
     fn parse_one(yaml: &str) -> Result<AugmentOp, String> {
         let entry: BTreeMap<String, Value> = serde_norway::from_str(yaml).expect("yaml");

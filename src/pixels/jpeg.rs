@@ -12,6 +12,7 @@ use std::ffi::CStr;
 use std::io::{self, Read};
 
 use turbojpeg_sys as tj;
+use crate::shared::Rgb;
 
 /// What the marker segments before the first scan say about a JPEG.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,14 +126,6 @@ impl Scale {
     pub fn apply(self, dim: u32) -> u32 {
         dim.div_ceil(self.denom())
     }
-}
-
-/// A decoded RGB image, 3 bytes a pixel, rows packed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rgb {
-    pub width: u32,
-    pub height: u32,
-    pub pixels: Vec<u8>,
 }
 
 /// The part of a JPEG [`decode`] produced: the region's place in the scaled image.

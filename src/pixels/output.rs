@@ -3,9 +3,9 @@
 //! [`encoded_len`] gives a file's exact size from its pixel dimensions alone, so `stat` answers
 //! without decoding anything; [`encode`] writes exactly that many bytes.
 
-use crate::pixels::augment::Size2;
+use crate::shared::Size2;
 use crate::config::{Dtype, Format, OutputConfig};
-use crate::pixels::jpeg::Rgb;
+use crate::shared::Rgb;
 
 /// Numpy's format alignment: magic, version and header length padded to 64 bytes.
 const NPY_ALIGN: usize = 64;

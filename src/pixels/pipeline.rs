@@ -14,8 +14,10 @@ use std::io::{BufRead, Cursor, Seek};
 use fast_image_resize::images::{Image, ImageRef};
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
 
-use crate::pixels::augment::{Rect, SamplePlan, Size2};
-use crate::pixels::jpeg::{self, Region, Rgb, Scale};
+use crate::pixels::augment::{Rect, SamplePlan};
+use crate::shared::Size2;
+use crate::pixels::jpeg::{self, Region, Scale};
+use crate::shared::Rgb;
 
 /// The DCT may shrink the crop only while the shrunk crop keeps at least this many times the
 /// output's pixels per side: the resample that follows stays a downscale, and the result
@@ -211,7 +213,8 @@ pub fn mean_abs_diff(a: &Rgb, b: &Rgb) -> f64 {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::pixels::augment::{draw_rng, plan_sample, AugmentOp};
+    use crate::pixels::augment::{plan_sample, AugmentOp};
+use crate::shared::draw_rng;
 
     /// A photo-like test image: smooth gradients plus texture and edges.
     pub(crate) fn photo_jpeg(width: usize, height: usize, subsamp: turbojpeg::Subsamp) -> Vec<u8> {

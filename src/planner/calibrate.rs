@@ -7,7 +7,8 @@
 
 use std::time::Instant;
 
-use crate::pixels::augment::{draw_rng, plan_sample, Size2};
+use crate::pixels::augment::plan_sample;
+use crate::shared::{draw_rng, Size2};
 use crate::source::catalog::{Catalog, DirId};
 use crate::config::Config;
 use crate::pixels::output;

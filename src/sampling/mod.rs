@@ -42,7 +42,7 @@ use std::time::Instant;
 use rand::seq::SliceRandom;
 use rand::Rng;
 
-use crate::pixels::augment::draw_rng;
+use crate::shared::draw_rng;
 use crate::source::catalog::{DirId, FileId};
 
 /// Jobs that can be active at once (each is a bit of an augmented output's used-by mask).
@@ -254,7 +254,7 @@ impl Job {
             slot,
             code,
             seed,
-            key: crate::cache::disk::fnv1a64(&[name.as_bytes()]),
+            key: crate::shared::fnv1a64(&[name.as_bytes()]),
             epoch: Pass::new(files, samples),
             claimed: Bitset::new(files),
             state: Mutex::new(JobState::default()),

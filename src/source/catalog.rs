@@ -18,7 +18,7 @@ use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
-use crate::pixels::augment::Size2;
+use crate::shared::Size2;
 
 /// File name extensions that make a file a sample (case-insensitive).
 pub const IMAGE_EXTENSIONS: &[&str] =

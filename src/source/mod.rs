@@ -83,7 +83,7 @@ impl Identity {
     pub fn fingerprint(&self) -> u64 {
         let (dev, ino, len) = (self.dev.to_le_bytes(), self.ino.to_le_bytes(), self.len.to_le_bytes());
         let (mtime, ctime) = (self.mtime_ns.to_le_bytes(), self.ctime_ns.to_le_bytes());
-        crate::cache::disk::fnv1a64(&[&dev, &ino, &len, &mtime, &ctime]).max(1)
+        crate::shared::fnv1a64(&[&dev, &ino, &len, &mtime, &ctime]).max(1)
     }
 }
 
