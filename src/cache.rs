@@ -20,7 +20,7 @@
 
 use std::collections::HashMap;
 use crate::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use crate::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use crate::sync::{Arc, LockExt, Mutex, MutexGuard, OnceLock};
 
 use lru::LruCache;
 use serde_json::json;
@@ -172,7 +172,7 @@ impl<V: Clone + Weighed> FormStore<V> {
     }
 
     fn shard(&self, id: FileId) -> MutexGuard<'_, LruCache<FileId, V>> {
-        self.shards[id as usize % SHARDS].lock().unwrap_or_else(|p| p.into_inner())
+        self.shards[id as usize % SHARDS].lock_or_recover()
     }
 
     fn charge(v: &V) -> u64 {
@@ -307,7 +307,7 @@ impl<V: Clone + Weighed> FormStore<V> {
     pub fn retain(&self, mut keep: impl FnMut(FileId, &mut V) -> bool) -> u64 {
         let mut dropped = 0;
         for shard in &self.shards {
-            let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+            let mut shard = shard.lock_or_recover();
             let gone: Vec<FileId> = shard.iter_mut().filter_map(|(id, v)| (!keep(*id, v)).then_some(*id)).collect();
             for id in gone {
                 if let Some(v) = shard.pop(&id) {
@@ -391,18 +391,18 @@ impl<T: Clone> Default for SingleFlight<T> {
 impl<T: Clone> SingleFlight<T> {
     /// Whether some thread is running the work for `id` now.
     pub fn in_flight(&self, id: FileId) -> bool {
-        self.flights.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&id)
+        self.flights.lock_or_recover().contains_key(&id)
     }
 
     /// Runs `work` for `id` unless another thread is running it; then waits for and shares that
     /// result. The map lock is held only to find or register the flight, never during `work`.
     pub fn run(&self, id: FileId, work: impl FnOnce() -> T) -> T {
         let cell = {
-            let mut flights = self.flights.lock().unwrap_or_else(|p| p.into_inner());
+            let mut flights = self.flights.lock_or_recover();
             Arc::clone(flights.entry(id).or_default())
         };
         let result = cell.get_or_init(work).clone();
-        let mut flights = self.flights.lock().unwrap_or_else(|p| p.into_inner());
+        let mut flights = self.flights.lock_or_recover();
         if flights.get(&id).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
             flights.remove(&id);
         }
@@ -493,7 +493,7 @@ impl SampleCache {
         self.encoded.set_budget(scale(budgets[0]));
         self.decoded.set_budget(scale(budgets[1]));
         self.augmented.set_budget(scale(budgets[2]));
-        *self.split.lock().unwrap_or_else(|p| p.into_inner()) = split;
+        *self.split.lock_or_recover() = split;
     }
 
     /// Switches the encoded and decoded stores' eviction (augmented outputs are never evicted).
@@ -523,7 +523,7 @@ impl SampleCache {
 
     /// The split in force.
     pub fn split(&self) -> [u32; 3] {
-        *self.split.lock().unwrap_or_else(|p| p.into_inner())
+        *self.split.lock_or_recover()
     }
 
     /// Whether any memory is given to caching.

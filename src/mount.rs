@@ -7,7 +7,7 @@
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -17,6 +17,7 @@ use crate::catalog::Catalog;
 use crate::config::Config;
 use crate::filesystem::Filesystem;
 use crate::fuse::FuseAdapter;
+use crate::sync::{LockExt, Mutex};
 
 /// Why a mount could not start.
 #[derive(Debug, thiserror::Error)]
@@ -377,11 +378,11 @@ impl SignalWaiter {
     }
 
     fn mounted(&self, connection: Option<u64>) {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).mounted = Some(connection);
+        self.state.lock_or_recover().mounted = Some(connection);
     }
 
     fn finish(mut self) {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).finished = true;
+        self.state.lock_or_recover().finished = true;
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -401,7 +402,7 @@ fn wait_for_signals(signals: SigSet, mountpoint: &Path, stopping: &AtomicBool, s
     let mut busy_said = false;
     loop {
         let (mounted, finished) = {
-            let st = state.lock().unwrap_or_else(|p| p.into_inner());
+            let st = state.lock_or_recover();
             (st.mounted, st.finished)
         };
         if finished {

@@ -15,7 +15,7 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::augment::{draw_rng, plan_sample, SamplePlan, Size2};
@@ -30,6 +30,7 @@ use crate::pipeline;
 use crate::sampling::Rank;
 use crate::source::{FileMeta, Freshness, Identity, Observed, Source, SourceFile, SourceIo};
 use crate::stats::{bump, Stats};
+use crate::sync::{LockExt, Mutex};
 
 /// The three forms a sample is served in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -718,7 +719,7 @@ impl SampleProducer {
         let timed = da_n + a_n;
         let jobs = self.jobs_sharing.load(Ordering::Relaxed).max(1);
         let mut params = {
-            let plan = self.plan.lock().unwrap_or_else(|p| p.into_inner());
+            let plan = self.plan.lock_or_recover();
             let moved = |p: &PlanState| {
                 let serve_moved = match (t_serve, p.params.t_serve) {
                     (Some(now), Some(then)) => (now / then - 1.0).abs() > 0.2,
@@ -774,7 +775,7 @@ impl SampleProducer {
         let s = &self.stats;
         let opens = get(&s.encoded.opens) + get(&s.decoded.opens) + get(&s.augmented.opens);
         let work = s.decodes() + get(&s.source_reads);
-        let mut probe = self.serve.lock().unwrap_or_else(|p| p.into_inner());
+        let mut probe = self.serve.lock_or_recover();
         let secs = probe.at.elapsed().as_secs_f64();
         if secs >= 0.9 {
             let served = opens.saturating_sub(probe.opens);
@@ -828,12 +829,12 @@ impl SampleProducer {
             "from": from,
             "samples_timed": timed,
         });
-        *self.plan.lock().unwrap_or_else(|p| p.into_inner()) = Some(PlanState { doc, params, timed });
+        *self.plan.lock_or_recover() = Some(PlanState { doc, params, timed });
     }
 
     /// The plan in force, for stats.
     pub fn plan_json(&self) -> serde_json::Value {
-        self.plan.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map_or(serde_json::Value::Null, |p| p.doc.clone())
+        self.plan.lock_or_recover().as_ref().map_or(serde_json::Value::Null, |p| p.doc.clone())
     }
 
     /// Makes throttled source reads give up at once.
