@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_norway::Value;
 
 use crate::augment::{AugmentOp, Size2};
+use crate::yaml::{self, Line};
 
 /// Default limit on the pixels a sample's header may claim (64 megapixels).
 pub const DEFAULT_MAX_PIXELS: u64 = 64_000_000;
@@ -25,11 +26,7 @@ pub struct ConfigError {
 
 impl ConfigError {
     fn at(text: &str, key: &str, why: impl fmt::Display) -> Self {
-        let message = match line_of_key(text, key) {
-            Some(line) => format!("`{key}` (line {line}): {why}"),
-            None => format!("`{key}`: {why}"),
-        };
-        ConfigError { message }
+        ConfigError { message: format!("`{key}`{}: {why}", Line::of(text, key)) }
     }
     fn plain(message: impl Into<String>) -> Self {
         ConfigError { message: message.into() }
@@ -593,7 +590,7 @@ impl Config {
         } else {
             serde_norway::from_str(text)
         }
-        .map_err(|e| ConfigError::plain(describe_yaml_error(&e)))?;
+        .map_err(|e| ConfigError::plain(yaml::describe_error(&e)))?;
 
         let (yaml_source, source_read_limit, source_limits) = match raw.source {
             Some(v) => {
@@ -752,25 +749,6 @@ fn validate_output(
 
 fn fixed_size_missing(augment: &[AugmentOp]) -> bool {
     crate::augment::fixed_output_size(augment).is_none()
-}
-
-/// serde_norway's messages already carry "at line L column C"; make unknown keys read well.
-fn describe_yaml_error(e: &serde_norway::Error) -> String {
-    let text = e.to_string();
-    match e.location() {
-        Some(loc) if !text.contains("line") => format!("{text} (line {})", loc.line()),
-        _ => text,
-    }
-}
-
-/// The 1-based line on which `key:` first appears, for messages about values that parsed but
-/// were refused.
-fn line_of_key(text: &str, key: &str) -> Option<usize> {
-    text.lines().position(|line| {
-        let t = line.trim_start().trim_start_matches("- ").trim_start_matches('{').trim_start();
-        t.starts_with(&format!("{key}:")) || line.contains(&format!(" {key}:"))
-    })
-    .map(|i| i + 1)
 }
 
 #[cfg(test)]

@@ -48,3 +48,4 @@ pub mod source;
 pub mod stats;
 mod sync;
 pub mod throttle;
+mod yaml;

@@ -66,6 +66,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+pub use crate::yaml::Line;
+
 /// The model's inputs, in the paper's symbols and SI units: bytes, bytes/s, samples/s.
 ///
 /// Rates marked "per node" are one node's and are multiplied by `nodes`. A rate may be
@@ -199,19 +201,6 @@ pub enum PlanError {
     /// A split that is not `E-D-A` in whole percent summing to 100.
     #[error("bad split `{input}`: {reason} (expected E-D-A: three whole percentages for encoded, decoded and augmented that sum to 100, e.g. 20-30-50)")]
     Split { input: String, reason: String },
-}
-
-/// The line a key sits on in a parameter file, where known; displays as ` (line N)` or nothing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Line(pub Option<usize>);
-
-impl fmt::Display for Line {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            Some(line) => write!(f, " (line {line})"),
-            None => Ok(()),
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -419,7 +408,7 @@ impl PlanParams {
     fn validate_in(&self, text: &str) -> Result<(), PlanError> {
         let invalid = |key: &'static str, reason: String| PlanError::Invalid {
             key,
-            line: Line(line_of_key(text, key)),
+            line: Line::of(text, key),
             reason,
         };
         if self.n_total == 0 {
@@ -546,7 +535,7 @@ impl RawPlanParams {
         fn need<T>(text: &str, key: &'static str, v: Option<Option<T>>) -> Result<T, PlanError> {
             match v {
                 Some(Some(v)) => Ok(v),
-                Some(None) => Err(PlanError::Null { key, line: Line(line_of_key(text, key)) }),
+                Some(None) => Err(PlanError::Null { key, line: Line::of(text, key) }),
                 None => Err(PlanError::Missing { key, hint: "" }),
             }
         }
@@ -560,16 +549,16 @@ impl RawPlanParams {
                     if given {
                         return Err(PlanError::Conflict {
                             key,
-                            line: Line(line_of_key(text, key)),
+                            line: Line::of(text, key),
                         });
                     }
                 }
                 let m =
-                    m.ok_or(PlanError::Null { key: "m", line: Line(line_of_key(text, "m")) })?;
+                    m.ok_or(PlanError::Null { key: "m", line: Line::of(text, "m") })?;
                 if !(m.is_finite() && m > 0.0) {
                     return Err(PlanError::Invalid {
                         key: "m",
-                        line: Line(line_of_key(text, "m")),
+                        line: Line::of(text, "m"),
                         reason: format!("must be a positive factor, got {m}"),
                     });
                 }
@@ -622,13 +611,8 @@ impl TryFrom<RawPlanParams> for PlanParams {
 /// Parses and validates a parameter file's text.
 pub fn parse_params(text: &str) -> Result<PlanParams, PlanError> {
     let text_or_empty_map = if text.trim().is_empty() { "{}" } else { text };
-    let raw: RawPlanParams = serde_norway::from_str(text_or_empty_map).map_err(|e| {
-        let message = e.to_string();
-        PlanError::Yaml(match e.location() {
-            Some(loc) if !message.contains("line") => format!("{message} (line {})", loc.line()),
-            _ => message,
-        })
-    })?;
+    let raw: RawPlanParams =
+        serde_norway::from_str(text_or_empty_map).map_err(|e| PlanError::Yaml(crate::yaml::describe_error(&e)))?;
     raw.resolve(text)
 }
 
@@ -639,18 +623,6 @@ pub fn load_params(path: impl AsRef<Path>) -> Result<PlanParams, PlanError> {
         .map_err(|source| PlanError::Read { path: path.to_path_buf(), source })?;
     parse_params(&text)
         .map_err(|e| PlanError::InFile { path: path.to_path_buf(), source: Box::new(e) })
-}
-
-/// The 1-based line on which top-level `key:` appears, for messages about values that parsed
-/// but were refused.
-fn line_of_key(text: &str, key: &str) -> Option<usize> {
-    text.lines()
-        .position(|line| {
-            line.trim_start()
-                .strip_prefix(key)
-                .is_some_and(|rest| rest.trim_start().starts_with(':'))
-        })
-        .map(|i| i + 1)
 }
 
 #[cfg(test)]
