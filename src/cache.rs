@@ -27,6 +27,7 @@ use serde_json::json;
 
 use crate::catalog::FileId;
 use crate::config::EvictionPolicy;
+use crate::planner::Split;
 
 /// Bytes charged per entry on top of its payload: the map slot, the `Arc` header and the
 /// allocator's rounding, measured as about 60 bytes on x86-64 glibc, rounded up.
@@ -418,20 +419,20 @@ pub struct SampleCache {
     /// Which forms hold each sample (kept by the stores).
     pub status: Arc<SampleStatus>,
     memory: u64,
-    split: Mutex<[u32; 3]>,
+    split: Mutex<Split>,
 }
 
 impl SampleCache {
-    /// A cache of `memory` bytes split `split` percent among encoded, decoded, augmented, for
-    /// sample ids below `samples`.
-    pub fn new(memory: u64, split: [u32; 3], policy: EvictionPolicy, samples: usize) -> SampleCache {
-        let budget = |p: u32| memory / 100 * u64::from(p);
+    /// A cache of `memory` bytes split `split` among encoded, decoded, augmented
+    /// ([`Split::budgets`]), for sample ids below `samples`.
+    pub fn new(memory: u64, split: Split, policy: EvictionPolicy, samples: usize) -> SampleCache {
+        let budget = split.budgets(memory);
         let status = Arc::new(SampleStatus::new(samples));
         SampleCache {
-            encoded: FormStore::new("encoded", budget(split[0]), policy).with_status(Arc::clone(&status), HELD_ENCODED),
-            decoded: FormStore::new("decoded", budget(split[1]), policy).with_status(Arc::clone(&status), HELD_DECODED),
+            encoded: FormStore::new("encoded", budget[0], policy).with_status(Arc::clone(&status), HELD_ENCODED),
+            decoded: FormStore::new("decoded", budget[1], policy).with_status(Arc::clone(&status), HELD_DECODED),
             // Augmented outputs are used once per job and dropped: never evicted to admit others.
-            augmented: FormStore::new("augmented", budget(split[2]), EvictionPolicy::Keep)
+            augmented: FormStore::new("augmented", budget[2], EvictionPolicy::Keep)
                 .with_status(Arc::clone(&status), HELD_AUGMENTED),
             status,
             memory,
@@ -479,15 +480,15 @@ impl SampleCache {
         self.augmented.remove(id);
     }
 
-    /// Applies a new split of the same memory.
-    pub fn set_split(&self, split: [u32; 3]) {
-        self.set_split_budgets(split, split.map(|p| self.memory / 100 * u64::from(p)));
+    /// Applies a new split of the same memory ([`Split::budgets`]).
+    pub fn set_split(&self, split: Split) {
+        self.set_split_budgets(split, split.budgets(self.memory));
     }
 
     /// Applies a new split with the bytes each form gets (encoded, decoded, augmented) worked
     /// out by the planner (memory a form cannot use flows to the next); never more than the
     /// cache's memory in all.
-    pub fn set_split_budgets(&self, split: [u32; 3], budgets: [u64; 3]) {
+    pub fn set_split_budgets(&self, split: Split, budgets: [u64; 3]) {
         let total: u64 = budgets.iter().sum();
         let scale = |b: u64| if total > self.memory { (b as u128 * self.memory as u128 / total as u128) as u64 } else { b };
         self.encoded.set_budget(scale(budgets[0]));
@@ -522,7 +523,7 @@ impl SampleCache {
     }
 
     /// The split in force.
-    pub fn split(&self) -> [u32; 3] {
+    pub fn split(&self) -> Split {
         *self.split.lock_or_recover()
     }
 
@@ -556,6 +557,10 @@ mod tests {
 
     fn bytes(n: usize) -> Arc<[u8]> {
         vec![7u8; n].into()
+    }
+
+    fn split(e: u32, d: u32, a: u32) -> Split {
+        Split::new(e, d, a).expect("sums to 100")
     }
 
     #[test]
@@ -656,7 +661,7 @@ mod tests {
 
     #[test]
     fn the_status_byte_follows_what_each_form_holds() {
-        let cache = SampleCache::new(10_000, [30, 30, 40], EvictionPolicy::Keep, 8);
+        let cache = SampleCache::new(10_000, split(30, 30, 40), EvictionPolicy::Keep, 8);
         assert_eq!(cache.status.held(3), 0);
         assert!(cache.encoded.admit(3, bytes(10)));
         assert!(cache.augmented.admit(3, AugmentedEntry::fresh(bytes(10))));
@@ -664,7 +669,7 @@ mod tests {
         assert!(cache.augmented.take(3).is_some());
         assert_eq!(cache.status.held(3), HELD_ENCODED);
         // LRU eviction clears the bit of what it evicts.
-        let lru = SampleCache::new(2 * (100 + ENTRY_OVERHEAD) * 100 / 40, [0, 40, 60], EvictionPolicy::Lru, 64);
+        let lru = SampleCache::new(2 * (100 + ENTRY_OVERHEAD) * 100 / 40, split(0, 40, 60), EvictionPolicy::Lru, 64);
         let pixels = |n: u32| Arc::new(crate::jpeg::Rgb { width: n, height: 1, pixels: vec![0; n as usize * 3] });
         let id = |k: u32| k * SHARDS as u32;
         for k in 0..3 {
@@ -680,7 +685,7 @@ mod tests {
     #[test]
     fn a_shared_output_serves_each_active_job_once_then_goes() {
         let (a, b, c) = (1u64, 2u64, 4u64);
-        let cache = SampleCache::new(1 << 20, [0, 0, 100], EvictionPolicy::Keep, 4);
+        let cache = SampleCache::new(1 << 20, split(0, 0, 100), EvictionPolicy::Keep, 4);
         // Job a made it on a miss and used it; b and c are active.
         assert!(cache.augmented.admit(0, AugmentedEntry { bytes: bytes(50), used_by: a }));
         assert_eq!(cache.take_augmented_for_job(0, a, a | b | c), None, "a never gets its own output twice");
@@ -703,10 +708,10 @@ mod tests {
 
     #[test]
     fn splits_set_the_budgets() {
-        let cache = SampleCache::new(1000, [20, 30, 50], EvictionPolicy::Keep, 10);
+        let cache = SampleCache::new(1000, split(20, 30, 50), EvictionPolicy::Keep, 10);
         assert_eq!((cache.encoded.budget(), cache.decoded.budget(), cache.augmented.budget()), (200, 300, 500));
-        cache.set_split([0, 0, 100]);
+        cache.set_split(split(0, 0, 100));
         assert_eq!(cache.augmented.budget(), 1000);
-        assert_eq!(cache.split(), [0, 0, 100]);
+        assert_eq!(cache.split(), split(0, 0, 100));
     }
 }

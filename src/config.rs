@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_norway::Value;
 
 use crate::augment::{AugmentOp, Size2};
+use crate::planner::Split;
 use crate::yaml::{self, Line};
 
 /// Default limit on the pixels a sample's header may claim (64 megapixels).
@@ -345,7 +346,7 @@ pub enum SplitChoice {
     Auto,
     /// Percentages for (encoded, decoded, augmented).
     #[serde(untagged)]
-    Fixed([u32; 3]),
+    Fixed(Split),
 }
 
 /// Whether encoded and decoded entries stay once admitted (Seneca) or make room by LRU.
@@ -411,23 +412,6 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
         other => return Err(format!("unknown unit `{other}` in `{text}`; use B, KB, MB, GB, KiB, MiB, GiB")),
     };
     Ok((value * scale as f64) as u64)
-}
-
-/// Parses an `E-D-A` split of percentages summing to 100.
-pub fn parse_split(text: &str) -> Result<[u32; 3], String> {
-    let parts: Vec<&str> = text.trim().split('-').collect();
-    let bad = || format!("`{text}` is not a split like 20-30-50 (encoded-decoded-augmented percent, summing to 100)");
-    if parts.len() != 3 {
-        return Err(bad());
-    }
-    let mut out = [0u32; 3];
-    for (o, p) in out.iter_mut().zip(&parts) {
-        *o = p.trim().parse().map_err(|_| bad())?;
-    }
-    if out.iter().sum::<u32>() != 100 {
-        return Err(bad());
-    }
-    Ok(out)
 }
 
 /// A size value (a number of bytes, or a string with a unit) of the key `key`.
@@ -511,7 +495,7 @@ fn cache_config(text: &str, raw: Option<RawCache>, source: &Path, mountpoint: &P
         cache.split = if split.trim() == "auto" {
             SplitChoice::Auto
         } else {
-            SplitChoice::Fixed(parse_split(&split).map_err(|e| ConfigError::at(text, "split", e))?)
+            SplitChoice::Fixed(split.parse().map_err(|e| ConfigError::at(text, "split", e))?)
         };
     }
     if let Some(policy) = raw.policy {
@@ -839,7 +823,7 @@ mod tests {
     fn cache_settings_parse_sizes_and_splits() {
         let c = parse("cache: { memory: 2GiB, split: 20-30-50, policy: lru }\n").expect("valid");
         assert_eq!(c.cache.memory, 2 << 30);
-        assert_eq!(c.cache.split, SplitChoice::Fixed([20, 30, 50]));
+        assert_eq!(c.cache.split, SplitChoice::Fixed(Split::new(20, 30, 50).expect("sums to 100")));
         assert_eq!(c.cache.policy, EvictionPolicy::Lru);
         assert_eq!(parse("cache: { memory: 500MB }\n").expect("valid").cache.split, SplitChoice::Auto);
         assert_eq!(parse_bytes("1.5KiB"), Ok(1536));
@@ -847,6 +831,7 @@ mod tests {
         assert!(err.contains("memory") && err.contains("line 2"), "{err}");
         let err = parse("cache:\n  split: 50-50-10\n").unwrap_err().to_string();
         assert!(err.contains("split") && err.contains("line 2"), "{err}");
+        assert!(err.contains("sum to 110") && err.contains("E-D-A"), "the planner's wording: {err}");
         let err = parse("cache: { memroy: 1GB }\n").unwrap_err().to_string();
         assert!(err.contains("memroy"), "{err}");
     }

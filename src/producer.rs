@@ -27,6 +27,7 @@ use crate::error::{Error, Result};
 use crate::jpeg::Rgb;
 use crate::output;
 use crate::pipeline;
+use crate::planner::Split;
 use crate::sampling::Rank;
 use crate::source::{FileMeta, Freshness, Identity, Observed, Source, SourceFile, SourceIo};
 use crate::stats::{bump, Stats};
@@ -184,7 +185,7 @@ impl SampleProducer {
         let split = match config.cache.split {
             SplitChoice::Fixed(split) => split,
             // Until the model has measured inputs, favour the forms that save CPU per epoch.
-            SplitChoice::Auto => [0, 50, 50],
+            SplitChoice::Auto => Split::new(0, 50, 50).expect("sums to 100"),
         };
         let cache = SampleCache::new(config.cache.memory, split, config.cache.policy, catalog.file_count());
         // A disk tier that cannot be opened leaves the mount serving from memory and the source.
@@ -695,7 +696,7 @@ impl SampleProducer {
         }
         let read = |f: FileId| self.source.read_whole(&self.catalog.file_path(f)).ok().map(|(bytes, _)| bytes);
         let Some(calibration) = crate::calibrate::measure(&self.catalog, &self.config, read) else {
-            tracing::warn!("no sample could be timed; keeping split {:?}", self.cache.split());
+            tracing::warn!("no sample could be timed; keeping split {}", self.cache.split());
             return;
         };
         let mut params = calibration.params;
@@ -789,20 +790,17 @@ impl SampleProducer {
     }
 
     fn apply_plan(&self, mut params: crate::planner::PlanParams, from: &str, timed: u64) {
-        use crate::planner::{Model, Split};
+        use crate::planner::Model;
         params.jobs = self.jobs_sharing.load(Ordering::Relaxed).max(1);
         let (split, evaluation) = match self.config.cache.split {
             SplitChoice::Auto => Model::Prepfs.best_split(&params),
-            SplitChoice::Fixed([e, d, a]) => match Split::new(e, d, a) {
-                Ok(split) => (split, Model::Prepfs.evaluate(&params, split)),
-                Err(_) => return,
-            },
+            SplitChoice::Fixed(split) => (split, Model::Prepfs.evaluate(&params, split)),
         };
         let previous = self.cache.split();
         // Memory a form cannot use (it holds every sample) flows to the next form.
         let budgets = crate::planner::budgets(&params, split, crate::cache::ENTRY_OVERHEAD as f64);
-        self.cache.set_split_budgets(split.as_array(), budgets);
-        if previous != split.as_array() || from.starts_with("mount") {
+        self.cache.set_split_budgets(split, budgets);
+        if previous != split || from.starts_with("mount") {
             tracing::info!(
                 split = %split,
                 predicted_samples_per_s = format!("{:.0}", evaluation.samples_per_s),

@@ -129,9 +129,10 @@ pub struct PlanParams {
 
 /// A cache split in whole percent: encoded, decoded, augmented, summing to 100.
 ///
-/// Written `E-D-A`, e.g. `20-30-50`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
-#[serde(try_from = "String")]
+/// Written `E-D-A`, e.g. `20-30-50`: the one parser of that syntax (the mount config's `split`,
+/// `prepfs plan --split` and parameter files all read it here). Serialised as `[E, D, A]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(try_from = "String", into = "[u32; 3]")]
 pub struct Split {
     e: u32,
     d: u32,
@@ -241,12 +242,14 @@ impl Split {
         [self.e, self.d, self.a]
     }
 
-    /// The byte budget of each form, `(encoded, decoded, augmented)`, for a cache of `bytes`.
-    /// The three add up to `bytes` (the augmented budget takes the rounding).
-    pub fn budgets(self, bytes: u64) -> (u64, u64, u64) {
+    /// The byte budget of each form, `[encoded, decoded, augmented]`, for a cache of `bytes`:
+    /// each its percent of `bytes`, rounded down, and the augmented budget takes the rounding,
+    /// so the three add up to `bytes`. The one rule for budgets from a split (the cache's own
+    /// uses it).
+    pub fn budgets(self, bytes: u64) -> [u64; 3] {
         let part = |p: u32| (u128::from(bytes) * u128::from(p) / 100) as u64;
         let (e, d) = (part(self.e), part(self.d));
-        (e, d, bytes - e - d)
+        [e, d, bytes - e - d]
     }
 
     /// Every split at 1% steps (5151), most augmented first, then most decoded: the order in
@@ -288,6 +291,12 @@ impl FromStr for Split {
             return Err(bad(&format!("the parts sum to {}, not 100", e + d + a)));
         }
         Ok(Split { e, d, a })
+    }
+}
+
+impl From<Split> for [u32; 3] {
+    fn from(split: Split) -> [u32; 3] {
+        split.as_array()
     }
 }
 
@@ -1015,10 +1024,10 @@ c_pcie: 0
 
     #[test]
     fn budgets_add_up_to_the_cache() {
-        let (e, d, a) = split("33-33-34").budgets(1001);
+        let [e, d, a] = split("33-33-34").budgets(1001);
         assert_eq!(e + d + a, 1001);
         assert_eq!((e, d), (330, 330));
-        assert_eq!(split("0-0-100").budgets(u64::MAX), (0, 0, u64::MAX));
+        assert_eq!(split("0-0-100").budgets(u64::MAX), [0, 0, u64::MAX]);
     }
 
     // --- parameter files ---------------------------------------------------------------------
