@@ -64,16 +64,22 @@ pub fn mountpoint_state(path: &Path) -> io::Result<MountpointState> {
 }
 
 /// What the mount table says of the newest mount at a path.
-struct MountEntry {
-    fstype: String,
-    source: String,
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountEntry {
+    /// The filesystem type (`fuse.prepfs`, `tmpfs`, ...).
+    pub fstype: String,
+    /// The mount's source, as the table gives it.
+    pub source: String,
     /// The device's minor number (for FUSE: the connection number).
-    minor: u64,
+    pub minor: u64,
 }
 
 /// The newest mount at `canonical` (a canonical path), from `/proc/self/mountinfo`: fields
 /// `id parent major:minor root mountpoint options [optional...] - fstype source superoptions`.
-fn mount_at(canonical: &Path) -> Option<MountEntry> {
+///
+/// The one reader of the mount table: the busy check before mounting, the FUSE connection to
+/// abort, and the mounted tests' `is_mounted` (tests/common) all ask it.
+pub fn mount_at(canonical: &Path) -> Option<MountEntry> {
     let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     table.lines().rev().find_map(|line| {
         let (head, tail) = line.split_once(" - ")?;
