@@ -582,6 +582,40 @@ class ConfigTest(unittest.TestCase):
         self.assertEqual(units.fmt_bytes(None), "-")
         self.assertEqual(config.cache_of_share(29_000_000, 0.25), 7_250_000)
 
+    def test_parse_size_agrees_with_prepfs(self):
+        """units.parse_size mirrors the Rust parser (config::parse_bytes): where a built
+        `prepfs` is at hand, `prepfs check` reads the same sizes to the same bytes and refuses
+        what parse_size refuses. Skipped when none is built (the harness builds nothing)."""
+        import subprocess
+        from prepfs_bench import ROOT
+        binary = os.environ.get("PREPFS_BIN") or next(
+            (p for p in (os.path.join(ROOT, "target", kind, "prepfs") for kind in ("debug", "release"))
+             if os.access(p, os.X_OK)), None)
+        if not binary:
+            self.skipTest("no built prepfs (cargo build)")
+        d = mkdtemp()
+        source, mnt = os.path.join(d, "source"), os.path.join(d, "mnt")
+        os.makedirs(source)
+        os.makedirs(mnt)
+
+        def check(size):
+            path = os.path.join(d, "c.yaml")
+            with open(path, "w") as f:
+                f.write(f"cache: {{ memory: \"{size}\", split: auto }}\n")
+            return subprocess.run([binary, "check", path, "--source", source, "--mountpoint", mnt],
+                                  capture_output=True, text=True, timeout=60)
+
+        for size in ("512MiB", "1GiB", "1.5KiB", "7250000", "500MB", "2 GiB", "3kb"):
+            out = check(size)
+            self.assertEqual(out.returncode, 0, f"{size}: {out.stderr}")
+            memory = [line.split(":", 1)[1] for line in out.stdout.splitlines()
+                      if line.strip().startswith("memory:")]
+            self.assertEqual([int(m) for m in memory], [int(units.parse_size(size))], size)
+        for bad in ("fast", "10XB", "MB"):
+            self.assertNotEqual(check(bad).returncode, 0, bad)
+            with self.assertRaises(ValueError):
+                units.parse_size(bad)
+
     def test_strip_top_level(self):
         text = "a: 1\ncache:\n  memory: 1GiB\n  split: auto\nb: 2\n"
         self.assertEqual(config.strip_top_level(text, ["cache"]), "a: 1\nb: 2\n")

@@ -12,7 +12,9 @@ use serde::{Deserialize, Serialize};
 use serde_norway::Value;
 
 use crate::pixels::augment::AugmentOp;
+use crate::planner::Split;
 use crate::shared::Size2;
+use crate::yaml::{self, Line};
 
 /// Default limit on the pixels a sample's header may claim (64 megapixels).
 pub const DEFAULT_MAX_PIXELS: u64 = 64_000_000;
@@ -26,11 +28,7 @@ pub struct ConfigError {
 
 impl ConfigError {
     fn at(text: &str, key: &str, why: impl fmt::Display) -> Self {
-        let message = match line_of_key(text, key) {
-            Some(line) => format!("`{key}` (line {line}): {why}"),
-            None => format!("`{key}`: {why}"),
-        };
-        ConfigError { message }
+        ConfigError { message: format!("`{key}`{}: {why}", Line::of(text, key)) }
     }
     fn plain(message: impl Into<String>) -> Self {
         ConfigError { message: message.into() }
@@ -349,7 +347,7 @@ pub enum SplitChoice {
     Auto,
     /// Percentages for (encoded, decoded, augmented).
     #[serde(untagged)]
-    Fixed([u32; 3]),
+    Fixed(Split),
 }
 
 /// Whether encoded and decoded entries stay once admitted (Seneca) or make room by LRU.
@@ -415,23 +413,6 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
         other => return Err(format!("unknown unit `{other}` in `{text}`; use B, KB, MB, GB, KiB, MiB, GiB")),
     };
     Ok((value * scale as f64) as u64)
-}
-
-/// Parses an `E-D-A` split of percentages summing to 100.
-pub fn parse_split(text: &str) -> Result<[u32; 3], String> {
-    let parts: Vec<&str> = text.trim().split('-').collect();
-    let bad = || format!("`{text}` is not a split like 20-30-50 (encoded-decoded-augmented percent, summing to 100)");
-    if parts.len() != 3 {
-        return Err(bad());
-    }
-    let mut out = [0u32; 3];
-    for (o, p) in out.iter_mut().zip(&parts) {
-        *o = p.trim().parse().map_err(|_| bad())?;
-    }
-    if out.iter().sum::<u32>() != 100 {
-        return Err(bad());
-    }
-    Ok(out)
 }
 
 /// A size value (a number of bytes, or a string with a unit) of the key `key`.
@@ -515,7 +496,7 @@ fn cache_config(text: &str, raw: Option<RawCache>, source: &Path, mountpoint: &P
         cache.split = if split.trim() == "auto" {
             SplitChoice::Auto
         } else {
-            SplitChoice::Fixed(parse_split(&split).map_err(|e| ConfigError::at(text, "split", e))?)
+            SplitChoice::Fixed(split.parse().map_err(|e| ConfigError::at(text, "split", e))?)
         };
     }
     if let Some(policy) = raw.policy {
@@ -594,7 +575,7 @@ impl Config {
         } else {
             serde_norway::from_str(text)
         }
-        .map_err(|e| ConfigError::plain(describe_yaml_error(&e)))?;
+        .map_err(|e| ConfigError::plain(yaml::describe_error(&e)))?;
 
         let (yaml_source, source_read_limit, source_limits) = match raw.source {
             Some(v) => {
@@ -755,25 +736,6 @@ fn fixed_size_missing(augment: &[AugmentOp]) -> bool {
     crate::pixels::augment::fixed_output_size(augment).is_none()
 }
 
-/// serde_norway's messages already carry "at line L column C"; make unknown keys read well.
-fn describe_yaml_error(e: &serde_norway::Error) -> String {
-    let text = e.to_string();
-    match e.location() {
-        Some(loc) if !text.contains("line") => format!("{text} (line {})", loc.line()),
-        _ => text,
-    }
-}
-
-/// The 1-based line on which `key:` first appears, for messages about values that parsed but
-/// were refused.
-fn line_of_key(text: &str, key: &str) -> Option<usize> {
-    text.lines().position(|line| {
-        let t = line.trim_start().trim_start_matches("- ").trim_start_matches('{').trim_start();
-        t.starts_with(&format!("{key}:")) || line.contains(&format!(" {key}:"))
-    })
-    .map(|i| i + 1)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -862,7 +824,7 @@ mod tests {
     fn cache_settings_parse_sizes_and_splits() {
         let c = parse("cache: { memory: 2GiB, split: 20-30-50, policy: lru }\n").expect("valid");
         assert_eq!(c.cache.memory, 2 << 30);
-        assert_eq!(c.cache.split, SplitChoice::Fixed([20, 30, 50]));
+        assert_eq!(c.cache.split, SplitChoice::Fixed(Split::new(20, 30, 50).expect("sums to 100")));
         assert_eq!(c.cache.policy, EvictionPolicy::Lru);
         assert_eq!(parse("cache: { memory: 500MB }\n").expect("valid").cache.split, SplitChoice::Auto);
         assert_eq!(parse_bytes("1.5KiB"), Ok(1536));
@@ -870,6 +832,7 @@ mod tests {
         assert!(err.contains("memory") && err.contains("line 2"), "{err}");
         let err = parse("cache:\n  split: 50-50-10\n").unwrap_err().to_string();
         assert!(err.contains("split") && err.contains("line 2"), "{err}");
+        assert!(err.contains("sum to 110") && err.contains("E-D-A"), "the planner's wording: {err}");
         let err = parse("cache: { memroy: 1GB }\n").unwrap_err().to_string();
         assert!(err.contains("memroy"), "{err}");
     }

@@ -41,3 +41,4 @@ pub mod source;
 pub mod shared;
 pub mod stats;
 mod sync;
+mod yaml;

@@ -5,8 +5,10 @@
 //! (a closed terminal or pipe), and prepfs writes nothing to stderr with `eprintln!`.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+use crate::sync::{LockExt, Mutex};
 
 /// One line per kind per this long.
 const EVERY: Duration = Duration::from_secs(1);
@@ -20,7 +22,7 @@ fn kinds() -> &'static Mutex<HashMap<&'static str, (Instant, u64)>> {
 /// or `None` (this one is held back and counted).
 pub fn allow(kind: &'static str) -> Option<u64> {
     let now = Instant::now();
-    let mut kinds = kinds().lock().unwrap_or_else(|p| p.into_inner());
+    let mut kinds = kinds().lock_or_recover();
     match kinds.get_mut(kind) {
         Some((last, held)) if now.duration_since(*last) < EVERY => {
             *held += 1;

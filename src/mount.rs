@@ -7,7 +7,7 @@
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -17,6 +17,7 @@ use crate::source::catalog::Catalog;
 use crate::config::Config;
 use crate::fs::Filesystem;
 use crate::fuse::FuseAdapter;
+use crate::sync::{LockExt, Mutex};
 
 /// Why a mount could not start.
 #[derive(Debug, thiserror::Error)]
@@ -63,16 +64,22 @@ pub fn mountpoint_state(path: &Path) -> io::Result<MountpointState> {
 }
 
 /// What the mount table says of the newest mount at a path.
-struct MountEntry {
-    fstype: String,
-    source: String,
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountEntry {
+    /// The filesystem type (`fuse.prepfs`, `tmpfs`, ...).
+    pub fstype: String,
+    /// The mount's source, as the table gives it.
+    pub source: String,
     /// The device's minor number (for FUSE: the connection number).
-    minor: u64,
+    pub minor: u64,
 }
 
 /// The newest mount at `canonical` (a canonical path), from `/proc/self/mountinfo`: fields
 /// `id parent major:minor root mountpoint options [optional...] - fstype source superoptions`.
-fn mount_at(canonical: &Path) -> Option<MountEntry> {
+///
+/// The one reader of the mount table: the busy check before mounting, the FUSE connection to
+/// abort, and the mounted tests' `is_mounted` (tests/common) all ask it.
+pub fn mount_at(canonical: &Path) -> Option<MountEntry> {
     let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     table.lines().rev().find_map(|line| {
         let (head, tail) = line.split_once(" - ")?;
@@ -377,11 +384,11 @@ impl SignalWaiter {
     }
 
     fn mounted(&self, connection: Option<u64>) {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).mounted = Some(connection);
+        self.state.lock_or_recover().mounted = Some(connection);
     }
 
     fn finish(mut self) {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).finished = true;
+        self.state.lock_or_recover().finished = true;
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -401,7 +408,7 @@ fn wait_for_signals(signals: SigSet, mountpoint: &Path, stopping: &AtomicBool, s
     let mut busy_said = false;
     loop {
         let (mounted, finished) = {
-            let st = state.lock().unwrap_or_else(|p| p.into_inner());
+            let st = state.lock_or_recover();
             (st.mounted, st.finished)
         };
         if finished {

@@ -15,7 +15,7 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::pixels::augment::{plan_sample, SamplePlan};
@@ -25,13 +25,14 @@ use crate::source::catalog::{Catalog, FileId};
 use crate::config::{Config, SplitChoice};
 use crate::cache::disk::{self, DiskCache, DiskHit, DiskKind};
 use crate::error::{Error, Result};
-use crate::shared::Rgb;
 use crate::pixels::output;
 use crate::pixels::pipeline;
+use crate::planner::Split;
 use crate::sampling::Rank;
+use crate::shared::{Form, Rgb};
 use crate::source::{FileMeta, Freshness, Identity, Observed, Source, SourceFile, SourceIo};
 use crate::stats::{bump, Stats};
-use crate::shared::Form;
+use crate::sync::{LockExt, Mutex};
 
 
 /// Where an output came from: the cache form that held the sample, the disk tier, or the source.
@@ -148,7 +149,7 @@ impl SampleProducer {
         let split = match config.cache.split {
             SplitChoice::Fixed(split) => split,
             // Until the model has measured inputs, favour the forms that save CPU per epoch.
-            SplitChoice::Auto => [0, 50, 50],
+            SplitChoice::Auto => Split::new(0, 50, 50).expect("sums to 100"),
         };
         let cache = SampleCache::new(config.cache.memory, split, config.cache.policy, catalog.file_count());
         // A disk tier that cannot be opened leaves the mount serving from memory and the source.
@@ -667,7 +668,7 @@ impl SampleProducer {
         }
         let read = |f: FileId| self.source.read_whole(&self.catalog.file_path(f)).ok().map(|(bytes, _)| bytes);
         let Some(calibration) = crate::planner::calibrate::measure(&self.catalog, &self.config, read) else {
-            tracing::warn!("no sample could be timed; keeping split {:?}", self.cache.split());
+            tracing::warn!("no sample could be timed; keeping split {}", self.cache.split());
             return;
         };
         let mut params = calibration.params;
@@ -691,7 +692,7 @@ impl SampleProducer {
         let timed = da_n + a_n;
         let jobs = self.jobs_sharing.load(Ordering::Relaxed).max(1);
         let mut params = {
-            let plan = self.plan.lock().unwrap_or_else(|p| p.into_inner());
+            let plan = self.plan.lock_or_recover();
             let moved = |p: &PlanState| {
                 let serve_moved = match (t_serve, p.params.t_serve) {
                     (Some(now), Some(then)) => (now / then - 1.0).abs() > 0.2,
@@ -762,7 +763,7 @@ impl SampleProducer {
         let pixel_ns = get(&s.full_decode_nanos) + get(&s.decode_augment_nanos) + get(&s.pixel_augment_nanos);
         let busy = crate::planner::calibrate::machine_busy_seconds();
         let cores = self.config.decode_parallelism() as f64;
-        let mut probe = self.serve.lock().unwrap_or_else(|p| p.into_inner());
+        let mut probe = self.serve.lock_or_recover();
         let secs = probe.at.elapsed().as_secs_f64();
         if secs >= 0.9 {
             let served = opens.saturating_sub(probe.opens);
@@ -788,20 +789,17 @@ impl SampleProducer {
     }
 
     fn apply_plan(&self, mut params: crate::planner::PlanParams, from: &str, timed: u64) {
-        use crate::planner::{Model, Split};
+        use crate::planner::Model;
         params.jobs = self.jobs_sharing.load(Ordering::Relaxed).max(1);
         let (split, evaluation) = match self.config.cache.split {
             SplitChoice::Auto => Model::Prepfs.best_split(&params),
-            SplitChoice::Fixed([e, d, a]) => match Split::new(e, d, a) {
-                Ok(split) => (split, Model::Prepfs.evaluate(&params, split)),
-                Err(_) => return,
-            },
+            SplitChoice::Fixed(split) => (split, Model::Prepfs.evaluate(&params, split)),
         };
         let previous = self.cache.split();
         // Memory a form cannot use (it holds every sample) flows to the next form.
         let budgets = crate::planner::budgets(&params, split, crate::cache::ENTRY_OVERHEAD as f64);
-        self.cache.set_split_budgets(split.as_array(), budgets);
-        if previous != split.as_array() || from.starts_with("mount") {
+        self.cache.set_split_budgets(split, budgets);
+        if previous != split || from.starts_with("mount") {
             tracing::info!(
                 split = %split,
                 predicted_samples_per_s = format!("{:.0}", evaluation.samples_per_s),
@@ -828,12 +826,12 @@ impl SampleProducer {
             "from": from,
             "samples_timed": timed,
         });
-        *self.plan.lock().unwrap_or_else(|p| p.into_inner()) = Some(PlanState { doc, params, timed });
+        *self.plan.lock_or_recover() = Some(PlanState { doc, params, timed });
     }
 
     /// The plan in force, for stats.
     pub fn plan_json(&self) -> serde_json::Value {
-        self.plan.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map_or(serde_json::Value::Null, |p| p.doc.clone())
+        self.plan.lock_or_recover().as_ref().map_or(serde_json::Value::Null, |p| p.doc.clone())
     }
 
     /// Makes throttled source reads give up at once.

@@ -7,13 +7,14 @@
 //! checkers (`tests/shuttle.rs`) then run the code under many thread interleavings, each
 //! reproducible from a seed.
 //!
-//! What goes through here: the locks and atomics of the sample cache (`cache`: shard locks, the
-//! budget reservation, the status bytes, single-flight) and of opportunistic sampling (`sampling`:
-//! the per-job lock, the seen and claimed bits, epochs). Not through here: the job registry's
-//! `RwLock` (its guard types are spelled `std::sync::...` in `sampling`), the per-job counters
-//! handed to `stats::bump`, and everything in the other modules; under `shuttle` those stay
-//! `std`'s, which is correct as long as a model check does not contend on them (the checks create
-//! and retire jobs from one thread).
+//! What goes through here: every lock in the crate (`Mutex`, `RwLock`, `Condvar`), each taken
+//! through [`LockExt`], [`RwLockExt`] or [`CondvarExt`], which recover a poisoned lock (see
+//! `recover`); and the atomics that synchronise the sample cache (`cache`: the budget
+//! reservation, the status bytes) and opportunistic sampling (`sampling`: the seen and claimed
+//! bits, epochs). Other atomics (statistics counters, flags) stay `std`'s. Under
+//! `shuttle` only the cache and sampling are exercised (`tests/shuttle.rs`); the other modules'
+//! locks are shuttle's too but are never taken in a shuttle build (its timed waits never time out
+//! there). `log`'s table of line kinds sits in a `static`, so its cell is std's `OnceLock`.
 //!
 //! Shuttle has no `OnceLock` (and `Arc`/`Weak` are std's in shuttle too). std's `OnceLock` blocks
 //! the OS thread while another initialises it, and under shuttle all threads share one OS thread,
@@ -36,6 +37,69 @@ pub use shuttle::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard
 #[cfg(feature = "shuttle")]
 pub use once_lock::OnceLock;
 
+use std::sync::{LockResult, PoisonError};
+use std::time::Duration;
+
+/// The guard of a lock result, poisoned or not.
+///
+/// Poisoned locks are recovered, never propagated: a lock is poisoned when a thread panicked
+/// while holding it, and in prepfs that thread is serving one request (a decode that panicked, a
+/// bug in one path). The structures behind these locks stay usable after such a panic (it loses
+/// at most the entry being made), so the next caller takes the guard and goes on: a panicking
+/// request thread must not take the mount down with it. The traits below are the one way the
+/// crate locks, reads, writes and waits.
+fn recover<G>(result: LockResult<G>) -> G {
+    result.unwrap_or_else(PoisonError::into_inner)
+}
+
+/// [`Mutex::lock`] that recovers a poisoned lock (see the note on `recover` in this module: a
+/// panicking request thread must not take the mount down).
+pub trait LockExt<T> {
+    /// The guard, whether or not a previous holder panicked.
+    fn lock_or_recover(&self) -> MutexGuard<'_, T>;
+}
+
+impl<T> LockExt<T> for Mutex<T> {
+    fn lock_or_recover(&self) -> MutexGuard<'_, T> {
+        recover(self.lock())
+    }
+}
+
+/// [`RwLock::read`] and [`RwLock::write`] that recover a poisoned lock, as [`LockExt`] does.
+pub trait RwLockExt<T> {
+    /// The read guard, whether or not a previous writer panicked.
+    fn read_or_recover(&self) -> RwLockReadGuard<'_, T>;
+    /// The write guard, whether or not a previous writer panicked.
+    fn write_or_recover(&self) -> RwLockWriteGuard<'_, T>;
+}
+
+impl<T> RwLockExt<T> for RwLock<T> {
+    fn read_or_recover(&self) -> RwLockReadGuard<'_, T> {
+        recover(self.read())
+    }
+    fn write_or_recover(&self) -> RwLockWriteGuard<'_, T> {
+        recover(self.write())
+    }
+}
+
+/// [`Condvar`] waits that recover a poisoned lock, as [`LockExt`] does.
+pub trait CondvarExt {
+    /// Waits for a notification; the guard again.
+    fn wait_or_recover<'a, T>(&self, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T>;
+    /// Waits for a notification or `timeout`, whichever comes first; the guard again (callers
+    /// check their condition, not whether the wait timed out).
+    fn wait_timeout_or_recover<'a, T>(&self, guard: MutexGuard<'a, T>, timeout: Duration) -> MutexGuard<'a, T>;
+}
+
+impl CondvarExt for Condvar {
+    fn wait_or_recover<'a, T>(&self, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+        recover(self.wait(guard))
+    }
+    fn wait_timeout_or_recover<'a, T>(&self, guard: MutexGuard<'a, T>, timeout: Duration) -> MutexGuard<'a, T> {
+        recover(self.wait_timeout(guard, timeout)).0
+    }
+}
+
 /// Atomic integers and flags: `std::sync::atomic`, or shuttle's under `--features shuttle`.
 pub mod atomic {
     #[cfg(not(feature = "shuttle"))]
@@ -47,6 +111,7 @@ pub mod atomic {
 
 #[cfg(feature = "shuttle")]
 mod once_lock {
+    use super::{CondvarExt, LockExt};
     use shuttle::sync::{Condvar, Mutex};
 
     /// A cell written once, whose waiters wait through shuttle (see the module documentation).
@@ -74,7 +139,7 @@ mod once_lock {
 
     impl Drop for Finished<'_> {
         fn drop(&mut self) {
-            *self.running.lock().unwrap_or_else(|p| p.into_inner()) = false;
+            *self.running.lock_or_recover() = false;
             self.done.notify_all();
         }
     }
@@ -97,7 +162,7 @@ mod once_lock {
             if let Some(v) = self.value.get() {
                 return v;
             }
-            let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+            let mut running = self.running.lock_or_recover();
             loop {
                 if let Some(v) = self.value.get() {
                     return v;
@@ -105,7 +170,7 @@ mod once_lock {
                 if !*running {
                     break;
                 }
-                running = self.done.wait(running).unwrap_or_else(|p| p.into_inner());
+                running = self.done.wait_or_recover(running);
             }
             *running = true;
             drop(running);

@@ -1,6 +1,6 @@
 //! Arbitrary UTF-8 text as a mount config (`Config::parse`), and the value parsers it uses
-//! (`parse_bytes`, `parse_rate`, `parse_duration`, `parse_split`) on the whole text and on each
-//! line's value. Errors are fine; a panic is a finding.
+//! (`parse_bytes`, `parse_rate`, `parse_duration`, `planner::Split`'s `E-D-A` parser) on the
+//! whole text and on each line's value. Errors are fine; a panic is a finding.
 //!
 //! `Config::parse` creates the `cache.disk.path` directory it validates. The harness parses in a
 //! scratch directory of its own (relative paths land there) and skips any input whose disk path
@@ -76,8 +76,8 @@ fn value_parsers(s: &str) {
     let _ = config::parse_bytes(s);
     let _ = config::parse_rate(s);
     let _ = config::parse_duration(s);
-    if let Ok(split) = config::parse_split(s) {
-        assert_eq!(split.iter().map(|&p| u64::from(p)).sum::<u64>(), 100, "split {s:?} -> {split:?}");
+    if let Ok(split) = s.parse::<prepfs::planner::Split>() {
+        assert_eq!(split.as_array().iter().map(|&p| u64::from(p)).sum::<u64>(), 100, "split {s:?} -> {split:?}");
     }
 }
 

@@ -37,14 +37,14 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::shared::Rgb;
-use crate::shared::fnv1a64;
+use crate::shared::{fnv1a64, Rgb};
+use crate::sync::{LockExt, Mutex, MutexGuard};
 
 /// Bytes of the header before every payload.
 pub const HEADER_LEN: usize = 40;
@@ -390,8 +390,8 @@ impl Inner {
         self.dir.join(kind.dir_name()).join(&name[..2]).join(format!("{name}.bin"))
     }
 
-    fn shard(&self, kind: DiskKind, key: u64) -> std::sync::MutexGuard<'_, HashMap<u64, Slot>> {
-        self.index[kind.index()][(key % SHARDS as u64) as usize].lock().unwrap_or_else(|p| p.into_inner())
+    fn shard(&self, kind: DiskKind, key: u64) -> MutexGuard<'_, HashMap<u64, Slot>> {
+        self.index[kind.index()][(key % SHARDS as u64) as usize].lock_or_recover()
     }
 
     fn reserve(&self, bytes: u64) -> bool {
@@ -641,7 +641,7 @@ impl DiskCache {
             return false;
         }
         inner.queued_jobs.fetch_add(1, Ordering::AcqRel);
-        let sent = match &*self.sender.lock().unwrap_or_else(|p| p.into_inner()) {
+        let sent = match &*self.sender.lock_or_recover() {
             Some(sender) => sender.try_send(WriteJob { kind, key, gen, payload }).is_ok(),
             None => false,
         };
@@ -719,8 +719,8 @@ impl DiskCache {
 impl Drop for DiskCache {
     /// Finishes the queued writes: closing the queue ends the writer once it drains it.
     fn drop(&mut self) {
-        self.sender.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(writer) = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        self.sender.lock_or_recover().take();
+        if let Some(writer) = self.writer.lock_or_recover().take() {
             let _ = writer.join();
         }
     }

@@ -20,13 +20,14 @@
 
 use std::collections::HashMap;
 use crate::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use crate::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use crate::sync::{Arc, LockExt, Mutex, MutexGuard, OnceLock};
 
 use lru::LruCache;
 use serde_json::json;
 
 use crate::source::catalog::FileId;
 use crate::config::EvictionPolicy;
+use crate::planner::Split;
 
 /// Bytes charged per entry on top of its payload: the map slot, the `Arc` header and the
 /// allocator's rounding, measured as about 60 bytes on x86-64 glibc, rounded up.
@@ -172,7 +173,7 @@ impl<V: Clone + Weighed> FormStore<V> {
     }
 
     fn shard(&self, id: FileId) -> MutexGuard<'_, LruCache<FileId, V>> {
-        self.shards[id as usize % SHARDS].lock().unwrap_or_else(|p| p.into_inner())
+        self.shards[id as usize % SHARDS].lock_or_recover()
     }
 
     fn charge(v: &V) -> u64 {
@@ -307,7 +308,7 @@ impl<V: Clone + Weighed> FormStore<V> {
     pub fn retain(&self, mut keep: impl FnMut(FileId, &mut V) -> bool) -> u64 {
         let mut dropped = 0;
         for shard in &self.shards {
-            let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+            let mut shard = shard.lock_or_recover();
             let gone: Vec<FileId> = shard.iter_mut().filter_map(|(id, v)| (!keep(*id, v)).then_some(*id)).collect();
             for id in gone {
                 if let Some(v) = shard.pop(&id) {
@@ -391,18 +392,18 @@ impl<T: Clone> Default for SingleFlight<T> {
 impl<T: Clone> SingleFlight<T> {
     /// Whether some thread is running the work for `id` now.
     pub fn in_flight(&self, id: FileId) -> bool {
-        self.flights.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&id)
+        self.flights.lock_or_recover().contains_key(&id)
     }
 
     /// Runs `work` for `id` unless another thread is running it; then waits for and shares that
     /// result. The map lock is held only to find or register the flight, never during `work`.
     pub fn run(&self, id: FileId, work: impl FnOnce() -> T) -> T {
         let cell = {
-            let mut flights = self.flights.lock().unwrap_or_else(|p| p.into_inner());
+            let mut flights = self.flights.lock_or_recover();
             Arc::clone(flights.entry(id).or_default())
         };
         let result = cell.get_or_init(work).clone();
-        let mut flights = self.flights.lock().unwrap_or_else(|p| p.into_inner());
+        let mut flights = self.flights.lock_or_recover();
         if flights.get(&id).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
             flights.remove(&id);
         }
@@ -418,20 +419,20 @@ pub struct SampleCache {
     /// Which forms hold each sample (kept by the stores).
     pub status: Arc<SampleStatus>,
     memory: u64,
-    split: Mutex<[u32; 3]>,
+    split: Mutex<Split>,
 }
 
 impl SampleCache {
-    /// A cache of `memory` bytes split `split` percent among encoded, decoded, augmented, for
-    /// sample ids below `samples`.
-    pub fn new(memory: u64, split: [u32; 3], policy: EvictionPolicy, samples: usize) -> SampleCache {
-        let budget = |p: u32| memory / 100 * u64::from(p);
+    /// A cache of `memory` bytes split `split` among encoded, decoded, augmented
+    /// ([`Split::budgets`]), for sample ids below `samples`.
+    pub fn new(memory: u64, split: Split, policy: EvictionPolicy, samples: usize) -> SampleCache {
+        let budget = split.budgets(memory);
         let status = Arc::new(SampleStatus::new(samples));
         SampleCache {
-            encoded: FormStore::new("encoded", budget(split[0]), policy).with_status(Arc::clone(&status), HELD_ENCODED),
-            decoded: FormStore::new("decoded", budget(split[1]), policy).with_status(Arc::clone(&status), HELD_DECODED),
+            encoded: FormStore::new("encoded", budget[0], policy).with_status(Arc::clone(&status), HELD_ENCODED),
+            decoded: FormStore::new("decoded", budget[1], policy).with_status(Arc::clone(&status), HELD_DECODED),
             // Augmented outputs are used once per job and dropped: never evicted to admit others.
-            augmented: FormStore::new("augmented", budget(split[2]), EvictionPolicy::Keep)
+            augmented: FormStore::new("augmented", budget[2], EvictionPolicy::Keep)
                 .with_status(Arc::clone(&status), HELD_AUGMENTED),
             status,
             memory,
@@ -479,21 +480,21 @@ impl SampleCache {
         self.augmented.remove(id);
     }
 
-    /// Applies a new split of the same memory.
-    pub fn set_split(&self, split: [u32; 3]) {
-        self.set_split_budgets(split, split.map(|p| self.memory / 100 * u64::from(p)));
+    /// Applies a new split of the same memory ([`Split::budgets`]).
+    pub fn set_split(&self, split: Split) {
+        self.set_split_budgets(split, split.budgets(self.memory));
     }
 
     /// Applies a new split with the bytes each form gets (encoded, decoded, augmented) worked
     /// out by the planner (memory a form cannot use flows to the next); never more than the
     /// cache's memory in all.
-    pub fn set_split_budgets(&self, split: [u32; 3], budgets: [u64; 3]) {
+    pub fn set_split_budgets(&self, split: Split, budgets: [u64; 3]) {
         let total: u64 = budgets.iter().sum();
         let scale = |b: u64| if total > self.memory { (b as u128 * self.memory as u128 / total as u128) as u64 } else { b };
         self.encoded.set_budget(scale(budgets[0]));
         self.decoded.set_budget(scale(budgets[1]));
         self.augmented.set_budget(scale(budgets[2]));
-        *self.split.lock().unwrap_or_else(|p| p.into_inner()) = split;
+        *self.split.lock_or_recover() = split;
     }
 
     /// Switches the encoded and decoded stores' eviction (augmented outputs are never evicted).
@@ -522,8 +523,8 @@ impl SampleCache {
     }
 
     /// The split in force.
-    pub fn split(&self) -> [u32; 3] {
-        *self.split.lock().unwrap_or_else(|p| p.into_inner())
+    pub fn split(&self) -> Split {
+        *self.split.lock_or_recover()
     }
 
     /// Whether any memory is given to caching.
@@ -556,6 +557,10 @@ mod tests {
 
     fn bytes(n: usize) -> Arc<[u8]> {
         vec![7u8; n].into()
+    }
+
+    fn split(e: u32, d: u32, a: u32) -> Split {
+        Split::new(e, d, a).expect("sums to 100")
     }
 
     #[test]
@@ -603,8 +608,8 @@ mod tests {
     #[test]
     fn with_several_jobs_a_new_output_evicts_the_oldest_one_kept_for_them() {
         let id = |k: u32| k * SHARDS as u32;
-        let cache = SampleCache::new(100 * (250 + ENTRY_OVERHEAD), [0, 0, 100], EvictionPolicy::Keep, 1000);
-        cache.set_split_budgets([0, 0, 100], [0, 0, 2 * (250 + ENTRY_OVERHEAD)]);
+        let cache = SampleCache::new(100 * (250 + ENTRY_OVERHEAD), split(0, 0, 100), EvictionPolicy::Keep, 1000);
+        cache.set_split_budgets(split(0, 0, 100), [0, 0, 2 * (250 + ENTRY_OVERHEAD)]);
         let output = || AugmentedEntry { bytes: bytes(250), used_by: 1 };
         // One job (or none): a full room refuses the new output.
         assert!(cache.augmented.admit(id(0), output()) && cache.augmented.admit(id(1), output()));
@@ -699,7 +704,7 @@ mod tests {
 
     #[test]
     fn the_status_byte_follows_what_each_form_holds() {
-        let cache = SampleCache::new(10_000, [30, 30, 40], EvictionPolicy::Keep, 8);
+        let cache = SampleCache::new(10_000, split(30, 30, 40), EvictionPolicy::Keep, 8);
         assert_eq!(cache.status.held(3), 0);
         assert!(cache.encoded.admit(3, bytes(10)));
         assert!(cache.augmented.admit(3, AugmentedEntry::fresh(bytes(10))));
@@ -707,7 +712,7 @@ mod tests {
         assert!(cache.augmented.take(3).is_some());
         assert_eq!(cache.status.held(3), HELD_ENCODED);
         // LRU eviction clears the bit of what it evicts.
-        let lru = SampleCache::new(2 * (100 + ENTRY_OVERHEAD) * 100 / 40, [0, 40, 60], EvictionPolicy::Lru, 64);
+        let lru = SampleCache::new(2 * (100 + ENTRY_OVERHEAD) * 100 / 40, split(0, 40, 60), EvictionPolicy::Lru, 64);
         let pixels = |n: u32| Arc::new(crate::shared::Rgb { width: n, height: 1, pixels: vec![0; n as usize * 3] });
         let id = |k: u32| k * SHARDS as u32;
         for k in 0..3 {
@@ -723,7 +728,7 @@ mod tests {
     #[test]
     fn a_shared_output_serves_each_active_job_once_then_goes() {
         let (a, b, c) = (1u64, 2u64, 4u64);
-        let cache = SampleCache::new(1 << 20, [0, 0, 100], EvictionPolicy::Keep, 4);
+        let cache = SampleCache::new(1 << 20, split(0, 0, 100), EvictionPolicy::Keep, 4);
         // Job a made it on a miss and used it; b and c are active.
         assert!(cache.augmented.admit(0, AugmentedEntry { bytes: bytes(50), used_by: a }));
         assert_eq!(cache.take_augmented_for_job(0, a, a | b | c), None, "a never gets its own output twice");
@@ -746,10 +751,10 @@ mod tests {
 
     #[test]
     fn splits_set_the_budgets() {
-        let cache = SampleCache::new(1000, [20, 30, 50], EvictionPolicy::Keep, 10);
+        let cache = SampleCache::new(1000, split(20, 30, 50), EvictionPolicy::Keep, 10);
         assert_eq!((cache.encoded.budget(), cache.decoded.budget(), cache.augmented.budget()), (200, 300, 500));
-        cache.set_split([0, 0, 100]);
+        cache.set_split(split(0, 0, 100));
         assert_eq!(cache.augmented.budget(), 1000);
-        assert_eq!(cache.split(), [0, 0, 100]);
+        assert_eq!(cache.split(), split(0, 0, 100));
     }
 }

@@ -19,7 +19,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime};
 
 use crate::cache::SampleCache;
@@ -34,6 +34,7 @@ use crate::producer::{Consumer, Origin, SampleProducer};
 use crate::sampling::{Bitset, Job, Jobs, Pass, Requester};
 use crate::source::{FileMeta, LocalSource, Observed, SourceFile, SourceIo};
 use crate::stats::{bump, Stats, ViewCounters};
+use crate::sync::{Condvar, CondvarExt, LockExt, Mutex};
 
 /// Who makes a request: the uid and gid the kernel sends with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -257,15 +258,15 @@ impl HandleTable {
     }
     fn insert(&self, data: Arc<Handle>) -> u64 {
         let fh = self.next.fetch_add(1, Ordering::Relaxed);
-        self.shard(fh).lock().unwrap_or_else(|p| p.into_inner()).insert(fh, data);
+        self.shard(fh).lock_or_recover().insert(fh, data);
         fh
     }
     fn get(&self, fh: u64) -> Result<Arc<Handle>> {
-        let shard = self.shard(fh).lock().unwrap_or_else(|p| p.into_inner());
+        let shard = self.shard(fh).lock_or_recover();
         shard.get(&fh).cloned().ok_or(Error::BadHandle)
     }
     fn remove(&self, fh: u64) -> Option<Arc<Handle>> {
-        self.shard(fh).lock().unwrap_or_else(|p| p.into_inner()).remove(&fh)
+        self.shard(fh).lock_or_recover().remove(&fh)
     }
 }
 
@@ -281,21 +282,21 @@ const PREFETCH_QUEUE_MAX: usize = 4096;
 
 impl PrefetchQueue {
     fn push(&self, sample: FileId, form: Form, job: &Arc<Job>) {
-        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        let mut pending = self.pending.lock_or_recover();
         if pending.0.len() < PREFETCH_QUEUE_MAX && pending.1.insert(sample) {
             pending.0.push_back((sample, form, Arc::clone(job)));
             self.ready.notify_one();
         }
     }
     fn pop(&self, wait: Duration) -> Option<(FileId, Form, Arc<Job>)> {
-        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        let mut pending = self.pending.lock_or_recover();
         if pending.0.is_empty() && !wait.is_zero() {
-            pending = self.ready.wait_timeout(pending, wait).map(|(g, _)| g).unwrap_or_else(|p| p.into_inner().0);
+            pending = self.ready.wait_timeout_or_recover(pending, wait);
         }
         pending.0.pop_front()
     }
     fn done(&self, sample: FileId) {
-        self.pending.lock().unwrap_or_else(|p| p.into_inner()).1.remove(&sample);
+        self.pending.lock_or_recover().1.remove(&sample);
     }
 }
 
@@ -310,15 +311,15 @@ pub struct StaleInodes {
 
 impl StaleInodes {
     fn push(&self, inodes: impl IntoIterator<Item = u64>) {
-        self.queue.lock().unwrap_or_else(|p| p.into_inner()).extend(inodes);
+        self.queue.lock_or_recover().extend(inodes);
         self.ready.notify_one();
     }
 
     /// The inodes queued so far, waiting up to `wait` for one.
     pub fn drain(&self, wait: Duration) -> Vec<u64> {
-        let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        let mut queue = self.queue.lock_or_recover();
         if queue.is_empty() && !wait.is_zero() {
-            queue = self.ready.wait_timeout(queue, wait).map(|(g, _)| g).unwrap_or_else(|p| p.into_inner().0);
+            queue = self.ready.wait_timeout_or_recover(queue, wait);
         }
         std::mem::take(&mut *queue)
     }
@@ -893,7 +894,7 @@ impl Filesystem {
         bump(&job.counters.opens, 1);
         let share = (view.job, view.form, requested);
         // PIL's second open of a path it holds open (to try mmap) sees the same content.
-        if let Some(shared) = self.shares.lock().unwrap_or_else(|p| p.into_inner()).get(&share).and_then(Weak::upgrade) {
+        if let Some(shared) = self.shares.lock_or_recover().get(&share).and_then(Weak::upgrade) {
             return Ok(shared);
         }
         let catalog = self.catalog();
@@ -956,7 +957,7 @@ impl Filesystem {
                 self.cache().done_with(choice.sample);
             }
             let data = self.pin(HandleData::Bytes { bytes, form: view.form, served: Some(served) }, caller)?;
-            let mut shares = self.shares.lock().unwrap_or_else(|p| p.into_inner());
+            let mut shares = self.shares.lock_or_recover();
             shares.retain(|_, w| w.strong_count() > 0);
             shares.insert(share, Arc::downgrade(&data));
             return Ok(data);
@@ -1018,7 +1019,7 @@ impl Filesystem {
         if let HandleData::Bytes { served: Some(served), .. } = &data.data {
             // The last handle sharing this content: forget the share.
             if Arc::strong_count(&data) == 1 {
-                let mut shares = self.shares.lock().unwrap_or_else(|p| p.into_inner());
+                let mut shares = self.shares.lock_or_recover();
                 if shares.get(&served.share).is_some_and(|w| w.as_ptr() == Arc::as_ptr(&data)) {
                     shares.remove(&served.share);
                 }

@@ -6,8 +6,10 @@
 //! keeps its share; root and the mount's owner may use all of it.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use crate::sync::{Condvar, CondvarExt, LockExt, Mutex};
 
 /// How long an open past the budget waits for releases before it is refused.
 pub const OPEN_WAIT: Duration = Duration::from_secs(2);
@@ -44,7 +46,7 @@ impl OpenBudget {
     pub fn lease(self: &Arc<Self>, uid: u32, privileged: bool, bytes: u64) -> Option<Lease> {
         let cap = if privileged { self.max } else { self.max / 2 };
         let deadline = Instant::now() + self.wait;
-        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let mut held = self.held.lock_or_recover();
         loop {
             let mine = held.by_uid.get(&uid).copied().unwrap_or(0);
             // An output larger than the whole budget is served when nothing else is pinned by
@@ -56,19 +58,19 @@ impl OpenBudget {
                 return Some(Lease { budget: Arc::clone(self), uid, bytes });
             }
             let left = deadline.checked_duration_since(Instant::now())?;
-            held = self.released.wait_timeout(held, left).map(|(g, _)| g).unwrap_or_else(|p| p.into_inner().0);
+            held = self.released.wait_timeout_or_recover(held, left);
         }
     }
 
     /// Bytes leased now.
     pub fn held(&self) -> u64 {
-        self.held.lock().unwrap_or_else(|p| p.into_inner()).total
+        self.held.lock_or_recover().total
     }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        let mut held = self.budget.held.lock().unwrap_or_else(|p| p.into_inner());
+        let mut held = self.budget.held.lock_or_recover();
         held.total -= self.bytes;
         if let Some(mine) = held.by_uid.get_mut(&self.uid) {
             *mine -= self.bytes;

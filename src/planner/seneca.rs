@@ -66,6 +66,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+pub use crate::yaml::Line;
+
 /// The model's inputs, in the paper's symbols and SI units: bytes, bytes/s, samples/s.
 ///
 /// Rates marked "per node" are one node's and are multiplied by `nodes`. A rate may be
@@ -127,9 +129,10 @@ pub struct PlanParams {
 
 /// A cache split in whole percent: encoded, decoded, augmented, summing to 100.
 ///
-/// Written `E-D-A`, e.g. `20-30-50`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
-#[serde(try_from = "String")]
+/// Written `E-D-A`, e.g. `20-30-50`: the one parser of that syntax (the mount config's `split`,
+/// `prepfs plan --split` and parameter files all read it here). Serialised as `[E, D, A]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(try_from = "String", into = "[u32; 3]")]
 pub struct Split {
     e: u32,
     d: u32,
@@ -201,19 +204,6 @@ pub enum PlanError {
     Split { input: String, reason: String },
 }
 
-/// The line a key sits on in a parameter file, where known; displays as ` (line N)` or nothing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Line(pub Option<usize>);
-
-impl fmt::Display for Line {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            Some(line) => write!(f, " (line {line})"),
-            None => Ok(()),
-        }
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Splits
 
@@ -252,12 +242,14 @@ impl Split {
         [self.e, self.d, self.a]
     }
 
-    /// The byte budget of each form, `(encoded, decoded, augmented)`, for a cache of `bytes`.
-    /// The three add up to `bytes` (the augmented budget takes the rounding).
-    pub fn budgets(self, bytes: u64) -> (u64, u64, u64) {
+    /// The byte budget of each form, `[encoded, decoded, augmented]`, for a cache of `bytes`:
+    /// each its percent of `bytes`, rounded down, and the augmented budget takes the rounding,
+    /// so the three add up to `bytes`. The one rule for budgets from a split (the cache's own
+    /// uses it).
+    pub fn budgets(self, bytes: u64) -> [u64; 3] {
         let part = |p: u32| (u128::from(bytes) * u128::from(p) / 100) as u64;
         let (e, d) = (part(self.e), part(self.d));
-        (e, d, bytes - e - d)
+        [e, d, bytes - e - d]
     }
 
     /// Every split at 1% steps (5151), most augmented first, then most decoded: the order in
@@ -299,6 +291,12 @@ impl FromStr for Split {
             return Err(bad(&format!("the parts sum to {}, not 100", e + d + a)));
         }
         Ok(Split { e, d, a })
+    }
+}
+
+impl From<Split> for [u32; 3] {
+    fn from(split: Split) -> [u32; 3] {
+        split.as_array()
     }
 }
 
@@ -419,7 +417,7 @@ impl PlanParams {
     fn validate_in(&self, text: &str) -> Result<(), PlanError> {
         let invalid = |key: &'static str, reason: String| PlanError::Invalid {
             key,
-            line: Line(line_of_key(text, key)),
+            line: Line::of(text, key),
             reason,
         };
         if self.n_total == 0 {
@@ -546,7 +544,7 @@ impl RawPlanParams {
         fn need<T>(text: &str, key: &'static str, v: Option<Option<T>>) -> Result<T, PlanError> {
             match v {
                 Some(Some(v)) => Ok(v),
-                Some(None) => Err(PlanError::Null { key, line: Line(line_of_key(text, key)) }),
+                Some(None) => Err(PlanError::Null { key, line: Line::of(text, key) }),
                 None => Err(PlanError::Missing { key, hint: "" }),
             }
         }
@@ -560,16 +558,16 @@ impl RawPlanParams {
                     if given {
                         return Err(PlanError::Conflict {
                             key,
-                            line: Line(line_of_key(text, key)),
+                            line: Line::of(text, key),
                         });
                     }
                 }
                 let m =
-                    m.ok_or(PlanError::Null { key: "m", line: Line(line_of_key(text, "m")) })?;
+                    m.ok_or(PlanError::Null { key: "m", line: Line::of(text, "m") })?;
                 if !(m.is_finite() && m > 0.0) {
                     return Err(PlanError::Invalid {
                         key: "m",
-                        line: Line(line_of_key(text, "m")),
+                        line: Line::of(text, "m"),
                         reason: format!("must be a positive factor, got {m}"),
                     });
                 }
@@ -622,13 +620,8 @@ impl TryFrom<RawPlanParams> for PlanParams {
 /// Parses and validates a parameter file's text.
 pub fn parse_params(text: &str) -> Result<PlanParams, PlanError> {
     let text_or_empty_map = if text.trim().is_empty() { "{}" } else { text };
-    let raw: RawPlanParams = serde_norway::from_str(text_or_empty_map).map_err(|e| {
-        let message = e.to_string();
-        PlanError::Yaml(match e.location() {
-            Some(loc) if !message.contains("line") => format!("{message} (line {})", loc.line()),
-            _ => message,
-        })
-    })?;
+    let raw: RawPlanParams =
+        serde_norway::from_str(text_or_empty_map).map_err(|e| PlanError::Yaml(crate::yaml::describe_error(&e)))?;
     raw.resolve(text)
 }
 
@@ -639,18 +632,6 @@ pub fn load_params(path: impl AsRef<Path>) -> Result<PlanParams, PlanError> {
         .map_err(|source| PlanError::Read { path: path.to_path_buf(), source })?;
     parse_params(&text)
         .map_err(|e| PlanError::InFile { path: path.to_path_buf(), source: Box::new(e) })
-}
-
-/// The 1-based line on which top-level `key:` appears, for messages about values that parsed
-/// but were refused.
-fn line_of_key(text: &str, key: &str) -> Option<usize> {
-    text.lines()
-        .position(|line| {
-            line.trim_start()
-                .strip_prefix(key)
-                .is_some_and(|rest| rest.trim_start().starts_with(':'))
-        })
-        .map(|i| i + 1)
 }
 
 #[cfg(test)]
@@ -1043,10 +1024,10 @@ c_pcie: 0
 
     #[test]
     fn budgets_add_up_to_the_cache() {
-        let (e, d, a) = split("33-33-34").budgets(1001);
+        let [e, d, a] = split("33-33-34").budgets(1001);
         assert_eq!(e + d + a, 1001);
         assert_eq!((e, d), (330, 330));
-        assert_eq!(split("0-0-100").budgets(u64::MAX), (0, 0, u64::MAX));
+        assert_eq!(split("0-0-100").budgets(u64::MAX), [0, 0, u64::MAX]);
     }
 
     // --- parameter files ---------------------------------------------------------------------

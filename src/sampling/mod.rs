@@ -34,9 +34,8 @@ use std::collections::HashMap;
 // and claimed bits and the pass counters, which synchronise, are crate::sync's (shuttle's under
 // `--features shuttle`), as are the locks.
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::RwLock;
 use crate::sync::atomic::AtomicU64 as SyncAtomicU64;
-use crate::sync::{Arc, Mutex, MutexGuard};
+use crate::sync::{Arc, LockExt, Mutex, MutexGuard, RwLock, RwLockExt, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Instant;
 
 use rand::seq::SliceRandom;
@@ -304,7 +303,7 @@ impl Job {
     }
 
     fn lock(&self) -> MutexGuard<'_, JobState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock_or_recover()
     }
 
     /// Notes activity at `now_ms` (for idle retirement).
@@ -536,12 +535,12 @@ impl Jobs {
         self.started.elapsed().as_millis() as u64
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, Vec<SlotState>> {
-        self.slots.read().unwrap_or_else(|p| p.into_inner())
+    fn read(&self) -> RwLockReadGuard<'_, Vec<SlotState>> {
+        self.slots.read_or_recover()
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Vec<SlotState>> {
-        self.slots.write().unwrap_or_else(|p| p.into_inner())
+    fn write(&self) -> RwLockWriteGuard<'_, Vec<SlotState>> {
+        self.slots.write_or_recover()
     }
 
     /// The same registry, holding each unprivileged user to `per_user` jobs.

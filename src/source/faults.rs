@@ -4,10 +4,10 @@
 use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 use super::{FileMeta, LocalSource, SourceFile, SourceIo};
+use crate::sync::{Condvar, CondvarExt, LockExt, Mutex};
 
 /// A fault of one path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,22 +38,22 @@ impl FaultySource {
 
     /// Gives `path` a fault (replacing any it had).
     pub fn inject(&self, path: &Path, fault: Fault) {
-        self.faults.lock().unwrap_or_else(|p| p.into_inner()).insert(path.to_path_buf(), fault);
+        self.faults.lock_or_recover().insert(path.to_path_buf(), fault);
     }
 
     /// Removes every fault.
     pub fn clear(&self) {
-        self.faults.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.faults.lock_or_recover().clear();
     }
 
     /// Lets every hung open go on (and later ones not hang).
     pub fn release_hangs(&self) {
-        *self.hung.lock().unwrap_or_else(|p| p.into_inner()) = false;
+        *self.hung.lock_or_recover() = false;
         self.released.notify_all();
     }
 
     fn fault(&self, path: &Path) -> Option<Fault> {
-        self.faults.lock().unwrap_or_else(|p| p.into_inner()).get(path).copied()
+        self.faults.lock_or_recover().get(path).copied()
     }
 }
 
@@ -71,9 +71,9 @@ impl SourceIo for FaultySource {
             Some(Fault::Error(kind)) => return Err(io::Error::new(kind, "injected fault")),
             Some(Fault::Delay(d)) => std::thread::sleep(d),
             Some(Fault::Hang) => {
-                let mut hung = self.hung.lock().unwrap_or_else(|p| p.into_inner());
+                let mut hung = self.hung.lock_or_recover();
                 while *hung {
-                    hung = self.released.wait(hung).unwrap_or_else(|p| p.into_inner());
+                    hung = self.released.wait_or_recover(hung);
                 }
             }
             _ => {}

@@ -5,9 +5,11 @@
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use crate::sync::{LockExt, Mutex};
 
 type Task = Box<dyn FnOnce() + Send>;
 
@@ -30,7 +32,7 @@ impl IoPool {
             let done = Arc::clone(&finished);
             let handle = std::thread::Builder::new().name(format!("prepfs-io-{i}")).spawn(move || {
                 loop {
-                    let task = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                    let task = rx.lock_or_recover().recv();
                     match task {
                         Ok(task) => task(),
                         Err(_) => break, // the pool is shutting down
@@ -49,7 +51,7 @@ impl IoPool {
         let task: Task = Box::new(move || {
             let _ = answer.send(work());
         });
-        let sent = match self.tx.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        let sent = match self.tx.lock_or_recover().as_ref() {
             Some(tx) => tx.send(task).is_ok(),
             None => false,
         };
@@ -69,8 +71,8 @@ impl IoPool {
     /// Stops taking work and joins the threads; one stuck in a hung read past `grace` is left
     /// behind (said in the log), since nothing can interrupt it.
     pub fn shutdown(&self, grace: Duration) {
-        drop(self.tx.lock().unwrap_or_else(|p| p.into_inner()).take());
-        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
+        drop(self.tx.lock_or_recover().take());
+        let threads = std::mem::take(&mut *self.threads.lock_or_recover());
         let deadline = Instant::now() + grace;
         let mut stuck = 0;
         for (handle, finished) in threads {

@@ -6,8 +6,9 @@
 //! lock is held only to move the clock, never while sleeping, so readers queue fairly and a
 //! throttled read never blocks an unthrottled request.
 
-use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
+
+use crate::sync::{Condvar, CondvarExt, LockExt, Mutex};
 
 /// How far ahead of the rate a reader may run (absorbs timer slack and small reads).
 const BURST: Duration = Duration::from_millis(20);
@@ -39,7 +40,7 @@ impl ReadLimit {
 
     /// Wakes every sleeping reader and makes later ones return at once (unmount).
     pub fn stop(&self) {
-        *self.stopped.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        *self.stopped.lock_or_recover() = true;
         self.wake.notify_all();
     }
 
@@ -48,16 +49,16 @@ impl ReadLimit {
     pub fn take(&self, bytes: u64) -> bool {
         let now = Instant::now();
         let due = {
-            let mut next = self.next_free.lock().unwrap_or_else(|p| p.into_inner());
+            let mut next = self.next_free.lock_or_recover();
             let start = (*next).max(now);
             *next = start + Duration::from_secs_f64(bytes as f64 / self.bytes_per_s);
             *next
         };
         let wake_at = due.checked_sub(BURST).unwrap_or(due);
-        let mut stopped = self.stopped.lock().unwrap_or_else(|p| p.into_inner());
+        let mut stopped = self.stopped.lock_or_recover();
         while !*stopped {
             let Some(wait) = wake_at.checked_duration_since(Instant::now()) else { break };
-            stopped = self.wake.wait_timeout(stopped, wait).map(|(g, _)| g).unwrap_or_else(|p| p.into_inner().0);
+            stopped = self.wake.wait_timeout_or_recover(stopped, wait);
         }
         !*stopped
     }

@@ -213,17 +213,14 @@ pub fn source_bytes(mnt: &Mounted) -> u64 {
     mnt.stats()["source_bytes_read"].as_u64().expect("source_bytes_read")
 }
 
-/// Whether `path` is a mountpoint now.
+/// Whether `path` is a mountpoint now (the crate's own mount-table reader says).
 pub fn is_mounted(path: &Path) -> bool {
     let canonical = match path.canonicalize() {
         Ok(c) => c,
         Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => return true, // a dead mount
         Err(_) => return false,
     };
-    std::fs::read_to_string("/proc/self/mounts")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.split_whitespace().nth(1).map(Path::new) == Some(canonical.as_path()))
+    prepfs::mount::mount_at(&canonical).is_some()
 }
 
 /// Detaches `path` if anything is still mounted there.
