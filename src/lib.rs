@@ -24,7 +24,8 @@
 //! - [`fuse`]: the thin adapter from `fuser` callbacks onto the core.
 //! - [`mount`]: mounting, stale-mount recovery, signals.
 //! - [`stats`]: live counters served as `.prepfs/stats.json`.
-//! - [`error`]: the core's error type and its one errno mapping.
+//! - [`error`]: the core's error type, and [`error::ToErrno`], by which each layer's typed error
+//!   (source, sampling, jpeg, pipeline, producer) says its errno beside it.
 
 pub mod augment;
 pub mod cache;
