@@ -1,13 +1,40 @@
-//! The one error type of the filesystem core, and the one place where errors become errnos.
+//! The core's error type, and the trait by which every layer's errors become errnos.
 //!
-//! Every request path returns [`Error`]; the FUSE adapter calls [`Error::errno`] and nothing
-//! else decides which errno a failure gets.
+//! Each layer has its own typed error and says, beside it, which errno it means ([`ToErrno`]):
+//! the source's I/O errors (`source`), refused jobs (`sampling`), JPEG decoding (`jpeg`), pixel
+//! work (`pipeline`), samples found bad (`producer`). Every request path returns [`Error`],
+//! which carries those errors as they are (no flattening into strings) and maps through them;
+//! the FUSE adapter takes every errno of a core failure from [`ToErrno`] and decides none itself.
+//!
+//! | error | errno |
+//! | --- | --- |
+//! | [`Error::NotFound`] | `ENOENT` |
+//! | [`Error::NotADirectory`] | `ENOTDIR` |
+//! | [`Error::IsADirectory`] | `EISDIR` |
+//! | [`Error::ReadOnly`] | `EROFS` |
+//! | [`Error::BadHandle`] | `EBADF` |
+//! | [`Error::Invalid`] | `EINVAL` |
+//! | [`Error::TooManyOpen`] | `ENFILE` |
+//! | [`Error::Decode`] | its [`crate::producer::SampleError`]'s: `EIO` |
+//! | [`Error::Job`] | its [`crate::sampling::JobError`]'s: `EINVAL`, `ENAMETOOLONG`, `EUSERS`, `EDQUOT` |
+//! | [`Error::SourceIo`] | its `io::Error`'s (`source`): `ENOENT`, `EACCES`, else `EIO` |
 
 use std::io;
 use std::path::PathBuf;
+use std::sync::Arc;
 
-/// Why a request (or mount set-up) failed.
-#[derive(Debug, thiserror::Error)]
+use crate::producer::SampleError;
+
+/// The errno a FUSE reply carries for an error: implemented by each layer for its own error
+/// type, beside it, so the errno is decided near the cause.
+pub trait ToErrno {
+    /// The errno of this error.
+    fn to_errno(&self) -> libc::c_int;
+}
+
+/// Why a request (or mount set-up) failed. Cheap to clone (a source `io::Error` is shared), so
+/// the requests that wait on one load all get its error.
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
     /// No such entry in the mount (or the source file vanished).
     #[error("not found")]
@@ -28,9 +55,14 @@ pub enum Error {
     #[error("invalid argument: {0}")]
     Invalid(String),
     /// A sample that cannot be turned into pixels: corrupt, truncated, too many pixels,
-    /// unsupported. The file is named so the log line can say which.
+    /// unsupported, or no sample prepfs will read. The file is named so the log line can say
+    /// which.
     #[error("cannot decode {path}: {reason}")]
-    Decode { path: PathBuf, reason: String },
+    Decode {
+        path: PathBuf,
+        #[source]
+        reason: SampleError,
+    },
     /// A job name or a new job refused (see [`crate::sampling::JobError`]).
     #[error("{0}")]
     Job(#[from] crate::sampling::JobError),
@@ -42,13 +74,12 @@ pub enum Error {
     SourceIo {
         path: PathBuf,
         #[source]
-        source: io::Error,
+        source: Arc<io::Error>,
     },
 }
 
-impl Error {
-    /// The errno a FUSE reply carries for this error.
-    pub fn errno(&self) -> libc::c_int {
+impl ToErrno for Error {
+    fn to_errno(&self) -> libc::c_int {
         match self {
             Error::NotFound => libc::ENOENT,
             Error::NotADirectory => libc::ENOTDIR,
@@ -56,31 +87,27 @@ impl Error {
             Error::ReadOnly => libc::EROFS,
             Error::BadHandle => libc::EBADF,
             Error::Invalid(_) => libc::EINVAL,
-            Error::Decode { .. } => libc::EIO,
-            Error::Job(e) => match e {
-                crate::sampling::JobError::BadName(_) => libc::EINVAL,
-                crate::sampling::JobError::NameTooLong => libc::ENAMETOOLONG,
-                // "Too many users": the mount's limit on concurrent jobs.
-                crate::sampling::JobError::TooMany(_) => libc::EUSERS,
-                // One user's share of the jobs: a quota.
-                crate::sampling::JobError::TooManyForUser { .. } => libc::EDQUOT,
-            },
+            Error::Decode { reason, .. } => reason.to_errno(),
+            Error::Job(e) => e.to_errno(),
             Error::TooManyOpen => libc::ENFILE,
-            Error::SourceIo { source, .. } => match source.kind() {
-                io::ErrorKind::NotFound => libc::ENOENT,
-                io::ErrorKind::PermissionDenied => libc::EACCES,
-                _ => libc::EIO,
-            },
+            Error::SourceIo { source, .. } => source.to_errno(),
         }
+    }
+}
+
+impl Error {
+    /// The errno a FUSE reply carries for this error (its [`ToErrno`] mapping).
+    pub fn errno(&self) -> libc::c_int {
+        self.to_errno()
     }
 
     /// A source I/O error on `path`.
     pub fn source_io(path: impl Into<PathBuf>, source: io::Error) -> Self {
-        Error::SourceIo { path: path.into(), source }
+        Error::SourceIo { path: path.into(), source: Arc::new(source) }
     }
 
     /// A decode failure of `path`.
-    pub fn decode(path: impl Into<PathBuf>, reason: impl Into<String>) -> Self {
+    pub fn decode(path: impl Into<PathBuf>, reason: impl Into<SampleError>) -> Self {
         Error::Decode { path: path.into(), reason: reason.into() }
     }
 }
@@ -91,14 +118,21 @@ pub type Result<T> = std::result::Result<T, Error>;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pixels::jpeg::JpegError;
+    use crate::pixels::pipeline::PixelError;
 
     #[test]
     fn errors_map_to_the_errno_a_user_expects() {
         assert_eq!(Error::NotFound.errno(), libc::ENOENT);
         assert_eq!(Error::ReadOnly.errno(), libc::EROFS);
-        assert_eq!(Error::decode("/x.jpg", "truncated").errno(), libc::EIO);
+        let truncated = Error::decode("/x.jpg", PixelError::from(JpegError::Header("truncated segment")));
+        assert_eq!(truncated.errno(), libc::EIO);
+        assert_eq!(truncated.to_string(), "cannot decode /x.jpg: truncated segment");
+        assert_eq!(Error::decode("/x.jpg", SampleError::FoundEarlier).errno(), libc::EIO);
         let gone = Error::source_io("/x.jpg", io::Error::from(io::ErrorKind::NotFound));
         assert_eq!(gone.errno(), libc::ENOENT);
+        let denied = Error::source_io("/x.jpg", io::Error::from_raw_os_error(libc::EACCES));
+        assert_eq!(denied.errno(), libc::EACCES);
         let broken = Error::source_io("/x.jpg", io::Error::other("disk"));
         assert_eq!(broken.errno(), libc::EIO);
         use crate::sampling::JobError;
@@ -111,5 +145,13 @@ mod tests {
         assert_eq!(huge.errno(), libc::EIO);
         let hung = Error::source_io("/x.jpg", io::Error::from(io::ErrorKind::TimedOut));
         assert_eq!(hung.errno(), libc::EIO);
+    }
+
+    #[test]
+    fn a_shared_error_keeps_its_source_error() {
+        let denied = Error::source_io("/x.jpg", io::Error::from_raw_os_error(libc::EACCES));
+        let Error::SourceIo { source, .. } = denied.clone() else { unreachable!() };
+        assert_eq!(source.raw_os_error(), Some(libc::EACCES));
+        assert_eq!(denied.clone().errno(), libc::EACCES);
     }
 }

@@ -1,10 +1,15 @@
 //! The FUSE adapter: a thin layer from `fuser` callbacks onto [`Filesystem`].
 //!
-//! Each callback resolves to one core call and one reply; errors become errnos through
-//! [`Error::errno`] only. Opens that decode or augment run on the rayon decode pool with the
-//! reply moved there, so a slow decode never holds a FUSE thread: the other requests (lookups,
-//! reads of open files, listings) keep flowing. Opens the cache answers as it is are replied in
-//! place (a thread hop less per cache hit).
+//! Each callback resolves to one core call and one reply. Every errno of a failure is the
+//! failure's own ([`ToErrno`], decided beside each error type), the read-only mount's refusals
+//! included ([`Error::ReadOnly`]); the adapter picks none. Its only errnos of its own are plain
+//! protocol answers, not failures: `ENOSYS` to FLUSH (so the kernel stops sending it), `ENOTTY`
+//! to ioctl (no file is a terminal), `ENODATA` to getxattr (no file has extended attributes).
+//!
+//! Opens that decode or augment run on the rayon decode pool with the reply moved there, so a
+//! slow decode never holds a FUSE thread: the other requests (lookups, reads of open files,
+//! listings) keep flowing. Opens the cache answers as it is are replied in place (a thread hop
+//! less per cache hit).
 
 use std::ffi::OsStr;
 use std::path::Path;
@@ -17,7 +22,7 @@ use fuser::{
     ReplyOpen, ReplyStatfs, ReplyWrite, Request, WriteFlags,
 };
 
-use crate::error::Error;
+use crate::error::{Error, ToErrno};
 use crate::stats::bump;
 use crate::fs::{Attr, CachePolicy, Caller, Filesystem, Kind};
 
@@ -78,8 +83,14 @@ fn ttl(a: &Attr) -> Duration {
     }
 }
 
+/// The errno of a core failure: its [`ToErrno`] mapping.
 fn errno(e: &Error) -> Errno {
-    Errno::from_i32(e.errno())
+    Errno::from_i32(e.to_errno())
+}
+
+/// The refusal of every change but mkdir and rmdir under `jobs/`.
+fn read_only() -> Errno {
+    errno(&Error::ReadOnly)
 }
 
 fn fopen_flags(cache: CachePolicy) -> FopenFlags {
@@ -208,7 +219,7 @@ impl fuser::Filesystem for FuseAdapter {
     fn access(&self, _req: &Request, ino: INodeNo, mask: fuser::AccessFlags, reply: ReplyEmpty) {
         bump(&self.fs.stats().requests.other, 1);
         if mask.bits() & libc::W_OK != 0 && !self.fs.accepts_changes(ino.0) {
-            reply.error(Errno::EROFS);
+            reply.error(read_only());
         } else {
             reply.ok();
         }
@@ -290,19 +301,19 @@ impl fuser::Filesystem for FuseAdapter {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        reply.error(Errno::EROFS);
+        reply.error(read_only());
     }
 
     fn mknod(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _m: u32, _u: u32, _r: u32, reply: ReplyEntry) {
-        reply.error(Errno::EROFS);
+        reply.error(read_only());
     }
 
     fn unlink(&self, _req: &Request, _p: INodeNo, _n: &OsStr, reply: ReplyEmpty) {
-        reply.error(Errno::EROFS);
+        reply.error(read_only());
     }
 
     fn symlink(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _t: &Path, reply: ReplyEntry) {
-        reply.error(Errno::EROFS);
+        reply.error(read_only());
     }
 
     fn rename(
@@ -315,11 +326,11 @@ impl fuser::Filesystem for FuseAdapter {
         _f: fuser::RenameFlags,
         reply: ReplyEmpty,
     ) {
-        reply.error(Errno::EROFS);
+        reply.error(read_only());
     }
 
     fn link(&self, _req: &Request, _i: INodeNo, _np: INodeNo, _nn: &OsStr, reply: ReplyEntry) {
-        reply.error(Errno::EROFS);
+        reply.error(read_only());
     }
 
     fn setxattr(
@@ -332,11 +343,11 @@ impl fuser::Filesystem for FuseAdapter {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        reply.error(Errno::EROFS);
+        reply.error(read_only());
     }
 
     fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(Errno::EROFS);
+        reply.error(read_only());
     }
 
     fn fallocate(
@@ -349,7 +360,7 @@ impl fuser::Filesystem for FuseAdapter {
         _mode: i32,
         reply: ReplyEmpty,
     ) {
-        reply.error(Errno::EROFS);
+        reply.error(read_only());
     }
 
     fn write(
@@ -364,10 +375,10 @@ impl fuser::Filesystem for FuseAdapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        reply.error(Errno::EROFS);
+        reply.error(read_only());
     }
 
     fn create(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _m: u32, _u: u32, _f: i32, reply: ReplyCreate) {
-        reply.error(Errno::EROFS);
+        reply.error(read_only());
     }
 }

@@ -23,7 +23,8 @@
 //! - [`shared`]: the few types and helpers several subsystems use (`Form`, `Size2`, `Rgb`,
 //!   the stable hash, the augmentation draw).
 //! - [`stats`]: live counters served as `.prepfs/stats.json`.
-//! - [`error`]: the core's error type and its one errno mapping.
+//! - [`error`]: the core's error type, and [`error::ToErrno`], by which each layer's typed error
+//!   (source, sampling, jpeg, pipeline, producer) says its errno beside it.
 //! - [`log`]: log lines that cannot flood or fail.
 
 pub mod cache;

@@ -12,6 +12,10 @@
 //! background work that keeps the cache useful: refill, prefetch, and the cache plan. It knows
 //! nothing of inodes, handles or jobs' rules: the filesystem core decides *which* sample an open
 //! serves, then asks for its bytes here. No lock is held across decoding or I/O.
+//!
+//! A sample it refuses as undecodable is a [`SampleError`] (`EIO` to a reader); a failed source
+//! access keeps the source's `io::Error` as it came. The requests that wait on one load share
+//! its result, error included, typed as it is.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -24,9 +28,9 @@ use crate::cache::{AugmentedEntry, SampleCache, SingleFlight, HELD_AUGMENTED, HE
 use crate::source::catalog::{Catalog, FileId};
 use crate::config::{Config, SplitChoice};
 use crate::cache::disk::{self, DiskCache, DiskHit, DiskKind};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, ToErrno};
 use crate::pixels::output;
-use crate::pixels::pipeline;
+use crate::pixels::pipeline::{self, PixelError};
 use crate::planner::Split;
 use crate::sampling::Rank;
 use crate::shared::{Form, Rgb};
@@ -78,11 +82,33 @@ enum Loaded {
     Bytes(Arc<[u8]>),
 }
 
-/// A failed load, shareable between the requests of one flight.
-#[derive(Clone, Debug)]
-enum LoadFailure {
-    Decode(String),
-    Source(std::io::ErrorKind, String),
+/// Why a sample is refused as undecodable, in every view, until its file changes. Every one is
+/// `EIO` to a reader: the file is there, but no pixels can be served of it.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SampleError {
+    /// The pipeline could not make pixels of it (corrupt, truncated, too many pixels, ...).
+    #[error(transparent)]
+    Pixels(#[from] PixelError),
+    /// The source file is no sample prepfs will read (over `source.max_file_size`, not a
+    /// regular file): the source's error, as it came.
+    #[error("{0}")]
+    NotASample(Arc<std::io::Error>),
+    /// Its header was found unreadable when its size was probed earlier.
+    #[error("unreadable header")]
+    UnreadableHeader,
+    /// It was found undecodable earlier; the first log line says why.
+    #[error("undecodable (found earlier; see the first log line)")]
+    FoundEarlier,
+}
+
+impl ToErrno for SampleError {
+    fn to_errno(&self) -> libc::c_int {
+        match self {
+            SampleError::Pixels(e) => e.to_errno(),
+            // A refused file, not a missing or forbidden one: the same errno as a damaged sample.
+            SampleError::NotASample(_) | SampleError::UnreadableHeader | SampleError::FoundEarlier => libc::EIO,
+        }
+    }
 }
 
 /// How many timed samples the plan waits for before it trusts live rates over the mount-time
@@ -105,8 +131,9 @@ pub struct SampleProducer {
     augmented_size: Size2,
     /// Bytes of one augmented output.
     out_len: u64,
-    /// Concurrent misses of one sample read and decode it once.
-    loads: SingleFlight<std::result::Result<(Loaded, Origin), LoadFailure>>,
+    /// Concurrent misses of one sample read and decode it once; they all get its result, a
+    /// failure as the typed error it is (cheap to clone).
+    loads: SingleFlight<Result<(Loaded, Origin)>>,
     /// The plan in force (split, prediction, inputs) and the inputs measured at mount.
     plan: Mutex<Option<PlanState>>,
     /// Jobs active now: how many share each augmented output (the model's `jobs`).
@@ -316,7 +343,7 @@ impl SampleProducer {
     fn source_failure(&self, file: FileId, path: &Path, e: std::io::Error) -> Error {
         use std::io::ErrorKind;
         if matches!(e.kind(), ErrorKind::FileTooLarge | ErrorKind::InvalidInput) {
-            return self.mark_bad(file, e.to_string());
+            return self.mark_bad(file, SampleError::NotASample(Arc::new(e)));
         }
         bump(&self.stats.source_errors, 1);
         let err = Error::source_io(path, e);
@@ -329,7 +356,7 @@ impl SampleProducer {
     /// A sample's pixel size from its header, probed once and remembered.
     pub fn source_size(&self, file: FileId) -> Result<Size2> {
         if let Some(known) = self.catalog.known_size(file) {
-            return known.map_err(|()| Error::decode(self.catalog.file_path(file), "unreadable header"));
+            return known.map_err(|()| Error::decode(self.catalog.file_path(file), SampleError::UnreadableHeader));
         }
         let path = self.catalog.file_path(file);
         let probed = self.probe_source(file, &path);
@@ -366,7 +393,7 @@ impl SampleProducer {
 
     /// Records an undecodable sample: one log line naming the file and the reason, a count in
     /// stats, and a mark so every later open refuses it at once.
-    fn mark_bad(&self, file: FileId, reason: String) -> Error {
+    fn mark_bad(&self, file: FileId, reason: SampleError) -> Error {
         bump(&self.stats.decode_errors, 1);
         let err = Error::decode(self.catalog.file_path(file), reason);
         // Once per file (and version): later opens are refused without a line.
@@ -381,7 +408,7 @@ impl SampleProducer {
         if self.known_bad(file) {
             bump(&self.stats.decode_errors, 1);
             let path = self.catalog.file_path(file);
-            return Err(Error::decode(path, "undecodable (found earlier; see the first log line)"));
+            return Err(Error::decode(path, SampleError::FoundEarlier));
         }
         Ok(())
     }
@@ -469,9 +496,9 @@ impl SampleProducer {
     /// The time is this thread's CPU time, not wall time: with more decode threads than cores,
     /// wall time would count a core's time once per thread sharing it, and the model's CPU
     /// rates (per core, times the cores) would come out too low.
-    fn timed(&self, file: FileId, kind: Timing, work: impl FnOnce() -> std::result::Result<Rgb, String>) -> Result<Rgb> {
+    fn timed(&self, file: FileId, kind: Timing, work: impl FnOnce() -> std::result::Result<Rgb, PixelError>) -> Result<Rgb> {
         let started = thread_cpu_nanos();
-        let pixels = work().map_err(|why| self.mark_bad(file, why))?;
+        let pixels = work().map_err(|why| self.mark_bad(file, why.into()))?;
         let nanos = thread_cpu_nanos().saturating_sub(started).max(1);
         let (count, total) = match kind {
             Timing::Decode => (&self.stats.full_decodes, &self.stats.full_decode_nanos),
@@ -494,15 +521,11 @@ impl SampleProducer {
         if let Some(b) = self.cache.encoded.get(file) {
             return Ok((Loaded::Bytes(b), Origin::Encoded));
         }
-        let path = self.catalog.file_path(file);
         let work = || match self.load_from_disk(file) {
             Some(loaded) => Ok((loaded, Origin::Disk)),
             None => self.load_from_source(file, want).map(|l| (l, Origin::Source)),
         };
-        self.loads.run(file, work).map_err(|f| match f {
-            LoadFailure::Decode(why) => Error::decode(&path, why),
-            LoadFailure::Source(kind, why) => Error::source_io(&path, std::io::Error::new(kind, why)),
-        })
+        self.loads.run(file, work)
     }
 
     /// The disk tier's key for a source file: its relative path and version.
@@ -546,15 +569,9 @@ impl SampleProducer {
     /// augmentation while augmented has room (when `want` asks for one and the pixels are kept),
     /// the pixels while decoded has room, else the bytes while encoded has room. The bytes or pixels also spill
     /// to the disk tier, whether or not memory took them.
-    fn load_from_source(&self, file: FileId, want: Admit) -> std::result::Result<Loaded, LoadFailure> {
+    fn load_from_source(&self, file: FileId, want: Admit) -> Result<Loaded> {
         let path = self.catalog.file_path(file);
-        let (bytes, meta) = self.read_source(file).map_err(|e| {
-            let kind = e.kind();
-            match self.source_failure(file, &path, e) {
-                Error::Decode { reason, .. } => LoadFailure::Decode(reason),
-                other => LoadFailure::Source(kind, other.to_string()),
-            }
-        })?;
+        let (bytes, meta) = self.read_source(file).map_err(|e| self.source_failure(file, &path, e))?;
         let bytes: Arc<[u8]> = bytes.into();
         let key = self.disk.as_ref().map(|_| self.disk_key(file, &meta));
         // A version older than one seen meanwhile is served to this request, never kept.
@@ -574,8 +591,7 @@ impl SampleProducer {
         if spare || keep_pixels || want == Admit::Pixels {
             let pixels = self
                 .timed(file, Timing::Decode, || pipeline::decode_full(&bytes, self.config.max_pixels))
-                .map(Arc::new)
-                .map_err(|e| LoadFailure::Decode(e.to_string()))?;
+                .map(Arc::new)?;
             if spare {
                 if let Ok(extra) = self.augment(file, &Loaded::Pixels(Arc::clone(&pixels))) {
                     self.cache.augmented.admit(file, AugmentedEntry::fresh(extra));

@@ -6,7 +6,8 @@
 //! folds the whole list into one [`SamplePlan`]: a rectangle of the source image, the output
 //! size and a mirror flag. Folding the geometry first is what lets the decoder do the
 //! data-reducing work early (decode only the rectangle, let the DCT downscale), Pecan-style.
-//! Pixels are produced by `pipeline`, not here.
+//! Pixels are produced by `pipeline`, not here. An `augment:` entry of the configuration that
+//! cannot be read is an [`OpError`] naming the operation and the argument.
 
 use std::collections::BTreeMap;
 
@@ -62,16 +63,16 @@ impl AugmentOp {
     }
 
     /// Parses one list entry, `{op_name: {arg: value, ...}}`; the error names the argument.
-    pub fn from_yaml(entry: &BTreeMap<String, Value>) -> Result<AugmentOp, String> {
-        if entry.len() != 1 {
-            return Err("each entry is one operation, like `- random_horizontal_flip: {p: 0.5}`".into());
-        }
-        let (name, args) = entry.iter().next().ok_or("empty entry")?;
+    pub fn from_yaml(entry: &BTreeMap<String, Value>) -> Result<AugmentOp, OpError> {
+        let (name, args) = match entry.iter().next() {
+            Some(only) if entry.len() == 1 => only,
+            _ => return Err(OpError::NotOneOperation),
+        };
         let args = Args::new(name, args)?;
         let op = match name.as_str() {
             "random_resized_crop" => {
                 let op = AugmentOp::RandomResizedCrop {
-                    size: args.size("size")?.ok_or("random_resized_crop: `size` is required")?,
+                    size: args.size("size")?.ok_or_else(|| args.missing("size"))?,
                     scale: args.range("scale", (0.08, 1.0))?,
                     ratio: args.range("ratio", (3.0 / 4.0, 4.0 / 3.0))?,
                 };
@@ -82,7 +83,7 @@ impl AugmentOp {
             "random_horizontal_flip" => {
                 let p = args.float("p")?.unwrap_or(0.5);
                 if !(0.0..=1.0).contains(&p) {
-                    return Err(format!("{name}: `p` must lie in [0, 1], got {p}"));
+                    return Err(args.bad("p", format!("lie in [0, 1], got {p}")));
                 }
                 args.only(&["p"])?;
                 AugmentOp::RandomHorizontalFlip { p }
@@ -90,30 +91,25 @@ impl AugmentOp {
             "resize" => {
                 let to = match args.get("size") {
                     Some(Value::Number(_)) => ResizeTo::ShorterSide(args.side("size")?),
-                    Some(_) => ResizeTo::Exact(args.size("size")?.ok_or("resize: bad `size`")?),
-                    None => return Err("resize: `size` is required".into()),
+                    Some(_) => ResizeTo::Exact(args.size("size")?.ok_or_else(|| args.missing("size"))?),
+                    None => return Err(args.missing("size")),
                 };
                 args.only(&["size", "interpolation", "antialias"])?;
                 args.bilinear_antialiased()?;
                 AugmentOp::Resize { to }
             }
             "center_crop" => {
-                let size = args.size("size")?.ok_or("center_crop: `size` is required")?;
+                let size = args.size("size")?.ok_or_else(|| args.missing("size"))?;
                 args.only(&["size"])?;
                 AugmentOp::CenterCrop { size }
             }
             "normalize" => {
-                let mean = args.triple("mean")?.ok_or("normalize: `mean` is required")?;
-                let std = args.triple("std")?.ok_or("normalize: `std` is required")?;
+                let mean = args.triple("mean")?.ok_or_else(|| args.missing("mean"))?;
+                let std = args.triple("std")?.ok_or_else(|| args.missing("std"))?;
                 args.only(&["mean", "std"])?;
                 AugmentOp::Normalize { mean, std }
             }
-            other => {
-                return Err(format!(
-                    "unknown operation `{other}`; known: random_resized_crop, \
-                     random_horizontal_flip, resize, center_crop, normalize"
-                ))
-            }
+            other => return Err(OpError::UnknownOperation(other.to_string())),
         };
         Ok(op)
     }
@@ -149,6 +145,38 @@ impl Serialize for AugmentOp {
     }
 }
 
+/// Why an `augment:` entry is refused; the message names the operation and the argument (the
+/// configuration's error puts the entry's place in front).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OpError {
+    /// Not a mapping of exactly one operation name to its arguments.
+    #[error("each entry is one operation, like `- random_horizontal_flip: {{p: 0.5}}`")]
+    NotOneOperation,
+    /// An operation prepfs does not know.
+    #[error(
+        "unknown operation `{0}`; known: random_resized_crop, random_horizontal_flip, resize, center_crop, normalize"
+    )]
+    UnknownOperation(String),
+    /// The arguments are not a mapping.
+    #[error("{op}: arguments go in a mapping, like `{op}: {{size: 224}}`")]
+    NotAMapping { op: String },
+    /// An argument name that is not a string.
+    #[error("{op}: argument names are strings")]
+    NameNotAString { op: String },
+    /// An argument the operation does not take.
+    #[error("{op}: unknown argument `{arg}`; known: {known}")]
+    UnknownArgument { op: String, arg: String, known: String },
+    /// A required argument is missing.
+    #[error("{op}: `{arg}` is required")]
+    Missing { op: String, arg: String },
+    /// An argument's value is out of range or of the wrong shape; `rule` says what it must be.
+    #[error("{op}: `{arg}` must {rule}")]
+    BadValue { op: String, arg: String, rule: String },
+    /// A setting other than the one prepfs implements (bilinear, antialiased).
+    #[error("{op}: only `{setting}` is supported")]
+    Unsupported { op: String, setting: &'static str },
+}
+
 /// The arguments of one operation, read with errors that name the argument.
 struct Args<'a> {
     op: &'a str,
@@ -156,49 +184,57 @@ struct Args<'a> {
 }
 
 impl<'a> Args<'a> {
-    fn new(op: &'a str, value: &'a Value) -> Result<Self, String> {
+    fn new(op: &'a str, value: &'a Value) -> Result<Self, OpError> {
         let mut map = BTreeMap::new();
         match value {
             Value::Null => {}
             Value::Mapping(m) => {
                 for (k, v) in m {
-                    let k = k.as_str().ok_or_else(|| format!("{op}: argument names are strings"))?;
+                    let k = k.as_str().ok_or_else(|| OpError::NameNotAString { op: op.to_string() })?;
                     map.insert(k.to_string(), v);
                 }
             }
-            _ => return Err(format!("{op}: arguments go in a mapping, like `{op}: {{size: 224}}`")),
+            _ => return Err(OpError::NotAMapping { op: op.to_string() }),
         }
         Ok(Args { op, map })
+    }
+    /// `key` is required and missing.
+    fn missing(&self, key: &str) -> OpError {
+        OpError::Missing { op: self.op.to_string(), arg: key.to_string() }
+    }
+    /// `key`'s value breaks `rule` ("be a number").
+    fn bad(&self, key: &str, rule: impl Into<String>) -> OpError {
+        OpError::BadValue { op: self.op.to_string(), arg: key.to_string(), rule: rule.into() }
     }
     fn get(&self, key: &str) -> Option<&'a Value> {
         self.map.get(key).copied()
     }
-    fn only(&self, known: &[&str]) -> Result<(), String> {
+    fn only(&self, known: &[&str]) -> Result<(), OpError> {
         match self.map.keys().find(|k| !known.contains(&k.as_str())) {
-            Some(k) => Err(format!("{}: unknown argument `{k}`; known: {}", self.op, known.join(", "))),
+            Some(k) => Err(OpError::UnknownArgument { op: self.op.to_string(), arg: k.clone(), known: known.join(", ") }),
             None => Ok(()),
         }
     }
-    fn float(&self, key: &str) -> Result<Option<f64>, String> {
+    fn float(&self, key: &str) -> Result<Option<f64>, OpError> {
         match self.get(key) {
             None => Ok(None),
             Some(v) => v
                 .as_f64()
                 .filter(|x| x.is_finite())
                 .map(Some)
-                .ok_or_else(|| format!("{}: `{key}` must be a number", self.op)),
+                .ok_or_else(|| self.bad(key, "be a number")),
         }
     }
-    fn side(&self, key: &str) -> Result<u32, String> {
+    fn side(&self, key: &str) -> Result<u32, OpError> {
         let v = self.get(key).and_then(Value::as_u64).unwrap_or(0);
         if v == 0 || v > 16384 {
-            return Err(format!("{}: `{key}` must be a whole number from 1 to 16384", self.op));
+            return Err(self.bad(key, "be a whole number from 1 to 16384"));
         }
         Ok(v as u32)
     }
     /// torchvision's size: `n` for a square, or `[h, w]`.
-    fn size(&self, key: &str) -> Result<Option<Size2>, String> {
-        let bad = || format!("{}: `{key}` must be n or [h, w], whole numbers from 1 to 16384", self.op);
+    fn size(&self, key: &str) -> Result<Option<Size2>, OpError> {
+        let bad = || self.bad(key, "be n or [h, w], whole numbers from 1 to 16384");
         match self.get(key) {
             None => Ok(None),
             Some(Value::Number(_)) => {
@@ -212,8 +248,8 @@ impl<'a> Args<'a> {
             Some(_) => Err(bad()),
         }
     }
-    fn range(&self, key: &str, default: (f64, f64)) -> Result<(f64, f64), String> {
-        let bad = || format!("{}: `{key}` must be [low, high] with 0 < low <= high", self.op);
+    fn range(&self, key: &str, default: (f64, f64)) -> Result<(f64, f64), OpError> {
+        let bad = || self.bad(key, "be [low, high] with 0 < low <= high");
         match self.get(key) {
             None => Ok(default),
             Some(Value::Sequence(s)) if s.len() == 2 => {
@@ -228,8 +264,8 @@ impl<'a> Args<'a> {
             Some(_) => Err(bad()),
         }
     }
-    fn triple(&self, key: &str) -> Result<Option<[f32; 3]>, String> {
-        let bad = || format!("{}: `{key}` must be three numbers, one per RGB channel", self.op);
+    fn triple(&self, key: &str) -> Result<Option<[f32; 3]>, OpError> {
+        let bad = || self.bad(key, "be three numbers, one per RGB channel");
         match self.get(key) {
             None => Ok(None),
             Some(Value::Sequence(s)) if s.len() == 3 => {
@@ -243,15 +279,16 @@ impl<'a> Args<'a> {
         }
     }
     /// We resample bilinear with antialiasing only; say so if a config asks for another.
-    fn bilinear_antialiased(&self) -> Result<(), String> {
+    fn bilinear_antialiased(&self) -> Result<(), OpError> {
+        let unsupported = |setting| OpError::Unsupported { op: self.op.to_string(), setting };
         if let Some(v) = self.get("interpolation") {
             if v.as_str() != Some("bilinear") {
-                return Err(format!("{}: only `interpolation: bilinear` is supported", self.op));
+                return Err(unsupported("interpolation: bilinear"));
             }
         }
         if let Some(v) = self.get("antialias") {
             if v.as_bool() != Some(true) {
-                return Err(format!("{}: only `antialias: true` is supported", self.op));
+                return Err(unsupported("antialias: true"));
             }
         }
         Ok(())
@@ -413,7 +450,7 @@ mod tests {
 
     fn parse_one(yaml: &str) -> Result<AugmentOp, String> {
         let entry: BTreeMap<String, Value> = serde_norway::from_str(yaml).expect("yaml");
-        AugmentOp::from_yaml(&entry)
+        AugmentOp::from_yaml(&entry).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -440,6 +477,20 @@ mod tests {
         assert!(parse_one("random_resized_crop: { size: 224, interpolation: nearest }").is_err());
         assert!(parse_one("resize: { size: 0 }").unwrap_err().contains("size"));
         assert!(parse_one("center_crop: { size: 2, pad: 1 }").unwrap_err().contains("pad"));
+    }
+
+    #[test]
+    fn refusals_name_the_operation_and_the_argument() {
+        assert_eq!(parse_one("random_horizontal_flip: { p: 1.5 }").unwrap_err(), "random_horizontal_flip: `p` must lie in [0, 1], got 1.5");
+        assert_eq!(parse_one("resize: { size: 8, interpolation: nearest }").unwrap_err(), "resize: only `interpolation: bilinear` is supported");
+        assert_eq!(parse_one("normalize: { mean: [0, 0, 0] }").unwrap_err(), "normalize: `std` is required");
+        assert_eq!(parse_one("resize: 3").unwrap_err(), "resize: arguments go in a mapping, like `resize: {size: 224}`");
+        assert_eq!(
+            parse_one("blur: {}").unwrap_err(),
+            "unknown operation `blur`; known: random_resized_crop, random_horizontal_flip, resize, center_crop, normalize"
+        );
+        let two: BTreeMap<String, Value> = serde_norway::from_str("resize: {size: 8}\ncenter_crop: {size: 4}").expect("yaml");
+        assert_eq!(AugmentOp::from_yaml(&two), Err(OpError::NotOneOperation));
     }
 
     #[test]

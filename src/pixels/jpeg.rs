@@ -6,13 +6,46 @@
 //! down by 1/2, 1/4 or 1/8 in the DCT. Output is always RGB, matching PIL's
 //! `Image.open(p).convert("RGB")`: grayscale is replicated, CMYK/YCCK is converted with PIL's
 //! formula (Adobe-inverted data un-inverted first), EXIF orientation is ignored as PIL ignores it.
+//! Both say why they refuse a JPEG with a [`JpegError`] (`EIO` to a reader).
 
 use std::cell::RefCell;
 use std::ffi::CStr;
 use std::io::{self, Read};
+use std::sync::Arc;
 
 use turbojpeg_sys as tj;
 use crate::shared::Rgb;
+
+/// Why a JPEG could not be probed or decoded. Every one is `EIO` to a reader: the sample is
+/// damaged or unsupported, not missing.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum JpegError {
+    /// The marker segments up to the frame header are missing, cut short or damaged; the
+    /// message says which.
+    #[error("{0}")]
+    Header(&'static str),
+    /// Reading the header failed (the reader's error, not the data's).
+    #[error("{0}")]
+    Read(Arc<io::Error>),
+    /// TurboJPEG could not be set up on this thread.
+    #[error("cannot initialise TurboJPEG")]
+    Init,
+    /// The header TurboJPEG read claims no pixels.
+    #[error("bad dimensions in header")]
+    Dimensions,
+    /// A sample precision other than 8 bits (12-bit, 16-bit lossless).
+    #[error("{0}-bit JPEG is not supported")]
+    Precision(i32),
+    /// TurboJPEG refused the data (corrupt, truncated, unsupported), in its own words.
+    #[error("{0}")]
+    Turbo(String),
+}
+
+impl crate::error::ToErrno for JpegError {
+    fn to_errno(&self) -> libc::c_int {
+        libc::EIO
+    }
+}
 
 /// What the marker segments before the first scan say about a JPEG.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,8 +60,8 @@ pub struct JpegInfo {
 
 /// Reads marker segments up to the frame header; reads only the segment headers, skipping
 /// payloads, so it costs a few small reads even with large EXIF or ICC segments.
-pub fn probe(mut reader: impl Read) -> io::Result<JpegInfo> {
-    let bad = |why: &str| io::Error::new(io::ErrorKind::InvalidData, why.to_string());
+pub fn probe(mut reader: impl Read) -> Result<JpegInfo, JpegError> {
+    let bad = JpegError::Header;
     let mut two = [0u8; 2];
     reader.read_exact(&mut two).map_err(|_| bad("empty or too short for a JPEG"))?;
     if two != [0xFF, 0xD8] {
@@ -93,10 +126,10 @@ pub fn probe(mut reader: impl Read) -> io::Result<JpegInfo> {
     }
 }
 
-fn skip(reader: &mut impl Read, n: usize) -> io::Result<()> {
-    let copied = io::copy(&mut reader.take(n as u64), &mut io::sink())?;
+fn skip(reader: &mut impl Read, n: usize) -> Result<(), JpegError> {
+    let copied = io::copy(&mut reader.take(n as u64), &mut io::sink()).map_err(|e| JpegError::Read(Arc::new(e)))?;
     if copied as usize != n {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "truncated segment"));
+        return Err(JpegError::Header("truncated segment"));
     }
     Ok(())
 }
@@ -166,9 +199,14 @@ const TJPF_RGB: i32 = tj::TJPF_TJPF_RGB as i32;
 const TJPF_CMYK: i32 = tj::TJPF_TJPF_CMYK as i32;
 
 /// The message of the last TurboJPEG error on `handle`.
-fn last_error(handle: tj::tjhandle) -> String {
+fn last_message(handle: tj::tjhandle) -> String {
     // SAFETY: tj3GetErrorStr returns a NUL-terminated string owned by the handle.
     unsafe { CStr::from_ptr(tj::tj3GetErrorStr(handle)).to_string_lossy().into_owned() }
+}
+
+/// The last TurboJPEG error on `handle`, as a refusal.
+fn last_error(handle: tj::tjhandle) -> JpegError {
+    JpegError::Turbo(last_message(handle))
 }
 
 /// Libjpeg warnings that leave the image intact (real datasets carry these; PIL accepts them).
@@ -180,18 +218,20 @@ fn harmless_warning(message: &str) -> bool {
 /// (widened on the left to the scaled MCU boundary TurboJPEG needs). Any libjpeg warning other
 /// than extraneous bytes (truncation, corrupt entropy data) is an error: a damaged sample is
 /// refused, never served half grey.
-pub fn decode(data: &[u8], scale: Scale, region: Option<Region>) -> Result<Decoded, String> {
+pub fn decode(data: &[u8], scale: Scale, region: Option<Region>) -> Result<Decoded, JpegError> {
     HANDLE.with(|cell| {
         let mut slot = cell.borrow_mut();
-        if slot.is_none() {
-            // SAFETY: plain constructor; null means failure.
-            let h = unsafe { tj::tj3Init(tj::TJINIT_TJINIT_DECOMPRESS as i32) };
-            if h.is_null() {
-                return Err("cannot initialise TurboJPEG".to_string());
+        let handle = match slot.as_ref() {
+            Some(h) => h.0,
+            None => {
+                // SAFETY: plain constructor; null means failure.
+                let h = unsafe { tj::tj3Init(tj::TJINIT_TJINIT_DECOMPRESS as i32) };
+                if h.is_null() {
+                    return Err(JpegError::Init);
+                }
+                slot.insert(Handle(h)).0
             }
-            *slot = Some(Handle(h));
-        }
-        let handle = slot.as_ref().map(|h| h.0).ok_or("no TurboJPEG handle")?;
+        };
         decode_with(handle, data, scale, region)
     })
 }
@@ -201,7 +241,7 @@ fn decode_with(
     data: &[u8],
     scale: Scale,
     region: Option<Region>,
-) -> Result<Decoded, String> {
+) -> Result<Decoded, JpegError> {
     // SAFETY: `data` outlives the calls; the handle is this thread's own.
     unsafe {
         if tj::tj3DecompressHeader(handle, data.as_ptr(), data.len() as tj::size_t) != 0 {
@@ -214,10 +254,10 @@ fn decode_with(
         let precision = tj::tj3Get(handle, tj::TJPARAM_TJPARAM_PRECISION as i32);
         let lossless = tj::tj3Get(handle, tj::TJPARAM_TJPARAM_LOSSLESS as i32);
         if width <= 0 || height <= 0 {
-            return Err("bad dimensions in header".into());
+            return Err(JpegError::Dimensions);
         }
         if precision != 8 {
-            return Err(format!("{precision}-bit JPEG is not supported"));
+            return Err(JpegError::Precision(precision));
         }
         let (width, height) = (width as u32, height as u32);
         // Lossless JPEGs cannot be scaled or cropped; unknown subsampling cannot be cropped.
@@ -254,10 +294,10 @@ fn decode_with(
         let pitch = (w as usize * bpp) as i32;
         let rc = tj::tj3Decompress8(handle, data.as_ptr(), data.len() as tj::size_t, pixels.as_mut_ptr(), pitch, format);
         if rc != 0 {
-            let message = last_error(handle);
+            let message = last_message(handle);
             let fatal = tj::tj3GetErrorCode(handle) == tj::TJERR_TJERR_FATAL as i32;
             if fatal || !harmless_warning(&message) {
-                return Err(message);
+                return Err(JpegError::Turbo(message));
             }
         }
         if cmyk {

@@ -7,17 +7,71 @@
 //! Then one antialiased bilinear resample (`fast_image_resize`, Pillow's algorithm) takes the
 //! crop to the output size, and the mirror is applied. [`augment_reference`] is the
 //! straightforward path (full decode, crop, resize) the fast path is held against.
+//!
+//! A sample that cannot become pixels is a [`PixelError`] saying why (`EIO` to a reader).
 
 use std::cell::RefCell;
-use std::io::{BufRead, Cursor, Seek};
+use std::io::{self, BufRead, Cursor, Seek};
+use std::sync::Arc;
 
 use fast_image_resize::images::{Image, ImageRef};
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
 
 use crate::pixels::augment::{Rect, SamplePlan};
-use crate::shared::Size2;
-use crate::pixels::jpeg::{self, Region, Scale};
-use crate::shared::Rgb;
+use crate::shared::{Rgb, Size2};
+use crate::error::ToErrno;
+use crate::pixels::jpeg::{self, JpegError, Region, Scale};
+
+/// Why a sample's bytes could not be turned into pixels. Every one is `EIO` to a reader (the
+/// sample is damaged, unsupported or too big, not missing); the messages are the log line's.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PixelError {
+    /// The JPEG decoder refused it.
+    #[error(transparent)]
+    Jpeg(#[from] JpegError),
+    /// An empty file.
+    #[error("empty file")]
+    Empty,
+    /// Bytes of no format prepfs decodes.
+    #[error("not an image (unknown format)")]
+    UnknownFormat,
+    /// `image` refused it (PNG, BMP, GIF, WebP, TIFF, PNM: corrupt, truncated, unsupported).
+    #[error("{0}")]
+    Image(Arc<image::ImageError>),
+    /// Reading the bytes failed (the reader's error, not the data's).
+    #[error("{0}")]
+    Read(Arc<io::Error>),
+    /// The header claims more than `max_pixels`; refused before any pixel memory is allocated.
+    #[error("{}x{} is {} pixels, over the limit of {max_pixels} (max_pixels)", .size.width, .size.height, .size.area())]
+    TooManyPixels { size: Size2, max_pixels: u64 },
+    /// The resampler refused the image buffer.
+    #[error("resample: {0}")]
+    ResampleBuffer(#[from] fast_image_resize::ImageBufferError),
+    /// The resampler refused the crop or the sizes.
+    #[error("resample: {0}")]
+    Resample(#[from] fast_image_resize::ResizeError),
+}
+
+impl ToErrno for PixelError {
+    fn to_errno(&self) -> libc::c_int {
+        match self {
+            PixelError::Jpeg(e) => e.to_errno(),
+            _ => libc::EIO,
+        }
+    }
+}
+
+impl From<image::ImageError> for PixelError {
+    fn from(e: image::ImageError) -> Self {
+        PixelError::Image(Arc::new(e))
+    }
+}
+
+impl From<io::Error> for PixelError {
+    fn from(e: io::Error) -> Self {
+        PixelError::Read(Arc::new(e))
+    }
+}
 
 /// The DCT may shrink the crop only while the shrunk crop keeps at least this many times the
 /// output's pixels per side: the resample that follows stays a downscale, and the result
@@ -49,39 +103,34 @@ impl Codec {
 
 /// The size in pixels a sample's header claims, reading only the header (JPEG marker segments,
 /// or what `image` needs for other formats).
-pub fn probe_size(mut reader: impl BufRead + Seek) -> Result<Size2, String> {
-    let head = reader.fill_buf().map_err(|e| e.to_string())?;
+pub fn probe_size(mut reader: impl BufRead + Seek) -> Result<Size2, PixelError> {
+    let head = reader.fill_buf()?;
     let (codec, empty) = (Codec::sniff(head), head.is_empty());
     if codec == Codec::Jpeg {
-        let info = jpeg::probe(reader).map_err(|e| e.to_string())?;
+        let info = jpeg::probe(reader)?;
         return Ok(Size2::new(info.width, info.height));
     }
-    let reader = image::ImageReader::new(reader).with_guessed_format().map_err(|e| e.to_string())?;
+    let reader = image::ImageReader::new(reader).with_guessed_format()?;
     if reader.format().is_none() {
-        return Err(if empty { "empty file".into() } else { "not an image (unknown format)".into() });
+        return Err(if empty { PixelError::Empty } else { PixelError::UnknownFormat });
     }
-    let (w, h) = reader.into_dimensions().map_err(|e| e.to_string())?;
+    let (w, h) = reader.into_dimensions()?;
     Ok(Size2::new(w, h))
 }
 
 /// Refuses a header that claims too many pixels, before any pixel memory is allocated.
-pub fn check_pixels(size: Size2, max_pixels: u64) -> Result<(), String> {
+pub fn check_pixels(size: Size2, max_pixels: u64) -> Result<(), PixelError> {
     if size.area() > max_pixels {
-        return Err(format!(
-            "{}x{} is {} pixels, over the limit of {max_pixels} (max_pixels)",
-            size.width,
-            size.height,
-            size.area()
-        ));
+        return Err(PixelError::TooManyPixels { size, max_pixels });
     }
     Ok(())
 }
 
 /// The full-resolution RGB decode (the `decoded` view).
-pub fn decode_full(bytes: &[u8], max_pixels: u64) -> Result<Rgb, String> {
+pub fn decode_full(bytes: &[u8], max_pixels: u64) -> Result<Rgb, PixelError> {
     match Codec::sniff(bytes) {
         Codec::Jpeg => {
-            let info = jpeg::probe(bytes).map_err(|e| e.to_string())?;
+            let info = jpeg::probe(bytes)?;
             check_pixels(Size2::new(info.width, info.height), max_pixels)?;
             Ok(jpeg::decode(bytes, Scale::One, None)?.image)
         }
@@ -89,23 +138,21 @@ pub fn decode_full(bytes: &[u8], max_pixels: u64) -> Result<Rgb, String> {
     }
 }
 
-fn decode_other(bytes: &[u8], max_pixels: u64) -> Result<Rgb, String> {
+fn decode_other(bytes: &[u8], max_pixels: u64) -> Result<Rgb, PixelError> {
     let size = probe_size(Cursor::new(bytes))?;
     check_pixels(size, max_pixels)?;
-    let mut reader = image::ImageReader::new(Cursor::new(bytes))
-        .with_guessed_format()
-        .map_err(|e| e.to_string())?;
+    let mut reader = image::ImageReader::new(Cursor::new(bytes)).with_guessed_format()?;
     let mut limits = image::Limits::default();
     limits.max_alloc = Some(max_pixels.saturating_mul(16));
     reader.limits(limits);
-    let decoded = reader.decode().map_err(|e| e.to_string())?;
+    let decoded = reader.decode()?;
     // PIL's convert("RGB") drops alpha without compositing; so does to_rgb8.
     let rgb = decoded.to_rgb8();
     Ok(Rgb { width: rgb.width(), height: rgb.height(), pixels: rgb.into_raw() })
 }
 
 /// The augmented pixels of one sample for `plan`, by the fast path.
-pub fn augment(bytes: &[u8], plan: &SamplePlan, max_pixels: u64) -> Result<Rgb, String> {
+pub fn augment(bytes: &[u8], plan: &SamplePlan, max_pixels: u64) -> Result<Rgb, PixelError> {
     match Codec::sniff(bytes) {
         Codec::Jpeg => augment_jpeg(bytes, plan, max_pixels),
         Codec::Other => {
@@ -116,12 +163,12 @@ pub fn augment(bytes: &[u8], plan: &SamplePlan, max_pixels: u64) -> Result<Rgb, 
 }
 
 /// Augments already-decoded full-resolution pixels (a decoded-cache hit): crop, resize, mirror.
-pub fn augment_pixels(full: &Rgb, plan: &SamplePlan) -> Result<Rgb, String> {
+pub fn augment_pixels(full: &Rgb, plan: &SamplePlan) -> Result<Rgb, PixelError> {
     finish(full, (0, 0), plan.crop, plan)
 }
 
 /// The straightforward path: decode everything at full size, then crop and resize.
-pub fn augment_reference(bytes: &[u8], plan: &SamplePlan, max_pixels: u64) -> Result<Rgb, String> {
+pub fn augment_reference(bytes: &[u8], plan: &SamplePlan, max_pixels: u64) -> Result<Rgb, PixelError> {
     let full = decode_full(bytes, max_pixels)?;
     finish(&full, (0, 0), plan.crop, plan)
 }
@@ -136,8 +183,8 @@ pub fn dct_scale_for(crop: Rect, out: Size2) -> Scale {
     [Scale::Eighth, Scale::Quarter, Scale::Half].into_iter().find(|s| fits(*s)).unwrap_or(Scale::One)
 }
 
-fn augment_jpeg(bytes: &[u8], plan: &SamplePlan, max_pixels: u64) -> Result<Rgb, String> {
-    let info = jpeg::probe(bytes).map_err(|e| e.to_string())?;
+fn augment_jpeg(bytes: &[u8], plan: &SamplePlan, max_pixels: u64) -> Result<Rgb, PixelError> {
+    let info = jpeg::probe(bytes)?;
     let source = Size2::new(info.width, info.height);
     check_pixels(source, max_pixels)?;
     let scale = dct_scale_for(plan.crop, plan.out);
@@ -167,7 +214,7 @@ thread_local! {
 
 /// Resamples `crop` (in the coordinates of the image `image` is a part of, `image` sitting at
 /// `origin`) to the plan's output size, then mirrors if the plan says so.
-fn finish(image: &Rgb, origin: (u32, u32), crop: Rect, plan: &SamplePlan) -> Result<Rgb, String> {
+fn finish(image: &Rgb, origin: (u32, u32), crop: Rect, plan: &SamplePlan) -> Result<Rgb, PixelError> {
     let left = (crop.x - f64::from(origin.0)).clamp(0.0, f64::from(image.width));
     let top = (crop.y - f64::from(origin.1)).clamp(0.0, f64::from(image.height));
     let width = crop.width.min(f64::from(image.width) - left);
@@ -180,15 +227,12 @@ fn finish(image: &Rgb, origin: (u32, u32), crop: Rect, plan: &SamplePlan) -> Res
     let mut pixels = if whole && out == Size2::new(image.width, image.height) {
         image.pixels.clone()
     } else {
-        let src = ImageRef::new(image.width, image.height, &image.pixels, PixelType::U8x3)
-            .map_err(|e| format!("resample: {e}"))?;
+        let src = ImageRef::new(image.width, image.height, &image.pixels, PixelType::U8x3)?;
         let mut dst = Image::new(out.width, out.height, PixelType::U8x3);
         let options = ResizeOptions::new()
             .resize_alg(ResizeAlg::Convolution(FilterType::Bilinear))
             .crop(left, top, width, height);
-        RESIZER
-            .with(|r| r.borrow_mut().resize(&src, &mut dst, &options))
-            .map_err(|e| format!("resample: {e}"))?;
+        RESIZER.with(|r| r.borrow_mut().resize(&src, &mut dst, &options))?;
         dst.into_vec()
     };
     if plan.flip {
@@ -255,7 +299,8 @@ use crate::shared::draw_rng;
     fn too_many_pixels_is_refused_before_decoding() {
         let jpeg = photo_jpeg(200, 100, turbojpeg::Subsamp::Sub2x2);
         let err = decode_full(&jpeg, 19_999).unwrap_err();
-        assert!(err.contains("max_pixels"), "{err}");
+        assert!(matches!(err, PixelError::TooManyPixels { max_pixels: 19_999, .. }), "{err}");
+        assert_eq!(err.to_string(), "200x100 is 20000 pixels, over the limit of 19999 (max_pixels)");
     }
 
     #[test]
@@ -310,6 +355,7 @@ use crate::shared::draw_rng;
         assert_eq!(probe_size(Cursor::new(&png)).expect("probe"), Size2::new(40, 30));
         let plan = plan_sample(&AugmentOp::imagenet_train(), Size2::new(40, 30), &mut draw_rng(0, 0, 0, 0));
         assert_eq!(augment(&png, &plan, 1_000_000).expect("augment").pixels.len(), 224 * 224 * 3);
-        assert!(decode_full(b"plain text", 1_000_000).is_err());
+        assert!(matches!(decode_full(b"plain text", 1_000_000), Err(PixelError::UnknownFormat)));
+        assert!(matches!(probe_size(Cursor::new(b"")), Err(PixelError::Empty)));
     }
 }

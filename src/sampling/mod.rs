@@ -27,7 +27,8 @@
 //!
 //! A job lives in a slot (at most [`MAX_JOBS`] at once, so that an augmented output can record
 //! which jobs used it in a 64-bit mask); its inode code adds a generation to the slot, so a
-//! retired job's stale inodes never reach its successor.
+//! retired job's stale inodes never reach its successor. A name or a job refused is a
+//! [`JobError`], whose errno is decided beside it.
 
 use std::collections::HashMap;
 // Statistics and the registry's counters are std's atomics (`stats::bump` takes them); the seen
@@ -155,6 +156,19 @@ pub enum JobError {
     TooMany(usize),
     #[error("user {uid} holds {held} jobs, the most one user may (jobs.per_user); retire one (rmdir) or wait for one to go idle")]
     TooManyForUser { uid: u32, held: usize },
+}
+
+impl crate::error::ToErrno for JobError {
+    fn to_errno(&self) -> libc::c_int {
+        match self {
+            JobError::BadName(_) => libc::EINVAL,
+            JobError::NameTooLong => libc::ENAMETOOLONG,
+            // "Too many users": the mount's limit on concurrent jobs.
+            JobError::TooMany(_) => libc::EUSERS,
+            // One user's share of the jobs: a quota.
+            JobError::TooManyForUser { .. } => libc::EDQUOT,
+        }
+    }
 }
 
 /// Who asks for a job: the requesting user, and whether it is root or the mount's owner (who

@@ -9,6 +9,9 @@
 //!   decode pool, so a hung file costs one I/O thread, not a decoder), within the read limit.
 //! - [`Freshness`] remembers each file's [`Identity`] (device, inode, size, mtime, ctime) so an
 //!   open notices a changed file and nothing stale is served.
+//!
+//! Its errors are `io::Error`s (the kind, and the OS error where there was one, kept as they
+//! came); which errno a reader gets for one is decided here too ([`ToErrno`] for `io::Error`).
 
 pub mod catalog;
 mod faults;
@@ -27,7 +30,21 @@ pub use freshness::{Freshness, Observed};
 pub use local::LocalSource;
 pub use pool::IoPool;
 
+use crate::error::ToErrno;
 use throttle::ReadLimit;
+
+/// A failed source access as the reader sees it: a file gone is `ENOENT`, one the source
+/// denies is `EACCES`; anything else (a timeout, a file over `max_file_size`, a disk error) is
+/// `EIO`, as a failed read of the sample.
+impl ToErrno for io::Error {
+    fn to_errno(&self) -> libc::c_int {
+        match self.kind() {
+            io::ErrorKind::NotFound => libc::ENOENT,
+            io::ErrorKind::PermissionDenied => libc::EACCES,
+            _ => libc::EIO,
+        }
+    }
+}
 
 /// Who a file belongs to and what it is, as `stat` gives them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
