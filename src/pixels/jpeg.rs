@@ -340,6 +340,17 @@ fn cmyk_to_rgb(cmyk: &[u8], adobe_inverted: bool) -> Vec<u8> {
     out
 }
 
+/// Test helper: RGB `pixels` (rows packed) compressed at quality 90, as the tests' JPEGs.
+#[cfg(test)]
+pub(crate) fn compress_rgb(pixels: &[u8], width: usize, height: usize, subsamp: turbojpeg::Subsamp, progressive: bool) -> Vec<u8> {
+    let image = turbojpeg::Image { pixels, width, pitch: width * 3, height, format: turbojpeg::PixelFormat::RGB };
+    let mut c = turbojpeg::Compressor::new().expect("compressor");
+    c.set_quality(90).expect("quality");
+    c.set_subsamp(subsamp).expect("subsamp");
+    c.set_progressive(progressive).expect("progressive");
+    c.compress_to_owned(image).expect("compress").to_vec()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -354,18 +365,7 @@ mod tests {
                 pixels[i + 2] = ((x + y) % 256) as u8;
             }
         }
-        let image = turbojpeg::Image {
-            pixels: pixels.as_slice(),
-            width,
-            pitch: width * 3,
-            height,
-            format: turbojpeg::PixelFormat::RGB,
-        };
-        let mut c = turbojpeg::Compressor::new().expect("compressor");
-        c.set_quality(90).expect("quality");
-        c.set_subsamp(subsamp).expect("subsamp");
-        c.set_progressive(progressive).expect("progressive");
-        c.compress_to_owned(image).expect("compress").to_vec()
+        compress_rgb(&pixels, width, height, subsamp, progressive)
     }
 
     #[test]

@@ -258,7 +258,7 @@ pub fn mean_abs_diff(a: &Rgb, b: &Rgb) -> f64 {
 pub(crate) mod tests {
     use super::*;
     use crate::pixels::augment::{plan_sample, AugmentOp};
-use crate::shared::draw_rng;
+    use crate::shared::draw_rng;
 
     /// A photo-like test image: smooth gradients plus texture and edges.
     pub(crate) fn photo_jpeg(width: usize, height: usize, subsamp: turbojpeg::Subsamp) -> Vec<u8> {
@@ -275,17 +275,7 @@ use crate::shared::draw_rng;
                 pixels[i + 2] = (((1.0 - fx) * 150.0) as i32 + disc).clamp(0, 255) as u8;
             }
         }
-        let image = turbojpeg::Image {
-            pixels: pixels.as_slice(),
-            width,
-            pitch: width * 3,
-            height,
-            format: turbojpeg::PixelFormat::RGB,
-        };
-        let mut c = turbojpeg::Compressor::new().expect("compressor");
-        c.set_quality(90).expect("quality");
-        c.set_subsamp(subsamp).expect("subsamp");
-        c.compress_to_owned(image).expect("compress").to_vec()
+        jpeg::compress_rgb(&pixels, width, height, subsamp, false)
     }
 
     #[test]
