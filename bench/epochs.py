@@ -20,7 +20,7 @@ import tempfile
 import time
 from multiprocessing import Pool
 
-from jobs import Mount, write_report  # mounting a config (unmounted on every way out); the report
+from jobs import Mount, common_args, write_report  # mounting a config (unmounted on every way out); the report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -68,10 +68,7 @@ def run(prepfs, source, workdir, name, yaml):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--prepfs", required=True)
-    ap.add_argument("--gen", required=True)
-    ap.add_argument("--classes", type=int, default=30)
-    ap.add_argument("--per-class", type=int, default=100)
+    common_args(ap, per_class=100)
     ap.add_argument("--out", default=os.path.join(HERE, "results", time.strftime("%Y-%m-%d") + "-epochs"))
     args = ap.parse_args()
     workdir = tempfile.mkdtemp(prefix="prepfs-epochs-")

@@ -119,12 +119,17 @@ def write_report(out, data, lines):
     print("\n".join(lines))
 
 
-def main():
-    ap = argparse.ArgumentParser()
+def common_args(ap, per_class):
+    """The arguments bench/jobs.py and bench/epochs.py share: the binaries and the data set's size."""
     ap.add_argument("--prepfs", required=True)
     ap.add_argument("--gen", required=True)
     ap.add_argument("--classes", type=int, default=30)
-    ap.add_argument("--per-class", type=int, default=40)
+    ap.add_argument("--per-class", type=int, default=per_class)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    common_args(ap, per_class=40)
     ap.add_argument("--cache-extra", default="", help="more cache settings, e.g. 'split: 0-0-100'")
     ap.add_argument("--settings", default="limited,local")
     ap.add_argument("--out", default=os.path.join(HERE, "results", time.strftime("%Y-%m-%d") + "-concurrent-jobs"))

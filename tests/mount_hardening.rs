@@ -280,14 +280,7 @@ fn a_closed_log_pipe_does_not_kill_the_daemon() {
     std::fs::write(source.join("c0/bad.jpg"), b"not a jpeg").expect("write");
     let config = write_config(dir.path(), "");
     let mountpoint = dir.path().join("mnt");
-    let child = Command::new(common::prepfs_bin())
-        .arg("mount")
-        .arg(&config)
-        .arg("--source")
-        .arg(&source)
-        .arg("--mountpoint")
-        .arg(&mountpoint)
-        .stdin(Stdio::null())
+    let child = common::mount_command(&config, &source, &mountpoint)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

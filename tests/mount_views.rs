@@ -255,13 +255,7 @@ fn a_config_typo_is_refused_before_mounting() {
     let source = make_dataset(tmp.path(), 1, 1, false);
     let config = write_config(tmp.path(), "seed: 1\naugment:\n  - random_resized_crop: { size: 224, scael: [0.1, 1.0] }\n");
     let mountpoint = tmp.path().join("mnt");
-    let out = std::process::Command::new(common::prepfs_bin())
-        .arg("mount")
-        .arg(&config)
-        .arg("--source")
-        .arg(&source)
-        .arg("--mountpoint")
-        .arg(&mountpoint)
+    let out = common::mount_command(&config, &source, &mountpoint)
         .output()
         .expect("run prepfs");
     assert!(!out.status.success());

@@ -914,11 +914,13 @@ impl Filesystem {
             let served = Served { job: Arc::clone(&job), sample: choice.sample, claimed: choice.claimed, read: AtomicBool::new(false), share };
             // A substitute's source is checked like the requested one's: nothing stale is served.
             let fresh = if choice.substituted { self.fresh(choice.sample).map(|_| ()) } else { Ok(()) };
+            // The other active jobs that still need this sample this epoch.
+            let others = self.jobs_needing(choice.sample) & !job.bit();
             let produced = fresh.and_then(|()| match view.form {
                 Form::Augmented => {
                     // Shared with the jobs that still need this sample this epoch: an output kept
                     // for a job that has seen the sample would wait an epoch, clogging the room.
-                    let consumer = Consumer::Job { bit: job.bit(), active: self.jobs_needing(choice.sample) | job.bit() };
+                    let consumer = Consumer::Job { bit: job.bit(), active: others | job.bit() };
                     self.producer.augmented(choice.sample, consumer)
                 }
                 Form::Decoded => self.producer.decoded(choice.sample),
@@ -953,7 +955,7 @@ impl Filesystem {
             // The cache is the jobs' window: bytes and pixels no other job needs this epoch
             // make room first, however this job was served (an augmented output is dropped
             // once its jobs have used it).
-            if self.jobs_needing(choice.sample) & !job.bit() == 0 {
+            if others == 0 {
                 self.cache().done_with(choice.sample);
             }
             let data = self.pin(HandleData::Bytes { bytes, form: view.form, served: Some(served) }, caller)?;

@@ -15,6 +15,14 @@ pub fn prepfs_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_prepfs"))
 }
 
+/// `prepfs mount CONFIG --source SOURCE --mountpoint MOUNTPOINT`, stdin closed; the caller picks
+/// stdout, stderr and how to run it.
+pub fn mount_command(config: &Path, source: &Path, mountpoint: &Path) -> Command {
+    let mut cmd = Command::new(prepfs_bin());
+    cmd.arg("mount").arg(config).arg("--source").arg(source).arg("--mountpoint").arg(mountpoint).stdin(Stdio::null());
+    cmd
+}
+
 /// The dataset generator example, built beside the binary (`cargo build --examples`).
 pub fn generator_bin() -> PathBuf {
     let bin = prepfs_bin();
@@ -62,14 +70,7 @@ impl Mounted {
         let mountpoint = dir.join("mnt");
         let stderr_path = dir.join("prepfs.log");
         let log = std::fs::File::create(&stderr_path).expect("log file");
-        let child = Command::new(prepfs_bin())
-            .arg("mount")
-            .arg(config)
-            .arg("--source")
-            .arg(source)
-            .arg("--mountpoint")
-            .arg(&mountpoint)
-            .stdin(Stdio::null())
+        let child = mount_command(config, source, &mountpoint)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
