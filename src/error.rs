@@ -15,7 +15,7 @@
 //! | [`Error::BadHandle`] | `EBADF` |
 //! | [`Error::Invalid`] | `EINVAL` |
 //! | [`Error::TooManyOpen`] | `ENFILE` |
-//! | [`Error::Decode`] | its [`crate::producer::SampleError`]'s: `EIO` |
+//! | [`Error::Decode`] | its [`crate::source::SampleError`]'s: `EIO` |
 //! | [`Error::Job`] | its [`crate::sampling::JobError`]'s: `EINVAL`, `ENAMETOOLONG`, `EUSERS`, `EDQUOT` |
 //! | [`Error::SourceIo`] | its `io::Error`'s (`source`): `ENOENT`, `EACCES`, else `EIO` |
 
@@ -23,7 +23,7 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::producer::SampleError;
+use crate::source::SampleError;
 
 /// The errno a FUSE reply carries for an error: implemented by each layer for its own error
 /// type, beside it, so the errno is decided near the cause.

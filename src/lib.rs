@@ -3,18 +3,20 @@
 //! Where things live, a folder per subsystem (the hot path is open -> `fs` -> `producer` ->
 //! `pixels::pipeline` -> read; `docs/ARCHITECTURE.md` walks it):
 //! - [`source`]: every read of the source dataset (bounded, timed out, regular files inside the
-//!   source only; each file's version), the scanned [`source::catalog`] and the read limit
-//!   ([`source::throttle`]).
+//!   source only; each file's version), the scanned [`source::catalog`], the read limit
+//!   ([`source::throttle`]), and the serving path's reader (a sample resolved once per open,
+//!   [`source::Sample`]; bad-sample marks).
 //! - [`pixels`]: decode, augment and encode: JPEG, torchvision's operations, the pipeline, the
-//!   output formats. No I/O, no cache.
-//! - [`cache`]: the memory tiers (encoded, decoded, augmented), budgets, single-flight, and the
-//!   disk tier ([`cache::disk`]).
-//! - [`producer`]: a sample's bytes in one form by the cheapest path: cache tiers, source reads,
-//!   pixel work, admission in Seneca's fill order; refill, prefetch and the plan's control loop.
+//!   output formats, and the mount's timed pixel work. No I/O, no cache.
+//! - [`cache`]: the memory tiers (encoded, decoded, augmented), budgets, single-flight, the
+//!   disk tier ([`cache::disk`]), and the tiers behind one another with Seneca's fill order.
+//! - `producer`: a resolved sample's bytes in one form by the cheapest path, composed of the
+//!   reader, the tiers and the pixel work; the refill's and prefetch's unit of work.
 //! - [`sampling`]: opportunistic sampling for concurrent jobs: the job registry, seen bits,
 //!   epochs, substitution at open, listing order.
-//! - [`planner`]: the throughput models (pure functions), the best split, and
-//!   [`planner::calibrate`], which measures their inputs on the running machine.
+//! - [`planner`]: the throughput models (pure functions), the best split,
+//!   [`planner::calibrate`], which measures their inputs on the running machine, and the
+//!   controller that owns the plan while serving.
 //! - [`fs`]: the filesystem core (inodes, views, handles, job views, control files), called by
 //!   tests directly, and the bound on what open handles pin ([`fs::open_budget`]).
 //! - [`fuse`]: the thin adapter from `fuser` callbacks onto the core.
@@ -24,7 +26,7 @@
 //!   the stable hash, the augmentation draw).
 //! - [`stats`]: live counters served as `.prepfs/stats.json`.
 //! - [`error`]: the core's error type, and [`error::ToErrno`], by which each layer's typed error
-//!   (source, sampling, jpeg, pipeline, producer) says its errno beside it.
+//!   (source, sampling, jpeg, pipeline) says its errno beside it.
 //! - [`log`]: log lines that cannot flood or fail.
 
 pub mod cache;
@@ -36,7 +38,7 @@ pub mod log;
 pub mod mount;
 pub mod pixels;
 pub mod planner;
-pub mod producer;
+mod producer;
 pub mod sampling;
 pub mod source;
 pub mod shared;

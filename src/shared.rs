@@ -43,7 +43,7 @@ impl Form {
         Form::ALL.get(i as usize).copied()
     }
 
-    /// The best [`crate::producer::SampleProducer::rank`] a sample can have in this form's view.
+    /// The best [`crate::cache::SampleCache::rank`] a sample can have in this form's view.
     pub fn top_rank(self) -> Rank {
         match self {
             Form::Encoded => 1,

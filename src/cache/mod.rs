@@ -5,13 +5,19 @@
 //!   decoded pixels, augmented outputs) with their byte budgets, eviction, the per-sample status
 //!   byte opportunistic sampling reads, and single-flight for concurrent misses.
 //! - [`disk`]: the disk tier (encoded and decoded entries, checked on read).
+//! - `fill` (private): the tiers behind one another ([`Tiers`]): lookup in memory, then disk,
+//!   then the caller's read of the source, single-flighted; and Seneca's fill order for what a
+//!   read is kept as.
 //!
-//! What fills the tiers, and in which order, is the producer's (`crate::producer`); how much
+//! Reading the source and pixel work are the serving path's (`crate::producer`); how much
 //! memory each form gets is the planner's (`crate::planner`).
 
 pub mod disk;
+mod fill;
 mod tiers;
 
+pub use fill::Origin;
+pub(crate) use fill::{Admit, Loaded, Made, Tiers};
 pub use tiers::{
     AugmentedEntry, FormStore, SampleCache, SampleStatus, SingleFlight, Weighed, ENTRY_OVERHEAD, HELD_AUGMENTED,
     HELD_DECODED, HELD_ENCODED,

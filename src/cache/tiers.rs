@@ -28,6 +28,8 @@ use serde_json::json;
 use crate::source::catalog::FileId;
 use crate::config::EvictionPolicy;
 use crate::planner::Split;
+use crate::sampling::Rank;
+use crate::shared::Form;
 
 /// Bytes charged per entry on top of its payload: the map slot, the `Arc` header and the
 /// allocator's rounding, measured as about 60 bytes on x86-64 glibc, rounded up.
@@ -515,6 +517,31 @@ impl SampleCache {
     pub fn done_with(&self, id: FileId) {
         self.encoded.retire(id);
         self.decoded.retire(id);
+    }
+
+    /// How cheaply `id` can be served in `form`'s view now: 0 when no form that view can use
+    /// holds it, up to [`Form::top_rank`] (what opportunistic sampling prefers).
+    pub fn rank(&self, id: FileId, form: Form) -> Rank {
+        let held = self.status.held(id);
+        let has = |bit: u8| held & bit != 0;
+        match form {
+            Form::Augmented if has(HELD_AUGMENTED) => 3,
+            Form::Augmented | Form::Decoded if has(HELD_DECODED) => 2,
+            _ if has(HELD_ENCODED) => 1,
+            _ => 0,
+        }
+    }
+
+    /// [`SampleCache::rank`] for one job (its used-by bit `job`): an augmented output this job
+    /// has used already (it waits for the other jobs) is no hit for it, so the sample ranks as
+    /// the next form that holds it.
+    pub fn rank_for_job(&self, id: FileId, form: Form, job: u64) -> Rank {
+        let rank = self.rank(id, form);
+        if form == Form::Augmented && rank == 3 && !self.augmented_usable_by(id, job) {
+            let held = self.status.held(id);
+            return if held & HELD_DECODED != 0 { 2 } else if held & HELD_ENCODED != 0 { 1 } else { 0 };
+        }
+        rank
     }
 
     /// The cache's memory, bytes.

@@ -22,18 +22,20 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime};
 
-use crate::cache::SampleCache;
-use crate::source::catalog::{Catalog, DirId, Entry, FileId};
-use crate::config::Config;
 use crate::cache::disk::DiskCache;
+use crate::cache::{Origin, SampleCache, Tiers};
+use crate::config::Config;
 use crate::error::{Error, Result};
-use open_budget::{Lease, OpenBudget, OPEN_WAIT};
 use crate::pixels::output;
-pub use crate::shared::Form;
-use crate::producer::{Consumer, Origin, SampleProducer};
+use crate::pixels::work::PixelWork;
+use crate::planner::{initial_split, PlanController};
+use crate::producer::{Consumer, SampleProducer};
 use crate::sampling::{Bitset, Job, Jobs, Pass, Requester};
-use crate::source::{FileMeta, LocalSource, Observed, SourceFile, SourceIo};
+pub use crate::shared::Form;
+use crate::source::catalog::{Catalog, DirId, Entry, FileId};
+use crate::source::{FileMeta, LocalSource, Observed, Sample, SampleReader, Source, SourceFile, SourceIo};
 use crate::stats::{bump, Stats, ViewCounters};
+use open_budget::{Lease, OpenBudget, OPEN_WAIT};
 use crate::sync::{Condvar, CondvarExt, LockExt, Mutex};
 
 /// Who makes a request: the uid and gid the kernel sends with it.
@@ -327,7 +329,17 @@ impl StaleInodes {
 
 /// The filesystem core.
 pub struct Filesystem {
+    config: Arc<Config>,
+    catalog: Arc<Catalog>,
+    stats: Arc<Stats>,
+    /// The memory tiers (the producer fills them; sampling ranks by them; the plan sizes them).
+    cache: Arc<SampleCache>,
+    /// The source as samples: resolution once per open, reads, bad-sample marks.
+    reader: Arc<SampleReader>,
+    /// A resolved sample's bytes in one form.
     producer: SampleProducer,
+    /// The plan's control loop.
+    plan: PlanController,
     jobs: Jobs,
     handles: HandleTable,
     /// Open job-view handles by (job code, form, requested sample): a second open of one path
@@ -362,9 +374,47 @@ impl Filesystem {
         let top_pass = Pass::new(catalog.file_count(), catalog.sample_count() as u64);
         let open_budget = OpenBudget::new(config.access.max_open_bytes, OPEN_WAIT);
         let refresh = Bitset::new(catalog.file_count());
+        let config = Arc::new(config);
+        let catalog = Arc::new(catalog);
+        let stats = Arc::new(Stats::default());
+        let cache = Arc::new(SampleCache::new(
+            config.cache.memory,
+            initial_split(config.cache.split),
+            config.cache.policy,
+            catalog.file_count(),
+        ));
+        let source = Source::new(
+            io,
+            config.threads.max(4),
+            Duration::from_secs_f64(config.source_limits.timeout_s),
+            config.source_limits.max_file_size,
+            config.source_read_limit,
+        )?;
+        // A changed source file: what was made of the old version is dropped.
+        let forget = Arc::clone(&cache);
+        let on_change = Box::new(move |id| forget.forget_sample(id));
+        let reader = Arc::new(SampleReader::new(Arc::clone(&catalog), source, Arc::clone(&stats), on_change));
+        // A disk tier that cannot be opened leaves the mount serving from memory and the source.
+        let disk = config.cache.disk.as_ref().and_then(|d| match DiskCache::open(&d.path, d.size) {
+            Ok(disk) => Some(disk),
+            Err(e) => {
+                tracing::warn!("{e}; serving without the disk tier");
+                None
+            }
+        });
+        let tiers = Tiers::new(Arc::clone(&cache), disk, catalog.root().to_path_buf());
+        let pixels = PixelWork::new(&config, catalog.file_count(), Arc::clone(&stats));
+        let producer = SampleProducer::new(Arc::clone(&catalog), Arc::clone(&reader), tiers, pixels, Arc::clone(&stats));
+        let plan = PlanController::new(&config, reader.read_limit(), Arc::clone(&cache), Arc::clone(&stats));
         Ok(Filesystem {
             top_pass,
-            producer: SampleProducer::new(config, catalog, io)?,
+            config,
+            catalog,
+            stats,
+            cache,
+            reader,
+            producer,
+            plan,
             jobs,
             handles: HandleTable::new(),
             shares: Mutex::new(HashMap::new()),
@@ -379,12 +429,13 @@ impl Filesystem {
 
     /// Makes throttled source reads give up at once (the start of an unmount).
     pub fn interrupt(&self) {
-        self.producer.interrupt();
+        self.reader.interrupt();
     }
 
     /// Ends the mount's work: source I/O stopped, the disk tier's queued writes written.
     pub fn shutdown(&self) {
-        self.producer.shutdown();
+        self.reader.shutdown();
+        self.producer.flush();
     }
 
     /// Whether `caller` is root or the mount's owner.
@@ -396,14 +447,15 @@ impl Filesystem {
         Requester { uid: caller.uid, privileged: self.privileged(caller) }
     }
 
-    /// Checks `file`'s source version (see [`SampleProducer::check_source`]); a changed file's
-    /// inodes in every view are queued for the kernel to drop what it cached of them.
-    fn fresh(&self, file: FileId) -> Result<(FileMeta, Observed)> {
-        let (meta, observed) = self.producer.check_source(file)?;
+    /// Resolves `file` for this request: its path and the version `stat` finds, checked
+    /// against the one seen before (see `SampleReader::resolve`); a changed file's inodes in
+    /// every view are queued for the kernel to drop what it cached of them.
+    fn resolve(&self, file: FileId) -> Result<Sample> {
+        let (sample, observed) = self.reader.resolve(file)?;
         if observed == Observed::Changed {
             self.queue_stale(file);
         }
-        Ok((meta, observed))
+        Ok(sample)
     }
 
     fn queue_stale(&self, file: FileId) {
@@ -414,27 +466,24 @@ impl Filesystem {
 
     /// The catalog served.
     pub fn catalog(&self) -> &Catalog {
-        self.producer.catalog()
+        &self.catalog
     }
 
     /// The live counters.
     pub fn stats(&self) -> &Stats {
-        self.producer.stats()
+        &self.stats
     }
 
     /// The sample cache.
     pub fn cache(&self) -> &SampleCache {
-        self.producer.cache()
+        &self.cache
     }
 
     /// The cache's disk tier, if one is open.
-    pub fn disk_cache(&self) -> Option<&DiskCache> {
-        self.producer.disk_cache()
-    }
 
     /// The effective configuration.
     pub fn config(&self) -> &Config {
-        self.producer.config()
+        &self.config
     }
 
     /// The jobs under `jobs/`.
@@ -444,14 +493,13 @@ impl Filesystem {
 
     /// Measures the cache model's inputs and applies the split (see the producer).
     pub fn plan_cache(&self) {
-        self.producer.plan_cache();
+        self.plan.plan_at_mount(&self.catalog, &self.config, |f| self.reader.read_uncounted(f));
     }
 
     /// Re-plans the cache split from the rates measured while serving, when enough samples were
     /// timed since the last plan.
     pub fn replan(&self) -> bool {
-        self.producer.set_jobs_sharing(self.jobs.active().len());
-        self.producer.replan_from_live_rates()
+        self.plan.tick(self.jobs.active().len())
     }
 
     /// One unit of background refill of the augmented cache, with samples some active job has not
@@ -538,7 +586,7 @@ impl Filesystem {
 
     /// A directory made of a source directory: its owner and mode, write bits cleared.
     fn source_dir_attr(&self, node: Node, dir: DirId) -> Result<Attr> {
-        let meta = self.producer.source_metadata(&self.catalog().dir_path(dir))?;
+        let meta = self.reader.metadata(&self.catalog().dir_path(dir))?;
         Ok(Attr { mtime: meta.mtime, ..self.made_of(node, Kind::Dir, 0, &meta) })
     }
 
@@ -650,13 +698,13 @@ impl Filesystem {
                 if file as usize >= catalog.file_count() || (view.job != 0 && self.jobs.by_code(view.job).is_none()) {
                     return Err(Error::NotFound);
                 }
-                let (meta, _) = self.fresh(file)?;
+                let meta = self.resolve(file)?.meta;
                 let size = match view.form {
                     Form::Encoded => meta.len(),
                     // An undecodable header still lists (size 0); opening it gets EIO.
                     Form::Decoded => {
                         let output = &self.config().output;
-                        self.producer.source_size(file).map_or(0, |s| output::encoded_len(output, s))
+                        self.reader.size(file).map_or(0, |s| output::encoded_len(output, s))
                     }
                     Form::Augmented => output::encoded_len(&self.config().output, self.producer.augmented_size()),
                 };
@@ -713,7 +761,7 @@ impl Filesystem {
                     catalog.images(d).into()
                 } else {
                     let job = self.job(view.job)?;
-                    let rank = |c: FileId| self.producer.rank_for_job(c, view.form, job.bit());
+                    let rank = |c: FileId| self.cache.rank_for_job(c, view.form, job.bit());
                     job.listing_order(d, catalog.images(d), rank, self.config().jobs.ods)
                 };
                 let ext = self.config().output.extension();
@@ -828,12 +876,12 @@ impl Filesystem {
                     return Err(Error::NotFound);
                 }
                 bump(&self.counters(view.form).opens, 1);
-                // Every open checks the source's version first: nothing stale is served.
-                self.fresh(file)?;
+                // Every open resolves the sample once (path, version): nothing stale is served.
+                let sample = self.resolve(file)?;
                 let (data, cache) = if view.job != 0 {
-                    (self.open_in_job(view, file, caller)?, CachePolicy::DirectIo)
+                    (self.open_in_job(view, sample, caller)?, CachePolicy::DirectIo)
                 } else {
-                    self.open_top_level(view.form, file, caller)?
+                    self.open_top_level(view.form, &sample, caller)?
                 };
                 // Changed since the kernel may have cached its pages: this open drops them.
                 let cache = match cache {
@@ -856,8 +904,8 @@ impl Filesystem {
             Some(Node::File(view, file)) if (file as usize) < self.catalog().file_count() => match (view.job, view.form) {
                 // Opening a source file is I/O (it may be a network share).
                 (0, Form::Encoded) => false,
-                (0, form) => self.producer.rank(file, form) == form.top_rank(),
-                (_, form) => self.producer.rank(file, form) == form.top_rank() && self.jobs.by_code(view.job).is_some_and(|j| !j.has_seen(file)),
+                (0, form) => self.cache.rank(file, form) == form.top_rank(),
+                (_, form) => self.cache.rank(file, form) == form.top_rank() && self.jobs.by_code(view.job).is_some_and(|j| !j.has_seen(file)),
             },
             Some(Node::StatsFile | Node::ConfigFile) => true,
             _ => false,
@@ -865,23 +913,23 @@ impl Filesystem {
     }
 
     /// An open in a top-level view: the requested sample, always.
-    fn open_top_level(&self, form: Form, file: FileId, caller: Caller) -> Result<(Arc<Handle>, CachePolicy)> {
+    fn open_top_level(&self, form: Form, sample: &Sample, caller: Caller) -> Result<(Arc<Handle>, CachePolicy)> {
         if form == Form::Encoded {
-            let (opened, observed) = self.producer.open_source(file)?;
+            let (opened, observed) = self.reader.open(sample)?;
             if observed == Observed::Changed {
-                self.queue_stale(file);
+                self.queue_stale(sample.id);
             }
             return Ok((self.pin(HandleData::Source { file: opened }, caller)?, CachePolicy::KeepCache));
         }
         let (bytes, origin) = match form {
-            Form::Decoded => self.producer.decoded(file)?,
+            Form::Decoded => self.producer.decoded(sample)?,
             _ => {
-                self.top_pass.mark(file);
-                self.producer.augmented(file, Consumer::TopLevel)?
+                self.top_pass.mark(sample.id);
+                self.producer.augmented(sample, Consumer::TopLevel)?
             }
         };
         let counters = self.counters(form);
-        bump(if matches!(origin, Origin::Disk | Origin::Source) { &counters.misses } else { &counters.hits }, 1);
+        bump(if origin.is_miss() { &counters.misses } else { &counters.hits }, 1);
         let cache = if form == Form::Decoded { CachePolicy::KeepCache } else { CachePolicy::DirectIo };
         Ok((self.pin(HandleData::Bytes { bytes, form, served: None }, caller)?, cache))
     }
@@ -889,42 +937,42 @@ impl Filesystem {
     /// An open in a job's view: opportunistic sampling chooses the sample (the requested one, or
     /// an unseen one of the same directory that is cached), prefetch is queued along the job's
     /// listing, and the chosen sample's bytes are pinned to the handle.
-    fn open_in_job(&self, view: View, requested: FileId, caller: Caller) -> Result<Arc<Handle>> {
+    fn open_in_job(&self, view: View, requested: Sample, caller: Caller) -> Result<Arc<Handle>> {
         let job = self.job(view.job)?;
         bump(&job.counters.opens, 1);
-        let share = (view.job, view.form, requested);
+        let share = (view.job, view.form, requested.id);
         // PIL's second open of a path it holds open (to try mmap) sees the same content.
         if let Some(shared) = self.shares.lock_or_recover().get(&share).and_then(Weak::upgrade) {
             return Ok(shared);
         }
         let catalog = self.catalog();
-        if !catalog.is_image(requested) {
+        if !catalog.is_image(requested.id) {
             // Not a sample (a README in encoded/): served as it is, outside the job's epochs.
-            let (bytes, _) = self.producer.encoded(requested)?;
+            let (bytes, _) = self.producer.encoded(&requested)?;
             return self.pin(HandleData::Bytes { bytes, form: view.form, served: None }, caller);
         }
-        let dir = catalog.file_dir(requested);
+        let dir = catalog.file_dir(requested.id);
         let samples = catalog.images(dir);
-        let rank = |c: FileId| if self.producer.known_bad(c) { 0 } else { self.producer.rank_for_job(c, view.form, job.bit()) };
-        self.queue_prefetch(&job, view.form, dir, requested);
+        let rank = |c: FileId| if self.reader.known_bad(c) { 0 } else { self.cache.rank_for_job(c, view.form, job.bit()) };
+        self.queue_prefetch(&job, view.form, dir, requested.id);
         // A substitute that cannot be served is replaced, once, rather than fail the request.
         let mut retried = false;
         loop {
-            let choice = job.choose(requested, samples, rank, view.form.top_rank(), Jobs::scan_start(samples.len()), self.config().jobs.ods);
+            let choice = job.choose(requested.id, samples, rank, view.form.top_rank(), Jobs::scan_start(samples.len()), self.config().jobs.ods);
             let served = Served { job: Arc::clone(&job), sample: choice.sample, claimed: choice.claimed, read: AtomicBool::new(false), share };
-            // A substitute's source is checked like the requested one's: nothing stale is served.
-            let fresh = if choice.substituted { self.fresh(choice.sample).map(|_| ()) } else { Ok(()) };
+            // A substitute is resolved like the requested sample: nothing stale is served.
+            let resolved = if choice.substituted { self.resolve(choice.sample) } else { Ok(requested.clone()) };
             // The other active jobs that still need this sample this epoch.
             let others = self.jobs_needing(choice.sample) & !job.bit();
-            let produced = fresh.and_then(|()| match view.form {
+            let produced = resolved.and_then(|sample| match view.form {
                 Form::Augmented => {
                     // Shared with the jobs that still need this sample this epoch: an output kept
                     // for a job that has seen the sample would wait an epoch, clogging the room.
                     let consumer = Consumer::Job { bit: job.bit(), active: others | job.bit() };
-                    self.producer.augmented(choice.sample, consumer)
+                    self.producer.augmented(&sample, consumer)
                 }
-                Form::Decoded => self.producer.decoded(choice.sample),
-                Form::Encoded => self.producer.encoded(choice.sample),
+                Form::Decoded => self.producer.decoded(&sample),
+                Form::Encoded => self.producer.encoded(&sample),
             });
             let (bytes, origin) = match produced {
                 Ok(out) => out,
@@ -973,7 +1021,7 @@ impl Filesystem {
         if window == 0 || !self.cache().enabled() {
             return;
         }
-        for sample in job.prefetch_candidates(dir, requested, window, |c| self.producer.rank(c, form) > 0) {
+        for sample in job.prefetch_candidates(dir, requested, window, |c| self.cache.rank(c, form) > 0) {
             self.prefetch.push(sample, form, job);
         }
     }
@@ -1003,7 +1051,7 @@ impl Filesystem {
                 let end = start.saturating_add(size as usize).min(bytes.len());
                 reply(Ok(&bytes[start..end]))
             }
-            HandleData::Source { file } => match self.producer.read_source_at(file, offset, size) {
+            HandleData::Source { file } => match self.reader.read_at(file, offset, size) {
                 Ok(buf) => {
                     bump(&self.stats().encoded.bytes_served, buf.len() as u64);
                     reply(Ok(&buf))
@@ -1046,7 +1094,7 @@ impl Filesystem {
             "stem_collisions": catalog.stem_collisions,
             "catalog_bytes_per_sample": catalog.bytes_per_sample(),
             "cache": self.producer.cache_stats(),
-            "plan": self.producer.plan_json(),
+            "plan": self.plan.plan_json(),
             "jobs": self.jobs.stats(),
             "ods_metadata_bytes": self.ods_metadata_bytes(),
             "open_bytes": self.open_budget.held(),
@@ -1092,8 +1140,8 @@ mod tests {
         read_file(&fs, job_ino("a", "s000.ppm"));
         let (a, b) = (fs.jobs().by_name("a").expect("a"), fs.jobs().by_name("b").expect("b"));
         let served = (0..2).find(|&f| a.has_seen(f)).expect("a was served a sample");
-        assert_eq!(fs.producer.rank_for_job(served, Form::Augmented, b.bit()), 3, "b can take it");
-        assert!(fs.producer.rank_for_job(served, Form::Augmented, a.bit()) < 3, "a used it already");
+        assert_eq!(fs.cache.rank_for_job(served, Form::Augmented, b.bit()), 3, "b can take it");
+        assert!(fs.cache.rank_for_job(served, Form::Augmented, a.bit()) < 3, "a used it already");
         // Kept for b while b needs the sample; dropped once b was served it another way.
         assert_eq!(fs.drop_outputs_no_job_needs(), 0);
         b.mark_served(served, false);

@@ -5,8 +5,10 @@
 //! - [`augment`]: torchvision's operations, their random draws, the geometry they fold into.
 //! - [`pipeline`]: source bytes to output pixels (the fast path and the reference path).
 //! - [`output`]: PPM / npy encoding, with sizes known up front.
+//! - `work`: the mount's pixel work (`PixelWork`): fresh draws, timed decodes and augmentations.
 
 pub mod augment;
 pub mod jpeg;
 pub mod output;
 pub mod pipeline;
+pub(crate) mod work;

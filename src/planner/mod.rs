@@ -1,6 +1,7 @@
 //! The cache planner: how to split the cache's memory among the three forms (encoded, decoded,
 //! augmented), as pure functions of measured inputs ([`PlanParams`]). It reads no clock and
-//! measures nothing; [`calibrate`] and the producer's live re-plan build the inputs.
+//! measures nothing; [`calibrate`] builds the inputs at mount, and the controller
+//! (`controller.rs`, [`PlanController`]) owns the plan's control loop while serving.
 //!
 //! Two models evaluate a split:
 //!
@@ -26,7 +27,7 @@
 //!      in the hit rate. With jobs reading at once, what one job's miss made (the output, the
 //!      pixels, the bytes) serves the others if the cache keeps it until their requests reach
 //!      its directory; so each form's share buys a window, and an item made serves `1 + (jobs -
-//!      1) min(1, window / (5 · directories))` jobs (the constant from a simulation, see
+//!      1)(1 - exp(-window / (3 · directories)))` jobs (the constant from a simulation, see
 //!      [`prepfs`]). The work and the storage reads per sample are divided by that.
 //!   5. **The inputs are the mount's.** The rate it serves a sample at beyond the pixel work
 //!      (`t_serve`: FUSE round trips, copies and the readers' own work on the same cores, not a
@@ -39,9 +40,11 @@
 //! parameter file.
 
 pub mod calibrate;
+mod controller;
 mod prepfs;
 mod seneca;
 
+pub(crate) use controller::{initial_split, PlanController};
 pub use prepfs::{budgets, DEFAULT_SERVE_PER_CORE};
 pub use seneca::{
     best_split, evaluate, load_params, parse_params, plan_json, Evaluation, Line, PlanError, PlanParams, Split,

@@ -7,6 +7,8 @@
 //! - [`Source`] is what the rest of prepfs calls: whole-file reads bounded by
 //!   `source.max_file_size`, run on [`IoPool`]'s own threads with a timeout (never on the
 //!   decode pool, so a hung file costs one I/O thread, not a decoder), within the read limit.
+//! - [`SampleReader`] is the serving path's view of it: a sample resolved once per open
+//!   ([`Sample`]: id, path, version), read, its size probed, and the marks of bad samples.
 //! - [`Freshness`] remembers each file's [`Identity`] (device, inode, size, mtime, ctime) so an
 //!   open notices a changed file and nothing stale is served.
 //!
@@ -18,6 +20,7 @@ mod faults;
 mod freshness;
 mod local;
 mod pool;
+mod reader;
 pub mod throttle;
 
 use std::io;
@@ -29,6 +32,8 @@ pub use faults::{Fault, FaultySource};
 pub use freshness::{Freshness, Observed};
 pub use local::LocalSource;
 pub use pool::IoPool;
+pub use reader::{Sample, SampleError};
+pub(crate) use reader::SampleReader;
 
 use crate::error::ToErrno;
 use throttle::ReadLimit;

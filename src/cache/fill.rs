@@ -1,0 +1,212 @@
+//! The tiers behind one another and their fill order: a sample looked up in memory (decoded
+//! pixels, then encoded bytes), else in the disk tier, else made from the source by the caller,
+//! once however many requests miss together; and what a read from the source is kept as.
+//!
+//! The fill order is Seneca's: a spare fresh augmentation while augmented has room (when the
+//! pixels are in hand anyway), the pixels while decoded has room, else the bytes while encoded
+//! has room; the pixels, or else the bytes, also spill to the disk tier (queued, not written,
+//! here). [`Tiers::admission`] says what a read should make; [`Tiers::keep`] keeps it. Reading
+//! and decoding are the caller's: this module does no pixel work and no source I/O.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::cache::disk::{self, DiskCache, DiskHit, DiskKind};
+use crate::cache::{AugmentedEntry, SampleCache, SingleFlight};
+use crate::error::Result;
+use crate::pixels::pipeline;
+use crate::shared::Rgb;
+use crate::source::{FileMeta, Sample};
+
+/// Where an output came from: the cache form that held the sample, the disk tier, or the source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    Augmented,
+    Decoded,
+    Encoded,
+    Disk,
+    Source,
+}
+
+impl Origin {
+    /// Whether serving it read the sample from outside memory (a miss).
+    pub fn is_miss(self) -> bool {
+        matches!(self, Origin::Disk | Origin::Source)
+    }
+}
+
+/// A sample in the cheapest form at hand.
+#[derive(Clone)]
+pub(crate) enum Loaded {
+    /// Full-resolution pixels: augmenting is a crop and a resize.
+    Pixels(Arc<Rgb>),
+    /// Source bytes: augmenting decodes (the fast path).
+    Bytes(Arc<[u8]>),
+}
+
+/// What a miss should admit besides what it returns.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Admit {
+    /// Full pixels are wanted (the `decoded` view).
+    Pixels,
+    /// Anything to augment; `spare`: also keep a fresh augmentation while augmented has room.
+    Augmented { spare: bool },
+    /// Nothing is served: fill decoded, else encoded (prefetch without augmented room).
+    Fill,
+}
+
+/// What a read from the source should make before it is kept.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct Admission {
+    /// Decode in full (rather than the region fast path later): the pixels are kept or wanted.
+    pub(crate) decode: bool,
+    /// Also make a spare fresh augmentation of the pixels for augmented's free room.
+    pub(crate) spare: bool,
+}
+
+/// The memory tiers, the disk tier and the single flight of misses.
+pub(crate) struct Tiers {
+    memory: Arc<SampleCache>,
+    disk: Option<DiskCache>,
+    /// The source's root: disk keys name files by their path relative to it.
+    root: PathBuf,
+    /// Concurrent misses of one sample read and decode it once; they all get its result, a
+    /// failure as the typed error it is (cheap to clone).
+    loads: SingleFlight<Result<(Loaded, Origin)>>,
+}
+
+impl Tiers {
+    pub(crate) fn new(memory: Arc<SampleCache>, disk: Option<DiskCache>, root: PathBuf) -> Tiers {
+        Tiers { memory, disk, root, loads: SingleFlight::default() }
+    }
+
+    /// The memory tiers.
+    pub(crate) fn memory(&self) -> &SampleCache {
+        &self.memory
+    }
+
+    /// Whether a miss of `sample` is being loaded now.
+    pub(crate) fn loading(&self, sample: &Sample) -> bool {
+        self.loads.in_flight(sample.id)
+    }
+
+    /// The sample in the cheapest form held, else from the disk tier (promoted into memory while
+    /// it has room), else made by `from_source`; the last two once, however many requests miss
+    /// together.
+    pub(crate) fn load(&self, sample: &Sample, from_source: impl FnOnce() -> Result<Loaded>) -> Result<(Loaded, Origin)> {
+        if let Some(p) = self.memory.decoded.get(sample.id) {
+            return Ok((Loaded::Pixels(p), Origin::Decoded));
+        }
+        if let Some(b) = self.memory.encoded.get(sample.id) {
+            return Ok((Loaded::Bytes(b), Origin::Encoded));
+        }
+        self.loads.run(sample.id, || match self.from_disk(sample) {
+            Some(loaded) => Ok((loaded, Origin::Disk)),
+            None => from_source().map(|l| (l, Origin::Source)),
+        })
+    }
+
+    /// The encoded bytes held in memory.
+    pub(crate) fn encoded(&self, sample: &Sample) -> Option<Arc<[u8]>> {
+        self.memory.encoded.get(sample.id)
+    }
+
+    /// The disk tier's key for a version of a sample's file: its relative path and identity.
+    fn disk_key(&self, sample: &Sample, meta: &FileMeta) -> u64 {
+        let rel = sample.path.strip_prefix(&self.root).unwrap_or(&sample.path);
+        disk::key_of(rel, &meta.identity)
+    }
+
+    /// The sample from the disk tier (decoded pixels first, then encoded bytes) for the version
+    /// resolved, promoted into the memory form while it has room. A damaged entry reads as a
+    /// miss (the tier drops it).
+    fn from_disk(&self, sample: &Sample) -> Option<Loaded> {
+        let disk = self.disk.as_ref()?;
+        match disk.get(self.disk_key(sample, &sample.meta))? {
+            DiskHit::Pixels(pixels) => {
+                let pixels = Arc::new(pixels);
+                self.memory.decoded.admit(sample.id, Arc::clone(&pixels));
+                Some(Loaded::Pixels(pixels))
+            }
+            DiskHit::Bytes(bytes) => {
+                let bytes: Arc<[u8]> = bytes.into();
+                self.memory.encoded.admit(sample.id, Arc::clone(&bytes));
+                Some(Loaded::Bytes(bytes))
+            }
+        }
+    }
+
+    /// What a read of `bytes` should make for `want`, given the room each form has now (and
+    /// `out_len`, the bytes of one augmented output). A version older than one seen meanwhile
+    /// (`current` false), or a mount without a cache, keeps nothing.
+    pub(crate) fn admission(&self, bytes: &[u8], want: Admit, current: bool, out_len: u64) -> Admission {
+        if !self.memory.enabled() || !current {
+            return Admission { decode: false, spare: false };
+        }
+        // The header is in hand: no second read of the file for its size.
+        let decoded_len = pipeline::probe_size(std::io::Cursor::new(bytes)).map_or(0, |s| s.area() * 3);
+        // A full decode (rather than the region fast path) only when the pixels are kept; a spare
+        // augmentation only when the pixels are in hand anyway (it then costs a resample, not a
+        // second decode). Otherwise the refill fills augmented room, off the request path.
+        let keep_pixels = decoded_len > 0 && self.memory.decoded.has_room_for(decoded_len);
+        let spare = want == (Admit::Augmented { spare: true })
+            && keep_pixels
+            && self.memory.augmented.has_room_for(out_len);
+        Admission { decode: spare || keep_pixels || want == Admit::Pixels, spare }
+    }
+
+    /// Keeps what a read of `sample` (the version `meta`) made: a spare output in augmented, the
+    /// pixels in decoded while it has room, else the bytes in encoded; the pixels, or else the
+    /// bytes, spill to the disk tier. A version older than one seen meanwhile (`current` false)
+    /// goes to the disk tier only, under its own key.
+    pub(crate) fn keep(&self, sample: &Sample, meta: &FileMeta, current: bool, made: Made) {
+        let key = self.disk.as_ref().map(|_| self.disk_key(sample, meta));
+        if current && self.memory.enabled() {
+            if let Some(spare) = made.spare {
+                self.memory.augmented.admit(sample.id, AugmentedEntry::fresh(spare));
+            }
+            let pixels_kept = made.pixels.as_ref().is_some_and(|p| self.memory.decoded.admit(sample.id, Arc::clone(p)));
+            if !pixels_kept {
+                self.memory.encoded.admit(sample.id, Arc::clone(&made.bytes));
+            }
+        }
+        self.spill(key, made.pixels.as_ref(), &made.bytes);
+    }
+
+    /// Spills what a miss produced to the disk tier: the pixels, or the source bytes when the
+    /// pixels do not fit (augmented outputs never go to disk). Queued, not written, here.
+    fn spill(&self, key: Option<u64>, pixels: Option<&Arc<Rgb>>, bytes: &Arc<[u8]>) {
+        let (Some(disk), Some(key)) = (self.disk.as_ref(), key) else { return };
+        let pixels_spilled = pixels.is_some_and(|p| disk.admit_decoded(key, Arc::clone(p)));
+        if !pixels_spilled && !disk.contains(DiskKind::Decoded, key) {
+            disk.admit_encoded(key, Arc::clone(bytes));
+        }
+    }
+
+    /// Writes out the disk tier's queued entries: the end of a mount.
+    pub(crate) fn flush(&self) {
+        if let Some(disk) = &self.disk {
+            if !disk.flush(Duration::from_secs(10)) {
+                tracing::warn!("the disk tier's queued writes did not finish within 10 s; some are lost");
+            }
+        }
+    }
+
+    /// The memory tiers' figures, with the disk tier's under `disk` (null without one).
+    pub(crate) fn stats(&self) -> serde_json::Value {
+        let mut stats = self.memory.stats();
+        if let Some(obj) = stats.as_object_mut() {
+            obj.insert("disk".into(), self.disk.as_ref().map_or(serde_json::Value::Null, DiskCache::stats));
+        }
+        stats
+    }
+}
+
+/// What a read from the source made: its bytes, the full pixels when the admission asked for
+/// them, and a spare augmentation.
+pub(crate) struct Made {
+    pub(crate) bytes: Arc<[u8]>,
+    pub(crate) pixels: Option<Arc<Rgb>>,
+    pub(crate) spare: Option<Arc<[u8]>>,
+}

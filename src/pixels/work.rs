@@ -1,0 +1,136 @@
+//! The mount's pixel work: each fresh augmentation's draw (never a crop served before), the
+//! decodes and augmentations themselves, timed in the CPU time they took (the model's `t_da`
+//! and `t_a`), and the encoding of what is served.
+//!
+//! It holds no cache and does no I/O; a failure is the [`PixelError`] the pipeline gave, and
+//! whoever asked decides what a failed sample means (the serving path marks it bad).
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use crate::config::{Config, OutputConfig};
+use crate::pixels::augment::AugmentOp;
+use crate::pixels::augment::plan_sample;
+use crate::pixels::output;
+use crate::pixels::pipeline::{self, PixelError};
+use crate::shared::{draw_rng, Rgb, Size2};
+use crate::source::catalog::FileId;
+use crate::stats::{bump, Stats};
+
+/// Pixel work for one mount: see the module documentation.
+pub(crate) struct PixelWork {
+    /// Augmentations drawn so far of each sample: the next draw's index, so no draw repeats.
+    draws: Vec<AtomicU32>,
+    seed: u64,
+    augment: Vec<AugmentOp>,
+    output: OutputConfig,
+    max_pixels: u64,
+    augmented_size: Size2,
+    /// Bytes of one augmented output.
+    out_len: u64,
+    stats: Arc<Stats>,
+}
+
+/// Which rate a timed piece of pixel work feeds.
+#[derive(Clone, Copy)]
+enum Timing {
+    /// A full decode (decoded view, or a miss keeping pixels).
+    Decode,
+    /// Decode and augment from encoded bytes (the model's `t_da`).
+    DecodeAugment,
+    /// Augment from decoded pixels (the model's `t_a`).
+    AugmentPixels,
+}
+
+impl PixelWork {
+    pub(crate) fn new(config: &Config, files: usize, stats: Arc<Stats>) -> PixelWork {
+        let augmented_size = config.augmented_size().unwrap_or(Size2::new(224, 224));
+        PixelWork {
+            draws: (0..files).map(|_| AtomicU32::new(0)).collect(),
+            seed: config.seed,
+            augment: config.augment.clone(),
+            output: config.output.clone(),
+            max_pixels: config.max_pixels,
+            augmented_size,
+            out_len: output::encoded_len(&config.output, augmented_size),
+            stats,
+        }
+    }
+
+    /// The size of every augmented output.
+    pub(crate) fn augmented_size(&self) -> Size2 {
+        self.augmented_size
+    }
+
+    /// Bytes of one augmented output.
+    pub(crate) fn out_len(&self) -> u64 {
+        self.out_len
+    }
+
+    /// A fresh augmentation of `id` from its full pixels.
+    pub(crate) fn augment_pixels(&self, id: FileId, pixels: &Rgb) -> Result<Arc<[u8]>, PixelError> {
+        let mut rng = self.next_draw(id);
+        let plan = plan_sample(&self.augment, Size2::new(pixels.width, pixels.height), &mut rng);
+        let out = self.timed(Timing::AugmentPixels, || pipeline::augment_pixels(pixels, &plan))?;
+        Ok(self.encode(&out))
+    }
+
+    /// A fresh augmentation of `id` from its encoded bytes: only what the crop needs is decoded.
+    pub(crate) fn decode_augment(&self, id: FileId, bytes: &[u8]) -> Result<Arc<[u8]>, PixelError> {
+        let mut rng = self.next_draw(id);
+        let out = self.timed(Timing::DecodeAugment, || {
+            let size = pipeline::probe_size(std::io::Cursor::new(bytes))?;
+            pipeline::check_pixels(size, self.max_pixels)?;
+            let plan = plan_sample(&self.augment, size, &mut rng);
+            pipeline::augment(bytes, &plan, self.max_pixels)
+        })?;
+        Ok(self.encode(&out))
+    }
+
+    /// The full pixels of encoded bytes.
+    pub(crate) fn decode_full(&self, bytes: &[u8]) -> Result<Rgb, PixelError> {
+        self.timed(Timing::Decode, || pipeline::decode_full(bytes, self.max_pixels))
+    }
+
+    /// Full pixels as the `decoded` view serves them.
+    pub(crate) fn encode(&self, pixels: &Rgb) -> Arc<[u8]> {
+        output::encode(&self.output, pixels).into()
+    }
+
+    /// The random source of `id`'s next augmentation: (seed, 0, draw, sample), a new draw each
+    /// call.
+    fn next_draw(&self, id: FileId) -> impl rand::Rng {
+        let draw = u64::from(self.draws[id as usize].fetch_add(1, Ordering::Relaxed));
+        draw_rng(self.seed, 0, draw, u64::from(id))
+    }
+
+    /// Runs pixel work, timing it into stats. The time is this thread's CPU time, not wall
+    /// time: with more decode threads than cores, wall time would count a core's time once per
+    /// thread sharing it, and the model's CPU rates (per core, times the cores) would come out
+    /// too low.
+    fn timed(&self, kind: Timing, work: impl FnOnce() -> Result<Rgb, PixelError>) -> Result<Rgb, PixelError> {
+        let started = thread_cpu_nanos();
+        let pixels = work()?;
+        let nanos = thread_cpu_nanos().saturating_sub(started).max(1);
+        let (count, total) = match kind {
+            Timing::Decode => (&self.stats.full_decodes, &self.stats.full_decode_nanos),
+            Timing::DecodeAugment => (&self.stats.decode_augments, &self.stats.decode_augment_nanos),
+            Timing::AugmentPixels => (&self.stats.pixel_augments, &self.stats.pixel_augment_nanos),
+        };
+        bump(count, 1);
+        bump(total, nanos);
+        Ok(pixels)
+    }
+}
+
+/// CPU time the calling thread has used, nanoseconds.
+fn thread_cpu_nanos() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec we own.
+    let ok = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } == 0;
+    if ok {
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    } else {
+        0
+    }
+}

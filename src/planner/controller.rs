@@ -1,0 +1,279 @@
+//! The plan's control loop, owned in one place: the split made at mount from calibration
+//! ([`PlanController::plan_at_mount`]), re-made about once a second from what the mount
+//! measures while serving ([`PlanController::tick`]: the pixel rates, the source's rate, the
+//! serving rate `t_serve`, and how many jobs share the cache), applied to the cache as budgets,
+//! and shown in `stats.json` ([`PlanController::plan_json`]).
+//!
+//! The models it asks are the pure functions of [`crate::planner`]; what it measures comes from
+//! the mount's counters ([`Stats`]) and the machine's CPU time.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::cache::{SampleCache, ENTRY_OVERHEAD};
+use crate::config::{Config, EvictionPolicy, SplitChoice};
+use crate::planner::calibrate::{self, machine_busy_seconds};
+use crate::planner::{Model, PlanParams, Split};
+use crate::source::catalog::{Catalog, FileId};
+use crate::stats::Stats;
+use crate::sync::{LockExt, Mutex};
+
+/// How many timed samples the plan waits for before it trusts live rates over the mount-time
+/// calibration.
+const REPLAN_MIN_SAMPLES: u64 = 64;
+
+/// Samples an interval of the serving probe must have served to count.
+const SERVE_PROBE_MIN: u64 = 200;
+
+/// The split a cache starts with: the configured one, or, until the model has measured inputs,
+/// one that favours the forms that save CPU per epoch.
+pub(crate) fn initial_split(choice: SplitChoice) -> Split {
+    match choice {
+        SplitChoice::Fixed(split) => split,
+        SplitChoice::Auto => Split::new(0, 50, 50).expect("sums to 100"),
+    }
+}
+
+/// The plan's owner: see the module documentation.
+pub(crate) struct PlanController {
+    split: SplitChoice,
+    policy: EvictionPolicy,
+    /// Decodes that can run at once (the model's CPU rates are per thread times these).
+    threads: f64,
+    /// The source's read limit, bytes a second, if one is set.
+    read_limit: Option<u64>,
+    cache: Arc<SampleCache>,
+    stats: Arc<Stats>,
+    /// The plan in force (split, prediction, inputs).
+    plan: Mutex<Option<PlanState>>,
+    /// Jobs active now: how many share each augmented output (the model's `jobs`).
+    jobs_sharing: AtomicU32,
+    /// The mount's own serving rate (the model's `t_serve`).
+    serve: Mutex<ServeProbe>,
+}
+
+struct PlanState {
+    doc: serde_json::Value,
+    params: PlanParams,
+    /// Timed samples (both paths) when the plan was last made.
+    timed: u64,
+}
+
+/// Measures `t_serve`: see [`PlanController::probe_serve`].
+struct ServeProbe {
+    at: Instant,
+    opens: u64,
+    work: u64,
+    best: Option<f64>,
+    /// The machine's busy core-seconds and the pixel work's CPU nanoseconds at `at`.
+    busy: Option<f64>,
+    pixel_ns: u64,
+    /// Over the intervals that served enough: samples served, and core-seconds spent on them
+    /// beyond the pixel work.
+    costed: (u64, f64),
+}
+
+impl PlanController {
+    pub(crate) fn new(config: &Config, read_limit: Option<u64>, cache: Arc<SampleCache>, stats: Arc<Stats>) -> PlanController {
+        PlanController {
+            split: config.cache.split,
+            policy: config.cache.policy,
+            threads: config.decode_parallelism() as f64,
+            read_limit,
+            cache,
+            stats,
+            plan: Mutex::new(None),
+            jobs_sharing: AtomicU32::new(1),
+            serve: Mutex::new(ServeProbe {
+                at: Instant::now(),
+                opens: 0,
+                work: 0,
+                best: None,
+                busy: machine_busy_seconds(),
+                pixel_ns: 0,
+                costed: (0, 0.0),
+            }),
+        }
+    }
+
+    /// Measures the model's inputs on a few samples (their bytes from `read`) and applies the
+    /// split: the best one for `split: auto`, else the configured one, with the model's
+    /// prediction for it in stats either way.
+    pub(crate) fn plan_at_mount(&self, catalog: &Catalog, config: &Config, read: impl Fn(FileId) -> Option<Vec<u8>>) {
+        if !self.cache.enabled() {
+            return;
+        }
+        let Some(calibration) = calibrate::measure(catalog, config, read) else {
+            tracing::warn!("no sample could be timed; keeping split {}", self.cache.split());
+            return;
+        };
+        let mut params = calibration.params;
+        if let Some(limit) = self.read_limit {
+            params.b_storage = params.b_storage.min(limit as f64);
+        }
+        self.apply(params, "mount-time calibration", calibration.samples_timed as u64);
+    }
+
+    /// One turn of the loop (about once a second): `jobs` share the cache now; re-plans from the
+    /// rates measured while serving once enough samples were timed since the last plan, or the
+    /// serving rate or the jobs moved. Returns whether it re-planned.
+    pub(crate) fn tick(&self, jobs: usize) -> bool {
+        self.set_jobs_sharing(jobs);
+        self.replan_from_live_rates()
+    }
+
+    /// Sets how many jobs are active (they share each augmented output); under `policy: auto`
+    /// the cache evicts by LRU while more than one is.
+    fn set_jobs_sharing(&self, jobs: usize) {
+        self.jobs_sharing.store(jobs.max(1) as u32, Ordering::Relaxed);
+        if self.policy == EvictionPolicy::Auto {
+            self.cache.set_lru(jobs > 1);
+        }
+        self.cache.set_shared_outputs(jobs > 1);
+    }
+
+    /// Re-plans from the rates measured while serving: decode+augment and augment-only rates
+    /// per thread times the decodes that can run at once, and the source's read rate.
+    fn replan_from_live_rates(&self) -> bool {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let t_serve = self.probe_serve();
+        let s = &self.stats;
+        let (da_n, da_ns) = (get(&s.decode_augments), get(&s.decode_augment_nanos));
+        let (a_n, a_ns) = (get(&s.pixel_augments), get(&s.pixel_augment_nanos));
+        let (full_n, full_ns) = (get(&s.full_decodes), get(&s.full_decode_nanos));
+        let (reads, read_ns, read_bytes) = (get(&s.source_reads), get(&s.source_read_nanos), get(&s.source_bytes_read));
+        let timed = da_n + a_n;
+        let jobs = self.jobs_sharing.load(Ordering::Relaxed).max(1);
+        let mut params = {
+            let plan = self.plan.lock_or_recover();
+            let moved = |p: &PlanState| {
+                let serve_moved = match (t_serve, p.params.t_serve) {
+                    (Some(now), Some(then)) => (now / then - 1.0).abs() > 0.2,
+                    (now, then) => now.is_some() != then.is_some(),
+                };
+                serve_moved || p.params.jobs != jobs
+            };
+            match plan.as_ref() {
+                Some(p) if timed >= p.timed + REPLAN_MIN_SAMPLES || moved(p) => p.params.clone(),
+                _ => return false,
+            }
+        };
+        if t_serve.is_some() {
+            params.t_serve = t_serve;
+        }
+        let threads = self.threads;
+        if da_n >= REPLAN_MIN_SAMPLES / 4 {
+            params.t_da = threads * da_n as f64 / (da_ns as f64 / 1e9).max(1e-9);
+        } else if full_n > 0 && a_n > 0 {
+            // Decoded-cache hits only: a full decode followed by an augment.
+            let per = full_ns as f64 / full_n as f64 + a_ns as f64 / a_n as f64;
+            params.t_da = threads * 1e9 / per.max(1.0);
+        }
+        if a_n >= REPLAN_MIN_SAMPLES / 4 {
+            params.t_a = threads * a_n as f64 / (a_ns as f64 / 1e9).max(1e-9);
+        }
+        if reads >= REPLAN_MIN_SAMPLES / 4 && read_ns > 0 {
+            // Behind a read limit the storage gives the limit: reads queued at the throttle take
+            // longer each, and bytes over their summed times would come out below it.
+            let rate = match self.read_limit {
+                Some(limit) => limit as f64,
+                None => read_bytes as f64 / (read_ns as f64 / 1e9),
+            };
+            params.b_storage = rate.min(1e12);
+            // The mean file as read while serving: calibration's dozen samples can miss it.
+            params.s_data = read_bytes as f64 / reads as f64;
+        }
+        self.apply(params, "rates measured while serving", timed);
+        true
+    }
+
+    /// One step of the serving-rate probe (called about once a second); the rate found so far.
+    ///
+    /// Serving costs CPU beyond the pixel work: FUSE round trips, copies and the readers' own
+    /// work on the same cores. With one reading stream it is the best rate of an interval of a
+    /// second that served at least [`SERVE_PROBE_MIN`] samples from the cache alone (no pixel
+    /// work, no source reads); until one has, the model's default. With several jobs, whose
+    /// misses never stop, it is the machine's busy core-seconds less the pixel work's CPU time,
+    /// per sample served, over the intervals that served enough: that also counts what a miss
+    /// costs beyond its timed pixel work (the source read, the output's encoding) at the jobs'
+    /// steady mix of hits and misses, and any other load on the machine. (With one stream that
+    /// mix changes from the first epoch to the second, so a lumped cost would mispredict both.)
+    fn probe_serve(&self) -> Option<f64> {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let s = &self.stats;
+        let opens = get(&s.encoded.opens) + get(&s.decoded.opens) + get(&s.augmented.opens);
+        let work = s.decodes() + get(&s.source_reads);
+        let pixel_ns = get(&s.full_decode_nanos) + get(&s.decode_augment_nanos) + get(&s.pixel_augment_nanos);
+        let busy = machine_busy_seconds();
+        let mut probe = self.serve.lock_or_recover();
+        let secs = probe.at.elapsed().as_secs_f64();
+        if secs >= 0.9 {
+            let served = opens.saturating_sub(probe.opens);
+            if work == probe.work && served >= SERVE_PROBE_MIN {
+                let rate = served as f64 / secs;
+                probe.best = Some(probe.best.map_or(rate, |b: f64| b.max(rate)));
+            }
+            let mut costed = probe.costed;
+            if let (Some(now), Some(then)) = (busy, probe.busy) {
+                let spent = now - then - pixel_ns.saturating_sub(probe.pixel_ns) as f64 / 1e9;
+                if served >= SERVE_PROBE_MIN && spent > 0.0 {
+                    costed = (costed.0 + served, costed.1 + spent);
+                }
+            }
+            *probe = ServeProbe { at: Instant::now(), opens, work, best: probe.best, busy, pixel_ns, costed };
+        }
+        let jobs = self.jobs_sharing.load(Ordering::Relaxed);
+        match (probe.best, probe.costed) {
+            // Core-seconds a sample on `cores` cores: the machine serves cores / that a second.
+            (_, (n, spent)) if jobs > 1 && n > 0 => Some(self.threads * n as f64 / spent),
+            (best, _) => best,
+        }
+    }
+
+    /// Makes the plan for `params` and applies it to the cache (logged when the split changes).
+    fn apply(&self, mut params: PlanParams, from: &str, timed: u64) {
+        params.jobs = self.jobs_sharing.load(Ordering::Relaxed).max(1);
+        let (split, evaluation) = match self.split {
+            SplitChoice::Auto => Model::Prepfs.best_split(&params),
+            SplitChoice::Fixed(split) => (split, Model::Prepfs.evaluate(&params, split)),
+        };
+        let previous = self.cache.split();
+        // Memory a form cannot use (it holds every sample) flows to the next form.
+        let budgets = crate::planner::budgets(&params, split, ENTRY_OVERHEAD as f64);
+        self.cache.set_split_budgets(split, budgets);
+        if previous != split || from.starts_with("mount") {
+            tracing::info!(
+                split = %split,
+                predicted_samples_per_s = format!("{:.0}", evaluation.samples_per_s),
+                t_da = format!("{:.0}", params.t_da),
+                t_a = format!("{:.0}", params.t_a),
+                b_storage_mb_s = format!("{:.0}", params.b_storage / 1e6),
+                from,
+                "cache plan"
+            );
+        }
+        let doc = serde_json::json!({
+            "split": split.as_array(),
+            "model": "prepfs",
+            "budgets": budgets,
+            "predicted_samples_per_s": evaluation.samples_per_s,
+            // Of the samples served, those not read from the source (with several jobs: what
+            // the jobs' hit rates should come to).
+            "predicted_hit_rate": 1.0 - evaluation.n_storage / (params.n_total.max(1) as f64),
+            "seneca_predicted_samples_per_s": Model::Seneca.evaluate(&params, split).samples_per_s,
+            // A first pass, with nothing cached yet: every sample a miss.
+            "predicted_cold_samples_per_s":
+                Model::Prepfs.evaluate(&PlanParams { s_cache: 0.0, ..params.clone() }, split).samples_per_s,
+            "inputs": params,
+            "from": from,
+            "samples_timed": timed,
+        });
+        *self.plan.lock_or_recover() = Some(PlanState { doc, params, timed });
+    }
+
+    /// The plan in force, for stats.
+    pub(crate) fn plan_json(&self) -> serde_json::Value {
+        self.plan.lock_or_recover().as_ref().map_or(serde_json::Value::Null, |p| p.doc.clone())
+    }
+}

@@ -1,0 +1,184 @@
+//! The serving path's middle: a resolved sample's bytes in one form (augmented, decoded,
+//! encoded) by the cheapest path that holds it, composed of the rooms that do the work.
+//!
+//! - the source ([`SampleReader`]): the sample was resolved once by the open (its path and
+//!   version, a [`Sample`]); reads, bad-sample marks;
+//! - the tiers ([`Tiers`]): memory, then disk, then a read of the source made here, once however
+//!   many requests miss together, and kept in Seneca's fill order;
+//! - the pixel work ([`PixelWork`]): fresh draws, decodes and augmentations, timed;
+//! - background work (`background.rs`): refill and prefetch, through the same path.
+//!
+//! The hot path reads top to bottom in [`SampleProducer::augmented`]: an augmented hit, else
+//! augment what the tiers hold or read. It knows nothing of inodes, handles or jobs' rules: the
+//! filesystem core decides *which* sample an open serves and resolves it, then asks for its
+//! bytes here. No lock is held across decoding or I/O.
+//!
+//! A sample the pixel work cannot make pixels of is marked bad here (refused in every view until
+//! its file changes); a failed source access keeps the source's `io::Error` as it came. The
+//! requests that wait on one load share its result, error included, typed as it is.
+
+mod background;
+
+use std::sync::Arc;
+
+use crate::cache::{Admit, AugmentedEntry, Loaded, Made, Origin, Tiers};
+use crate::error::Result;
+use crate::pixels::pipeline::PixelError;
+use crate::pixels::work::PixelWork;
+use crate::shared::Size2;
+use crate::source::catalog::Catalog;
+use crate::source::{Sample, SampleReader};
+use crate::stats::Stats;
+
+/// Who an augmented output is for, which decides what the cache keeps of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Consumer {
+    /// A top-level `augmented/` open: takes a cached output whole; a miss keeps a spare, fresh
+    /// augmentation for a later open while augmented has room.
+    TopLevel,
+    /// An open in a job's view (`bit` its used-by bit, `active` every active job's): uses a
+    /// cached output it has not used; a miss shares its own output with the other active jobs.
+    Job { bit: u64, active: u64 },
+    /// Prefetch: the output goes to the cache, unused.
+    Prefetch,
+}
+
+/// The producer: see the module documentation.
+pub(crate) struct SampleProducer {
+    catalog: Arc<Catalog>,
+    reader: Arc<SampleReader>,
+    tiers: Tiers,
+    pixels: PixelWork,
+    stats: Arc<Stats>,
+}
+
+impl SampleProducer {
+    pub(crate) fn new(
+        catalog: Arc<Catalog>,
+        reader: Arc<SampleReader>,
+        tiers: Tiers,
+        pixels: PixelWork,
+        stats: Arc<Stats>,
+    ) -> SampleProducer {
+        SampleProducer { catalog, reader, tiers, pixels, stats }
+    }
+
+    /// The size of every augmented output.
+    pub(crate) fn augmented_size(&self) -> Size2 {
+        self.pixels.augmented_size()
+    }
+
+    // ---- the three forms ----------------------------------------------------------------------
+
+    /// The bytes of one `augmented` file of `sample` for `consumer`, and where they came from.
+    pub(crate) fn augmented(&self, sample: &Sample, consumer: Consumer) -> Result<(Arc<[u8]>, Origin)> {
+        self.reader.refuse_known_bad(sample)?;
+        let cache = self.tiers.memory();
+        let hit = match consumer {
+            Consumer::TopLevel => cache.augmented.take(sample.id).map(|e| e.bytes),
+            Consumer::Job { bit, active } => cache.take_augmented_for_job(sample.id, bit, active),
+            Consumer::Prefetch => None,
+        };
+        if let Some(out) = hit {
+            return Ok((out, Origin::Augmented));
+        }
+        // Another active job will be handed this job's output; else a spare is worth making.
+        let shared = matches!(consumer, Consumer::Job { bit, active } if active & !bit != 0);
+        let spare = !shared && consumer != Consumer::Prefetch;
+        let (loaded, origin) = self.load(sample, Admit::Augmented { spare })?;
+        let out = self.augment(sample, &loaded)?;
+        match consumer {
+            // Shared with the other active jobs (Seneca): dropped once they all used it.
+            Consumer::Job { bit, .. } if shared => {
+                cache.augmented.admit(sample.id, AugmentedEntry { bytes: Arc::clone(&out), used_by: bit });
+            }
+            Consumer::Prefetch => {
+                cache.augmented.admit(sample.id, AugmentedEntry::fresh(Arc::clone(&out)));
+            }
+            _ => {}
+        }
+        Ok((out, origin))
+    }
+
+    /// The bytes of `sample`'s `decoded` file, and where they came from.
+    pub(crate) fn decoded(&self, sample: &Sample) -> Result<(Arc<[u8]>, Origin)> {
+        self.reader.refuse_known_bad(sample)?;
+        let (loaded, origin) = self.load(sample, Admit::Pixels)?;
+        let out = match loaded {
+            Loaded::Pixels(p) => self.pixels.encode(&p),
+            Loaded::Bytes(b) => {
+                let pixels = self.pixels.decode_full(&b).map_err(|why| self.bad(sample, why))?;
+                self.pixels.encode(&pixels)
+            }
+        };
+        Ok((out, origin))
+    }
+
+    /// The whole source bytes of `sample`, from the encoded cache or the source (then kept
+    /// while encoded has room), and where they came from.
+    pub(crate) fn encoded(&self, sample: &Sample) -> Result<(Arc<[u8]>, Origin)> {
+        if let Some(bytes) = self.tiers.encoded(sample) {
+            return Ok((bytes, Origin::Encoded));
+        }
+        let (bytes, meta) = self.reader.read(sample)?;
+        let current = self.reader.is_current(sample.id, &meta);
+        self.tiers.keep(sample, &meta, current, Made { bytes: Arc::clone(&bytes), pixels: None, spare: None });
+        Ok((bytes, Origin::Source))
+    }
+
+    // ---- the work ----------------------------------------------------------------------------
+
+    /// The sample as the tiers hold it, else read from the source and kept (see
+    /// [`SampleProducer::read_and_keep`]).
+    fn load(&self, sample: &Sample, want: Admit) -> Result<(Loaded, Origin)> {
+        self.tiers.load(sample, || self.read_and_keep(sample, want))
+    }
+
+    /// Reads a sample from the source, makes what the fill order admits (full pixels, a spare
+    /// augmentation) and keeps it; returns the pixels when they were made, else the bytes.
+    fn read_and_keep(&self, sample: &Sample, want: Admit) -> Result<Loaded> {
+        let (bytes, meta) = self.reader.read(sample)?;
+        let current = self.reader.is_current(sample.id, &meta);
+        let admission = self.tiers.admission(&bytes, want, current, self.pixels.out_len());
+        if !admission.decode {
+            self.tiers.keep(sample, &meta, current, Made { bytes: Arc::clone(&bytes), pixels: None, spare: None });
+            return Ok(Loaded::Bytes(bytes));
+        }
+        let pixels = Arc::new(self.pixels.decode_full(&bytes).map_err(|why| self.bad(sample, why))?);
+        // A spare that fails is no loss: the pixels decoded, and the request is served.
+        let spare = admission.spare.then(|| self.pixels.augment_pixels(sample.id, &pixels).ok()).flatten();
+        self.tiers.keep(sample, &meta, current, Made { bytes, pixels: Some(Arc::clone(&pixels)), spare });
+        Ok(Loaded::Pixels(pixels))
+    }
+
+    /// One fresh augmentation of a loaded sample (a new draw: never a crop served before).
+    fn augment(&self, sample: &Sample, loaded: &Loaded) -> Result<Arc<[u8]>> {
+        let made = match loaded {
+            Loaded::Pixels(p) => self.pixels.augment_pixels(sample.id, p),
+            Loaded::Bytes(b) => self.pixels.decode_augment(sample.id, b),
+        };
+        made.map_err(|why| self.bad(sample, why))
+    }
+
+    /// A sample the pixel work failed on: marked bad, the reader's error.
+    fn bad(&self, sample: &Sample, why: PixelError) -> crate::error::Error {
+        self.reader.mark_bad(sample.id, &sample.path, why.into())
+    }
+
+    // ---- stats and the end of a mount ---------------------------------------------------------
+
+    /// The cache's figures, with the disk tier's under `disk` (null without one) and the read
+    /// limit.
+    pub(crate) fn cache_stats(&self) -> serde_json::Value {
+        let mut stats = self.tiers.stats();
+        if let Some(obj) = stats.as_object_mut() {
+            obj.insert("read_limit_bytes_per_s".into(), self.reader.read_limit().map_or(serde_json::Value::Null, Into::into));
+        }
+        stats
+    }
+
+    /// Writes out the disk tier's queued entries: the end of a mount.
+    pub(crate) fn flush(&self) {
+        self.tiers.flush();
+    }
+}
