@@ -1,0 +1,44 @@
+//! The `.prepfs/` control files: who may read them, and `stats.json`'s content (`config.yaml`
+//! serves the effective configuration, [`crate::config::Config::to_yaml`]).
+
+use super::Filesystem;
+
+impl Filesystem {
+    /// `.prepfs/` and its files: the owner's only, unless `control_public`.
+    pub(super) fn control_perm(&self, dir: bool) -> u16 {
+        match (self.config().access.control_public, dir) {
+            (true, true) => 0o555,
+            (true, false) => 0o444,
+            (false, true) => 0o500,
+            (false, false) => 0o400,
+        }
+    }
+
+    /// Bytes of opportunistic-sampling metadata: the status byte per sample and every active
+    /// job's bits.
+    pub fn ods_metadata_bytes(&self) -> usize {
+        self.cache().status.bytes() + self.jobs.active().iter().map(|j| j.state_bytes()).sum::<usize>()
+    }
+
+    /// The live figures, as served in `.prepfs/stats.json`.
+    pub fn stats_json(&self) -> String {
+        let catalog = self.catalog();
+        let extra = serde_json::json!({
+            "source": self.config().source,
+            "samples": catalog.sample_count(),
+            "files": catalog.file_count(),
+            "directories": catalog.dir_count(),
+            "stem_collisions": catalog.stem_collisions,
+            "catalog_bytes_per_sample": catalog.bytes_per_sample(),
+            "cache": self.producer.cache_stats(),
+            "plan": self.plan.plan_json(),
+            "jobs": self.jobs.stats(),
+            "ods_metadata_bytes": self.ods_metadata_bytes(),
+            "open_bytes": self.open_budget.held(),
+            "max_open_bytes": self.config().access.max_open_bytes,
+        });
+        let mut text = serde_json::to_string_pretty(&self.stats().to_json(extra)).unwrap_or_default();
+        text.push('\n');
+        text
+    }
+}

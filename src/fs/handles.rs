@@ -1,0 +1,189 @@
+//! Open file handles: what a handle serves ([`HandleData`]) and pins against the open budget, the
+//! sharded table of them, and read and release.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::open_budget::Lease;
+use super::{Caller, DirEntry, Filesystem};
+use crate::error::{Error, Result};
+use crate::sampling::Job;
+use crate::shared::Form;
+use crate::source::catalog::FileId;
+use crate::source::SourceFile;
+use crate::stats::bump;
+use crate::sync::{LockExt, Mutex};
+
+/// How the kernel should cache an opened file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CachePolicy {
+    /// Immutable content: keep the page cache across opens (`FOPEN_KEEP_CACHE`).
+    KeepCache,
+    /// Content differs per open: bypass the page cache (`FOPEN_DIRECT_IO`).
+    DirectIo,
+    /// Immutable content whose source changed since the kernel may have cached it: drop the
+    /// page cache at this open (neither flag), keep it again from the next open on.
+    Refresh,
+}
+
+/// What `open` returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Opened {
+    pub fh: u64,
+    pub cache: CachePolicy,
+}
+
+/// An open handle: what it serves, and the bytes it pins leased from the open budget.
+pub(super) struct Handle {
+    pub(super) data: HandleData,
+    _lease: Option<Lease>,
+}
+
+/// What an open handle serves.
+pub(super) enum HandleData {
+    /// A source file read through on demand (the top-level `encoded` view).
+    Source { file: Arc<dyn SourceFile> },
+    /// Bytes produced at open and pinned to the handle; in a job's view, the sample served.
+    Bytes { bytes: Arc<[u8]>, form: Form, served: Option<Served> },
+    /// A directory listing snapshotted at `opendir`.
+    Listing(Vec<DirEntry>),
+    /// The control files' text.
+    Control(Arc<[u8]>),
+}
+
+/// The sample a job-view handle serves. It counts as served to the job at its first read;
+/// dropped unread (the last handle sharing it released), it gives its claim back.
+pub(super) struct Served {
+    pub(super) job: Arc<Job>,
+    pub(super) sample: FileId,
+    pub(super) claimed: bool,
+    pub(super) read: AtomicBool,
+    /// The key of the handle in [`Filesystem::shares`].
+    pub(super) share: (u32, Form, FileId),
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if self.claimed && !self.read.load(Ordering::Relaxed) {
+            self.job.unclaim(self.sample);
+        }
+    }
+}
+
+impl HandleData {
+    /// Bytes of memory the handle pins while open.
+    fn pinned_bytes(&self) -> u64 {
+        match self {
+            HandleData::Source { .. } => 0,
+            HandleData::Bytes { bytes, .. } | HandleData::Control(bytes) => bytes.len() as u64,
+            HandleData::Listing(entries) => {
+                entries.iter().map(|e| (std::mem::size_of::<DirEntry>() + e.name.len()) as u64).sum()
+            }
+        }
+    }
+}
+
+/// Open handles, sharded so that many FUSE threads rarely meet on one lock.
+pub(super) struct HandleTable {
+    next: AtomicU64,
+    shards: Vec<Mutex<HashMap<u64, Arc<Handle>>>>,
+}
+
+const HANDLE_SHARDS: usize = 16;
+
+impl HandleTable {
+    pub(super) fn new() -> Self {
+        HandleTable {
+            next: AtomicU64::new(1),
+            shards: (0..HANDLE_SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+        }
+    }
+    fn shard(&self, fh: u64) -> &Mutex<HashMap<u64, Arc<Handle>>> {
+        &self.shards[fh as usize % HANDLE_SHARDS]
+    }
+    pub(super) fn insert(&self, data: Arc<Handle>) -> u64 {
+        let fh = self.next.fetch_add(1, Ordering::Relaxed);
+        self.shard(fh).lock_or_recover().insert(fh, data);
+        fh
+    }
+    pub(super) fn get(&self, fh: u64) -> Result<Arc<Handle>> {
+        let shard = self.shard(fh).lock_or_recover();
+        shard.get(&fh).cloned().ok_or(Error::BadHandle)
+    }
+    pub(super) fn remove(&self, fh: u64) -> Option<Arc<Handle>> {
+        self.shard(fh).lock_or_recover().remove(&fh)
+    }
+}
+
+impl Filesystem {
+    /// A handle for `data`, its bytes leased from the open budget (waiting a moment for
+    /// releases when the budget is spent, then refused).
+    pub(super) fn pin(&self, data: HandleData, caller: Caller) -> Result<Arc<Handle>> {
+        let bytes = data.pinned_bytes();
+        let lease = if bytes == 0 {
+            None
+        } else {
+            match self.open_budget.lease(caller.uid, self.privileged(caller), bytes) {
+                Some(lease) => Some(lease),
+                None => {
+                    bump(&self.stats().opens_refused, 1);
+                    crate::warn_limited!("open-budget", uid = caller.uid, "open refused: open files pin max_open_bytes");
+                    return Err(Error::TooManyOpen);
+                }
+            }
+        };
+        Ok(Arc::new(Handle { data, _lease: lease }))
+    }
+
+    /// Reads up to `size` bytes at `offset` of an open file and hands them to `reply`. The first
+    /// read of a job-view handle counts its sample as served to the job.
+    pub fn read<R>(&self, fh: u64, offset: u64, size: u32, reply: impl FnOnce(Result<&[u8]>) -> R) -> R {
+        let handle = match self.handles.get(fh) {
+            Ok(h) => h,
+            Err(e) => return reply(Err(e)),
+        };
+        match &handle.data {
+            HandleData::Bytes { bytes, form, served } => {
+                if let Some(s) = served {
+                    if !s.read.swap(true, Ordering::Relaxed) {
+                        s.job.mark_served(s.sample, s.claimed);
+                        s.job.touch(self.jobs.now_ms());
+                    }
+                }
+                let start = (offset as usize).min(bytes.len());
+                let end = start.saturating_add(size as usize).min(bytes.len());
+                bump(&self.counters(*form).bytes_served, (end - start) as u64);
+                reply(Ok(&bytes[start..end]))
+            }
+            HandleData::Control(bytes) => {
+                let start = (offset as usize).min(bytes.len());
+                let end = start.saturating_add(size as usize).min(bytes.len());
+                reply(Ok(&bytes[start..end]))
+            }
+            HandleData::Source { file } => match self.reader.read_at(file, offset, size) {
+                Ok(buf) => {
+                    bump(&self.stats().encoded.bytes_served, buf.len() as u64);
+                    reply(Ok(&buf))
+                }
+                Err(e) => reply(Err(e)),
+            },
+            HandleData::Listing(_) => reply(Err(Error::IsADirectory)),
+        }
+    }
+
+    /// Releases an open file.
+    pub fn release(&self, fh: u64) {
+        let Some(data) = self.handles.remove(fh) else { return };
+        self.stats().open_handles.fetch_sub(1, Ordering::Relaxed);
+        if let HandleData::Bytes { served: Some(served), .. } = &data.data {
+            // The last handle sharing this content: forget the share.
+            if Arc::strong_count(&data) == 1 {
+                let mut shares = self.shares.lock_or_recover();
+                if shares.get(&served.share).is_some_and(|w| w.as_ptr() == Arc::as_ptr(&data)) {
+                    shares.remove(&served.share);
+                }
+            }
+        }
+    }
+}

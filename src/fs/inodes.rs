@@ -1,0 +1,94 @@
+//! Inode numbers: the nodes of the mount ([`Node`]), the views they belong to ([`View`]), and how
+//! a node packs into an inode number and back. Inodes are computed, never allocated.
+
+use crate::shared::Form;
+use crate::source::catalog::{DirId, FileId};
+
+/// A view: one form of the whole tree, top-level or one job's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct View {
+    pub form: Form,
+    /// 0 for the top-level views, else the code of the job (see [`crate::sampling::Job::code`]).
+    pub job: u32,
+}
+
+impl View {
+    /// A top-level view.
+    pub fn top(form: Form) -> View {
+        View { form, job: 0 }
+    }
+}
+
+/// A node of the mount.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Node {
+    Root,
+    /// `.prepfs/`
+    ControlDir,
+    /// `.prepfs/stats.json`
+    StatsFile,
+    /// `.prepfs/config.yaml`
+    ConfigFile,
+    /// `jobs/`
+    JobsDir,
+    /// `jobs/<job>/`, by the job's code.
+    JobRoot(u32),
+    Dir(View, DirId),
+    File(View, FileId),
+}
+
+// Inode numbers: the fixed nodes are 1 to 5; the others pack, from the top, the job code
+// (24 bits, 0 for top-level views), a kind (4 bits), the form (2 bits) and a catalog index
+// (32 bits).
+pub(super) const ROOT_INO: u64 = 1;
+const CONTROL_DIR_INO: u64 = 2;
+const STATS_INO: u64 = 3;
+const CONFIG_INO: u64 = 4;
+pub(super) const JOBS_DIR_INO: u64 = 5;
+const JOB_SHIFT: u32 = 40;
+const KIND_SHIFT: u32 = 36;
+const FORM_SHIFT: u32 = 34;
+const KIND_DIR: u64 = 1;
+const KIND_FILE: u64 = 2;
+const KIND_JOB_ROOT: u64 = 3;
+
+impl Node {
+    /// The inode number of this node.
+    pub fn ino(self) -> u64 {
+        let pack = |job: u32, kind: u64, form: Form, index: u32| {
+            u64::from(job) << JOB_SHIFT | kind << KIND_SHIFT | form.index() << FORM_SHIFT | u64::from(index)
+        };
+        match self {
+            Node::Root => ROOT_INO,
+            Node::ControlDir => CONTROL_DIR_INO,
+            Node::StatsFile => STATS_INO,
+            Node::ConfigFile => CONFIG_INO,
+            Node::JobsDir => JOBS_DIR_INO,
+            Node::JobRoot(code) => pack(code, KIND_JOB_ROOT, Form::Encoded, 0),
+            Node::Dir(view, d) => pack(view.job, KIND_DIR, view.form, d),
+            Node::File(view, f) => pack(view.job, KIND_FILE, view.form, f),
+        }
+    }
+
+    /// The node an inode number names, if it names one.
+    pub fn from_ino(ino: u64) -> Option<Node> {
+        match ino {
+            ROOT_INO => return Some(Node::Root),
+            CONTROL_DIR_INO => return Some(Node::ControlDir),
+            STATS_INO => return Some(Node::StatsFile),
+            CONFIG_INO => return Some(Node::ConfigFile),
+            JOBS_DIR_INO => return Some(Node::JobsDir),
+            _ => {}
+        }
+        let job = (ino >> JOB_SHIFT) as u32;
+        let form = Form::from_index((ino >> FORM_SHIFT) & 3)?;
+        let index = ino as u32;
+        let view = View { form, job };
+        match (ino >> KIND_SHIFT) & 0xf {
+            KIND_DIR => Some(Node::Dir(view, index)),
+            KIND_FILE => Some(Node::File(view, index)),
+            KIND_JOB_ROOT if job != 0 => Some(Node::JobRoot(job)),
+            _ => None,
+        }
+    }
+}

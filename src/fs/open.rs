@@ -1,0 +1,192 @@
+//! Opening a file, the hot path, read top to bottom: resolve the inode, then the sample once
+//! (its path and the version `stat` finds: a [`Sample`] every later step takes); in a top-level view produce the requested sample, in a job's view let opportunistic
+//! sampling choose the sample to serve (and queue prefetch along the job's listing); pin the
+//! bytes to a handle.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Weak};
+
+use super::handles::{Handle, HandleData, Served};
+use super::{CachePolicy, Caller, Filesystem, Node, Opened, View};
+use crate::error::{Error, Result};
+use crate::cache::Origin;
+use crate::producer::Consumer;
+use crate::sampling::Jobs;
+use crate::shared::Form;
+use crate::source::catalog::FileId;
+use crate::source::{Observed, Sample};
+use crate::stats::bump;
+use crate::sync::LockExt;
+
+impl Filesystem {
+    /// Resolves `file` for this request: its path and the version `stat` finds, checked
+    /// against the one seen before; a changed file's inodes in every view are queued for the
+    /// kernel to drop what it cached of them.
+    pub(super) fn resolve(&self, file: FileId) -> Result<Sample> {
+        let (sample, observed) = self.reader.resolve(file)?;
+        if observed == Observed::Changed {
+            self.queue_stale(file);
+        }
+        Ok(sample)
+    }
+
+    /// Opens a file: for pixel views this decodes and augments (the caller runs it on the
+    /// decode pool) and pins the result to the returned handle.
+    pub fn open(&self, ino: u64, write: bool, caller: Caller) -> Result<Opened> {
+        if write {
+            return Err(Error::ReadOnly);
+        }
+        let node = Node::from_ino(ino).ok_or(Error::NotFound)?;
+        let (data, cache) = match node {
+            Node::Root | Node::ControlDir | Node::JobsDir | Node::JobRoot(_) | Node::Dir(..) => {
+                return Err(Error::IsADirectory)
+            }
+            Node::StatsFile => {
+                (self.pin(HandleData::Control(self.stats_json().into_bytes().into()), caller)?, CachePolicy::DirectIo)
+            }
+            Node::ConfigFile => {
+                (self.pin(HandleData::Control(self.config().to_yaml().into_bytes().into()), caller)?, CachePolicy::DirectIo)
+            }
+            Node::File(view, file) => {
+                if file as usize >= self.catalog().file_count() {
+                    return Err(Error::NotFound);
+                }
+                bump(&self.counters(view.form).opens, 1);
+                // Every open resolves the sample once (path, version): nothing stale is served.
+                let sample = self.resolve(file)?;
+                let (data, cache) = if view.job != 0 {
+                    (self.open_in_job(view, sample, caller)?, CachePolicy::DirectIo)
+                } else {
+                    self.open_top_level(view.form, &sample, caller)?
+                };
+                // Changed since the kernel may have cached its pages: this open drops them.
+                let cache = match cache {
+                    CachePolicy::KeepCache if self.refresh.clear(file) => CachePolicy::Refresh,
+                    other => other,
+                };
+                (data, cache)
+            }
+        };
+        bump(&self.stats().open_handles, 1);
+        Ok(Opened { fh: self.handles.insert(data), cache })
+    }
+
+    /// Whether opening `ino` needs no decoding or augmenting (a control file, or a sample the
+    /// cache holds in the form the view serves), so the caller may run it in place rather than
+    /// on the decode pool. A guess: the entry may be taken meanwhile, and the open then does the
+    /// work itself.
+    pub fn open_is_cheap(&self, ino: u64) -> bool {
+        match Node::from_ino(ino) {
+            Some(Node::File(view, file)) if (file as usize) < self.catalog().file_count() => match (view.job, view.form) {
+                // Opening a source file is I/O (it may be a network share).
+                (0, Form::Encoded) => false,
+                (0, form) => self.cache.rank(file, form) == form.top_rank(),
+                (_, form) => self.cache.rank(file, form) == form.top_rank() && self.jobs.by_code(view.job).is_some_and(|j| !j.has_seen(file)),
+            },
+            Some(Node::StatsFile | Node::ConfigFile) => true,
+            _ => false,
+        }
+    }
+
+    /// An open in a top-level view: the requested sample, always.
+    fn open_top_level(&self, form: Form, sample: &Sample, caller: Caller) -> Result<(Arc<Handle>, CachePolicy)> {
+        if form == Form::Encoded {
+            let (opened, observed) = self.reader.open(sample)?;
+            if observed == Observed::Changed {
+                self.queue_stale(sample.id);
+            }
+            return Ok((self.pin(HandleData::Source { file: opened }, caller)?, CachePolicy::KeepCache));
+        }
+        let (bytes, origin) = match form {
+            Form::Decoded => self.producer.decoded(sample)?,
+            _ => {
+                self.top_pass.mark(sample.id);
+                self.producer.augmented(sample, Consumer::TopLevel)?
+            }
+        };
+        let counters = self.counters(form);
+        bump(if origin.is_miss() { &counters.misses } else { &counters.hits }, 1);
+        let cache = if form == Form::Decoded { CachePolicy::KeepCache } else { CachePolicy::DirectIo };
+        Ok((self.pin(HandleData::Bytes { bytes, form, served: None }, caller)?, cache))
+    }
+
+    /// An open in a job's view: opportunistic sampling chooses the sample (the requested one, or
+    /// an unseen one of the same directory that is cached), prefetch is queued along the job's
+    /// listing, and the chosen sample's bytes are pinned to the handle.
+    fn open_in_job(&self, view: View, requested: Sample, caller: Caller) -> Result<Arc<Handle>> {
+        let job = self.job(view.job)?;
+        bump(&job.counters.opens, 1);
+        let share = (view.job, view.form, requested.id);
+        // PIL's second open of a path it holds open (to try mmap) sees the same content.
+        if let Some(shared) = self.shares.lock_or_recover().get(&share).and_then(Weak::upgrade) {
+            return Ok(shared);
+        }
+        let catalog = self.catalog();
+        if !catalog.is_image(requested.id) {
+            // Not a sample (a README in encoded/): served as it is, outside the job's epochs.
+            let (bytes, _) = self.producer.encoded(&requested)?;
+            return self.pin(HandleData::Bytes { bytes, form: view.form, served: None }, caller);
+        }
+        let dir = catalog.file_dir(requested.id);
+        let samples = catalog.images(dir);
+        let rank = |c: FileId| if self.reader.known_bad(c) { 0 } else { self.cache.rank_for_job(c, view.form, job.bit()) };
+        self.queue_prefetch(&job, view.form, dir, requested.id);
+        // A substitute that cannot be served is replaced, once, rather than fail the request.
+        let mut retried = false;
+        loop {
+            let choice = job.choose(requested.id, samples, rank, view.form.top_rank(), Jobs::scan_start(samples.len()), self.config().jobs.ods);
+            let served = Served { job: Arc::clone(&job), sample: choice.sample, claimed: choice.claimed, read: AtomicBool::new(false), share };
+            // A substitute is resolved like the requested sample: nothing stale is served.
+            let resolved = if choice.substituted { self.resolve(choice.sample) } else { Ok(requested.clone()) };
+            // The other active jobs that still need this sample this epoch.
+            let others = self.jobs_needing(choice.sample) & !job.bit();
+            let produced = resolved.and_then(|sample| match view.form {
+                Form::Augmented => {
+                    // Shared with the jobs that still need this sample this epoch: an output kept
+                    // for a job that has seen the sample would wait an epoch, clogging the room.
+                    let consumer = Consumer::Job { bit: job.bit(), active: others | job.bit() };
+                    self.producer.augmented(&sample, consumer)
+                }
+                Form::Decoded => self.producer.decoded(&sample),
+                Form::Encoded => self.producer.encoded(&sample),
+            });
+            let (bytes, origin) = match produced {
+                Ok(out) => out,
+                Err(e) => {
+                    // A sample that cannot be served counts as the job's (its epoch can end).
+                    job.mark_served(choice.sample, choice.claimed);
+                    drop(served);
+                    if !choice.substituted || retried {
+                        return Err(e);
+                    }
+                    retried = true;
+                    continue;
+                }
+            };
+            let c = &job.counters;
+            bump(
+                match origin {
+                    Origin::Augmented => &c.hits_augmented,
+                    Origin::Decoded => &c.hits_decoded,
+                    Origin::Encoded => &c.hits_encoded,
+                    Origin::Disk | Origin::Source => &c.misses,
+                },
+                1,
+            );
+            if choice.substituted {
+                bump(&c.substitutions, 1);
+            }
+            // The cache is the jobs' window: bytes and pixels no other job needs this epoch
+            // make room first, however this job was served (an augmented output is dropped
+            // once its jobs have used it).
+            if others == 0 {
+                self.cache().done_with(choice.sample);
+            }
+            let data = self.pin(HandleData::Bytes { bytes, form: view.form, served: Some(served) }, caller)?;
+            let mut shares = self.shares.lock_or_recover();
+            shares.retain(|_, w| w.strong_count() > 0);
+            shares.insert(share, Arc::downgrade(&data));
+            return Ok(data);
+        }
+    }
+}

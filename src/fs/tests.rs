@@ -1,0 +1,316 @@
+//! The core's unit tests: a filesystem over a generated dataset, called without FUSE.
+
+use super::*;
+use super::inodes::ROOT_INO;
+use std::ffi::OsStr;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use crate::config::Overrides;
+use crate::source::{Fault, FaultySource};
+use std::collections::HashSet;
+
+/// [`core`] reading its source through a fault-injecting [`FaultySource`].
+fn faulty_core(n: usize, yaml: &str) -> (tempfile::TempDir, Filesystem, Arc<FaultySource>) {
+    let (dir, fs) = core(n, yaml);
+    let faulty = Arc::new(FaultySource::new(LocalSource::new(&dir.path().join("src")).expect("root")));
+    let overrides = Overrides { source: Some(dir.path().join("src")), mountpoint: Some(dir.path().join("mnt")), seed: Some(3) };
+    let config = Config::parse(&format!("threads: 1\n{yaml}"), &overrides).expect("config");
+    let catalog = Catalog::scan(&config.source, |_| {}).expect("scan");
+    drop(fs);
+    let io: Arc<dyn SourceIo> = faulty.clone();
+    (dir, Filesystem::with_source(config, catalog, io).expect("filesystem"), faulty)
+}
+
+#[test]
+fn an_output_a_job_has_used_ranks_as_no_augmented_hit_for_it_but_does_for_the_others() {
+    let (_dir, fs) = core(2, "cache: { memory: 64MiB, split: 0-0-100, refill: false }\n");
+    let job_ino = |job: &str, name: &str| {
+        let jobs = fs.lookup(ROOT_INO, OsStr::new("jobs"), Caller::ROOT).expect("jobs").ino;
+        let root = fs.lookup(jobs, OsStr::new(job), Caller::ROOT).expect("job").ino;
+        let view = fs.lookup(root, OsStr::new("augmented"), Caller::ROOT).expect("view").ino;
+        let class = fs.lookup(view, OsStr::new("c0"), Caller::ROOT).expect("class").ino;
+        fs.lookup(class, OsStr::new(name), Caller::ROOT).expect("file").ino
+    };
+    job_ino("b", "s000.ppm"); // both jobs active: a miss's output is kept for the other
+    read_file(&fs, job_ino("a", "s000.ppm"));
+    let (a, b) = (fs.jobs().by_name("a").expect("a"), fs.jobs().by_name("b").expect("b"));
+    let served = (0..2).find(|&f| a.has_seen(f)).expect("a was served a sample");
+    assert_eq!(fs.cache.rank_for_job(served, Form::Augmented, b.bit()), 3, "b can take it");
+    assert!(fs.cache.rank_for_job(served, Form::Augmented, a.bit()) < 3, "a used it already");
+    // Kept for b while b needs the sample; dropped once b was served it another way.
+    assert_eq!(fs.drop_outputs_no_job_needs(), 0);
+    b.mark_served(served, false);
+    assert_eq!(fs.drop_outputs_no_job_needs(), 1);
+    assert_eq!(fs.cache().augmented.entries(), 0);
+}
+
+#[test]
+fn a_hung_source_fails_its_open_within_the_timeout_and_the_rest_still_serve() {
+    let (dir, fs, faulty) = faulty_core(3, "source: { path: /x, timeout: 1s }\ncache: { memory: 64MiB, refill: false }\n");
+    faulty.inject(&dir.path().join("src/c0/s001.jpg"), Fault::Hang);
+    let started = std::time::Instant::now();
+    let err = fs.open(ino_of(&fs, "augmented", "s001.ppm"), false, Caller::ROOT).expect_err("hung");
+    assert_eq!(err.errno(), libc::EIO, "{err}");
+    assert!(started.elapsed() < Duration::from_secs(5), "waited {:?}", started.elapsed());
+    for name in ["s000.ppm", "s002.ppm"] {
+        assert!(!read_file(&fs, ino_of(&fs, "augmented", name)).is_empty());
+    }
+    faulty.release_hangs();
+    fs.shutdown();
+}
+
+#[test]
+fn a_source_error_reaches_the_reader_as_its_errno_and_is_not_remembered() {
+    let (dir, fs, faulty) = faulty_core(2, "cache: { memory: 64MiB, refill: false }\n");
+    let path = dir.path().join("src/c0/s000.jpg");
+    let ino = ino_of(&fs, "decoded", "s000.ppm");
+    faulty.inject(&path, Fault::Error(std::io::ErrorKind::PermissionDenied));
+    assert_eq!(fs.open(ino, false, Caller::ROOT).expect_err("denied").errno(), libc::EACCES);
+    faulty.clear();
+    assert!(!read_file(&fs, ino).is_empty(), "a transient failure is not a bad sample");
+}
+
+#[test]
+fn a_changed_source_file_drops_its_cached_forms_and_its_inodes_are_made_stale() {
+    let (dir, fs) = core(2, "cache: { memory: 64MiB, split: 40-40-20, refill: false }\n");
+    let ino = ino_of(&fs, "decoded", "s000.ppm");
+    let first = read_file(&fs, ino);
+    assert!(fs.cache().status.held(0) != 0, "cached");
+    assert!(fs.stale.drain(Duration::ZERO).is_empty());
+    // Replace it (by rename) with a bigger image.
+    let path = dir.path().join("src/c0/s000.jpg");
+    let tmp = dir.path().join("src/c0/.new");
+    std::fs::write(&tmp, crate::pixels::pipeline::tests::photo_jpeg(640, 480, turbojpeg::Subsamp::Sub2x2)).expect("write");
+    std::fs::rename(&tmp, &path).expect("rename");
+    let attr = fs.getattr(ino).expect("getattr");
+    assert_eq!(attr.size, 3 * 640 * 480 + "P6\n640 480\n255\n".len() as u64, "the new size, not the one probed before");
+    let stale = fs.stale.drain(Duration::ZERO);
+    assert!(stale.contains(&ino) && stale.contains(&ino_of(&fs, "encoded", "s000.jpg")), "{stale:?}");
+    let opened = fs.open(ino, false, Caller::ROOT).expect("open");
+    let second = fs.read(opened.fh, 0, u32::MAX, |r| r.expect("read").to_vec());
+    fs.release(opened.fh);
+    assert_eq!(opened.cache, CachePolicy::Refresh, "the kernel's cached pages of it are dropped");
+    assert_ne!(first, second);
+    assert_eq!(second.len() as u64, attr.size);
+    assert_eq!(fs.stats().source_changes.load(Ordering::Relaxed), 1);
+    // Unchanged since: the page cache may be kept again.
+    assert_eq!(fs.open(ino, false, Caller::ROOT).expect("open").cache, CachePolicy::KeepCache);
+}
+
+/// A dataset of `n` photo-like JPEGs in one class, and a core over it with `cache_yaml`.
+fn core(n: usize, cache_yaml: &str) -> (tempfile::TempDir, Filesystem) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let class = dir.path().join("src/c0");
+    std::fs::create_dir_all(&class).expect("mkdir");
+    for i in 0..n {
+        let jpeg = crate::pixels::pipeline::tests::photo_jpeg(320 + 8 * i, 240, turbojpeg::Subsamp::Sub2x2);
+        std::fs::write(class.join(format!("s{i:03}.jpg")), jpeg).expect("write");
+    }
+    let overrides = Overrides {
+        source: Some(dir.path().join("src")),
+        mountpoint: Some(dir.path().join("mnt")),
+        seed: Some(3),
+    };
+    let config = Config::parse(&format!("threads: 1\n{cache_yaml}"), &overrides).expect("config");
+    let catalog = Catalog::scan(&config.source, |_| {}).expect("scan");
+    (dir, Filesystem::new(config, catalog).expect("filesystem"))
+}
+
+fn ino_of(fs: &Filesystem, view: &str, name: &str) -> u64 {
+    let root = fs.lookup(ROOT_INO, OsStr::new(view), Caller::ROOT).expect("view").ino;
+    let class = fs.lookup(root, OsStr::new("c0"), Caller::ROOT).expect("class").ino;
+    fs.lookup(class, OsStr::new(name), Caller::ROOT).expect("file").ino
+}
+
+/// Opens, reads whole and releases one file through the core, as the kernel would.
+fn read_file(fs: &Filesystem, ino: u64) -> Vec<u8> {
+    let opened = fs.open(ino, false, Caller::ROOT).expect("open");
+    let data = fs.read(opened.fh, 0, u32::MAX, |r| r.expect("read").to_vec());
+    fs.release(opened.fh);
+    data
+}
+
+fn epoch(fs: &Filesystem, n: usize) -> Vec<Vec<u8>> {
+    (0..n).map(|i| read_file(fs, ino_of(fs, "augmented", &format!("s{i:03}.ppm")))).collect()
+}
+
+fn source_bytes(fs: &Filesystem) -> u64 {
+    fs.stats().source_bytes_read.load(Ordering::Relaxed)
+}
+
+#[test]
+fn a_second_epoch_over_a_set_that_fits_reads_nothing_from_the_source() {
+    for split in ["0-100-0", "100-0-0", "0-50-50"] {
+        let (_dir, fs) = core(6, &format!("cache: {{ memory: 256MiB, split: {split}, refill: false }}\n"));
+        epoch(&fs, 6);
+        let after_first = source_bytes(&fs);
+        assert!(after_first > 0);
+        epoch(&fs, 6);
+        assert_eq!(source_bytes(&fs), after_first, "split {split}: epoch 2 read the source");
+    }
+}
+
+#[test]
+fn without_a_cache_every_open_reads_the_source() {
+    let (_dir, fs) = core(3, "cache: { memory: 0 }\n");
+    epoch(&fs, 3);
+    let first = source_bytes(&fs);
+    epoch(&fs, 3);
+    assert_eq!(source_bytes(&fs), 2 * first);
+}
+
+#[test]
+fn augmented_outputs_are_used_once_then_refilled_with_fresh_crops() {
+    let (_dir, fs) = core(5, "cache: { memory: 256MiB, split: 0-50-50, refill: false }\n");
+    let mut seen = HashSet::new();
+    for out in epoch(&fs, 5) {
+        assert!(seen.insert(out), "a crop was served twice");
+    }
+    // Epoch 1 kept one spare augmentation per sample; epoch 2 uses each once.
+    assert_eq!(fs.cache().augmented.entries(), 5);
+    for out in epoch(&fs, 5) {
+        assert!(seen.insert(out), "a crop was served twice");
+    }
+    assert_eq!(fs.cache().augmented.entries(), 0, "used outputs are dropped");
+    // The refill makes fresh ones from the decoded cache, without the source.
+    let before = source_bytes(&fs);
+    let mut cursor = 0;
+    while fs.refill_once(&mut cursor) {}
+    assert_eq!(fs.cache().augmented.entries(), 5);
+    assert_eq!(source_bytes(&fs), before);
+    for out in epoch(&fs, 5) {
+        assert!(seen.insert(out), "a refilled crop repeated an earlier one");
+    }
+    assert_eq!(fs.stats().refills.load(Ordering::Relaxed), 5);
+}
+
+#[test]
+fn the_refill_works_ahead_of_top_level_readers_from_the_source_and_stops() {
+    // Augmented only: the refill must read the source itself.
+    let (_dir, fs) = core(6, "cache: { memory: 64MiB, split: 0-0-100, refill: false }\n");
+    // Readers have read three samples in this pass: the refill prepares the other three.
+    for i in 0..3 {
+        read_file(&fs, ino_of(&fs, "augmented", &format!("s{i:03}.ppm")));
+    }
+    let mut cursor = 0;
+    let mut rounds = 0;
+    while fs.refill_once(&mut cursor) {
+        rounds += 1;
+        assert!(rounds < 100, "the refill does not stop");
+    }
+    assert_eq!(fs.cache().augmented.entries(), 3);
+    assert_eq!(fs.stats().refills.load(Ordering::Relaxed), 3, "refills count what was admitted");
+    assert!((3..6).all(|f| fs.cache().status.held(f) & crate::cache::HELD_AUGMENTED != 0));
+    // Reading the rest of the pass hits them; the next pass is then prepared in turn.
+    let before = source_bytes(&fs);
+    for i in 3..6 {
+        read_file(&fs, ino_of(&fs, "augmented", &format!("s{i:03}.ppm")));
+    }
+    assert_eq!(source_bytes(&fs), before, "the prepared samples were hits");
+    while fs.refill_once(&mut cursor) {}
+    assert_eq!(fs.cache().augmented.entries(), 6, "a new pass: every sample prepared");
+}
+
+#[test]
+fn misses_fill_augmented_then_decoded_then_encoded() {
+    // Room for one augmented output (150 KB) and one decoded sample (about 230-300 KB).
+    let memory = 1_000_000u64;
+    let (_dir, fs) = core(4, &format!("cache: {{ memory: {memory}, split: 50-32-18, refill: false }}\n"));
+    epoch(&fs, 4);
+    let cache = fs.cache();
+    assert_eq!(cache.augmented.entries(), 1, "augmented fills first");
+    assert!(cache.decoded.entries() >= 1, "then decoded");
+    assert!(cache.encoded.entries() >= 1, "then encoded");
+    assert!(cache.used() <= memory);
+}
+
+#[test]
+fn memory_stays_within_the_budget_far_past_it() {
+    let memory = 600_000u64;
+    for policy in ["keep", "lru"] {
+        let (_dir, fs) = core(12, &format!("cache: {{ memory: {memory}, split: 30-40-30, policy: {policy} }}\n"));
+        for _ in 0..3 {
+            epoch(&fs, 12);
+            let mut cursor = 0;
+            while fs.refill_once(&mut cursor) {}
+            let c = fs.cache();
+            assert!(c.encoded.used() <= c.encoded.budget());
+            assert!(c.decoded.used() <= c.decoded.budget());
+            assert!(c.augmented.used() <= c.augmented.budget());
+            assert!(c.used() <= memory, "{policy}: {} > {memory}", c.used());
+        }
+    }
+}
+
+#[test]
+fn concurrent_opens_of_one_missing_sample_read_it_once() {
+    let (_dir, fs) = core(1, "cache: { memory: 256MiB, split: 0-100-0, refill: false }\n");
+    let fs = Arc::new(fs);
+    let ino = ino_of(&fs, "decoded", "s000.ppm");
+    let barrier = Arc::new(std::sync::Barrier::new(8));
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let (fs, barrier) = (Arc::clone(&fs), Arc::clone(&barrier));
+            std::thread::spawn(move || {
+                barrier.wait();
+                read_file(&fs, ino)
+            })
+        })
+        .collect();
+    let outputs: Vec<_> = threads.into_iter().map(|t| t.join().expect("thread")).collect();
+    assert!(outputs.windows(2).all(|w| w[0] == w[1]));
+    let size = std::fs::metadata(fs.catalog().file_path(0)).expect("stat").len();
+    assert_eq!(source_bytes(&fs), size, "the source was read more than once");
+    assert_eq!(fs.stats().decodes(), 1, "decoded more than once");
+}
+
+#[test]
+fn the_plan_is_redone_from_rates_measured_while_serving() {
+    let (_dir, fs) = core(6, "cache: { memory: 256MiB, split: auto, refill: false }\n");
+    fs.plan_cache();
+    let planned: serde_json::Value = serde_json::from_str(&fs.stats_json()).expect("json");
+    assert_eq!(planned["plan"]["from"], "mount-time calibration", "{}", planned["plan"]);
+    assert!(!fs.replan(), "nothing new measured yet");
+    let mut epochs = 0;
+    while !fs.replan() {
+        epoch(&fs, 6);
+        epochs += 1;
+        assert!(epochs < 40, "no re-plan after {epochs} epochs");
+    }
+    let replanned: serde_json::Value = serde_json::from_str(&fs.stats_json()).expect("json");
+    let plan = &replanned["plan"];
+    assert_eq!(plan["from"], "rates measured while serving", "{plan}");
+    assert!(plan["inputs"]["t_a"].as_f64().unwrap_or(0.0) > 0.0, "{plan}");
+    assert!(plan["samples_timed"].as_u64().unwrap_or(0) >= 64, "{plan}");
+    let split: Vec<u64> = plan["split"].as_array().expect("split").iter().filter_map(|v| v.as_u64()).collect();
+    assert_eq!(split.iter().sum::<u64>(), 100);
+    assert_eq!(replanned["cache"]["split"], plan["split"], "the plan's split is the one in force");
+}
+
+#[test]
+fn source_reads_keep_to_the_read_limit() {
+    // The path is overridden (as --source does); the limit stays.
+    let (_dir, fs) = core(6, "source: { path: /overridden, read_limit: 1MB/s }\n");
+    let started = std::time::Instant::now();
+    epoch(&fs, 6);
+    let read = source_bytes(&fs);
+    let took = started.elapsed().as_secs_f64();
+    // The 20 ms burst allowance, and the first header probe's 16 KiB, may run ahead.
+    let floor = read as f64 / 1e6 - 0.04;
+    assert!(took >= floor, "{read} bytes at 1 MB/s took {took:.3} s (< {floor:.3} s)");
+    let stats: serde_json::Value = serde_json::from_str(&fs.stats_json()).expect("json");
+    assert_eq!(stats["cache"]["read_limit_bytes_per_s"], 1_000_000);
+}
+
+#[test]
+fn stats_show_each_form() {
+    let (_dir, fs) = core(2, "cache: { memory: 64MiB, split: 10-40-50 }\n");
+    epoch(&fs, 2);
+    let stats: serde_json::Value = serde_json::from_str(&fs.stats_json()).expect("json");
+    for form in ["encoded", "decoded", "augmented"] {
+        for key in ["bytes_used", "budget", "entries", "hits", "misses"] {
+            assert!(stats["cache"][form][key].is_u64(), "{form}.{key}: {stats}");
+        }
+    }
+    assert_eq!(stats["cache"]["split"], serde_json::json!([10, 40, 50]));
+}

@@ -1,0 +1,321 @@
+//! One training job's state and the two decisions opportunistic sampling makes for it: which
+//! sample an open is served ([`Job::choose`]), and in what order a directory is listed
+//! ([`Job::listing_order`], which prefetch then runs along).
+
+use std::collections::HashMap;
+// Statistics and the registry's counters are std's atomics (`stats::bump` takes them); the seen
+// and claimed bits and the pass counters, which synchronise, are crate::sync's (shuttle's under
+// `--features shuttle`; in `pass`), as are the locks.
+use std::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::{Arc, LockExt, Mutex, MutexGuard};
+
+use rand::seq::SliceRandom;
+
+use crate::shared::draw_rng;
+use crate::source::catalog::{DirId, FileId};
+
+use super::{Bitset, Pass, Rank, SCAN_LIMIT};
+
+/// Listing orders remembered per job for prefetch.
+const LISTINGS_KEPT: usize = 64;
+
+/// What [`Job::choose`] decided for one open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Choice {
+    /// The sample to serve.
+    pub sample: FileId,
+    /// Whether it stands in for the requested one.
+    pub substituted: bool,
+    /// Whether the sample is claimed for this open (released by [`Job::unclaim`] if never read).
+    pub claimed: bool,
+}
+
+/// A job's figures (live, relaxed).
+#[derive(Debug, Default)]
+pub struct JobCounters {
+    pub opens: AtomicU64,
+    pub served: AtomicU64,
+    pub hits_augmented: AtomicU64,
+    pub hits_decoded: AtomicU64,
+    pub hits_encoded: AtomicU64,
+    pub misses: AtomicU64,
+    pub substitutions: AtomicU64,
+    pub prefetched: AtomicU64,
+}
+
+/// One directory's listing as handed to the job, kept for prefetch.
+struct Listing {
+    order: Arc<[FileId]>,
+    epoch: u64,
+    /// Where prefetch has got to.
+    cursor: usize,
+    /// When it was made, to forget the oldest first.
+    made: u64,
+}
+
+/// What the per-job lock guards: listing orders, and the sequencing of choices and epochs.
+#[derive(Default)]
+struct JobState {
+    listings: HashMap<DirId, Listing>,
+    listings_made: u64,
+}
+
+/// One training job: see the module documentation.
+pub struct Job {
+    pub(super) name: String,
+    /// The uid that made the job: its directory is theirs.
+    pub(super) owner: u32,
+    slot: usize,
+    pub(super) code: u32,
+    seed: u64,
+    /// The name hashed: the job's part in its listings' shuffles.
+    key: u64,
+    /// This epoch: the samples served in it.
+    epoch: Pass,
+    claimed: Bitset,
+    state: Mutex<JobState>,
+    last_active_ms: AtomicU64,
+    pub counters: JobCounters,
+}
+
+impl Job {
+    pub(super) fn new(name: &str, slot: usize, code: u32, files: usize, samples: u64, seed: u64, now_ms: u64) -> Job {
+        Job {
+            name: name.to_owned(),
+            owner: 0,
+            slot,
+            code,
+            seed,
+            key: crate::shared::fnv1a64(&[name.as_bytes()]),
+            epoch: Pass::new(files, samples),
+            claimed: Bitset::new(files),
+            state: Mutex::new(JobState::default()),
+            last_active_ms: AtomicU64::new(now_ms),
+            counters: JobCounters::default(),
+        }
+    }
+
+    /// The job's name (its directory under `jobs/`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The uid that made the job.
+    pub fn owner(&self) -> u32 {
+        self.owner
+    }
+
+    /// The job's slot: its bit in an augmented output's used-by mask.
+    pub fn bit(&self) -> u64 {
+        1u64 << self.slot
+    }
+
+    /// The code its inodes carry.
+    pub fn code(&self) -> u32 {
+        self.code
+    }
+
+    /// The current epoch, counting from 1.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.number() + 1
+    }
+
+    /// Samples served in the current epoch.
+    pub fn served_this_epoch(&self) -> u64 {
+        self.epoch.served()
+    }
+
+    /// Whether the job has been served `sample` in its current epoch.
+    pub fn has_seen(&self, sample: FileId) -> bool {
+        self.epoch.has_seen(sample)
+    }
+
+    /// Whether `sample` is neither served this epoch nor pinned to an open handle.
+    fn free(&self, sample: FileId) -> bool {
+        !self.epoch.has_seen(sample) && !self.claimed.get(sample)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, JobState> {
+        self.state.lock_or_recover()
+    }
+
+    /// Notes activity at `now_ms` (for idle retirement).
+    pub fn touch(&self, now_ms: u64) {
+        self.last_active_ms.fetch_max(now_ms, Ordering::Relaxed);
+    }
+
+    /// Milliseconds of the mount's clock at the last activity.
+    pub fn last_active_ms(&self) -> u64 {
+        self.last_active_ms.load(Ordering::Relaxed)
+    }
+
+    /// Chooses what an open of `requested` (a sample of a directory whose samples are
+    /// `dir_samples`) serves, and claims it. `rank` says how cheaply each sample can be served in
+    /// this view (0: not cached), `top` is the best rank the view has, `start` spreads the scan.
+    /// With `ods` off the requested sample is always served (the job's epochs are still kept).
+    pub fn choose(
+        &self,
+        requested: FileId,
+        dir_samples: &[FileId],
+        rank: impl Fn(FileId) -> Rank,
+        top: Rank,
+        start: usize,
+        ods: bool,
+    ) -> Choice {
+        let _state = self.lock();
+        let mut rolled = false;
+        loop {
+            let pick = if ods {
+                self.pick_substitute(requested, dir_samples, &rank, top, start)
+            } else if self.free(requested) {
+                Some(requested)
+            } else if self.claimed.get(requested) {
+                // Another handle holds it unread: share the sample, not a second claim.
+                return Choice { sample: requested, substituted: false, claimed: false };
+            } else {
+                None
+            };
+            match pick {
+                Some(sample) => {
+                    self.claimed.set(sample);
+                    let substituted = sample != requested;
+                    return Choice { sample, substituted, claimed: true };
+                }
+                None if !rolled => {
+                    // Nothing unseen left in this directory: the job has started its next pass.
+                    self.epoch.next();
+                    rolled = true;
+                }
+                // Everything left is pinned to open handles: serve the request as it is.
+                None => return Choice { sample: requested, substituted: false, claimed: false },
+            }
+        }
+    }
+
+    /// The ODS pick: see the module documentation. `None` when nothing in the directory is free.
+    fn pick_substitute(
+        &self,
+        requested: FileId,
+        dir_samples: &[FileId],
+        rank: &impl Fn(FileId) -> Rank,
+        top: Rank,
+        start: usize,
+    ) -> Option<FileId> {
+        let own = if self.free(requested) { Some(rank(requested)) } else { None };
+        if own == Some(top) && top > 0 {
+            return Some(requested);
+        }
+        // The best-cached free sample of the directory, scanning from a random start.
+        let n = dir_samples.len();
+        let (mut best, mut best_rank, mut any_free) = (None, 0u8, None);
+        for k in 0..n.min(SCAN_LIMIT) {
+            let c = dir_samples[(start + k) % n];
+            if !self.free(c) {
+                continue;
+            }
+            any_free.get_or_insert(c);
+            let r = rank(c);
+            if r > best_rank {
+                (best, best_rank) = (Some(c), r);
+                if r == top {
+                    break;
+                }
+            }
+        }
+        match own {
+            Some(r) if r >= best_rank => Some(requested),
+            _ if best.is_some() => best,
+            Some(_) => Some(requested),
+            None => any_free,
+        }
+    }
+
+    /// Marks `sample` served to this job (its bytes were first read). Returns whether it was new
+    /// this epoch. The epoch ends when every sample has been served. `holds_claim`: the reading
+    /// handle is the one that claimed the sample; only its read releases the claim (a handle
+    /// sharing the sample unclaimed must not free it while the claimant is still open).
+    pub fn mark_served(&self, sample: FileId, holds_claim: bool) -> bool {
+        let _state = self.lock();
+        if holds_claim {
+            self.claimed.clear(sample);
+        }
+        let new = self.epoch.mark(sample);
+        if new {
+            self.counters.served.fetch_add(1, Ordering::Relaxed);
+        }
+        new
+    }
+
+    /// Releases a claim that was never read (the handle closed unread).
+    pub fn unclaim(&self, sample: FileId) {
+        self.claimed.clear(sample);
+    }
+
+    /// A fresh order for listing `dir` (its samples `dir_samples`): shuffled per (seed, job,
+    /// epoch, directory), with the cached samples the job has not seen first. Remembered for
+    /// prefetch. With `ods` off, the samples in name order.
+    pub fn listing_order(&self, dir: DirId, dir_samples: &[FileId], rank: impl Fn(FileId) -> Rank, ods: bool) -> Arc<[FileId]> {
+        if !ods {
+            return dir_samples.into();
+        }
+        let epoch = self.epoch.number();
+        let mut rng = draw_rng(self.seed, self.key, epoch, u64::from(dir) | 1 << 40);
+        let mut order: Vec<FileId> = dir_samples.to_vec();
+        order.shuffle(&mut rng);
+        // A stable partition keeps each part shuffled.
+        let (mut first, rest): (Vec<FileId>, Vec<FileId>) =
+            order.into_iter().partition(|&c| self.free(c) && rank(c) > 0);
+        first.extend(rest);
+        let order: Arc<[FileId]> = first.into();
+        let mut state = self.lock();
+        state.listings_made += 1;
+        let made = state.listings_made;
+        if state.listings.len() >= LISTINGS_KEPT && !state.listings.contains_key(&dir) {
+            if let Some(oldest) = state.listings.iter().min_by_key(|(_, l)| l.made).map(|(d, _)| *d) {
+                state.listings.remove(&oldest);
+            }
+        }
+        state.listings.insert(dir, Listing { order: Arc::clone(&order), epoch, cursor: 0, made });
+        order
+    }
+
+    /// The next samples to prepare after an open of `requested` in `dir`: up to `window` entries
+    /// of the job's listing of `dir` past the opened one that are free and not cached
+    /// (`cached`), each returned once. Empty when the job has no current listing of `dir`.
+    pub fn prefetch_candidates(
+        &self,
+        dir: DirId,
+        requested: FileId,
+        window: usize,
+        cached: impl Fn(FileId) -> bool,
+    ) -> Vec<FileId> {
+        if window == 0 {
+            return Vec::new();
+        }
+        let epoch = self.epoch.number();
+        let mut state = self.lock();
+        let Some(listing) = state.listings.get_mut(&dir) else { return Vec::new() };
+        if listing.epoch != epoch {
+            return Vec::new();
+        }
+        // A loader that follows the listing opens entry k near the cursor: move up to it.
+        let look = listing.cursor..listing.order.len().min(listing.cursor + 4 * window);
+        if let Some(k) = look.clone().find(|&k| listing.order[k] == requested) {
+            listing.cursor = listing.cursor.max(k + 1);
+        }
+        let mut out = Vec::new();
+        while listing.cursor < listing.order.len() && out.len() < window {
+            let c = listing.order[listing.cursor];
+            listing.cursor += 1;
+            if self.free(c) && !cached(c) {
+                out.push(c);
+            }
+        }
+        out
+    }
+
+    /// Bytes of per-sample state (seen and claimed bits).
+    pub fn state_bytes(&self) -> usize {
+        self.epoch.bytes() + self.claimed.bytes()
+    }
+}

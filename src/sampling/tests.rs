@@ -1,0 +1,222 @@
+//! Opportunistic sampling's unit tests: names, the registry's limits, and jobs' choices, epochs,
+//! listings and prefetch.
+
+use super::*;
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+
+use rand::seq::SliceRandom;
+
+use crate::shared::draw_rng;
+use crate::source::catalog::FileId;
+use crate::sync::Arc;
+
+fn jobs(files: usize) -> Jobs {
+    Jobs::new(8, files, files as u64, 7)
+}
+
+#[test]
+fn a_user_holds_at_most_per_user_jobs_and_never_the_last_slot() {
+    let reg = Jobs::new(4, 10, 10, 0).with_per_user(2);
+    let nobody = Requester { uid: 65534, privileged: false };
+    let other = Requester { uid: 1000, privileged: false };
+    reg.get_or_create(b"n1", nobody).expect("first");
+    reg.get_or_create(b"n2", nobody).expect("second");
+    assert_eq!(reg.get_or_create(b"n3", nobody).err(), Some(JobError::TooManyForUser { uid: 65534, held: 2 }));
+    assert_eq!(reg.get_or_create(b"n1", nobody).expect("its own job again").owner(), 65534);
+    reg.get_or_create(b"o1", other).expect("another user");
+    assert_eq!(reg.get_or_create(b"o2", other).err(), Some(JobError::TooMany(4)), "the last slot is kept");
+    let train = reg.get_or_create(b"train", Requester::OWNER).expect("root always finds one");
+    assert_eq!(train.owner(), 0);
+}
+
+#[test]
+fn bitsets_set_clear_and_count_their_memory() {
+    let b = Bitset::new(130);
+    assert!(!b.get(129));
+    assert!(b.set(129));
+    assert!(!b.set(129), "already set");
+    assert!(b.get(129) && !b.get(128));
+    assert!(b.clear(129) && !b.clear(129));
+    b.set(3);
+    b.clear_all();
+    assert!(!b.get(3));
+    assert_eq!(b.bytes(), 24);
+    assert!(!b.get(10_000) && !b.set(10_000), "out of range is never set");
+}
+
+#[test]
+fn names_are_checked() {
+    assert_eq!(check_name(b"resnet50-run_2.a"), Ok("resnet50-run_2.a"));
+    for bad in [&b""[..], b".", b"..", b".hidden", b"a/b", b"a b", b"caf\xc3\xa9", b"x\0y"] {
+        assert!(matches!(check_name(bad), Err(JobError::BadName(_))), "{bad:?}");
+    }
+    assert_eq!(check_name(&[b'a'; MAX_NAME_LEN + 1]), Err(JobError::NameTooLong));
+    assert!(check_name(&[b'a'; MAX_NAME_LEN]).is_ok());
+}
+
+#[test]
+fn jobs_exist_from_first_use_and_are_bounded() {
+    let reg = Jobs::new(2, 10, 10, 0);
+    let a = reg.get_or_create(b"a", Requester::OWNER).expect("a");
+    assert!(Arc::ptr_eq(&a, &reg.get_or_create(b"a", Requester::OWNER).expect("a again")));
+    let b = reg.get_or_create(b"b", Requester::OWNER).expect("b");
+    assert_ne!(a.bit(), b.bit());
+    assert_eq!(reg.active_mask(), a.bit() | b.bit());
+    assert_eq!(reg.get_or_create(b"c", Requester::OWNER).err(), Some(JobError::TooMany(2)));
+    assert!(reg.by_code(a.code()).is_some());
+    // Retiring frees the slot; the successor in that slot gets a new code.
+    let old_code = a.code();
+    assert!(reg.retire("a").is_some());
+    assert!(reg.retire("a").is_none());
+    assert!(reg.by_code(old_code).is_none(), "a retired job's inodes are stale");
+    let c = reg.get_or_create(b"c", Requester::OWNER).expect("c");
+    assert_eq!(c.bit(), a.bit());
+    assert_ne!(c.code(), old_code);
+    assert!(reg.by_code(old_code).is_none());
+}
+
+#[test]
+fn idle_jobs_retire() {
+    let reg = jobs(4);
+    reg.get_or_create(b"busy", Requester::OWNER).expect("busy");
+    reg.get_or_create(b"idle", Requester::OWNER).expect("idle");
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    reg.by_name("busy").expect("busy").touch(reg.now_ms());
+    let retired = reg.retire_idle(20);
+    assert_eq!(retired.iter().map(|j| j.name()).collect::<Vec<_>>(), ["idle"]);
+    assert!(reg.by_name("busy").is_some() && reg.by_name("idle").is_none());
+}
+
+/// One epoch of opens of every sample of one directory in a random order, each read at once;
+/// returns what was served.
+fn epoch(job: &Job, dir: &[FileId], cached: &HashSet<FileId>, order_seed: u64) -> Vec<FileId> {
+    let mut order = dir.to_vec();
+    order.shuffle(&mut draw_rng(order_seed, 0, 0, 0));
+    order
+        .iter()
+        .map(|&s| {
+            let rank = |c: FileId| u8::from(cached.contains(&c)) * 2;
+            let choice = job.choose(s, dir, rank, 2, Jobs::scan_start(dir.len()), true);
+            assert!(choice.claimed);
+            job.mark_served(choice.sample, true);
+            choice.sample
+        })
+        .collect()
+}
+
+#[test]
+fn each_sample_is_served_once_per_epoch_with_cached_ones_first() {
+    let reg = jobs(40);
+    let job = reg.get_or_create(b"j", Requester::OWNER).expect("job");
+    let dir: Vec<FileId> = (0..40).collect();
+    let cached: HashSet<FileId> = (0..40).filter(|i| i % 4 == 0).collect();
+    for e in 0..3 {
+        assert_eq!(job.epoch(), e + 1);
+        let served = epoch(&job, &dir, &cached, e);
+        let distinct: HashSet<_> = served.iter().copied().collect();
+        assert_eq!(distinct.len(), 40, "epoch {e}: a sample was served twice");
+        // The first ten opens got the ten cached samples, whatever they asked for.
+        assert!(served[..10].iter().all(|s| cached.contains(s)), "epoch {e}: {served:?}");
+    }
+    assert_eq!(job.epoch(), 4);
+    assert_eq!(job.counters.served.load(Ordering::Relaxed), 120);
+}
+
+#[test]
+fn an_open_that_is_never_read_gives_its_claim_back() {
+    let reg = jobs(3);
+    let job = reg.get_or_create(b"j", Requester::OWNER).expect("job");
+    let dir = [0, 1, 2];
+    let none = |_c: FileId| 0u8;
+    let a = job.choose(0, &dir, none, 2, 0, true);
+    assert_eq!(a.sample, 0);
+    // A second open of the same name while the first is unread gets another sample.
+    let b = job.choose(0, &dir, none, 2, 0, true);
+    assert_ne!(b.sample, a.sample);
+    job.unclaim(b.sample);
+    job.mark_served(a.sample, true);
+    // The requested sample was served: the next open of it is served an unseen one.
+    let c = job.choose(0, &dir, none, 2, 0, true);
+    assert!(c.substituted && c.sample != 0);
+}
+
+#[test]
+fn reopening_an_exhausted_directory_starts_the_next_pass() {
+    // Two directories; the job reads one of them twice before touching the other.
+    let reg = jobs(4);
+    let job = reg.get_or_create(b"partial", Requester::OWNER).expect("job");
+    let d0 = [0, 1];
+    let none = |_c: FileId| 0u8;
+    for s in [0, 1] {
+        let c = job.choose(s, &d0, none, 2, 0, true);
+        job.mark_served(c.sample, true);
+    }
+    assert_eq!(job.epoch(), 1, "two of four samples served");
+    let c = job.choose(0, &d0, none, 2, 0, true);
+    assert_eq!(job.epoch(), 2, "a pass over d0 again is the next epoch");
+    assert!(!c.substituted);
+}
+
+#[test]
+fn without_ods_the_requested_sample_is_served() {
+    let reg = jobs(10);
+    let job = reg.get_or_create(b"plain", Requester::OWNER).expect("job");
+    let dir: Vec<FileId> = (0..10).collect();
+    let all = |_c: FileId| 3u8;
+    for s in (0..10).rev() {
+        let c = job.choose(s, &dir, all, 3, 0, false);
+        assert_eq!(c.sample, s);
+        job.mark_served(c.sample, true);
+    }
+    assert_eq!(job.epoch(), 2);
+    assert_eq!(&*job.listing_order(0, &dir, all, false), &dir[..]);
+}
+
+#[test]
+fn listings_put_cached_unseen_samples_first_and_reshuffle_each_epoch() {
+    let reg = jobs(100);
+    let job = reg.get_or_create(b"lister", Requester::OWNER).expect("job");
+    let dir: Vec<FileId> = (0..100).collect();
+    let cached = |c: FileId| u8::from(c % 10 == 0);
+    let first = job.listing_order(0, &dir, cached, true);
+    assert_eq!(first.len(), 100);
+    assert!(first[..10].iter().all(|c| c % 10 == 0), "{first:?}");
+    assert_eq!(first.iter().copied().collect::<HashSet<_>>().len(), 100);
+    assert_eq!(job.listing_order(0, &dir, cached, true), first, "same epoch, same order");
+    for &s in first.iter() {
+        job.mark_served(s, true);
+    }
+    assert_eq!(job.epoch(), 2);
+    assert_ne!(job.listing_order(0, &dir, cached, true), first, "a new epoch reshuffles");
+    // Another job gets its own order.
+    let other = reg.get_or_create(b"other", Requester::OWNER).expect("job");
+    assert_ne!(other.listing_order(0, &dir, cached, true)[10..], first[10..]);
+}
+
+#[test]
+fn prefetch_runs_ahead_along_the_listing() {
+    let reg = jobs(20);
+    let job = reg.get_or_create(b"p", Requester::OWNER).expect("job");
+    let dir: Vec<FileId> = (0..20).collect();
+    let order = job.listing_order(3, &dir, |_| 0, true);
+    let none_cached = |_c: FileId| false;
+    let ahead = job.prefetch_candidates(3, order[0], 4, none_cached);
+    assert_eq!(ahead, order[1..5]);
+    // The next call continues where the last stopped, never repeating a candidate.
+    let more = job.prefetch_candidates(3, order[1], 4, none_cached);
+    assert_eq!(more, order[5..9]);
+    // Cached or seen samples are skipped.
+    job.mark_served(order[9], true);
+    let skip = job.prefetch_candidates(3, order[2], 2, |c| c == order[10]);
+    assert_eq!(skip, order[11..13]);
+    assert!(job.prefetch_candidates(4, 0, 4, none_cached).is_empty(), "no listing of dir 4");
+}
+
+#[test]
+fn per_sample_state_is_two_bits_per_sample() {
+    // 1.3 million samples, 8 jobs: the paper's budget is single megabytes.
+    let reg = Jobs::new(8, 1_300_000, 1_300_000, 0);
+    let total: usize = (0..8).map(|i| reg.get_or_create(format!("j{i}").as_bytes(), Requester::OWNER).expect("job").state_bytes()).sum();
+    assert!(total <= 2_700_000, "{total} bytes");
+}
