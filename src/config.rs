@@ -132,6 +132,9 @@ pub enum ValueError {
     /// A size under its floor.
     #[error("must be at least {}", human_bytes(*min))]
     TooSmall { min: u64 },
+    /// A memory budget over the machine's physical memory.
+    #[error("{} is more than this machine's memory ({})", figure(written, *bytes), human_bytes(*machine))]
+    MoreThanMachine { written: String, bytes: u64, machine: u64 },
 }
 
 /// The longest duration accepted: a year. Longer ones would overflow the timers they set.
@@ -142,6 +145,15 @@ fn max_of(quantity: Quantity) -> String {
         Quantity::Size => format!("{} bytes (16EiB)", u64::MAX),
         Quantity::Rate => format!("{} bytes/s", u64::MAX),
         Quantity::Duration => "8760h (a year)".to_string(),
+    }
+}
+
+/// A size as written, with its bytes where they are not what was written.
+fn figure(written: &str, bytes: u64) -> String {
+    if written == bytes.to_string() {
+        format!("{bytes} bytes")
+    } else {
+        format!("{written} ({bytes} bytes)")
     }
 }
 
@@ -291,6 +303,15 @@ pub fn parse_duration(text: &str) -> Result<f64, ValueError> {
     checked_duration(value * scale, text)
 }
 
+/// A YAML value as the user wrote it, for messages.
+fn written(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.trim().to_string(),
+        Value::Number(n) => n.to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
 /// A size or rate from a YAML value: a number of bytes, or text with a unit.
 fn bytes_of(value: &Value, quantity: Quantity) -> Result<u64, ValueError> {
     match value {
@@ -318,6 +339,18 @@ fn positive_size_value(text: &str, key: &str, value: &Value) -> Result<u64, Conf
     }
 }
 
+/// A memory budget of the key `key`: a size no larger than the machine's memory (`machine`,
+/// where known).
+fn memory_value(text: &str, key: &str, value: &Value, machine: Option<u64>) -> Result<u64, ConfigError> {
+    let bytes = size_value(text, key, value)?;
+    match machine {
+        Some(machine) if bytes > machine => {
+            Err(ConfigError::value(text, key, ValueError::MoreThanMachine { written: written(value), bytes, machine }))
+        }
+        _ => Ok(bytes),
+    }
+}
+
 /// A positive duration in seconds from a YAML value: a number of seconds, or text with a unit.
 fn duration_value(text: &str, key: &str, value: &Value) -> Result<f64, ConfigError> {
     match value {
@@ -329,6 +362,26 @@ fn duration_value(text: &str, key: &str, value: &Value) -> Result<f64, ConfigErr
         _ => Err(ValueError::WrongType { quantity: Quantity::Duration }),
     }
     .map_err(|e| ConfigError::value(text, key, e))
+}
+
+/// This machine's physical memory in bytes: `/proc/meminfo`'s `MemTotal`, else
+/// `sysconf(_SC_PHYS_PAGES)` pages of `sysconf(_SC_PAGESIZE)`; `None` where neither answers.
+pub fn machine_memory() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let total_kib = meminfo
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(kib) = total_kib {
+        return Some(kib.saturating_mul(1024));
+    }
+    // SAFETY: sysconf has no preconditions.
+    let (pages, page_size) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    match (u64::try_from(pages), u64::try_from(page_size)) {
+        (Ok(pages), Ok(size)) if pages > 0 && size > 0 => Some(pages.saturating_mul(size)),
+        _ => None,
+    }
 }
 
 /// The serialised form of the mounted pixels.
@@ -704,12 +757,18 @@ pub fn auto_cache_memory() -> u64 {
     available_kib * 1024 / 4
 }
 
-fn cache_config(text: &str, raw: Option<RawCache>, source: &Path, mountpoint: &Path) -> Result<CacheConfig, ConfigError> {
+fn cache_config(
+    text: &str,
+    raw: Option<RawCache>,
+    source: &Path,
+    mountpoint: &Path,
+    machine: Option<u64>,
+) -> Result<CacheConfig, ConfigError> {
     let mut cache = CacheConfig { memory: auto_cache_memory(), ..CacheConfig::default() };
     let Some(raw) = raw else { return Ok(cache) };
     match raw.memory {
         Some(Value::String(s)) if s.trim() == "auto" => {}
-        Some(memory) => cache.memory = size_value(text, "cache.memory", &memory)?,
+        Some(memory) => cache.memory = memory_value(text, "cache.memory", &memory, machine)?,
         None => {}
     }
     if let Some(disk) = raw.disk {
@@ -859,10 +918,11 @@ impl Config {
             }
         };
         validate_output(text, &mut output, &augment)?;
-        let cache = cache_config(text, raw.cache, &source, &mountpoint)?;
+        let machine = machine_memory();
+        let cache = cache_config(text, raw.cache, &source, &mountpoint, machine)?;
         let jobs = jobs_config(text, raw.jobs)?;
         let max_open_bytes = match &raw.max_open_bytes {
-            Some(v) => size_value(text, "max_open_bytes", v)?,
+            Some(v) => memory_value(text, "max_open_bytes", v, machine)?,
             None => DEFAULT_MAX_OPEN_BYTES,
         };
         if max_open_bytes < MIN_MAX_OPEN_BYTES {
@@ -1236,6 +1296,24 @@ mod tests {
         assert!(matches!(err.value_error(), Some(ValueError::NotANumber { .. })), "{err}");
         let err = parse("jobs: { idle_timeout: 0 }\n").unwrap_err();
         assert_eq!(err.value_error(), Some(&ValueError::NotPositive));
+    }
+
+    #[test]
+    fn a_cache_larger_than_the_machine_is_refused_with_the_figure() {
+        let machine = machine_memory().expect("Linux reports its memory");
+        let err = parse("seed: 1\ncache:\n  memory: 1000000TiB\n").unwrap_err();
+        let expected = format!(
+            "`cache.memory` (line 3): 1000000TiB (1099511627776000000 bytes) is more than this machine's memory ({})",
+            human_bytes(machine)
+        );
+        assert!(err.to_string().contains(&expected), "{err}\nwanted {expected}");
+        assert!(matches!(err.value_error(), Some(ValueError::MoreThanMachine { .. })), "{err:?}");
+        let over = machine + 1;
+        let err = parse(&format!("max_open_bytes: {over}\n")).unwrap_err().to_string();
+        assert!(err.contains(&format!("`max_open_bytes` (line 1): {over} bytes is more than this machine's memory")), "{err}");
+        assert_eq!(parse(&format!("cache: {{ memory: {machine} }}\n")).expect("all of it").cache.memory, machine);
+        let example = ValueError::MoreThanMachine { written: "1TiB".into(), bytes: 1 << 40, machine: 24_682_416 * 1024 };
+        assert_eq!(example.to_string(), "1TiB (1099511627776 bytes) is more than this machine's memory (23.5 GiB)");
     }
 
     #[test]
