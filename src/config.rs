@@ -493,7 +493,7 @@ struct RawJobs {
 }
 
 /// Concurrent jobs under `jobs/` (opportunistic sampling).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct JobsConfig {
     /// Jobs active at once (at most 64).
     pub max: usize,
@@ -545,7 +545,7 @@ fn jobs_config(text: &str, raw: Option<RawJobs>) -> Result<JobsConfig, ConfigErr
 }
 
 /// How the source is read: bounds that keep one file from taking the daemon down.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SourceLimits {
     /// Files larger than this are refused (EIO, one log line) without being read.
     pub max_file_size: u64,
@@ -563,7 +563,7 @@ impl Default for SourceLimits {
 }
 
 /// Who may use the mount.
-#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct AccessConfig {
     /// Let users other than the one mounting use the mount (FUSE `allow_other`). The kernel
     /// checks every access against the source's owners and modes either way.
@@ -650,13 +650,11 @@ pub struct DiskConfig {
 }
 
 /// How the memory is split among the three forms.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SplitChoice {
     /// Seneca's model picks the split from measured rates.
     Auto,
     /// Percentages for (encoded, decoded, augmented).
-    #[serde(untagged)]
     Fixed(Split),
 }
 
@@ -675,7 +673,7 @@ pub enum EvictionPolicy {
 }
 
 /// The sample cache's settings.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CacheConfig {
     /// Bytes of memory for cached samples (all three forms); 0 disables the cache. Default
     /// (`auto`): a quarter of the available memory ([`auto_cache_memory`]).
@@ -802,7 +800,7 @@ fn cache_config(
 }
 
 /// The validated configuration of one mount.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// The dataset directory served (never written).
     pub source: PathBuf,
@@ -829,7 +827,6 @@ pub struct Config {
     /// Bounds on reading the source.
     pub source_limits: SourceLimits,
     /// Who may use the mount, and what open files may pin.
-    #[serde(flatten)]
     pub access: AccessConfig,
 }
 
@@ -950,9 +947,11 @@ impl Config {
         })
     }
 
-    /// The effective configuration as YAML (served as `.prepfs/config.yaml`).
+    /// The effective configuration as YAML, in the keys and units [`Config::parse`] reads
+    /// (sizes in bytes, durations in seconds), so that it is a config file itself: what
+    /// `prepfs check` prints and the mount serves as `.prepfs/config.yaml`.
     pub fn to_yaml(&self) -> String {
-        serde_norway::to_string(self).unwrap_or_else(|e| format!("# cannot serialise: {e}\n"))
+        serde_norway::to_string(&WrittenConfig::from(self)).unwrap_or_else(|e| format!("# cannot serialise: {e}\n"))
     }
 
     /// How many decodes can run at once: the pool's threads, at most one per core. The model's
@@ -965,6 +964,97 @@ impl Config {
     /// The size of every `augmented` output, if the pipeline fixes it.
     pub fn augmented_size(&self) -> Option<Size2> {
         crate::pixels::augment::fixed_output_size(&self.augment)
+    }
+}
+
+/// A [`Config`] in the shape of the YAML it is read from ([`Config::to_yaml`]).
+#[derive(Serialize)]
+struct WrittenConfig<'a> {
+    source: WrittenSource<'a>,
+    mountpoint: &'a Path,
+    seed: u64,
+    threads: usize,
+    fuse_threads: usize,
+    max_pixels: u64,
+    augment: &'a [AugmentOp],
+    output: &'a OutputConfig,
+    cache: WrittenCache<'a>,
+    jobs: WrittenJobs,
+    allow_other: bool,
+    control_public: bool,
+    max_open_bytes: u64,
+}
+
+/// `source` in its mapping form.
+#[derive(Serialize)]
+struct WrittenSource<'a> {
+    path: &'a Path,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    read_limit: Option<u64>,
+    max_file_size: u64,
+    timeout: f64,
+}
+
+#[derive(Serialize)]
+struct WrittenCache<'a> {
+    memory: u64,
+    /// `auto` or `E-D-A`.
+    split: String,
+    policy: EvictionPolicy,
+    refill: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    consumer_samples_per_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    disk: Option<&'a DiskConfig>,
+}
+
+#[derive(Serialize)]
+struct WrittenJobs {
+    max: usize,
+    idle_timeout: f64,
+    prefetch_window: usize,
+    ods: bool,
+    per_user: usize,
+}
+
+impl<'a> From<&'a Config> for WrittenConfig<'a> {
+    fn from(c: &'a Config) -> Self {
+        WrittenConfig {
+            source: WrittenSource {
+                path: &c.source,
+                read_limit: c.source_read_limit,
+                max_file_size: c.source_limits.max_file_size,
+                timeout: c.source_limits.timeout_s,
+            },
+            mountpoint: &c.mountpoint,
+            seed: c.seed,
+            threads: c.threads,
+            fuse_threads: c.fuse_threads,
+            max_pixels: c.max_pixels,
+            augment: &c.augment,
+            output: &c.output,
+            cache: WrittenCache {
+                memory: c.cache.memory,
+                split: match c.cache.split {
+                    SplitChoice::Auto => "auto".to_string(),
+                    SplitChoice::Fixed(split) => split.to_string(),
+                },
+                policy: c.cache.policy,
+                refill: c.cache.refill,
+                consumer_samples_per_s: c.cache.consumer_samples_per_s,
+                disk: c.cache.disk.as_ref(),
+            },
+            jobs: WrittenJobs {
+                max: c.jobs.max,
+                idle_timeout: c.jobs.idle_timeout_s,
+                prefetch_window: c.jobs.prefetch_window,
+                ods: c.jobs.ods,
+                per_user: c.jobs.per_user,
+            },
+            allow_other: c.access.allow_other,
+            control_public: c.access.control_public,
+            max_open_bytes: c.access.max_open_bytes,
+        }
     }
 }
 
@@ -1323,6 +1413,58 @@ mod tests {
         assert_eq!(human_bytes(1536), "1.5 KiB");
         assert_eq!(human_bytes(1 << 40), "1.0 TiB");
         assert_eq!(human_bytes(u64::MAX), "16.0 EiB");
+    }
+
+    /// A config with every section and key set, its paths in `tmp`.
+    fn every_section(tmp: &Path) -> (String, PathBuf) {
+        let source = tmp.join("source");
+        std::fs::create_dir_all(&source).expect("source");
+        let yaml = format!(
+            "source:\n  path: {source}\n  read_limit: 1.5GiB/s\n  max_file_size: 64MiB\n  timeout: 2m\n\
+             mountpoint: {mnt}\nseed: 42\nthreads: 3\nfuse_threads: 5\nmax_pixels: 1000000\n\
+             augment:\n  - random_resized_crop: {{ size: [300, 320], scale: [0.2, 0.9], ratio: [0.5, 2.0] }}\n\
+             \x20 - resize: {{ size: [256, 260] }}\n  - center_crop: {{ size: [200, 224] }}\n\
+             \x20 - random_horizontal_flip: {{ p: 0.25 }}\n\
+             \x20 - normalize: {{ mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225] }}\n\
+             output: {{ format: npy, dtype: float32 }}\n\
+             cache:\n  memory: 64MiB\n  split: 20-30-50\n  policy: lru\n  refill: false\n  consumer_samples_per_s: 1234.5\n\
+             \x20 disk: {{ path: {disk}, size: 10G }}\n\
+             jobs: {{ max: 8, idle_timeout: 90s, prefetch_window: 7, ods: false, per_user: 3 }}\n\
+             allow_other: true\ncontrol_public: true\nmax_open_bytes: 32MiB\n",
+            source = source.display(),
+            mnt = tmp.join("mnt").display(),
+            disk = tmp.join("disk").display(),
+        );
+        (yaml, source)
+    }
+
+    #[test]
+    fn what_check_prints_is_accepted_as_a_config() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (yaml, _) = every_section(tmp.path());
+        let first = Config::parse(&yaml, &Overrides::default()).expect("valid");
+        assert_eq!(first.cache.split, SplitChoice::Fixed(Split::new(20, 30, 50).expect("sums to 100")));
+        assert_eq!(first.source_read_limit, Some(1_610_612_736));
+        assert!(first.cache.disk.is_some() && first.access.allow_other && !first.jobs.ods);
+        // `prepfs check` prints `to_yaml`, and `.prepfs/config.yaml` serves it.
+        let printed = first.to_yaml();
+        let again = Config::parse(&printed, &Overrides::default()).unwrap_or_else(|e| panic!("{e}\n{printed}"));
+        assert_eq!(again, first, "{printed}");
+        assert_eq!(again.to_yaml(), printed, "printing is stable");
+    }
+
+    #[test]
+    fn the_default_config_as_printed_is_accepted_as_a_config() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let source = tmp.path().join("source");
+        std::fs::create_dir_all(&source).expect("source");
+        let first = Config::parse(&format!("source: {}\nmountpoint: /mnt/x\n", source.display()), &Overrides::default())
+            .expect("valid");
+        let printed = first.to_yaml();
+        assert!(!printed.contains("read_limit") && !printed.contains("disk"), "unset keys are left out: {printed}");
+        assert!(printed.contains("split: auto") && printed.contains("idle_timeout: 600"), "{printed}");
+        let again = Config::parse(&printed, &Overrides::default()).unwrap_or_else(|e| panic!("{e}\n{printed}"));
+        assert_eq!(again, first, "{printed}");
     }
 
     #[test]
