@@ -24,14 +24,363 @@ pub const DEFAULT_MAX_PIXELS: u64 = 64_000_000;
 #[error("config: {message}")]
 pub struct ConfigError {
     message: String,
+    /// The value parser's error, where a key's value was refused by one.
+    value: Option<ValueError>,
 }
 
 impl ConfigError {
+    /// `key` is the key's dotted path (`cache.memory`); the line is that of its last part.
     fn at(text: &str, key: &str, why: impl fmt::Display) -> Self {
-        ConfigError { message: format!("`{key}`{}: {why}", Line::of(text, key)) }
+        let last = key.rsplit('.').next().unwrap_or(key);
+        ConfigError { message: format!("`{key}`{}: {why}", Line::of(text, last)), value: None }
+    }
+    /// [`ConfigError::at`] for a refused value, keeping the typed error.
+    fn value(text: &str, key: &str, why: ValueError) -> Self {
+        ConfigError { value: Some(why.clone()), ..ConfigError::at(text, key, why) }
     }
     fn plain(message: impl Into<String>) -> Self {
-        ConfigError { message: message.into() }
+        ConfigError { message: message.into(), value: None }
+    }
+    /// Why the value was refused, where a value parser refused it.
+    pub fn value_error(&self) -> Option<&ValueError> {
+        self.value.as_ref()
+    }
+}
+
+/// What a value parser reads; names it in messages, with an example and its units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quantity {
+    /// Bytes ([`parse_bytes`]).
+    Size,
+    /// Bytes per second ([`parse_rate`]).
+    Rate,
+    /// Seconds ([`parse_duration`]).
+    Duration,
+}
+
+impl Quantity {
+    fn example(self) -> &'static str {
+        match self {
+            Quantity::Size => "8GiB or 500MB",
+            Quantity::Rate => "200MB/s",
+            Quantity::Duration => "90s, 10m or 1h",
+        }
+    }
+    /// The units this quantity takes, listed from the table the parser reads.
+    fn units(self) -> String {
+        match self {
+            Quantity::Size | Quantity::Rate => {
+                let named = |binary: bool| {
+                    SIZE_UNITS
+                        .iter()
+                        .filter(|(_, bytes)| *bytes > 1 && bytes.is_power_of_two() == binary)
+                        .map(|(name, _)| *name)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                let bytes: Vec<&str> = SIZE_UNITS.iter().filter(|(_, b)| *b == 1).map(|(n, _)| *n).collect();
+                format!(
+                    "no unit or {} for bytes; {} (powers of 1000); {} (powers of 1024); in any case{}",
+                    bytes.join(", "),
+                    named(false),
+                    named(true),
+                    if self == Quantity::Rate { ", then `/s`" } else { "" }
+                )
+            }
+            Quantity::Duration => {
+                let names: Vec<&str> = DURATION_UNITS.iter().map(|(name, _)| *name).collect();
+                format!("no unit for seconds, or {}", names.join(", "))
+            }
+        }
+    }
+}
+
+impl fmt::Display for Quantity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Quantity::Size => "size",
+            Quantity::Rate => "rate",
+            Quantity::Duration => "duration",
+        })
+    }
+}
+
+/// Why a value was refused. [`ConfigError`] puts the key and its line in front.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ValueError {
+    /// No number where one belongs (`fast`, `MB`, `.nan`).
+    #[error("`{text}` is not a {quantity} like {}", quantity.example())]
+    NotANumber { text: String, quantity: Quantity },
+    /// A value of the wrong YAML type (a list, a mapping, a boolean).
+    #[error("must be a {quantity} like {}", quantity.example())]
+    WrongType { quantity: Quantity },
+    /// A unit the table does not hold; the message lists every unit it does.
+    #[error("unknown unit `{unit}` in `{text}`; a {quantity} takes {}", quantity.units())]
+    UnknownUnit { text: String, unit: String, quantity: Quantity },
+    /// Below zero.
+    #[error("`{text}` is negative")]
+    Negative { text: String, quantity: Quantity },
+    /// Zero where it means nothing.
+    #[error("must be positive")]
+    NotPositive,
+    /// Past what the quantity can hold (a size over 2^64 - 1 bytes, a duration over a year).
+    #[error("`{text}` is too large; a {quantity} is at most {}", max_of(*quantity))]
+    TooLarge { text: String, quantity: Quantity },
+    /// A whole number outside its bounds.
+    #[error("must be {min} to {max}")]
+    OutOfRange { min: u64, max: u64 },
+    /// A size under its floor.
+    #[error("must be at least {}", human_bytes(*min))]
+    TooSmall { min: u64 },
+    /// A memory budget over the machine's physical memory.
+    #[error("{} is more than this machine's memory ({})", figure(written, *bytes), human_bytes(*machine))]
+    MoreThanMachine { written: String, bytes: u64, machine: u64 },
+}
+
+/// The longest duration accepted: a year. Longer ones would overflow the timers they set.
+pub const MAX_DURATION_S: f64 = 365.0 * 24.0 * 3600.0;
+
+fn max_of(quantity: Quantity) -> String {
+    match quantity {
+        Quantity::Size => format!("{} bytes (16EiB)", u64::MAX),
+        Quantity::Rate => format!("{} bytes/s", u64::MAX),
+        Quantity::Duration => "8760h (a year)".to_string(),
+    }
+}
+
+/// A size as written, with its bytes where they are not what was written.
+fn figure(written: &str, bytes: u64) -> String {
+    if written == bytes.to_string() {
+        format!("{bytes} bytes")
+    } else {
+        format!("{written} ({bytes} bytes)")
+    }
+}
+
+/// Bytes for people: `23.5 GiB`, `512 B`.
+pub fn human_bytes(bytes: u64) -> String {
+    let mut value = bytes as f64;
+    let mut unit = "B";
+    for next in ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"] {
+        if value < 1024.0 {
+            break;
+        }
+        value /= 1024.0;
+        unit = next;
+    }
+    if unit == "B" {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {unit}")
+    }
+}
+
+/// Every unit a size (and a rate, before its `/s`) takes, matched in any case. `K`, `M`, `G`,
+/// `T` and `KB`, `MB`, `GB`, `TB` are powers of 1000 (as disks, networks, Kubernetes' `8G`
+/// and `gsutil`'s figures are written); `Ki`, `KiB` and the rest are powers of 1024. The parser
+/// and the error's list of units both read this table.
+pub const SIZE_UNITS: &[(&str, u64)] = &[
+    ("B", 1),
+    ("K", 1_000),
+    ("KB", 1_000),
+    ("M", 1_000_000),
+    ("MB", 1_000_000),
+    ("G", 1_000_000_000),
+    ("GB", 1_000_000_000),
+    ("T", 1_000_000_000_000),
+    ("TB", 1_000_000_000_000),
+    ("Ki", 1 << 10),
+    ("KiB", 1 << 10),
+    ("Mi", 1 << 20),
+    ("MiB", 1 << 20),
+    ("Gi", 1 << 30),
+    ("GiB", 1 << 30),
+    ("Ti", 1 << 40),
+    ("TiB", 1 << 40),
+];
+
+/// Every unit a duration takes, as written (lower case: `m` is minutes), in seconds.
+pub const DURATION_UNITS: &[(&str, f64)] = &[("ms", 0.001), ("s", 1.0), ("m", 60.0), ("min", 60.0), ("h", 3600.0)];
+
+/// `text` split into its number (digits, `.`, a sign) and its unit, both trimmed.
+fn split_number(text: &str) -> (&str, &str) {
+    let t = text.trim();
+    let end = t.find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '-' | '+'))).unwrap_or(t.len());
+    (&t[..end], t[end..].trim())
+}
+
+/// `value` units of `scale` bytes, as whole bytes (rounded): refused if NaN, negative or past
+/// `u64`.
+fn whole_bytes(value: f64, scale: u64, text: &str, quantity: Quantity) -> Result<u64, ValueError> {
+    if value.is_nan() {
+        return Err(ValueError::NotANumber { text: text.to_string(), quantity });
+    }
+    if value < 0.0 {
+        return Err(ValueError::Negative { text: text.to_string(), quantity });
+    }
+    let bytes = (value * scale as f64).round();
+    // 2^64 as f64: every f64 below it fits a u64.
+    if bytes >= 18_446_744_073_709_551_616.0 {
+        return Err(ValueError::TooLarge { text: text.to_string(), quantity });
+    }
+    Ok(bytes as u64)
+}
+
+/// A size or rate's number and unit (see [`SIZE_UNITS`]) to bytes.
+fn parse_size_as(text: &str, quantity: Quantity) -> Result<u64, ValueError> {
+    let (num, unit) = split_number(text);
+    let value: f64 = num.parse().map_err(|_| ValueError::NotANumber { text: text.trim().to_string(), quantity })?;
+    let scale = if unit.is_empty() {
+        1
+    } else {
+        SIZE_UNITS
+            .iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case(unit))
+            .map(|(_, bytes)| *bytes)
+            .ok_or_else(|| ValueError::UnknownUnit { text: text.trim().to_string(), unit: unit.to_string(), quantity })?
+    };
+    if num.starts_with('-') {
+        return Err(ValueError::Negative { text: text.trim().to_string(), quantity });
+    }
+    // Whole numbers exactly (an f64 holds 53 bits); fractions through f64.
+    match num.parse::<u64>() {
+        Ok(whole) => whole.checked_mul(scale).ok_or_else(|| ValueError::TooLarge { text: text.trim().to_string(), quantity }),
+        Err(_) => whole_bytes(value, scale, text.trim(), quantity),
+    }
+}
+
+/// Parses a byte size: a number of bytes, or a number with a unit of [`SIZE_UNITS`] (`8G`,
+/// `8GB`, `8GiB`, `8 g`, `1.5GiB`). Zero is a size; callers refuse it where it means nothing.
+pub fn parse_bytes(text: &str) -> Result<u64, ValueError> {
+    parse_size_as(text, Quantity::Size)
+}
+
+/// Parses a rate in bytes per second: a size with an optional `/s` (`200MB/s`, `1GiB/s`).
+pub fn parse_rate(text: &str) -> Result<u64, ValueError> {
+    let t = text.trim();
+    let t = t.strip_suffix("/s").unwrap_or(t);
+    parse_size_as(t, Quantity::Rate).map_err(|e| match e {
+        // Name the rate as written, `/s` included.
+        ValueError::NotANumber { quantity, .. } => ValueError::NotANumber { text: text.trim().to_string(), quantity },
+        other => other,
+    })
+}
+
+/// Checks a duration in seconds: a positive number of at most [`MAX_DURATION_S`].
+fn checked_duration(secs: f64, text: &str) -> Result<f64, ValueError> {
+    let text = text.trim().to_string();
+    let quantity = Quantity::Duration;
+    if secs.is_nan() {
+        Err(ValueError::NotANumber { text, quantity })
+    } else if secs < 0.0 {
+        Err(ValueError::Negative { text, quantity })
+    } else if secs == 0.0 {
+        Err(ValueError::NotPositive)
+    } else if secs > MAX_DURATION_S {
+        Err(ValueError::TooLarge { text, quantity })
+    } else {
+        Ok(secs)
+    }
+}
+
+/// Parses a duration in seconds: a number of seconds, or a number with a unit of
+/// [`DURATION_UNITS`]; positive and at most a year.
+pub fn parse_duration(text: &str) -> Result<f64, ValueError> {
+    let (num, unit) = split_number(text);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| ValueError::NotANumber { text: text.trim().to_string(), quantity: Quantity::Duration })?;
+    let scale = if unit.is_empty() {
+        1.0
+    } else {
+        DURATION_UNITS.iter().find(|(name, _)| *name == unit).map(|(_, secs)| *secs).ok_or_else(|| {
+            ValueError::UnknownUnit { text: text.trim().to_string(), unit: unit.to_string(), quantity: Quantity::Duration }
+        })?
+    };
+    if num.starts_with('-') {
+        return Err(ValueError::Negative { text: text.trim().to_string(), quantity: Quantity::Duration });
+    }
+    checked_duration(value * scale, text)
+}
+
+/// A YAML value as the user wrote it, for messages.
+fn written(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.trim().to_string(),
+        Value::Number(n) => n.to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// A size or rate from a YAML value: a number of bytes, or text with a unit.
+fn bytes_of(value: &Value, quantity: Quantity) -> Result<u64, ValueError> {
+    match value {
+        Value::Number(n) => match (n.as_u64(), n.as_f64()) {
+            (Some(bytes), _) => Ok(bytes),
+            (None, Some(f)) => whole_bytes(f, 1, &n.to_string(), quantity),
+            (None, None) => Err(ValueError::NotANumber { text: n.to_string(), quantity }),
+        },
+        Value::String(s) if quantity == Quantity::Rate => parse_rate(s),
+        Value::String(s) => parse_size_as(s, quantity),
+        _ => Err(ValueError::WrongType { quantity }),
+    }
+}
+
+/// The size (a number of bytes, or a string with a unit) of the key `key`.
+fn size_value(text: &str, key: &str, value: &Value) -> Result<u64, ConfigError> {
+    bytes_of(value, Quantity::Size).map_err(|e| ConfigError::value(text, key, e))
+}
+
+/// A positive size of the key `key`.
+fn positive_size_value(text: &str, key: &str, value: &Value) -> Result<u64, ConfigError> {
+    match size_value(text, key, value)? {
+        0 => Err(ConfigError::value(text, key, ValueError::NotPositive)),
+        bytes => Ok(bytes),
+    }
+}
+
+/// A memory budget of the key `key`: a size no larger than the machine's memory (`machine`,
+/// where known).
+fn memory_value(text: &str, key: &str, value: &Value, machine: Option<u64>) -> Result<u64, ConfigError> {
+    let bytes = size_value(text, key, value)?;
+    match machine {
+        Some(machine) if bytes > machine => {
+            Err(ConfigError::value(text, key, ValueError::MoreThanMachine { written: written(value), bytes, machine }))
+        }
+        _ => Ok(bytes),
+    }
+}
+
+/// A positive duration in seconds from a YAML value: a number of seconds, or text with a unit.
+fn duration_value(text: &str, key: &str, value: &Value) -> Result<f64, ConfigError> {
+    match value {
+        Value::Number(n) => match n.as_f64() {
+            Some(secs) => checked_duration(secs, &n.to_string()),
+            None => Err(ValueError::NotANumber { text: n.to_string(), quantity: Quantity::Duration }),
+        },
+        Value::String(s) => parse_duration(s),
+        _ => Err(ValueError::WrongType { quantity: Quantity::Duration }),
+    }
+    .map_err(|e| ConfigError::value(text, key, e))
+}
+
+/// This machine's physical memory in bytes: `/proc/meminfo`'s `MemTotal`, else
+/// `sysconf(_SC_PHYS_PAGES)` pages of `sysconf(_SC_PAGESIZE)`; `None` where neither answers.
+pub fn machine_memory() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let total_kib = meminfo
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(kib) = total_kib {
+        return Some(kib.saturating_mul(1024));
+    }
+    // SAFETY: sysconf has no preconditions.
+    let (pages, page_size) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    match (u64::try_from(pages), u64::try_from(page_size)) {
+        (Ok(pages), Ok(size)) if pages > 0 && size > 0 => Some(pages.saturating_mul(size)),
+        _ => None,
     }
 }
 
@@ -144,7 +493,7 @@ struct RawJobs {
 }
 
 /// Concurrent jobs under `jobs/` (opportunistic sampling).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct JobsConfig {
     /// Jobs active at once (at most 64).
     pub max: usize,
@@ -170,16 +519,17 @@ fn jobs_config(text: &str, raw: Option<RawJobs>) -> Result<JobsConfig, ConfigErr
     let Some(raw) = raw else { return Ok(jobs) };
     if let Some(max) = raw.max {
         if !(1..=crate::sampling::MAX_JOBS).contains(&max) {
-            return Err(ConfigError::at(text, "max", format!("must be 1 to {}", crate::sampling::MAX_JOBS)));
+            let range = ValueError::OutOfRange { min: 1, max: crate::sampling::MAX_JOBS as u64 };
+            return Err(ConfigError::value(text, "jobs.max", range));
         }
         jobs.max = max;
     }
     if let Some(idle) = raw.idle_timeout {
-        jobs.idle_timeout_s = duration_value(text, "idle_timeout", &idle)?;
+        jobs.idle_timeout_s = duration_value(text, "jobs.idle_timeout", &idle)?;
     }
     if let Some(window) = raw.prefetch_window {
         if window > 1024 {
-            return Err(ConfigError::at(text, "prefetch_window", "at most 1024"));
+            return Err(ConfigError::value(text, "jobs.prefetch_window", ValueError::OutOfRange { min: 0, max: 1024 }));
         }
         jobs.prefetch_window = window;
     }
@@ -187,52 +537,15 @@ fn jobs_config(text: &str, raw: Option<RawJobs>) -> Result<JobsConfig, ConfigErr
         jobs.ods = ods;
     }
     jobs.per_user = match raw.per_user {
-        Some(0) => return Err(ConfigError::at(text, "per_user", "must be at least 1")),
+        Some(0) => return Err(ConfigError::value(text, "jobs.per_user", ValueError::NotPositive)),
         Some(n) => n.min(jobs.max),
         None => (jobs.max / 4).max(1),
     };
     Ok(jobs)
 }
 
-/// A positive duration in seconds from a YAML value: a number of seconds, or text with a unit.
-fn duration_value(text: &str, key: &str, value: &Value) -> Result<f64, ConfigError> {
-    let secs = match value {
-        Value::Number(n) => n.as_f64().ok_or_else(|| "must be a duration".to_string()),
-        Value::String(s) => parse_duration(s),
-        _ => Err("must be a duration like 90s, 10m or 1h".to_string()),
-    }
-    .map_err(|e| ConfigError::at(text, key, e))?;
-    if !(secs > 0.0 && secs.is_finite()) {
-        return Err(ConfigError::at(text, key, "must be positive"));
-    }
-    Ok(secs)
-}
-
-/// Parses a duration: seconds as a number, or with a unit (ms, s, m, h).
-pub fn parse_duration(text: &str) -> Result<f64, String> {
-    let t = text.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let value: f64 = num.parse().map_err(|_| format!("`{text}` is not a duration like 90s, 10m or 1h"))?;
-    let scale = match unit.trim() {
-        "" | "s" => 1.0,
-        "ms" => 0.001,
-        "m" | "min" => 60.0,
-        "h" => 3600.0,
-        other => return Err(format!("unknown unit `{other}` in `{text}`; use ms, s, m or h")),
-    };
-    Ok(value * scale)
-}
-
-/// Parses a rate in bytes per second: a size with an optional `/s` (`200MB/s`, `1GiB/s`).
-pub fn parse_rate(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let t = t.strip_suffix("/s").unwrap_or(t);
-    parse_bytes(t).map_err(|_| format!("`{text}` is not a rate like 200MB/s"))
-}
-
 /// How the source is read: bounds that keep one file from taking the daemon down.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SourceLimits {
     /// Files larger than this are refused (EIO, one log line) without being read.
     pub max_file_size: u64,
@@ -250,7 +563,7 @@ impl Default for SourceLimits {
 }
 
 /// Who may use the mount.
-#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct AccessConfig {
     /// Let users other than the one mounting use the mount (FUSE `allow_other`). The kernel
     /// checks every access against the source's owners and modes either way.
@@ -265,6 +578,9 @@ pub struct AccessConfig {
 /// Default [`AccessConfig::max_open_bytes`]: about 1,700 open augmented files.
 pub const DEFAULT_MAX_OPEN_BYTES: u64 = 256 << 20;
 
+/// The least [`AccessConfig::max_open_bytes`] accepted.
+pub const MIN_MAX_OPEN_BYTES: u64 = 1 << 20;
+
 /// `source` as written: a path, or a mapping with `path`, `read_limit`, `max_file_size` and
 /// `timeout`.
 fn source_value(text: &str, value: Value) -> Result<(PathBuf, Option<u64>, SourceLimits), ConfigError> {
@@ -276,22 +592,19 @@ fn source_value(text: &str, value: Value) -> Result<(PathBuf, Option<u64>, Sourc
             for (k, v) in map {
                 match (k.as_str(), v) {
                     (Some("path"), Value::String(p)) => path = Some(PathBuf::from(p)),
-                    (Some("path"), _) => return Err(ConfigError::at(text, "path", "must be a directory path")),
+                    (Some("path"), _) => return Err(ConfigError::at(text, "source.path", "must be a directory path")),
                     (Some("read_limit"), Value::Null) => {}
-                    (Some("read_limit"), Value::Number(n)) => {
-                        limit = Some(n.as_u64().ok_or_else(|| ConfigError::at(text, "read_limit", "must be a rate like 200MB/s"))?)
-                    }
-                    (Some("read_limit"), Value::String(r)) => {
-                        limit = Some(parse_rate(&r).map_err(|e| ConfigError::at(text, "read_limit", e))?)
-                    }
-                    (Some("read_limit"), _) => return Err(ConfigError::at(text, "read_limit", "must be a rate like 200MB/s")),
-                    (Some("max_file_size"), v) => {
-                        limits.max_file_size = size_value(text, "max_file_size", &v)?;
-                        if limits.max_file_size == 0 {
-                            return Err(ConfigError::at(text, "max_file_size", "must be positive"));
+                    (Some("read_limit"), v) => {
+                        let rate = bytes_of(&v, Quantity::Rate).map_err(|e| ConfigError::value(text, "source.read_limit", e))?;
+                        if rate == 0 {
+                            return Err(ConfigError::value(text, "source.read_limit", ValueError::NotPositive));
                         }
+                        limit = Some(rate);
                     }
-                    (Some("timeout"), v) => limits.timeout_s = duration_value(text, "timeout", &v)?,
+                    (Some("max_file_size"), v) => {
+                        limits.max_file_size = positive_size_value(text, "source.max_file_size", &v)?;
+                    }
+                    (Some("timeout"), v) => limits.timeout_s = duration_value(text, "source.timeout", &v)?,
                     (Some(other), _) => {
                         return Err(ConfigError::at(
                             text,
@@ -301,9 +614,6 @@ fn source_value(text: &str, value: Value) -> Result<(PathBuf, Option<u64>, Sourc
                     }
                     (None, _) => return Err(ConfigError::at(text, "source", "keys are names")),
                 }
-            }
-            if limit == Some(0) {
-                return Err(ConfigError::at(text, "read_limit", "must be positive"));
             }
             let path = path.ok_or_else(|| ConfigError::at(text, "source", "`path` is missing"))?;
             Ok((path, limit, limits))
@@ -340,13 +650,11 @@ pub struct DiskConfig {
 }
 
 /// How the memory is split among the three forms.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SplitChoice {
     /// Seneca's model picks the split from measured rates.
     Auto,
     /// Percentages for (encoded, decoded, augmented).
-    #[serde(untagged)]
     Fixed(Split),
 }
 
@@ -365,7 +673,7 @@ pub enum EvictionPolicy {
 }
 
 /// The sample cache's settings.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CacheConfig {
     /// Bytes of memory for cached samples (all three forms); 0 disables the cache. Default
     /// (`auto`): a quarter of the available memory ([`auto_cache_memory`]).
@@ -393,58 +701,24 @@ impl Default for CacheConfig {
     }
 }
 
-/// Parses a byte size: a number of bytes, or a number with a unit (KB, MB, GB, TB in powers of
-/// ten; KiB, MiB, GiB, TiB in powers of two).
-pub fn parse_bytes(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let value: f64 = num.parse().map_err(|_| format!("`{text}` is not a size like 8GiB or 500MB"))?;
-    let scale = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1u64,
-        "kb" | "k" => 1_000,
-        "mb" | "m" => 1_000_000,
-        "gb" | "g" => 1_000_000_000,
-        "tb" | "t" => 1_000_000_000_000,
-        "kib" => 1 << 10,
-        "mib" => 1 << 20,
-        "gib" => 1 << 30,
-        "tib" => 1 << 40,
-        other => return Err(format!("unknown unit `{other}` in `{text}`; use B, KB, MB, GB, KiB, MiB, GiB")),
-    };
-    Ok((value * scale as f64) as u64)
-}
-
-/// A size value (a number of bytes, or a string with a unit) of the key `key`.
-fn size_value(text: &str, key: &str, value: &Value) -> Result<u64, ConfigError> {
-    match value {
-        Value::Number(n) => n.as_u64().ok_or_else(|| ConfigError::at(text, key, "must be a size")),
-        Value::String(s) => parse_bytes(s).map_err(|e| ConfigError::at(text, key, e)),
-        _ => Err(ConfigError::at(text, key, "must be a size like 8GiB")),
-    }
-}
-
 /// Validates `cache.disk`: both keys given, the directory made if missing, and not inside the
 /// source (nor the mountpoint, which would hide it).
 fn disk_config(text: &str, raw: RawDisk, source: &Path, mountpoint: &Path) -> Result<DiskConfig, ConfigError> {
-    let path = raw.path.ok_or_else(|| ConfigError::at(text, "disk", "`path` is missing"))?;
-    let size = raw.size.ok_or_else(|| ConfigError::at(text, "disk", "`size` is missing"))?;
-    let size = size_value(text, "size", &size)?;
-    if size == 0 {
-        return Err(ConfigError::at(text, "size", "must be positive"));
-    }
+    let path = raw.path.ok_or_else(|| ConfigError::at(text, "cache.disk", "`path` is missing"))?;
+    let size = raw.size.ok_or_else(|| ConfigError::at(text, "cache.disk", "`size` is missing"))?;
+    let size = positive_size_value(text, "cache.disk.size", &size)?;
     // Resolved before anything is created, so that a refused path never writes into the source.
-    let resolved = resolve(&path).map_err(|e| ConfigError::at(text, "path", e))?;
+    let resolved = resolve(&path).map_err(|e| ConfigError::at(text, "cache.disk.path", e))?;
     if resolved.starts_with(source) {
-        return Err(ConfigError::at(text, "path", "the disk cache must not lie inside the source"));
+        return Err(ConfigError::at(text, "cache.disk.path", "the disk cache must not lie inside the source"));
     }
     let mountpoint = resolve(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
     if resolved.starts_with(&mountpoint) {
-        return Err(ConfigError::at(text, "path", "the disk cache must not lie inside the mountpoint"));
+        return Err(ConfigError::at(text, "cache.disk.path", "the disk cache must not lie inside the mountpoint"));
     }
     std::fs::create_dir_all(&resolved)
-        .map_err(|e| ConfigError::at(text, "path", format!("cannot create {}: {e}", resolved.display())))?;
-    let path = resolved.canonicalize().map_err(|e| ConfigError::at(text, "path", e))?;
+        .map_err(|e| ConfigError::at(text, "cache.disk.path", format!("cannot create {}: {e}", resolved.display())))?;
+    let path = resolved.canonicalize().map_err(|e| ConfigError::at(text, "cache.disk.path", e))?;
     Ok(DiskConfig { path, size })
 }
 
@@ -481,12 +755,18 @@ pub fn auto_cache_memory() -> u64 {
     available_kib * 1024 / 4
 }
 
-fn cache_config(text: &str, raw: Option<RawCache>, source: &Path, mountpoint: &Path) -> Result<CacheConfig, ConfigError> {
+fn cache_config(
+    text: &str,
+    raw: Option<RawCache>,
+    source: &Path,
+    mountpoint: &Path,
+    machine: Option<u64>,
+) -> Result<CacheConfig, ConfigError> {
     let mut cache = CacheConfig { memory: auto_cache_memory(), ..CacheConfig::default() };
     let Some(raw) = raw else { return Ok(cache) };
     match raw.memory {
         Some(Value::String(s)) if s.trim() == "auto" => {}
-        Some(memory) => cache.memory = size_value(text, "memory", &memory)?,
+        Some(memory) => cache.memory = memory_value(text, "cache.memory", &memory, machine)?,
         None => {}
     }
     if let Some(disk) = raw.disk {
@@ -496,7 +776,7 @@ fn cache_config(text: &str, raw: Option<RawCache>, source: &Path, mountpoint: &P
         cache.split = if split.trim() == "auto" {
             SplitChoice::Auto
         } else {
-            SplitChoice::Fixed(split.parse().map_err(|e| ConfigError::at(text, "split", e))?)
+            SplitChoice::Fixed(split.parse().map_err(|e| ConfigError::at(text, "cache.split", e))?)
         };
     }
     if let Some(policy) = raw.policy {
@@ -504,7 +784,7 @@ fn cache_config(text: &str, raw: Option<RawCache>, source: &Path, mountpoint: &P
             "keep" => EvictionPolicy::Keep,
             "lru" => EvictionPolicy::Lru,
             "auto" => EvictionPolicy::Auto,
-            other => return Err(ConfigError::at(text, "policy", format!("`{other}`: use auto, keep or lru"))),
+            other => return Err(ConfigError::at(text, "cache.policy", format!("`{other}`: use auto, keep or lru"))),
         };
     }
     if let Some(refill) = raw.refill {
@@ -512,7 +792,7 @@ fn cache_config(text: &str, raw: Option<RawCache>, source: &Path, mountpoint: &P
     }
     if let Some(rate) = raw.consumer_samples_per_s {
         if !(rate > 0.0 && rate.is_finite()) {
-            return Err(ConfigError::at(text, "consumer_samples_per_s", "must be a positive number"));
+            return Err(ConfigError::at(text, "cache.consumer_samples_per_s", "must be a positive number"));
         }
         cache.consumer_samples_per_s = Some(rate);
     }
@@ -520,7 +800,7 @@ fn cache_config(text: &str, raw: Option<RawCache>, source: &Path, mountpoint: &P
 }
 
 /// The validated configuration of one mount.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// The dataset directory served (never written).
     pub source: PathBuf,
@@ -547,7 +827,6 @@ pub struct Config {
     /// Bounds on reading the source.
     pub source_limits: SourceLimits,
     /// Who may use the mount, and what open files may pin.
-    #[serde(flatten)]
     pub access: AccessConfig,
 }
 
@@ -565,7 +844,7 @@ impl Config {
         let text = std::fs::read_to_string(path)
             .map_err(|e| ConfigError::plain(format!("cannot read {}: {e}", path.display())))?;
         Config::parse(&text, overrides)
-            .map_err(|e| ConfigError::plain(format!("{}: {}", path.display(), e.message)))
+            .map_err(|e| ConfigError { message: format!("{}: {}", path.display(), e.message), ..e })
     }
 
     /// Parses and validates YAML text.
@@ -609,15 +888,15 @@ impl Config {
         // limit) leaves its core to another thread's decode.
         let threads = if raw.threads == 0 { 2 * cores } else { raw.threads };
         if threads > 1024 {
-            return Err(ConfigError::at(text, "threads", "at most 1024"));
+            return Err(ConfigError::value(text, "threads", ValueError::OutOfRange { min: 0, max: 1024 }));
         }
         let fuse_threads = if raw.fuse_threads == 0 { 4 } else { raw.fuse_threads };
         if fuse_threads > 256 {
-            return Err(ConfigError::at(text, "fuse_threads", "at most 256"));
+            return Err(ConfigError::value(text, "fuse_threads", ValueError::OutOfRange { min: 0, max: 256 }));
         }
         let max_pixels = raw.max_pixels.unwrap_or(DEFAULT_MAX_PIXELS);
         if max_pixels == 0 {
-            return Err(ConfigError::at(text, "max_pixels", "must be positive"));
+            return Err(ConfigError::value(text, "max_pixels", ValueError::NotPositive));
         }
 
         let mut output = raw.output.unwrap_or_default();
@@ -636,14 +915,15 @@ impl Config {
             }
         };
         validate_output(text, &mut output, &augment)?;
-        let cache = cache_config(text, raw.cache, &source, &mountpoint)?;
+        let machine = machine_memory();
+        let cache = cache_config(text, raw.cache, &source, &mountpoint, machine)?;
         let jobs = jobs_config(text, raw.jobs)?;
         let max_open_bytes = match &raw.max_open_bytes {
-            Some(v) => size_value(text, "max_open_bytes", v)?,
+            Some(v) => memory_value(text, "max_open_bytes", v, machine)?,
             None => DEFAULT_MAX_OPEN_BYTES,
         };
-        if max_open_bytes < 1 << 20 {
-            return Err(ConfigError::at(text, "max_open_bytes", "at least 1MiB"));
+        if max_open_bytes < MIN_MAX_OPEN_BYTES {
+            return Err(ConfigError::value(text, "max_open_bytes", ValueError::TooSmall { min: MIN_MAX_OPEN_BYTES }));
         }
         let access = AccessConfig {
             allow_other: raw.allow_other.unwrap_or(false),
@@ -667,9 +947,11 @@ impl Config {
         })
     }
 
-    /// The effective configuration as YAML (served as `.prepfs/config.yaml`).
+    /// The effective configuration as YAML, in the keys and units [`Config::parse`] reads
+    /// (sizes in bytes, durations in seconds), so that it is a config file itself: what
+    /// `prepfs check` prints and the mount serves as `.prepfs/config.yaml`.
     pub fn to_yaml(&self) -> String {
-        serde_norway::to_string(self).unwrap_or_else(|e| format!("# cannot serialise: {e}\n"))
+        serde_norway::to_string(&WrittenConfig::from(self)).unwrap_or_else(|e| format!("# cannot serialise: {e}\n"))
     }
 
     /// How many decodes can run at once: the pool's threads, at most one per core. The model's
@@ -682,6 +964,97 @@ impl Config {
     /// The size of every `augmented` output, if the pipeline fixes it.
     pub fn augmented_size(&self) -> Option<Size2> {
         crate::pixels::augment::fixed_output_size(&self.augment)
+    }
+}
+
+/// A [`Config`] in the shape of the YAML it is read from ([`Config::to_yaml`]).
+#[derive(Serialize)]
+struct WrittenConfig<'a> {
+    source: WrittenSource<'a>,
+    mountpoint: &'a Path,
+    seed: u64,
+    threads: usize,
+    fuse_threads: usize,
+    max_pixels: u64,
+    augment: &'a [AugmentOp],
+    output: &'a OutputConfig,
+    cache: WrittenCache<'a>,
+    jobs: WrittenJobs,
+    allow_other: bool,
+    control_public: bool,
+    max_open_bytes: u64,
+}
+
+/// `source` in its mapping form.
+#[derive(Serialize)]
+struct WrittenSource<'a> {
+    path: &'a Path,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    read_limit: Option<u64>,
+    max_file_size: u64,
+    timeout: f64,
+}
+
+#[derive(Serialize)]
+struct WrittenCache<'a> {
+    memory: u64,
+    /// `auto` or `E-D-A`.
+    split: String,
+    policy: EvictionPolicy,
+    refill: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    consumer_samples_per_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    disk: Option<&'a DiskConfig>,
+}
+
+#[derive(Serialize)]
+struct WrittenJobs {
+    max: usize,
+    idle_timeout: f64,
+    prefetch_window: usize,
+    ods: bool,
+    per_user: usize,
+}
+
+impl<'a> From<&'a Config> for WrittenConfig<'a> {
+    fn from(c: &'a Config) -> Self {
+        WrittenConfig {
+            source: WrittenSource {
+                path: &c.source,
+                read_limit: c.source_read_limit,
+                max_file_size: c.source_limits.max_file_size,
+                timeout: c.source_limits.timeout_s,
+            },
+            mountpoint: &c.mountpoint,
+            seed: c.seed,
+            threads: c.threads,
+            fuse_threads: c.fuse_threads,
+            max_pixels: c.max_pixels,
+            augment: &c.augment,
+            output: &c.output,
+            cache: WrittenCache {
+                memory: c.cache.memory,
+                split: match c.cache.split {
+                    SplitChoice::Auto => "auto".to_string(),
+                    SplitChoice::Fixed(split) => split.to_string(),
+                },
+                policy: c.cache.policy,
+                refill: c.cache.refill,
+                consumer_samples_per_s: c.cache.consumer_samples_per_s,
+                disk: c.cache.disk.as_ref(),
+            },
+            jobs: WrittenJobs {
+                max: c.jobs.max,
+                idle_timeout: c.jobs.idle_timeout_s,
+                prefetch_window: c.jobs.prefetch_window,
+                ods: c.jobs.ods,
+                per_user: c.jobs.per_user,
+            },
+            allow_other: c.access.allow_other,
+            control_public: c.access.control_public,
+            max_open_bytes: c.access.max_open_bytes,
+        }
     }
 }
 
@@ -896,6 +1269,202 @@ mod tests {
         assert!(err.contains("limit") && err.contains("line 3"), "{err}");
         assert_eq!(parse_rate("1.5GiB/s"), Ok(1_610_612_736));
         assert_eq!(parse_duration("500ms"), Ok(0.5));
+    }
+
+    #[test]
+    fn a_size_with_a_unit_users_type_is_accepted() {
+        let gib = 1u64 << 30;
+        for (written, bytes) in [
+            ("8G", 8_000_000_000),
+            ("8GB", 8_000_000_000),
+            ("8g", 8_000_000_000),
+            ("8 gb", 8_000_000_000),
+            ("8GiB", 8 * gib),
+            ("8 GiB", 8 * gib),
+            ("8gib", 8 * gib),
+            ("8Gi", 8 * gib),
+            ("500M", 500_000_000),
+            ("500 MB", 500_000_000),
+            ("512MiB", 512 << 20),
+            ("1.5GiB", 3 * gib / 2),
+            ("2T", 2_000_000_000_000),
+            ("1TiB", 1 << 40),
+            ("3k", 3_000),
+            ("1.5KiB", 1536),
+            ("7250000", 7_250_000),
+            ("0", 0),
+            ("+2KB", 2_000),
+            ("18446744073709551615", u64::MAX),
+        ] {
+            assert_eq!(parse_bytes(written), Ok(bytes), "{written}");
+        }
+        assert_eq!(parse("cache: { memory: 1G }\n").expect("valid").cache.memory, 1_000_000_000);
+        assert_eq!(parse("cache: { memory: 64 MiB }\n").expect("valid").cache.memory, 64 << 20);
+        assert_eq!(parse("max_open_bytes: 8388608\n").expect("valid").access.max_open_bytes, 8 << 20);
+        assert_eq!(parse_rate("200MB/s"), Ok(200_000_000));
+        assert_eq!(parse_rate("1.5GiB/s"), Ok(1_610_612_736));
+        assert_eq!(parse_rate("5 k/s"), Ok(5_000));
+    }
+
+    #[test]
+    fn an_unknown_unit_is_refused_with_every_unit_the_parser_accepts() {
+        let err = parse_bytes("8 GiBs").unwrap_err();
+        assert_eq!(
+            err,
+            ValueError::UnknownUnit { text: "8 GiBs".into(), unit: "GiBs".into(), quantity: Quantity::Size }
+        );
+        let message = err.to_string();
+        // The list is the table the parser reads: every unit listed parses, in any case.
+        for (name, bytes) in SIZE_UNITS {
+            assert!(message.contains(&format!(" {name},")) || message.contains(&format!(" {name} ")), "{name}: {message}");
+            assert_eq!(parse_bytes(&format!("2{name}")), Ok(2 * bytes), "{name}");
+            assert_eq!(parse_bytes(&format!("2 {}", name.to_lowercase())), Ok(2 * bytes), "{name}");
+        }
+        assert!(message.contains("powers of 1000") && message.contains("powers of 1024"), "{message}");
+        let err = parse("cache:\n  memory: 8 GiBs\n").unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("`cache.memory` (line 2)") && text.contains("unknown unit `GiBs`"), "{text}");
+        assert!(matches!(err.value_error(), Some(ValueError::UnknownUnit { .. })), "{err:?}");
+        let err = parse_duration("10 fortnights").unwrap_err().to_string();
+        assert!(err.contains("`fortnights`"), "{err}");
+        for (name, secs) in DURATION_UNITS {
+            assert!(err.contains(name), "{name}: {err}");
+            assert_eq!(parse_duration(&format!("2{name}")), Ok(2.0 * secs), "{name}");
+        }
+        let err = parse_rate("5 XB/s").unwrap_err().to_string();
+        assert!(err.contains("`XB`") && err.contains("a rate takes") && err.contains("/s"), "{err}");
+    }
+
+    #[test]
+    fn negative_nan_and_overflowing_sizes_are_refused_with_a_clear_error() {
+        let size = Quantity::Size;
+        assert_eq!(parse_bytes("-5GiB"), Err(ValueError::Negative { text: "-5GiB".into(), quantity: size }));
+        assert_eq!(parse_bytes("-0.5 MB"), Err(ValueError::Negative { text: "-0.5 MB".into(), quantity: size }));
+        assert_eq!(parse_bytes("fast"), Err(ValueError::NotANumber { text: "fast".into(), quantity: size }));
+        assert_eq!(parse_bytes("MB"), Err(ValueError::NotANumber { text: "MB".into(), quantity: size }));
+        assert_eq!(parse_bytes("NaN"), Err(ValueError::NotANumber { text: "NaN".into(), quantity: size }));
+        assert_eq!(parse_bytes("1.2.3GB"), Err(ValueError::NotANumber { text: "1.2.3GB".into(), quantity: size }));
+        assert_eq!(parse_bytes(""), Err(ValueError::NotANumber { text: "".into(), quantity: size }));
+        for too_large in ["18446744073709551616", "20000000TiB", "99999999999999999999999GB", "16777216.5TiB"] {
+            assert_eq!(parse_bytes(too_large), Err(ValueError::TooLarge { text: too_large.into(), quantity: size }));
+        }
+        let err = parse_bytes("20000000TiB").unwrap_err().to_string();
+        assert!(err.contains("too large") && err.contains(&u64::MAX.to_string()), "{err}");
+        assert_eq!(parse_bytes("-5GiB").unwrap_err().to_string(), "`-5GiB` is negative");
+
+        let err = parse("cache:\n  memory: -1\n").unwrap_err();
+        assert!(matches!(err.value_error(), Some(ValueError::Negative { .. })), "{err}");
+        assert!(err.to_string().contains("`cache.memory` (line 2)"), "{err}");
+        let err = parse("cache: { memory: .nan }\n").unwrap_err();
+        assert!(matches!(err.value_error(), Some(ValueError::NotANumber { .. })), "{err}");
+        let err = parse("seed: 1\nmax_open_bytes: 1.0e+30\n").unwrap_err();
+        assert!(matches!(err.value_error(), Some(ValueError::TooLarge { .. })), "{err}");
+        assert!(err.to_string().contains("`max_open_bytes` (line 2)"), "{err}");
+        let err = parse("cache: { memory: [1, 2] }\n").unwrap_err();
+        assert_eq!(err.value_error(), Some(&ValueError::WrongType { quantity: size }));
+        let err = parse("max_open_bytes: 1KiB\n").unwrap_err();
+        assert!(err.to_string().contains("must be at least 1.0 MiB"), "{err}");
+        let dir = std::env::temp_dir();
+        let err = parse(&format!("source: {{ path: {}, read_limit: 0MB/s }}\n", dir.display())).unwrap_err();
+        assert_eq!(err.value_error(), Some(&ValueError::NotPositive));
+        let err = parse(&format!("source: {{ path: {}, max_file_size: -1KB }}\n", dir.display())).unwrap_err();
+        assert!(err.to_string().contains("`source.max_file_size` (line 1)"), "{err}");
+    }
+
+    #[test]
+    fn a_duration_that_is_zero_negative_or_over_a_year_is_refused() {
+        let duration = Quantity::Duration;
+        assert_eq!(parse_duration("0s"), Err(ValueError::NotPositive));
+        assert_eq!(parse_duration("-1s"), Err(ValueError::Negative { text: "-1s".into(), quantity: duration }));
+        assert_eq!(parse_duration("9000h"), Err(ValueError::TooLarge { text: "9000h".into(), quantity: duration }));
+        assert_eq!(parse_duration("8760h"), Ok(MAX_DURATION_S));
+        assert_eq!(parse_duration("90"), Ok(90.0));
+        assert_eq!(parse_duration("1.5 min"), Ok(90.0));
+        let err = parse("jobs:\n  idle_timeout: 1.0e+300\n").unwrap_err().to_string();
+        assert!(err.contains("`jobs.idle_timeout` (line 2)") && err.contains("at most 8760h"), "{err}");
+        let err = parse("jobs: { idle_timeout: .nan }\n").unwrap_err();
+        assert!(matches!(err.value_error(), Some(ValueError::NotANumber { .. })), "{err}");
+        let err = parse("jobs: { idle_timeout: 0 }\n").unwrap_err();
+        assert_eq!(err.value_error(), Some(&ValueError::NotPositive));
+    }
+
+    #[test]
+    fn a_cache_larger_than_the_machine_is_refused_with_the_figure() {
+        let machine = machine_memory().expect("Linux reports its memory");
+        let err = parse("seed: 1\ncache:\n  memory: 1000000TiB\n").unwrap_err();
+        let expected = format!(
+            "`cache.memory` (line 3): 1000000TiB (1099511627776000000 bytes) is more than this machine's memory ({})",
+            human_bytes(machine)
+        );
+        assert!(err.to_string().contains(&expected), "{err}\nwanted {expected}");
+        assert!(matches!(err.value_error(), Some(ValueError::MoreThanMachine { .. })), "{err:?}");
+        let over = machine + 1;
+        let err = parse(&format!("max_open_bytes: {over}\n")).unwrap_err().to_string();
+        assert!(err.contains(&format!("`max_open_bytes` (line 1): {over} bytes is more than this machine's memory")), "{err}");
+        assert_eq!(parse(&format!("cache: {{ memory: {machine} }}\n")).expect("all of it").cache.memory, machine);
+        let example = ValueError::MoreThanMachine { written: "1TiB".into(), bytes: 1 << 40, machine: 24_682_416 * 1024 };
+        assert_eq!(example.to_string(), "1TiB (1099511627776 bytes) is more than this machine's memory (23.5 GiB)");
+    }
+
+    #[test]
+    fn bytes_are_written_for_people_in_binary_units() {
+        assert_eq!(human_bytes(0), "0 B");
+        assert_eq!(human_bytes(1023), "1023 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(1 << 40), "1.0 TiB");
+        assert_eq!(human_bytes(u64::MAX), "16.0 EiB");
+    }
+
+    /// A config with every section and key set, its paths in `tmp`.
+    fn every_section(tmp: &Path) -> (String, PathBuf) {
+        let source = tmp.join("source");
+        std::fs::create_dir_all(&source).expect("source");
+        let yaml = format!(
+            "source:\n  path: {source}\n  read_limit: 1.5GiB/s\n  max_file_size: 64MiB\n  timeout: 2m\n\
+             mountpoint: {mnt}\nseed: 42\nthreads: 3\nfuse_threads: 5\nmax_pixels: 1000000\n\
+             augment:\n  - random_resized_crop: {{ size: [300, 320], scale: [0.2, 0.9], ratio: [0.5, 2.0] }}\n\
+             \x20 - resize: {{ size: [256, 260] }}\n  - center_crop: {{ size: [200, 224] }}\n\
+             \x20 - random_horizontal_flip: {{ p: 0.25 }}\n\
+             \x20 - normalize: {{ mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225] }}\n\
+             output: {{ format: npy, dtype: float32 }}\n\
+             cache:\n  memory: 64MiB\n  split: 20-30-50\n  policy: lru\n  refill: false\n  consumer_samples_per_s: 1234.5\n\
+             \x20 disk: {{ path: {disk}, size: 10G }}\n\
+             jobs: {{ max: 8, idle_timeout: 90s, prefetch_window: 7, ods: false, per_user: 3 }}\n\
+             allow_other: true\ncontrol_public: true\nmax_open_bytes: 32MiB\n",
+            source = source.display(),
+            mnt = tmp.join("mnt").display(),
+            disk = tmp.join("disk").display(),
+        );
+        (yaml, source)
+    }
+
+    #[test]
+    fn what_check_prints_is_accepted_as_a_config() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (yaml, _) = every_section(tmp.path());
+        let first = Config::parse(&yaml, &Overrides::default()).expect("valid");
+        assert_eq!(first.cache.split, SplitChoice::Fixed(Split::new(20, 30, 50).expect("sums to 100")));
+        assert_eq!(first.source_read_limit, Some(1_610_612_736));
+        assert!(first.cache.disk.is_some() && first.access.allow_other && !first.jobs.ods);
+        // `prepfs check` prints `to_yaml`, and `.prepfs/config.yaml` serves it.
+        let printed = first.to_yaml();
+        let again = Config::parse(&printed, &Overrides::default()).unwrap_or_else(|e| panic!("{e}\n{printed}"));
+        assert_eq!(again, first, "{printed}");
+        assert_eq!(again.to_yaml(), printed, "printing is stable");
+    }
+
+    #[test]
+    fn the_default_config_as_printed_is_accepted_as_a_config() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let source = tmp.path().join("source");
+        std::fs::create_dir_all(&source).expect("source");
+        let first = Config::parse(&format!("source: {}\nmountpoint: /mnt/x\n", source.display()), &Overrides::default())
+            .expect("valid");
+        let printed = first.to_yaml();
+        assert!(!printed.contains("read_limit") && !printed.contains("disk"), "unset keys are left out: {printed}");
+        assert!(printed.contains("split: auto") && printed.contains("idle_timeout: 600"), "{printed}");
+        let again = Config::parse(&printed, &Overrides::default()).unwrap_or_else(|e| panic!("{e}\n{printed}"));
+        assert_eq!(again, first, "{printed}");
     }
 
     #[test]

@@ -11,13 +11,18 @@ from __future__ import annotations
 from typing import Optional
 
 
-_SIZE_UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
-               "kib": 2 ** 10, "mib": 2 ** 20, "gib": 2 ** 30, "tib": 2 ** 40}
+# Mirrors config::SIZE_UNITS in src/config.rs (matched in any case): K/KB ... T/TB are powers of
+# 1000, Ki/KiB ... Ti/TiB powers of 1024.
+_SIZE_UNITS = {"": 1, "b": 1,
+               "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9, "t": 1e12, "tb": 1e12,
+               "ki": 2 ** 10, "kib": 2 ** 10, "mi": 2 ** 20, "mib": 2 ** 20,
+               "gi": 2 ** 30, "gib": 2 ** 30, "ti": 2 ** 40, "tib": 2 ** 40}
 
 
 def parse_size(text: str) -> float:
-    """prepfs's size syntax: a number of bytes, or with B, KB, MB, GB (powers of ten) or KiB,
-    MiB, GiB; a rate may end in "/s" ("10MB/s" -> 10e6). ValueError if it is none of those."""
+    """prepfs's size syntax: a number of bytes, or with B, K/KB, M/MB, G/GB, T/TB (powers of
+    ten) or Ki/KiB, Mi/MiB, Gi/GiB, Ti/TiB (powers of two), in any case; a rate may end in "/s"
+    ("10MB/s" -> 10e6). ValueError if it is none of those."""
     t = str(text).strip().replace(" ", "")
     if t.endswith("/s"):
         t = t[:-2]
