@@ -88,7 +88,8 @@ struct MountArgs {
     #[arg(long)]
     allow_non_empty: bool,
     /// Return once the mount serves, leaving the daemon running in its own session (unmount
-    /// with `fusermount3 -u MOUNTPOINT` or `umount`). Logs go to --log-file, else nowhere.
+    /// with `fusermount3 -u MOUNTPOINT` or `umount`). Logs go to --log-file, else nowhere (to
+    /// the journal under systemd).
     #[arg(long, short = 'b')]
     background: bool,
     /// Stay in the foreground (the default; overrides a helper call's backgrounding).
@@ -97,7 +98,8 @@ struct MountArgs {
     /// Let other users use the mount (FUSE allow_other; same as `allow_other: true`).
     #[arg(long)]
     allow_other: bool,
-    /// Mount read-only at the kernel (`-o ro`): `mkdir`/`rmdir` under jobs/ are refused too.
+    /// Mount read-only at the kernel (`-o ro`): `rmdir jobs/NAME` is refused too (a job still
+    /// starts at the first use of its name, and retires when idle).
     #[arg(long)]
     read_only: bool,
     /// Mount options, comma-separated, as mount(8) and /etc/fstab give them: config=FILE,

@@ -114,7 +114,8 @@ pub struct Lifecycle {
     pub keep_created_mountpoint: bool,
     /// Mount over a directory that has entries (hidden while mounted) rather than refuse it.
     pub allow_non_empty: bool,
-    /// Mount `-o ro`: the kernel refuses every change, `mkdir`/`rmdir` under `jobs/` too.
+    /// Mount `-o ro`: the kernel refuses every change itself, `rmdir jobs/NAME` too (a job still
+    /// starts at the first lookup of its name).
     pub read_only: bool,
     /// Called once the mount serves (the FUSE session reads requests); by default prepfs says
     /// `prepfs: serving ...` on stderr.
@@ -688,8 +689,8 @@ fn fuser_config(config: &Config, read_only: bool) -> fuser::Config {
         fuser::MountOption::DefaultPermissions,
     ];
     if read_only {
-        // Asked for (`--read-only`, `-o ro`): the kernel refuses every change itself, mkdir and
-        // rmdir under jobs/ too (a job is still made by the first lookup of its name).
+        // Asked for (`--read-only`, `-o ro`): the kernel refuses every change itself, rmdir under
+        // jobs/ too (a job is still made by the first lookup of its name; mkdir's lookup too).
         fc.mount_options.push(fuser::MountOption::RO);
     }
     if config.access.allow_other {
