@@ -348,7 +348,16 @@ impl MountPlan {
         let conflict = |what: &str| Err(format!("{what} given twice: as a positional argument and as --{what}"));
         let mut plan = MountPlan { config: flag_config, source: args.source.clone(), mountpoint: args.mountpoint.clone(), older_form: false };
         match args.paths.as_slice() {
+            [] if plan.config.is_none() && plan.source.is_none() => {
+                return Err("nothing to mount: give SOURCE MOUNTPOINT (a dataset directory and where to mount it), or --config FILE".into())
+            }
             [] => {}
+            [one] if !one.exists() => {
+                return Err(format!(
+                    "{}: no such file or directory (expected SOURCE MOUNTPOINT, a dataset directory and where to mount it, or a config file)",
+                    one.display()
+                ))
+            }
             [one] if one.is_dir() => {
                 if plan.source.is_some() {
                     return conflict("source");
