@@ -4,7 +4,7 @@ CARGO ?= cargo
 PYTHON ?= python3
 QUICK ?=
 
-.PHONY: all build deps demo test bench bench-epochs bench-jobs fuzz clean
+.PHONY: all build deps demo test bench bench-epochs bench-jobs fuzz clean install uninstall
 
 all: build
 
@@ -15,6 +15,27 @@ deps:
 
 build: deps
 	$(CARGO) build --release --bin prepfs --examples
+
+# `make install` (as root, after `make build` or with cargo at hand): the release binary and the
+# mount(8) helper to $(BINDIR), and $(SBINDIR)/mount.fuse.prepfs linked to the helper, which
+# `mount -t fuse.prepfs` and /etc/fstab lines of type fuse.prepfs run. DESTDIR stages it; BIN
+# installs another build.
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+SBINDIR ?= /sbin
+BIN ?= target/release/prepfs
+
+target/release/prepfs:
+	$(CARGO) build --release --bin prepfs
+
+install: $(BIN)
+	install -D -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/prepfs
+	install -D -m 0755 scripts/mount.prepfs $(DESTDIR)$(BINDIR)/mount.prepfs
+	install -d $(DESTDIR)$(SBINDIR)
+	ln -sf $(BINDIR)/mount.prepfs $(DESTDIR)$(SBINDIR)/mount.fuse.prepfs
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/prepfs $(DESTDIR)$(BINDIR)/mount.prepfs $(DESTDIR)$(SBINDIR)/mount.fuse.prepfs
 
 # Mounts a generated sample dataset, reads it as a user would, prints what it saw, unmounts.
 demo: build

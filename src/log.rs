@@ -53,6 +53,37 @@ macro_rules! warn_limited {
     };
 }
 
+/// The levels `--log-level` and `PREPFS_LOG` take as a whole filter or per target.
+const LEVELS: &[&str] = &["off", "error", "warn", "info", "debug", "trace"];
+
+/// Parses `--log-level` or `PREPFS_LOG`: a level (`error`, `warn`, `info`, `debug`, `trace`,
+/// `off`) or a tracing filter of comma-separated directives, each a level or `TARGET=LEVEL`
+/// (`prepfs=debug,fuser=warn`). A bare word that is no level is refused: tracing would take it
+/// for a target name and log nothing of prepfs, which is never what `verbose` meant.
+pub fn parse_filter(text: &str) -> Result<tracing_subscriber::EnvFilter, String> {
+    let expected = "expected error, warn, info, debug or trace, or a filter such as `prepfs=debug,fuser=warn`";
+    for directive in text.split(',').map(str::trim) {
+        if directive.is_empty() {
+            return Err(format!("an empty directive; {expected}"));
+        }
+        let level = match directive.rsplit_once('=') {
+            Some((target, level)) if !target.is_empty() => level,
+            Some(_) => return Err(format!("`{directive}` names no target; {expected}")),
+            None => directive,
+        };
+        if !LEVELS.iter().any(|l| l.eq_ignore_ascii_case(level)) {
+            return Err(format!("`{level}` is not a log level; {expected}"));
+        }
+    }
+    tracing_subscriber::EnvFilter::builder().parse(text).map_err(|e| format!("{e}; {expected}"))
+}
+
+/// Opens the `--log-file` for appending, creating it with mode 0640 if missing.
+pub fn open_log_file(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new().create(true).append(true).mode(0o640).open(path)
+}
+
 /// Writes a line to stderr, dropping it if stderr is gone (never a panic, unlike `eprintln!`).
 pub fn say(line: &str) {
     use std::io::Write;
@@ -73,5 +104,15 @@ mod tests {
         assert_eq!(allow("test-other-kind"), Some(0), "kinds are limited apart");
         std::thread::sleep(EVERY + Duration::from_millis(20));
         assert_eq!(allow("test-flood"), Some(5000));
+    }
+
+    #[test]
+    fn log_levels_and_filters_parse_and_other_words_are_refused() {
+        for good in ["info", "DEBUG", "off", "prepfs=debug", "prepfs=debug,fuser=warn", "warn,prepfs::mount=trace"] {
+            assert!(parse_filter(good).is_ok(), "{good}");
+        }
+        for bad in ["verbose", "loud", "", "prepfs=loud", "info,", "=debug"] {
+            assert!(parse_filter(bad).is_err(), "{bad}");
+        }
     }
 }

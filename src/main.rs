@@ -1,11 +1,18 @@
-//! The `prepfs` command: `mount` a dataset, print a mount's `stats`.
+//! The `prepfs` command: `mount` a dataset, print a mount's `stats`, plan and check configs.
+//!
+//! `prepfs SOURCE MOUNTPOINT -o OPTIONS` (no subcommand) is the call `mount.fuse3` and the
+//! `mount.prepfs` helper make for `mount -t fuse.prepfs` and `/etc/fstab`: a mount that goes to
+//! the background once it serves.
 
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
 use prepfs::config::{Config, Overrides};
+use prepfs::mount::{Lifecycle, MountError, Ready};
 
 #[derive(Parser)]
 #[command(name = "prepfs", version, about = "A FUSE filesystem serving decoded and augmented training samples")]
@@ -16,20 +23,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Mount a dataset (foreground; Ctrl-C, SIGTERM or SIGHUP unmount).
-    Mount {
-        /// The mount configuration (YAML; see mount-configs/).
-        config: PathBuf,
-        /// The dataset directory (overrides `source`).
-        #[arg(long)]
-        source: Option<PathBuf>,
-        /// Where to mount (overrides `mountpoint`).
-        #[arg(long)]
-        mountpoint: Option<PathBuf>,
-        /// Seed of every random draw (overrides `seed`).
-        #[arg(long)]
-        seed: Option<u64>,
-    },
+    /// Mount a dataset: `prepfs mount SOURCE MOUNTPOINT [--config FILE]` (or the older
+    /// `prepfs mount CONFIG --source DIR --mountpoint DIR`). Runs in the foreground (Ctrl-C,
+    /// SIGTERM, SIGHUP or `fusermount3 -u MOUNTPOINT` unmount) unless --background.
+    Mount(Box<MountArgs>),
     /// Print the live figures of a mounted prepfs.
     Stats {
         /// The mountpoint.
@@ -58,6 +55,116 @@ enum Command {
     },
 }
 
+#[derive(clap::Args, Debug)]
+struct MountArgs {
+    /// `SOURCE MOUNTPOINT`: the dataset directory and where to mount it. A single path that is
+    /// a file is the older form's CONFIG.
+    #[arg(value_name = "SOURCE MOUNTPOINT | CONFIG", num_args = 0..=2)]
+    paths: Vec<PathBuf>,
+    /// The mount configuration (YAML; see mount-configs/). Without one, the shipped defaults
+    /// (cache on).
+    #[arg(long, short = 'c', value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The dataset directory (overrides the config's `source`).
+    #[arg(long, value_name = "DIR")]
+    source: Option<PathBuf>,
+    /// Where to mount (overrides the config's `mountpoint`).
+    #[arg(long, value_name = "DIR")]
+    mountpoint: Option<PathBuf>,
+    /// Seed of every random draw (overrides `seed`).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// error, warn, info (the default), debug or trace, or a tracing filter such as
+    /// `prepfs=debug,fuser=warn`. Wins over PREPFS_LOG.
+    #[arg(long, value_name = "LEVEL")]
+    log_level: Option<String>,
+    /// Append the log to this file (created 0640 if missing) instead of writing it to stderr.
+    #[arg(long, value_name = "PATH")]
+    log_file: Option<PathBuf>,
+    /// Create a missing mountpoint (removed again at unmount if still empty).
+    #[arg(long)]
+    create_mountpoint: bool,
+    /// Mount over a directory that has entries (they are hidden while mounted).
+    #[arg(long)]
+    allow_non_empty: bool,
+    /// Return once the mount serves, leaving the daemon running in its own session (unmount
+    /// with `fusermount3 -u MOUNTPOINT` or `umount`). Logs go to --log-file, else nowhere (to
+    /// the journal under systemd).
+    #[arg(long, short = 'b')]
+    background: bool,
+    /// Stay in the foreground (the default; overrides a helper call's backgrounding).
+    #[arg(long, short = 'f', conflicts_with = "background")]
+    foreground: bool,
+    /// Let other users use the mount (FUSE allow_other; same as `allow_other: true`).
+    #[arg(long)]
+    allow_other: bool,
+    /// Mount read-only at the kernel (`-o ro`): `rmdir jobs/NAME` is refused too (a job still
+    /// starts at the first use of its name, and retires when idle).
+    #[arg(long)]
+    read_only: bool,
+    /// Mount options, comma-separated, as mount(8) and /etc/fstab give them: config=FILE,
+    /// allow_other, ro, rw, nonempty, x-mount.mkdir, log_level=LEVEL, log_file=PATH, seed=N;
+    /// mount(8)'s generic options (defaults, nofail, _netdev, noauto, x-*, ...) are ignored.
+    #[arg(short = 'o', value_name = "OPTIONS")]
+    options: Vec<String>,
+}
+
+/// What `-o` said.
+#[derive(Debug, Default, PartialEq)]
+struct MountOptions {
+    config: Option<PathBuf>,
+    allow_other: bool,
+    read_only: Option<bool>,
+    allow_non_empty: bool,
+    create_mountpoint: bool,
+    log_level: Option<String>,
+    log_file: Option<PathBuf>,
+    seed: Option<u64>,
+}
+
+/// mount(8)'s own options and FUSE's that prepfs always sets: accepted and ignored.
+const IGNORED_OPTIONS: &[&str] = &[
+    "defaults", "auto", "noauto", "user", "nouser", "users", "owner", "group", "nofail", "_netdev",
+    "dev", "nodev", "suid", "nosuid", "exec", "noexec", "atime", "noatime", "relatime",
+    "norelatime", "strictatime", "nostrictatime", "diratime", "nodiratime", "lazytime",
+    "nolazytime", "async", "sync", "silent", "loud", "default_permissions",
+];
+
+/// The value of `key=value`, which must not be empty.
+fn need<'a>(key: &str, value: Option<&'a str>) -> Result<&'a str, String> {
+    value.filter(|v| !v.is_empty()).ok_or_else(|| format!("mount option `{key}` needs a value (`{key}=...`)"))
+}
+
+fn parse_mount_options(lists: &[String]) -> Result<MountOptions, String> {
+    let mut o = MountOptions::default();
+    for opt in lists.iter().flat_map(|l| l.split(',')).map(str::trim).filter(|s| !s.is_empty()) {
+        let (key, value) = match opt.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (opt, None),
+        };
+        match key {
+            "config" => o.config = Some(need(key, value)?.into()),
+            "allow_other" => o.allow_other = true,
+            "ro" => o.read_only = Some(true),
+            "rw" => o.read_only = Some(false),
+            "nonempty" | "allow_non_empty" => o.allow_non_empty = true,
+            "x-mount.mkdir" | "create_mountpoint" => o.create_mountpoint = true,
+            "log_level" => o.log_level = Some(need(key, value)?.to_string()),
+            "log_file" => o.log_file = Some(need(key, value)?.into()),
+            "seed" => o.seed = Some(need(key, value)?.parse().map_err(|_| format!("mount option `seed={}`: not a number", value.unwrap_or("")))?),
+            // mount(8) and fuse pass these; the values say nothing prepfs uses.
+            "fsname" | "subtype" | "comment" | "context" | "fscontext" | "defcontext" | "rootcontext" => {}
+            _ if IGNORED_OPTIONS.contains(&key) || key.starts_with("x-") => {}
+            _ => {
+                return Err(format!(
+                    "unknown mount option `{opt}` (prepfs takes config=FILE, allow_other, ro, rw, nonempty, x-mount.mkdir, log_level=LEVEL, log_file=PATH, seed=N)"
+                ))
+            }
+        }
+    }
+    Ok(o)
+}
+
 /// Keeps the daemon's resident memory close to what the cache charges: glibc's per-thread
 /// arenas otherwise hold freed sample buffers (hundreds of KB each) and RSS creeps past the
 /// budget. Buffers of 128 KiB and more (decoded pixels, augmented outputs) are mapped and
@@ -72,30 +179,48 @@ fn bound_allocator() {
     }
 }
 
+/// The subcommands, and the flags clap answers itself.
+const SUBCOMMANDS: &[&str] = &["mount", "stats", "plan", "check", "help"];
+
+/// Rewrites a `mount.fuse`-style call, `prepfs SOURCE MOUNTPOINT [-o OPTIONS] [-f] [-n] [-s]
+/// [-v] [-t TYPE]`, into `prepfs mount SOURCE MOUNTPOINT --background -o OPTIONS` (`-f`:
+/// foreground, as libfuse's programs take it; `-n`, `-s`, `-v` and `-t TYPE`, which mount(8)
+/// may pass, are ignored). Any other command line is returned as it is.
+fn helper_call(args: Vec<OsString>) -> Vec<OsString> {
+    let first = args.get(1).and_then(|a| a.to_str()).unwrap_or("-");
+    if args.len() < 3 || first.starts_with('-') || SUBCOMMANDS.contains(&first) {
+        return args;
+    }
+    let mut out: Vec<OsString> = vec![args[0].clone(), "mount".into()];
+    let mut foreground = false;
+    let mut rest = args.into_iter().skip(1);
+    while let Some(arg) = rest.next() {
+        match arg.to_str() {
+            Some("-f") => foreground = true,
+            Some("-n" | "-s" | "-v") => {}
+            Some("-t") => {
+                rest.next();
+            }
+            Some(t) if t.starts_with("-t") => {}
+            _ => out.push(arg),
+        }
+    }
+    if !foreground {
+        out.push("--background".into());
+    }
+    out
+}
+
 fn main() -> ExitCode {
     bound_allocator();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("PREPFS_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        // A log line that cannot be written (the terminal or a `| head` went away) is dropped:
-        // reporting it would `eprintln!`, which panics on a closed stderr.
-        .log_internal_errors(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-    match Cli::parse().command {
-        Command::Mount { config, source, mountpoint, seed } => {
-            let config = match Config::load(&config, &Overrides { source, mountpoint, seed }) {
-                Ok(c) => c,
-                Err(e) => return fail(e),
-            };
-            match prepfs::mount::run(config) {
-                Ok(()) | Err(prepfs::mount::MountError::Stopped) => ExitCode::SUCCESS,
-                Err(e) => fail(e),
-            }
+    let command = Cli::parse_from(helper_call(std::env::args_os().collect())).command;
+    if !matches!(command, Command::Mount(_)) {
+        if let Err(e) = init_log(None, None) {
+            return usage(e);
         }
+    }
+    match command {
+        Command::Mount(args) => mount(*args),
         Command::Stats { mountpoint } => {
             let path = mountpoint.join(".prepfs/stats.json");
             match std::fs::read_to_string(&path) {
@@ -130,7 +255,291 @@ fn main() -> ExitCode {
     }
 }
 
+/// Sets up the log: `level` (--log-level) or PREPFS_LOG or `info`, to `file` (appended) or
+/// stderr. A level or filter that does not parse is refused (exit status 2).
+fn init_log(level: Option<&str>, file: Option<&Path>) -> Result<(), String> {
+    let filter = match level {
+        Some(text) => prepfs::log::parse_filter(text).map_err(|e| format!("--log-level {text}: {e}"))?,
+        None => match std::env::var("PREPFS_LOG") {
+            Ok(text) if !text.trim().is_empty() => {
+                prepfs::log::parse_filter(&text).map_err(|e| format!("PREPFS_LOG={text}: {e}"))?
+            }
+            Ok(_) | Err(std::env::VarError::NotPresent) => prepfs::log::parse_filter("info")?,
+            Err(std::env::VarError::NotUnicode(_)) => return Err("PREPFS_LOG is not UTF-8".into()),
+        },
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        // A log line that cannot be written (the terminal or a `| head` went away) is dropped:
+        // reporting it would `eprintln!`, which panics on a closed stderr.
+        .log_internal_errors(false);
+    match file {
+        Some(path) => {
+            let file = prepfs::log::open_log_file(path).map_err(|e| format!("--log-file {}: {e}", path.display()))?;
+            builder.with_ansi(false).with_writer(std::sync::Arc::new(file)).init();
+        }
+        None => builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).with_writer(std::io::stderr).init(),
+    }
+    Ok(())
+}
+
+fn mount(args: MountArgs) -> ExitCode {
+    let options = match parse_mount_options(&args.options) {
+        Ok(o) => o,
+        Err(e) => return usage(e),
+    };
+    let log_level = args.log_level.as_deref().or(options.log_level.as_deref());
+    if let Err(e) = init_log(log_level, args.log_file.as_deref().or(options.log_file.as_deref())) {
+        return usage(e);
+    }
+    let logs_to_file = args.log_file.is_some() || options.log_file.is_some();
+    let plan = match MountPlan::resolve(&args, &options) {
+        Ok(p) => p,
+        Err(e) => return usage(e),
+    };
+    let overrides = Overrides { source: plan.source, mountpoint: plan.mountpoint, seed: args.seed.or(options.seed) };
+    let loaded = match &plan.config {
+        Some(path) => Config::load(path, &overrides),
+        // No config file: the shipped defaults, as an empty file would give them.
+        None => Config::parse("", &overrides),
+    };
+    let mut config = match loaded {
+        Ok(c) => c,
+        Err(e) => return fail(e),
+    };
+    config.access.allow_other |= args.allow_other || options.allow_other;
+    let lifecycle = Lifecycle {
+        // The older form has always created a missing mountpoint (and left it at unmount).
+        create_mountpoint: args.create_mountpoint || options.create_mountpoint || plan.older_form,
+        keep_created_mountpoint: plan.older_form && !(args.create_mountpoint || options.create_mountpoint),
+        allow_non_empty: args.allow_non_empty || options.allow_non_empty,
+        read_only: args.read_only || options.read_only.unwrap_or(false),
+        on_ready: None,
+    };
+    if args.background && !args.foreground {
+        return background(config, lifecycle, logs_to_file);
+    }
+    finish(prepfs::mount::run(config, lifecycle))
+}
+
+fn finish(ran: Result<(), MountError>) -> ExitCode {
+    match ran {
+        Ok(()) | Err(MountError::Stopped) => ExitCode::SUCCESS,
+        Err(e) => fail(e),
+    }
+}
+
+/// Which config, source and mountpoint the command line names.
+#[derive(Debug, PartialEq)]
+struct MountPlan {
+    config: Option<PathBuf>,
+    source: Option<PathBuf>,
+    mountpoint: Option<PathBuf>,
+    /// `prepfs mount CONFIG ...`: the config file as the first positional.
+    older_form: bool,
+}
+
+impl MountPlan {
+    fn resolve(args: &MountArgs, options: &MountOptions) -> Result<MountPlan, String> {
+        let flag_config = match (&args.config, &options.config) {
+            (Some(_), Some(_)) => return Err("give the config once: --config FILE or -o config=FILE".into()),
+            (c, o) => c.clone().or(o.clone()),
+        };
+        let conflict = |what: &str| Err(format!("{what} given twice: as a positional argument and as --{what}"));
+        let mut plan = MountPlan { config: flag_config, source: args.source.clone(), mountpoint: args.mountpoint.clone(), older_form: false };
+        match args.paths.as_slice() {
+            [] if plan.config.is_none() && plan.source.is_none() => {
+                return Err("nothing to mount: give SOURCE MOUNTPOINT (a dataset directory and where to mount it), or --config FILE".into())
+            }
+            [] => {}
+            [one] if !one.exists() => {
+                return Err(format!(
+                    "{}: no such file or directory (expected SOURCE MOUNTPOINT, a dataset directory and where to mount it, or a config file)",
+                    one.display()
+                ))
+            }
+            [one] if one.is_dir() => {
+                if plan.source.is_some() {
+                    return conflict("source");
+                }
+                plan.source = Some(one.clone());
+            }
+            [config] => {
+                if plan.config.is_some() {
+                    return Err(format!(
+                        "{} is not a directory, so it would be the config file, but --config names one too",
+                        config.display()
+                    ));
+                }
+                plan.config = Some(config.clone());
+                plan.older_form = true;
+            }
+            [source, mountpoint] => {
+                if source.exists() && !source.is_dir() {
+                    return Err(format!(
+                        "SOURCE {} is not a directory (to mount with a config file: `prepfs mount SOURCE MOUNTPOINT --config FILE`)",
+                        source.display()
+                    ));
+                }
+                if plan.source.is_some() {
+                    return conflict("source");
+                }
+                if plan.mountpoint.is_some() {
+                    return conflict("mountpoint");
+                }
+                plan.source = Some(source.clone());
+                plan.mountpoint = Some(mountpoint.clone());
+            }
+            _ => return Err("at most two paths: SOURCE MOUNTPOINT".into()),
+        }
+        // The daemon's paths are absolute: what it says and what `mount_at` finds stay right.
+        plan.mountpoint = plan.mountpoint.map(|m| std::path::absolute(&m).unwrap_or(m));
+        Ok(plan)
+    }
+}
+
+/// The number of threads this process runs (Linux), if it can tell.
+fn thread_count() -> Option<usize> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status.lines().find_map(|l| l.strip_prefix("Threads:")).and_then(|n| n.trim().parse().ok())
+}
+
+/// `--background`: forks before any thread starts; the child starts its own session and
+/// mounts, and says on a pipe `R<line>` once the mount serves or `E<error>` if it cannot
+/// mount; the parent waits for that word, prints it and exits 0 (ready) or 1.
+fn background(config: Config, mut lifecycle: Lifecycle, logs_to_file: bool) -> ExitCode {
+    if thread_count().is_some_and(|n| n > 1) {
+        return fail("cannot go to the background: threads are already running");
+    }
+    // Close-on-exec: the helpers prepfs runs (fusermount3) must not hold the pipe open.
+    let (read_end, write_end) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
+        Ok(p) => p,
+        Err(e) => return fail(format!("cannot go to the background: pipe: {e}")),
+    };
+    // SAFETY: this process runs one thread (checked above), so the child may do anything.
+    match unsafe { nix::unistd::fork() } {
+        Err(e) => fail(format!("cannot go to the background: fork: {e}")),
+        Ok(nix::unistd::ForkResult::Parent { child }) => {
+            drop(write_end);
+            let mut said = String::new();
+            let _ = std::fs::File::from(read_end).read_to_string(&mut said);
+            match said.split_at_checked(1) {
+                Some(("R", line)) => {
+                    println!("prepfs: {line} (in the background, pid {child}; `fusermount3 -u` the mountpoint to unmount)");
+                    if !logs_to_file && std::env::var_os("JOURNAL_STREAM").is_none() {
+                        prepfs::log::say("prepfs: its log is discarded: pass --log-file FILE (-o log_file=FILE) to keep it");
+                    }
+                    ExitCode::SUCCESS
+                }
+                Some(("E", error)) => fail(error),
+                _ => {
+                    let status = nix::sys::wait::waitpid(child, None);
+                    fail(format!("the mount daemon ended before the mount was ready ({status:?})"))
+                }
+            }
+        }
+        Ok(nix::unistd::ForkResult::Child) => {
+            drop(read_end);
+            let _ = nix::unistd::setsid();
+            close_inherited_fds();
+            let pipe = std::rc::Rc::new(std::cell::RefCell::new(Some(std::fs::File::from(write_end))));
+            let on_ready = std::rc::Rc::clone(&pipe);
+            lifecycle.on_ready = Some(Box::new(move |ready: &Ready<'_>| {
+                // Nothing of the caller's terminal or pipes stays open in the daemon (a caller
+                // reading our output to its end would wait for the unmount otherwise); under
+                // systemd stderr is the journal, kept.
+                detach_stdio(std::env::var_os("JOURNAL_STREAM").is_some());
+                if let Some(mut pipe) = on_ready.borrow_mut().take() {
+                    let _ = write!(
+                        pipe,
+                        "Rserving {} samples of {} at {}",
+                        ready.samples,
+                        ready.source.display(),
+                        ready.mountpoint.display()
+                    );
+                }
+            }));
+            let ran = prepfs::mount::run(config, lifecycle);
+            if let Some(mut pipe) = pipe.borrow_mut().take() {
+                let _ = write!(pipe, "E{}", ran.as_ref().err().map_or("stopped before the mount was ready".to_string(), |e| e.to_string()));
+            }
+            finish(ran)
+        }
+    }
+}
+
+/// Closes the descriptors this process inherited beyond stdin, stdout and stderr (those not
+/// close-on-exec: every one prepfs opens is), so that the daemon holds none of its caller's
+/// pipes or files open.
+fn close_inherited_fds() {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return };
+    let fds: Vec<i32> = dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).filter(|&fd| fd > 2).collect();
+    for fd in fds {
+        // SAFETY: F_GETFD and close on descriptors of this process; the one the listing used
+        // is closed already (and close-on-exec), those Rust opened are close-on-exec and kept.
+        unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 && flags & libc::FD_CLOEXEC == 0 {
+                libc::close(fd);
+            }
+        }
+    }
+}
+
+/// Points stdin and stdout (and stderr unless `keep_stderr`) at /dev/null.
+fn detach_stdio(keep_stderr: bool) {
+    use std::os::fd::AsRawFd;
+    let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") else { return };
+    for fd in [0, 1, 2] {
+        if fd == 2 && keep_stderr {
+            continue;
+        }
+        // SAFETY: dup2 onto the standard descriptors, which stay open (now /dev/null).
+        unsafe { libc::dup2(null.as_raw_fd(), fd) };
+    }
+}
+
 fn fail(e: impl std::fmt::Display) -> ExitCode {
     prepfs::log::say(&format!("prepfs: {e}"));
     ExitCode::FAILURE
+}
+
+/// A command line or environment refused before anything starts: exit status 2, as clap's
+/// own usage errors.
+fn usage(e: impl std::fmt::Display) -> ExitCode {
+    prepfs::log::say(&format!("prepfs: {e}"));
+    ExitCode::from(2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn os(args: &[&str]) -> Vec<OsString> {
+        args.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn a_mount_fuse_style_call_becomes_a_background_mount() {
+        assert_eq!(
+            helper_call(os(&["prepfs", "/data", "/mnt/in", "-o", "rw,config=/etc/p.yaml", "-n"])),
+            os(&["prepfs", "mount", "/data", "/mnt/in", "-o", "rw,config=/etc/p.yaml", "--background"])
+        );
+        assert_eq!(helper_call(os(&["prepfs", "/d", "/m", "-f"])), os(&["prepfs", "mount", "/d", "/m"]));
+        let plain = os(&["prepfs", "mount", "/d", "/m"]);
+        assert_eq!(helper_call(plain.clone()), plain);
+        assert_eq!(helper_call(os(&["prepfs", "--help"])), os(&["prepfs", "--help"]));
+    }
+
+    #[test]
+    fn mount_options_parse_and_unknown_ones_are_refused() {
+        let o = parse_mount_options(&["rw,config=/etc/p.yaml,allow_other,nofail,_netdev,x-systemd.automount".into(), "ro,nonempty".into()])
+            .expect("parse");
+        assert_eq!(o.config, Some(PathBuf::from("/etc/p.yaml")));
+        assert!(o.allow_other && o.allow_non_empty);
+        assert_eq!(o.read_only, Some(true));
+        assert!(parse_mount_options(&["bogus".into()]).expect_err("unknown").contains("bogus"));
+        assert!(parse_mount_options(&["config=".into()]).is_err());
+        assert!(parse_mount_options(&["seed=x".into()]).is_err());
+    }
 }

@@ -103,30 +103,181 @@ fn unescape_mount_path(s: &str) -> String {
     s.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
 }
 
-/// Makes the mountpoint ready: creates it if missing, clears a dead FUSE mount (whatever its
-/// age), refuses a live one.
-pub fn prepare_mountpoint(path: &Path) -> Result<(), MountError> {
+/// What a mount does with its mountpoint and how it tells it is serving: the command line's
+/// lifecycle options.
+#[derive(Default)]
+pub struct Lifecycle {
+    /// Create a missing mountpoint (and its missing parents) rather than refuse it.
+    pub create_mountpoint: bool,
+    /// Keep a mountpoint prepfs created at unmount (the older `prepfs mount CONFIG` form, which
+    /// always created it and left it); otherwise it is removed again if still empty.
+    pub keep_created_mountpoint: bool,
+    /// Mount over a directory that has entries (hidden while mounted) rather than refuse it.
+    pub allow_non_empty: bool,
+    /// Mount `-o ro`: the kernel refuses every change itself, `rmdir jobs/NAME` too (a job still
+    /// starts at the first lookup of its name).
+    pub read_only: bool,
+    /// Called once the mount serves (the FUSE session reads requests); by default prepfs says
+    /// `prepfs: serving ...` on stderr.
+    pub on_ready: Option<OnReady>,
+}
+
+/// What [`Lifecycle::on_ready`] calls.
+pub type OnReady = Box<dyn FnOnce(&Ready<'_>)>;
+
+/// A mount that serves, as told to [`Lifecycle::on_ready`].
+pub struct Ready<'a> {
+    pub samples: usize,
+    pub source: &'a Path,
+    pub mountpoint: &'a Path,
+}
+
+/// Directories prepfs created for a mountpoint, deepest first: removed again on drop (at
+/// unmount, or when the mount fails to start), each only if it is still empty.
+#[derive(Debug, Default)]
+pub struct CreatedMountpoint {
+    dirs: Vec<std::path::PathBuf>,
+}
+
+impl CreatedMountpoint {
+    /// Makes the directory and whichever of its parents are missing; remembers what it made.
+    fn create(path: &Path) -> io::Result<CreatedMountpoint> {
+        let mut missing = Vec::new();
+        let mut at = Some(path);
+        while let Some(p) = at {
+            if p.as_os_str().is_empty() || std::fs::symlink_metadata(p).is_ok() {
+                break;
+            }
+            missing.push(p.to_path_buf());
+            at = p.parent();
+        }
+        std::fs::create_dir_all(path)?;
+        Ok(CreatedMountpoint { dirs: missing })
+    }
+
+    /// Leaves what was created in place (the older form's behaviour).
+    fn keep(mut self) {
+        self.dirs.clear();
+    }
+}
+
+impl Drop for CreatedMountpoint {
+    fn drop(&mut self) {
+        for dir in &self.dirs {
+            // Only an empty directory goes (remove_dir refuses others, and a mounted one).
+            if let Err(e) = std::fs::remove_dir(dir) {
+                tracing::info!(path = %dir.display(), error = %e, "left the directory prepfs created for the mountpoint");
+                return;
+            }
+        }
+    }
+}
+
+/// Makes the mountpoint ready: refuses a missing one unless `create` (then creates it and what
+/// it returns removes it again), refuses one with entries unless `allow_non_empty`, clears a
+/// dead FUSE mount (whatever its age), refuses a live one.
+pub fn prepare_mountpoint(path: &Path, create: bool, allow_non_empty: bool) -> Result<Option<CreatedMountpoint>, MountError> {
     let fail = |why: String| MountError::Mountpoint { path: path.display().to_string(), why };
+    let mut created = None;
     // The state first: a dead mount answers stat with ENOTCONN, which is not "missing".
     let state = match mountpoint_state(path) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(path).map_err(|e| fail(format!("cannot create: {e}")))?;
+        Err(e) if e.kind() == io::ErrorKind::NotFound && create => {
+            created = Some(CreatedMountpoint::create(path).map_err(|e| fail(format!("cannot create: {e}")))?);
             mountpoint_state(path)
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(fail("does not exist (create it, or pass --create-mountpoint)".into()));
         }
         other => other,
     };
     match state.map_err(|e| fail(e.to_string()))? {
-        MountpointState::Ready => Ok(()),
-        MountpointState::Busy(what) => Err(fail(format!("already mounted: {what}; unmount it first"))),
+        MountpointState::Ready => {}
+        MountpointState::Busy(what) => return Err(fail(format!("already mounted: {what}; unmount it first"))),
         MountpointState::Dead => {
             tracing::warn!(mountpoint = %path.display(), "found a dead mount (its daemon was killed); clearing it");
             lazy_unmount(path).map_err(|e| fail(format!("cannot clear the dead mount: {e}")))?;
             match mountpoint_state(path).map_err(|e| fail(e.to_string()))? {
-                MountpointState::Ready => Ok(()),
-                other => Err(fail(format!("still not usable after clearing: {other:?}"))),
+                MountpointState::Ready => {}
+                other => return Err(fail(format!("still not usable after clearing: {other:?}"))),
             }
         }
     }
+    if !allow_non_empty {
+        let mut entries = std::fs::read_dir(path).map_err(|e| fail(format!("cannot list: {e}")))?;
+        if let Some(entry) = entries.next() {
+            let first = entry.map(|e| e.file_name().to_string_lossy().into_owned()).unwrap_or_default();
+            return Err(fail(format!(
+                "is not empty (it holds `{first}`, which the mount would hide); pick an empty directory, or pass --allow-non-empty (-o nonempty)"
+            )));
+        }
+    }
+    Ok(created)
+}
+
+/// Whether this process may mount FUSE at `mountpoint`, asked before the (long) catalog scan:
+/// `/dev/fuse` opens, and a user other than root has the setuid `fusermount3` to mount with,
+/// write access to the mountpoint, and (for `allow_other`) `user_allow_other` in
+/// `/etc/fuse.conf`.
+pub fn check_fuse_access(mountpoint: &Path, allow_other: bool) -> Result<(), MountError> {
+    let root = nix::unistd::geteuid().is_root();
+    let fail = |why: String| MountError::Fuse(io::Error::new(io::ErrorKind::PermissionDenied, why));
+    // fusermount3 opens the device as the user too, so a user who cannot open it cannot mount.
+    if let Err(e) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse") {
+        let why = match e.raw_os_error() {
+            Some(libc::ENOENT) | Some(libc::ENODEV) | Some(libc::ENXIO) => {
+                "no FUSE device (load the module: `modprobe fuse`; in a container, pass --device /dev/fuse)".to_string()
+            }
+            Some(libc::EACCES) | Some(libc::EPERM) if !root => {
+                use std::os::unix::fs::MetadataExt;
+                let mode = std::fs::metadata("/dev/fuse").map(|m| format!("{:o}", m.mode() & 0o777)).unwrap_or_default();
+                format!("this user may not use FUSE (/dev/fuse is mode {mode}; it is usually 666): ask an administrator, or mount as root")
+            }
+            Some(libc::EACCES) | Some(libc::EPERM) => "this process may not use FUSE (in a container: --device /dev/fuse and CAP_SYS_ADMIN)".to_string(),
+            _ => "cannot use FUSE".to_string(),
+        };
+        return Err(fail(format!("cannot open /dev/fuse: {e}: {why}")));
+    }
+    if root {
+        return Ok(());
+    }
+    // A user other than root mounts through fusermount3 (fuser's choice; FUSERMOUNT_PATH names
+    // another), which must be setuid root.
+    let helper = std::env::var_os("FUSERMOUNT_PATH")
+        .map(std::path::PathBuf::from)
+        .or_else(|| find_in_path("fusermount3"))
+        .or_else(|| find_in_path("fusermount"));
+    let Some(helper) = helper else {
+        return Err(fail("fusermount3 not found: a user other than root mounts through it (install fuse3), or mount as root".into()));
+    };
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(&helper).map_err(|e| fail(format!("{}: {e}", helper.display())))?;
+    if meta.uid() != 0 || meta.mode() & libc::S_ISUID == 0 {
+        return Err(fail(format!(
+            "{} is not setuid root, so a user other than root cannot mount with it (`chmod u+s` it as root, or mount as root)",
+            helper.display()
+        )));
+    }
+    if allow_other && !fuse_conf_allows_other() {
+        return Err(fail("allow_other for a user other than root needs `user_allow_other` in /etc/fuse.conf (or mount as root)".into()));
+    }
+    if mountpoint.exists() && nix::unistd::access(mountpoint, nix::unistd::AccessFlags::W_OK).is_err() {
+        return Err(fail(format!(
+            "{}: this user may not write to the mountpoint, and fusermount3 mounts only on one they may (or mount as root)",
+            mountpoint.display()
+        )));
+    }
+    Ok(())
+}
+
+fn find_in_path(name: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin".into());
+    std::env::split_paths(&path).map(|d| d.join(name)).chain([Path::new("/bin").join(name), Path::new("/sbin").join(name)]).find(|p| p.is_file())
+}
+
+fn fuse_conf_allows_other() -> bool {
+    std::fs::read_to_string("/etc/fuse.conf")
+        .map(|t| t.lines().any(|l| l.split('#').next().unwrap_or("").trim() == "user_allow_other"))
+        .unwrap_or(false)
 }
 
 /// Unmounts `path` if nothing uses it: `Err` with `ResourceBusy` while files are open or a
@@ -189,7 +340,7 @@ pub fn scan_with_progress(source: &Path, stop: &AtomicBool) -> Result<Catalog, M
 /// Mounts `config` and serves until the mount goes away or a signal asks to stop. Every
 /// thread it starts is stopped and joined before it returns, and the disk tier's queued writes
 /// are written.
-pub fn run(config: Config) -> Result<(), MountError> {
+pub fn run(config: Config, lifecycle: Lifecycle) -> Result<(), MountError> {
     // Block the stop signals before any thread starts, so that only the waiter sees them; the
     // waiter runs from the start, so a signal during a long scan stops it.
     let mut signals = SigSet::empty();
@@ -198,13 +349,26 @@ pub fn run(config: Config) -> Result<(), MountError> {
     }
     signals.thread_block().map_err(|e| MountError::Fuse(e.into()))?;
     let waiter = SignalWaiter::start(signals, config.mountpoint.clone()).map_err(MountError::Fuse)?;
-    let served = serve(config, &waiter);
+    let served = serve(config, lifecycle, &waiter);
     waiter.finish();
     served
 }
 
-fn serve(config: Config, waiter: &SignalWaiter) -> Result<(), MountError> {
-    prepare_mountpoint(&config.mountpoint)?;
+fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Result<(), MountError> {
+    // Everything that can refuse the mount is asked before the scan, which may take minutes.
+    check_fuse_access(&config.mountpoint, config.access.allow_other)?;
+    let created = prepare_mountpoint(&config.mountpoint, lifecycle.create_mountpoint, lifecycle.allow_non_empty)?;
+    if let Some(created) = created.as_ref().filter(|_| lifecycle.create_mountpoint) {
+        tracing::info!(mountpoint = %config.mountpoint.display(), dirs = created.dirs.len(), "created the mountpoint");
+    }
+    // Dropped when serve returns: removes what it created (after the unmount), if still empty.
+    let _created = match created {
+        Some(c) if lifecycle.keep_created_mountpoint => {
+            c.keep();
+            None
+        }
+        other => other,
+    };
     let canonical_mountpoint = config.mountpoint.canonicalize().unwrap_or_else(|_| config.mountpoint.clone());
     let catalog = scan_with_progress(&config.source, &waiter.stopping)?;
     tracing::info!(
@@ -219,7 +383,7 @@ fn serve(config: Config, waiter: &SignalWaiter) -> Result<(), MountError> {
         .build()
         .map_err(|e| MountError::Pool(e.to_string()))?;
     let mountpoint = config.mountpoint.clone();
-    let fuse_config = fuser_config(&config);
+    let fuse_config = fuser_config(&config, lifecycle.read_only);
     let fs = Arc::new(Filesystem::new(config, catalog).map_err(MountError::Fuse)?);
     let adapter = FuseAdapter::new(Arc::clone(&fs), Arc::new(pool));
     fs.plan_cache();
@@ -231,22 +395,63 @@ fn serve(config: Config, waiter: &SignalWaiter) -> Result<(), MountError> {
     let notifier = session.notifier();
     let mut workers = Workers::default();
     let started = start_workers(&fs, &mut workers, notifier);
-    waiter.mounted(fuse_connection(&canonical_mountpoint));
-    if let Err(e) = started {
-        let _ = try_unmount(&mountpoint).or_else(|_| lazy_unmount(&mountpoint));
-        workers.stop_and_join(&fs);
-        return Err(MountError::Fuse(e));
+    let connection = fuse_connection(&canonical_mountpoint);
+    waiter.mounted(connection);
+    // The session's own thread reads requests from here on (its drop no longer unmounts: see
+    // `end_session`).
+    let session = match started.and_then(|()| session.spawn()) {
+        Ok(session) => session,
+        Err(e) => {
+            let _ = try_unmount(&mountpoint).or_else(|_| lazy_unmount(&mountpoint));
+            workers.stop_and_join(&fs);
+            return Err(MountError::Fuse(e));
+        }
+    };
+    let ready = Ready { samples: fs.catalog().sample_count(), source: &fs.config().source, mountpoint: &mountpoint };
+    match lifecycle.on_ready.take() {
+        Some(tell) => tell(&ready),
+        None => crate::log::say(&format!(
+            "prepfs: serving {} samples of {} at {} (Ctrl-C to unmount)",
+            ready.samples,
+            ready.source.display(),
+            ready.mountpoint.display()
+        )),
     }
-    crate::log::say(&format!(
-        "prepfs: serving {} samples of {} at {} (Ctrl-C to unmount)",
-        fs.catalog().sample_count(),
-        fs.config().source.display(),
-        mountpoint.display()
-    ));
-    let ran = session.run();
+    let ran = end_session(session, &canonical_mountpoint, connection);
     workers.stop_and_join(&fs);
     tracing::info!(mountpoint = %mountpoint.display(), "unmounted");
     ran.map_err(MountError::Fuse)
+}
+
+/// Waits until the FUSE session ends (the mount went away: `umount`, `fusermount3 -u`, the
+/// signal waiter; or reading requests failed) and returns how it ended.
+///
+/// fuser 0.18 unmounts again when its session's mount guard drops, and its check whether the
+/// mount is still there reads the device's `POLLERR` (the connection has ended) as "mounted":
+/// after every clean unmount it calls umount(2) on the path once more and logs `Failed to
+/// umount filesystem: Invalid argument` as root, or, as another user, runs `fusermount3 -u -z`
+/// on whatever is mounted at the path by then. So the guard is dropped (fuser unmounts, and
+/// any failure it logs is real) only while this very mount, by its FUSE connection number, is
+/// still in the mount table; once it is gone, the guard is leaked: it holds only the path and
+/// a /dev/fuse descriptor whose connection has ended, and the process exits moments later.
+fn end_session(mut session: fuser::BackgroundSession, canonical: &Path, connection: Option<u64>) -> io::Result<()> {
+    while !session.guard.is_finished() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let still_mounted = match (mount_at(canonical), connection) {
+        (None, _) => false,
+        (Some(entry), Some(n)) => entry.minor == n && entry.fstype.starts_with("fuse"),
+        // The connection was not known: let fuser decide.
+        (Some(_), None) => true,
+    };
+    if still_mounted {
+        return session.join();
+    }
+    // The finished thread's handle is swapped out for one of a thread that has nothing to do,
+    // so that the session (and its mount guard) can be forgotten without being dropped.
+    let guard = std::mem::replace(&mut session.guard, std::thread::spawn(|| Ok(())));
+    std::mem::forget(session);
+    guard.join().map_err(|_| io::Error::other("the FUSE session thread panicked"))?
 }
 
 /// The background threads of a mount, stopped and joined at unmount.
@@ -469,7 +674,7 @@ fn force_unmount(mountpoint: &Path, connection: Option<u64>) {
     });
 }
 
-fn fuser_config(config: &Config) -> fuser::Config {
+fn fuser_config(config: &Config, read_only: bool) -> fuser::Config {
     let mut fc = fuser::Config::default();
     fc.mount_options = vec![
         fuser::MountOption::FSName(format!("prepfs:{}", config.source.display())),
@@ -483,6 +688,11 @@ fn fuser_config(config: &Config) -> fuser::Config {
         // source's): nothing the source denies a user reaches them through the mount.
         fuser::MountOption::DefaultPermissions,
     ];
+    if read_only {
+        // Asked for (`--read-only`, `-o ro`): the kernel refuses every change itself, rmdir under
+        // jobs/ too (a job is still made by the first lookup of its name; mkdir's lookup too).
+        fc.mount_options.push(fuser::MountOption::RO);
+    }
     if config.access.allow_other {
         // Other users (training jobs run as other accounts) may use the mount: the operator's
         // choice, never the default.
@@ -506,12 +716,26 @@ mod tests {
     }
 
     #[test]
-    fn prepare_creates_a_missing_mountpoint() {
+    fn prepare_creates_a_missing_mountpoint_only_when_asked_and_removes_it_after() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mnt = dir.path().join("a/b");
-        prepare_mountpoint(&mnt).expect("prepare");
+        assert!(prepare_mountpoint(&mnt, false, false).is_err());
+        assert!(!mnt.exists());
+        let created = prepare_mountpoint(&mnt, true, false).expect("prepare");
         assert!(mnt.is_dir());
-        assert!(prepare_mountpoint(Path::new("/proc")).is_err());
+        drop(created);
+        assert!(!dir.path().join("a").exists(), "both levels it made are removed");
+        assert!(prepare_mountpoint(Path::new("/proc"), true, true).is_err());
+    }
+
+    #[test]
+    fn prepare_refuses_a_mountpoint_with_entries_unless_allowed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("keep.txt"), "x").expect("write");
+        let err = prepare_mountpoint(dir.path(), false, false).expect_err("non-empty");
+        assert!(err.to_string().contains("not empty"), "{err}");
+        assert!(prepare_mountpoint(dir.path(), false, true).expect("allowed").is_none());
+        assert!(dir.path().join("keep.txt").exists());
     }
 
     #[test]

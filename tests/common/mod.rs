@@ -112,6 +112,32 @@ impl Mounted {
         mounted
     }
 
+    /// Runs `cmd` (a `prepfs mount` the caller built, mounting at `mountpoint`) with its stderr
+    /// to `stderr_path`, waits until it serves, and arms the same watchdog as [`Mounted::start`].
+    pub fn start_command(mut cmd: Command, mountpoint: &Path, stderr_path: &Path, limit: Duration) -> Mounted {
+        let log = std::fs::File::create(stderr_path).expect("log file");
+        let child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log).spawn().expect("spawn prepfs");
+        let done = Arc::new(AtomicBool::new(false));
+        let mut mounted = Mounted {
+            mountpoint: mountpoint.to_path_buf(),
+            child: Some(child),
+            done: done.clone(),
+            stderr_path: stderr_path.to_path_buf(),
+            leave_mount: false,
+        };
+        watchdog(mounted.pid(), mountpoint.to_path_buf(), done, limit);
+        let ready = mountpoint.join(".prepfs/stats.json");
+        let started = Instant::now();
+        while !(mounted.log().contains("prepfs: serving") && std::fs::read(&ready).is_ok()) {
+            if let Some(status) = mounted.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!("prepfs exited before serving ({status}): {}", mounted.log());
+            }
+            assert!(started.elapsed() < Duration::from_secs(60), "prepfs did not come up: {}", mounted.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        mounted
+    }
+
     /// The prepfs process id.
     pub fn pid(&self) -> i32 {
         self.child.as_ref().map_or(0, |c| c.id() as i32)
@@ -195,6 +221,23 @@ impl Drop for Mounted {
         self.shutdown();
         self.done.store(true, Ordering::SeqCst);
     }
+}
+
+/// Kills `pid` and detaches `mountpoint` if `done` is not set within `limit`.
+pub fn watchdog(pid: i32, mountpoint: PathBuf, done: Arc<AtomicBool>, limit: Duration) {
+    std::thread::spawn(move || {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if done.load(Ordering::SeqCst) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!("watchdog: test overran {limit:?}; killing prepfs and detaching {}", mountpoint.display());
+        // SAFETY: plain kill(2) on a pid the test started.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        force_unmount(&mountpoint);
+    });
 }
 
 /// Every file of the mount's `augmented/` view, one class directory deep, sorted.
