@@ -13,7 +13,6 @@
 //! | [`Error::IsADirectory`] | `EISDIR` |
 //! | [`Error::ReadOnly`] | `EROFS` |
 //! | [`Error::BadHandle`] | `EBADF` |
-//! | [`Error::Invalid`] | `EINVAL` |
 //! | [`Error::TooManyOpen`] | `ENFILE` |
 //! | [`Error::Decode`] | its [`crate::source::SampleError`]'s: `EIO` |
 //! | [`Error::Job`] | its [`crate::sampling::JobError`]'s: `EINVAL`, `ENAMETOOLONG`, `EUSERS`, `EDQUOT` |
@@ -27,7 +26,7 @@ use crate::source::SampleError;
 
 /// The errno a FUSE reply carries for an error: implemented by each layer for its own error
 /// type, beside it, so the errno is decided near the cause.
-pub trait ToErrno {
+pub(crate) trait ToErrno {
     /// The errno of this error.
     fn to_errno(&self) -> libc::c_int;
 }
@@ -35,7 +34,7 @@ pub trait ToErrno {
 /// Why a request (or mount set-up) failed. Cheap to clone (a source `io::Error` is shared), so
 /// the requests that wait on one load all get its error.
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     /// No such entry in the mount (or the source file vanished).
     #[error("not found")]
     NotFound,
@@ -51,9 +50,6 @@ pub enum Error {
     /// An unknown or released file handle.
     #[error("bad file handle")]
     BadHandle,
-    /// A name or argument the filesystem refuses.
-    #[error("invalid argument: {0}")]
-    Invalid(String),
     /// A sample that cannot be turned into pixels: corrupt, truncated, too many pixels,
     /// unsupported, or no sample prepfs will read. The file is named so the log line can say
     /// which.
@@ -86,7 +82,6 @@ impl ToErrno for Error {
             Error::IsADirectory => libc::EISDIR,
             Error::ReadOnly => libc::EROFS,
             Error::BadHandle => libc::EBADF,
-            Error::Invalid(_) => libc::EINVAL,
             Error::Decode { reason, .. } => reason.to_errno(),
             Error::Job(e) => e.to_errno(),
             Error::TooManyOpen => libc::ENFILE,
@@ -96,24 +91,19 @@ impl ToErrno for Error {
 }
 
 impl Error {
-    /// The errno a FUSE reply carries for this error (its [`ToErrno`] mapping).
-    pub fn errno(&self) -> libc::c_int {
-        self.to_errno()
-    }
-
     /// A source I/O error on `path`.
-    pub fn source_io(path: impl Into<PathBuf>, source: io::Error) -> Self {
+    pub(crate) fn source_io(path: impl Into<PathBuf>, source: io::Error) -> Self {
         Error::SourceIo { path: path.into(), source: Arc::new(source) }
     }
 
     /// A decode failure of `path`.
-    pub fn decode(path: impl Into<PathBuf>, reason: impl Into<SampleError>) -> Self {
+    pub(crate) fn decode(path: impl Into<PathBuf>, reason: impl Into<SampleError>) -> Self {
         Error::Decode { path: path.into(), reason: reason.into() }
     }
 }
 
 /// Result of a filesystem-core operation.
-pub type Result<T> = std::result::Result<T, Error>;
+pub(crate) type Result<T> = std::result::Result<T, Error>;
 
 #[cfg(test)]
 mod tests {
@@ -123,28 +113,28 @@ mod tests {
 
     #[test]
     fn errors_map_to_the_errno_a_user_expects() {
-        assert_eq!(Error::NotFound.errno(), libc::ENOENT);
-        assert_eq!(Error::ReadOnly.errno(), libc::EROFS);
+        assert_eq!(Error::NotFound.to_errno(), libc::ENOENT);
+        assert_eq!(Error::ReadOnly.to_errno(), libc::EROFS);
         let truncated = Error::decode("/x.jpg", PixelError::from(JpegError::Header("truncated segment")));
-        assert_eq!(truncated.errno(), libc::EIO);
+        assert_eq!(truncated.to_errno(), libc::EIO);
         assert_eq!(truncated.to_string(), "cannot decode /x.jpg: truncated segment");
-        assert_eq!(Error::decode("/x.jpg", SampleError::FoundEarlier).errno(), libc::EIO);
+        assert_eq!(Error::decode("/x.jpg", SampleError::FoundEarlier).to_errno(), libc::EIO);
         let gone = Error::source_io("/x.jpg", io::Error::from(io::ErrorKind::NotFound));
-        assert_eq!(gone.errno(), libc::ENOENT);
+        assert_eq!(gone.to_errno(), libc::ENOENT);
         let denied = Error::source_io("/x.jpg", io::Error::from_raw_os_error(libc::EACCES));
-        assert_eq!(denied.errno(), libc::EACCES);
+        assert_eq!(denied.to_errno(), libc::EACCES);
         let broken = Error::source_io("/x.jpg", io::Error::other("disk"));
-        assert_eq!(broken.errno(), libc::EIO);
+        assert_eq!(broken.to_errno(), libc::EIO);
         use crate::sampling::JobError;
-        assert_eq!(Error::from(JobError::BadName("..".into())).errno(), libc::EINVAL);
-        assert_eq!(Error::from(JobError::NameTooLong).errno(), libc::ENAMETOOLONG);
-        assert_eq!(Error::from(JobError::TooMany(16)).errno(), libc::EUSERS);
-        assert_eq!(Error::from(JobError::TooManyForUser { uid: 1, held: 4 }).errno(), libc::EDQUOT);
-        assert_eq!(Error::TooManyOpen.errno(), libc::ENFILE);
+        assert_eq!(Error::from(JobError::BadName("..".into())).to_errno(), libc::EINVAL);
+        assert_eq!(Error::from(JobError::NameTooLong).to_errno(), libc::ENAMETOOLONG);
+        assert_eq!(Error::from(JobError::TooMany(16)).to_errno(), libc::EUSERS);
+        assert_eq!(Error::from(JobError::TooManyForUser { uid: 1, held: 4 }).to_errno(), libc::EDQUOT);
+        assert_eq!(Error::TooManyOpen.to_errno(), libc::ENFILE);
         let huge = Error::source_io("/x.jpg", io::Error::from(io::ErrorKind::FileTooLarge));
-        assert_eq!(huge.errno(), libc::EIO);
+        assert_eq!(huge.to_errno(), libc::EIO);
         let hung = Error::source_io("/x.jpg", io::Error::from(io::ErrorKind::TimedOut));
-        assert_eq!(hung.errno(), libc::EIO);
+        assert_eq!(hung.to_errno(), libc::EIO);
     }
 
     #[test]
@@ -152,6 +142,6 @@ mod tests {
         let denied = Error::source_io("/x.jpg", io::Error::from_raw_os_error(libc::EACCES));
         let Error::SourceIo { source, .. } = denied.clone() else { unreachable!() };
         assert_eq!(source.raw_os_error(), Some(libc::EACCES));
-        assert_eq!(denied.clone().errno(), libc::EACCES);
+        assert_eq!(denied.clone().to_errno(), libc::EACCES);
     }
 }

@@ -34,7 +34,7 @@ const TTL: Duration = Duration::from_secs(60);
 const VOLATILE_TTL: Duration = Duration::from_secs(1);
 
 /// `fuser::Filesystem` over the core.
-pub struct FuseAdapter {
+pub(crate) struct FuseAdapter {
     fs: Arc<Filesystem>,
     pool: Arc<rayon::ThreadPool>,
 }
@@ -46,7 +46,7 @@ fn caller(req: &Request) -> Caller {
 
 impl FuseAdapter {
     /// An adapter running pixel work on `pool`.
-    pub fn new(fs: Arc<Filesystem>, pool: Arc<rayon::ThreadPool>) -> Self {
+    pub(crate) fn new(fs: Arc<Filesystem>, pool: Arc<rayon::ThreadPool>) -> Self {
         FuseAdapter { fs, pool }
     }
 

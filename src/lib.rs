@@ -29,11 +29,15 @@
 //!   (source, sampling, jpeg, pipeline) says its errno beside it.
 //! - [`log`]: log lines that cannot flood or fail.
 
+// The public API is what the binary, the integration tests and the fuzz targets use; everything
+// else is `pub(crate)`, and this lint keeps it so.
+#![warn(unreachable_pub)]
+
 pub mod cache;
 pub mod config;
-pub mod error;
-pub mod fs;
-pub mod fuse;
+pub(crate) mod error;
+pub(crate) mod fs;
+pub(crate) mod fuse;
 pub mod log;
 pub mod mount;
 pub mod pixels;
@@ -42,6 +46,6 @@ mod producer;
 pub mod sampling;
 pub mod source;
 pub mod shared;
-pub mod stats;
+pub(crate) mod stats;
 mod sync;
 mod yaml;

@@ -9,7 +9,7 @@ use serde_json::json;
 
 /// One counter per view and form of work.
 #[derive(Debug, Default)]
-pub struct ViewCounters {
+pub(crate) struct ViewCounters {
     pub opens: AtomicU64,
     pub bytes_served: AtomicU64,
     /// Top-level opens served without reading the source (from a cache form) ...
@@ -20,7 +20,7 @@ pub struct ViewCounters {
 
 /// FUSE requests received, by kind (what the kernel asks per file read shows here).
 #[derive(Debug, Default)]
-pub struct RequestCounters {
+pub(crate) struct RequestCounters {
     pub lookup: AtomicU64,
     pub getattr: AtomicU64,
     pub open: AtomicU64,
@@ -49,7 +49,7 @@ impl RequestCounters {
 
 /// The mount's counters.
 #[derive(Debug)]
-pub struct Stats {
+pub(crate) struct Stats {
     /// FUSE requests by kind.
     pub requests: RequestCounters,
     started: Instant,
@@ -113,7 +113,7 @@ impl Default for Stats {
 }
 
 /// Adds `n` to a counter.
-pub fn bump(counter: &AtomicU64, n: u64) {
+pub(crate) fn bump(counter: &AtomicU64, n: u64) {
     counter.fetch_add(n, Ordering::Relaxed);
 }
 
@@ -123,13 +123,13 @@ fn get(counter: &AtomicU64) -> u64 {
 
 impl Stats {
     /// Pieces of pixel work done (full decodes, decode-and-augments, augments from pixels).
-    pub fn decodes(&self) -> u64 {
+    pub(crate) fn decodes(&self) -> u64 {
         get(&self.full_decodes) + get(&self.decode_augments) + get(&self.pixel_augments)
     }
 
     /// The figures as a JSON document; `extra` adds the sections other parts own
     /// (catalog, configuration).
-    pub fn to_json(&self, extra: serde_json::Value) -> serde_json::Value {
+    pub(crate) fn to_json(&self, extra: serde_json::Value) -> serde_json::Value {
         let view = |v: &ViewCounters| {
             json!({"opens": get(&v.opens), "bytes_served": get(&v.bytes_served), "hits": get(&v.hits), "misses": get(&v.misses)})
         };

@@ -28,7 +28,7 @@
 // The whole set, used or not yet, so that a module switches over by its import lines alone.
 #[cfg(not(feature = "shuttle"))]
 #[allow(unused_imports)]
-pub use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
+pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 
 #[cfg(feature = "shuttle")]
 #[allow(unused_imports)]
@@ -54,7 +54,7 @@ fn recover<G>(result: LockResult<G>) -> G {
 
 /// [`Mutex::lock`] that recovers a poisoned lock (see the note on `recover` in this module: a
 /// panicking request thread must not take the mount down).
-pub trait LockExt<T> {
+pub(crate) trait LockExt<T> {
     /// The guard, whether or not a previous holder panicked.
     fn lock_or_recover(&self) -> MutexGuard<'_, T>;
 }
@@ -66,7 +66,7 @@ impl<T> LockExt<T> for Mutex<T> {
 }
 
 /// [`RwLock::read`] and [`RwLock::write`] that recover a poisoned lock, as [`LockExt`] does.
-pub trait RwLockExt<T> {
+pub(crate) trait RwLockExt<T> {
     /// The read guard, whether or not a previous writer panicked.
     fn read_or_recover(&self) -> RwLockReadGuard<'_, T>;
     /// The write guard, whether or not a previous writer panicked.
@@ -83,7 +83,7 @@ impl<T> RwLockExt<T> for RwLock<T> {
 }
 
 /// [`Condvar`] waits that recover a poisoned lock, as [`LockExt`] does.
-pub trait CondvarExt {
+pub(crate) trait CondvarExt {
     /// Waits for a notification; the guard again.
     fn wait_or_recover<'a, T>(&self, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T>;
     /// Waits for a notification or `timeout`, whichever comes first; the guard again (callers
@@ -101,9 +101,9 @@ impl CondvarExt for Condvar {
 }
 
 /// Atomic integers and flags: `std::sync::atomic`, or shuttle's under `--features shuttle`.
-pub mod atomic {
+pub(crate) mod atomic {
     #[cfg(not(feature = "shuttle"))]
-    pub use std::sync::atomic::*;
+    pub(crate) use std::sync::atomic::*;
 
     #[cfg(feature = "shuttle")]
     pub use shuttle::sync::atomic::*;

@@ -16,12 +16,12 @@ impl Filesystem {
 
     /// Bytes of opportunistic-sampling metadata: the status byte per sample and every active
     /// job's bits.
-    pub fn ods_metadata_bytes(&self) -> usize {
+    pub(crate) fn ods_metadata_bytes(&self) -> usize {
         self.cache().status.bytes() + self.jobs.active().iter().map(|j| j.state_bytes()).sum::<usize>()
     }
 
     /// The live figures, as served in `.prepfs/stats.json`.
-    pub fn stats_json(&self) -> String {
+    pub(crate) fn stats_json(&self) -> String {
         let catalog = self.catalog();
         let extra = serde_json::json!({
             "source": self.config().source,

@@ -17,7 +17,7 @@ use crate::sync::{LockExt, Mutex};
 
 /// How the kernel should cache an opened file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CachePolicy {
+pub(crate) enum CachePolicy {
     /// Immutable content: keep the page cache across opens (`FOPEN_KEEP_CACHE`).
     KeepCache,
     /// Content differs per open: bypass the page cache (`FOPEN_DIRECT_IO`).
@@ -29,7 +29,7 @@ pub enum CachePolicy {
 
 /// What `open` returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Opened {
+pub(crate) struct Opened {
     pub fh: u64,
     pub cache: CachePolicy,
 }
@@ -138,7 +138,7 @@ impl Filesystem {
 
     /// Reads up to `size` bytes at `offset` of an open file and hands them to `reply`. The first
     /// read of a job-view handle counts its sample as served to the job.
-    pub fn read<R>(&self, fh: u64, offset: u64, size: u32, reply: impl FnOnce(Result<&[u8]>) -> R) -> R {
+    pub(crate) fn read<R>(&self, fh: u64, offset: u64, size: u32, reply: impl FnOnce(Result<&[u8]>) -> R) -> R {
         let handle = match self.handles.get(fh) {
             Ok(h) => h,
             Err(e) => return reply(Err(e)),
@@ -173,7 +173,7 @@ impl Filesystem {
     }
 
     /// Releases an open file.
-    pub fn release(&self, fh: u64) {
+    pub(crate) fn release(&self, fh: u64) {
         let Some(data) = self.handles.remove(fh) else { return };
         self.stats().open_handles.fetch_sub(1, Ordering::Relaxed);
         if let HandleData::Bytes { served: Some(served), .. } = &data.data {

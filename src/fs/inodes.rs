@@ -6,7 +6,7 @@ use crate::source::catalog::{DirId, FileId};
 
 /// A view: one form of the whole tree, top-level or one job's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct View {
+pub(crate) struct View {
     pub form: Form,
     /// 0 for the top-level views, else the code of the job (see [`crate::sampling::Job::code`]).
     pub job: u32,
@@ -14,14 +14,14 @@ pub struct View {
 
 impl View {
     /// A top-level view.
-    pub fn top(form: Form) -> View {
+    pub(crate) fn top(form: Form) -> View {
         View { form, job: 0 }
     }
 }
 
 /// A node of the mount.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Node {
+pub(crate) enum Node {
     Root,
     /// `.prepfs/`
     ControlDir,
@@ -54,7 +54,7 @@ const KIND_JOB_ROOT: u64 = 3;
 
 impl Node {
     /// The inode number of this node.
-    pub fn ino(self) -> u64 {
+    pub(crate) fn ino(self) -> u64 {
         let pack = |job: u32, kind: u64, form: Form, index: u32| {
             u64::from(job) << JOB_SHIFT | kind << KIND_SHIFT | form.index() << FORM_SHIFT | u64::from(index)
         };
@@ -71,7 +71,7 @@ impl Node {
     }
 
     /// The node an inode number names, if it names one.
-    pub fn from_ino(ino: u64) -> Option<Node> {
+    pub(crate) fn from_ino(ino: u64) -> Option<Node> {
         match ino {
             ROOT_INO => return Some(Node::Root),
             CONTROL_DIR_INO => return Some(Node::ControlDir),

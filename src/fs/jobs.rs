@@ -56,7 +56,7 @@ impl Filesystem {
     }
 
     /// Makes a job: `mkdir jobs/<name>` (a lookup makes one too). Anything else is read-only.
-    pub fn mkdir(&self, parent: u64, name: &OsStr, caller: Caller) -> Result<Attr> {
+    pub(crate) fn mkdir(&self, parent: u64, name: &OsStr, caller: Caller) -> Result<Attr> {
         if Node::from_ino(parent) != Some(Node::JobsDir) {
             return Err(Error::ReadOnly);
         }
@@ -66,7 +66,7 @@ impl Filesystem {
 
     /// Retires a job: `rmdir jobs/<name>` frees its state now rather than after its idle time.
     /// Anything else is read-only.
-    pub fn rmdir(&self, parent: u64, name: &OsStr) -> Result<()> {
+    pub(crate) fn rmdir(&self, parent: u64, name: &OsStr) -> Result<()> {
         if Node::from_ino(parent) != Some(Node::JobsDir) {
             return Err(Error::ReadOnly);
         }
@@ -77,7 +77,7 @@ impl Filesystem {
     }
 
     /// Whether a node takes changes (only `jobs/`, for mkdir and rmdir).
-    pub fn accepts_changes(&self, ino: u64) -> bool {
+    pub(crate) fn accepts_changes(&self, ino: u64) -> bool {
         Node::from_ino(ino) == Some(Node::JobsDir)
     }
 
@@ -95,14 +95,15 @@ impl Filesystem {
 
     /// One unit of background refill of the augmented cache, with samples some active job has not
     /// seen (any sample, with no jobs). Returns false when there is nothing to do.
-    pub fn refill_once(&self, cursor: &mut usize) -> bool {
+    #[cfg(test)]
+    pub(crate) fn refill_once(&self, cursor: &mut usize) -> bool {
         self.refill_lane_once(cursor, (0, 1))
     }
 
     /// [`Filesystem::refill_once`] for one of several refill workers: the samples of `lane`.
     /// With jobs, the samples some job has not seen this epoch; without, those top-level readers
     /// have not read in this pass (so the refill works ahead of them, not on the next pass).
-    pub fn refill_lane_once(&self, cursor: &mut usize, lane: (usize, usize)) -> bool {
+    pub(crate) fn refill_lane_once(&self, cursor: &mut usize, lane: (usize, usize)) -> bool {
         let jobs = self.jobs.active();
         self.producer.refill_once(cursor, lane, |f| {
             if jobs.is_empty() {
@@ -115,7 +116,7 @@ impl Filesystem {
 
     /// Runs queued prefetch work until the queue stays empty for `wait` (or at once with a zero
     /// `wait`, returning when it is empty). Returns how many samples it prepared.
-    pub fn run_prefetch(&self, wait: Duration, stop: &AtomicBool) -> usize {
+    pub(crate) fn run_prefetch(&self, wait: Duration, stop: &AtomicBool) -> usize {
         let mut prepared = 0;
         while !stop.load(Ordering::Relaxed) {
             let Some((sample, form, job)) = self.prefetch.pop(wait) else { break };
@@ -136,7 +137,7 @@ impl Filesystem {
     /// Drops the augmented outputs kept for jobs that have all been served their sample since
     /// (by another path): they would wait an epoch for a taker, taking room from outputs that
     /// can be shared now. Outputs no job has used yet stay. Returns how many were dropped.
-    pub fn drop_outputs_no_job_needs(&self) -> u64 {
+    pub(crate) fn drop_outputs_no_job_needs(&self) -> u64 {
         if self.jobs.active().is_empty() {
             return 0;
         }
@@ -144,7 +145,7 @@ impl Filesystem {
     }
 
     /// Retires the jobs idle past `jobs.idle_timeout`; returns how many.
-    pub fn retire_idle_jobs(&self) -> usize {
+    pub(crate) fn retire_idle_jobs(&self) -> usize {
         let idle_ms = (self.config().jobs.idle_timeout_s * 1000.0) as u64;
         let retired = self.jobs.retire_idle(idle_ms);
         for job in &retired {

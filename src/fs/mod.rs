@@ -24,7 +24,7 @@
 //! - `control.rs`: the `.prepfs/` control files;
 //! - [`open_budget`]: the bound on what open handles pin.
 
-pub mod open_budget;
+pub(crate) mod open_budget;
 
 mod control;
 mod handles;
@@ -36,10 +36,10 @@ mod tree;
 #[cfg(test)]
 mod tests;
 
-pub use handles::{CachePolicy, Opened};
-pub use inodes::{Node, View};
-pub use stale::StaleInodes;
-pub use tree::{Attr, DirEntry, Kind};
+pub(crate) use handles::{CachePolicy, Opened};
+pub(crate) use inodes::{Node, View};
+pub(crate) use stale::StaleInodes;
+pub(crate) use tree::{Attr, DirEntry, Kind};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -54,7 +54,7 @@ use crate::pixels::work::PixelWork;
 use crate::planner::{initial_split, PlanController};
 use crate::producer::SampleProducer;
 use crate::sampling::{Bitset, Jobs, Pass, Requester};
-pub use crate::shared::Form;
+pub(crate) use crate::shared::Form;
 use crate::source::catalog::{Catalog, FileId};
 use crate::source::{LocalSource, SampleReader, Source, SourceIo};
 use crate::stats::{Stats, ViewCounters};
@@ -65,18 +65,19 @@ use open_budget::{OpenBudget, OPEN_WAIT};
 
 /// Who makes a request: the uid and gid the kernel sends with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Caller {
+pub(crate) struct Caller {
     pub uid: u32,
     pub gid: u32,
 }
 
+#[cfg(test)]
 impl Caller {
-    /// Root (tests, and the mount's own checks).
-    pub const ROOT: Caller = Caller { uid: 0, gid: 0 };
+    /// Root.
+    pub(crate) const ROOT: Caller = Caller { uid: 0, gid: 0 };
 }
 
 /// The filesystem core.
-pub struct Filesystem {
+pub(crate) struct Filesystem {
     config: Arc<Config>,
     catalog: Arc<Catalog>,
     stats: Arc<Stats>,
@@ -110,13 +111,13 @@ pub struct Filesystem {
 
 impl Filesystem {
     /// A filesystem over a scanned catalog of the local source.
-    pub fn new(config: Config, catalog: Catalog) -> std::io::Result<Filesystem> {
+    pub(crate) fn new(config: Config, catalog: Catalog) -> std::io::Result<Filesystem> {
         let io = Arc::new(LocalSource::new(catalog.root())?);
         Filesystem::with_source(config, catalog, io)
     }
 
     /// A filesystem reading its source through `io` (a fault-injecting one in tests).
-    pub fn with_source(config: Config, catalog: Catalog, io: Arc<dyn SourceIo>) -> std::io::Result<Filesystem> {
+    pub(crate) fn with_source(config: Config, catalog: Catalog, io: Arc<dyn SourceIo>) -> std::io::Result<Filesystem> {
         let jobs = Jobs::new(config.jobs.max, catalog.file_count(), catalog.sample_count() as u64, config.seed)
             .with_per_user(config.jobs.per_user);
         let top_pass = Pass::new(catalog.file_count(), catalog.sample_count() as u64);
@@ -176,12 +177,12 @@ impl Filesystem {
     }
 
     /// Makes throttled source reads give up at once (the start of an unmount).
-    pub fn interrupt(&self) {
+    pub(crate) fn interrupt(&self) {
         self.reader.interrupt();
     }
 
     /// Ends the mount's work: source I/O stopped, the disk tier's queued writes written.
-    pub fn shutdown(&self) {
+    pub(crate) fn shutdown(&self) {
         self.reader.shutdown();
         self.producer.flush();
     }
@@ -197,40 +198,41 @@ impl Filesystem {
 
 
     /// The catalog served.
-    pub fn catalog(&self) -> &Catalog {
+    pub(crate) fn catalog(&self) -> &Catalog {
         &self.catalog
     }
 
     /// The live counters.
-    pub fn stats(&self) -> &Stats {
+    pub(crate) fn stats(&self) -> &Stats {
         &self.stats
     }
 
     /// The sample cache.
-    pub fn cache(&self) -> &SampleCache {
+    pub(crate) fn cache(&self) -> &SampleCache {
         &self.cache
     }
 
     /// The cache's disk tier, if one is open.
 
     /// The effective configuration.
-    pub fn config(&self) -> &Config {
+    pub(crate) fn config(&self) -> &Config {
         &self.config
     }
 
     /// The jobs under `jobs/`.
-    pub fn jobs(&self) -> &Jobs {
+    #[cfg(test)]
+    pub(crate) fn jobs(&self) -> &Jobs {
         &self.jobs
     }
 
     /// Measures the cache model's inputs and applies the split (see the producer).
-    pub fn plan_cache(&self) {
+    pub(crate) fn plan_cache(&self) {
         self.plan.plan_at_mount(&self.catalog, &self.config, |f| self.reader.read_uncounted(f));
     }
 
     /// Re-plans the cache split from the rates measured while serving, when enough samples were
     /// timed since the last plan.
-    pub fn replan(&self) -> bool {
+    pub(crate) fn replan(&self) -> bool {
         self.plan.tick(self.jobs.active().len())
     }
 

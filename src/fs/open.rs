@@ -32,7 +32,7 @@ impl Filesystem {
 
     /// Opens a file: for pixel views this decodes and augments (the caller runs it on the
     /// decode pool) and pins the result to the returned handle.
-    pub fn open(&self, ino: u64, write: bool, caller: Caller) -> Result<Opened> {
+    pub(crate) fn open(&self, ino: u64, write: bool, caller: Caller) -> Result<Opened> {
         if write {
             return Err(Error::ReadOnly);
         }
@@ -75,7 +75,7 @@ impl Filesystem {
     /// cache holds in the form the view serves), so the caller may run it in place rather than
     /// on the decode pool. A guess: the entry may be taken meanwhile, and the open then does the
     /// work itself.
-    pub fn open_is_cheap(&self, ino: u64) -> bool {
+    pub(crate) fn open_is_cheap(&self, ino: u64) -> bool {
         match Node::from_ino(ino) {
             Some(Node::File(view, file)) if (file as usize) < self.catalog().file_count() => match (view.job, view.form) {
                 // Opening a source file is I/O (it may be a network share).

@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 use crate::sync::{Condvar, CondvarExt, LockExt, Mutex};
 
 /// How long an open past the budget waits for releases before it is refused.
-pub const OPEN_WAIT: Duration = Duration::from_secs(2);
+pub(crate) const OPEN_WAIT: Duration = Duration::from_secs(2);
 
 /// See the module documentation.
-pub struct OpenBudget {
+pub(crate) struct OpenBudget {
     max: u64,
     wait: Duration,
     held: Mutex<Held>,
@@ -29,7 +29,7 @@ struct Held {
 }
 
 /// Bytes pinned by one handle; given back when dropped (the handle released).
-pub struct Lease {
+pub(crate) struct Lease {
     budget: Arc<OpenBudget>,
     uid: u32,
     bytes: u64,
@@ -37,13 +37,13 @@ pub struct Lease {
 
 impl OpenBudget {
     /// A budget of `max` bytes; opens past it wait up to `wait`.
-    pub fn new(max: u64, wait: Duration) -> Arc<OpenBudget> {
+    pub(crate) fn new(max: u64, wait: Duration) -> Arc<OpenBudget> {
         Arc::new(OpenBudget { max, wait, held: Mutex::new(Held::default()), released: Condvar::new() })
     }
 
     /// Leases `bytes` to a handle of `uid` (`privileged`: root or the mount's owner, who may
     /// use the whole budget), waiting for releases when it is spent. `None`: refused.
-    pub fn lease(self: &Arc<Self>, uid: u32, privileged: bool, bytes: u64) -> Option<Lease> {
+    pub(crate) fn lease(self: &Arc<Self>, uid: u32, privileged: bool, bytes: u64) -> Option<Lease> {
         let cap = if privileged { self.max } else { self.max / 2 };
         let deadline = Instant::now() + self.wait;
         let mut held = self.held.lock_or_recover();
@@ -63,7 +63,7 @@ impl OpenBudget {
     }
 
     /// Bytes leased now.
-    pub fn held(&self) -> u64 {
+    pub(crate) fn held(&self) -> u64 {
         self.held.lock_or_recover().total
     }
 }

@@ -13,7 +13,7 @@ use crate::sync::{Condvar, CondvarExt, LockExt, Mutex};
 /// The mount's notifier thread tells the kernel (never a request thread: a notification may
 /// wait on pages that a request in flight holds).
 #[derive(Default)]
-pub struct StaleInodes {
+pub(crate) struct StaleInodes {
     queue: Mutex<Vec<u64>>,
     ready: Condvar,
 }
@@ -25,7 +25,7 @@ impl StaleInodes {
     }
 
     /// The inodes queued so far, waiting up to `wait` for one.
-    pub fn drain(&self, wait: Duration) -> Vec<u64> {
+    pub(crate) fn drain(&self, wait: Duration) -> Vec<u64> {
         let mut queue = self.queue.lock_or_recover();
         if queue.is_empty() && !wait.is_zero() {
             queue = self.ready.wait_timeout_or_recover(queue, wait);

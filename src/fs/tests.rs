@@ -6,6 +6,7 @@ use std::ffi::OsStr;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use crate::config::Overrides;
+use crate::error::ToErrno;
 use crate::source::{Fault, FaultySource};
 use std::collections::HashSet;
 
@@ -50,7 +51,7 @@ fn a_hung_source_fails_its_open_within_the_timeout_and_the_rest_still_serve() {
     faulty.inject(&dir.path().join("src/c0/s001.jpg"), Fault::Hang);
     let started = std::time::Instant::now();
     let err = fs.open(ino_of(&fs, "augmented", "s001.ppm"), false, Caller::ROOT).expect_err("hung");
-    assert_eq!(err.errno(), libc::EIO, "{err}");
+    assert_eq!(err.to_errno(), libc::EIO, "{err}");
     assert!(started.elapsed() < Duration::from_secs(5), "waited {:?}", started.elapsed());
     for name in ["s000.ppm", "s002.ppm"] {
         assert!(!read_file(&fs, ino_of(&fs, "augmented", name)).is_empty());
@@ -65,7 +66,7 @@ fn a_source_error_reaches_the_reader_as_its_errno_and_is_not_remembered() {
     let path = dir.path().join("src/c0/s000.jpg");
     let ino = ino_of(&fs, "decoded", "s000.ppm");
     faulty.inject(&path, Fault::Error(std::io::ErrorKind::PermissionDenied));
-    assert_eq!(fs.open(ino, false, Caller::ROOT).expect_err("denied").errno(), libc::EACCES);
+    assert_eq!(fs.open(ino, false, Caller::ROOT).expect_err("denied").to_errno(), libc::EACCES);
     faulty.clear();
     assert!(!read_file(&fs, ino).is_empty(), "a transient failure is not a bad sample");
 }

@@ -19,7 +19,7 @@ use crate::source::FileMeta;
 
 /// Directory or regular file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     Dir,
     File,
 }
@@ -28,7 +28,7 @@ pub enum Kind {
 /// cleared) for everything made of the source, so the kernel (`default_permissions`) refuses
 /// through the mount what the source refuses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Attr {
+pub(crate) struct Attr {
     pub ino: u64,
     pub kind: Kind,
     pub size: u64,
@@ -43,7 +43,7 @@ pub struct Attr {
 
 /// One listing entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DirEntry {
+pub(crate) struct DirEntry {
     pub ino: u64,
     pub kind: Kind,
     pub name: OsString,
@@ -78,7 +78,7 @@ impl Filesystem {
 
     /// Finds `name` in the directory `parent` for `caller` (under `jobs/`, a job is made for
     /// them on first use).
-    pub fn lookup(&self, parent: u64, name: &OsStr, caller: Caller) -> Result<Attr> {
+    pub(crate) fn lookup(&self, parent: u64, name: &OsStr, caller: Caller) -> Result<Attr> {
         let form_named = |name: &OsStr| Form::ALL.into_iter().find(|f| f.dir_name().as_bytes() == name.as_bytes());
         let node = match Node::from_ino(parent).ok_or(Error::NotFound)? {
             Node::Root => match name.to_str() {
@@ -117,7 +117,7 @@ impl Filesystem {
     }
 
     /// The attributes of an inode.
-    pub fn getattr(&self, ino: u64) -> Result<Attr> {
+    pub(crate) fn getattr(&self, ino: u64) -> Result<Attr> {
         self.attr_of(Node::from_ino(ino).ok_or(Error::NotFound)?)
     }
 
@@ -171,7 +171,7 @@ impl Filesystem {
 
     /// Snapshots a directory listing; [`Filesystem::readdir`] pages through it. In a job's view
     /// the samples come in the job's order for this epoch (cached and unseen first).
-    pub fn opendir(&self, ino: u64, caller: Caller) -> Result<u64> {
+    pub(crate) fn opendir(&self, ino: u64, caller: Caller) -> Result<u64> {
         let node = Node::from_ino(ino).ok_or(Error::NotFound)?;
         let catalog = self.catalog();
         let parent_ino = match node {
@@ -249,7 +249,7 @@ impl Filesystem {
     }
 
     /// Entries of an open listing from `offset` on (offset k resumes after the k-th entry).
-    pub fn readdir(&self, fh: u64, offset: u64, mut add: impl FnMut(&DirEntry, u64) -> bool) -> Result<()> {
+    pub(crate) fn readdir(&self, fh: u64, offset: u64, mut add: impl FnMut(&DirEntry, u64) -> bool) -> Result<()> {
         let handle = self.handles.get(fh)?;
         let HandleData::Listing(entries) = &handle.data else { return Err(Error::NotADirectory) };
         for (i, entry) in entries.iter().enumerate().skip(offset as usize) {
@@ -261,7 +261,7 @@ impl Filesystem {
     }
 
     /// Releases an open listing.
-    pub fn releasedir(&self, fh: u64) {
+    pub(crate) fn releasedir(&self, fh: u64) {
         self.handles.remove(fh);
     }
 }

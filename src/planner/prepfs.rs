@@ -56,7 +56,7 @@ pub const DEFAULT_SERVE_PER_CORE: f64 = 1800.0;
 /// epochs, substituting within the directory, with a window evicting its oldest entry: windows
 /// of 16, 32, 64, 128 and 256 entries served each made item to 1.2, 1.5, 1.9, 2.7 and 3.0 jobs;
 /// `1 + 2 (1 - exp(-w / (3 · 30)))` is within 0.16 of each.
-pub const WINDOW_PER_DIR: f64 = 3.0;
+pub(super) const WINDOW_PER_DIR: f64 = 3.0;
 
 /// Fractions of the samples each form holds, and the bytes each holds.
 struct Fill {
@@ -102,7 +102,7 @@ pub fn budgets(p: &PlanParams, split: Split, overhead: f64) -> [u64; 3] {
 }
 
 /// Evaluates one split (see the module documentation).
-pub fn evaluate(p: &PlanParams, split: Split) -> Evaluation {
+pub(super) fn evaluate(p: &PlanParams, split: Split) -> Evaluation {
     if p.jobs > 1 {
         return evaluate_shared(p, split);
     }
