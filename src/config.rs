@@ -42,7 +42,8 @@ impl ConfigError {
         ConfigError { message: message.into(), value: None }
     }
     /// Why the value was refused, where a value parser refused it.
-    pub fn value_error(&self) -> Option<&ValueError> {
+    #[cfg(test)]
+    pub(crate) fn value_error(&self) -> Option<&ValueError> {
         self.value.as_ref()
     }
 }
@@ -158,7 +159,7 @@ fn figure(written: &str, bytes: u64) -> String {
 }
 
 /// Bytes for people: `23.5 GiB`, `512 B`.
-pub fn human_bytes(bytes: u64) -> String {
+pub(crate) fn human_bytes(bytes: u64) -> String {
     let mut value = bytes as f64;
     let mut unit = "B";
     for next in ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"] {
@@ -366,7 +367,7 @@ fn duration_value(text: &str, key: &str, value: &Value) -> Result<f64, ConfigErr
 
 /// This machine's physical memory in bytes: `/proc/meminfo`'s `MemTotal`, else
 /// `sysconf(_SC_PHYS_PAGES)` pages of `sysconf(_SC_PAGESIZE)`; `None` where neither answers.
-pub fn machine_memory() -> Option<u64> {
+pub(crate) fn machine_memory() -> Option<u64> {
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
     let total_kib = meminfo
         .lines()
@@ -744,7 +745,7 @@ fn resolve(path: &Path) -> std::io::Result<PathBuf> {
 
 /// `cache.memory: auto` (the default): a quarter of the memory available now. The planner
 /// gives each form no more than the set needs in it, so a small set takes only what it needs.
-pub fn auto_cache_memory() -> u64 {
+pub(crate) fn auto_cache_memory() -> u64 {
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
     let available_kib = meminfo
         .lines()

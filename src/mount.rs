@@ -46,7 +46,7 @@ pub enum MountpointState {
 }
 
 /// What is at `path` now.
-pub fn mountpoint_state(path: &Path) -> io::Result<MountpointState> {
+pub(crate) fn mountpoint_state(path: &Path) -> io::Result<MountpointState> {
     // statfs always reaches the daemon (stat may be answered from cached attributes), so it
     // tells a dead FUSE mount by ENOTCONN.
     if let Err(nix::errno::Errno::ENOTCONN) = nix::sys::statfs::statfs(path) {
@@ -176,7 +176,7 @@ impl Drop for CreatedMountpoint {
 /// Makes the mountpoint ready: refuses a missing one unless `create` (then creates it and what
 /// it returns removes it again), refuses one with entries unless `allow_non_empty`, clears a
 /// dead FUSE mount (whatever its age), refuses a live one.
-pub fn prepare_mountpoint(path: &Path, create: bool, allow_non_empty: bool) -> Result<Option<CreatedMountpoint>, MountError> {
+pub(crate) fn prepare_mountpoint(path: &Path, create: bool, allow_non_empty: bool) -> Result<Option<CreatedMountpoint>, MountError> {
     let fail = |why: String| MountError::Mountpoint { path: path.display().to_string(), why };
     let mut created = None;
     // The state first: a dead mount answers stat with ENOTCONN, which is not "missing".
@@ -218,7 +218,7 @@ pub fn prepare_mountpoint(path: &Path, create: bool, allow_non_empty: bool) -> R
 /// `/dev/fuse` opens, and a user other than root has the setuid `fusermount3` to mount with,
 /// write access to the mountpoint, and (for `allow_other`) `user_allow_other` in
 /// `/etc/fuse.conf`.
-pub fn check_fuse_access(mountpoint: &Path, allow_other: bool) -> Result<(), MountError> {
+pub(crate) fn check_fuse_access(mountpoint: &Path, allow_other: bool) -> Result<(), MountError> {
     let root = nix::unistd::geteuid().is_root();
     let fail = |why: String| MountError::Fuse(io::Error::new(io::ErrorKind::PermissionDenied, why));
     // fusermount3 opens the device as the user too, so a user who cannot open it cannot mount.
@@ -282,7 +282,7 @@ fn fuse_conf_allows_other() -> bool {
 
 /// Unmounts `path` if nothing uses it: `Err` with `ResourceBusy` while files are open or a
 /// process sits inside. Directly as root, else through `fusermount3 -u`.
-pub fn try_unmount(path: &Path) -> io::Result<()> {
+pub(crate) fn try_unmount(path: &Path) -> io::Result<()> {
     match nix::mount::umount2(path, nix::mount::MntFlags::empty()) {
         Ok(()) => Ok(()),
         Err(nix::errno::Errno::EBUSY) => Err(io::Error::from(io::ErrorKind::ResourceBusy)),
@@ -301,7 +301,7 @@ pub fn try_unmount(path: &Path) -> io::Result<()> {
 }
 
 /// Detaches whatever is mounted at `path`: directly as root, else through `fusermount3`.
-pub fn lazy_unmount(path: &Path) -> io::Result<()> {
+pub(crate) fn lazy_unmount(path: &Path) -> io::Result<()> {
     match nix::mount::umount2(path, nix::mount::MntFlags::MNT_DETACH) {
         Ok(()) => Ok(()),
         Err(_) => {
@@ -316,7 +316,7 @@ pub fn lazy_unmount(path: &Path) -> io::Result<()> {
 }
 
 /// Scans the source with a progress line on the terminal; gives up when `stop` is set.
-pub fn scan_with_progress(source: &Path, stop: &AtomicBool) -> Result<Catalog, MountError> {
+pub(crate) fn scan_with_progress(source: &Path, stop: &AtomicBool) -> Result<Catalog, MountError> {
     let bar = ProgressBar::new_spinner();
     bar.set_style(ProgressStyle::with_template("{spinner} scanning {msg} files ({elapsed})").unwrap_or_else(|_| ProgressStyle::default_spinner()));
     bar.enable_steady_tick(Duration::from_millis(120));

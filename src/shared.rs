@@ -44,7 +44,7 @@ impl Form {
     }
 
     /// The best [`crate::cache::SampleCache::rank`] a sample can have in this form's view.
-    pub fn top_rank(self) -> Rank {
+    pub(crate) fn top_rank(self) -> Rank {
         match self {
             Form::Encoded => 1,
             Form::Decoded => 2,

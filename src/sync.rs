@@ -32,10 +32,10 @@ pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, RwLock, Rw
 
 #[cfg(feature = "shuttle")]
 #[allow(unused_imports)]
-pub use shuttle::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
+pub(crate) use shuttle::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 
 #[cfg(feature = "shuttle")]
-pub use once_lock::OnceLock;
+pub(crate) use once_lock::OnceLock;
 
 use std::sync::{LockResult, PoisonError};
 use std::time::Duration;
@@ -106,7 +106,7 @@ pub(crate) mod atomic {
     pub(crate) use std::sync::atomic::*;
 
     #[cfg(feature = "shuttle")]
-    pub use shuttle::sync::atomic::*;
+    pub(crate) use shuttle::sync::atomic::*;
 }
 
 #[cfg(feature = "shuttle")]
@@ -117,7 +117,7 @@ mod once_lock {
     /// A cell written once, whose waiters wait through shuttle (see the module documentation).
     /// The value lives in a std `OnceLock` that is only ever set by one thread at a time (the
     /// one that won `running`), so it never blocks.
-    pub struct OnceLock<T> {
+    pub(crate) struct OnceLock<T> {
         value: std::sync::OnceLock<T>,
         /// Whether some thread is running an initialiser now.
         running: Mutex<bool>,
@@ -146,19 +146,19 @@ mod once_lock {
 
     impl<T> OnceLock<T> {
         /// An empty cell.
-        pub fn new() -> Self {
+        pub(crate) fn new() -> Self {
             OnceLock { value: std::sync::OnceLock::new(), running: Mutex::new(false), done: Condvar::new() }
         }
 
         /// The value, if set.
         #[allow(dead_code)]
-        pub fn get(&self) -> Option<&T> {
+        pub(crate) fn get(&self) -> Option<&T> {
             self.value.get()
         }
 
         /// The value, running `init` first if it is not set and no other thread is running an
         /// initialiser; if one is, waits for it.
-        pub fn get_or_init(&self, init: impl FnOnce() -> T) -> &T {
+        pub(crate) fn get_or_init(&self, init: impl FnOnce() -> T) -> &T {
             if let Some(v) = self.value.get() {
                 return v;
             }

@@ -125,7 +125,7 @@ impl DiskKind {
 /// The key of a source file's entries: its path relative to the source root and its version
 /// (inode, size, mtime and ctime to the nanosecond; not the device number, which may change
 /// across reboots), hashed. A rewritten or replaced source file gets a new key.
-pub fn key_of(rel_path: &Path, version: &crate::source::Identity) -> u64 {
+pub(crate) fn key_of(rel_path: &Path, version: &crate::source::Identity) -> u64 {
     fnv1a64(&[
         rel_path.as_os_str().as_bytes(),
         &[0],
@@ -136,71 +136,15 @@ pub fn key_of(rel_path: &Path, version: &crate::source::Identity) -> u64 {
     ])
 }
 
-/// CRC-32 (IEEE 802.3, reflected, as zlib's `crc32`), slicing by eight.
-struct Crc32(u32);
-
-const CRC_TABLES: [[u32; 256]; 8] = crc_tables();
-
-const fn crc_tables() -> [[u32; 256]; 8] {
-    let mut t = [[0u32; 256]; 8];
-    let mut i = 0;
-    while i < 256 {
-        let mut c = i as u32;
-        let mut k = 0;
-        while k < 8 {
-            c = if c & 1 != 0 { 0xEDB8_8320 ^ (c >> 1) } else { c >> 1 };
-            k += 1;
-        }
-        t[0][i] = c;
-        i += 1;
-    }
-    let mut i = 0;
-    while i < 256 {
-        let mut s = 1;
-        while s < 8 {
-            let prev = t[s - 1][i];
-            t[s][i] = (prev >> 8) ^ t[0][(prev & 0xff) as usize];
-            s += 1;
-        }
-        i += 1;
-    }
-    t
-}
-
-impl Crc32 {
-    fn new() -> Self {
-        Crc32(!0)
-    }
-    fn update(&mut self, data: &[u8]) {
-        let t = &CRC_TABLES;
-        let mut c = self.0;
-        let mut chunks = data.chunks_exact(8);
-        for ch in &mut chunks {
-            let lo = c ^ u32::from_le_bytes([ch[0], ch[1], ch[2], ch[3]]);
-            c = t[7][(lo & 0xff) as usize]
-                ^ t[6][((lo >> 8) & 0xff) as usize]
-                ^ t[5][((lo >> 16) & 0xff) as usize]
-                ^ t[4][(lo >> 24) as usize]
-                ^ t[3][ch[4] as usize]
-                ^ t[2][ch[5] as usize]
-                ^ t[1][ch[6] as usize]
-                ^ t[0][ch[7] as usize];
-        }
-        for &b in chunks.remainder() {
-            c = (c >> 8) ^ t[0][((c ^ u32::from(b)) & 0xff) as usize];
-        }
-        self.0 = c;
-    }
-    fn finish(&self) -> u32 {
-        !self.0
-    }
-}
+/// CRC-32 (IEEE 802.3, reflected, as zlib's `crc32`).
+type Crc32 = crc32fast::Hasher;
 
 /// CRC-32 of `data`.
-pub fn crc32(data: &[u8]) -> u32 {
+#[cfg(test)]
+fn crc32(data: &[u8]) -> u32 {
     let mut c = Crc32::new();
     c.update(data);
-    c.finish()
+    c.finalize()
 }
 
 /// What a lookup found.
@@ -297,7 +241,7 @@ fn header(kind: DiskKind, key: u64, payload: &[u8], (width, height): (u32, u32))
     let mut crc = Crc32::new();
     crc.update(&h[0..32]);
     crc.update(payload);
-    h[32..36].copy_from_slice(&crc.finish().to_le_bytes());
+    h[32..36].copy_from_slice(&crc.finalize().to_le_bytes());
     h
 }
 
@@ -368,7 +312,7 @@ fn read_entry(path: &Path, kind: DiskKind, key: u64) -> Result<Option<(Header, V
     let mut crc = Crc32::new();
     crc.update(&h[0..32]);
     crc.update(&payload);
-    if crc.finish() != header.crc {
+    if crc.finalize() != header.crc {
         return Err(Damage::Checksum);
     }
     Ok(Some((header, payload)))

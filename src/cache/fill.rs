@@ -31,7 +31,7 @@ pub enum Origin {
 
 impl Origin {
     /// Whether serving it read the sample from outside memory (a miss).
-    pub fn is_miss(self) -> bool {
+    pub(crate) fn is_miss(self) -> bool {
         matches!(self, Origin::Disk | Origin::Source)
     }
 }

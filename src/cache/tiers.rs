@@ -159,7 +159,7 @@ impl<V: Clone + Weighed> FormStore<V> {
     }
 
     /// The same store, keeping `bit` of `status` in step with what it holds.
-    pub fn with_status(mut self, status: Arc<SampleStatus>, bit: u8) -> Self {
+    pub(crate) fn with_status(mut self, status: Arc<SampleStatus>, bit: u8) -> Self {
         self.status = Some((status, bit));
         self
     }
@@ -192,7 +192,7 @@ impl<V: Clone + Weighed> FormStore<V> {
 
     /// Looks at the entry for `id` under its shard lock, without counting or touching its LRU
     /// place.
-    pub fn peek<R>(&self, id: FileId, look: impl FnOnce(&V) -> R) -> Option<R> {
+    pub(crate) fn peek<R>(&self, id: FileId, look: impl FnOnce(&V) -> R) -> Option<R> {
         self.shard(id).peek(&id).map(look)
     }
 
@@ -242,7 +242,7 @@ impl<V: Clone + Weighed> FormStore<V> {
     }
 
     /// Whether an entry of `payload` bytes would fit now.
-    pub fn has_room_for(&self, payload: u64) -> bool {
+    pub(crate) fn has_room_for(&self, payload: u64) -> bool {
         self.used.load(Ordering::Relaxed) + payload + ENTRY_OVERHEAD <= self.budget.load(Ordering::Relaxed)
     }
 
@@ -307,7 +307,7 @@ impl<V: Clone + Weighed> FormStore<V> {
 
     /// Keeps only the entries for which `keep` holds (it may change them); one shard locked at
     /// a time. Returns how many were dropped.
-    pub fn retain(&self, mut keep: impl FnMut(FileId, &mut V) -> bool) -> u64 {
+    pub(crate) fn retain(&self, mut keep: impl FnMut(FileId, &mut V) -> bool) -> u64 {
         let mut dropped = 0;
         for shard in &self.shards {
             let mut shard = shard.lock_or_recover();
@@ -324,7 +324,7 @@ impl<V: Clone + Weighed> FormStore<V> {
     }
 
     /// Switches eviction: LRU (`true`) or keep.
-    pub fn set_lru(&self, lru: bool) {
+    pub(crate) fn set_lru(&self, lru: bool) {
         self.lru.store(lru, Ordering::Relaxed);
     }
 
@@ -344,7 +344,7 @@ impl<V: Clone + Weighed> FormStore<V> {
     }
 
     /// Changes the budget (a new split); entries over a smaller budget stay until taken.
-    pub fn set_budget(&self, budget: u64) {
+    pub(crate) fn set_budget(&self, budget: u64) {
         self.budget.store(budget, Ordering::Relaxed);
     }
 
@@ -458,7 +458,7 @@ impl SampleCache {
     }
 
     /// Whether `id`'s augmented output is one the job (its used-by bit `job`) has not used.
-    pub fn augmented_usable_by(&self, id: FileId, job: u64) -> bool {
+    pub(crate) fn augmented_usable_by(&self, id: FileId, job: u64) -> bool {
         self.augmented.peek(id, |entry| entry.used_by & job == 0).unwrap_or(false)
     }
 
@@ -483,14 +483,15 @@ impl SampleCache {
     }
 
     /// Applies a new split of the same memory ([`Split::budgets`]).
-    pub fn set_split(&self, split: Split) {
+    #[cfg(test)]
+    pub(crate) fn set_split(&self, split: Split) {
         self.set_split_budgets(split, split.budgets(self.memory));
     }
 
     /// Applies a new split with the bytes each form gets (encoded, decoded, augmented) worked
     /// out by the planner (memory a form cannot use flows to the next); never more than the
     /// cache's memory in all.
-    pub fn set_split_budgets(&self, split: Split, budgets: [u64; 3]) {
+    pub(crate) fn set_split_budgets(&self, split: Split, budgets: [u64; 3]) {
         let total: u64 = budgets.iter().sum();
         let scale = |b: u64| if total > self.memory { (b as u128 * self.memory as u128 / total as u128) as u64 } else { b };
         self.encoded.set_budget(scale(budgets[0]));
@@ -500,7 +501,7 @@ impl SampleCache {
     }
 
     /// Switches the encoded and decoded stores' eviction (augmented outputs are never evicted).
-    pub fn set_lru(&self, lru: bool) {
+    pub(crate) fn set_lru(&self, lru: bool) {
         self.encoded.set_lru(lru);
         self.decoded.set_lru(lru);
     }
@@ -508,13 +509,13 @@ impl SampleCache {
     /// With several jobs reading, the cache is a window (see `planner::prepfs`): a job's new
     /// augmented output evicts the oldest one kept for the other jobs rather than be dropped
     /// (`shared`); with one job or none, outputs wait for room.
-    pub fn set_shared_outputs(&self, shared: bool) {
+    pub(crate) fn set_shared_outputs(&self, shared: bool) {
         self.augmented.set_lru(shared);
     }
 
     /// No active job needs `id` again this epoch: under LRU its encoded bytes and decoded pixels
     /// make room before what a job still needs (see [`FormStore::retire`]).
-    pub fn done_with(&self, id: FileId) {
+    pub(crate) fn done_with(&self, id: FileId) {
         self.encoded.retire(id);
         self.decoded.retire(id);
     }
@@ -535,7 +536,7 @@ impl SampleCache {
     /// [`SampleCache::rank`] for one job (its used-by bit `job`): an augmented output this job
     /// has used already (it waits for the other jobs) is no hit for it, so the sample ranks as
     /// the next form that holds it.
-    pub fn rank_for_job(&self, id: FileId, form: Form, job: u64) -> Rank {
+    pub(crate) fn rank_for_job(&self, id: FileId, form: Form, job: u64) -> Rank {
         let rank = self.rank(id, form);
         if form == Form::Augmented && rank == 3 && !self.augmented_usable_by(id, job) {
             let held = self.status.held(id);
@@ -555,7 +556,7 @@ impl SampleCache {
     }
 
     /// Whether any memory is given to caching.
-    pub fn enabled(&self) -> bool {
+    pub(crate) fn enabled(&self) -> bool {
         self.memory > 0
     }
 

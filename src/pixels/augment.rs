@@ -40,7 +40,7 @@ pub enum AugmentOp {
 
 impl AugmentOp {
     /// torchvision's standard ImageNet training geometry: `RandomResizedCrop(224)` and a flip.
-    pub fn imagenet_train() -> Vec<AugmentOp> {
+    pub(crate) fn imagenet_train() -> Vec<AugmentOp> {
         vec![
             AugmentOp::RandomResizedCrop {
                 size: Size2::new(224, 224),
@@ -63,7 +63,7 @@ impl AugmentOp {
     }
 
     /// Parses one list entry, `{op_name: {arg: value, ...}}`; the error names the argument.
-    pub fn from_yaml(entry: &BTreeMap<String, Value>) -> Result<AugmentOp, OpError> {
+    pub(crate) fn from_yaml(entry: &BTreeMap<String, Value>) -> Result<AugmentOp, OpError> {
         let (name, args) = match entry.iter().next() {
             Some(only) if entry.len() == 1 => only,
             _ => return Err(OpError::NotOneOperation),
@@ -315,7 +315,7 @@ pub struct SamplePlan {
 
 impl SamplePlan {
     /// The identity plan: the whole image at full resolution (the `decoded` view).
-    pub fn identity(source: Size2) -> SamplePlan {
+    pub(crate) fn identity(source: Size2) -> SamplePlan {
         SamplePlan {
             crop: Rect { x: 0.0, y: 0.0, width: source.width.into(), height: source.height.into() },
             out: source,
@@ -326,7 +326,7 @@ impl SamplePlan {
 
 /// The output size the pipeline always produces, whatever the source size; `None` when it
 /// depends on the source (then augmented files would have no exact size before reading).
-pub fn fixed_output_size(ops: &[AugmentOp]) -> Option<Size2> {
+pub(crate) fn fixed_output_size(ops: &[AugmentOp]) -> Option<Size2> {
     let mut size = None;
     for op in ops {
         match op {
@@ -344,7 +344,7 @@ pub fn fixed_output_size(ops: &[AugmentOp]) -> Option<Size2> {
 
 /// Draws every random parameter of the pipeline for a source of size `source` and folds the
 /// geometry into one plan. Follows torchvision's order of draws and its integer rounding.
-pub fn plan_sample(ops: &[AugmentOp], source: Size2, rng: &mut impl Rng) -> SamplePlan {
+pub(crate) fn plan_sample(ops: &[AugmentOp], source: Size2, rng: &mut impl Rng) -> SamplePlan {
     let mut cur = source;
     let mut crop = SamplePlan::identity(source).crop;
     let mut flip = false;
@@ -392,7 +392,7 @@ pub fn plan_sample(ops: &[AugmentOp], source: Size2, rng: &mut impl Rng) -> Samp
 
 /// torchvision's `Resize(int)` output size: the shorter side becomes `n`, the longer keeps the
 /// aspect ratio (truncated, as torchvision does).
-pub fn shorter_side_resize(cur: Size2, n: u32) -> Size2 {
+pub(crate) fn shorter_side_resize(cur: Size2, n: u32) -> Size2 {
     let (w, h) = (u64::from(cur.width), u64::from(cur.height));
     if w <= h {
         Size2::new(n, ((u64::from(n) * h) / w).max(1) as u32)
@@ -403,7 +403,7 @@ pub fn shorter_side_resize(cur: Size2, n: u32) -> Size2 {
 
 /// torchvision's `RandomResizedCrop.get_params`: ten tries at a random area and log-uniform
 /// aspect ratio, then the central-crop fallback. Returns (top, left, height, width).
-pub fn random_resized_crop_params(
+pub(crate) fn random_resized_crop_params(
     image: Size2,
     scale: (f64, f64),
     ratio: (f64, f64),

@@ -147,7 +147,7 @@ impl Scale {
     pub const ALL: [Scale; 4] = [Scale::One, Scale::Half, Scale::Quarter, Scale::Eighth];
 
     /// The denominator: 1, 2, 4 or 8.
-    pub fn denom(self) -> u32 {
+    pub(crate) fn denom(self) -> u32 {
         match self {
             Scale::One => 1,
             Scale::Half => 2,

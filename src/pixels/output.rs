@@ -39,7 +39,7 @@ fn header(output: &OutputConfig, size: Size2) -> Vec<u8> {
 }
 
 /// The exact size of the file holding an image of `size` pixels.
-pub fn encoded_len(output: &OutputConfig, size: Size2) -> u64 {
+pub(crate) fn encoded_len(output: &OutputConfig, size: Size2) -> u64 {
     let bytes_per_value = match (output.format, output.dtype) {
         (Format::Npy, Dtype::Float32) => 4,
         _ => 1,

@@ -92,7 +92,7 @@ pub enum Codec {
 
 impl Codec {
     /// Sniffs the codec from the first bytes, whatever the file name says.
-    pub fn sniff(bytes: &[u8]) -> Codec {
+    pub(crate) fn sniff(bytes: &[u8]) -> Codec {
         if bytes.starts_with(&[0xFF, 0xD8]) {
             Codec::Jpeg
         } else {
@@ -119,7 +119,7 @@ pub fn probe_size(mut reader: impl BufRead + Seek) -> Result<Size2, PixelError> 
 }
 
 /// Refuses a header that claims too many pixels, before any pixel memory is allocated.
-pub fn check_pixels(size: Size2, max_pixels: u64) -> Result<(), PixelError> {
+pub(crate) fn check_pixels(size: Size2, max_pixels: u64) -> Result<(), PixelError> {
     if size.area() > max_pixels {
         return Err(PixelError::TooManyPixels { size, max_pixels });
     }
@@ -152,7 +152,7 @@ fn decode_other(bytes: &[u8], max_pixels: u64) -> Result<Rgb, PixelError> {
 }
 
 /// The augmented pixels of one sample for `plan`, by the fast path.
-pub fn augment(bytes: &[u8], plan: &SamplePlan, max_pixels: u64) -> Result<Rgb, PixelError> {
+pub(crate) fn augment(bytes: &[u8], plan: &SamplePlan, max_pixels: u64) -> Result<Rgb, PixelError> {
     match Codec::sniff(bytes) {
         Codec::Jpeg => augment_jpeg(bytes, plan, max_pixels),
         Codec::Other => {
@@ -163,18 +163,19 @@ pub fn augment(bytes: &[u8], plan: &SamplePlan, max_pixels: u64) -> Result<Rgb, 
 }
 
 /// Augments already-decoded full-resolution pixels (a decoded-cache hit): crop, resize, mirror.
-pub fn augment_pixels(full: &Rgb, plan: &SamplePlan) -> Result<Rgb, PixelError> {
+pub(crate) fn augment_pixels(full: &Rgb, plan: &SamplePlan) -> Result<Rgb, PixelError> {
     finish(full, (0, 0), plan.crop, plan)
 }
 
 /// The straightforward path: decode everything at full size, then crop and resize.
-pub fn augment_reference(bytes: &[u8], plan: &SamplePlan, max_pixels: u64) -> Result<Rgb, PixelError> {
+#[cfg(test)]
+pub(crate) fn augment_reference(bytes: &[u8], plan: &SamplePlan, max_pixels: u64) -> Result<Rgb, PixelError> {
     let full = decode_full(bytes, max_pixels)?;
     finish(&full, (0, 0), plan.crop, plan)
 }
 
 /// The coarsest DCT scale that keeps the crop at least [`DCT_SCALE_MARGIN`] times the output.
-pub fn dct_scale_for(crop: Rect, out: Size2) -> Scale {
+pub(crate) fn dct_scale_for(crop: Rect, out: Size2) -> Scale {
     let fits = |s: Scale| {
         let d = f64::from(s.denom());
         crop.width / d >= f64::from(out.width) * DCT_SCALE_MARGIN
@@ -248,7 +249,8 @@ fn mirror_rows(pixels: &mut [u8], width: usize) {
 }
 
 /// Mean absolute difference per value between two images of one size.
-pub fn mean_abs_diff(a: &Rgb, b: &Rgb) -> f64 {
+#[cfg(test)]
+pub(crate) fn mean_abs_diff(a: &Rgb, b: &Rgb) -> f64 {
     assert_eq!((a.width, a.height), (b.width, b.height));
     let sum: u64 = a.pixels.iter().zip(&b.pixels).map(|(x, y)| u64::from(x.abs_diff(*y))).sum();
     sum as f64 / a.pixels.len().max(1) as f64

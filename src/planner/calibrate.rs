@@ -28,7 +28,7 @@ pub struct Calibration {
 /// Times up to [`PROBE_SAMPLES`] samples (their bytes from `read`, the source's bounded
 /// reads) and the memory copy rate; `None` when no sample could be timed (an empty or
 /// unreadable dataset).
-pub fn measure(catalog: &Catalog, config: &Config, read: impl Fn(u32) -> Option<Vec<u8>>) -> Option<Calibration> {
+pub(crate) fn measure(catalog: &Catalog, config: &Config, read: impl Fn(u32) -> Option<Vec<u8>>) -> Option<Calibration> {
     let images: Vec<u32> = (0..catalog.file_count() as u32).filter(|&f| catalog.is_image(f)).collect();
     if images.is_empty() {
         return None;
@@ -90,7 +90,7 @@ pub fn measure(catalog: &Catalog, config: &Config, read: impl Fn(u32) -> Option<
 
 /// Seconds the machine's cores have been busy (all of them added up) since boot, from
 /// `/proc/stat`'s first line (user, nice, system, irq, softirq, steal; not idle or iowait).
-pub fn machine_busy_seconds() -> Option<f64> {
+pub(crate) fn machine_busy_seconds() -> Option<f64> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
     let fields: Vec<u64> = stat.lines().next()?.split_whitespace().skip(1).map(|f| f.parse().ok()).collect::<Option<_>>()?;
     let at = |i: usize| fields.get(i).copied().unwrap_or(0);

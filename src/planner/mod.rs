@@ -47,7 +47,7 @@ mod seneca;
 pub(crate) use controller::{initial_split, PlanController};
 pub use prepfs::{budgets, DEFAULT_SERVE_PER_CORE};
 pub use seneca::{
-    best_split, evaluate, load_params, parse_params, plan_json, Evaluation, Line, PlanError, PlanParams, Split,
+    evaluate, load_params, plan_json, Evaluation, Line, PlanError, PlanParams, Split,
 };
 
 use std::str::FromStr;
@@ -83,7 +83,7 @@ impl Model {
     }
 
     /// The best split under this model and its evaluation.
-    pub fn best_split(self, params: &PlanParams) -> (Split, Evaluation) {
+    pub(crate) fn best_split(self, params: &PlanParams) -> (Split, Evaluation) {
         match self {
             Model::Seneca => seneca::best_split(params),
             Model::Prepfs => seneca::best_split_by(params, prepfs::evaluate),

@@ -313,7 +313,7 @@ impl TryFrom<String> for Split {
 
 /// Evaluates one split: Eqs. 1-9.
 ///
-/// `params` should have passed [`PlanParams::validate`]; for parameters that did not, the
+/// `params` should have passed `PlanParams::validate_in` (as a parameter file's are); for parameters that did not, the
 /// numbers are meaningless (but nothing panics).
 pub fn evaluate(params: &PlanParams, split: Split) -> Evaluation {
     let p = params;
@@ -358,7 +358,7 @@ const TIE_TOLERANCE: f64 = 1e-9;
 /// order of [`Split::all`]). At equal predicted throughput that is the split whose hits need the
 /// least CPU work, and when the cache is larger than the data needs, it puts the spare bytes
 /// where the model is indifferent rather than inventing a preference.
-pub fn best_split(params: &PlanParams) -> (Split, Evaluation) {
+pub(crate) fn best_split(params: &PlanParams) -> (Split, Evaluation) {
     best_split_by(params, evaluate)
 }
 
@@ -408,12 +408,7 @@ pub(crate) fn plan_json_by(
 // Parameters
 
 impl PlanParams {
-    /// Checks every value's range (see the field docs). A [`PlanParams`] built in code should
-    /// pass this before it is evaluated.
-    pub fn validate(&self) -> Result<(), PlanError> {
-        self.validate_in("")
-    }
-
+    /// Checks every value's range (see the field docs), naming the key's line of `text`.
     fn validate_in(&self, text: &str) -> Result<(), PlanError> {
         let invalid = |key: &'static str, reason: String| PlanError::Invalid {
             key,
@@ -618,7 +613,7 @@ impl TryFrom<RawPlanParams> for PlanParams {
 }
 
 /// Parses and validates a parameter file's text.
-pub fn parse_params(text: &str) -> Result<PlanParams, PlanError> {
+pub(crate) fn parse_params(text: &str) -> Result<PlanParams, PlanError> {
     let text_or_empty_map = if text.trim().is_empty() { "{}" } else { text };
     let raw: RawPlanParams =
         serde_norway::from_str(text_or_empty_map).map_err(|e| PlanError::Yaml(crate::yaml::describe_error(&e)))?;

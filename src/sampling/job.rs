@@ -140,12 +140,12 @@ impl Job {
     }
 
     /// Notes activity at `now_ms` (for idle retirement).
-    pub fn touch(&self, now_ms: u64) {
+    pub(crate) fn touch(&self, now_ms: u64) {
         self.last_active_ms.fetch_max(now_ms, Ordering::Relaxed);
     }
 
     /// Milliseconds of the mount's clock at the last activity.
-    pub fn last_active_ms(&self) -> u64 {
+    pub(crate) fn last_active_ms(&self) -> u64 {
         self.last_active_ms.load(Ordering::Relaxed)
     }
 
@@ -254,7 +254,7 @@ impl Job {
     /// A fresh order for listing `dir` (its samples `dir_samples`): shuffled per (seed, job,
     /// epoch, directory), with the cached samples the job has not seen first. Remembered for
     /// prefetch. With `ods` off, the samples in name order.
-    pub fn listing_order(&self, dir: DirId, dir_samples: &[FileId], rank: impl Fn(FileId) -> Rank, ods: bool) -> Arc<[FileId]> {
+    pub(crate) fn listing_order(&self, dir: DirId, dir_samples: &[FileId], rank: impl Fn(FileId) -> Rank, ods: bool) -> Arc<[FileId]> {
         if !ods {
             return dir_samples.into();
         }
@@ -282,7 +282,7 @@ impl Job {
     /// The next samples to prepare after an open of `requested` in `dir`: up to `window` entries
     /// of the job's listing of `dir` past the opened one that are free and not cached
     /// (`cached`), each returned once. Empty when the job has no current listing of `dir`.
-    pub fn prefetch_candidates(
+    pub(crate) fn prefetch_candidates(
         &self,
         dir: DirId,
         requested: FileId,
@@ -315,7 +315,7 @@ impl Job {
     }
 
     /// Bytes of per-sample state (seen and claimed bits).
-    pub fn state_bytes(&self) -> usize {
+    pub(crate) fn state_bytes(&self) -> usize {
         self.epoch.bytes() + self.claimed.bytes()
     }
 }

@@ -94,7 +94,7 @@ impl Requester {
 
 /// Checks a job name: 1 to [`MAX_NAME_LEN`] bytes of `[A-Za-z0-9._-]`, not starting with `.`
 /// (so never `.` or `..`, and never a path).
-pub fn check_name(name: &[u8]) -> Result<&str, JobError> {
+pub(crate) fn check_name(name: &[u8]) -> Result<&str, JobError> {
     let shown = || String::from_utf8_lossy(name).into_owned();
     if name.len() > MAX_NAME_LEN {
         return Err(JobError::NameTooLong);

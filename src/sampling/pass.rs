@@ -36,7 +36,7 @@ impl Bitset {
         self.words.get(w).is_some_and(|x| x.fetch_and(!m, Ordering::Relaxed) & m != 0)
     }
     /// Clears every bit.
-    pub fn clear_all(&self) {
+    pub(crate) fn clear_all(&self) {
         for w in &self.words {
             w.store(0, Ordering::Relaxed);
         }
@@ -68,7 +68,7 @@ impl Pass {
     }
     /// Marks `sample` served; returns whether it was new in this pass. The last sample of a
     /// pass begins the next one.
-    pub fn mark(&self, sample: FileId) -> bool {
+    pub(crate) fn mark(&self, sample: FileId) -> bool {
         let new = self.seen.set(sample);
         if new && self.served.fetch_add(1, Ordering::Relaxed) + 1 >= self.samples {
             self.next();

@@ -57,7 +57,7 @@ impl Jobs {
     }
 
     /// Milliseconds since the registry was made: the clock of activity and idleness.
-    pub fn now_ms(&self) -> u64 {
+    pub(crate) fn now_ms(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
     }
 
@@ -70,7 +70,7 @@ impl Jobs {
     }
 
     /// The same registry, holding each unprivileged user to `per_user` jobs.
-    pub fn with_per_user(mut self, per_user: usize) -> Jobs {
+    pub(crate) fn with_per_user(mut self, per_user: usize) -> Jobs {
         self.per_user = per_user.max(1);
         self
     }
@@ -116,12 +116,12 @@ impl Jobs {
     }
 
     /// The active job named `name`.
-    pub fn by_name(&self, name: &str) -> Option<Arc<Job>> {
+    pub(crate) fn by_name(&self, name: &str) -> Option<Arc<Job>> {
         self.read().iter().filter_map(|s| s.job.as_ref()).find(|j| j.name == name).cloned()
     }
 
     /// The active job whose inodes carry `code` (none for a retired job's stale inode).
-    pub fn by_code(&self, code: u32) -> Option<Arc<Job>> {
+    pub(crate) fn by_code(&self, code: u32) -> Option<Arc<Job>> {
         let slot = (code.checked_sub(1)? & ((1 << SLOT_BITS) - 1)) as usize;
         let slots = self.read();
         let job = slots.get(slot)?.job.as_ref()?;
@@ -134,7 +134,7 @@ impl Jobs {
     }
 
     /// The used-by bits of every active job.
-    pub fn active_mask(&self) -> u64 {
+    pub(crate) fn active_mask(&self) -> u64 {
         self.read().iter().filter_map(|s| s.job.as_ref()).fold(0, |m, j| m | j.bit())
     }
 
@@ -149,7 +149,7 @@ impl Jobs {
     }
 
     /// Retires every job idle for at least `idle_ms`; returns them.
-    pub fn retire_idle(&self, idle_ms: u64) -> Vec<Arc<Job>> {
+    pub(crate) fn retire_idle(&self, idle_ms: u64) -> Vec<Arc<Job>> {
         let now = self.now_ms();
         let idle: Vec<String> = self
             .active()

@@ -85,7 +85,7 @@ impl Catalog {
     }
 
     /// [`Catalog::scan`], giving up with `Interrupted` once `stop` is set.
-    pub fn scan_until(root: &Path, mut progress: impl FnMut(usize), stop: &AtomicBool) -> std::io::Result<Catalog> {
+    pub(crate) fn scan_until(root: &Path, mut progress: impl FnMut(usize), stop: &AtomicBool) -> std::io::Result<Catalog> {
         let started = Instant::now();
         let canonical_root = root.canonicalize()?;
         // Directories listed so far, by (device, inode): a symlink cycle lists nothing twice.
@@ -231,17 +231,17 @@ impl Catalog {
     }
 
     /// Number of files (images and others).
-    pub fn file_count(&self) -> usize {
+    pub(crate) fn file_count(&self) -> usize {
         self.files.len()
     }
 
     /// Number of samples (image files served in the pixel views).
-    pub fn sample_count(&self) -> usize {
+    pub(crate) fn sample_count(&self) -> usize {
         self.samples
     }
 
     /// Number of directories, the root included.
-    pub fn dir_count(&self) -> usize {
+    pub(crate) fn dir_count(&self) -> usize {
         self.dirs.len()
     }
 
@@ -251,7 +251,7 @@ impl Catalog {
     }
 
     /// A directory's parent (the root is its own parent).
-    pub fn dir_parent(&self, dir: DirId) -> DirId {
+    pub(crate) fn dir_parent(&self, dir: DirId) -> DirId {
         self.dirs[dir as usize].parent
     }
 
@@ -267,23 +267,23 @@ impl Catalog {
     }
 
     /// Whether a file is a sample (an image by its extension).
-    pub fn is_image(&self, file: FileId) -> bool {
+    pub(crate) fn is_image(&self, file: FileId) -> bool {
         self.files[file as usize].stem_len > 0
     }
 
     /// The directory holding a file.
-    pub fn file_dir(&self, file: FileId) -> DirId {
+    pub(crate) fn file_dir(&self, file: FileId) -> DirId {
         self.files[file as usize].dir
     }
 
     /// The path of a file in the source.
-    pub fn file_path(&self, file: FileId) -> PathBuf {
+    pub(crate) fn file_path(&self, file: FileId) -> PathBuf {
         let node = &self.files[file as usize];
         self.dir_path(node.dir).join(self.file_name(file))
     }
 
     /// The path of a directory in the source.
-    pub fn dir_path(&self, dir: DirId) -> PathBuf {
+    pub(crate) fn dir_path(&self, dir: DirId) -> PathBuf {
         let mut parts = Vec::new();
         let mut d = dir;
         while d != 0 {
@@ -309,7 +309,7 @@ impl Catalog {
 
     /// Finds a child of `dir` by its name in a pixel view: a subdirectory, or an image whose
     /// stem plus `.ext` is `name`.
-    pub fn lookup_image(&self, dir: DirId, name: &OsStr, ext: &str) -> Option<Entry> {
+    pub(crate) fn lookup_image(&self, dir: DirId, name: &OsStr, ext: &str) -> Option<Entry> {
         let node = &self.dirs[dir as usize];
         let bytes = name.as_bytes();
         let subdirs = node.subdirs.0..node.subdirs.1;
@@ -323,7 +323,7 @@ impl Catalog {
     }
 
     /// Subdirectories of `dir`, in name order.
-    pub fn subdirs(&self, dir: DirId) -> std::ops::Range<DirId> {
+    pub(crate) fn subdirs(&self, dir: DirId) -> std::ops::Range<DirId> {
         let node = &self.dirs[dir as usize];
         node.subdirs.0..node.subdirs.1
     }
@@ -341,7 +341,7 @@ impl Catalog {
     }
 
     /// The probed pixel size of an image, if probed; `Some(Err)` if probing failed.
-    pub fn known_size(&self, file: FileId) -> Option<Result<Size2, ()>> {
+    pub(crate) fn known_size(&self, file: FileId) -> Option<Result<Size2, ()>> {
         match self.sizes[file as usize].load(Ordering::Relaxed) {
             0 => None,
             PROBE_FAILED => Some(Err(())),
@@ -350,7 +350,7 @@ impl Catalog {
     }
 
     /// Remembers an image's probed size (or that probing failed).
-    pub fn remember_size(&self, file: FileId, size: Result<Size2, ()>) {
+    pub(crate) fn remember_size(&self, file: FileId, size: Result<Size2, ()>) {
         let v = match size {
             Ok(s) if s.width > 0 && s.height > 0 => u64::from(s.width) << 32 | u64::from(s.height),
             _ => PROBE_FAILED,
@@ -359,12 +359,12 @@ impl Catalog {
     }
 
     /// Forgets an image's probed size (the file changed): the next need probes it again.
-    pub fn forget_size(&self, file: FileId) {
+    pub(crate) fn forget_size(&self, file: FileId) {
         self.sizes[file as usize].store(0, Ordering::Relaxed);
     }
 
     /// Bytes of catalog memory per sample, names included.
-    pub fn bytes_per_sample(&self) -> f64 {
+    pub(crate) fn bytes_per_sample(&self) -> f64 {
         let bytes = self.names.capacity()
             + self.dirs.capacity() * std::mem::size_of::<DirNode>()
             + self.files.capacity() * std::mem::size_of::<FileNode>()

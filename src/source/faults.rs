@@ -37,7 +37,8 @@ impl FaultySource {
     }
 
     /// Gives `path` a fault (replacing any it had).
-    pub fn inject(&self, path: &Path, fault: Fault) {
+    #[cfg(test)]
+    pub(crate) fn inject(&self, path: &Path, fault: Fault) {
         self.faults.lock_or_recover().insert(path.to_path_buf(), fault);
     }
 
@@ -47,7 +48,8 @@ impl FaultySource {
     }
 
     /// Lets every hung open go on (and later ones not hang).
-    pub fn release_hangs(&self) {
+    #[cfg(test)]
+    pub(crate) fn release_hangs(&self) {
         *self.hung.lock_or_recover() = false;
         self.released.notify_all();
     }

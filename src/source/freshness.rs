@@ -29,7 +29,7 @@ impl Freshness {
     }
 
     /// Records `identity` as `file`'s current version and says how it compares.
-    pub fn observe(&self, file: FileId, identity: &Identity) -> Observed {
+    pub(crate) fn observe(&self, file: FileId, identity: &Identity) -> Observed {
         let Some(slot) = self.seen.get(file as usize) else { return Observed::First };
         let now = identity.fingerprint();
         match slot.swap(now, Ordering::AcqRel) {
@@ -40,7 +40,7 @@ impl Freshness {
     }
 
     /// Whether `identity` is the version last observed of `file`.
-    pub fn is_current(&self, file: FileId, identity: &Identity) -> bool {
+    pub(crate) fn is_current(&self, file: FileId, identity: &Identity) -> bool {
         self.seen.get(file as usize).is_some_and(|s| s.load(Ordering::Acquire) == identity.fingerprint())
     }
 }

@@ -102,7 +102,7 @@ pub struct Identity {
 
 impl Identity {
     /// A 64-bit fingerprint of the identity, never 0 (0 means "not seen yet" in [`Freshness`]).
-    pub fn fingerprint(&self) -> u64 {
+    pub(crate) fn fingerprint(&self) -> u64 {
         let (dev, ino, len) = (self.dev.to_le_bytes(), self.ino.to_le_bytes(), self.len.to_le_bytes());
         let (mtime, ctime) = (self.mtime_ns.to_le_bytes(), self.ctime_ns.to_le_bytes());
         crate::shared::fnv1a64(&[&dev, &ino, &len, &mtime, &ctime]).max(1)
@@ -135,7 +135,7 @@ pub struct Source {
 }
 
 /// The error of a file larger than `source.max_file_size`.
-pub fn too_large(len: u64, max: u64) -> io::Error {
+pub(crate) fn too_large(len: u64, max: u64) -> io::Error {
     io::Error::new(
         io::ErrorKind::FileTooLarge,
         format!("{len} bytes, more than source.max_file_size ({max} bytes); not read"),
@@ -177,7 +177,7 @@ impl Source {
 
     /// Reads a whole file (at most `max_file_size` bytes, else refused unread), with the
     /// metadata of the version read.
-    pub fn read_whole(&self, path: &Path) -> io::Result<(Vec<u8>, FileMeta)> {
+    pub(crate) fn read_whole(&self, path: &Path) -> io::Result<(Vec<u8>, FileMeta)> {
         let max = self.max_file_size;
         let meta = self.metadata(path)?;
         if meta.len() > max {
@@ -194,7 +194,7 @@ impl Source {
     }
 
     /// Reads at most `n` bytes from the start of a file (a header), with its metadata.
-    pub fn read_head(&self, path: &Path, n: usize) -> io::Result<(Vec<u8>, FileMeta)> {
+    pub(crate) fn read_head(&self, path: &Path, n: usize) -> io::Result<(Vec<u8>, FileMeta)> {
         let io = Arc::clone(&self.io);
         let path = path.to_path_buf();
         self.throttle(n as u64)?;
@@ -213,7 +213,7 @@ impl Source {
     }
 
     /// Reads up to `size` bytes at `offset` of an open file, within the read limit.
-    pub fn read_at(&self, file: &Arc<dyn SourceFile>, offset: u64, size: u32) -> io::Result<Vec<u8>> {
+    pub(crate) fn read_at(&self, file: &Arc<dyn SourceFile>, offset: u64, size: u32) -> io::Result<Vec<u8>> {
         let left = file.meta().len().saturating_sub(offset).min(u64::from(size));
         self.throttle(left)?;
         let file = Arc::clone(file);
@@ -242,7 +242,7 @@ impl Source {
     }
 
     /// Makes throttled reads return at once, and later ones not wait.
-    pub fn interrupt(&self) {
+    pub(crate) fn interrupt(&self) {
         if let Some(limit) = &self.read_limit {
             limit.stop();
         }

@@ -34,7 +34,7 @@ impl ReadLimit {
     }
 
     /// The rate, bytes per second.
-    pub fn bytes_per_s(&self) -> u64 {
+    pub(crate) fn bytes_per_s(&self) -> u64 {
         self.bytes_per_s as u64
     }
 
