@@ -178,12 +178,19 @@ impl Source {
     /// Reads a whole file (at most `max_file_size` bytes, else refused unread), with the
     /// metadata of the version read.
     pub(crate) fn read_whole(&self, path: &Path) -> io::Result<(Vec<u8>, FileMeta)> {
-        let max = self.max_file_size;
         let meta = self.metadata(path)?;
-        if meta.len() > max {
-            return Err(too_large(meta.len(), max));
+        self.read_sized(path, meta.len())
+    }
+
+    /// [`Source::read_whole`] of a file a `stat` just found `len` bytes long (a resolved
+    /// sample): no second `stat`. The version read is the opened file's own, and a file grown
+    /// past `max_file_size` since is still refused.
+    pub(crate) fn read_sized(&self, path: &Path, len: u64) -> io::Result<(Vec<u8>, FileMeta)> {
+        let max = self.max_file_size;
+        if len > max {
+            return Err(too_large(len, max));
         }
-        self.throttle(meta.len())?;
+        self.throttle(len)?;
         let io = Arc::clone(&self.io);
         let path = path.to_path_buf();
         self.pool.run(move || {

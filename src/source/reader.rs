@@ -136,11 +136,12 @@ impl SampleReader {
         Ok(buf)
     }
 
-    /// Reads a sample's whole file (bounded, within the read limit), with the metadata of the
-    /// version read (which may be newer than the one resolved).
+    /// Reads a sample's whole file (bounded, within the read limit; no second `stat`: the size is
+    /// the resolved one), with the metadata of the version read (which may be newer than the one
+    /// resolved).
     pub(crate) fn read(&self, sample: &Sample) -> Result<(Arc<[u8]>, FileMeta)> {
         let started = Instant::now();
-        let (buf, meta) = self.source.read_whole(&sample.path).map_err(|e| self.failure(sample.id, &sample.path, e))?;
+        let (buf, meta) = self.source.read_sized(&sample.path, sample.meta.len()).map_err(|e| self.failure(sample.id, &sample.path, e))?;
         self.observe(sample.id, &meta);
         bump(&self.stats.source_bytes_read, buf.len() as u64);
         bump(&self.stats.source_reads, 1);
