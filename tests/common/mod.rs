@@ -68,48 +68,7 @@ impl Mounted {
     /// and arms a watchdog that tears the mount down after `limit`.
     pub fn start(dir: &Path, config: &Path, source: &Path, limit: Duration) -> Mounted {
         let mountpoint = dir.join("mnt");
-        let stderr_path = dir.join("prepfs.log");
-        let log = std::fs::File::create(&stderr_path).expect("log file");
-        let child = mount_command(config, source, &mountpoint)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn prepfs");
-        let done = Arc::new(AtomicBool::new(false));
-        let mut mounted = Mounted {
-            mountpoint: mountpoint.clone(),
-            child: Some(child),
-            done: done.clone(),
-            stderr_path,
-            leave_mount: false,
-        };
-        let pid = mounted.child.as_ref().map(|c| c.id()).unwrap_or(0);
-        let watch_mnt = mountpoint.clone();
-        std::thread::spawn(move || {
-            let deadline = Instant::now() + limit;
-            while Instant::now() < deadline {
-                if done.load(Ordering::SeqCst) {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            eprintln!("watchdog: test overran {limit:?}; killing prepfs and detaching {}", watch_mnt.display());
-            // SAFETY: plain kill(2) on our own child's pid.
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-            force_unmount(&watch_mnt);
-        });
-        // Ready when prepfs says it serves and a read (which always reaches the daemon, unlike
-        // a cached stat) answers.
-        let ready = mountpoint.join(".prepfs/stats.json");
-        let started = Instant::now();
-        while !(mounted.log().contains("prepfs: serving") && std::fs::read(&ready).is_ok()) {
-            if let Some(status) = mounted.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                panic!("prepfs exited before serving ({status}): {}", mounted.log());
-            }
-            assert!(started.elapsed() < Duration::from_secs(60), "prepfs did not come up: {}", mounted.log());
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        mounted
+        Mounted::start_command(mount_command(config, source, &mountpoint), &mountpoint, &dir.join("prepfs.log"), limit)
     }
 
     /// Runs `cmd` (a `prepfs mount` the caller built, mounting at `mountpoint`) with its stderr
