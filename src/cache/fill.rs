@@ -17,6 +17,7 @@ use crate::cache::{AugmentedEntry, SampleCache, SingleFlight};
 use crate::error::Result;
 use crate::pixels::pipeline;
 use crate::shared::Rgb;
+use crate::source::catalog::FileId;
 use crate::source::{FileMeta, Sample};
 
 /// Where an output came from: the cache form that held the sample, the disk tier, or the source.
@@ -86,9 +87,9 @@ impl Tiers {
         &self.memory
     }
 
-    /// Whether a miss of `sample` is being loaded now.
-    pub(crate) fn loading(&self, sample: &Sample) -> bool {
-        self.loads.in_flight(sample.id)
+    /// Whether a miss of `id` is being loaded now.
+    pub(crate) fn loading(&self, id: FileId) -> bool {
+        self.loads.in_flight(id)
     }
 
     /// The sample in the cheapest form held, else from the disk tier (promoted into memory while

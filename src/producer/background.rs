@@ -31,13 +31,10 @@ impl SampleProducer {
             if cache.status.held(file) & HELD_AUGMENTED != 0 || !self.catalog.is_image(file) {
                 continue;
             }
-            if self.reader.known_bad(file) || !wanted(file) {
+            if self.reader.known_bad(file) || !wanted(file) || self.tiers.loading(file) {
                 continue;
             }
             let Ok((sample, _)) = self.reader.resolve(file) else { return true };
-            if self.tiers.loading(&sample) {
-                continue;
-            }
             // From the decoded or encoded cache when they hold it, else from the source (which
             // also fills decoded or encoded while they have room).
             let refilled = self
