@@ -14,7 +14,7 @@
 //!
 //! ```text
 //! floorfs MOUNTPOINT [--files N] [--size BYTES] [--passthrough] [--threads T]
-//!         [--backing open|inode|mount] [--backing-file PATH] [--keep-cache]
+//!         [--backing inode|open|mount] [--backing-file PATH] [--keep-cache] [--ioctl-enosys]
 //! ```
 //!
 //! It runs in the foreground until the mount goes away (`umount`, `fusermount3 -u`) or it gets
@@ -60,8 +60,9 @@ struct Args {
     /// FUSE threads (each with its own /dev/fuse descriptor).
     #[arg(long, default_value_t = 2)]
     threads: usize,
-    /// Passthrough: one backing id per open, per inode (shared by the opens of that inode that
-    /// overlap), or one for the whole mount. Every one is dropped at its last release.
+    /// Passthrough: one backing id per inode (shared by the opens of that inode that overlap,
+    /// closed at the last one's release), one per open (closed at its release), or one for the
+    /// whole mount (made at the first open, held until unmount).
     #[arg(long, value_enum, default_value_t = Backing::Inode)]
     backing: Backing,
     /// Passthrough: back the files with this file (e.g. on /dev/shm) instead of a memfd.
@@ -158,6 +159,8 @@ struct Backings {
     /// The shared id of an inode (`--backing inode`) or of the mount (`--backing mount`, key 0),
     /// while some handle holds it.
     shared: std::collections::HashMap<u64, std::sync::Weak<Backed>>,
+    /// `--backing mount`: the one id, held until unmount (no backing ioctl per open).
+    mount: Option<Arc<Backed>>,
     next_fh: u64,
 }
 
@@ -233,48 +236,71 @@ impl FloorFs {
         }
     }
 
-    /// A handle and its backing id for an open of `ino`: a new id, or the shared one.
-    fn backing_for(&self, ino: u64, reply: &ReplyOpen, file: &File) -> std::io::Result<(u64, Arc<Backed>)> {
-        let mut b = self.backings.lock().unwrap();
-        b.next_fh += 1;
-        let fh = b.next_fh;
-        let key = match self.backing {
+    /// The key an open of `ino` shares its backing id under (none: a new id per open).
+    fn backing_key(&self, ino: u64) -> Option<u64> {
+        match self.backing {
             Backing::Open => None,
             Backing::Inode => Some(ino),
             Backing::Mount => Some(0),
-        };
-        let existing = key.and_then(|k| b.shared.get(&k)).and_then(std::sync::Weak::upgrade);
-        let id = match existing {
-            Some(id) => id,
-            None => {
-                let id = Arc::new(Backed { id: reply.open_backing(file)?, counters: Arc::clone(&self.counters) });
-                bump(&self.counters.backing_open);
-                if let Some(k) = key {
-                    b.shared.insert(k, Arc::downgrade(&id));
-                }
-                id
-            }
-        };
-        b.by_handle.insert(fh, Arc::clone(&id));
-        Ok((fh, id))
+        }
     }
 
-    /// Drops the handle's hold on its backing id (the id itself at its last holder).
-    fn release_backing(&self, fh: u64, ino: u64) {
-        let mut b = self.backings.lock().unwrap();
-        let Some(id) = b.by_handle.remove(&fh) else { return };
-        if Arc::strong_count(&id) == 1 {
-            let key = match self.backing {
-                Backing::Open => None,
-                Backing::Inode => Some(ino),
-                Backing::Mount => Some(0),
-            };
-            if let Some(k) = key {
-                b.shared.remove(&k);
+    /// A handle and its backing id for an open of `ino`: the shared one while some handle holds
+    /// it, else a new one. The `FUSE_DEV_IOC_BACKING_OPEN` ioctl runs outside the lock.
+    fn backing_for(&self, ino: u64, reply: &ReplyOpen, file: &File) -> std::io::Result<(u64, Arc<Backed>)> {
+        let key = self.backing_key(ino);
+        let shared = |b: &Backings| key.and_then(|k| b.shared.get(&k)).and_then(std::sync::Weak::upgrade);
+        {
+            let mut b = self.backings.lock().unwrap();
+            if let Some(id) = shared(&b) {
+                return Ok(b.hold(id));
             }
         }
-        // Dropped here, under the lock, so that no open upgrades it meanwhile.
+        let new = Arc::new(Backed { id: reply.open_backing(file)?, counters: Arc::clone(&self.counters) });
+        bump(&self.counters.backing_open);
+        let mut b = self.backings.lock().unwrap();
+        // Another open of the same key may have made one meanwhile: that one is kept (one
+        // backing file per inode), and `new` is closed as it drops.
+        let id = match shared(&b) {
+            Some(id) => id,
+            None => {
+                if let Some(k) = key {
+                    b.shared.insert(k, Arc::downgrade(&new));
+                }
+                if self.backing == Backing::Mount {
+                    b.mount = Some(Arc::clone(&new));
+                }
+                new
+            }
+        };
+        Ok(b.hold(id))
+    }
+
+    /// Drops the handle's hold on its backing id; the id is closed at its last holder (the open
+    /// that made it may hold it a moment longer, until its reply is sent).
+    fn release_backing(&self, fh: u64, ino: u64) {
+        let id = {
+            let mut b = self.backings.lock().unwrap();
+            let Some(id) = b.by_handle.remove(&fh) else { return };
+            if Arc::strong_count(&id) == 1 {
+                if let Some(k) = self.backing_key(ino) {
+                    b.shared.remove(&k);
+                }
+            }
+            id
+        };
+        // Closed here, outside the lock, when this was the last hold: no open can find it any
+        // more (or, when the open's own hold outlives this one, a later open may share it).
         drop(id);
+    }
+}
+
+impl Backings {
+    /// A new handle holding `id` until its release.
+    fn hold(&mut self, id: Arc<Backed>) -> (u64, Arc<Backed>) {
+        self.next_fh += 1;
+        self.by_handle.insert(self.next_fh, Arc::clone(&id));
+        (self.next_fh, id)
     }
 }
 
@@ -284,8 +310,8 @@ impl fuser::Filesystem for FloorFs {
             return Ok(());
         }
         // Passthrough needs the FUSE_PASSTHROUGH init flag and a stacking depth of at least 1
-        // (fuser sends max_stack_depth only with that flag); 1: the backing file (tmpfs) is
-        // not itself stacked.
+        // (fuser sends max_stack_depth only with that flag; the kernel refuses a backing file
+        // whose filesystem is stacked as deep): 1, as a memfd's or a tmpfs file's is 0.
         if let Err(missing) = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH) {
             eprintln!("floorfs: the kernel does not offer passthrough ({missing:?}): serving plainly");
             self.backing_file = None;
@@ -328,9 +354,10 @@ impl fuser::Filesystem for FloorFs {
         if let Some(file) = self.backing_file.as_ref().filter(|_| !self.passthrough_refused.load(Ordering::Relaxed)) {
             match self.backing_for(ino.0, &reply, file) {
                 Ok((fh, id)) => {
-                    // FOPEN_PASSTHROUGH is added by fuser. The kernel takes only DIRECT_IO,
-                    // PARALLEL_DIRECT_WRITES and NOFLUSH beside it: KEEP_CACHE makes the
-                    // open fail with EINVAL (`--keep-cache` shows it).
+                    // fuser adds FOPEN_PASSTHROUGH. The kernel takes only DIRECT_IO,
+                    // PARALLEL_DIRECT_WRITES and NOFLUSH beside it: with KEEP_CACHE its
+                    // passthrough open fails (EINVAL, fs/fuse/iomode.c) and the opener gets EIO,
+                    // with nothing in dmesg (`--keep-cache` shows it).
                     let extra = if self.keep_cache { FopenFlags::FOPEN_KEEP_CACHE } else { FopenFlags::empty() };
                     return reply.opened_passthrough(FileHandle(fh), extra, &id.id);
                 }
@@ -343,6 +370,8 @@ impl fuser::Filesystem for FloorFs {
                     }
                 }
             }
+        }
+        if self.backing_file.is_some() {
             bump(&self.counters.plain_fallback);
         }
         reply.opened(FileHandle(0), self.plain_flags());
