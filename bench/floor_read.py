@@ -11,15 +11,12 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import sys
 import time
 
-
-def read_all(paths):
-    n = 0
-    for p in paths:
-        with open(p, 'rb') as f:
-            n += len(f.read())
-    return n
+# The raw reader's loop, shared with scripts/read_tree.py (one definition of "read a sample").
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'scripts'))
+from read_tree import read_all  # noqa: E402
 
 
 def main():

@@ -3,6 +3,7 @@
 //! sampling choose the sample to serve (and queue prefetch along the job's listing); pin the
 //! bytes to a handle.
 
+use std::borrow::Cow;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Weak};
 
@@ -137,7 +138,7 @@ impl Filesystem {
             let choice = job.choose(requested.id, samples, rank, view.form.top_rank(), Jobs::scan_start(samples.len()), self.config().jobs.ods);
             let served = Served { job: Arc::clone(&job), sample: choice.sample, claimed: choice.claimed, read: AtomicBool::new(false), share };
             // A substitute is resolved like the requested sample: nothing stale is served.
-            let resolved = if choice.substituted { self.resolve(choice.sample) } else { Ok(requested.clone()) };
+            let resolved = if choice.substituted { self.resolve(choice.sample).map(Cow::Owned) } else { Ok(Cow::Borrowed(&requested)) };
             // The other active jobs that still need this sample this epoch.
             let others = self.jobs_needing(choice.sample) & !job.bit();
             let produced = resolved.and_then(|sample| match view.form {
