@@ -466,6 +466,8 @@ struct RawConfig {
     #[serde(default)]
     fuse_threads: usize,
     #[serde(default)]
+    passthrough: Option<bool>,
+    #[serde(default)]
     max_pixels: Option<u64>,
     #[serde(default)]
     augment: Option<Vec<BTreeMap<String, Value>>>,
@@ -815,6 +817,10 @@ pub struct Config {
     pub threads: usize,
     /// Threads reading FUSE requests.
     pub fuse_threads: usize,
+    /// Kernel FUSE passthrough (Linux 6.9+, the daemon with CAP_SYS_ADMIN): reads of an open
+    /// file go to a backing file (the source's, or a memory file of the output), not to the
+    /// daemon. Default on; where the kernel refuses, the mount says so and serves reads itself.
+    pub passthrough: bool,
     /// Samples whose header claims more pixels than this are refused (EIO).
     pub max_pixels: u64,
     /// The augmentation pipeline, in order.
@@ -941,6 +947,7 @@ impl Config {
             seed: overrides.seed.unwrap_or(raw.seed),
             threads,
             fuse_threads,
+            passthrough: raw.passthrough.unwrap_or(true),
             max_pixels,
             augment,
             output,
@@ -976,6 +983,7 @@ struct WrittenConfig<'a> {
     seed: u64,
     threads: usize,
     fuse_threads: usize,
+    passthrough: bool,
     max_pixels: u64,
     augment: &'a [AugmentOp],
     output: &'a OutputConfig,
@@ -1031,6 +1039,7 @@ impl<'a> From<&'a Config> for WrittenConfig<'a> {
             seed: c.seed,
             threads: c.threads,
             fuse_threads: c.fuse_threads,
+            passthrough: c.passthrough,
             max_pixels: c.max_pixels,
             augment: &c.augment,
             output: &c.output,

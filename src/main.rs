@@ -102,8 +102,13 @@ struct MountArgs {
     /// starts at the first use of its name, and retires when idle).
     #[arg(long)]
     read_only: bool,
+    /// Serve every read from the daemon, never through kernel passthrough (same as
+    /// `passthrough: false`).
+    #[arg(long)]
+    no_passthrough: bool,
     /// Mount options, comma-separated, as mount(8) and /etc/fstab give them: config=FILE,
-    /// allow_other, ro, rw, nonempty, x-mount.mkdir, log_level=LEVEL, log_file=PATH, seed=N;
+    /// allow_other, ro, rw, nonempty, nopassthrough, x-mount.mkdir, log_level=LEVEL,
+    /// log_file=PATH, seed=N;
     /// mount(8)'s generic options (defaults, nofail, _netdev, noauto, x-*, ...) are ignored.
     #[arg(short = 'o', value_name = "OPTIONS")]
     options: Vec<String>,
@@ -117,6 +122,7 @@ struct MountOptions {
     read_only: Option<bool>,
     allow_non_empty: bool,
     create_mountpoint: bool,
+    no_passthrough: bool,
     log_level: Option<String>,
     log_file: Option<PathBuf>,
     seed: Option<u64>,
@@ -148,6 +154,7 @@ fn parse_mount_options(lists: &[String]) -> Result<MountOptions, String> {
             "ro" => o.read_only = Some(true),
             "rw" => o.read_only = Some(false),
             "nonempty" | "allow_non_empty" => o.allow_non_empty = true,
+            "nopassthrough" => o.no_passthrough = true,
             "x-mount.mkdir" | "create_mountpoint" => o.create_mountpoint = true,
             "log_level" => o.log_level = Some(need(key, value)?.to_string()),
             "log_file" => o.log_file = Some(need(key, value)?.into()),
@@ -157,7 +164,7 @@ fn parse_mount_options(lists: &[String]) -> Result<MountOptions, String> {
             _ if IGNORED_OPTIONS.contains(&key) || key.starts_with("x-") => {}
             _ => {
                 return Err(format!(
-                    "unknown mount option `{opt}` (prepfs takes config=FILE, allow_other, ro, rw, nonempty, x-mount.mkdir, log_level=LEVEL, log_file=PATH, seed=N)"
+                    "unknown mount option `{opt}` (prepfs takes config=FILE, allow_other, ro, rw, nonempty, nopassthrough, x-mount.mkdir, log_level=LEVEL, log_file=PATH, seed=N)"
                 ))
             }
         }
@@ -308,6 +315,7 @@ fn mount(args: MountArgs) -> ExitCode {
         Err(e) => return fail(e),
     };
     config.access.allow_other |= args.allow_other || options.allow_other;
+    config.passthrough &= !(args.no_passthrough || options.no_passthrough);
     let lifecycle = Lifecycle {
         // The older form has always created a missing mountpoint (and left it at unmount).
         create_mountpoint: args.create_mountpoint || options.create_mountpoint || plan.older_form,

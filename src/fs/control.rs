@@ -36,6 +36,7 @@ impl Filesystem {
             "ods_metadata_bytes": self.ods_metadata_bytes(),
             "open_bytes": self.open_budget.held(),
             "max_open_bytes": self.config().access.max_open_bytes,
+            "passthrough": self.passthrough_json(),
         });
         let mut text = serde_json::to_string_pretty(&self.stats().to_json(extra)).unwrap_or_default();
         text.push('\n');

@@ -2,10 +2,12 @@
 //! sharded table of them, and read and release.
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::open_budget::Lease;
+use super::passthrough::Backing;
 use super::{Caller, DirEntry, Filesystem};
 use crate::error::{Error, Result};
 use crate::sampling::Job;
@@ -28,15 +30,19 @@ pub(crate) enum CachePolicy {
 }
 
 /// What `open` returns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) struct Opened {
     pub fh: u64,
     pub cache: CachePolicy,
+    /// What the kernel may read the file from instead of asking (passthrough), if anything.
+    pub backing: Option<Backing>,
 }
 
 /// An open handle: what it serves, and the bytes it pins leased from the open budget.
 pub(super) struct Handle {
     pub(super) data: HandleData,
+    /// The served bytes in a sealed memory file, for the kernel to read them (passthrough on).
+    pub(super) memfd: Option<File>,
     _lease: Option<Lease>,
 }
 
@@ -59,8 +65,6 @@ pub(super) struct Served {
     pub(super) sample: FileId,
     pub(super) claimed: bool,
     pub(super) read: AtomicBool,
-    /// The key of the handle in [`Filesystem::shares`].
-    pub(super) share: (u32, Form, FileId),
 }
 
 impl Drop for Served {
@@ -133,7 +137,22 @@ impl Filesystem {
                 }
             }
         };
-        Ok(Arc::new(Handle { data, _lease: lease }))
+        let memfd = match &data {
+            HandleData::Bytes { bytes, .. } => self.memfd_for(bytes),
+            _ => None,
+        };
+        Ok(Arc::new(Handle { data, memfd, _lease: lease }))
+    }
+
+    /// The first read of a job-view handle (or its open, when the kernel reads it without us)
+    /// counts its sample as served to the job.
+    pub(super) fn count_served(&self, handle: &Handle) {
+        if let HandleData::Bytes { served: Some(s), .. } = &handle.data {
+            if !s.read.swap(true, Ordering::Relaxed) {
+                s.job.mark_served(s.sample, s.claimed);
+                s.job.touch(self.jobs.now_ms());
+            }
+        }
     }
 
     /// Reads up to `size` bytes at `offset` of an open file and hands them to `reply`. The first
@@ -144,13 +163,8 @@ impl Filesystem {
             Err(e) => return reply(Err(e)),
         };
         match &handle.data {
-            HandleData::Bytes { bytes, form, served } => {
-                if let Some(s) = served {
-                    if !s.read.swap(true, Ordering::Relaxed) {
-                        s.job.mark_served(s.sample, s.claimed);
-                        s.job.touch(self.jobs.now_ms());
-                    }
-                }
+            HandleData::Bytes { bytes, form, .. } => {
+                self.count_served(&handle);
                 let start = (offset as usize).min(bytes.len());
                 let end = start.saturating_add(size as usize).min(bytes.len());
                 bump(&self.counters(*form).bytes_served, (end - start) as u64);
@@ -172,17 +186,15 @@ impl Filesystem {
         }
     }
 
-    /// Releases an open file.
-    pub(crate) fn release(&self, fh: u64) {
+    /// Releases an open file (`ino`'s handle `fh`).
+    pub(crate) fn release(&self, ino: u64, fh: u64) {
         let Some(data) = self.handles.remove(fh) else { return };
         self.stats().open_handles.fetch_sub(1, Ordering::Relaxed);
-        if let HandleData::Bytes { served: Some(served), .. } = &data.data {
-            // The last handle sharing this content: forget the share.
-            if Arc::strong_count(&data) == 1 {
-                let mut shares = self.shares.lock_or_recover();
-                if shares.get(&served.share).is_some_and(|w| w.as_ptr() == Arc::as_ptr(&data)) {
-                    shares.remove(&served.share);
-                }
+        // The last handle sharing this content: forget the share.
+        if Arc::strong_count(&data) == 1 {
+            let mut shares = self.shares.lock_or_recover();
+            if shares.get(&ino).is_some_and(|w| w.as_ptr() == Arc::as_ptr(&data)) {
+                shares.remove(&ino);
             }
         }
     }

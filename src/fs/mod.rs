@@ -19,6 +19,7 @@
 //! - `tree.rs`: [`Attr`], [`Kind`], [`DirEntry`]; lookup, getattr, opendir, readdir, releasedir;
 //! - `open.rs`: [`Filesystem::open`] and the choice of what an open serves (the hot path);
 //! - `handles.rs`: open handles, [`CachePolicy`], [`Opened`]; read and release;
+//! - `passthrough.rs`: kernel passthrough's core half: on or off, and an open's [`Backing`];
 //! - `jobs.rs`: mkdir/rmdir under `jobs/`, prefetch, the refill's wanted samples, retiring jobs;
 //! - `stale.rs`: source changes seen while serving ([`StaleInodes`]);
 //! - `control.rs`: the `.prepfs/` control files;
@@ -31,12 +32,14 @@ mod handles;
 mod inodes;
 mod jobs;
 mod open;
+mod passthrough;
 mod stale;
 mod tree;
 #[cfg(test)]
 mod tests;
 
 pub(crate) use handles::{CachePolicy, Opened};
+pub(crate) use passthrough::Backing;
 pub(crate) use inodes::{Node, View};
 pub(crate) use stale::StaleInodes;
 pub(crate) use tree::{Attr, DirEntry, Kind};
@@ -55,7 +58,7 @@ use crate::planner::{initial_split, PlanController};
 use crate::producer::SampleProducer;
 use crate::sampling::{Bitset, Jobs, Pass, Requester};
 pub(crate) use crate::shared::Form;
-use crate::source::catalog::{Catalog, FileId};
+use crate::source::catalog::Catalog;
 use crate::source::{LocalSource, SampleReader, Source, SourceIo};
 use crate::stats::{Stats, ViewCounters};
 use crate::sync::Mutex;
@@ -91,9 +94,12 @@ pub(crate) struct Filesystem {
     plan: PlanController,
     jobs: Jobs,
     handles: HandleTable,
-    /// Open job-view handles by (job code, form, requested sample): a second open of one path
-    /// while the first is open (PIL opens a PPM twice to try mmap) shares the first's content.
-    shares: Mutex<HashMap<(u32, Form, FileId), Weak<Handle>>>,
+    /// Open handles by inode that later opens of the inode share while one is open: in a job's
+    /// view always (PIL opens a PPM twice to try mmap: both see the same sample), everywhere
+    /// while passthrough is on (the kernel takes one backing file per inode).
+    shares: Mutex<HashMap<u64, Weak<Handle>>>,
+    /// Kernel passthrough: on, or off and why.
+    passthrough: passthrough::PassthroughState,
     /// What open handles may pin.
     open_budget: Arc<OpenBudget>,
     /// Inodes the kernel should drop what it cached of.
@@ -155,7 +161,9 @@ impl Filesystem {
         let pixels = PixelWork::new(&config, catalog.file_count(), Arc::clone(&stats));
         let producer = SampleProducer::new(Arc::clone(&catalog), Arc::clone(&reader), tiers, pixels, Arc::clone(&stats));
         let plan = PlanController::new(&config, reader.read_limit(), Arc::clone(&cache), Arc::clone(&stats));
+        let passthrough = passthrough::PassthroughState::new(config.passthrough);
         Ok(Filesystem {
+            passthrough,
             top_pass,
             config,
             catalog,

@@ -55,21 +55,48 @@ impl Filesystem {
                 bump(&self.counters(view.form).opens, 1);
                 // Every open resolves the sample once (path, version): nothing stale is served.
                 let sample = self.resolve(file)?;
-                let (data, cache) = if view.job != 0 {
-                    (self.open_in_job(view, sample, caller)?, CachePolicy::DirectIo)
+                let data = if view.job != 0 {
+                    self.open_in_job(ino, view, sample, caller)?
                 } else {
-                    self.open_top_level(view.form, &sample, caller)?
+                    self.open_top_level(ino, view.form, &sample, caller)?
                 };
-                // Changed since the kernel may have cached its pages: this open drops them.
-                let cache = match cache {
-                    CachePolicy::KeepCache if self.refresh.clear(file) => CachePolicy::Refresh,
-                    other => other,
+                // What is the same at every open may stay in the page cache; a job's view (the
+                // served sample varies) and `augmented/` (a draw per open) may not.
+                let cache = match (view.job, view.form) {
+                    // Changed since the kernel may have cached its pages: this open drops them.
+                    (0, Form::Encoded | Form::Decoded) if self.refresh.clear(file) => CachePolicy::Refresh,
+                    (0, Form::Encoded | Form::Decoded) => CachePolicy::KeepCache,
+                    _ => CachePolicy::DirectIo,
                 };
                 (data, cache)
             }
         };
         bump(&self.stats().open_handles, 1);
-        Ok(Opened { fh: self.handles.insert(data), cache })
+        let backing = self.backing_of(&data);
+        if backing.is_some() {
+            // The kernel reads it without asking us: served now.
+            self.count_served(&data);
+        }
+        Ok(Opened { fh: self.handles.insert(data), cache, backing })
+    }
+
+    /// The live handle of another open of `ino`, if one shares its content.
+    fn shared(&self, ino: u64) -> Option<Arc<Handle>> {
+        self.shares.lock_or_recover().get(&ino).and_then(Weak::upgrade)
+    }
+
+    /// Makes `handle` the one later opens of `ino` share while it is open; if another open of
+    /// `ino` got there first, its handle is shared instead (and `handle` dropped).
+    fn share(&self, ino: u64, handle: Arc<Handle>) -> Arc<Handle> {
+        let mut shares = self.shares.lock_or_recover();
+        if let Some(live) = shares.get(&ino).and_then(Weak::upgrade) {
+            drop(shares);
+            drop(handle); // gives its claim back, outside the lock
+            return live;
+        }
+        shares.retain(|_, w| w.strong_count() > 0);
+        shares.insert(ino, Arc::downgrade(&handle));
+        handle
     }
 
     /// Whether opening `ino` needs no decoding or augmenting (a control file, or a sample the
@@ -89,14 +116,24 @@ impl Filesystem {
         }
     }
 
-    /// An open in a top-level view: the requested sample, always.
-    fn open_top_level(&self, form: Form, sample: &Sample, caller: Caller) -> Result<(Arc<Handle>, CachePolicy)> {
+    /// An open in a top-level view: the requested sample, always (while passthrough is on,
+    /// the content of another open of the same file still open: see [`super::passthrough`]).
+    fn open_top_level(&self, ino: u64, form: Form, sample: &Sample, caller: Caller) -> Result<Arc<Handle>> {
+        let share = self.passthrough_on();
+        if let Some(live) = self.shared(ino).filter(|_| share) {
+            return Ok(live);
+        }
+        let handle = self.produce_top_level(form, sample, caller)?;
+        Ok(if share { self.share(ino, handle) } else { handle })
+    }
+
+    fn produce_top_level(&self, form: Form, sample: &Sample, caller: Caller) -> Result<Arc<Handle>> {
         if form == Form::Encoded {
             let (opened, observed) = self.reader.open(sample)?;
             if observed == Observed::Changed {
                 self.queue_stale(sample.id);
             }
-            return Ok((self.pin(HandleData::Source { file: opened }, caller)?, CachePolicy::KeepCache));
+            return self.pin(HandleData::Source { file: opened }, caller);
         }
         let (bytes, origin) = match form {
             Form::Decoded => self.producer.decoded(sample)?,
@@ -107,26 +144,25 @@ impl Filesystem {
         };
         let counters = self.counters(form);
         bump(if origin.is_miss() { &counters.misses } else { &counters.hits }, 1);
-        let cache = if form == Form::Decoded { CachePolicy::KeepCache } else { CachePolicy::DirectIo };
-        Ok((self.pin(HandleData::Bytes { bytes, form, served: None }, caller)?, cache))
+        self.pin(HandleData::Bytes { bytes, form, served: None }, caller)
     }
 
     /// An open in a job's view: opportunistic sampling chooses the sample (the requested one, or
     /// an unseen one of the same directory that is cached), prefetch is queued along the job's
     /// listing, and the chosen sample's bytes are pinned to the handle.
-    fn open_in_job(&self, view: View, requested: Sample, caller: Caller) -> Result<Arc<Handle>> {
+    fn open_in_job(&self, ino: u64, view: View, requested: Sample, caller: Caller) -> Result<Arc<Handle>> {
         let job = self.job(view.job)?;
         bump(&job.counters.opens, 1);
-        let share = (view.job, view.form, requested.id);
         // PIL's second open of a path it holds open (to try mmap) sees the same content.
-        if let Some(shared) = self.shares.lock_or_recover().get(&share).and_then(Weak::upgrade) {
-            return Ok(shared);
+        if let Some(live) = self.shared(ino) {
+            return Ok(live);
         }
         let catalog = self.catalog();
         if !catalog.is_image(requested.id) {
             // Not a sample (a README in encoded/): served as it is, outside the job's epochs.
             let (bytes, _) = self.producer.encoded(&requested)?;
-            return self.pin(HandleData::Bytes { bytes, form: view.form, served: None }, caller);
+            let handle = self.pin(HandleData::Bytes { bytes, form: view.form, served: None }, caller)?;
+            return Ok(self.share(ino, handle));
         }
         let dir = catalog.file_dir(requested.id);
         let samples = catalog.images(dir);
@@ -136,7 +172,7 @@ impl Filesystem {
         let mut retried = false;
         loop {
             let choice = job.choose(requested.id, samples, rank, view.form.top_rank(), Jobs::scan_start(samples.len()), self.config().jobs.ods);
-            let served = Served { job: Arc::clone(&job), sample: choice.sample, claimed: choice.claimed, read: AtomicBool::new(false), share };
+            let served = Served { job: Arc::clone(&job), sample: choice.sample, claimed: choice.claimed, read: AtomicBool::new(false) };
             // A substitute is resolved like the requested sample: nothing stale is served.
             let resolved = if choice.substituted { self.resolve(choice.sample).map(Cow::Owned) } else { Ok(Cow::Borrowed(&requested)) };
             // The other active jobs that still need this sample this epoch.
@@ -183,11 +219,8 @@ impl Filesystem {
             if others == 0 {
                 self.cache().done_with(choice.sample);
             }
-            let data = self.pin(HandleData::Bytes { bytes, form: view.form, served: Some(served) }, caller)?;
-            let mut shares = self.shares.lock_or_recover();
-            shares.retain(|_, w| w.strong_count() > 0);
-            shares.insert(share, Arc::downgrade(&data));
-            return Ok(data);
+            let handle = self.pin(HandleData::Bytes { bytes, form: view.form, served: Some(served) }, caller)?;
+            return Ok(self.share(ino, handle));
         }
     }
 }

@@ -89,7 +89,7 @@ fn a_changed_source_file_drops_its_cached_forms_and_its_inodes_are_made_stale() 
     assert!(stale.contains(&ino) && stale.contains(&ino_of(&fs, "encoded", "s000.jpg")), "{stale:?}");
     let opened = fs.open(ino, false, Caller::ROOT).expect("open");
     let second = fs.read(opened.fh, 0, u32::MAX, |r| r.expect("read").to_vec());
-    fs.release(opened.fh);
+    fs.release(ino, opened.fh);
     assert_eq!(opened.cache, CachePolicy::Refresh, "the kernel's cached pages of it are dropped");
     assert_ne!(first, second);
     assert_eq!(second.len() as u64, attr.size);
@@ -127,7 +127,7 @@ fn ino_of(fs: &Filesystem, view: &str, name: &str) -> u64 {
 fn read_file(fs: &Filesystem, ino: u64) -> Vec<u8> {
     let opened = fs.open(ino, false, Caller::ROOT).expect("open");
     let data = fs.read(opened.fh, 0, u32::MAX, |r| r.expect("read").to_vec());
-    fs.release(opened.fh);
+    fs.release(ino, opened.fh);
     data
 }
 

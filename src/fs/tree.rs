@@ -41,6 +41,14 @@ pub(crate) struct Attr {
     pub volatile: bool,
 }
 
+impl Attr {
+    /// Attributes that say nothing but the kind (size 0, no permission, root's), for a node
+    /// listed whose attributes cannot be had now.
+    pub(crate) fn unknown(ino: u64, kind: Kind) -> Attr {
+        Attr { ino, kind, size: 0, mtime: SystemTime::UNIX_EPOCH, uid: 0, gid: 0, perm: 0, volatile: true }
+    }
+}
+
 /// One listing entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct DirEntry {

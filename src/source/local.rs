@@ -70,4 +70,8 @@ impl SourceFile for LocalFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         self.file.read_at(buf, offset)
     }
+
+    fn as_file(&self) -> Option<&File> {
+        Some(&self.file)
+    }
 }

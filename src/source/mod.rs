@@ -124,6 +124,11 @@ pub trait SourceFile: Send + Sync {
     fn meta(&self) -> &FileMeta;
     /// Reads at `offset`; 0 at the end.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    /// The open file itself, where the kernel may read it directly (passthrough); `None` where
+    /// every read must come through [`SourceFile::read_at`] (a fault-injecting source).
+    fn as_file(&self) -> Option<&std::fs::File> {
+        None
+    }
 }
 
 /// Source reads with their bounds: see the module documentation.

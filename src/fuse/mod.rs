@@ -6,10 +6,17 @@
 //! protocol answers, not failures: `ENOSYS` to FLUSH (so the kernel stops sending it), `ENOTTY`
 //! to ioctl (no file is a terminal), `ENODATA` to getxattr (no file has extended attributes).
 //!
+//! Kernel passthrough (Linux 6.9+): an open whose handle the core backs with a file (the
+//! source's, or a memory file of the served bytes) is answered with that file's backing id
+//! (`backings.rs`), and its reads never reach the daemon. Where the kernel does not offer it or
+//! refuses a backing file, the mount says so once and serves reads itself.
+//!
 //! Opens that decode or augment run on the rayon decode pool with the reply moved there, so a
 //! slow decode never holds a FUSE thread: the other requests (lookups, reads of open files,
 //! listings) keep flowing. Opens the cache answers as it is are replied in place (a thread hop
 //! less per cache hit).
+
+mod backings;
 
 use std::ffi::OsStr;
 use std::path::Path;
@@ -17,14 +24,16 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, KernelConfig, LockOwner,
-    OpenAccMode, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
-    ReplyOpen, ReplyStatfs, ReplyWrite, Request, WriteFlags,
+    Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
+    OpenAccMode, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
+    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, WriteFlags,
 };
+
+use backings::Backings;
 
 use crate::error::{Error, ToErrno};
 use crate::stats::bump;
-use crate::fs::{Attr, CachePolicy, Caller, Filesystem, Kind};
+use crate::fs::{Attr, CachePolicy, Caller, Filesystem, Kind, Opened};
 
 /// How long the kernel may keep names and attributes. A source file that changes is found at
 /// its next open (or lookup) and the kernel is told to drop what it cached of it (see
@@ -37,6 +46,7 @@ const VOLATILE_TTL: Duration = Duration::from_secs(1);
 pub(crate) struct FuseAdapter {
     fs: Arc<Filesystem>,
     pool: Arc<rayon::ThreadPool>,
+    backings: Arc<Backings>,
 }
 
 /// Who sent a request.
@@ -47,7 +57,8 @@ fn caller(req: &Request) -> Caller {
 impl FuseAdapter {
     /// An adapter running pixel work on `pool`.
     pub(crate) fn new(fs: Arc<Filesystem>, pool: Arc<rayon::ThreadPool>) -> Self {
-        FuseAdapter { fs, pool }
+        let backings = Arc::new(Backings::new(Arc::clone(&fs)));
+        FuseAdapter { fs, pool, backings }
     }
 
     fn attr(&self, a: &Attr) -> FileAttr {
@@ -93,6 +104,23 @@ fn read_only() -> Errno {
     errno(&Error::ReadOnly)
 }
 
+/// Answers an open: with its backing id where the core offers a backing file (the kernel then
+/// reads it without us), else plainly with the cache policy's flags.
+fn reply_opened(fs: &Filesystem, backings: &Backings, opened: Opened, reply: ReplyOpen) {
+    let fh = opened.fh;
+    if let Some(backing) = opened.backing {
+        match backings.hold(fh, backing, &reply) {
+            Ok(held) => {
+                bump(&fs.stats().passthrough.opens, 1);
+                // Passthrough takes no cache flags (with KEEP_CACHE the kernel fails the open).
+                return reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &held.id);
+            }
+            Err(e) => fs.disable_passthrough(format!("the kernel refused a backing file ({e})")),
+        }
+    }
+    reply.opened(FileHandle(fh), fopen_flags(opened.cache))
+}
+
 fn fopen_flags(cache: CachePolicy) -> FopenFlags {
     match cache {
         CachePolicy::KeepCache => FopenFlags::FOPEN_KEEP_CACHE,
@@ -103,7 +131,24 @@ fn fopen_flags(cache: CachePolicy) -> FopenFlags {
 }
 
 impl fuser::Filesystem for FuseAdapter {
-    fn init(&mut self, _req: &Request, _config: &mut KernelConfig) -> std::io::Result<()> {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        if self.fs.passthrough_wanted() {
+            match config.add_capabilities(InitFlags::FUSE_PASSTHROUGH) {
+                // The kernel refuses a backing file whose filesystem is stacked as deep as this
+                // mount says it may be: 2 (the most) takes sources on overlayfs too.
+                Ok(()) if config.set_max_stack_depth(2).is_ok() => self.fs.enable_passthrough(),
+                _ => self.fs.disable_passthrough("the kernel does not offer it (Linux 6.9 or later has it)".into()),
+            }
+        } else {
+            self.fs.enable_passthrough(); // logs why it stays off
+        }
+        // Concurrent lookups in one directory; listings that carry attributes where the reader
+        // wants them (the kernel decides per directory); more requests in flight at once.
+        // Each is a request the kernel may refuse (an older kernel): the mount works without.
+        let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
+        let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
+        let _ = config.set_max_background(64);
+        let _ = config.set_congestion_threshold(48);
         Ok(())
     }
 
@@ -128,9 +173,10 @@ impl fuser::Filesystem for FuseAdapter {
         let write = !matches!(flags.acc_mode(), OpenAccMode::O_RDONLY)
             || flags.0 & (libc::O_TRUNC | libc::O_APPEND) != 0;
         let fs = Arc::clone(&self.fs);
+        let backings = Arc::clone(&self.backings);
         let caller = caller(req);
         let open = move || match fs.open(ino.0, write, caller) {
-            Ok(o) => reply.opened(FileHandle(o.fh), fopen_flags(o.cache)),
+            Ok(o) => reply_opened(&fs, &backings, o, reply),
             Err(e) => reply.error(errno(&e)),
         };
         // A cache hit is answered here; anything that decodes goes to the pool.
@@ -162,7 +208,7 @@ impl fuser::Filesystem for FuseAdapter {
     fn release(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
@@ -170,7 +216,8 @@ impl fuser::Filesystem for FuseAdapter {
         reply: ReplyEmpty,
     ) {
         bump(&self.fs.stats().requests.release, 1);
-        self.fs.release(fh.0);
+        self.backings.release(fh.0);
+        self.fs.release(ino.0, fh.0);
         reply.ok();
     }
 
@@ -197,6 +244,23 @@ impl fuser::Filesystem for FuseAdapter {
                 Kind::File => FileType::RegularFile,
             };
             reply.add(INodeNo(entry.ino), next, kind, &entry.name)
+        });
+        match result {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readdirplus(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        bump(&self.fs.stats().requests.readdirplus, 1);
+        let result = self.fs.readdir(fh.0, offset, |entry, next| {
+            // An entry whose attributes cannot be had (a file gone since the listing) is listed
+            // with none to keep (valid for no time: the kernel asks again at its first use).
+            let (attr, ttl) = match self.fs.getattr(entry.ino) {
+                Ok(a) => (a, ttl(&a)),
+                Err(_) => (Attr::unknown(entry.ino, entry.kind), Duration::ZERO),
+            };
+            reply.add(INodeNo(entry.ino), next, &entry.name, &ttl, &self.attr(&attr), Generation(0))
         });
         match result {
             Ok(()) => reply.ok(),

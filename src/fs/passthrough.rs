@@ -1,0 +1,177 @@
+//! Kernel FUSE passthrough, the core's half: whether it is on, and what an open file's reads
+//! may go to instead of the daemon ([`Backing`]): the source file itself (`encoded/`), or a
+//! sealed anonymous memory file holding the served bytes (every produced output).
+//!
+//! The adapter (`fuse.rs`) owns the other half: it registers a backing file with the kernel
+//! (`FUSE_DEV_IOC_BACKING_OPEN`), answers the open with the id, and closes the id at release.
+//!
+//! The kernel keeps one backing file per inode while any passthrough open of it lasts, and
+//! fails an open of that inode with another backing file, or without one (`fs/fuse/iomode.c`).
+//! So while passthrough is on, every open of one inode made while another is open shares that
+//! open's handle (and so its content): in `augmented/` the same draw, in a job's view the same
+//! served sample (as PIL's double open already did). The share ends at the last release.
+
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use super::handles::{Handle, HandleData};
+use super::Filesystem;
+
+/// Whether opens are answered with backing files, and why not when they are not.
+pub(super) struct PassthroughState {
+    on: AtomicBool,
+    /// Why passthrough is off, said once (the configuration, the kernel or the privileges).
+    off_because: OnceLock<String>,
+}
+
+impl PassthroughState {
+    /// Off until the kernel grants it at init; off for good when `configured` is false.
+    pub(super) fn new(configured: bool) -> Self {
+        let off_because = OnceLock::new();
+        if !configured {
+            let _ = off_because.set("turned off (`passthrough: false`, --no-passthrough)".to_string());
+        }
+        PassthroughState { on: AtomicBool::new(false), off_because }
+    }
+}
+
+/// What the kernel may read an open file from: the file behind one open handle. Handles
+/// shared by concurrent opens of one inode are one [`Backing`] (the same [`Backing::key`]).
+pub(crate) struct Backing(Arc<Handle>);
+
+impl std::fmt::Debug for Backing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Backing({:#x})", self.key())
+    }
+}
+
+impl Backing {
+    /// The file to register with the kernel.
+    pub(crate) fn file(&self) -> Option<&File> {
+        self.0.backing_file()
+    }
+
+    /// Identifies the backing file while this value lives: equal for opens sharing a handle.
+    pub(crate) fn key(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
+    }
+}
+
+impl Handle {
+    /// The file the kernel may read this handle's content from.
+    pub(super) fn backing_file(&self) -> Option<&File> {
+        match &self.data {
+            HandleData::Source { file } => file.as_file(),
+            HandleData::Bytes { .. } => self.memfd.as_ref(),
+            HandleData::Listing(_) | HandleData::Control(_) => None,
+        }
+    }
+}
+
+impl Filesystem {
+    /// Turns passthrough on (the kernel granted `FUSE_PASSTHROUGH` at init), unless the
+    /// configuration turned it off.
+    pub(crate) fn enable_passthrough(&self) {
+        match self.passthrough.off_because.get() {
+            None => {
+                self.passthrough.on.store(true, Ordering::Release);
+                tracing::info!("kernel passthrough is on: reads of open files go straight to their backing files");
+            }
+            Some(why) => tracing::info!("kernel passthrough is {why}"),
+        }
+    }
+
+    /// Whether the configuration lets the mount ask the kernel for passthrough.
+    pub(crate) fn passthrough_wanted(&self) -> bool {
+        self.config().passthrough
+    }
+
+    /// Turns passthrough off for the rest of the mount, saying why (once, in the log and in
+    /// `stats.json`). Opens already answered with a backing file keep it.
+    pub(crate) fn disable_passthrough(&self, why: String) {
+        self.passthrough.on.store(false, Ordering::Release);
+        if self.passthrough.off_because.set(why.clone()).is_ok() {
+            tracing::warn!("kernel passthrough is off: {why}; reads are served by the daemon");
+        }
+    }
+
+    /// Whether opens are answered with backing files.
+    pub(crate) fn passthrough_on(&self) -> bool {
+        self.passthrough.on.load(Ordering::Acquire)
+    }
+
+    /// Whether passthrough is on, or why not, for `stats.json`.
+    pub(super) fn passthrough_json(&self) -> serde_json::Value {
+        let p = &self.stats().passthrough;
+        let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+        serde_json::json!({
+            "on": self.passthrough_on(),
+            "off_because": self.passthrough.off_because.get(),
+            "opens": get(&p.opens),
+            "backing_ids_open": get(&p.backing_ids_opened).saturating_sub(get(&p.backing_ids_closed)),
+            "backing_ids_opened": get(&p.backing_ids_opened),
+        })
+    }
+
+    /// The backing of an open handle, when passthrough is on and the handle has a file to offer.
+    /// A source read limit keeps `encoded/` reads coming through the daemon (to be throttled).
+    pub(super) fn backing_of(&self, handle: &Arc<Handle>) -> Option<Backing> {
+        let throttled = matches!(handle.data, HandleData::Source { .. }) && self.reader.read_limit().is_some();
+        (self.passthrough_on() && !throttled && handle.backing_file().is_some()).then(|| Backing(Arc::clone(handle)))
+    }
+
+    /// A sealed memory file holding `bytes`, when passthrough is on (`None` otherwise, or when
+    /// the memory file cannot be made: the handle is then served by the daemon).
+    pub(super) fn memfd_for(&self, bytes: &[u8]) -> Option<File> {
+        if !self.passthrough_on() {
+            return None;
+        }
+        match sealed_memfd(bytes) {
+            Ok(file) => Some(file),
+            Err(e) => {
+                crate::warn_limited!("memfd", "cannot make a memory file for passthrough ({e}); serving this open from the daemon");
+                None
+            }
+        }
+    }
+}
+
+/// An anonymous memory file holding `bytes`, sealed so that nothing can change or resize it.
+pub(crate) fn sealed_memfd(bytes: &[u8]) -> std::io::Result<File> {
+    // SAFETY: a valid C string and flags; the descriptor returned is ours alone.
+    let fd = unsafe { libc::memfd_create(c"prepfs".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and nothing else owns it.
+    let mut file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    file.write_all(bytes)?;
+    let seals = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
+    // SAFETY: fcntl on a descriptor we own, with an integer argument.
+    if unsafe { libc::fcntl(std::os::fd::AsRawFd::as_raw_fd(&file), libc::F_ADD_SEALS, seals) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Seek, SeekFrom};
+
+    use super::*;
+
+    #[test]
+    fn a_sealed_memory_file_holds_the_bytes_and_refuses_every_change() {
+        let mut f = sealed_memfd(b"pixels").expect("memfd");
+        f.seek(SeekFrom::Start(0)).unwrap();
+        let mut back = Vec::new();
+        f.read_to_end(&mut back).unwrap();
+        assert_eq!(back, b"pixels");
+        assert!(f.write_all(b"x").is_err(), "a write to a sealed file is refused");
+        assert!(f.set_len(1).is_err(), "shrinking is refused");
+        assert!(f.set_len(100).is_err(), "growing is refused");
+    }
+}
