@@ -220,8 +220,6 @@ impl Filesystem {
         &self.cache
     }
 
-    /// The cache's disk tier, if one is open.
-
     /// The effective configuration.
     pub(crate) fn config(&self) -> &Config {
         &self.config
