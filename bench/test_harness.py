@@ -1400,6 +1400,8 @@ class FloorTest(unittest.TestCase):
 
     def floor_report(self):
         h = fake_case("3h", "floor", "raw", [2500, 2400, 2600])
+        for r in h["runs"]:
+            r["bytes"] = r["samples"] * 150543
         h.update(chart_reads="floor (trivial fuser, plain)", floorfs="plain",
                  floor={"mode": "plain", "files": 100, "size": 150543, "threads": 4,
                         "requests_per_open": 5.0})
@@ -1449,7 +1451,7 @@ class FloorTest(unittest.TestCase):
             md = f.read()
         section = md.split("## FUSE floor (issue 12)")[1].split("\n## ")[0]
         self.assertIn("| 3h | floor (trivial fuser, plain) | 2,500 | 2,400 - 2,600 | "
-                      "100 x 150,543 | 5.0 | 1.60x |", section)
+                      "100 x 150,543 | 150,543 | 5.0 | 1.60x |", section)
         self.assertIn("| 3i | floor (passthrough) | passthrough refused", section)
         self.assertIn("1.60x of floor (trivial fuser, plain)", section)
         results = md.split("## Results")[1].split("##")[0]

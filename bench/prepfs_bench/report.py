@@ -56,7 +56,7 @@ def floor_pending_row(settings: dict, done: Sequence[str] = ()) -> List[List[str
 
 
 FLOOR_HEADER = ["#", "row", "files/s (median)", "min - max", "files x bytes",
-                "FUSE requests per open", "prepfs warm / this"]
+                "bytes read per file", "FUSE requests per open", "prepfs warm / this"]
 
 
 def render_floor_section(report: dict) -> List[str]:
@@ -86,12 +86,13 @@ def render_floor_section(report: dict) -> List[str]:
     rows = []
     for r in ff["rows"]:
         if r["samples_per_s"] is None:
-            rows.append([r["id"], r["name"], r.get("not_measured") or "not measured",
-                         "", "", "", ""])
+            rows.append([r["id"], r["name"], r.get("not_measured") or "not measured"]
+                        + [""] * (len(FLOOR_HEADER) - 3))
             continue
         rows.append([r["id"], r["name"], fmt_num(r["samples_per_s"]),
                      f"{fmt_num(r['min'])} - {fmt_num(r['max'])}",
                      f"{fmt_num(r['files'])} x {fmt_num(r['size'])}",
+                     fmt_num(r.get("bytes_per_file")),
                      fmt_num(r.get("requests_per_open"), 1),
                      fmt_ratio(r["prepfs_ratio"])])
     out += [markdown_table(FLOOR_HEADER, rows), ""]
@@ -99,7 +100,8 @@ def render_floor_section(report: dict) -> List[str]:
         out += [f"prepfs warm ({pid}: "
                 + ("the raw reader over prepfs's cached outputs, after the refill wait"
                    if pid == "3d" else "the raw reader over prepfs `augmented/`, warm")
-                + f"): {fmt_num(ff['prepfs_samples_per_s'])} files/s; "
+                + f"): {fmt_num(ff['prepfs_samples_per_s'])} files/s, "
+                + f"{fmt_num(ff.get('prepfs_bytes_per_file'))} bytes read per file; "
                 + "; ".join(f"{fmt_ratio(r['prepfs_ratio'])} of {r['name']}"
                             for r in ff["rows"] if r["prepfs_ratio"] is not None)
                 + ". Issue 12's target: at least 1.3x the plain floor.", ""]

@@ -129,6 +129,13 @@ TARGETS = [
 FLOOR_PREPFS = ("3d", "2d")
 
 
+def bytes_per_file(case: Optional[dict]) -> Optional[float]:
+    """Bytes the raw reader read per file over a case's measured runs (None: not known)."""
+    runs = [r for r in (case or {}).get("runs") or [] if r.get("bytes") is not None]
+    n = sum(r["samples"] for r in runs)
+    return sum(r["bytes"] for r in runs) / n if n else None
+
+
 def fuse_floor(results: Sequence[dict]) -> Optional[dict]:
     """Issue 12's figures: prepfs's warm rate (3d, else 2d) as a ratio of each floor row (3h
     plain, 3i passthrough) of the same run; a row not measured says why. None without floor
@@ -139,7 +146,9 @@ def fuse_floor(results: Sequence[dict]) -> Optional[dict]:
         return None
     pid = next((i for i in FLOOR_PREPFS if median_sps(by_id, i)), None)
     psps = median_sps(by_id, pid) if pid else None
-    out = {"prepfs_case": pid, "prepfs_samples_per_s": psps, "rows": []}
+    out = {"prepfs_case": pid, "prepfs_samples_per_s": psps,
+           "prepfs_bytes_per_file": bytes_per_file(by_id.get(pid)) if pid else None,
+           "rows": []}
     for c in rows:
         sps = median_sps(by_id, c["id"])
         fl = c.get("floor") or {}
@@ -151,6 +160,7 @@ def fuse_floor(results: Sequence[dict]) -> Optional[dict]:
             "min": c["summary"]["samples_per_s"]["min"] if sps else None,
             "max": c["summary"]["samples_per_s"]["max"] if sps else None,
             "files": fl.get("files"), "size": fl.get("size"),
+            "bytes_per_file": bytes_per_file(c),
             "requests_per_open": fl.get("requests_per_open"),
             "prepfs_ratio": ratio(psps, sps), "not_measured": why})
     return out
