@@ -101,7 +101,10 @@ def render_floor_section(report: dict) -> List[str]:
                 + ("the raw reader over prepfs's cached outputs, after the refill wait"
                    if pid == "3d" else "the raw reader over prepfs `augmented/`, warm")
                 + f"): {fmt_num(ff['prepfs_samples_per_s'])} files/s, "
-                + f"{fmt_num(ff.get('prepfs_bytes_per_file'))} bytes read per file; "
+                + f"{fmt_num(ff.get('prepfs_bytes_per_file'))} bytes read per file"
+                + (f", {fmt_pct(ff['prepfs_hit_rate'])} of its outputs from the augmented "
+                   f"cache (the rest augmented at open)"
+                   if ff.get("prepfs_hit_rate") is not None else "") + "; "
                 + "; ".join(f"{fmt_ratio(r['prepfs_ratio'])} of {r['name']}"
                             for r in ff["rows"] if r["prepfs_ratio"] is not None)
                 + ". Issue 12's target: at least 1.3x the plain floor.", ""]

@@ -148,6 +148,8 @@ def fuse_floor(results: Sequence[dict]) -> Optional[dict]:
     psps = median_sps(by_id, pid) if pid else None
     out = {"prepfs_case": pid, "prepfs_samples_per_s": psps,
            "prepfs_bytes_per_file": bytes_per_file(by_id.get(pid)) if pid else None,
+           "prepfs_hit_rate": ((((by_id.get(pid) or {}).get("summary") or {}).get("cache")
+                                or {}).get("augmented_hit_rate") if pid else None),
            "rows": []}
     for c in rows:
         sps = median_sps(by_id, c["id"])
