@@ -10,6 +10,8 @@
 #      writing bench/results/<date>.json, its PNG charts beside it, and BENCHMARKS.md. It also
 #      mounts, itself, a PPM mount with a cache of 25% of the set (scenario 2p) and, for
 #      scenario 4 (3 concurrent jobs), read-limited mounts; their configs go to target/bench-run/.
+#      Rows 3h/3i (issue 12's FUSE floor): target/release/examples/floorfs, a trivial fuser
+#      filesystem serving same-size files from memory, mounted plain and with passthrough.
 #
 # Nothing stays mounted on any exit path: run_bench.py unmounts what it mounts, and the trap
 # here stops any prepfs daemon left on this run's mount points and lazily unmounts them.
@@ -26,6 +28,8 @@
 #                        set in any form); 0: mount the configs as they are (no cache)
 #   BENCH_READ_LIMIT     scenario 4's storage read limit (default 10MB/s)
 #   PREPFS_BIN           the binary to benchmark (default target/release/prepfs)
+#   FLOORFS_BIN          the FUSE floor of rows 3h/3i (default target/release/examples/floorfs,
+#                        built by `make build`); missing: those rows are pending
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -39,6 +43,7 @@ per_class=${BENCH_PER_CLASS:-40}
 data=${BENCH_DATA:-target/bench-data/train}
 bin_src=${PREPFS_BIN:-target/release/prepfs}
 gen=target/release/examples/make_dataset
+floorfs_src=${FLOORFS_BIN:-target/release/examples/floorfs}
 work=target/bench-run
 mnt=${TMPDIR:-/tmp}/prepfs-bench-$$
 today=$(date +%F)
@@ -65,7 +70,8 @@ cleanup() {
     wait "$py_pid" 2>/dev/null || true
   fi
   local m p pids
-  for m in "$mnt" "$mnt-npy" "$mnt-25" "$mnt-storage" "$mnt-jobs"; do
+  for m in "$mnt" "$mnt-npy" "$mnt-25" "$mnt-storage" "$mnt-jobs" "$mnt-floor-plain" \
+    "$mnt-floor-passthrough"; do
     # a daemon of this run still serving m (possible only if run_bench.py was killed hard)
     pids=
     for p in /proc/[0-9]*; do
@@ -121,6 +127,13 @@ fi
 rm -rf "$work/logs"
 mkdir -p "$work/logs" bench/results
 cp -f "$bin_src" "$work/prepfs"
+floor_args=()
+if [ -x "$floorfs_src" ]; then
+  cp -f "$floorfs_src" "$work/floorfs"
+  floor_args=(--floorfs-bin "$work/floorfs")
+else
+  log "$floorfs_src is missing (cargo build --release --examples): rows 3h/3i (the FUSE floor) pending"
+fi
 # The mount configs: the project's, plus a cache that holds the set (issue 3, scenario 2: warm
 # is "after the cache holds the set"), unless the config has one or this prepfs has no cache.
 cache_mem=${BENCH_CACHE:-1GiB}
@@ -161,7 +174,7 @@ fi
 args=(--data "$data"
       --prepfs-bin "$work/prepfs" --prepfs-config "$ppm_cfg" --prepfs-npy-config "$npy_cfg"
       --mountpoint "$mnt" --log-dir "$work/logs" --config-dir "$work"
-      --read-limit "${BENCH_READ_LIMIT:-10MB/s}"
+      --read-limit "${BENCH_READ_LIMIT:-10MB/s}" "${floor_args[@]}"
       --out "bench/results/$stem.json" --charts-dir bench/results --md BENCHMARKS.md
       --invoked-as "$invoked"
       --build-info "prepfs $bin_src (copied to $work/prepfs), commit $rev$config_note"

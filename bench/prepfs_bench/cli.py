@@ -4,7 +4,7 @@ Owns the options (`build_parser`) and their checks and quick-run defaults (`reso
 the order of a run: pin to the cores, describe the machine and the data set, set up the prepfs
 sources the options ask for (`setup_prepfs`: the driver's mounts and 2p's derived config, an
 existing mount, or a stand-in directory), start the report (`new_report`), run the cases
-(`run_cases`) and scenario 4, unmount and clean up on every way out, and write the report
+(`run_cases`; rows 3h/3i on a FUSE floor mounted for each, `run_floor_case`) and scenario 4, unmount and clean up on every way out, and write the report
 (`finish`). `--report-only` rewrites an earlier report and runs nothing.
 """
 
@@ -26,6 +26,8 @@ import loaders  # bench/loaders.py (standard library only at import time)
 
 from . import BENCH_DIR, ROOT, show_path
 from .config import cache_of_share, check_config, derive_config, policy_setting
+from .floor import (FloorError, floor_record, floor_spec, mount_floorfs,
+                    prepfs_fuse_threads)
 from .mount import PrepfsError, PrepfsMount, PrepfsSource, mount_prepfs
 from .plan import plan
 from .report import progress_line, write_report
@@ -60,6 +62,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--augmented-npy-dir",
                    help="with --augmented-dir: a plain directory of augmented .npy files for "
                         "rows 1n/2n")
+    g.add_argument("--floorfs-bin",
+                   help="rows 3h/3i, issue 12's FUSE floor: mount this trivial fuser filesystem "
+                        "(target/release/examples/floorfs) plain and with passthrough, at "
+                        "MOUNTPOINT-floor-plain and -floor-passthrough, serving as many files "
+                        "as 3d reads of the size prepfs serves; needs a prepfs source")
+    g.add_argument("--floorfs-threads", type=int, default=None,
+                   help="floorfs's FUSE threads (default: prepfs's fuse_threads, from "
+                        "--prepfs-config, else prepfs's default 4)")
     ap.add_argument("--quick", action="store_true", help="fewer, shorter runs")
     ap.add_argument("--limit", type=int, default=None,
                     help="samples per run (default: 512 with --quick, else the whole set)")
@@ -170,6 +180,7 @@ class Prepfs:
     base_text: Optional[str] = None  # the text of --prepfs-config (scenario 4 derives from it)
     pending_why: Optional[str] = None  # why 2p is not run, when prepfs check refused it
     desc: str = "not measured"
+    config_text: Optional[str] = None  # the text of the PPM config, wherever it came from
     aug_reads: str = "prepfs augmented/"
     npy_reads: str = "prepfs augmented/ (npy)"
 
@@ -224,7 +235,7 @@ def setup_driver_mounts(pf: Prepfs, args: argparse.Namespace, data: str, dinfo: 
                         os.path.abspath(args.mountpoint) + "-npy"))
     # 2p: the PPM config with a cache of 25% of the data set's bytes (Seneca's convention)
     with open(os.path.abspath(args.prepfs_config)) as f:
-        pf.base_text = f.read()
+        pf.base_text = pf.config_text = f.read()
     cache25 = cache_of_share(dinfo["data_bytes"], args.cache_share)
     cfg25 = os.path.join(config_dir, "imagenet-cache25.yaml")
     with open(cfg25, "w") as f:
@@ -282,9 +293,56 @@ def new_report(args: argparse.Namespace, argv: Optional[Sequence[str]], machine:
                                          if src25 else None),
                        "augmented_npy": npy_src.augmented if npy_src else None},
             "pending_why": pf.pending_why,
+            "fuse_floor": fuse_floor_settings(args, pf),
         },
         "cases": [],
     }
+
+
+def fuse_floor_settings(args: argparse.Namespace, pf: Prepfs) -> dict:
+    """Rows 3h/3i as the options set them up (the files and their size are filled in when they
+    are known, by `floor_spec`); `why`: why they are not run."""
+    binary = os.path.abspath(args.floorfs_bin) if args.floorfs_bin else None
+    why = None
+    if binary is None:
+        why = "no --floorfs-bin (the harness mounts examples/floorfs)"
+    elif not os.path.isfile(binary):
+        why = f"{show_path(binary)} not built (cargo build --release --examples)"
+    elif pf.src is None:
+        why = "no prepfs source to take the file count and size from"
+    threads = args.floorfs_threads or prepfs_fuse_threads(pf.config_text)
+    return {"binary": binary, "threads": threads, "why": why,
+            "mountpoint": os.path.abspath(args.mountpoint) + "-floor"}
+
+
+def run_floor_case(case, args: argparse.Namespace, cpus: List[int], floor: dict) -> dict:
+    """Row 3h or 3i: floorfs mounted for the row (plain or with passthrough) at case.data, read
+    by run_case as 3d is, then unmounted. A mount that fails is the row's error; passthrough
+    refused by the kernel (floorfs then serves plainly) is said in the row (`skipped`), and the
+    run goes on."""
+    spec = floor["spec"]
+    try:
+        fm = mount_floorfs(floor["binary"], case.data, spec["files"], spec["size"],
+                           mode=case.floorfs, threads=floor["threads"], cpus=cpus,
+                           log_path=floor.get("log_dir") and os.path.join(
+                               floor["log_dir"], f"floorfs-{case.floorfs}.log"),
+                           python=args.python)
+    except FloorError as e:
+        rec = dataclasses.asdict(case)
+        rec.update(runs=[], warmup_runs=[], error=f"floorfs: {e}")
+        return rec
+    try:
+        refused = fm.refusal()
+        if refused:
+            rec = dataclasses.asdict(case)
+            rec.update(runs=[], warmup_runs=[], error=None,
+                       skipped=f"passthrough refused by the kernel, not measured ({refused})")
+        else:
+            rec = run_case(case, args, cpus, fm, verbose=args.verbose)
+    finally:
+        fm.close()
+    rec["floor"] = floor_record(fm, spec, floor["threads"])
+    return rec
 
 
 def start_sources(report: dict, pf: Prepfs) -> Optional[bool]:
@@ -315,18 +373,34 @@ def run_cases(args: argparse.Namespace, cpus: List[int], data: str, report: dict
     --only keeps (None: all)."""
     src, npy_src, src25 = pf.src, pf.npy_src, pf.src25
     sources = pf.sources()
+    floor = report["settings"]["fuse_floor"]
+    if args.log_dir:
+        floor["log_dir"] = os.path.abspath(args.log_dir)
     cases = plan(data, src.augmented if src else None, pf.aug_reads, floor_dir,
                  prepfs=src is not None and src.kind != "stand-in", quick=args.quick,
                  npy_augmented=npy_src.augmented if npy_src else None, npy_reads=pf.npy_reads,
                  cache_on=cache_on, augmented25=src25.augmented if src25 else None,
                  reads25=f"prepfs augmented/, cache {args.cache_share * 100:g}% of the set "
-                         f"({fmt_bytes(report['settings']['prepfs']['cache25_bytes'])})")
+                         f"({fmt_bytes(report['settings']['prepfs']['cache25_bytes'])})",
+                 fuse_floor=None if floor["why"] else floor["mountpoint"])
     keep = None
     if args.only:
         keep = set(args.only.split(","))
         if report["settings"]["pending_why"] is None and pf.binary:
             report["settings"]["pending_why"] = "not run (--only)"
         cases = [c for c in cases if c.id in keep or (c.id.startswith("2p") and "2p" in keep)]
+    if any(c.floorfs for c in cases):
+        # what the FUSE floor serves: as many files as 3d reads, of the size prepfs serves them
+        try:
+            src.ensure()
+            floor["spec"] = floor_spec(src.augmented, args.limit)
+            print(f"[bench] FUSE floor: {floor['spec']['files']} files of "
+                  f"{floor['spec']['size']:,} bytes (the size prepfs serves), "
+                  f"{floor['threads']} FUSE threads", flush=True)
+        except (FloorError, OSError) as e:
+            floor["why"] = f"the size prepfs serves is not known: {e}"
+            print(f"[bench] FUSE floor not run: {floor['why']}", flush=True)
+            cases = [c for c in cases if not c.floorfs]
     floor_ready = False
     for case in cases:
         # one prepfs daemon at a time: its cache should have the memory to itself
@@ -343,7 +417,10 @@ def run_cases(args: argparse.Namespace, cpus: List[int], data: str, report: dict
             print(f"[bench] copied {k} augmented outputs to {floor_dir} for the floor",
                   flush=True)
             floor_ready = True
-        rec = run_case(case, args, cpus, case_src, verbose=args.verbose)
+        if case.floorfs:
+            rec = run_floor_case(case, args, cpus, floor)
+        else:
+            rec = run_case(case, args, cpus, case_src, verbose=args.verbose)
         if case.source == "ppm25" and case_src is not None:
             split = ((rec.get("prepfs_stats") or {}).get("cache") or {}).get("split")
             if isinstance(split, list):

@@ -1,6 +1,7 @@
 """prepfs_bench.plan: what runs.
 
-Owns the cases of scenarios 1 (cold), 2 (warm), 2p (warm, 25% cache) and 3 (floor): `Case` and
+Owns the cases of scenarios 1 (cold), 2 (warm), 2p (warm, 25% cache) and 3 (floor, with issue
+12's trivial fuser filesystem, `FLOOR_ROWS`): `Case` and
 `plan()`, which loader reads which directory in which cache state, in which order; the names
 the report gives scenarios and loaders; and scenario 4's variants (`JOB_VARIANTS`). Standard
 library only.
@@ -10,6 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 from typing import List, Optional
+
+# (case id, floorfs mode, the row's name): issue 12's FUSE ceiling
+FLOOR_ROWS = [("3h", "plain", "floor (trivial fuser, plain)"),
+              ("3i", "passthrough", "floor (passthrough)")]
 
 
 @dataclasses.dataclass
@@ -26,6 +31,8 @@ class Case:
     source: str = "ppm"  # which prepfs mount it reads: "ppm", "npy" (the output format) or
     # "ppm25" (the PPM config with a cache of 25% of the data set, scenario 2p)
     chart_reads: str = ""  # a shorter `reads` for chart labels ("": the same)
+    floorfs: str = ""  # rows 3h/3i: the trivial fuser filesystem it reads, "plain" or
+    # "passthrough" (mounted by the driver for the row, at `data`)
 
 
 SCENARIO_TITLES = {
@@ -62,7 +69,8 @@ NO_CACHE_FLOOR = ", no cache: computed at open, source warm"
 def plan(data: str, augmented: Optional[str], aug_reads: str, floor_dir: Optional[str],
          prepfs: bool, quick: bool = False, npy_augmented: Optional[str] = None,
          npy_reads: str = "", cache_on: Optional[bool] = None,
-         augmented25: Optional[str] = None, reads25: str = "") -> List[Case]:
+         augmented25: Optional[str] = None, reads25: str = "",
+         fuse_floor: Optional[str] = None) -> List[Case]:
     """The cases to run, in order: cold ones first, then warm, then the floor. Quick runs
     leave out the PIL peer, the warm peers (their warm rate is their cold rate: they are
     CPU-bound; ratios fall back to the cold rows) and 3g. With `npy_augmented` (prepfs with
@@ -74,7 +82,12 @@ def plan(data: str, augmented: Optional[str], aug_reads: str, floor_dir: Optiona
 
     augmented25: `augmented/` of a second PPM mount whose cache is 25% of the data set
     (scenario 2p): rows 2pc and 2pd, the loaders of 2c and 2d after a warm-up pass, right after
-    the warm rows (quick runs too)."""
+    the warm rows (quick runs too).
+
+    fuse_floor: where the driver mounts examples/floorfs (issue 12's FUSE ceiling; `-plain` and
+    `-passthrough` appended): rows 3h and 3i, the raw reader of 3d over the trivial fuser
+    filesystem serving as many files as 3d reads, of the size prepfs serves, from memory,
+    plain and with kernel passthrough (quick runs too)."""
     warm_sfx = floor_sfx = ""
     warm_chart = floor_chart = ""
     if cache_on is False:
@@ -117,6 +130,12 @@ def plan(data: str, augmented: Optional[str], aug_reads: str, floor_dir: Optiona
         if not quick:
             cases.append(Case("3g", "floor", "torchvision-ppm", LABELS["torchvision-ppm"],
                               "tmpfs copy of the same outputs", floor_dir, warmup=1))
+    if augmented and fuse_floor:
+        for cid, mode, name in FLOOR_ROWS:
+            cases.append(Case(cid, "floor", "raw", LABELS["raw"],
+                              f"{name}: examples/floorfs, as many files as 3d reads, of the "
+                              f"size prepfs serves, from memory", f"{fuse_floor}-{mode}",
+                              warmup=1, floorfs=mode, chart_reads=name))
     return cases
 
 

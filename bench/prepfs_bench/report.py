@@ -2,8 +2,8 @@
 
 Owns `write_report` (targets and ratios, then the results JSON, the charts and BENCHMARKS.md),
 the Markdown of BENCHMARKS.md (`render_markdown`: the command and the machine, how to read it,
-the targets, the table with its pending rows, the warm starts, scenario 4's section, the
-method), its tables, and the progress lines printed after each case or variant. The charts
+the targets, the table with its pending rows, the FUSE floor's section (`render_floor_section`),
+the warm starts, scenario 4's section, the method), its tables, and the progress lines printed after each case or variant. The charts
 themselves are prepfs_bench.charts'.
 """
 
@@ -18,7 +18,7 @@ import loaders  # bench/loaders.py (standard library only at import time)
 from .charts import write_charts, write_jobs_chart
 from .plan import SCENARIO_TITLES, SHORT
 from .refill import REFILL_MAX_S, REFILL_STABLE_S
-from .stats import find_variant, makespan_reduction, ratio, ratios, targets
+from .stats import find_variant, fuse_floor, makespan_reduction, ratio, ratios, targets
 from .units import fmt_bytes, fmt_num, fmt_pct, fmt_ratio
 
 
@@ -44,6 +44,92 @@ def pending_rows(cache_on: Optional[bool], done: Sequence[str] = (),
     return rows
 
 
+def floor_pending_row(settings: dict, done: Sequence[str] = ()) -> List[List[str]]:
+    """The row of the FUSE floor (3h/3i, issue 12) when it was not run and why, as wide as
+    TABLE_HEADER; [] when it was run or not asked for by its setting."""
+    fl = settings.get("fuse_floor") or {}
+    if not fl.get("why") or any(d in ("3h", "3i") for d in done):
+        return []
+    return [["3h/3i", SCENARIO_TITLES["floor"], "raw reader (whole files)",
+             "floor (trivial fuser, plain / passthrough)", f"pending: {fl['why']}"]
+            + [""] * (len(TABLE_HEADER) - 5)]
+
+
+FLOOR_HEADER = ["#", "row", "files/s (median)", "min - max", "files x bytes",
+                "bytes read per file", "FUSE requests per open", "prepfs warm / this"]
+
+
+def render_floor_section(report: dict) -> List[str]:
+    """BENCHMARKS.md's section on issue 12's FUSE floor: what 3h/3i served, their rates, and
+    prepfs's warm rate as a ratio of each ([] without floor rows)."""
+    ff = report.get("fuse_floor")
+    if not ff:
+        return []
+    fl = report["settings"].get("fuse_floor") or {}
+    spec = fl.get("spec") or {}
+    cpus = ",".join(str(c) for c in report["settings"]["cpus"])
+    pid = ff.get("prepfs_case")
+    out = ["## FUSE floor (issue 12)", "",
+           f"Rows 3h and 3i: the raw reader of row 3d ({report['settings']['workers']} threads, "
+           f"each file opened and read whole, one pass per run, one unmeasured pass first) over "
+           f"`examples/floorfs`, a trivial fuser filesystem of this project serving "
+           f"{fmt_num(spec.get('files'))} files of {fmt_num(spec.get('size'))} bytes from one "
+           f"buffer in memory: as many files as 3d reads, each of the size prepfs serves an "
+           f"augmented output ({spec.get('size_from', 'stat on the mount')}), with "
+           f"{fl.get('threads')} FUSE threads (prepfs's `fuse_threads`), pinned to CPUs {cpus} "
+           f"like everything else, mounted for its row only, in the same run. Plain: each open "
+           f"answered `FOPEN_DIRECT_IO`, as prepfs answers opens of `augmented/`, so every read "
+           f"is a FUSE `READ` answered from memory. Passthrough: each open answered "
+           f"`FOPEN_PASSTHROUGH` with a backing memfd, so reads never reach the daemon (LOOKUP, "
+           f"OPEN and RELEASE still do). What no FUSE daemon on this machine can beat with the "
+           f"same opens; the CPU column of the main table includes floorfs's own.", ""]
+    rows = []
+    for r in ff["rows"]:
+        if r["samples_per_s"] is None:
+            rows.append([r["id"], r["name"], r.get("not_measured") or "not measured"]
+                        + [""] * (len(FLOOR_HEADER) - 3))
+            continue
+        rows.append([r["id"], r["name"], fmt_num(r["samples_per_s"]),
+                     f"{fmt_num(r['min'])} - {fmt_num(r['max'])}",
+                     f"{fmt_num(r['files'])} x {fmt_num(r['size'])}",
+                     fmt_num(r.get("bytes_per_file")),
+                     fmt_num(r.get("requests_per_open"), 1),
+                     fmt_ratio(r["prepfs_ratio"])])
+    out += [markdown_table(FLOOR_HEADER, rows), ""]
+    if ff.get("prepfs_samples_per_s"):
+        out += [f"prepfs warm ({pid}: "
+                + ("the raw reader over prepfs's cached outputs, after the refill wait"
+                   if pid == "3d" else "the raw reader over prepfs `augmented/`, warm")
+                + f"): {fmt_num(ff['prepfs_samples_per_s'])} files/s, "
+                + f"{fmt_num(ff.get('prepfs_bytes_per_file'))} bytes read per file"
+                + (f", {fmt_pct(ff['prepfs_hit_rate'])} of its outputs from the augmented "
+                   f"cache (the rest augmented at open)"
+                   if ff.get("prepfs_hit_rate") is not None else "") + "; "
+                + "; ".join(f"{fmt_ratio(r['prepfs_ratio'])} of {r['name']}"
+                            for r in ff["rows"] if r["prepfs_ratio"] is not None)
+                + ". Issue 12's target: at least 1.3x the plain floor.", ""]
+    else:
+        out += ["prepfs's warm rate (3d, 2d) was not measured in this run: no ratio.", ""]
+    return out
+
+
+def floor_line(report: dict) -> Optional[str]:
+    """The progress line with prepfs's warm rate as a ratio of the FUSE floor, or None."""
+    ff = report.get("fuse_floor")
+    if not ff:
+        return None
+    parts = []
+    for r in ff["rows"]:
+        if r["samples_per_s"] is None:
+            parts.append(f"{r['name']}: {r.get('not_measured') or 'not measured'}")
+        else:
+            parts.append(f"{fmt_ratio(r['prepfs_ratio'])} of {r['name']} "
+                         f"({fmt_num(r['samples_per_s'])} files/s)")
+    head = (f"prepfs warm ({ff['prepfs_case']}) {fmt_num(ff['prepfs_samples_per_s'])} files/s"
+            if ff.get("prepfs_samples_per_s") else "prepfs warm not measured")
+    return f"[bench] FUSE floor: {head} = " + ", ".join(parts)
+
+
 def fmt_hit_rate(cache: Optional[dict]) -> str:
     """Share of the measured runs' augmented outputs taken from prepfs's cache ("" for rows
     without a prepfs cache)."""
@@ -60,6 +146,10 @@ def table_rows(results: Sequence[dict]) -> List[List[str]]:
                 c["reads"]]
         if c.get("error"):
             rows.append(head + [f"failed: {c['error'].splitlines()[0][:80]}"]
+                        + [""] * (len(TABLE_HEADER) - 5))
+            continue
+        if c.get("skipped") or not c.get("summary"):
+            rows.append(head + [c.get("skipped") or "not measured"]
                         + [""] * (len(TABLE_HEADER) - 5))
             continue
         s = c["summary"]
@@ -238,7 +328,9 @@ def render_markdown(report: dict, charts: Sequence[str], md_dir: str) -> str:
         "whole ImageNet train transform themselves on the JPEGs), c the same torchvision loop "
         "over prepfs `augmented/` with only ToTensor + Normalize left, n torch over prepfs's "
         "normalized float32 `.npy` with no transform, d a raw reader of whole files (the "
-        "filesystem's own rate: no loader can beat it), f/g the same over a tmpfs copy.",
+        "filesystem's own rate: no loader can beat it), f/g the same over a tmpfs copy, h/i "
+        "the raw reader over a trivial fuser filesystem serving same-size files from memory, "
+        "plain and with kernel passthrough (the FUSE floor, see its section).",
         "- samples/s: higher is better; the median of the runs, min - max the spread. "
         "vs torchvision / vs DALI: this row's samples/s over 1a / 1b for cold rows, over 2a / "
         "2b for warm and floor rows (1a / 1b when the warm peers were not run).",
@@ -261,6 +353,7 @@ def render_markdown(report: dict, charts: Sequence[str], md_dir: str) -> str:
             + [v["id"] for v in ((jobs or {}).get("variants") or [])])
     pending = (pending_rows(cache_on, done, s.get("pending_why"))
                if s.get("prepfs", {}).get("kind") in ("driver-mount", "external-mount") else [])
+    pending += floor_pending_row(s, done) if s.get("prepfs", {}).get("kind") else []
     if cache_on is False:
         out.append("- prepfs has no sample cache yet, so its warm rows (2c, 2d, 2n) and 3d "
                    "measure outputs computed at open from a source already in the page cache, "
@@ -287,6 +380,7 @@ def render_markdown(report: dict, charts: Sequence[str], md_dir: str) -> str:
     for ch in main_charts:
         rel = os.path.relpath(ch, md_dir)
         out += [f"![{os.path.basename(ch)}]({rel})", ""]
+    out += render_floor_section(report)
     warm = warm_start_rows(report["cases"])
     if warm:
         out += ["## Warm starts", "",
@@ -485,6 +579,8 @@ def progress_line(rec: dict) -> str:
            f" on {rec['reads']}"
     if rec.get("error") and not rec.get("summary"):
         return f"{head}: FAILED: {rec['error']}"
+    if rec.get("skipped"):
+        return f"{head}: {rec['skipped']}"
     s = rec["summary"]
     sp = s["samples_per_s"]
     mem = s["peak_pss_mb"] if s.get("peak_pss_mb") is not None else s["peak_rss_mb"]
@@ -524,6 +620,7 @@ def write_report(report: dict, out: str, charts_dir: str, md: str) -> None:
                                 report.get("jobs"))
     for c in report["cases"]:
         c["ratios"] = ratios(report["cases"])[c["id"]]
+    report["fuse_floor"] = fuse_floor(report["cases"])
     out = os.path.abspath(out)
     os.makedirs(os.path.dirname(out), exist_ok=True)
     report["json_path"] = out
@@ -543,3 +640,6 @@ def write_report(report: dict, out: str, charts_dir: str, md: str) -> None:
         if t["ratio"] is not None:
             print(f"[bench] target {t['target']}: {t.get('shown') or fmt_ratio(t['ratio'])} "
                   f"({'met' if t['met'] else 'missed'})", flush=True)
+    line = floor_line(report)
+    if line:
+        print(line, flush=True)

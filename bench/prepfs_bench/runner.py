@@ -3,7 +3,7 @@
 Owns `run_case` (all runs of one case in one child process, `loaders.py run --sync`: before
 each run it drops the page cache and remounts prepfs empty for cold runs, or waits for the
 cache's refill for warm ones; it samples memory from outside the run (`RunSampler`) and the
-daemon's CPU and cache counters around it), the tmpfs copy of the floor (`copy_floor`), and the
+daemon's CPU (prepfs's, or the FUSE floor's for rows 3h/3i) and cache counters around it), the tmpfs copy of the floor (`copy_floor`), and the
 description of the machine and of the data set the report starts with.
 """
 
@@ -117,9 +117,10 @@ def run_case(case: Case, args, cpus: List[int], src: Optional[PrepfsSource],
            "--warmup", str(case.warmup), "--sync", "--cpus", ",".join(map(str, cpus))]
     if args.limit:
         cmd += ["--limit", str(args.limit)]
-    if case.loader.startswith("raw") and not case.cold and not case.prepfs:
+    if case.loader.startswith("raw") and not case.cold and not case.prepfs and not case.floorfs:
         # A warm pass over tmpfs is over in milliseconds: repeat it for a second. Not over prepfs:
         # its cache holds one output per sample, used once, so a second pass would time misses.
+        # Nor over the FUSE floor (3h, 3i): it is read exactly as 3d is, one pass per run.
         cmd += ["--min-seconds", "1"]
     errf = tempfile.TemporaryFile(mode="w+")
     child = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errf,
@@ -149,9 +150,10 @@ def run_case(case: Case, args, cpus: List[int], src: Optional[PrepfsSource],
                               f"({w['reason']}): {w['augmented_entries_before']} -> "
                               f"{w['augmented_entries_start']} augmented entries of "
                               f"{w['target']}", flush=True)
-                fs_pid = src.pid if (case.prepfs and src is not None) else None
+                # the daemon the row reads: prepfs's, or the floor's (3h, 3i: a FloorMount)
+                fs_pid = src.pid if ((case.prepfs or case.floorfs) and src is not None) else None
                 fs_cpu0 = proc_cpu_seconds(fs_pid) if fs_pid else 0.0
-                cache0 = cache_counts(src.stats()) if fs_pid else None
+                cache0 = cache_counts(src.stats()) if fs_pid and case.prepfs else None
                 sampler = RunSampler(child.pid, fs_pid)
                 sampler.start()
                 record.setdefault("_pending", []).append(info)

@@ -120,7 +120,53 @@ TARGETS = [
     ("cold: prepfs >= 3x DALI CPU", "1c", ("1b",), 3.0),
     ("warm: prepfs >= 20x torchvision", "2c", ("2a", "1a"), 20.0),
     ("floor: prepfs cached >= 1/2 tmpfs", "3d", ("3f",), 0.5),
+    # issue 12: cached outputs against the trivial fuser filesystem, same reader, same run
+    ("floor: prepfs cached >= 1.3x trivial fuser (plain)", "3d", ("3h",), 1.3),
 ]
+
+# The prepfs row set against the FUSE floor (rows 3h/3i): the raw reader over prepfs's cached
+# outputs after the refill wait (3d), else its warm row (2d).
+FLOOR_PREPFS = ("3d", "2d")
+
+
+def bytes_per_file(case: Optional[dict]) -> Optional[float]:
+    """Bytes the raw reader read per file over a case's measured runs (None: not known)."""
+    runs = [r for r in (case or {}).get("runs") or [] if r.get("bytes") is not None]
+    n = sum(r["samples"] for r in runs)
+    return sum(r["bytes"] for r in runs) / n if n else None
+
+
+def fuse_floor(results: Sequence[dict]) -> Optional[dict]:
+    """Issue 12's figures: prepfs's warm rate (3d, else 2d) as a ratio of each floor row (3h
+    plain, 3i passthrough) of the same run; a row not measured says why. None without floor
+    rows."""
+    by_id = {c["id"]: c for c in results}
+    rows = [by_id[i] for i in ("3h", "3i") if i in by_id]
+    if not rows:
+        return None
+    pid = next((i for i in FLOOR_PREPFS if median_sps(by_id, i)), None)
+    psps = median_sps(by_id, pid) if pid else None
+    out = {"prepfs_case": pid, "prepfs_samples_per_s": psps,
+           "prepfs_bytes_per_file": bytes_per_file(by_id.get(pid)) if pid else None,
+           "prepfs_hit_rate": ((((by_id.get(pid) or {}).get("summary") or {}).get("cache")
+                                or {}).get("augmented_hit_rate") if pid else None),
+           "rows": []}
+    for c in rows:
+        sps = median_sps(by_id, c["id"])
+        fl = c.get("floor") or {}
+        why = (c.get("skipped") or (c.get("error") or "").split("\n")[0] or None) \
+            if sps is None else None
+        out["rows"].append({
+            "id": c["id"], "mode": fl.get("mode") or c.get("floorfs"),
+            "name": c.get("chart_reads") or c["reads"], "samples_per_s": sps,
+            "min": c["summary"]["samples_per_s"]["min"] if sps else None,
+            "max": c["summary"]["samples_per_s"]["max"] if sps else None,
+            "files": fl.get("files"), "size": fl.get("size"),
+            "bytes_per_file": bytes_per_file(c),
+            "requests_per_open": fl.get("requests_per_open"),
+            "prepfs_ratio": ratio(psps, sps), "not_measured": why})
+    return out
+
 
 
 def targets(results: Sequence[dict], cache_on: Optional[bool] = None,
