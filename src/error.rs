@@ -72,6 +72,9 @@ pub(crate) enum Error {
         #[source]
         source: Arc<io::Error>,
     },
+    /// Reading the memory file holding an open handle's bytes failed.
+    #[error("reading an open file's memory copy: {0}")]
+    MemoryFile(Arc<io::Error>),
 }
 
 impl ToErrno for Error {
@@ -86,6 +89,7 @@ impl ToErrno for Error {
             Error::Job(e) => e.to_errno(),
             Error::TooManyOpen => libc::ENFILE,
             Error::SourceIo { source, .. } => source.to_errno(),
+            Error::MemoryFile(_) => libc::EIO,
         }
     }
 }

@@ -413,23 +413,27 @@ fn unmount_does_not_wait_on_throttled_reads() {
 #[test]
 fn open_files_past_max_open_bytes_are_refused_and_one_user_gets_half() {
     let dir = open_tempdir();
-    let (source, _) = make_id_dataset(dir.path(), 1, 4);
+    let (source, _) = make_id_dataset(dir.path(), 1, 40);
     readable_by_all(&source);
-    // 4 MiB: 27 open augmented files (150,543 bytes each), 13 for one user.
+    // 4 MiB: 27 open augmented files (150,543 bytes each), 13 for one user. Distinct files:
+    // opens of one file held at once share one handle (and so pin its bytes once).
     let config = write_config(dir.path(), "allow_other: true\nmax_open_bytes: 4MiB\n");
     let mnt = Mounted::start(dir.path(), &config, &source, LIMIT);
     let script = format!(
-        "import errno,sys\nfs=[]\nwhile len(fs)<200:\n    try: fs.append(open('{}','rb'))\n    except OSError as e:\n        print(len(fs), errno.errorcode[e.errno]); sys.exit(0)\nprint(len(fs),'none')\n",
-        mnt.path("augmented/c0/s00.ppm").display()
+        "import errno,sys\nfs=[]\nwhile len(fs)<40:\n    try: fs.append(open('{}/s%02d.ppm' % len(fs),'rb'))\n    except OSError as e:\n        print(len(fs), errno.errorcode[e.errno]); sys.exit(0)\nprint(len(fs),'none')\n",
+        mnt.path("augmented/c0").display()
     );
     let out = as_nobody(&["/usr/bin/python3", "-c", &script]);
     let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
     assert_eq!(said, "13 ENFILE", "{}", String::from_utf8_lossy(&out.stderr));
     // Released on exit: the owner can pin the whole budget.
-    let handles: Vec<_> = (0..27).map(|_| std::fs::File::open(mnt.path("augmented/c0/s01.ppm")).expect("within the budget")).collect();
-    let err = std::fs::File::open(mnt.path("augmented/c0/s01.ppm")).expect_err("past it");
+    let file = |i: usize| mnt.path(&format!("augmented/c0/s{i:02}.ppm"));
+    let handles: Vec<_> = (0..27).map(|i| std::fs::File::open(file(i)).expect("within the budget")).collect();
+    let err = std::fs::File::open(file(27)).expect_err("past it");
     assert_eq!(err.raw_os_error(), Some(libc::ENFILE));
-    drop(handles);
-    assert!(std::fs::read(mnt.path("augmented/c0/s02.ppm")).is_ok());
+    // Another open of a file held open shares its handle: nothing more is pinned.
+    let again = std::fs::File::open(file(0)).expect("a second open of an open file pins nothing more");
+    drop((handles, again));
+    assert!(std::fs::read(file(28)).is_ok());
     assert!(mnt.stats()["opens_refused"].as_u64().unwrap_or(0) >= 2);
 }

@@ -41,8 +41,6 @@ pub(crate) struct Opened {
 /// An open handle: what it serves, and the bytes it pins leased from the open budget.
 pub(super) struct Handle {
     pub(super) data: HandleData,
-    /// The served bytes in a sealed memory file, for the kernel to read them (passthrough on).
-    pub(super) memfd: Option<File>,
     _lease: Option<Lease>,
 }
 
@@ -51,11 +49,27 @@ pub(super) enum HandleData {
     /// A source file read through on demand (the top-level `encoded` view).
     Source { file: Arc<dyn SourceFile> },
     /// Bytes produced at open and pinned to the handle; in a job's view, the sample served.
-    Bytes { bytes: Arc<[u8]>, form: Form, served: Option<Served> },
+    Bytes { content: Content, form: Form, served: Option<Served> },
     /// A directory listing snapshotted at `opendir`.
     Listing(Vec<DirEntry>),
     /// The control files' text.
     Control(Arc<[u8]>),
+}
+
+/// Where a handle's produced bytes are.
+pub(super) enum Content {
+    /// In memory (shared with the cache when it keeps them).
+    Memory(Arc<[u8]>),
+    /// Copied into a sealed memory file the kernel reads them from (passthrough): the handle
+    /// keeps no other copy.
+    Sealed { file: File, len: u64 },
+}
+
+impl HandleData {
+    /// Produced bytes, held in memory until [`Filesystem::pin`] decides where they live.
+    pub(super) fn bytes(bytes: Arc<[u8]>, form: Form, served: Option<Served>) -> HandleData {
+        HandleData::Bytes { content: Content::Memory(bytes), form, served }
+    }
 }
 
 /// The sample a job-view handle serves. It counts as served to the job at its first read;
@@ -80,7 +94,8 @@ impl HandleData {
     fn pinned_bytes(&self) -> u64 {
         match self {
             HandleData::Source { .. } => 0,
-            HandleData::Bytes { bytes, .. } | HandleData::Control(bytes) => bytes.len() as u64,
+            HandleData::Bytes { content: Content::Memory(bytes), .. } | HandleData::Control(bytes) => bytes.len() as u64,
+            HandleData::Bytes { content: Content::Sealed { len, .. }, .. } => *len,
             HandleData::Listing(entries) => {
                 entries.iter().map(|e| (std::mem::size_of::<DirEntry>() + e.name.len()) as u64).sum()
             }
@@ -137,11 +152,18 @@ impl Filesystem {
                 }
             }
         };
-        let memfd = match &data {
-            HandleData::Bytes { bytes, .. } => self.memfd_for(bytes),
-            _ => None,
+        // With passthrough the kernel reads a memory file: the bytes move there.
+        let data = match data {
+            HandleData::Bytes { content: Content::Memory(bytes), form, served } => {
+                let content = match self.memfd_for(&bytes) {
+                    Some(file) => Content::Sealed { file, len: bytes.len() as u64 },
+                    None => Content::Memory(bytes),
+                };
+                HandleData::Bytes { content, form, served }
+            }
+            other => other,
         };
-        Ok(Arc::new(Handle { data, memfd, _lease: lease }))
+        Ok(Arc::new(Handle { data, _lease: lease }))
     }
 
     /// The first read of a job-view handle (or its open, when the kernel reads it without us)
@@ -163,12 +185,28 @@ impl Filesystem {
             Err(e) => return reply(Err(e)),
         };
         match &handle.data {
-            HandleData::Bytes { bytes, form, .. } => {
+            HandleData::Bytes { content, form, .. } => {
                 self.count_served(&handle);
-                let start = (offset as usize).min(bytes.len());
-                let end = start.saturating_add(size as usize).min(bytes.len());
-                bump(&self.counters(*form).bytes_served, (end - start) as u64);
-                reply(Ok(&bytes[start..end]))
+                match content {
+                    Content::Memory(bytes) => {
+                        let start = (offset as usize).min(bytes.len());
+                        let end = start.saturating_add(size as usize).min(bytes.len());
+                        bump(&self.counters(*form).bytes_served, (end - start) as u64);
+                        reply(Ok(&bytes[start..end]))
+                    }
+                    // Read here only when the kernel refused the memory file as a backing file.
+                    Content::Sealed { file, len } => {
+                        let want = (*len).saturating_sub(offset).min(u64::from(size)) as usize;
+                        let mut buf = vec![0; want];
+                        match std::os::unix::fs::FileExt::read_exact_at(file, &mut buf, offset) {
+                            Ok(()) => {
+                                bump(&self.counters(*form).bytes_served, want as u64);
+                                reply(Ok(&buf))
+                            }
+                            Err(e) => reply(Err(Error::MemoryFile(Arc::new(e)))),
+                        }
+                    }
+                }
             }
             HandleData::Control(bytes) => {
                 let start = (offset as usize).min(bytes.len());

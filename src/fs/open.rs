@@ -144,7 +144,7 @@ impl Filesystem {
         };
         let counters = self.counters(form);
         bump(if origin.is_miss() { &counters.misses } else { &counters.hits }, 1);
-        self.pin(HandleData::Bytes { bytes, form, served: None }, caller)
+        self.pin(HandleData::bytes(bytes, form, None), caller)
     }
 
     /// An open in a job's view: opportunistic sampling chooses the sample (the requested one, or
@@ -161,7 +161,7 @@ impl Filesystem {
         if !catalog.is_image(requested.id) {
             // Not a sample (a README in encoded/): served as it is, outside the job's epochs.
             let (bytes, _) = self.producer.encoded(&requested)?;
-            let handle = self.pin(HandleData::Bytes { bytes, form: view.form, served: None }, caller)?;
+            let handle = self.pin(HandleData::bytes(bytes, view.form, None), caller)?;
             return Ok(self.share(ino, handle));
         }
         let dir = catalog.file_dir(requested.id);
@@ -219,7 +219,7 @@ impl Filesystem {
             if others == 0 {
                 self.cache().done_with(choice.sample);
             }
-            let handle = self.pin(HandleData::Bytes { bytes, form: view.form, served: Some(served) }, caller)?;
+            let handle = self.pin(HandleData::bytes(bytes, view.form, Some(served)), caller)?;
             return Ok(self.share(ino, handle));
         }
     }

@@ -17,7 +17,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use super::handles::{Handle, HandleData};
+use super::handles::{Content, Handle, HandleData};
 use super::Filesystem;
 
 /// Whether opens are answered with backing files, and why not when they are not.
@@ -65,7 +65,8 @@ impl Handle {
     pub(super) fn backing_file(&self) -> Option<&File> {
         match &self.data {
             HandleData::Source { file } => file.as_file(),
-            HandleData::Bytes { .. } => self.memfd.as_ref(),
+            HandleData::Bytes { content: Content::Sealed { file, .. }, .. } => Some(file),
+            HandleData::Bytes { content: Content::Memory(_), .. } => None,
             HandleData::Listing(_) | HandleData::Control(_) => None,
         }
     }

@@ -315,3 +315,52 @@ fn stats_show_each_form() {
     }
     assert_eq!(stats["cache"]["split"], serde_json::json!([10, 40, 50]));
 }
+
+#[test]
+fn with_passthrough_on_outputs_move_into_a_sealed_memory_file_and_read_back_the_same() {
+    let (_dir, plain) = core(2, "cache: { memory: 64MiB, refill: false }\n");
+    let (_dir2, fs) = core(2, "cache: { memory: 64MiB, refill: false }\n");
+    fs.enable_passthrough();
+    for (view, name) in [("decoded", "s000.ppm"), ("encoded", "s001.jpg")] {
+        let ino = ino_of(&fs, view, name);
+        let opened = fs.open(ino, false, Caller::ROOT).expect("open");
+        let backing = opened.backing.as_ref().expect("a backing file is offered");
+        let file = backing.file().expect("file");
+        let mut from_file = vec![0; file.metadata().expect("stat").len() as usize];
+        std::os::unix::fs::FileExt::read_exact_at(file, &mut from_file, 0).expect("read");
+        // The daemon's own read (what a refused backing file falls back to) agrees.
+        let via_read = fs.read(opened.fh, 0, u32::MAX, |r| r.expect("read").to_vec());
+        let reference = read_file(&plain, ino_of(&plain, view, name));
+        assert!(via_read == reference, "{view}: the daemon's read of the memory file differs");
+        if view == "decoded" {
+            assert!(from_file == reference, "the memory file holds the output");
+        }
+        fs.release(ino, opened.fh);
+    }
+}
+
+#[test]
+fn with_passthrough_on_overlapping_opens_of_one_file_share_one_backing_until_the_last_release() {
+    let (_dir, fs) = core(2, "cache: { memory: 64MiB, refill: false }\n");
+    fs.enable_passthrough();
+    let ino = ino_of(&fs, "augmented", "s000.ppm");
+    let first = fs.open(ino, false, Caller::ROOT).expect("open");
+    let second = fs.open(ino, false, Caller::ROOT).expect("open");
+    let key = |o: &Opened| o.backing.as_ref().expect("backing").key();
+    assert_eq!(key(&first), key(&second), "one backing file per inode while it is open");
+    let first_fh = first.fh;
+    drop(first);
+    fs.release(ino, first_fh);
+    let third = fs.open(ino, false, Caller::ROOT).expect("open");
+    assert_eq!(key(&third), key(&second), "still open: still shared");
+    // (The adapter drops its hold on the backing before the core's release, as here.)
+    let (second_fh, third_fh) = (second.fh, third.fh);
+    drop((second, third));
+    fs.release(ino, second_fh);
+    fs.release(ino, third_fh);
+    assert!(crate::sync::LockExt::lock_or_recover(&fs.shares).is_empty(), "the last release forgets the share");
+    // Off: no backing file is offered, and augmented/ opens are not shared.
+    fs.disable_passthrough("test".into());
+    let a = fs.open(ino, false, Caller::ROOT).expect("open");
+    assert!(a.backing.is_none());
+}
