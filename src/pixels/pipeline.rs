@@ -138,7 +138,7 @@ pub fn decode_full(bytes: &[u8], max_pixels: u64) -> Result<Rgb, PixelError> {
     }
 }
 
-fn decode_other(bytes: &[u8], max_pixels: u64) -> Result<Rgb, PixelError> {
+pub(crate) fn decode_other(bytes: &[u8], max_pixels: u64) -> Result<Rgb, PixelError> {
     let size = probe_size(Cursor::new(bytes))?;
     check_pixels(size, max_pixels)?;
     let mut reader = image::ImageReader::new(Cursor::new(bytes)).with_guessed_format()?;
@@ -188,6 +188,22 @@ fn augment_jpeg(bytes: &[u8], plan: &SamplePlan, max_pixels: u64) -> Result<Rgb,
     let info = jpeg::probe(bytes)?;
     let source = Size2::new(info.width, info.height);
     check_pixels(source, max_pixels)?;
+    let cut = jpeg_cut(source, plan);
+    let decoded = jpeg::decode(bytes, cut.scale, Some(cut.region))?;
+    finish(&decoded.image, decoded.origin, cut.crop, plan)
+}
+
+/// What of a JPEG a plan needs decoded: the DCT scale, the crop in the scaled image's
+/// coordinates, and the region to decode (the crop plus the resampling filter's reach).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct JpegCut {
+    pub(crate) scale: Scale,
+    pub(crate) crop: Rect,
+    pub(crate) region: Region,
+}
+
+/// The [`JpegCut`] of a `source`-sized JPEG for `plan`.
+pub(crate) fn jpeg_cut(source: Size2, plan: &SamplePlan) -> JpegCut {
     let scale = dct_scale_for(plan.crop, plan.out);
     let d = f64::from(scale.denom());
     let crop = Rect {
@@ -205,8 +221,7 @@ fn augment_jpeg(bytes: &[u8], plan: &SamplePlan, max_pixels: u64) -> Result<Rgb,
     let x1 = ((crop.x + crop.width + reach).ceil() as u32).min(sw);
     let y1 = ((crop.y + crop.height + reach).ceil() as u32).min(sh);
     let region = Region { x: x0, y: y0, width: x1.saturating_sub(x0), height: y1.saturating_sub(y0) };
-    let decoded = jpeg::decode(bytes, scale, Some(region))?;
-    finish(&decoded.image, decoded.origin, crop, plan)
+    JpegCut { scale, crop, region }
 }
 
 thread_local! {
@@ -216,33 +231,36 @@ thread_local! {
 /// Resamples `crop` (in the coordinates of the image `image` is a part of, `image` sitting at
 /// `origin`) to the plan's output size, then mirrors if the plan says so.
 fn finish(image: &Rgb, origin: (u32, u32), crop: Rect, plan: &SamplePlan) -> Result<Rgb, PixelError> {
+    let mut pixels = resample(image, origin, crop, plan.out)?;
+    if plan.flip {
+        mirror_rows(&mut pixels, plan.out.width as usize);
+    }
+    Ok(Rgb { width: plan.out.width, height: plan.out.height, pixels })
+}
+
+/// The resample step of [`finish`]: `crop` of `image` (at `origin`) to `out`, not mirrored.
+pub(crate) fn resample(image: &Rgb, origin: (u32, u32), crop: Rect, out: Size2) -> Result<Vec<u8>, PixelError> {
     let left = (crop.x - f64::from(origin.0)).clamp(0.0, f64::from(image.width));
     let top = (crop.y - f64::from(origin.1)).clamp(0.0, f64::from(image.height));
     let width = crop.width.min(f64::from(image.width) - left);
     let height = crop.height.min(f64::from(image.height) - top);
-    let out = plan.out;
     let whole = left == 0.0
         && top == 0.0
         && width == f64::from(image.width)
         && height == f64::from(image.height);
-    let mut pixels = if whole && out == Size2::new(image.width, image.height) {
-        image.pixels.clone()
-    } else {
-        let src = ImageRef::new(image.width, image.height, &image.pixels, PixelType::U8x3)?;
-        let mut dst = Image::new(out.width, out.height, PixelType::U8x3);
-        let options = ResizeOptions::new()
-            .resize_alg(ResizeAlg::Convolution(FilterType::Bilinear))
-            .crop(left, top, width, height);
-        RESIZER.with(|r| r.borrow_mut().resize(&src, &mut dst, &options))?;
-        dst.into_vec()
-    };
-    if plan.flip {
-        mirror_rows(&mut pixels, out.width as usize);
+    if whole && out == Size2::new(image.width, image.height) {
+        return Ok(image.pixels.clone());
     }
-    Ok(Rgb { width: out.width, height: out.height, pixels })
+    let src = ImageRef::new(image.width, image.height, &image.pixels, PixelType::U8x3)?;
+    let mut dst = Image::new(out.width, out.height, PixelType::U8x3);
+    let options = ResizeOptions::new()
+        .resize_alg(ResizeAlg::Convolution(FilterType::Bilinear))
+        .crop(left, top, width, height);
+    RESIZER.with(|r| r.borrow_mut().resize(&src, &mut dst, &options))?;
+    Ok(dst.into_vec())
 }
 
-fn mirror_rows(pixels: &mut [u8], width: usize) {
+pub(crate) fn mirror_rows(pixels: &mut [u8], width: usize) {
     for row in pixels.chunks_exact_mut(width * 3) {
         row.as_chunks_mut::<3>().0.reverse();
     }
