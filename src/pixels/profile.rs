@@ -10,9 +10,9 @@ use std::time::Instant;
 
 use crate::config::OutputConfig;
 use crate::pixels::augment::{plan_sample, AugmentOp};
-use crate::pixels::pipeline::{self, Codec, PixelError};
+use crate::pixels::pipeline::{self, Codec, PixelError, RgbRef};
 use crate::pixels::{jpeg, output, work};
-use crate::shared::{draw_rng, Size2};
+use crate::shared::draw_rng;
 
 /// Nanoseconds spent in each stage of a miss's pixel work, summed over the misses timed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -26,7 +26,8 @@ pub struct StageNanos {
     pub resize: u64,
     /// The horizontal flip, when drawn.
     pub mirror: u64,
-    /// The served bytes: header, pixels, the shared buffer they are served from.
+    /// The served bytes around the pixels: the shared buffer a reader is served from (its
+    /// allocation, the header; float32's normalisation).
     pub encode: u64,
 }
 
@@ -71,32 +72,31 @@ impl MissProfiler {
         let size = pipeline::probe_size(Cursor::new(bytes))?;
         pipeline::check_pixels(size, self.max_pixels)?;
         let plan = plan_sample(&self.ops, size, &mut rng);
-        let (image, origin, crop) = match Codec::sniff(bytes) {
-            Codec::Jpeg => {
-                let info = jpeg::probe(bytes)?;
-                let source = Size2::new(info.width, info.height);
-                pipeline::check_pixels(source, self.max_pixels)?;
-                let cut = pipeline::jpeg_cut(source, &plan);
-                lap(&mut times.header);
-                let decoded = jpeg::decode(bytes, cut.scale, Some(cut.region))?;
-                (decoded.image, decoded.origin, cut.crop)
+        let jpeg = Codec::sniff(bytes) == Codec::Jpeg;
+        let cut = if jpeg { Some(pipeline::jpeg_cut_of(bytes, &plan, self.max_pixels)?) } else { None };
+        lap(&mut times.header);
+        let served = output::served(&self.output, plan.out, |dst| {
+            lap(&mut times.encode);
+            match cut {
+                Some(cut) => pipeline::with_decode_scratch(|buf| {
+                    let part = jpeg::decode_into(bytes, cut.scale, Some(cut.region), buf)?;
+                    lap(&mut times.decode);
+                    let image = RgbRef { width: part.width, height: part.height, pixels: &buf[..part.len()] };
+                    pipeline::resample_into(image, part.origin, cut.crop, plan.out, dst)
+                })?,
+                None => {
+                    let full = pipeline::decode_other(bytes, self.max_pixels)?;
+                    lap(&mut times.decode);
+                    pipeline::resample_into(RgbRef::of(&full), (0, 0), plan.crop, plan.out, dst)?;
+                }
             }
-            Codec::Other => {
-                lap(&mut times.header);
-                (pipeline::decode_other(bytes, self.max_pixels)?, (0, 0), plan.crop)
+            lap(&mut times.resize);
+            if plan.flip {
+                pipeline::mirror_rows(dst, plan.out.width as usize);
             }
-        };
-        lap(&mut times.decode);
-        let mut pixels = pipeline::resample(&image, origin, crop, plan.out)?;
-        lap(&mut times.resize);
-        if plan.flip {
-            pipeline::mirror_rows(&mut pixels, plan.out.width as usize);
-        }
-        lap(&mut times.mirror);
-        let rgb = crate::shared::Rgb { width: plan.out.width, height: plan.out.height, pixels };
-        let served: Arc<[u8]> = output::encode(&self.output, &rgb).into();
-        drop(image);
-        drop(rgb);
+            lap(&mut times.mirror);
+            Ok::<(), PixelError>(())
+        })?;
         lap(&mut times.encode);
         Ok(served)
     }

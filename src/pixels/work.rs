@@ -71,8 +71,7 @@ impl PixelWork {
     pub(crate) fn augment_pixels(&self, id: FileId, pixels: &Rgb) -> Result<Arc<[u8]>, PixelError> {
         let mut rng = self.next_draw(id);
         let plan = plan_sample(&self.augment, Size2::new(pixels.width, pixels.height), &mut rng);
-        let out = self.timed(Timing::AugmentPixels, || pipeline::augment_pixels(pixels, &plan))?;
-        Ok(self.encode(&out))
+        self.timed(Timing::AugmentPixels, || pipeline::augment_pixels_served(pixels, &plan, &self.output))
     }
 
     /// A fresh augmentation of `id` from its encoded bytes: only what the crop needs is decoded.
@@ -91,7 +90,16 @@ impl PixelWork {
 
     /// Full pixels as the `decoded` view serves them.
     pub(crate) fn encode(&self, pixels: &Rgb) -> Arc<[u8]> {
-        output::encode(&self.output, pixels).into()
+        let size = Size2::new(pixels.width, pixels.height);
+        let copied = output::served(&self.output, size, |dst| {
+            let n = dst.len().min(pixels.pixels.len());
+            dst[..n].copy_from_slice(&pixels.pixels[..n]);
+            Ok::<(), std::convert::Infallible>(())
+        });
+        match copied {
+            Ok(bytes) => bytes,
+            Err(never) => match never {},
+        }
     }
 
     /// The random source of `id`'s next augmentation: (seed, 0, draw, sample), a new draw each
@@ -133,8 +141,7 @@ pub(crate) fn decode_augment_served(
     let size = pipeline::probe_size(std::io::Cursor::new(bytes))?;
     pipeline::check_pixels(size, max_pixels)?;
     let plan = plan_sample(ops, size, rng);
-    let pixels = pipeline::augment(bytes, &plan, max_pixels)?;
-    Ok(output::encode(out, &pixels).into())
+    pipeline::augment_served(bytes, &plan, max_pixels, out)
 }
 
 /// CPU time the calling thread has used, nanoseconds.
