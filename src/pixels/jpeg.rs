@@ -323,7 +323,11 @@ fn decode_with(
         let cmyk = colorspace == tj::TJCS_TJCS_CMYK as i32 || colorspace == tj::TJCS_TJCS_YCCK as i32;
         let (format, bpp) = if cmyk { (TJPF_CMYK, 4usize) } else { (TJPF_RGB, 3usize) };
         let len = w as usize * h as usize * bpp;
-        if buf.len() < len {
+        if buf.capacity() < len {
+            // Its old pixels are of no use: a fresh zeroed allocation (calloc: fresh pages
+            // need no clearing) rather than a copy of them and a memset.
+            *buf = vec![0u8; len];
+        } else if buf.len() < len {
             buf.resize(len, 0);
         }
         let pitch = (w as usize * bpp) as i32;
