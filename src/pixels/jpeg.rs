@@ -219,6 +219,37 @@ fn harmless_warning(message: &str) -> bool {
 /// than extraneous bytes (truncation, corrupt entropy data) is an error: a damaged sample is
 /// refused, never served half grey.
 pub fn decode(data: &[u8], scale: Scale, region: Option<Region>) -> Result<Decoded, JpegError> {
+    let mut pixels = Vec::new();
+    let part = decode_into(data, scale, region, &mut pixels)?;
+    pixels.truncate(part.len());
+    Ok(Decoded { image: Rgb { width: part.width, height: part.height, pixels }, origin: part.origin })
+}
+
+/// Where [`decode_into`] put the pixels: packed RGB rows, `width * height * 3` bytes at the
+/// start of the buffer, the region's place in the scaled image at `origin`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecodedPart {
+    pub width: u32,
+    pub height: u32,
+    pub origin: (u32, u32),
+}
+
+impl DecodedPart {
+    /// Bytes of RGB pixels at the start of the buffer.
+    pub fn len(&self) -> usize {
+        self.width as usize * self.height as usize * 3
+    }
+
+    /// Whether it holds no pixels (never, for a decode that succeeded).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// [`decode`] into `buf`, a buffer the caller reuses: it is grown when too small (never shrunk,
+/// never cleared), so a thread decoding one image after another allocates and zeroes nothing
+/// once it has met its largest region. The pixels are the first [`DecodedPart::len`] bytes.
+pub fn decode_into(data: &[u8], scale: Scale, region: Option<Region>, buf: &mut Vec<u8>) -> Result<DecodedPart, JpegError> {
     HANDLE.with(|cell| {
         let mut slot = cell.borrow_mut();
         let handle = match slot.as_ref() {
@@ -232,7 +263,7 @@ pub fn decode(data: &[u8], scale: Scale, region: Option<Region>) -> Result<Decod
                 slot.insert(Handle(h)).0
             }
         };
-        decode_with(handle, data, scale, region)
+        decode_with(handle, data, scale, region, buf)
     })
 }
 
@@ -241,7 +272,8 @@ fn decode_with(
     data: &[u8],
     scale: Scale,
     region: Option<Region>,
-) -> Result<Decoded, JpegError> {
+    buf: &mut Vec<u8>,
+) -> Result<DecodedPart, JpegError> {
     // SAFETY: `data` outlives the calls; the handle is this thread's own.
     unsafe {
         if tj::tj3DecompressHeader(handle, data.as_ptr(), data.len() as tj::size_t) != 0 {
@@ -290,9 +322,16 @@ fn decode_with(
         }
         let cmyk = colorspace == tj::TJCS_TJCS_CMYK as i32 || colorspace == tj::TJCS_TJCS_YCCK as i32;
         let (format, bpp) = if cmyk { (TJPF_CMYK, 4usize) } else { (TJPF_RGB, 3usize) };
-        let mut pixels = vec![0u8; w as usize * h as usize * bpp];
+        let len = w as usize * h as usize * bpp;
+        if buf.capacity() < len {
+            // Its old pixels are of no use: a fresh zeroed allocation (calloc: fresh pages
+            // need no clearing) rather than a copy of them and a memset.
+            *buf = vec![0u8; len];
+        } else if buf.len() < len {
+            buf.resize(len, 0);
+        }
         let pitch = (w as usize * bpp) as i32;
-        let rc = tj::tj3Decompress8(handle, data.as_ptr(), data.len() as tj::size_t, pixels.as_mut_ptr(), pitch, format);
+        let rc = tj::tj3Decompress8(handle, data.as_ptr(), data.len() as tj::size_t, buf.as_mut_ptr(), pitch, format);
         if rc != 0 {
             let message = last_message(handle);
             let fatal = tj::tj3GetErrorCode(handle) == tj::TJERR_TJERR_FATAL as i32;
@@ -302,9 +341,9 @@ fn decode_with(
         }
         if cmyk {
             let adobe = probe(data).map(|i| i.adobe).unwrap_or(false);
-            pixels = cmyk_to_rgb(&pixels, adobe);
+            cmyk_to_rgb_in_place(&mut buf[..len], adobe);
         }
-        Ok(Decoded { image: Rgb { width: w, height: h, pixels }, origin: (x, y) })
+        Ok(DecodedPart { width: w, height: h, origin: (x, y) })
     }
 }
 
@@ -318,26 +357,32 @@ fn mcu_width(subsamp: i32) -> u32 {
 }
 
 /// PIL's CMYK to RGB (Pillow's `cmyk2rgb`: `r = nk - c * nk / 255` with `nk = 255 - k`, in its
-/// integer rounding), after undoing Adobe's inversion as PIL's "CMYK;I" raw mode does.
-fn cmyk_to_rgb(cmyk: &[u8], adobe_inverted: bool) -> Vec<u8> {
+/// integer rounding), after undoing Adobe's inversion as PIL's "CMYK;I" raw mode does. In place:
+/// the RGB pixels are packed at the start of `buf` (pixel `i`'s RGB is written after its CMYK
+/// is read, and never past it).
+fn cmyk_to_rgb_in_place(buf: &mut [u8], adobe_inverted: bool) {
     // Pillow's MULDIV255(a, b): (t = a * b + 128, ((t >> 8) + t) >> 8).
     let muldiv255 = |a: u32, b: u32| {
         let t = a * b + 128;
         ((t >> 8) + t) >> 8
     };
-    let mut out = Vec::with_capacity(cmyk.len() / 4 * 3);
-    for px in cmyk.chunks_exact(4) {
-        let px = if adobe_inverted {
-            [255 - px[0], 255 - px[1], 255 - px[2], 255 - px[3]]
-        } else {
-            [px[0], px[1], px[2], px[3]]
-        };
+    let flip = if adobe_inverted { 255 } else { 0 };
+    for i in 0..buf.len() / 4 {
+        let px = [buf[4 * i] ^ flip, buf[4 * i + 1] ^ flip, buf[4 * i + 2] ^ flip, buf[4 * i + 3] ^ flip];
         let nk = 255 - u32::from(px[3]);
-        for v in &px[..3] {
-            out.push(nk.saturating_sub(muldiv255(u32::from(*v), nk)) as u8);
+        for c in 0..3 {
+            buf[3 * i + c] = nk.saturating_sub(muldiv255(u32::from(px[c]), nk)) as u8;
         }
     }
-    out
+}
+
+/// [`cmyk_to_rgb_in_place`] into a new buffer (the tests' reference).
+#[cfg(test)]
+fn cmyk_to_rgb(cmyk: &[u8], adobe_inverted: bool) -> Vec<u8> {
+    let mut buf = cmyk.to_vec();
+    cmyk_to_rgb_in_place(&mut buf, adobe_inverted);
+    buf.truncate(cmyk.len() / 4 * 3);
+    buf
 }
 
 /// Test helper: RGB `pixels` (rows packed) compressed at quality 90, as the tests' JPEGs.
@@ -434,5 +479,28 @@ mod tests {
         assert_eq!(cmyk_to_rgb(&[255, 0, 0, 0], false), vec![0, 255, 255]);
         assert_eq!(cmyk_to_rgb(&[0, 0, 0, 128], false), vec![127, 127, 127]);
         assert_eq!(cmyk_to_rgb(&[255, 255, 255, 255], true), vec![255, 255, 255]);
+    }
+
+    #[test]
+    fn cmyk_conversion_in_place_matches_pixel_by_pixel() {
+        let cmyk: Vec<u8> = (0..4 * 97u32).map(|i| (i * 37 + i / 3) as u8).collect();
+        for adobe in [false, true] {
+            let one_by_one: Vec<u8> = cmyk.chunks_exact(4).flat_map(|px| cmyk_to_rgb(px, adobe)).collect();
+            assert_eq!(cmyk_to_rgb(&cmyk, adobe), one_by_one);
+        }
+    }
+
+    #[test]
+    fn decode_into_reuses_its_buffer_and_matches_decode() {
+        let small = encode(64, 48, turbojpeg::Subsamp::Sub2x2, false);
+        let big = encode(300, 200, turbojpeg::Subsamp::Sub2x1, true);
+        let mut buf = Vec::new();
+        for (jpeg, region) in [(&big, None), (&small, None), (&big, Some(Region { x: 40, y: 10, width: 120, height: 90 }))] {
+            let want = decode(jpeg, Scale::One, region).expect("decode");
+            let part = decode_into(jpeg, Scale::One, region, &mut buf).expect("decode_into");
+            assert_eq!((part.width, part.height, part.origin), (want.image.width, want.image.height, want.origin));
+            assert_eq!(&buf[..part.len()], want.image.pixels.as_slice());
+        }
+        assert_eq!(buf.len(), 300 * 200 * 3, "grown to the largest decode, never shrunk");
     }
 }

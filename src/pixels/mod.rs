@@ -6,9 +6,11 @@
 //! - [`pipeline`]: source bytes to output pixels (the fast path and the reference path).
 //! - [`output`]: PPM / npy encoding, with sizes known up front.
 //! - `work`: the mount's pixel work (`PixelWork`): fresh draws, timed decodes and augmentations.
+//! - [`profile`]: a cold miss's pixel work stage by stage, for `examples/miss_profile.rs`.
 
 pub mod augment;
 pub mod jpeg;
 pub mod output;
 pub mod pipeline;
+pub mod profile;
 pub(crate) mod work;

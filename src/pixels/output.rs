@@ -1,11 +1,15 @@
 //! The bytes of a served sample: binary PPM or numpy `.npy`, with sizes known before encoding.
 //!
 //! [`encoded_len`] gives a file's exact size from its pixel dimensions alone, so `stat` answers
-//! without decoding anything; [`encode`] writes exactly that many bytes.
+//! without decoding anything; [`encode`] writes exactly that many bytes. [`served`] builds the
+//! shared buffer a reader is served from in one allocation: the header, then the pixels written
+//! by the caller straight into place (8-bit formats), with no copy between.
 
-use crate::shared::Size2;
+use std::cell::RefCell;
+use std::sync::Arc;
+
 use crate::config::{Dtype, Format, OutputConfig};
-use crate::shared::Rgb;
+use crate::shared::{Rgb, Size2};
 
 /// Numpy's format alignment: magic, version and header length padded to 64 bytes.
 const NPY_ALIGN: usize = 64;
@@ -51,23 +55,95 @@ pub(crate) fn encoded_len(output: &OutputConfig, size: Size2) -> u64 {
 pub fn encode(output: &OutputConfig, image: &Rgb) -> Vec<u8> {
     let size = Size2::new(image.width, image.height);
     let mut bytes = header(output, size);
+    let head = bytes.len();
+    bytes.resize(head + (encoded_len(output, size) as usize - head), 0);
+    write_pixels(output, &image.pixels, &mut bytes[head..]);
+    bytes
+}
+
+/// The served bytes of an image of `size` pixels in one shared buffer, allocated once: the
+/// header, then the packed RGB rows that `fill` writes (`size` * 3 bytes, handed over zeroed).
+/// For 8-bit formats `fill` writes straight into the served buffer; for float32 npy into a
+/// per-thread scratch buffer that is then normalised into place.
+pub(crate) fn served<E>(
+    output: &OutputConfig,
+    size: Size2,
+    fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+) -> Result<Arc<[u8]>, E> {
+    let head = header(output, size);
+    let total = encoded_len(output, size) as usize;
+    let pixels = size.area() as usize * 3;
+    let mut shared: Arc<[u8]> = zeroed_shared(total);
+    let Some(bytes) = Arc::get_mut(&mut shared) else {
+        // A fresh Arc has no other owner; kept total rather than assumed.
+        let mut bytes = vec![0u8; total];
+        write_served(output, &head, pixels, &mut bytes, fill)?;
+        return Ok(bytes.into());
+    };
+    write_served(output, &head, pixels, bytes, fill)?;
+    Ok(shared)
+}
+
+/// A shared buffer of `len` zero bytes, allocated in place (no copy from a `Vec`).
+fn zeroed_shared(len: usize) -> Arc<[u8]> {
+    // SAFETY: zeroed memory is a valid `u8` slice.
+    unsafe { Arc::<[u8]>::new_zeroed_slice(len).assume_init() }
+}
+
+thread_local! {
+    /// Float32 output's pixels before normalising: one per thread, reused.
+    static FLOAT_SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+fn write_served<E>(
+    output: &OutputConfig,
+    head: &[u8],
+    pixels: usize,
+    bytes: &mut [u8],
+    fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+) -> Result<(), E> {
+    let (h, body) = bytes.split_at_mut(head.len());
+    h.copy_from_slice(head);
+    if body.len() == pixels {
+        return fill(body);
+    }
+    FLOAT_SCRATCH.with(|cell| {
+        let mut scratch = cell.borrow_mut();
+        scratch.clear();
+        scratch.resize(pixels, 0);
+        fill(&mut scratch)?;
+        write_pixels(output, &scratch, body);
+        // A huge image's scratch is not kept for the thread's lifetime.
+        if scratch.capacity() > KEEP_SCRATCH_BYTES {
+            *scratch = Vec::new();
+        }
+        Ok(())
+    })
+}
+
+/// Per-thread scratch buffers larger than this are freed after use rather than kept.
+pub(crate) const KEEP_SCRATCH_BYTES: usize = 4 << 20;
+
+/// Writes packed RGB `pixels` as the format's body into `body` (exactly its length).
+fn write_pixels(output: &OutputConfig, pixels: &[u8], body: &mut [u8]) {
     match (output.format, output.dtype) {
         (Format::Npy, Dtype::Float32) => {
             // ToTensor then Normalize: (x / 255 - mean) / std, channels first.
-            let plane = size.area() as usize;
-            bytes.reserve(plane * 12);
-            for c in 0..3 {
-                let lut: Vec<f32> = (0..256)
-                    .map(|v| (v as f32 / 255.0 - output.mean[c]) / output.std[c])
+            let plane = pixels.len() / 3;
+            if plane == 0 {
+                return;
+            }
+            for (c, out) in body.chunks_exact_mut(plane * 4).enumerate().take(3) {
+                let lut: Vec<[u8; 4]> = (0..256)
+                    .map(|v| ((v as f32 / 255.0 - output.mean[c]) / output.std[c]).to_le_bytes())
                     .collect();
-                for px in image.pixels.chunks_exact(3) {
-                    bytes.extend_from_slice(&lut[usize::from(px[c])].to_le_bytes());
+                for (px, value) in pixels.chunks_exact(3).zip(out.chunks_exact_mut(4)) {
+                    value.copy_from_slice(&lut[usize::from(px[c])]);
                 }
             }
         }
-        _ => bytes.extend_from_slice(&image.pixels),
+        _ => body.copy_from_slice(pixels),
     }
-    bytes
 }
 
 #[cfg(test)]
@@ -115,5 +191,22 @@ mod tests {
         assert!((value(0) + 1.0).abs() < 1e-6);
         // Green plane, pixel 0: 10 / 255.
         assert!((value(6) - 10.0 / 255.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn served_bytes_are_encodes_in_every_format() {
+        for (format, dtype) in [(Format::Ppm, Dtype::Uint8), (Format::Npy, Dtype::Uint8), (Format::Npy, Dtype::Float32)] {
+            let out = OutputConfig { format, dtype, mean: [0.4, 0.5, 0.6], std: [0.2, 0.3, 0.25] };
+            let img = image();
+            let served = served(&out, Size2::new(3, 2), |px| {
+                assert!(px.iter().all(|&v| v == 0), "handed over zeroed");
+                px.copy_from_slice(&img.pixels);
+                Ok::<(), ()>(())
+            })
+            .expect("served");
+            assert_eq!(&served[..], encode(&out, &img).as_slice(), "{format:?} {dtype:?}");
+        }
+        let refused = served(&OutputConfig::default(), Size2::new(3, 2), |_| Err("no"));
+        assert_eq!(refused, Err("no"));
     }
 }

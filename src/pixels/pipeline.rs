@@ -8,6 +8,10 @@
 //! crop to the output size, and the mirror is applied. [`augment_reference`] is the
 //! straightforward path (full decode, crop, resize) the fast path is held against.
 //!
+//! The served path ([`augment_served`]) copies nothing it can avoid: the region is decoded into
+//! the thread's reused scratch buffer, resampled straight into the shared buffer a reader is
+//! served from (after the format's header, `output::served`), and mirrored there in place.
+//!
 //! A sample that cannot become pixels is a [`PixelError`] saying why (`EIO` to a reader).
 
 use std::cell::RefCell;
@@ -17,10 +21,12 @@ use std::sync::Arc;
 use fast_image_resize::images::{Image, ImageRef};
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
 
-use crate::pixels::augment::{Rect, SamplePlan};
-use crate::shared::{Rgb, Size2};
+use crate::config::OutputConfig;
 use crate::error::ToErrno;
+use crate::pixels::augment::{Rect, SamplePlan};
 use crate::pixels::jpeg::{self, JpegError, Region, Scale};
+use crate::pixels::output;
+use crate::shared::{Rgb, Size2};
 
 /// Why a sample's bytes could not be turned into pixels. Every one is `EIO` to a reader (the
 /// sample is damaged, unsupported or too big, not missing); the messages are the log line's.
@@ -138,7 +144,7 @@ pub fn decode_full(bytes: &[u8], max_pixels: u64) -> Result<Rgb, PixelError> {
     }
 }
 
-fn decode_other(bytes: &[u8], max_pixels: u64) -> Result<Rgb, PixelError> {
+pub(crate) fn decode_other(bytes: &[u8], max_pixels: u64) -> Result<Rgb, PixelError> {
     let size = probe_size(Cursor::new(bytes))?;
     check_pixels(size, max_pixels)?;
     let mut reader = image::ImageReader::new(Cursor::new(bytes)).with_guessed_format()?;
@@ -153,18 +159,59 @@ fn decode_other(bytes: &[u8], max_pixels: u64) -> Result<Rgb, PixelError> {
 
 /// The augmented pixels of one sample for `plan`, by the fast path.
 pub(crate) fn augment(bytes: &[u8], plan: &SamplePlan, max_pixels: u64) -> Result<Rgb, PixelError> {
+    let mut pixels = vec![0u8; plan.out.area() as usize * 3];
+    augment_into(bytes, plan, max_pixels, &mut pixels)?;
+    Ok(Rgb { width: plan.out.width, height: plan.out.height, pixels })
+}
+
+/// The served bytes (header and pixels, in `output`'s format) of one sample for `plan`, by the
+/// fast path: the region is decoded into this thread's scratch buffer and resampled straight
+/// into the buffer a reader is served from; nothing else is allocated or copied.
+pub(crate) fn augment_served(
+    bytes: &[u8],
+    plan: &SamplePlan,
+    max_pixels: u64,
+    output: &OutputConfig,
+) -> Result<Arc<[u8]>, PixelError> {
+    output::served(output, plan.out, |dst| augment_into(bytes, plan, max_pixels, dst))
+}
+
+/// [`augment`] into `dst`: the plan's output size, packed RGB rows.
+pub(crate) fn augment_into(bytes: &[u8], plan: &SamplePlan, max_pixels: u64, dst: &mut [u8]) -> Result<(), PixelError> {
     match Codec::sniff(bytes) {
-        Codec::Jpeg => augment_jpeg(bytes, plan, max_pixels),
+        Codec::Jpeg => {
+            let cut = jpeg_cut_of(bytes, plan, max_pixels)?;
+            with_decode_scratch(|buf| {
+                let part = jpeg::decode_into(bytes, cut.scale, Some(cut.region), buf)?;
+                let image = RgbRef { width: part.width, height: part.height, pixels: &buf[..part.len()] };
+                resample_into(image, part.origin, cut.crop, plan.out, dst)
+            })?;
+        }
         Codec::Other => {
             let full = decode_other(bytes, max_pixels)?;
-            finish(&full, (0, 0), plan.crop, plan)
+            resample_into(RgbRef::of(&full), (0, 0), plan.crop, plan.out, dst)?;
         }
     }
+    if plan.flip {
+        mirror_rows(dst, plan.out.width as usize);
+    }
+    Ok(())
 }
 
 /// Augments already-decoded full-resolution pixels (a decoded-cache hit): crop, resize, mirror.
 pub(crate) fn augment_pixels(full: &Rgb, plan: &SamplePlan) -> Result<Rgb, PixelError> {
     finish(full, (0, 0), plan.crop, plan)
+}
+
+/// [`augment_pixels`] as served bytes, resampled straight into the served buffer.
+pub(crate) fn augment_pixels_served(full: &Rgb, plan: &SamplePlan, output: &OutputConfig) -> Result<Arc<[u8]>, PixelError> {
+    output::served(output, plan.out, |dst| {
+        resample_into(RgbRef::of(full), (0, 0), plan.crop, plan.out, dst)?;
+        if plan.flip {
+            mirror_rows(dst, plan.out.width as usize);
+        }
+        Ok(())
+    })
 }
 
 /// The straightforward path: decode everything at full size, then crop and resize.
@@ -184,10 +231,45 @@ pub(crate) fn dct_scale_for(crop: Rect, out: Size2) -> Scale {
     [Scale::Eighth, Scale::Quarter, Scale::Half].into_iter().find(|s| fits(*s)).unwrap_or(Scale::One)
 }
 
-fn augment_jpeg(bytes: &[u8], plan: &SamplePlan, max_pixels: u64) -> Result<Rgb, PixelError> {
+/// The [`JpegCut`] of a JPEG for `plan`, from its header; refuses one over `max_pixels`.
+pub(crate) fn jpeg_cut_of(bytes: &[u8], plan: &SamplePlan, max_pixels: u64) -> Result<JpegCut, PixelError> {
     let info = jpeg::probe(bytes)?;
     let source = Size2::new(info.width, info.height);
     check_pixels(source, max_pixels)?;
+    Ok(jpeg_cut(source, plan))
+}
+
+thread_local! {
+    /// The region decode's output, reused by every decode on this thread (see
+    /// [`with_decode_scratch`]).
+    static DECODE_SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `work` with this thread's decode buffer: reused from one miss to the next, so a region
+/// decode allocates and zeroes nothing once the thread has met its largest region; one grown
+/// past [`output::KEEP_SCRATCH_BYTES`] (a huge image) is freed afterwards.
+pub(crate) fn with_decode_scratch<T>(work: impl FnOnce(&mut Vec<u8>) -> Result<T, PixelError>) -> Result<T, PixelError> {
+    DECODE_SCRATCH.with(|cell| {
+        let mut buf = cell.borrow_mut();
+        let result = work(&mut buf);
+        if buf.capacity() > output::KEEP_SCRATCH_BYTES {
+            *buf = Vec::new();
+        }
+        result
+    })
+}
+
+/// What of a JPEG a plan needs decoded: the DCT scale, the crop in the scaled image's
+/// coordinates, and the region to decode (the crop plus the resampling filter's reach).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct JpegCut {
+    pub(crate) scale: Scale,
+    pub(crate) crop: Rect,
+    pub(crate) region: Region,
+}
+
+/// The [`JpegCut`] of a `source`-sized JPEG for `plan`.
+pub(crate) fn jpeg_cut(source: Size2, plan: &SamplePlan) -> JpegCut {
     let scale = dct_scale_for(plan.crop, plan.out);
     let d = f64::from(scale.denom());
     let crop = Rect {
@@ -205,8 +287,7 @@ fn augment_jpeg(bytes: &[u8], plan: &SamplePlan, max_pixels: u64) -> Result<Rgb,
     let x1 = ((crop.x + crop.width + reach).ceil() as u32).min(sw);
     let y1 = ((crop.y + crop.height + reach).ceil() as u32).min(sh);
     let region = Region { x: x0, y: y0, width: x1.saturating_sub(x0), height: y1.saturating_sub(y0) };
-    let decoded = jpeg::decode(bytes, scale, Some(region))?;
-    finish(&decoded.image, decoded.origin, crop, plan)
+    JpegCut { scale, crop, region }
 }
 
 thread_local! {
@@ -216,33 +297,53 @@ thread_local! {
 /// Resamples `crop` (in the coordinates of the image `image` is a part of, `image` sitting at
 /// `origin`) to the plan's output size, then mirrors if the plan says so.
 fn finish(image: &Rgb, origin: (u32, u32), crop: Rect, plan: &SamplePlan) -> Result<Rgb, PixelError> {
+    let mut pixels = vec![0u8; plan.out.area() as usize * 3];
+    resample_into(RgbRef::of(image), origin, crop, plan.out, &mut pixels)?;
+    if plan.flip {
+        mirror_rows(&mut pixels, plan.out.width as usize);
+    }
+    Ok(Rgb { width: plan.out.width, height: plan.out.height, pixels })
+}
+
+/// Borrowed RGB pixels: packed rows, 3 bytes a pixel.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RgbRef<'a> {
+    pub(crate) width: u32,
+    pub(crate) height: u32,
+    pub(crate) pixels: &'a [u8],
+}
+
+impl<'a> RgbRef<'a> {
+    pub(crate) fn of(image: &'a Rgb) -> RgbRef<'a> {
+        RgbRef { width: image.width, height: image.height, pixels: &image.pixels }
+    }
+}
+
+/// The resample step: `crop` of `image` (at `origin`) to `out`, not mirrored, written into `dst`
+/// (`out`'s packed RGB rows, exactly).
+pub(crate) fn resample_into(image: RgbRef<'_>, origin: (u32, u32), crop: Rect, out: Size2, dst: &mut [u8]) -> Result<(), PixelError> {
     let left = (crop.x - f64::from(origin.0)).clamp(0.0, f64::from(image.width));
     let top = (crop.y - f64::from(origin.1)).clamp(0.0, f64::from(image.height));
     let width = crop.width.min(f64::from(image.width) - left);
     let height = crop.height.min(f64::from(image.height) - top);
-    let out = plan.out;
     let whole = left == 0.0
         && top == 0.0
         && width == f64::from(image.width)
         && height == f64::from(image.height);
-    let mut pixels = if whole && out == Size2::new(image.width, image.height) {
-        image.pixels.clone()
-    } else {
-        let src = ImageRef::new(image.width, image.height, &image.pixels, PixelType::U8x3)?;
-        let mut dst = Image::new(out.width, out.height, PixelType::U8x3);
-        let options = ResizeOptions::new()
-            .resize_alg(ResizeAlg::Convolution(FilterType::Bilinear))
-            .crop(left, top, width, height);
-        RESIZER.with(|r| r.borrow_mut().resize(&src, &mut dst, &options))?;
-        dst.into_vec()
-    };
-    if plan.flip {
-        mirror_rows(&mut pixels, out.width as usize);
+    if whole && out == Size2::new(image.width, image.height) && dst.len() == image.pixels.len() {
+        dst.copy_from_slice(image.pixels);
+        return Ok(());
     }
-    Ok(Rgb { width: out.width, height: out.height, pixels })
+    let src = ImageRef::new(image.width, image.height, image.pixels, PixelType::U8x3)?;
+    let mut dst = Image::from_slice_u8(out.width, out.height, dst, PixelType::U8x3)?;
+    let options = ResizeOptions::new()
+        .resize_alg(ResizeAlg::Convolution(FilterType::Bilinear))
+        .crop(left, top, width, height);
+    RESIZER.with(|r| r.borrow_mut().resize(&src, &mut dst, &options))?;
+    Ok(())
 }
 
-fn mirror_rows(pixels: &mut [u8], width: usize) {
+pub(crate) fn mirror_rows(pixels: &mut [u8], width: usize) {
     for row in pixels.chunks_exact_mut(width * 3) {
         row.as_chunks_mut::<3>().0.reverse();
     }
@@ -322,6 +423,38 @@ pub(crate) mod tests {
         }
         assert!(scaled > 10, "the DCT scaling path was exercised only {scaled} times");
         assert!(worst <= FAST_PATH_TOLERANCE, "worst mean abs diff {worst}");
+    }
+
+    #[test]
+    fn served_bytes_are_the_allocating_paths_bytes() {
+        use crate::config::{Dtype, Format};
+        let ops = AugmentOp::imagenet_train();
+        let outputs = [
+            OutputConfig::default(),
+            OutputConfig { format: Format::Npy, ..OutputConfig::default() },
+            OutputConfig { format: Format::Npy, dtype: Dtype::Float32, ..OutputConfig::default() },
+        ];
+        for (i, (w, h, ss)) in [(500, 375, turbojpeg::Subsamp::Sub2x2), (1024, 768, turbojpeg::Subsamp::Sub2x1), (333, 257, turbojpeg::Subsamp::None)]
+            .into_iter()
+            .enumerate()
+        {
+            let jpeg = photo_jpeg(w, h, ss);
+            let full = decode_full(&jpeg, 64_000_000).expect("full");
+            for sample in 0..12 {
+                let plan = plan_sample(&ops, Size2::new(w as u32, h as u32), &mut draw_rng(9, 0, i as u64, sample));
+                // The composition before the served path: region decode into its own buffer,
+                // resample into another, then the header and a copy.
+                let cut = jpeg_cut(Size2::new(w as u32, h as u32), &plan);
+                let decoded = jpeg::decode(&jpeg, cut.scale, Some(cut.region)).expect("decode");
+                let separate = finish(&decoded.image, decoded.origin, cut.crop, &plan).expect("finish");
+                let output = &outputs[sample as usize % outputs.len()];
+                let served = augment_served(&jpeg, &plan, 64_000_000, output).expect("served");
+                assert_eq!(&served[..], output::encode(output, &separate).as_slice(), "jpeg {i} draw {sample}");
+                let from_pixels = augment_pixels_served(&full, &plan, output).expect("pixels served");
+                let pixels = augment_pixels(&full, &plan).expect("pixels");
+                assert_eq!(&from_pixels[..], output::encode(output, &pixels).as_slice(), "pixels {i} draw {sample}");
+            }
+        }
     }
 
     #[test]

@@ -71,20 +71,16 @@ impl PixelWork {
     pub(crate) fn augment_pixels(&self, id: FileId, pixels: &Rgb) -> Result<Arc<[u8]>, PixelError> {
         let mut rng = self.next_draw(id);
         let plan = plan_sample(&self.augment, Size2::new(pixels.width, pixels.height), &mut rng);
-        let out = self.timed(Timing::AugmentPixels, || pipeline::augment_pixels(pixels, &plan))?;
-        Ok(self.encode(&out))
+        self.timed(Timing::AugmentPixels, || pipeline::augment_pixels_served(pixels, &plan, &self.output))
     }
 
     /// A fresh augmentation of `id` from its encoded bytes: only what the crop needs is decoded.
+    /// The time taken includes writing the served bytes.
     pub(crate) fn decode_augment(&self, id: FileId, bytes: &[u8]) -> Result<Arc<[u8]>, PixelError> {
         let mut rng = self.next_draw(id);
-        let out = self.timed(Timing::DecodeAugment, || {
-            let size = pipeline::probe_size(std::io::Cursor::new(bytes))?;
-            pipeline::check_pixels(size, self.max_pixels)?;
-            let plan = plan_sample(&self.augment, size, &mut rng);
-            pipeline::augment(bytes, &plan, self.max_pixels)
-        })?;
-        Ok(self.encode(&out))
+        self.timed(Timing::DecodeAugment, || {
+            decode_augment_served(bytes, &self.augment, &mut rng, self.max_pixels, &self.output)
+        })
     }
 
     /// The full pixels of encoded bytes.
@@ -94,7 +90,16 @@ impl PixelWork {
 
     /// Full pixels as the `decoded` view serves them.
     pub(crate) fn encode(&self, pixels: &Rgb) -> Arc<[u8]> {
-        output::encode(&self.output, pixels).into()
+        let size = Size2::new(pixels.width, pixels.height);
+        let copied = output::served(&self.output, size, |dst| {
+            let n = dst.len().min(pixels.pixels.len());
+            dst[..n].copy_from_slice(&pixels.pixels[..n]);
+            Ok::<(), std::convert::Infallible>(())
+        });
+        match copied {
+            Ok(bytes) => bytes,
+            Err(never) => match never {},
+        }
     }
 
     /// The random source of `id`'s next augmentation: (seed, 0, draw, sample), a new draw each
@@ -108,7 +113,7 @@ impl PixelWork {
     /// time: with more decode threads than cores, wall time would count a core's time once per
     /// thread sharing it, and the model's CPU rates (per core, times the cores) would come out
     /// too low.
-    fn timed(&self, kind: Timing, work: impl FnOnce() -> Result<Rgb, PixelError>) -> Result<Rgb, PixelError> {
+    fn timed<T>(&self, kind: Timing, work: impl FnOnce() -> Result<T, PixelError>) -> Result<T, PixelError> {
         let started = thread_cpu_nanos();
         let pixels = work()?;
         let nanos = thread_cpu_nanos().saturating_sub(started).max(1);
@@ -121,6 +126,22 @@ impl PixelWork {
         bump(total, nanos);
         Ok(pixels)
     }
+}
+
+/// A fresh augmentation of encoded bytes with the draws of `rng`, as served: the cold
+/// `augmented/` miss's pixel work from source bytes to the bytes a reader gets.
+/// [`PixelWork::decode_augment`] times it; `pixels::profile` runs it too.
+pub(crate) fn decode_augment_served(
+    bytes: &[u8],
+    ops: &[AugmentOp],
+    rng: &mut impl rand::Rng,
+    max_pixels: u64,
+    out: &OutputConfig,
+) -> Result<Arc<[u8]>, PixelError> {
+    let size = pipeline::probe_size(std::io::Cursor::new(bytes))?;
+    pipeline::check_pixels(size, max_pixels)?;
+    let plan = plan_sample(ops, size, rng);
+    pipeline::augment_served(bytes, &plan, max_pixels, out)
 }
 
 /// CPU time the calling thread has used, nanoseconds.
