@@ -150,7 +150,11 @@ impl Tiers {
         // A full decode (rather than the region fast path) only when the pixels are kept; a spare
         // augmentation only when the pixels are in hand anyway (it then costs a resample, not a
         // second decode). Otherwise the refill fills augmented room, off the request path.
-        let keep_pixels = decoded_len > 0 && self.memory.decoded.has_room_for(decoded_len);
+        // An augmented open keeps pixels only where the plan gives decoded a share: room that
+        // only flowed to decoded (memory another form cannot use) is the background's to fill,
+        // so a cold open costs a region decode, not a full one and a spare.
+        let pixels_planned = !matches!(want, Admit::Augmented { .. }) || self.memory.split().d() > 0;
+        let keep_pixels = pixels_planned && decoded_len > 0 && self.memory.decoded.has_room_for(decoded_len);
         let spare = want == (Admit::Augmented { spare: true })
             && keep_pixels
             && self.memory.augmented.has_room_for(out_len);

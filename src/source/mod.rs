@@ -269,37 +269,52 @@ impl Source {
 }
 
 /// Reads `file` from the start until its end, refusing it past `max` bytes and stopping at
-/// `want` bytes.
+/// `want` bytes. The buffer is sized by what `stat` found; the end is confirmed with a small
+/// read, and only a file that grew since is read on in chunks (so a read of a 100 KB sample
+/// zeroes and maps 100 KB, not a chunk of a megabyte).
 fn read_bounded(file: &dyn SourceFile, max: u64, want: usize) -> io::Result<Vec<u8>> {
     const CHUNK: usize = 1 << 20;
+    const PROBE: usize = 4096;
+    let read_at = |buf: &mut [u8], offset: usize| loop {
+        match file.read_at(buf, offset as u64) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => break other,
+        }
+    };
     let expected = (file.meta().len().min(max) as usize).min(want);
-    let mut buf = Vec::with_capacity(expected);
+    let mut buf = vec![0u8; expected];
+    let mut filled = 0;
     loop {
-        if buf.len() >= want {
+        // Fill what is allocated.
+        while filled < buf.len() {
+            match read_at(&mut buf[filled..], filled)? {
+                0 => {
+                    buf.truncate(filled); // shrank since the stat
+                    return Ok(buf);
+                }
+                n => filled += n,
+            }
+        }
+        if filled >= want {
             buf.truncate(want);
             return Ok(buf);
         }
-        let start = buf.len();
-        let step = CHUNK.min(want - start).max(1);
-        buf.resize(start + step, 0);
-        let n = loop {
-            match file.read_at(&mut buf[start..], start as u64) {
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                other => break other,
-            }
-        };
-        let n = match n {
-            Ok(n) => n,
-            Err(e) => return Err(e),
-        };
-        buf.truncate(start + n);
+        // At the size expected: the end, unless it grew.
+        let mut probe = [0u8; PROBE];
+        let n = read_at(&mut probe[..PROBE.min(want - filled)], filled)?;
         if n == 0 {
             return Ok(buf);
         }
-        if buf.len() as u64 > max {
+        buf.extend_from_slice(&probe[..n]);
+        filled += n;
+        if filled as u64 > max {
             // It grew past the limit while we read it.
-            return Err(too_large(buf.len() as u64, max));
+            return Err(too_large(filled as u64, max));
         }
+        // Never more than one byte past `max` before the check above refuses it.
+        let to_max = usize::try_from((max + 1).saturating_sub(filled as u64)).unwrap_or(usize::MAX);
+        let step = CHUNK.min(want - filled).min(to_max).max(1);
+        buf.resize(filled + step, 0);
     }
 }
 
