@@ -199,3 +199,19 @@ fn overlapping_opens_of_one_file_all_succeed_and_read_one_content() {
         .collect();
     assert!(draws.len() > 1, "augmented/ served one draw to every open");
 }
+
+#[test]
+fn npy_outputs_open_with_numpy_mmap_mode_r_in_every_pixel_view() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let source = make_dataset(tmp.path(), 2, 3, false);
+    let config = write_config(tmp.path(), "seed: 9\nthreads: 2\noutput: { format: npy }\n");
+    let mnt = Mounted::start(tmp.path(), &config, &source, LIMIT);
+    if !passthrough_on(&mnt) {
+        return;
+    }
+    // The kernel maps a passthrough file's backing file (a direct-I/O FUSE file it would refuse
+    // with ENODEV).
+    let dirs = [mnt.path("augmented"), mnt.path("decoded"), mnt.path("jobs/mapped/augmented")];
+    let out = common::python("npy_mmap.py", &dirs);
+    assert!(out.contains("\"mapped\": 18"), "{out}");
+}
