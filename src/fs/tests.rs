@@ -364,3 +364,13 @@ fn with_passthrough_on_overlapping_opens_of_one_file_share_one_backing_until_the
     let a = fs.open(ino, false, Caller::ROOT).expect("open");
     assert!(a.backing.is_none());
 }
+
+#[test]
+fn a_sample_over_max_pixels_lists_with_size_zero_in_decoded_and_is_refused() {
+    // 320x240 = 76,800 pixels, over the 50,000 allowed: its header alone must not advertise
+    // the 230 KB it would decode to (a 1.2 GB claim would make `du` lie).
+    let (_dir, fs) = core(1, "max_pixels: 50000\ncache: { memory: 64MiB, refill: false }\n");
+    let ino = ino_of(&fs, "decoded", "s000.ppm");
+    assert_eq!(fs.getattr(ino).expect("getattr").size, 0);
+    assert_eq!(fs.open(ino, false, Caller::ROOT).expect_err("refused").to_errno(), libc::EIO);
+}

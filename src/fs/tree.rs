@@ -12,7 +12,8 @@ use super::handles::HandleData;
 use super::inodes::{JOBS_DIR_INO, ROOT_INO};
 use super::{Caller, Filesystem, Node, View};
 use crate::error::{Error, Result};
-use crate::pixels::output;
+use crate::pixels::{output, pipeline};
+use crate::shared::Size2;
 use crate::shared::Form;
 use crate::source::catalog::{DirId, Entry, FileId};
 use crate::source::FileMeta;
@@ -165,10 +166,12 @@ impl Filesystem {
                 let meta = self.resolve(file)?.meta;
                 let size = match view.form {
                     Form::Encoded => meta.len(),
-                    // An undecodable header still lists (size 0); opening it gets EIO.
+                    // An undecodable header, or one claiming more than `max_pixels` (never
+                    // decoded), still lists, with size 0; opening it gets EIO.
                     Form::Decoded => {
-                        let output = &self.config().output;
-                        self.reader.size(file).map_or(0, |s| output::encoded_len(output, s))
+                        let config = self.config();
+                        let decodable = |s: &Size2| pipeline::check_pixels(*s, config.max_pixels).is_ok();
+                        self.reader.size(file).ok().filter(decodable).map_or(0, |s| output::encoded_len(&config.output, s))
                     }
                     Form::Augmented => output::encoded_len(&self.config().output, self.producer.augmented_size()),
                 };
