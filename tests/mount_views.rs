@@ -142,6 +142,14 @@ fn bad_samples_get_eio_and_everything_else_keeps_working() {
     }
     let stats = mnt.stats();
     assert!(stats["decode_errors"].as_u64().unwrap_or(0) >= BAD_FILES.len() as u64, "{stats}");
+    // stats.json names each bad sample (relative to the source) with its reason.
+    let listed = stats["bad_samples"]["samples"].as_array().expect("bad_samples.samples");
+    for name in BAD_FILES {
+        let entry = listed.iter().find(|e| e["path"].as_str().is_some_and(|p| p.starts_with(&format!("{bad_dir}/{name}."))));
+        let entry = entry.unwrap_or_else(|| panic!("{name} not listed: {stats}"));
+        assert!(entry["reason"].as_str().is_some_and(|r| !r.is_empty()), "{entry}");
+    }
+    assert_eq!(listed.len(), BAD_FILES.len(), "only the bad ones: {stats}");
     let log = mnt.log();
     for name in BAD_FILES {
         assert!(log.contains(name), "no log line names {name}:\n{log}");

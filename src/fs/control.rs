@@ -29,6 +29,7 @@ impl Filesystem {
             "files": catalog.file_count(),
             "directories": catalog.dir_count(),
             "stem_collisions": catalog.stem_collisions,
+            "bad_samples": self.reader.bad_samples_json(),
             "catalog_bytes_per_sample": catalog.bytes_per_sample(),
             "cache": self.producer.cache_stats(),
             "plan": self.plan.plan_json(),

@@ -21,6 +21,7 @@ use crate::shared::Size2;
 use crate::source::catalog::{Catalog, FileId};
 use crate::source::{FileMeta, Freshness, Observed, Source, SourceFile};
 use crate::stats::{bump, Stats};
+use crate::sync::{LockExt, Mutex};
 
 use crate::error::ToErrno;
 use crate::pixels::pipeline::PixelError;
@@ -74,11 +75,17 @@ pub(crate) struct SampleReader {
     fresh: Freshness,
     stats: Arc<Stats>,
     on_change: OnChange,
+    /// The samples found bad and why, in the order found (the first [`BAD_LISTED`]), for
+    /// `stats.json`; a file that changes leaves the list.
+    bad: Mutex<Vec<(FileId, String)>>,
 }
+
+/// Bad samples `stats.json` lists by name (all are counted).
+const BAD_LISTED: usize = 1000;
 
 impl SampleReader {
     pub(crate) fn new(catalog: Arc<Catalog>, source: Source, stats: Arc<Stats>, on_change: OnChange) -> SampleReader {
-        SampleReader { fresh: Freshness::new(catalog.file_count()), catalog, source, stats, on_change }
+        SampleReader { fresh: Freshness::new(catalog.file_count()), catalog, source, stats, on_change, bad: Mutex::new(Vec::new()) }
     }
 
     /// Stats `id` in the source and checks its version against the one last seen: a changed
@@ -109,6 +116,7 @@ impl SampleReader {
         if observed == Observed::Changed {
             (self.on_change)(id);
             self.catalog.forget_size(id);
+            self.bad.lock_or_recover().retain(|(f, _)| *f != id);
             bump(&self.stats.source_changes, 1);
             tracing::info!(file = %self.catalog.file_path(id).display(), "source file changed; its cached forms are dropped");
         }
@@ -213,11 +221,30 @@ impl SampleReader {
     /// stats, and a mark so every later open refuses it at once.
     pub(crate) fn mark_bad(&self, id: FileId, path: &Path, reason: SampleError) -> Error {
         bump(&self.stats.decode_errors, 1);
+        let why = reason.to_string();
         let err = Error::decode(path, reason);
         // Once per file (and version): later opens are refused without a line.
         tracing::warn!("{err}");
         self.catalog.remember_size(id, Err(()));
+        let mut bad = self.bad.lock_or_recover();
+        if bad.len() < BAD_LISTED && !bad.iter().any(|(f, _)| *f == id) {
+            bad.push((id, why));
+        }
         err
+    }
+
+    /// The bad samples found so far, with their reasons (relative paths), for `stats.json`.
+    pub(crate) fn bad_samples_json(&self) -> serde_json::Value {
+        let bad = self.bad.lock_or_recover().clone();
+        let listed: Vec<_> = bad
+            .iter()
+            .map(|(id, why)| {
+                let path = self.catalog.file_path(*id);
+                let rel = path.strip_prefix(self.catalog.root()).unwrap_or(&path).to_string_lossy().into_owned();
+                serde_json::json!({"path": rel, "reason": why})
+            })
+            .collect();
+        serde_json::json!({"found": listed.len(), "listed_at_most": BAD_LISTED, "samples": listed})
     }
 
     /// The refusal of a sample found undecodable earlier: a region decode may have missed damage
