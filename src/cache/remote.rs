@@ -22,7 +22,8 @@
 //! - **Faults**: every call is bounded (connect, read and write: [`TIMEOUT`]). A connection-level
 //!   failure (refused, timed out, dropped) marks the tier down: logged once per outage, and while
 //!   down every lookup is a miss and every write is dropped at no cost, except one probe at most
-//!   once per [`RETRY_EVERY`]; its success brings the tier back (logged). A server's error reply
+//!   once per [`RETRY_EVERY`] (a lookup's, or the writer's PING when nothing else calls); its
+//!   success brings the tier back (logged). A server's error reply
 //!   (for example `OOM` past its `maxmemory`) is counted, not an outage. Requests never fail for
 //!   the remote tier.
 //! - **Writes** never wait on the request path: a bounded queue (by jobs and by bytes; a write
@@ -517,8 +518,22 @@ impl Inner {
         }
     }
 
+    /// The writer: sends what is queued, in batches; while the tier is down and nothing is
+    /// queued it probes (PING) once per [`RETRY_EVERY`], so the tier comes back by itself even
+    /// while every request hits memory. Ends when the queue is closed and drained.
     fn run_writer(&self, jobs: Receiver<WriteJob>) {
-        while let Ok(first) = jobs.recv() {
+        use std::sync::mpsc::RecvTimeoutError;
+        loop {
+            let first = match jobs.recv_timeout(RETRY_EVERY) {
+                Ok(job) => job,
+                Err(RecvTimeoutError::Timeout) => {
+                    if self.down.load(Ordering::Acquire) {
+                        self.with_conn(|c| redis::cmd("PING").query::<String>(c));
+                    }
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => return,
+            };
             let mut batch = vec![first];
             let mut bytes = batch[0].payload.data().len() as u64;
             while bytes < BATCH_BYTES {
