@@ -112,7 +112,7 @@ impl Tiers {
         if let Some(b) = self.memory.encoded.get(sample.id) {
             return Ok((Loaded::Bytes(b), Origin::Encoded));
         }
-        self.loads.run(sample.id, || match self.from_disk(sample).or_else(|| self.from_remote(sample)) {
+        self.loads.run(sample.id, || match self.from_disk(sample).or_else(|| self.remote_hit(sample)) {
             Some(loaded) => Ok((loaded, Origin::Disk)),
             None => from_source().map(|l| (l, Origin::Source)),
         })
@@ -136,7 +136,7 @@ impl Tiers {
     /// The sample from the remote tier (decoded pixels first, then encoded bytes, one round
     /// trip) for the version resolved, promoted into memory while it has room and spilled to the
     /// disk tier. A damaged value, or the tier down, reads as a miss.
-    fn from_remote(&self, sample: &Sample) -> Option<Loaded> {
+    fn remote_hit(&self, sample: &Sample) -> Option<Loaded> {
         let remote = self.remote.as_ref()?;
         let key = self.disk.as_ref().map(|_| self.disk_key(sample, &sample.meta));
         match remote.get(self.rel(sample), &sample.meta.identity)? {

@@ -908,8 +908,8 @@ mod tests {
             })
             .collect();
         let won: Vec<Vec<bool>> = threads.into_iter().map(|t| t.join().expect("claimer")).collect();
-        for i in 0..rounds as usize {
-            assert!(won[0][i] ^ won[1][i], "output {i}: claimed by {} readers", u8::from(won[0][i]) + u8::from(won[1][i]));
+        for (i, (a, b)) in won[0].iter().zip(&won[1]).enumerate() {
+            assert!(a ^ b, "output {i}: claimed by {} readers", u8::from(*a) + u8::from(*b));
         }
         assert_eq!(server.command(&["DBSIZE"]).expect("dbsize"), b":0\r\n".to_vec(), "every claimed output is gone");
         // A later output for the same sample is a fresh one, offered again.
