@@ -634,6 +634,24 @@ struct RawCache {
     refill: Option<bool>,
     consumer_samples_per_s: Option<f64>,
     disk: Option<RawDisk>,
+    remote: Option<RawRemote>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRemote {
+    url: Option<String>,
+    size: Option<Value>,
+}
+
+/// The cache's remote tier: a Redis server every mount naming it shares, and the bytes prepfs
+/// keeps within there (`crate::cache::remote`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RemoteConfig {
+    /// `redis://[USER:PASSWORD@]HOST:PORT[/DB]`.
+    pub url: String,
+    /// Bytes prepfs writes there at most (the server's `maxmemory` is the operator's bound).
+    pub size: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -689,6 +707,8 @@ pub struct CacheConfig {
     pub consumer_samples_per_s: Option<f64>,
     /// The disk tier, if any.
     pub disk: Option<DiskConfig>,
+    /// The remote tier, if any.
+    pub remote: Option<RemoteConfig>,
 }
 
 impl Default for CacheConfig {
@@ -700,6 +720,7 @@ impl Default for CacheConfig {
             refill: true,
             consumer_samples_per_s: None,
             disk: None,
+            remote: None,
         }
     }
 }
@@ -723,6 +744,27 @@ fn disk_config(text: &str, raw: RawDisk, source: &Path, mountpoint: &Path) -> Re
         .map_err(|e| ConfigError::at(text, "cache.disk.path", format!("cannot create {}: {e}", resolved.display())))?;
     let path = resolved.canonicalize().map_err(|e| ConfigError::at(text, "cache.disk.path", e))?;
     Ok(DiskConfig { path, size })
+}
+
+/// Validates `cache.remote`: both keys given, a single server's `redis://` URL the client
+/// accepts (nothing is connected here: a server down at mount is an outage like any other).
+fn remote_config(text: &str, raw: RawRemote) -> Result<RemoteConfig, ConfigError> {
+    let url = raw.url.ok_or_else(|| ConfigError::at(text, "cache.remote", "`url` is missing"))?;
+    let size = raw.size.ok_or_else(|| ConfigError::at(text, "cache.remote", "`size` is missing"))?;
+    let size = positive_size_value(text, "cache.remote.size", &size)?;
+    let url = url.trim().to_string();
+    if url.starts_with("redis+cluster://") {
+        return Err(ConfigError::at(
+            text,
+            "cache.remote.url",
+            "Redis Cluster (`redis+cluster://`) is not supported yet; name a single server: redis://HOST:PORT",
+        ));
+    }
+    if !url.starts_with("redis://") {
+        return Err(ConfigError::at(text, "cache.remote.url", format!("`{url}`: a single server's URL, redis://HOST:PORT[/DB]")));
+    }
+    redis::Client::open(url.as_str()).map_err(|e| ConfigError::at(text, "cache.remote.url", format!("`{url}`: {e}")))?;
+    Ok(RemoteConfig { url, size })
 }
 
 /// `path` made absolute with its longest existing prefix canonicalized (symlinks followed);
@@ -774,6 +816,9 @@ fn cache_config(
     }
     if let Some(disk) = raw.disk {
         cache.disk = Some(disk_config(text, disk, source, mountpoint)?);
+    }
+    if let Some(remote) = raw.remote {
+        cache.remote = Some(remote_config(text, remote)?);
     }
     if let Some(split) = raw.split {
         cache.split = if split.trim() == "auto" {
@@ -1015,6 +1060,8 @@ struct WrittenCache<'a> {
     consumer_samples_per_s: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     disk: Option<&'a DiskConfig>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    remote: Option<&'a RemoteConfig>,
 }
 
 #[derive(Serialize)]
@@ -1053,6 +1100,7 @@ impl<'a> From<&'a Config> for WrittenConfig<'a> {
                 refill: c.cache.refill,
                 consumer_samples_per_s: c.cache.consumer_samples_per_s,
                 disk: c.cache.disk.as_ref(),
+                remote: c.cache.remote.as_ref(),
             },
             jobs: WrittenJobs {
                 max: c.jobs.max,
@@ -1249,6 +1297,27 @@ mod tests {
     }
 
     #[test]
+    fn cache_remote_settings_parse_and_cluster_urls_are_refused_for_now() {
+        let parse = |yaml: &str| Config::parse(yaml, &Overrides { source: Some(std::env::temp_dir()), mountpoint: Some("/mnt/x".into()), seed: None });
+        let c = parse("cache:\n  remote: { url: \"redis://127.0.0.1:6379\", size: 32GiB }\n").expect("valid");
+        assert_eq!(c.cache.remote, Some(RemoteConfig { url: "redis://127.0.0.1:6379".into(), size: 32 << 30 }));
+        let err = parse("cache:\n  remote:\n    url: \"redis+cluster://h1:7000,h2:7001\"\n    size: 1GiB\n").unwrap_err().to_string();
+        assert!(err.contains("cache.remote.url") && err.contains("not supported yet") && err.contains("line 3"), "{err}");
+        let err = parse("cache:\n  remote: { url: \"http://h:6379\", size: 1GiB }\n").unwrap_err().to_string();
+        assert!(err.contains("redis://HOST:PORT"), "{err}");
+        let err = parse("cache:\n  remote: { url: \"redis://h:notaport\", size: 1GiB }\n").unwrap_err().to_string();
+        assert!(err.contains("cache.remote.url"), "{err}");
+        let err = parse("cache:\n  remote: { url: \"redis://h:6379\" }\n").unwrap_err().to_string();
+        assert!(err.contains("size") && err.contains("missing"), "{err}");
+        let err = parse("cache:\n  remote: { size: 1GiB }\n").unwrap_err().to_string();
+        assert!(err.contains("url") && err.contains("missing"), "{err}");
+        let err = parse("cache:\n  remote: { url: \"redis://h:6379\", size: 0 }\n").unwrap_err().to_string();
+        assert!(err.contains("cache.remote.size"), "{err}");
+        let err = parse("cache:\n  remote: { url: \"redis://h:6379\", size: 1GiB, ttl: 5 }\n").unwrap_err().to_string();
+        assert!(err.contains("ttl"), "{err}");
+    }
+
+    #[test]
     fn jobs_and_read_limits_parse_and_are_checked() {
         let c = parse("jobs: { max: 3, idle_timeout: 2m, prefetch_window: 4, ods: false }\n").expect("valid");
         assert_eq!(c.jobs, JobsConfig { max: 3, idle_timeout_s: 120.0, prefetch_window: 4, ods: false, per_user: 1 });
@@ -1439,6 +1508,7 @@ mod tests {
              output: {{ format: npy, dtype: float32 }}\n\
              cache:\n  memory: 64MiB\n  split: 20-30-50\n  policy: lru\n  refill: false\n  consumer_samples_per_s: 1234.5\n\
              \x20 disk: {{ path: {disk}, size: 10G }}\n\
+             \x20 remote: {{ url: \"redis://127.0.0.1:6390/2\", size: 32GiB }}\n\
              jobs: {{ max: 8, idle_timeout: 90s, prefetch_window: 7, ods: false, per_user: 3 }}\n\
              allow_other: true\ncontrol_public: true\nmax_open_bytes: 32MiB\n",
             source = source.display(),
@@ -1456,6 +1526,7 @@ mod tests {
         assert_eq!(first.cache.split, SplitChoice::Fixed(Split::new(20, 30, 50).expect("sums to 100")));
         assert_eq!(first.source_read_limit, Some(1_610_612_736));
         assert!(first.cache.disk.is_some() && first.access.allow_other && !first.jobs.ods);
+        assert_eq!(first.cache.remote, Some(RemoteConfig { url: "redis://127.0.0.1:6390/2".into(), size: 32 << 30 }));
         // `prepfs check` prints `to_yaml`, and `.prepfs/config.yaml` serves it.
         let printed = first.to_yaml();
         let again = Config::parse(&printed, &Overrides::default()).unwrap_or_else(|e| panic!("{e}\n{printed}"));
@@ -1471,7 +1542,7 @@ mod tests {
         let first = Config::parse(&format!("source: {}\nmountpoint: /mnt/x\n", source.display()), &Overrides::default())
             .expect("valid");
         let printed = first.to_yaml();
-        assert!(!printed.contains("read_limit") && !printed.contains("disk"), "unset keys are left out: {printed}");
+        assert!(!printed.contains("read_limit") && !printed.contains("disk") && !printed.contains("remote"), "unset keys are left out: {printed}");
         assert!(printed.contains("split: auto") && printed.contains("idle_timeout: 600"), "{printed}");
         let again = Config::parse(&printed, &Overrides::default()).unwrap_or_else(|e| panic!("{e}\n{printed}"));
         assert_eq!(again, first, "{printed}");

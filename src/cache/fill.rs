@@ -1,11 +1,12 @@
 //! The tiers behind one another and their fill order: a sample looked up in memory (decoded
-//! pixels, then encoded bytes), else in the disk tier, else made from the source by the caller,
-//! once however many requests miss together; and what a read from the source is kept as.
+//! pixels, then encoded bytes), else in the disk tier, else in the remote tier, else made from
+//! the source by the caller, once however many requests miss together; and what a read from the
+//! source is kept as.
 //!
 //! The fill order is Seneca's: a spare fresh augmentation while augmented has room (when the
 //! pixels are in hand anyway), the pixels while decoded has room, else the bytes while encoded
-//! has room; the pixels, or else the bytes, also spill to the disk tier (queued, not written,
-//! here). [`Tiers::admission`] says what a read should make; [`Tiers::keep`] keeps it. Reading
+//! has room; the pixels, or else the bytes, also spill to the disk tier and go to the remote tier
+//! (both queued, not written, here: a remote write never waits on a request). [`Tiers::admission`] says what a read should make; [`Tiers::keep`] keeps it. Reading
 //! and decoding are the caller's: this module does no pixel work and no source I/O.
 
 use std::path::PathBuf;
@@ -13,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::cache::disk::{self, DiskCache, DiskHit, DiskKind};
+use crate::cache::remote::{RemoteHit, RemoteTier};
 use crate::cache::{AugmentedEntry, SampleCache, SingleFlight};
 use crate::error::Result;
 use crate::pixels::pipeline;
@@ -66,10 +68,11 @@ pub(crate) struct Admission {
     pub(crate) spare: bool,
 }
 
-/// The memory tiers, the disk tier and the single flight of misses.
+/// The memory tiers, the disk tier, the remote tier and the single flight of misses.
 pub(crate) struct Tiers {
     memory: Arc<SampleCache>,
     disk: Option<DiskCache>,
+    remote: Option<RemoteTier>,
     /// The source's root: disk keys name files by their path relative to it.
     root: PathBuf,
     /// Concurrent misses of one sample read and decode it once; they all get its result, a
@@ -79,7 +82,13 @@ pub(crate) struct Tiers {
 
 impl Tiers {
     pub(crate) fn new(memory: Arc<SampleCache>, disk: Option<DiskCache>, root: PathBuf) -> Tiers {
-        Tiers { memory, disk, root, loads: SingleFlight::default() }
+        Tiers { memory, disk, remote: None, root, loads: SingleFlight::default() }
+    }
+
+    /// The same tiers with a remote tier behind the disk tier.
+    pub(crate) fn with_remote(mut self, remote: Option<RemoteTier>) -> Tiers {
+        self.remote = remote;
+        self
     }
 
     /// The memory tiers.
@@ -92,9 +101,10 @@ impl Tiers {
         self.loads.in_flight(id)
     }
 
-    /// The sample in the cheapest form held, else from the disk tier (promoted into memory while
-    /// it has room), else made by `from_source`; the last two once, however many requests miss
-    /// together.
+    /// The sample in the cheapest form held, else from the disk tier, else from the remote tier
+    /// (both promoted into memory while it has room), else made by `from_source`; the last three
+    /// once, however many requests miss together. A remote hit reports as [`Origin::Disk`] (a
+    /// miss outside memory that read no source); the remote's own hits are in its stats.
     pub(crate) fn load(&self, sample: &Sample, from_source: impl FnOnce() -> Result<Loaded>) -> Result<(Loaded, Origin)> {
         if let Some(p) = self.memory.decoded.get(sample.id) {
             return Ok((Loaded::Pixels(p), Origin::Decoded));
@@ -102,7 +112,7 @@ impl Tiers {
         if let Some(b) = self.memory.encoded.get(sample.id) {
             return Ok((Loaded::Bytes(b), Origin::Encoded));
         }
-        self.loads.run(sample.id, || match self.from_disk(sample) {
+        self.loads.run(sample.id, || match self.from_disk(sample).or_else(|| self.remote_hit(sample)) {
             Some(loaded) => Ok((loaded, Origin::Disk)),
             None => from_source().map(|l| (l, Origin::Source)),
         })
@@ -113,10 +123,55 @@ impl Tiers {
         self.memory.encoded.get(sample.id)
     }
 
+    /// The sample's path relative to the source root (what disk and remote keys name).
+    fn rel<'a>(&self, sample: &'a Sample) -> &'a std::path::Path {
+        sample.path.strip_prefix(&self.root).unwrap_or(&sample.path)
+    }
+
     /// The disk tier's key for a version of a sample's file: its relative path and identity.
     fn disk_key(&self, sample: &Sample, meta: &FileMeta) -> u64 {
-        let rel = sample.path.strip_prefix(&self.root).unwrap_or(&sample.path);
-        disk::key_of(rel, &meta.identity)
+        disk::key_of(self.rel(sample), &meta.identity)
+    }
+
+    /// The sample from the remote tier (decoded pixels first, then encoded bytes, one round
+    /// trip) for the version resolved, promoted into memory while it has room and spilled to the
+    /// disk tier. A damaged value, or the tier down, reads as a miss.
+    fn remote_hit(&self, sample: &Sample) -> Option<Loaded> {
+        let remote = self.remote.as_ref()?;
+        let key = self.disk.as_ref().map(|_| self.disk_key(sample, &sample.meta));
+        match remote.get(self.rel(sample), &sample.meta.identity)? {
+            RemoteHit::Pixels(pixels) => {
+                let pixels = Arc::new(pixels);
+                self.memory.decoded.admit(sample.id, Arc::clone(&pixels));
+                if let (Some(disk), Some(key)) = (self.disk.as_ref(), key) {
+                    disk.admit_decoded(key, Arc::clone(&pixels));
+                }
+                Some(Loaded::Pixels(pixels))
+            }
+            RemoteHit::Bytes(bytes) => {
+                let bytes: Arc<[u8]> = bytes.into();
+                self.memory.encoded.admit(sample.id, Arc::clone(&bytes));
+                if let (Some(disk), Some(key)) = (self.disk.as_ref(), key) {
+                    disk.admit_encoded(key, Arc::clone(&bytes));
+                }
+                Some(Loaded::Bytes(bytes))
+            }
+        }
+    }
+
+    /// Takes the sample's augmented output waiting in the remote tier, if any (use-once across
+    /// machines: no other reader anywhere gets it).
+    #[allow(dead_code)] // the producer's augmented path calls it in the next slice (issue 13)
+    pub(crate) fn claim_remote_augmented(&self, sample: &Sample) -> Option<Arc<[u8]>> {
+        let remote = self.remote.as_ref()?;
+        remote.claim_augmented(self.rel(sample), &sample.meta.identity).map(Into::into)
+    }
+
+    /// Offers a fresh augmented output of the sample to the next claimer anywhere (queued).
+    #[allow(dead_code)] // the refill offers its outputs in the next slice (issue 13)
+    pub(crate) fn offer_remote_augmented(&self, sample: &Sample, out: Arc<[u8]>) -> bool {
+        let Some(remote) = self.remote.as_ref() else { return false };
+        remote.put_augmented(self.rel(sample), &sample.meta.identity, out)
     }
 
     /// The sample from the disk tier (decoded pixels first, then encoded bytes) for the version
@@ -163,8 +218,8 @@ impl Tiers {
 
     /// Keeps what a read of `sample` (the version `meta`) made: a spare output in augmented, the
     /// pixels in decoded while it has room, else the bytes in encoded; the pixels, or else the
-    /// bytes, spill to the disk tier. A version older than one seen meanwhile (`current` false)
-    /// goes to the disk tier only, under its own key.
+    /// bytes, spill to the disk tier and go to the remote tier. A version older than one seen
+    /// meanwhile (`current` false) goes to the disk and remote tiers only, under its own key.
     pub(crate) fn keep(&self, sample: &Sample, meta: &FileMeta, current: bool, made: Made) {
         let key = self.disk.as_ref().map(|_| self.disk_key(sample, meta));
         if current && self.memory.enabled() {
@@ -177,6 +232,13 @@ impl Tiers {
             }
         }
         self.spill(key, made.pixels.as_ref(), &made.bytes);
+        if let Some(remote) = &self.remote {
+            let rel = self.rel(sample);
+            match made.pixels {
+                Some(pixels) => remote.put_decoded(rel, &meta.identity, pixels),
+                None => remote.put_encoded(rel, &meta.identity, made.bytes),
+            };
+        }
     }
 
     /// Spills what a miss produced to the disk tier: the pixels, or the source bytes when the
@@ -189,20 +251,26 @@ impl Tiers {
         }
     }
 
-    /// Writes out the disk tier's queued entries: the end of a mount.
+    /// Writes out the disk tier's queued entries and the remote tier's (each remote call within
+    /// its timeout; nothing while it is down), and joins the remote writer: the end of a mount.
     pub(crate) fn flush(&self) {
         if let Some(disk) = &self.disk {
             if !disk.flush(Duration::from_secs(10)) {
                 tracing::warn!("the disk tier's queued writes did not finish within 10 s; some are lost");
             }
         }
+        if let Some(remote) = &self.remote {
+            remote.close();
+        }
     }
 
-    /// The memory tiers' figures, with the disk tier's under `disk` (null without one).
+    /// The memory tiers' figures, with the disk tier's under `disk` and the remote tier's under
+    /// `remote` (null without one).
     pub(crate) fn stats(&self) -> serde_json::Value {
         let mut stats = self.memory.stats();
         if let Some(obj) = stats.as_object_mut() {
             obj.insert("disk".into(), self.disk.as_ref().map_or(serde_json::Value::Null, DiskCache::stats));
+            obj.insert("remote".into(), self.remote.as_ref().map_or(serde_json::Value::Null, RemoteTier::stats));
         }
         stats
     }

@@ -5,8 +5,11 @@
 //!   decoded pixels, augmented outputs) with their byte budgets, eviction, the per-sample status
 //!   byte opportunistic sampling reads, and single-flight for concurrent misses.
 //! - [`disk`]: the disk tier (encoded and decoded entries, checked on read).
+//! - `remote` (crate-private): the remote tier on Redis, shared by every mount naming it
+//!   (encoded, decoded and augmented entries keyed by the dataset's fingerprint, checked on
+//!   read; down, it is a miss at no cost and reconnects by itself).
 //! - `fill` (private): the tiers behind one another ([`Tiers`]): lookup in memory, then disk,
-//!   then the caller's read of the source, single-flighted; and Seneca's fill order for what a
+//!   then remote, then the caller's read of the source, single-flighted; and Seneca's fill order for what a
 //!   read is kept as.
 //!
 //! Reading the source and pixel work are the serving path's (`crate::producer`); how much
@@ -14,6 +17,7 @@
 
 pub mod disk;
 mod fill;
+pub(crate) mod remote;
 mod tiers;
 
 pub use fill::Origin;

@@ -51,6 +51,7 @@ use std::time::SystemTime;
 use std::time::Duration;
 
 use crate::cache::disk::DiskCache;
+use crate::cache::remote::{self, RemoteTier};
 use crate::cache::{SampleCache, Tiers};
 use crate::config::Config;
 use crate::pixels::work::PixelWork;
@@ -157,7 +158,20 @@ impl Filesystem {
                 None
             }
         });
-        let tiers = Tiers::new(Arc::clone(&cache), disk, catalog.root().to_path_buf());
+        // So does a remote tier whose URL the client refuses (config checked it; this is rare).
+        let remote = config.cache.remote.as_ref().and_then(|r| {
+            let started = std::time::Instant::now();
+            let fingerprint = remote::dataset_fingerprint(&catalog);
+            tracing::info!(fingerprint = %format!("{fingerprint:016x}"), secs = started.elapsed().as_secs_f64(), "dataset fingerprint for the remote tier");
+            match RemoteTier::open(&r.url, r.size, fingerprint) {
+                Ok(remote) => Some(remote),
+                Err(e) => {
+                    tracing::warn!("{e}; serving without the remote tier");
+                    None
+                }
+            }
+        });
+        let tiers = Tiers::new(Arc::clone(&cache), disk, catalog.root().to_path_buf()).with_remote(remote);
         let pixels = PixelWork::new(&config, catalog.file_count(), Arc::clone(&stats));
         let producer = SampleProducer::new(Arc::clone(&catalog), Arc::clone(&reader), tiers, pixels, Arc::clone(&stats));
         let plan = PlanController::new(&config, reader.read_limit(), Arc::clone(&cache), Arc::clone(&stats));

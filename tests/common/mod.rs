@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod redis_server;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,0 +1,977 @@
+//! The remote tier of the sample cache: encoded bytes, decoded pixels (uint8) and augmented
+//! outputs on a Redis server that every mount naming it shares, behind the memory and disk tiers.
+//!
+//! It owns the keys and the value format, the connections and their timeouts, the tier's health
+//! (up, or down since when; reconnects), the background writer and its queue, and the budget.
+//!
+//! - **Keys** (bytes): `prepfs:1:{FP:LEN:MTIME:REL}:K`, `FP` the dataset's fingerprint
+//!   ([`dataset_fingerprint`]: the catalog's relative names, hashed once at mount), `LEN` and
+//!   `MTIME` the version of the sample's file (size, mtime in ns: what every machine sees of a
+//!   file on shared storage, unlike inode or ctime), `REL` its path relative to the source root,
+//!   `K` the form (`e` encoded, `d` decoded, `a` augmented). So mounts of the same dataset share,
+//!   different datasets never collide, and a changed file never finds its stale entries. The
+//!   braces are a Redis Cluster hash tag: a sample's forms live in one slot (one `MGET`).
+//! - **Values**: a 40-byte header then the payload, as the disk tier's (`cache::disk`): `0..4`
+//!   magic `PFRM`, `4..6` version (1), `6` kind (1 encoded, 2 decoded, 3 augmented), `7` zero,
+//!   `8..16` FNV-1a 64 of the key, `16..24` payload length, `24..28` width, `28..32` height
+//!   (decoded; else 0), `32..36` CRC-32 over header bytes `0..32` and the payload, `36..40` zero.
+//!   Every read checks them all: a damaged value (or one stored under another key) is deleted,
+//!   counted (`damaged_dropped`) and answered as a miss, never served.
+//! - **Augmented outputs are use-once across machines**: one waiting output per sample, written
+//!   with `SET NX`, taken with `GETDEL` (Redis 6.2 or later), so no two readers anywhere get it.
+//! - **Faults**: every call is bounded (connect, read and write: [`TIMEOUT`]). A connection-level
+//!   failure (refused, timed out, dropped) marks the tier down: logged once per outage, and while
+//!   down every lookup is a miss and every write is dropped at no cost, except one probe at most
+//!   once per [`RETRY_EVERY`] (a lookup's, or the writer's PING when nothing else calls); its
+//!   success brings the tier back (logged). A server's error reply
+//!   (for example `OOM` past its `maxmemory`) is counted, not an outage. Requests never fail for
+//!   the remote tier.
+//! - **Writes** never wait on the request path: a bounded queue (by jobs and by bytes; a write
+//!   that does not fit is dropped and counted) feeds one writer thread, which sends what is
+//!   queued in one pipeline (`SET NX` each). [`RemoteTier::close`] (the end of a mount) writes
+//!   out what is queued within the timeouts and joins the writer.
+//! - **Budget**: the writer stops writing while the bytes this mount wrote, less what it deleted
+//!   or claimed, or the server's `used_memory` (sampled at most once a second) would pass `size`.
+//!   Across machines the real bound is the server's `maxmemory` with an eviction policy
+//!   (`allkeys-lru`), which the operator sets; prepfs sets no TTLs.
+//!
+//! Lookups run on the requesting thread, inside the tiers' single flight, so a remote round trip
+//! (bounded by the timeout) stands where a source read would. Connections are pooled; the pool is
+//! locked only to take or give back a connection, never across a call.
+
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::json;
+
+use crate::shared::{fnv1a64, Rgb};
+use crate::source::catalog::Catalog;
+use crate::source::Identity;
+use crate::sync::{LockExt, Mutex};
+
+/// Every remote call's bound: connecting (with the handshake), sending, and each reply.
+pub(crate) const TIMEOUT: Duration = Duration::from_millis(200);
+/// While down, one probe at most this often.
+pub(crate) const RETRY_EVERY: Duration = Duration::from_secs(1);
+/// Bytes of the header before every payload.
+pub(crate) const HEADER_LEN: usize = 40;
+const MAGIC: [u8; 4] = *b"PFRM";
+const VERSION: u16 = 1;
+/// The writer's queue: at most this many jobs ...
+const QUEUE_JOBS: usize = 256;
+/// ... holding at most this many payload bytes.
+const QUEUE_BYTES: u64 = 64 << 20;
+/// One pipeline of writes carries at most this many payload bytes.
+const BATCH_BYTES: u64 = 8 << 20;
+/// Idle connections kept for lookups.
+const POOL_MAX: usize = 32;
+
+/// A remote tier that cannot be set up (its URL refused by the client).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RemoteError {
+    #[error("cache.remote {url}: {source}")]
+    Url {
+        url: String,
+        #[source]
+        source: redis::RedisError,
+    },
+    #[error("cache.remote: cannot start the writer thread: {0}")]
+    Writer(#[source] io::Error),
+}
+
+/// The forms the remote tier holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RemoteKind {
+    Encoded,
+    Decoded,
+    Augmented,
+}
+
+impl RemoteKind {
+    fn code(self) -> u8 {
+        match self {
+            RemoteKind::Encoded => 1,
+            RemoteKind::Decoded => 2,
+            RemoteKind::Augmented => 3,
+        }
+    }
+    fn letter(self) -> u8 {
+        match self {
+            RemoteKind::Encoded => b'e',
+            RemoteKind::Decoded => b'd',
+            RemoteKind::Augmented => b'a',
+        }
+    }
+}
+
+/// Why a value is refused.
+#[derive(Debug, thiserror::Error)]
+enum Damage {
+    #[error("shorter than its header")]
+    Short,
+    #[error("bad magic or version")]
+    Magic,
+    #[error("kind byte {0}, expected {1}")]
+    Kind(u8, u8),
+    #[error("stored under another key")]
+    Key,
+    #[error("{actual} payload bytes, the header says {expected}")]
+    Length { actual: u64, expected: u64 },
+    #[error("{width}x{height} pixels do not fill {len} payload bytes")]
+    Dims { width: u32, height: u32, len: u64 },
+    #[error("checksum mismatch")]
+    Checksum,
+}
+
+/// The dataset's fingerprint: the catalog's relative paths (directories and files, in the
+/// catalog's sorted order), hashed once at mount. Sizes and mtimes enter each key instead (see
+/// the module documentation), so mounting stats no file and one changed file leaves the other
+/// samples' entries valid.
+pub(crate) fn dataset_fingerprint(catalog: &Catalog) -> u64 {
+    let root = catalog.root();
+    let dirs: Vec<Vec<u8>> = (0..catalog.dir_count() as u32)
+        .map(|d| {
+            let path = catalog.dir_path(d);
+            path.strip_prefix(root).unwrap_or(&path).as_os_str().as_bytes().to_vec()
+        })
+        .collect();
+    let mut h: u64 = fnv1a64(&[b"prepfs-dataset-1", &(catalog.file_count() as u64).to_le_bytes()]);
+    for file in 0..catalog.file_count() as u32 {
+        let dir = dirs.get(catalog.file_dir(file) as usize).map_or(&[][..], |d| &d[..]);
+        h = fnv1a64(&[&h.to_le_bytes(), dir, b"/", catalog.file_name(file).as_bytes(), &[0]]);
+    }
+    h
+}
+
+/// The key of one form of one version of a sample (see the module documentation).
+pub(crate) fn key_of(fingerprint: u64, rel_path: &Path, version: &Identity, kind: RemoteKind) -> Vec<u8> {
+    let rel = rel_path.as_os_str().as_bytes();
+    let mut key = Vec::with_capacity(rel.len() + 64);
+    key.extend_from_slice(format!("prepfs:1:{{{fingerprint:016x}:{}:{}:", version.len, version.mtime_ns).as_bytes());
+    key.extend_from_slice(rel);
+    key.extend_from_slice(b"}:");
+    key.push(kind.letter());
+    key
+}
+
+/// A value for `key`: the header, then `payload`.
+pub(crate) fn encode_value(kind: RemoteKind, key: &[u8], payload: &[u8], (width, height): (u32, u32)) -> Vec<u8> {
+    let mut v = Vec::with_capacity(HEADER_LEN + payload.len());
+    v.extend_from_slice(&MAGIC);
+    v.extend_from_slice(&VERSION.to_le_bytes());
+    v.push(kind.code());
+    v.push(0);
+    v.extend_from_slice(&fnv1a64(&[key]).to_le_bytes());
+    v.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    v.extend_from_slice(&width.to_le_bytes());
+    v.extend_from_slice(&height.to_le_bytes());
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&v[0..32]);
+    crc.update(payload);
+    v.extend_from_slice(&crc.finalize().to_le_bytes());
+    v.extend_from_slice(&[0; 4]);
+    v.extend_from_slice(payload);
+    v
+}
+
+fn le_u32(b: &[u8]) -> u32 {
+    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+}
+fn le_u64(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    u64::from_le_bytes(a)
+}
+
+/// Checks a value read under `key`; returns its (width, height) and the payload (the header
+/// taken off in place).
+fn decode_value(kind: RemoteKind, key: &[u8], mut value: Vec<u8>) -> Result<((u32, u32), Vec<u8>), Damage> {
+    if value.len() < HEADER_LEN {
+        return Err(Damage::Short);
+    }
+    let h = &value[..HEADER_LEN];
+    if h[0..4] != MAGIC || u16::from_le_bytes([h[4], h[5]]) != VERSION {
+        return Err(Damage::Magic);
+    }
+    if h[6] != kind.code() || h[7] != 0 || h[36..40] != [0; 4] {
+        return Err(Damage::Kind(h[6], kind.code()));
+    }
+    if le_u64(&h[8..16]) != fnv1a64(&[key]) {
+        return Err(Damage::Key);
+    }
+    let len = le_u64(&h[16..24]);
+    let actual = (value.len() - HEADER_LEN) as u64;
+    if actual != len {
+        return Err(Damage::Length { actual, expected: len });
+    }
+    let (width, height) = (le_u32(&h[24..28]), le_u32(&h[28..32]));
+    let dims_ok = match kind {
+        RemoteKind::Decoded => u64::from(width) * u64::from(height) * 3 == len,
+        RemoteKind::Encoded | RemoteKind::Augmented => width == 0 && height == 0,
+    };
+    if !dims_ok {
+        return Err(Damage::Dims { width, height, len });
+    }
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&h[0..32]);
+    crc.update(&value[HEADER_LEN..]);
+    if crc.finalize() != le_u32(&h[32..36]) {
+        return Err(Damage::Checksum);
+    }
+    value.drain(..HEADER_LEN);
+    Ok(((width, height), value))
+}
+
+/// What a lookup found.
+pub(crate) enum RemoteHit {
+    /// Full-resolution pixels.
+    Pixels(Rgb),
+    /// The source bytes.
+    Bytes(Vec<u8>),
+}
+
+/// A payload queued for writing.
+pub(crate) enum Payload {
+    Bytes(Arc<[u8]>),
+    Pixels(Arc<Rgb>),
+}
+
+impl Payload {
+    fn data(&self) -> &[u8] {
+        match self {
+            Payload::Bytes(b) => b,
+            Payload::Pixels(p) => &p.pixels,
+        }
+    }
+    fn dims(&self) -> (u32, u32) {
+        match self {
+            Payload::Bytes(_) => (0, 0),
+            Payload::Pixels(p) => (p.width, p.height),
+        }
+    }
+}
+
+struct WriteJob {
+    kind: RemoteKind,
+    key: Vec<u8>,
+    payload: Payload,
+}
+
+/// Whether an error is the connection's (an outage) rather than the server's reply.
+fn is_outage(e: &redis::RedisError) -> bool {
+    e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_unrecoverable_error()
+}
+
+/// Seconds since the epoch as `YYYY-MM-DDTHH:MM:SSZ` (UTC).
+fn utc(t: SystemTime) -> String {
+    let secs = t.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// The URL as shown in stats and logs: a password replaced by `***`.
+fn redacted(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// The state shared by request threads and the writer.
+struct Inner {
+    client: redis::Client,
+    url: String,
+    size: u64,
+    /// Idle connections, each with the generation it was made in.
+    pool: Mutex<Vec<(u64, redis::Connection)>>,
+    /// Bumped at each outage: connections of an older generation are not pooled again.
+    generation: AtomicU64,
+    down: AtomicBool,
+    down_since: Mutex<Option<SystemTime>>,
+    /// While down: the next probe's time, in ms since `epoch`.
+    next_try_ms: AtomicU64,
+    epoch: Instant,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    /// Lookups and writes skipped because the tier was down.
+    skipped: AtomicU64,
+    writes: AtomicU64,
+    bytes_written: AtomicU64,
+    /// Bytes this mount removed from the server (damaged values deleted, outputs claimed).
+    bytes_freed: AtomicU64,
+    claims: AtomicU64,
+    errors: AtomicU64,
+    outages: AtomicU64,
+    damaged_dropped: AtomicU64,
+    dropped_writes: AtomicU64,
+    over_size: AtomicU64,
+    queued_jobs: AtomicU64,
+    queued_bytes: AtomicU64,
+    /// The server's `used_memory`, and when it was sampled (ms since `epoch`; 0: never).
+    server_used: AtomicU64,
+    server_used_at_ms: AtomicU64,
+}
+
+impl Inner {
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// Whether a call may go out now: always while up; while down, for one caller per
+    /// [`RETRY_EVERY`] (the probe).
+    fn usable(&self) -> bool {
+        if !self.down.load(Ordering::Acquire) {
+            return true;
+        }
+        let now = self.now_ms();
+        let next = self.next_try_ms.load(Ordering::Acquire);
+        now >= next
+            && self
+                .next_try_ms
+                .compare_exchange(next, now + RETRY_EVERY.as_millis() as u64, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    fn mark_up(&self) {
+        if self.down.swap(false, Ordering::AcqRel) {
+            let since = self.down_since.lock_or_recover().take();
+            let secs = since.and_then(|s| s.elapsed().ok()).map_or(0.0, |d| d.as_secs_f64());
+            tracing::info!(url = %self.url, down_for_s = secs, "remote cache tier is back");
+        }
+    }
+
+    fn mark_down(&self, e: &redis::RedisError) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.next_try_ms.store(self.now_ms() + RETRY_EVERY.as_millis() as u64, Ordering::Release);
+        let stale = std::mem::take(&mut *self.pool.lock_or_recover());
+        drop(stale);
+        if !self.down.swap(true, Ordering::AcqRel) {
+            *self.down_since.lock_or_recover() = Some(SystemTime::now());
+            self.outages.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                url = %self.url,
+                error = %e,
+                "remote cache tier is down; serving from the local tiers and the source, retrying once a second"
+            );
+        }
+    }
+
+    fn connect(&self) -> redis::RedisResult<redis::Connection> {
+        let conn = self.client.get_connection_with_timeout(TIMEOUT)?;
+        conn.set_read_timeout(Some(TIMEOUT))?;
+        conn.set_write_timeout(Some(TIMEOUT))?;
+        Ok(conn)
+    }
+
+    /// Runs `call` on a pooled (or new) connection if the tier is usable now. `None`: skipped
+    /// (down) or failed (counted; an outage marks the tier down).
+    fn with_conn<T>(&self, call: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>) -> Option<T> {
+        if !self.usable() {
+            self.skipped.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        let pooled = self.pool.lock_or_recover().pop();
+        let (generation, mut conn) = match pooled {
+            Some(c) => c,
+            None => {
+                let generation = self.generation.load(Ordering::Acquire);
+                match self.connect() {
+                    Ok(conn) => (generation, conn),
+                    Err(e) => {
+                        self.mark_down(&e);
+                        return None;
+                    }
+                }
+            }
+        };
+        match call(&mut conn) {
+            Ok(v) => {
+                self.mark_up();
+                self.give_back(generation, conn);
+                Some(v)
+            }
+            Err(e) if is_outage(&e) => {
+                self.mark_down(&e);
+                None
+            }
+            Err(e) => {
+                // The server answered (an error reply): the connection is sound.
+                self.errors.fetch_add(1, Ordering::Relaxed);
+                crate::warn_limited!("remote-reply", url = %self.url, error = %e, "remote cache tier refused a call");
+                self.give_back(generation, conn);
+                None
+            }
+        }
+    }
+
+    fn give_back(&self, generation: u64, conn: redis::Connection) {
+        if generation != self.generation.load(Ordering::Acquire) {
+            return;
+        }
+        let mut pool = self.pool.lock_or_recover();
+        if pool.len() < POOL_MAX {
+            pool.push((generation, conn));
+        }
+    }
+
+    /// Checks a value read under `key`; a damaged one is deleted (if still there) and counted.
+    fn check(&self, kind: RemoteKind, key: &[u8], value: Vec<u8>, delete: bool) -> Option<((u32, u32), Vec<u8>)> {
+        let len = value.len() as u64;
+        match decode_value(kind, key, value) {
+            Ok(v) => Some(v),
+            Err(why) => {
+                self.damaged_dropped.fetch_add(1, Ordering::Relaxed);
+                crate::warn_limited!(
+                    "remote-damaged",
+                    key = %String::from_utf8_lossy(key),
+                    why = %why,
+                    "damaged value in the remote cache tier; dropped, not served"
+                );
+                if delete {
+                    if let Some(removed) = self.with_conn(|c| redis::cmd("DEL").arg(key).query::<u64>(c)) {
+                        if removed > 0 {
+                            self.bytes_freed.fetch_add(len, Ordering::Relaxed);
+                        }
+                    }
+                } else {
+                    self.bytes_freed.fetch_add(len, Ordering::Relaxed);
+                }
+                None
+            }
+        }
+    }
+
+    /// The server's `used_memory`, sampled at most once a second (0 when unknown).
+    fn server_used(&self) -> u64 {
+        let now = self.now_ms().max(1);
+        let at = self.server_used_at_ms.load(Ordering::Relaxed);
+        if at == 0 || now.saturating_sub(at) >= 1000 {
+            self.server_used_at_ms.store(now, Ordering::Relaxed);
+            let info = self.with_conn(|c| redis::cmd("INFO").arg("memory").query::<String>(c));
+            let used = info.as_deref().and_then(|text| {
+                text.lines().find_map(|l| l.strip_prefix("used_memory:")).and_then(|v| v.trim().parse::<u64>().ok())
+            });
+            if let Some(used) = used {
+                self.server_used.store(used, Ordering::Relaxed);
+            }
+        }
+        self.server_used.load(Ordering::Relaxed)
+    }
+
+    /// Whether `len` more bytes keep within `size`.
+    fn fits(&self, len: u64) -> bool {
+        let own = self.bytes_written.load(Ordering::Relaxed).saturating_sub(self.bytes_freed.load(Ordering::Relaxed));
+        own.max(self.server_used()).saturating_add(len) <= self.size
+    }
+
+    /// Writes one batch in one pipeline: `SET key value NX` each, within the budget.
+    fn write_batch(&self, batch: Vec<WriteJob>) {
+        let mut pipe = redis::pipe();
+        let mut lens = Vec::with_capacity(batch.len());
+        for job in &batch {
+            let data = job.payload.data();
+            let len = (HEADER_LEN + data.len()) as u64;
+            if !self.fits(len + lens.iter().sum::<u64>()) {
+                self.over_size.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            let value = encode_value(job.kind, &job.key, data, job.payload.dims());
+            pipe.cmd("SET").arg(&job.key[..]).arg(value).arg("NX");
+            lens.push(len);
+        }
+        if lens.is_empty() {
+            return;
+        }
+        match self.with_conn(|c| pipe.query::<Vec<redis::Value>>(c)) {
+            Some(replies) => {
+                for (reply, len) in replies.iter().zip(&lens) {
+                    if !matches!(reply, redis::Value::Nil) {
+                        self.writes.fetch_add(1, Ordering::Relaxed);
+                        self.bytes_written.fetch_add(*len, Ordering::Relaxed);
+                    }
+                }
+            }
+            None => {
+                self.dropped_writes.fetch_add(lens.len() as u64, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The writer: sends what is queued, in batches; while the tier is down and nothing is
+    /// queued it probes (PING) once per [`RETRY_EVERY`], so the tier comes back by itself even
+    /// while every request hits memory. Ends when the queue is closed and drained.
+    fn run_writer(&self, jobs: Receiver<WriteJob>) {
+        use std::sync::mpsc::RecvTimeoutError;
+        loop {
+            let first = match jobs.recv_timeout(RETRY_EVERY) {
+                Ok(job) => job,
+                Err(RecvTimeoutError::Timeout) => {
+                    if self.down.load(Ordering::Acquire) {
+                        self.with_conn(|c| redis::cmd("PING").query::<String>(c));
+                    }
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => return,
+            };
+            let mut batch = vec![first];
+            let mut bytes = batch[0].payload.data().len() as u64;
+            while bytes < BATCH_BYTES {
+                match jobs.try_recv() {
+                    Ok(job) => {
+                        bytes += job.payload.data().len() as u64;
+                        batch.push(job);
+                    }
+                    Err(_) => break,
+                }
+            }
+            let n = batch.len() as u64;
+            self.write_batch(batch);
+            self.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
+            self.queued_jobs.fetch_sub(n, Ordering::AcqRel);
+        }
+    }
+}
+
+/// The remote tier: see the module documentation.
+pub(crate) struct RemoteTier {
+    inner: Arc<Inner>,
+    fingerprint: u64,
+    sender: Mutex<Option<SyncSender<WriteJob>>>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl RemoteTier {
+    /// The tier on the server at `url` (`redis://HOST:PORT[/DB]`), within `size` bytes, for the
+    /// dataset `fingerprint`. Connects lazily: a server down at mount is an outage like any.
+    pub(crate) fn open(url: &str, size: u64, fingerprint: u64) -> Result<RemoteTier, RemoteError> {
+        let client = redis::Client::open(url).map_err(|source| RemoteError::Url { url: redacted(url), source })?;
+        let inner = Arc::new(Inner {
+            client,
+            url: redacted(url),
+            size,
+            pool: Mutex::new(Vec::new()),
+            generation: AtomicU64::new(0),
+            down: AtomicBool::new(false),
+            down_since: Mutex::new(None),
+            next_try_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            skipped: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
+            bytes_written: AtomicU64::new(0),
+            bytes_freed: AtomicU64::new(0),
+            claims: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            outages: AtomicU64::new(0),
+            damaged_dropped: AtomicU64::new(0),
+            dropped_writes: AtomicU64::new(0),
+            over_size: AtomicU64::new(0),
+            queued_jobs: AtomicU64::new(0),
+            queued_bytes: AtomicU64::new(0),
+            server_used: AtomicU64::new(0),
+            server_used_at_ms: AtomicU64::new(0),
+        });
+        let (sender, receiver) = sync_channel(QUEUE_JOBS);
+        let for_writer = Arc::clone(&inner);
+        let writer = std::thread::Builder::new()
+            .name("prepfs-remote-writer".into())
+            .spawn(move || for_writer.run_writer(receiver))
+            .map_err(RemoteError::Writer)?;
+        Ok(RemoteTier { inner, fingerprint, sender: Mutex::new(Some(sender)), writer: Mutex::new(Some(writer)) })
+    }
+
+    /// The key of one form of a sample's version (relative path and identity).
+    pub(crate) fn key(&self, rel_path: &Path, version: &Identity, kind: RemoteKind) -> Vec<u8> {
+        key_of(self.fingerprint, rel_path, version, kind)
+    }
+
+    /// The sample's decoded pixels, else its encoded bytes, in one round trip; a damaged value
+    /// is dropped and reads as a miss. `None` also while the tier is down.
+    pub(crate) fn get(&self, rel_path: &Path, version: &Identity) -> Option<RemoteHit> {
+        let inner = &self.inner;
+        let dkey = self.key(rel_path, version, RemoteKind::Decoded);
+        let ekey = self.key(rel_path, version, RemoteKind::Encoded);
+        let values = inner.with_conn(|c| redis::cmd("MGET").arg(&dkey[..]).arg(&ekey[..]).query::<Vec<Option<Vec<u8>>>>(c))?;
+        let mut values = values.into_iter();
+        let (decoded, encoded) = (values.next().flatten(), values.next().flatten());
+        let hit = decoded
+            .and_then(|v| inner.check(RemoteKind::Decoded, &dkey, v, true))
+            .map(|((width, height), pixels)| RemoteHit::Pixels(Rgb { width, height, pixels }))
+            .or_else(|| encoded.and_then(|v| inner.check(RemoteKind::Encoded, &ekey, v, true)).map(|(_, b)| RemoteHit::Bytes(b)));
+        let counter = if hit.is_some() { &inner.hits } else { &inner.misses };
+        counter.fetch_add(1, Ordering::Relaxed);
+        hit
+    }
+
+    /// Takes the sample's waiting augmented output, if any: `GETDEL`, so exactly one reader
+    /// anywhere gets it. A damaged one is gone with the take and reads as a miss.
+    pub(crate) fn claim_augmented(&self, rel_path: &Path, version: &Identity) -> Option<Vec<u8>> {
+        let inner = &self.inner;
+        let key = self.key(rel_path, version, RemoteKind::Augmented);
+        let value = inner.with_conn(|c| redis::cmd("GETDEL").arg(&key[..]).query::<Option<Vec<u8>>>(c)).flatten();
+        let Some(value) = value else {
+            inner.misses.fetch_add(1, Ordering::Relaxed);
+            return None;
+        };
+        let len = value.len() as u64;
+        let out = inner.check(RemoteKind::Augmented, &key, value, false).map(|(_, b)| b);
+        if out.is_some() {
+            inner.bytes_freed.fetch_add(len, Ordering::Relaxed);
+            inner.claims.fetch_add(1, Ordering::Relaxed);
+            inner.hits.fetch_add(1, Ordering::Relaxed);
+        } else {
+            inner.misses.fetch_add(1, Ordering::Relaxed);
+        }
+        out
+    }
+
+    /// Queues the sample's source bytes for writing; returns whether they were queued.
+    pub(crate) fn put_encoded(&self, rel_path: &Path, version: &Identity, bytes: Arc<[u8]>) -> bool {
+        self.enqueue(RemoteKind::Encoded, rel_path, version, Payload::Bytes(bytes))
+    }
+
+    /// Queues the sample's decoded pixels (uint8 RGB) for writing.
+    pub(crate) fn put_decoded(&self, rel_path: &Path, version: &Identity, pixels: Arc<Rgb>) -> bool {
+        self.enqueue(RemoteKind::Decoded, rel_path, version, Payload::Pixels(pixels))
+    }
+
+    /// Queues a fresh augmented output for the next claimer anywhere (kept only when none waits).
+    pub(crate) fn put_augmented(&self, rel_path: &Path, version: &Identity, out: Arc<[u8]>) -> bool {
+        self.enqueue(RemoteKind::Augmented, rel_path, version, Payload::Bytes(out))
+    }
+
+    fn enqueue(&self, kind: RemoteKind, rel_path: &Path, version: &Identity, payload: Payload) -> bool {
+        let inner = &self.inner;
+        // Down: dropped at no cost (the probe belongs to lookups and the writer's batches).
+        if inner.down.load(Ordering::Acquire) {
+            inner.skipped.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        let len = payload.data().len() as u64;
+        if (HEADER_LEN as u64 + len) > inner.size {
+            inner.over_size.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        let queued = inner.queued_bytes.fetch_add(len, Ordering::AcqRel);
+        if queued > 0 && queued + len > QUEUE_BYTES {
+            inner.queued_bytes.fetch_sub(len, Ordering::AcqRel);
+            inner.dropped_writes.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        inner.queued_jobs.fetch_add(1, Ordering::AcqRel);
+        let job = WriteJob { kind, key: self.key(rel_path, version, kind), payload };
+        let sent = match &*self.sender.lock_or_recover() {
+            Some(sender) => sender.try_send(job).is_ok(),
+            None => false,
+        };
+        if !sent {
+            inner.queued_bytes.fetch_sub(len, Ordering::AcqRel);
+            inner.queued_jobs.fetch_sub(1, Ordering::AcqRel);
+            inner.dropped_writes.fetch_add(1, Ordering::Relaxed);
+        }
+        sent
+    }
+
+    /// Waits (up to `limit`) until every queued write is sent; returns whether it is.
+    #[cfg(test)]
+    pub(crate) fn flush(&self, limit: Duration) -> bool {
+        let started = Instant::now();
+        while self.inner.queued_jobs.load(Ordering::Acquire) > 0 {
+            if started.elapsed() > limit {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        true
+    }
+
+    /// The end of a mount: closes the queue, lets the writer send what is queued (each call
+    /// within the timeouts; nothing while down) and joins it.
+    pub(crate) fn close(&self) {
+        self.sender.lock_or_recover().take();
+        let writer = self.writer.lock_or_recover().take();
+        if let Some(writer) = writer {
+            let _ = writer.join();
+        }
+    }
+
+    /// Whether the tier is up (false from a failed call until a probe succeeds).
+    pub(crate) fn is_up(&self) -> bool {
+        !self.inner.down.load(Ordering::Acquire)
+    }
+
+    /// Figures for stats (`cache.remote`).
+    pub(crate) fn stats(&self) -> serde_json::Value {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let i = &self.inner;
+        let state = match *i.down_since.lock_or_recover() {
+            Some(since) if !self.is_up() => format!("down since {}", utc(since)),
+            _ => "up".to_string(),
+        };
+        json!({
+            "url": i.url,
+            "state": state,
+            "fingerprint": format!("{:016x}", self.fingerprint),
+            "size": i.size,
+            "hits": get(&i.hits),
+            "misses": get(&i.misses),
+            "skipped_while_down": get(&i.skipped),
+            "claims": get(&i.claims),
+            "writes": get(&i.writes),
+            "bytes_written": get(&i.bytes_written),
+            "bytes_freed": get(&i.bytes_freed),
+            "server_used_memory": get(&i.server_used),
+            "errors": get(&i.errors),
+            "outages": get(&i.outages),
+            "damaged_dropped": get(&i.damaged_dropped),
+            "dropped_writes": get(&i.dropped_writes),
+            "over_size": get(&i.over_size),
+            "pending_writes": get(&i.queued_jobs),
+        })
+    }
+}
+
+impl Drop for RemoteTier {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+#[cfg(test)]
+#[path = "../../tests/common/redis_server.rs"]
+#[allow(unreachable_pub)]
+mod redis_server;
+
+#[cfg(test)]
+mod tests {
+    use super::redis_server::RedisServer;
+    use super::*;
+
+    const WAIT: Duration = Duration::from_secs(10);
+
+    fn version(len: u64) -> Identity {
+        Identity { dev: 1, ino: 2, len, mtime_ns: 1_700_000_000_123_456_789, ctime_ns: 3 }
+    }
+
+    fn bytes(n: usize, seed: u8) -> Arc<[u8]> {
+        (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect::<Vec<_>>().into()
+    }
+
+    fn pixels(w: u32, h: u32) -> Arc<Rgb> {
+        Arc::new(Rgb { width: w, height: h, pixels: (0..w * h * 3).map(|i| (i % 251) as u8).collect() })
+    }
+
+    fn exists(server: &RedisServer, key: &[u8]) -> bool {
+        server.command_bytes(&[b"EXISTS", key]).is_some_and(|r| r.starts_with(b":1"))
+    }
+
+    #[test]
+    fn keys_name_the_dataset_the_version_and_the_form() {
+        let v = version(100);
+        let k = key_of(7, Path::new("c0/a.jpg"), &v, RemoteKind::Decoded);
+        assert_eq!(k, b"prepfs:1:{0000000000000007:100:1700000000123456789:c0/a.jpg}:d".to_vec());
+        assert_ne!(k, key_of(8, Path::new("c0/a.jpg"), &v, RemoteKind::Decoded), "another dataset");
+        assert_ne!(k, key_of(7, Path::new("c0/a.jpg"), &Identity { len: 101, ..v }, RemoteKind::Decoded), "size counts");
+        assert_ne!(k, key_of(7, Path::new("c0/a.jpg"), &Identity { mtime_ns: 1, ..v }, RemoteKind::Decoded), "mtime counts");
+        assert_eq!(k, key_of(7, Path::new("c0/a.jpg"), &Identity { ino: 9, ctime_ns: 9, dev: 9, ..v }, RemoteKind::Decoded), "inode and ctime differ across machines");
+        assert_ne!(k, key_of(7, Path::new("c0/a.jpg"), &v, RemoteKind::Encoded), "form counts");
+        assert_eq!(utc(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000)), "2023-11-14T22:13:20Z");
+        assert_eq!(redacted("redis://user:secret@h:6379/0"), "redis://user:***@h:6379/0");
+        assert_eq!(redacted("redis://h:6379"), "redis://h:6379");
+    }
+
+    #[test]
+    fn a_value_round_trips_and_every_kind_of_damage_is_refused() {
+        let key = b"k".to_vec();
+        let v = encode_value(RemoteKind::Decoded, &key, &pixels(4, 3).pixels, (4, 3));
+        let ((w, h), payload) = decode_value(RemoteKind::Decoded, &key, v.clone()).expect("intact");
+        assert_eq!(((w, h), payload), ((4, 3), pixels(4, 3).pixels.clone()));
+        assert!(matches!(decode_value(RemoteKind::Decoded, b"other", v.clone()), Err(Damage::Key)));
+        assert!(matches!(decode_value(RemoteKind::Encoded, &key, v.clone()), Err(Damage::Kind(2, 1))));
+        assert!(matches!(decode_value(RemoteKind::Decoded, &key, v[..HEADER_LEN - 1].to_vec()), Err(Damage::Short)));
+        assert!(matches!(decode_value(RemoteKind::Decoded, &key, v[..v.len() - 1].to_vec()), Err(Damage::Length { .. })));
+        let mut flipped = v.clone();
+        flipped[HEADER_LEN + 5] ^= 0x10;
+        assert!(matches!(decode_value(RemoteKind::Decoded, &key, flipped), Err(Damage::Checksum)));
+        let mut magic = v;
+        magic[0] = b'X';
+        assert!(matches!(decode_value(RemoteKind::Decoded, &key, magic), Err(Damage::Magic)));
+    }
+
+    #[test]
+    fn what_is_put_is_got_back_from_a_real_redis_server() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let server = RedisServer::start(dir.path());
+        let tier = RemoteTier::open(&server.url(), 1 << 30, 42).expect("open");
+        let (a, b) = (Path::new("c0/a.jpg"), Path::new("c1/b.jpg"));
+        assert!(tier.get(a, &version(10_000)).is_none());
+        assert!(tier.put_encoded(a, &version(10_000), bytes(10_000, 1)));
+        assert!(tier.put_decoded(b, &version(500), pixels(33, 17)));
+        assert!(tier.flush(WAIT));
+        match tier.get(a, &version(10_000)) {
+            Some(RemoteHit::Bytes(got)) => assert_eq!(&got[..], &bytes(10_000, 1)[..]),
+            _ => panic!("encoded value missing"),
+        }
+        match tier.get(b, &version(500)) {
+            Some(RemoteHit::Pixels(p)) => assert_eq!((p.width, p.height, &p.pixels), (33, 17, &pixels(33, 17).pixels)),
+            _ => panic!("decoded value missing"),
+        }
+        assert!(tier.get(a, &version(10_001)).is_none(), "another version of the file misses");
+        // Another mount of the same dataset shares; another dataset does not see them.
+        let same = RemoteTier::open(&server.url(), 1 << 30, 42).expect("open");
+        assert!(same.get(a, &version(10_000)).is_some());
+        let other = RemoteTier::open(&server.url(), 1 << 30, 43).expect("open");
+        assert!(other.get(a, &version(10_000)).is_none());
+        let stats = tier.stats();
+        assert_eq!((stats["hits"].as_u64(), stats["misses"].as_u64(), stats["writes"].as_u64()), (Some(2), Some(2), Some(2)));
+        assert_eq!(stats["bytes_written"], (10_000 + 33 * 17 * 3 + 2 * HEADER_LEN) as u64);
+        assert_eq!(stats["state"], "up");
+    }
+
+    #[test]
+    fn a_damaged_value_is_deleted_and_never_served() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let server = RedisServer::start(dir.path());
+        let tier = RemoteTier::open(&server.url(), 1 << 30, 1).expect("open");
+        let (a, b) = (Path::new("a.jpg"), Path::new("b.jpg"));
+        assert!(tier.put_encoded(a, &version(1), bytes(5_000, 1)));
+        assert!(tier.put_encoded(b, &version(2), bytes(5_000, 2)));
+        assert!(tier.flush(WAIT));
+        // Garbage over a's value; b's intact value copied under a third key.
+        let ka = tier.key(a, &version(1), RemoteKind::Encoded);
+        let garbage = vec![0x5a_u8; 5_040];
+        assert!(server.command_bytes(&[b"SET", &ka, &garbage]).is_some_and(|r| r.starts_with(b"+OK")));
+        let kb = tier.key(b, &version(2), RemoteKind::Encoded);
+        let kc = tier.key(Path::new("c.jpg"), &version(2), RemoteKind::Encoded);
+        assert!(server.command_bytes(&[b"COPY", &kb, &kc]).is_some_and(|r| r.starts_with(b":1")));
+        assert!(tier.get(a, &version(1)).is_none(), "garbage was served");
+        assert!(!exists(&server, &ka), "the damaged value was not deleted");
+        assert!(tier.get(Path::new("c.jpg"), &version(2)).is_none(), "a value under another key was served");
+        assert!(!exists(&server, &kc));
+        assert!(matches!(tier.get(b, &version(2)), Some(RemoteHit::Bytes(got)) if got[..] == bytes(5_000, 2)[..]));
+        assert_eq!(tier.stats()["damaged_dropped"], 2);
+    }
+
+    #[test]
+    fn two_concurrent_claimers_of_one_augmented_output_never_both_get_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let server = RedisServer::start(dir.path());
+        let url = server.url();
+        let writer = RemoteTier::open(&url, 1 << 30, 5).expect("open");
+        let rounds = 40u64;
+        for i in 0..rounds {
+            let rel = format!("c/{i}.jpg");
+            assert!(writer.put_augmented(Path::new(&rel), &version(i), bytes(1_000, i as u8)));
+        }
+        assert!(writer.flush(WAIT));
+        // Two mounts (two tiers, their own connections) claim every output at once.
+        let claimers: Vec<Arc<RemoteTier>> = (0..2).map(|_| Arc::new(RemoteTier::open(&url, 1 << 30, 5).expect("open"))).collect();
+        let barrier = Arc::new(std::sync::Barrier::new(2));
+        let threads: Vec<_> = claimers
+            .iter()
+            .map(|tier| {
+                let (tier, barrier) = (Arc::clone(tier), Arc::clone(&barrier));
+                std::thread::spawn(move || {
+                    (0..rounds)
+                        .map(|i| {
+                            barrier.wait();
+                            let rel = format!("c/{i}.jpg");
+                            tier.claim_augmented(Path::new(&rel), &version(i)).map(|got| {
+                                assert_eq!(&got[..], &bytes(1_000, i as u8)[..]);
+                            })
+                        })
+                        .map(|got| got.is_some())
+                        .collect::<Vec<bool>>()
+                })
+            })
+            .collect();
+        let won: Vec<Vec<bool>> = threads.into_iter().map(|t| t.join().expect("claimer")).collect();
+        for (i, (a, b)) in won[0].iter().zip(&won[1]).enumerate() {
+            assert!(a ^ b, "output {i}: claimed by {} readers", u8::from(*a) + u8::from(*b));
+        }
+        assert_eq!(server.command(&["DBSIZE"]).expect("dbsize"), b":0\r\n".to_vec(), "every claimed output is gone");
+        // A later output for the same sample is a fresh one, offered again.
+        assert!(writer.put_augmented(Path::new("c/0.jpg"), &version(0), bytes(1_000, 99)));
+        assert!(writer.flush(WAIT));
+        assert!(claimers[0].claim_augmented(Path::new("c/0.jpg"), &version(0)).is_some_and(|b| b[..] == bytes(1_000, 99)[..]));
+    }
+
+    #[test]
+    fn writes_stop_at_the_size() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let server = RedisServer::start(dir.path());
+        // Room for about 3 values of 100 KB. (The server's own used_memory, ~1 MB empty, is
+        // within a size of 10 MB; here the running count is what stops the writes.)
+        let tier = RemoteTier::open(&server.url(), 10 << 20, 9).expect("open");
+        for i in 0..300u64 {
+            let rel = format!("{i}.jpg");
+            tier.put_encoded(Path::new(&rel), &version(i), bytes(100_000, i as u8));
+            assert!(tier.flush(WAIT));
+        }
+        let stats = tier.stats();
+        let written = stats["bytes_written"].as_u64().expect("bytes_written");
+        assert!(written <= 10 << 20, "{stats}");
+        assert!(written > 5 << 20, "{stats}");
+        assert!(stats["over_size"].as_u64() > Some(0), "{stats}");
+    }
+
+    #[test]
+    fn a_killed_server_is_an_outage_logged_once_and_a_restarted_one_is_used_again() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut server = RedisServer::start(dir.path());
+        let tier = RemoteTier::open(&server.url(), 1 << 30, 3).expect("open");
+        let a = Path::new("a.jpg");
+        assert!(tier.put_encoded(a, &version(1), bytes(1_000, 1)));
+        assert!(tier.flush(WAIT));
+        assert!(tier.get(a, &version(1)).is_some());
+        server.kill();
+        let started = Instant::now();
+        assert!(tier.get(a, &version(1)).is_none());
+        assert!(started.elapsed() < TIMEOUT * 3, "a dead server took {:?}", started.elapsed());
+        assert!(!tier.is_up());
+        let stats = tier.stats();
+        assert!(stats["state"].as_str().is_some_and(|s| s.starts_with("down since ")), "{stats}");
+        // While down, calls cost nothing: no connection is tried within the second.
+        let started = Instant::now();
+        for _ in 0..1000 {
+            assert!(tier.get(a, &version(1)).is_none());
+        }
+        assert!(started.elapsed() < Duration::from_millis(100), "{:?}", started.elapsed());
+        assert!(!tier.put_encoded(a, &version(1), bytes(1_000, 1)), "no write is queued while down");
+        assert_eq!(tier.stats()["outages"], 1);
+        server.restart();
+        let started = Instant::now();
+        while !tier.is_up() {
+            assert!(started.elapsed() < RETRY_EVERY * 5, "no reconnect");
+            tier.get(a, &version(1));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(tier.put_encoded(a, &version(1), bytes(1_000, 1)));
+        assert!(tier.flush(WAIT));
+        assert!(tier.get(a, &version(1)).is_some(), "hits resume");
+        assert_eq!(tier.stats()["outages"], 1);
+        assert_eq!(tier.stats()["state"], "up");
+    }
+}

@@ -1,0 +1,140 @@
+//! A real `redis-server` for tests (never a mock): on a free loopback port, in its own
+//! directory, nothing persisted (`--save '' --appendonly no`), killed on every way out: the
+//! guard's drop, a panic unwinding through it, or the test process dying (the server gets
+//! SIGKILL when the thread that started it ends).
+//!
+//! Shared by the mounted tests (`tests/common`) and the remote tier's unit tests
+//! (`src/cache/remote.rs` includes this file by path), so it uses std and libc only.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `redis-server`; dropping it kills it.
+pub struct RedisServer {
+    pub port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+/// A port nothing listens on now (the kernel's pick, released at once).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free loopback port")
+}
+
+impl RedisServer {
+    /// Starts a server on a free port with `dir` as its working directory (created).
+    pub fn start(dir: &Path) -> RedisServer {
+        for _ in 0..5 {
+            let mut server = RedisServer { port: free_port(), dir: dir.to_path_buf(), child: None };
+            if server.spawn() {
+                return server;
+            }
+        }
+        panic!("redis-server did not start (is it installed? scripts/install-deps.sh installs it)");
+    }
+
+    /// Starts the server (again) on its port; returns whether it answers PING within 10 s.
+    fn spawn(&mut self) -> bool {
+        std::fs::create_dir_all(&self.dir).expect("redis dir");
+        let log = std::fs::File::create(self.dir.join(format!("redis-{}.log", self.port))).expect("redis log");
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log);
+        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let Ok(child) = cmd.spawn() else { return false };
+        self.child = Some(child);
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(10) {
+            if self.ping() {
+                return true;
+            }
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(_)) = child.try_wait() {
+                    self.child = None;
+                    return false; // the port was taken meanwhile
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.kill();
+        false
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Whether the server answers PING now.
+    pub fn ping(&self) -> bool {
+        self.command(&["PING"]).is_some_and(|r| r.starts_with(b"+PONG"))
+    }
+
+    /// Sends one command (RESP) and returns the raw reply, or `None` when nothing answers.
+    pub fn command(&self, args: &[&str]) -> Option<Vec<u8>> {
+        let bytes: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        self.command_bytes(&bytes)
+    }
+
+    /// [`RedisServer::command`] with binary arguments.
+    pub fn command_bytes(&self, args: &[&[u8]]) -> Option<Vec<u8>> {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        let mut req = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            req.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            req.extend_from_slice(a);
+            req.extend_from_slice(b"\r\n");
+        }
+        stream.write_all(&req).ok()?;
+        let mut reply = vec![0u8; 1 << 16];
+        let n = stream.read(&mut reply).ok()?;
+        reply.truncate(n);
+        (n > 0).then_some(reply)
+    }
+
+    /// Kills the server (SIGKILL: an outage, nothing said to clients) and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same port, empty (nothing was persisted).
+    pub fn restart(&mut self) {
+        self.kill();
+        let started = Instant::now();
+        while !self.spawn() {
+            assert!(started.elapsed() < Duration::from_secs(20), "redis-server did not restart on port {}", self.port);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Whether the process is running.
+    pub fn running(&self) -> bool {
+        self.child.is_some()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -1,0 +1,154 @@
+//! Mounted end-to-end tests of the remote cache tier on a real `redis-server` (never a mock):
+//! two mounts of one dataset share what either read, and a killed server is an outage the mount
+//! serves through, then uses again once it is back.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::redis_server::RedisServer;
+use common::{augmented_files, make_dataset, source_bytes, write_config, Mounted};
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// Every file of the mount's `decoded/` view, one class directory deep, sorted.
+fn decoded_files(mnt: &Mounted) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for class in fs::read_dir(mnt.path("decoded")).expect("list") {
+        for f in fs::read_dir(class.expect("class").path()).expect("list") {
+            files.push(f.expect("file").path());
+        }
+    }
+    files.sort();
+    files
+}
+
+/// Reads every file; returns each one's bytes by its path under the mountpoint.
+fn read_all(mnt: &Mounted, files: &[PathBuf]) -> BTreeMap<PathBuf, Vec<u8>> {
+    files
+        .iter()
+        .map(|f| {
+            let bytes = fs::read(f).unwrap_or_else(|e| panic!("{}: {e}\n{}", f.display(), mnt.log()));
+            (f.strip_prefix(&mnt.mountpoint).expect("under the mount").to_path_buf(), bytes)
+        })
+        .collect()
+}
+
+/// A mount under `dir` (its own mountpoint and config) sharing the server at `url`. Memory far
+/// too small for the set and no refill: every open past the first few loads from a tier below.
+fn mount(dir: &Path, source: &Path, url: &str) -> Mounted {
+    fs::create_dir_all(dir).expect("mkdir");
+    let config = write_config(
+        dir,
+        &format!("seed: 4\ncache:\n  memory: 1MiB\n  split: 0-50-50\n  refill: false\n  remote: {{ url: \"{url}\", size: 1GiB }}\n"),
+    );
+    Mounted::start(dir, &config, source, LIMIT)
+}
+
+/// The mount's `cache.remote` figures once its queued writes are sent.
+fn settled_remote(mnt: &Mounted) -> serde_json::Value {
+    let started = Instant::now();
+    loop {
+        let stats = mnt.stats();
+        let remote = stats["cache"]["remote"].clone();
+        if remote["pending_writes"] == 0 {
+            return remote;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "remote writes did not finish: {stats}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn count(v: &serde_json::Value, key: &str) -> u64 {
+    v[key].as_u64().unwrap_or_else(|| panic!("{key} missing: {v}"))
+}
+
+#[test]
+fn a_second_mount_of_the_same_dataset_reads_almost_nothing_from_the_source() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = RedisServer::start(&tmp.path().join("redis"));
+    let source = make_dataset(tmp.path(), 2, 10, false);
+
+    let first = mount(&tmp.path().join("a"), &source, &server.url());
+    let files = decoded_files(&first);
+    assert_eq!(files.len(), 20);
+    let served_first = read_all(&first, &files);
+    let first_read = source_bytes(&first);
+    assert!(first_read > 0);
+    let remote = settled_remote(&first);
+    assert_eq!(count(&remote, "writes"), 20, "{remote}");
+    assert_eq!(count(&remote, "errors"), 0, "{remote}");
+    assert_eq!(remote["state"], "up", "{remote}");
+
+    // A second mount (another machine's, standing in), while the first is still mounted.
+    let second = mount(&tmp.path().join("b"), &source, &server.url());
+    let served_second = read_all(&second, &decoded_files(&second));
+    assert!(served_first == served_second, "the second mount served other bytes for decoded/");
+    let second_read = source_bytes(&second);
+    assert!(second_read * 20 <= first_read, "the second mount read {second_read} of the first's {first_read} source bytes");
+    let stats = second.stats();
+    let remote = &stats["cache"]["remote"];
+    assert!(count(remote, "hits") >= 19, "{stats}");
+    assert_eq!(remote["fingerprint"], first.stats()["cache"]["remote"]["fingerprint"]);
+
+    // Augmented outputs are made from the shared pixels: still next to nothing from the source.
+    for f in augmented_files(&second) {
+        assert_eq!(fs::read(&f).expect("read").len(), 15 + 224 * 224 * 3, "{}", f.display());
+    }
+    let after_augmented = source_bytes(&second);
+    assert!(after_augmented * 20 <= first_read, "augmented/ on the second mount read {after_augmented} source bytes");
+    assert!(first.stop().success());
+    assert!(second.stop().success());
+}
+
+#[test]
+fn a_killed_redis_is_an_outage_the_mount_serves_through_and_a_restarted_one_is_used_again() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut server = RedisServer::start(&tmp.path().join("redis"));
+    let source = make_dataset(tmp.path(), 2, 10, false);
+    let mnt = mount(&tmp.path().join("a"), &source, &server.url());
+    let files = decoded_files(&mnt);
+    let reference = read_all(&mnt, &files);
+    settled_remote(&mnt);
+
+    // Killed halfway through a pass: every read still succeeds, from the source.
+    let (head, tail) = files.split_at(files.len() / 2);
+    let mut served = read_all(&mnt, head);
+    server.kill();
+    served.extend(read_all(&mnt, tail));
+    assert!(served == reference, "the outage changed what was served");
+    let stats = mnt.stats();
+    let remote = &stats["cache"]["remote"];
+    assert!(remote["state"].as_str().is_some_and(|s| s.starts_with("down since ")), "{stats}");
+    assert_eq!(count(remote, "outages"), 1, "{stats}");
+    assert!(count(&stats, "source_bytes_read") > 0);
+    assert_eq!((stats["source_errors"].as_u64(), stats["decode_errors"].as_u64()), (Some(0), Some(0)), "{stats}");
+    // Another pass while down: logged once for the whole outage.
+    read_all(&mnt, &files);
+    let log = mnt.log();
+    assert_eq!(log.matches("remote cache tier is down").count(), 1, "{log}");
+
+    // Restarted (empty, on the same port): the mount reconnects within a second or so of a read.
+    server.restart();
+    // Nothing read meanwhile: the writer's probe brings it back.
+    let started = Instant::now();
+    while mnt.stats()["cache"]["remote"]["state"] != "up" {
+        assert!(started.elapsed() < Duration::from_secs(10), "no reconnect: {}", mnt.stats());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(mnt.log().contains("remote cache tier is back"), "{}", mnt.log());
+    // One pass fills the remote again; the next is served from it.
+    read_all(&mnt, &files);
+    let before = settled_remote(&mnt);
+    let read_before = source_bytes(&mnt);
+    let in_memory = count(&mnt.stats()["cache"]["decoded"], "entries");
+    assert!(read_all(&mnt, &files) == reference);
+    let after = mnt.stats();
+    let hits = count(&after["cache"]["remote"], "hits") - count(&before, "hits");
+    assert!(hits + in_memory >= files.len() as u64, "remote hits did not resume ({hits}, {in_memory} in memory): {after}");
+    assert_eq!(source_bytes(&mnt), read_before, "{after}");
+    assert!(mnt.stop().success());
+}
