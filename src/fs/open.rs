@@ -127,6 +127,8 @@ impl Filesystem {
         Ok(if share { self.share(ino, handle) } else { handle })
     }
 
+    /// A new handle on `sample` in a top-level view: the source file itself (`encoded/`), or
+    /// the bytes the producer makes of it.
     fn produce_top_level(&self, form: Form, sample: &Sample, caller: Caller) -> Result<Arc<Handle>> {
         if form == Form::Encoded {
             let (opened, observed) = self.reader.open(sample)?;

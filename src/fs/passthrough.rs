@@ -9,7 +9,11 @@
 //! fails an open of that inode with another backing file, or without one (`fs/fuse/iomode.c`).
 //! So while passthrough is on, every open of one inode made while another is open shares that
 //! open's handle (and so its content): in `augmented/` the same draw, in a job's view the same
-//! served sample (as PIL's double open already did). The share ends at the last release.
+//! served sample (as PIL's double open already did). The share ends at the last release. A
+//! source file changed while a handle of it is open is therefore served as that handle has it
+//! to the opens that overlap it (the kernel would fail them otherwise); the first open after
+//! the last release serves the new version, and the change is noticed (and the kernel told)
+//! at once either way.
 
 use std::fs::File;
 use std::io::Write;
