@@ -105,6 +105,10 @@ struct MountArgs {
     /// Let other users use the mount (FUSE allow_other; same as `allow_other: true`).
     #[arg(long)]
     allow_other: bool,
+    /// Also answer `GET /metrics` (Prometheus's text format, as `.prepfs/metrics`) on HOST:PORT
+    /// while mounted, e.g. `127.0.0.1:9101`.
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_addr: Option<String>,
     /// Mount read-only at the kernel (`-o ro`): `rmdir jobs/NAME` is refused too (a job still
     /// starts at the first use of its name, and retires when idle).
     #[arg(long)]
@@ -367,6 +371,7 @@ fn mount(args: MountArgs) -> ExitCode {
         keep_created_mountpoint: plan.older_form && !(args.create_mountpoint || options.create_mountpoint),
         allow_non_empty: args.allow_non_empty || options.allow_non_empty,
         read_only: args.read_only || options.read_only.unwrap_or(false),
+        metrics_addr: args.metrics_addr.clone(),
         on_ready: None,
     };
     if args.background && !args.foreground {

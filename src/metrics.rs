@@ -5,6 +5,9 @@
 //! for `stats.json`; and `.prepfs/metrics`, the Prometheus text exposition format 0.0.4 of the
 //! counters in [`crate::stats`] and these histograms ([`exposition`]).
 //!
+//! [`serve_http`] answers `GET /metrics` for `prepfs mount --metrics-addr`, on a worker thread
+//! that `mount::Workers` owns.
+//!
 //! Each histogram sits behind its own mutex, taken to record one value or to copy the figures
 //! out: never across I/O, decoding or formatting.
 
@@ -260,7 +263,7 @@ pub(crate) fn exposition(stats: &Stats, gauges: &Gauges) -> String {
         ("prepfs_opens_total", "Opens of files, by view (top-level and jobs').", |v| &v.opens),
         ("prepfs_open_hits_total", "Top-level opens served from a cache form, by view.", |v| &v.hits),
         ("prepfs_open_misses_total", "Top-level opens that read the disk tier or the source, by view.", |v| &v.misses),
-        ("prepfs_served_bytes_total", "Bytes served to readers, by view.", |v| &v.bytes_served),
+        ("prepfs_served_bytes_total", "Bytes the daemon's reads served, by view (kernel passthrough reads are not seen).", |v| &v.bytes_served),
     ];
     for (name, help, pick) in per_view {
         w.family(name, "counter", help);
@@ -312,6 +315,60 @@ pub(crate) fn exposition(stats: &Stats, gauges: &Gauges) -> String {
         w.histogram("prepfs_pixel_work_seconds", &[("kind", kind.name())], &stats.latency.pixel[kind as usize].snapshot());
     }
     w.out
+}
+
+/// How long one connection of the HTTP endpoint may take to send its request or read the answer.
+const HTTP_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Answers `GET /metrics` on `listener` with `body()` (the exposition) until `stop` is set: one
+/// connection at a time, on the caller's thread (a scrape every few seconds needs no more).
+pub(crate) fn serve_http(listener: std::net::TcpListener, stop: &std::sync::atomic::AtomicBool, body: impl Fn() -> String) {
+    if let Err(e) = listener.set_nonblocking(true) {
+        tracing::warn!(error = %e, "metrics endpoint: cannot poll the listener; not serving");
+        return;
+    }
+    while !stop.load(Ordering::Relaxed) {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                if let Err(e) = answer_http(stream, &body) {
+                    tracing::debug!(error = %e, "metrics endpoint: a request failed");
+                }
+            }
+            // Nothing waiting (or a failed accept): look again shortly, and at `stop`.
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+/// Reads one request's head and answers it: the exposition for `GET /metrics`, else 404 or 405.
+fn answer_http(mut stream: std::net::TcpStream, body: &impl Fn() -> String) -> std::io::Result<()> {
+    use std::io::{Read, Write};
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(HTTP_TIMEOUT))?;
+    stream.set_write_timeout(Some(HTTP_TIMEOUT))?;
+    let mut head = [0u8; 4096];
+    let mut n = 0;
+    while n < head.len() && !head[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+        match stream.read(&mut head[n..])? {
+            0 => break,
+            got => n += got,
+        }
+    }
+    let request = String::from_utf8_lossy(&head[..n]);
+    let mut words = request.lines().next().unwrap_or_default().split(' ');
+    let (method, target) = (words.next().unwrap_or_default(), words.next().unwrap_or_default());
+    let path = target.split('?').next().unwrap_or_default();
+    let (status, content_type, text) = match (method, path) {
+        ("GET", "/metrics") => ("200 OK", "text/plain; version=0.0.4; charset=utf-8", body()),
+        ("GET", _) => ("404 Not Found", "text/plain; charset=utf-8", "prepfs serves /metrics\n".to_owned()),
+        _ => ("405 Method Not Allowed", "text/plain; charset=utf-8", "GET /metrics\n".to_owned()),
+    };
+    write!(
+        stream,
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+        text.len()
+    )?;
+    stream.flush()
 }
 
 #[cfg(test)]
@@ -418,6 +475,28 @@ mod tests {
             .collect::<Vec<_>>();
         // 0.3 ms, 2 ms, 7 ms, 40 ms and 15 s: le 0.0005 holds one, le 10 four, +Inf five.
         assert_eq!((miss[2], miss[15], miss[16]), (1.0, 4.0, 5.0), "{miss:?}");
+    }
+
+    #[test]
+    fn the_http_endpoint_answers_get_metrics_and_stops_when_asked() {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = std::sync::Arc::clone(&stop);
+        let server = std::thread::spawn(move || serve_http(listener, &flag, || "prepfs_samples 7\n".to_owned()));
+        let get = |path: &str| {
+            let mut s = std::net::TcpStream::connect(addr).expect("connect");
+            write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").expect("send");
+            let mut answer = String::new();
+            s.read_to_string(&mut answer).expect("answer");
+            answer
+        };
+        let ok = get("/metrics");
+        assert!(ok.starts_with("HTTP/1.1 200 OK\r\n") && ok.contains("version=0.0.4") && ok.ends_with("\r\n\r\nprepfs_samples 7\n"), "{ok}");
+        assert!(get("/").starts_with("HTTP/1.1 404"));
+        stop.store(true, Ordering::SeqCst);
+        server.join().expect("the endpoint ends when stopped");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 mod common;
 
 use std::collections::HashMap;
+use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -28,14 +29,18 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// Mounts a small id dataset (2 classes of 3) with the shipped defaults.
-fn mount(dir: &Path) -> Mounted {
+/// Mounts a small id dataset (2 classes of 3) with the shipped defaults, and `extra` options.
+fn mount_with(dir: &Path, extra: &[&str]) -> Mounted {
     let (source, _) = make_id_dataset(dir, 2, 3);
     let mnt = dir.join("mnt");
     std::fs::create_dir(&mnt).expect("mkdir");
     let mut cmd = Command::new(prepfs_bin());
-    cmd.arg("mount").arg(&source).arg(&mnt);
+    cmd.arg("mount").arg(&source).arg(&mnt).args(extra);
     Mounted::start_command(cmd, &mnt, &dir.join("prepfs.log"), LIMIT)
+}
+
+fn mount(dir: &Path) -> Mounted {
+    mount_with(dir, &[])
 }
 
 /// The samples of `.prepfs/metrics`: each non-comment line parsed as `name{labels} value`, keyed
@@ -126,4 +131,22 @@ fn prepfs_stats_finds_the_mount_from_a_subdirectory_and_prints_a_summary_or_json
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("is not inside a prepfs mount"), "{}", text(&out.stderr));
     assert!(mnt.stop().success());
+}
+
+#[test]
+fn with_metrics_addr_the_mount_answers_get_metrics_over_http() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mnt = mount_with(dir.path(), &["--metrics-addr", "127.0.0.1:0"]);
+    std::fs::read(mnt.path("augmented/c0/s00.ppm")).expect("read augmented");
+    let log = mnt.log();
+    let at = log.find("http://").unwrap_or_else(|| panic!("the log names the endpoint: {log}")) + "http://".len();
+    let addr: String = log[at..].chars().take_while(|c| *c != '/').collect();
+    let mut stream = std::net::TcpStream::connect(&addr).expect("connect to the endpoint");
+    stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    write!(stream, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").expect("send");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("read the answer");
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    assert!(answer.contains("\nprepfs_opens_total{view=\"augmented\"} 1\n"), "{answer}");
+    assert!(mnt.stop().success(), "the endpoint's worker is joined at unmount");
 }
