@@ -25,6 +25,10 @@
 //! - [`shared`]: the few types and helpers several subsystems use (`Form`, `Size2`, `Rgb`,
 //!   the stable hash, the augmentation draw).
 //! - [`stats`]: live counters served as `.prepfs/stats.json`.
+//! - `metrics`: latency histograms, and the counters in Prometheus's text format
+//!   (`.prepfs/metrics`).
+//! - [`summary`]: `prepfs stats`: the mount found from a path inside it, its figures as a
+//!   readable summary.
 //! - [`error`]: the core's error type, and [`error::ToErrno`], by which each layer's typed error
 //!   (source, sampling, jpeg, pipeline) says its errno beside it.
 //! - [`log`]: log lines that cannot flood or fail.
@@ -47,5 +51,7 @@ pub mod sampling;
 pub mod source;
 pub mod shared;
 pub(crate) mod stats;
+pub(crate) mod metrics;
+pub mod summary;
 mod sync;
 mod yaml;

@@ -27,10 +27,17 @@ enum Command {
     /// `prepfs mount CONFIG --source DIR --mountpoint DIR`). Runs in the foreground (Ctrl-C,
     /// SIGTERM, SIGHUP or `fusermount3 -u MOUNTPOINT` unmount) unless --background.
     Mount(Box<MountArgs>),
-    /// Print the live figures of a mounted prepfs.
+    /// Print the live figures of a mounted prepfs: a readable summary, or the raw JSON.
     Stats {
-        /// The mountpoint.
-        mountpoint: PathBuf,
+        /// The mountpoint, or any path inside the mount (default: the current directory).
+        #[arg(default_value = ".")]
+        path: PathBuf,
+        /// Print `.prepfs/stats.json` as it is (every figure, JSON).
+        #[arg(long)]
+        json: bool,
+        /// Refresh every SECS seconds (default 2) until Ctrl-C, with per-second rates.
+        #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "2")]
+        watch: Option<f64>,
     },
     /// The best cache split and its predicted samples/s (one JSON object).
     Plan {
@@ -98,6 +105,10 @@ struct MountArgs {
     /// Let other users use the mount (FUSE allow_other; same as `allow_other: true`).
     #[arg(long)]
     allow_other: bool,
+    /// Also answer `GET /metrics` (Prometheus's text format, as `.prepfs/metrics`) on HOST:PORT
+    /// while mounted, e.g. `127.0.0.1:9101`.
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_addr: Option<String>,
     /// Mount read-only at the kernel (`-o ro`): `rmdir jobs/NAME` is refused too (a job still
     /// starts at the first use of its name, and retires when idle).
     #[arg(long)]
@@ -228,16 +239,7 @@ fn main() -> ExitCode {
     }
     match command {
         Command::Mount(args) => mount(*args),
-        Command::Stats { mountpoint } => {
-            let path = mountpoint.join(".prepfs/stats.json");
-            match std::fs::read_to_string(&path) {
-                Ok(text) => {
-                    print!("{text}");
-                    ExitCode::SUCCESS
-                }
-                Err(e) => fail(format!("{}: {e} (is prepfs mounted there?)", path.display())),
-            }
-        }
+        Command::Stats { path, json, watch } => stats(&path, json, watch),
         Command::Plan { params, split, model } => {
             let params = match prepfs::planner::load_params(&params) {
                 Ok(p) => p,
@@ -258,6 +260,53 @@ fn main() -> ExitCode {
                 }
                 Err(e) => fail(e),
             }
+        }
+    }
+}
+
+/// `prepfs stats`: finds the mount `path` is in, prints its figures once or, with `watch`,
+/// every that many seconds (clearing a terminal between readings) until interrupted.
+fn stats(path: &Path, json: bool, watch: Option<f64>) -> ExitCode {
+    use prepfs::summary::{find_mount, summary};
+    let root = match find_mount(path) {
+        Ok(root) => root,
+        Err(e) => return fail(e),
+    };
+    let file = root.join(".prepfs/stats.json");
+    let period = match watch {
+        Some(secs) if !(secs.is_finite() && secs >= 0.1) => return usage(format!("--watch {secs}: give seconds, 0.1 or more")),
+        Some(secs) => Some(std::time::Duration::from_secs_f64(secs)),
+        None => None,
+    };
+    let clear = period.is_some() && std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let mut previous: Option<serde_json::Value> = None;
+    loop {
+        let text = match std::fs::read_to_string(&file) {
+            Ok(text) => text,
+            Err(e) => return fail(format!("{}: {e} (has the mount stopped?)", file.display())),
+        };
+        let out = if json {
+            text
+        } else {
+            let doc: serde_json::Value = match serde_json::from_str(&text) {
+                Ok(doc) => doc,
+                Err(e) => return fail(format!("{}: not JSON: {e}", file.display())),
+            };
+            let gap = if period.is_some() && !clear { "\n" } else { "" };
+            let out = format!("{}{gap}", summary(&doc, previous.as_ref()));
+            previous = Some(doc);
+            format!("mount        {}\n{out}", root.display())
+        };
+        let mut stdout = std::io::stdout().lock();
+        let written = if clear { write!(stdout, "\x1b[H\x1b[2J{out}") } else { write!(stdout, "{out}") };
+        // A closed pipe (`| head`) ends the command quietly.
+        if written.and_then(|()| stdout.flush()).is_err() {
+            return ExitCode::SUCCESS;
+        }
+        drop(stdout);
+        match period {
+            Some(period) => std::thread::sleep(period),
+            None => return ExitCode::SUCCESS,
         }
     }
 }
@@ -322,6 +371,7 @@ fn mount(args: MountArgs) -> ExitCode {
         keep_created_mountpoint: plan.older_form && !(args.create_mountpoint || options.create_mountpoint),
         allow_non_empty: args.allow_non_empty || options.allow_non_empty,
         read_only: args.read_only || options.read_only.unwrap_or(false),
+        metrics_addr: args.metrics_addr.clone(),
         on_ready: None,
     };
     if args.background && !args.foreground {

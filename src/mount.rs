@@ -32,6 +32,8 @@ pub enum MountError {
     Fuse(io::Error),
     #[error("stopped by a signal before the mount was ready")]
     Stopped,
+    #[error("--metrics-addr {addr}: {source}")]
+    Metrics { addr: String, source: io::Error },
 }
 
 /// The state of a mountpoint before mounting.
@@ -117,6 +119,8 @@ pub struct Lifecycle {
     /// Mount `-o ro`: the kernel refuses every change itself, `rmdir jobs/NAME` too (a job still
     /// starts at the first lookup of its name).
     pub read_only: bool,
+    /// `HOST:PORT` to answer `GET /metrics` on (Prometheus's text format), while mounted.
+    pub metrics_addr: Option<String>,
     /// Called once the mount serves (the FUSE session reads requests); by default prepfs says
     /// `prepfs: serving ...` on stderr.
     pub on_ready: Option<OnReady>,
@@ -370,6 +374,10 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
         other => other,
     };
     let canonical_mountpoint = config.mountpoint.canonicalize().unwrap_or_else(|_| config.mountpoint.clone());
+    let metrics_listener = match &lifecycle.metrics_addr {
+        Some(addr) => Some(std::net::TcpListener::bind(addr.as_str()).map_err(|source| MountError::Metrics { addr: addr.clone(), source })?),
+        None => None,
+    };
     let catalog = scan_with_progress(&config.source, &waiter.stopping)?;
     tracing::info!(
         samples = catalog.sample_count(),
@@ -394,7 +402,10 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
     let session = fuser::Session::new(adapter, &mountpoint, &fuse_config).map_err(MountError::Fuse)?;
     let notifier = session.notifier();
     let mut workers = Workers::default();
-    let started = start_workers(&fs, &mut workers, notifier);
+    let started = start_workers(&fs, &mut workers, notifier).and_then(|()| match metrics_listener {
+        Some(listener) => start_metrics_endpoint(&fs, &mut workers, listener),
+        None => Ok(()),
+    });
     let connection = fuse_connection(&canonical_mountpoint);
     waiter.mounted(connection);
     // The session's own thread reads requests from here on (its drop no longer unmounts: see
@@ -478,6 +489,14 @@ impl Workers {
         }
         fs.shutdown();
     }
+}
+
+/// The `--metrics-addr` endpoint: a worker answering `GET /metrics` until unmount.
+fn start_metrics_endpoint(fs: &Arc<Filesystem>, workers: &mut Workers, listener: std::net::TcpListener) -> io::Result<()> {
+    let url = format!("http://{}/metrics", listener.local_addr()?);
+    tracing::info!(url = %url, "metrics endpoint");
+    let fs = Arc::clone(fs);
+    workers.spawn("prepfs-metrics".into(), move |stop| crate::metrics::serve_http(listener, stop, || fs.metrics_text()))
 }
 
 /// Sleeps `d` unless `stop` is set meanwhile; returns whether to go on.

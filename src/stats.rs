@@ -1,4 +1,5 @@
-//! Live counters of the mount, served as `.prepfs/stats.json` and printed by `prepfs stats`.
+//! Live counters of the mount, served as `.prepfs/stats.json` and printed by `prepfs stats`
+//! (`crate::metrics` serves them as `.prepfs/metrics` too, and owns the latency histograms).
 //!
 //! Plain relaxed atomics: counters are bumped on request paths and never locked.
 
@@ -6,6 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use serde_json::json;
+
+use crate::metrics::Latencies;
 
 /// One counter per view and form of work.
 #[derive(Debug, Default)]
@@ -37,25 +40,32 @@ pub(crate) struct RequestCounters {
 }
 
 impl RequestCounters {
+    /// Each kind's name and count.
+    pub(crate) fn by_kind(&self) -> [(&'static str, u64); 13] {
+        [
+            ("lookup", get(&self.lookup)),
+            ("getattr", get(&self.getattr)),
+            ("open", get(&self.open)),
+            ("read", get(&self.read)),
+            ("release", get(&self.release)),
+            ("flush", get(&self.flush)),
+            ("opendir", get(&self.opendir)),
+            ("readdir", get(&self.readdir)),
+            ("readdirplus", get(&self.readdirplus)),
+            ("releasedir", get(&self.releasedir)),
+            ("ioctl", get(&self.ioctl)),
+            ("xattr", get(&self.xattr)),
+            ("other", get(&self.other)),
+        ]
+    }
+
     /// Every request counted.
     fn total(&self) -> u64 {
-        [
-            &self.lookup, &self.getattr, &self.open, &self.read, &self.release, &self.flush, &self.opendir,
-            &self.readdir, &self.readdirplus, &self.releasedir, &self.ioctl, &self.xattr, &self.other,
-        ]
-        .into_iter()
-        .map(get)
-        .sum()
+        self.by_kind().iter().map(|(_, n)| n).sum()
     }
 
     fn to_json(&self) -> serde_json::Value {
-        json!({
-            "lookup": get(&self.lookup), "getattr": get(&self.getattr), "open": get(&self.open),
-            "read": get(&self.read), "release": get(&self.release), "flush": get(&self.flush),
-            "opendir": get(&self.opendir), "readdir": get(&self.readdir), "readdirplus": get(&self.readdirplus),
-            "releasedir": get(&self.releasedir), "ioctl": get(&self.ioctl), "xattr": get(&self.xattr),
-            "other": get(&self.other),
-        })
+        self.by_kind().iter().map(|&(kind, n)| (kind.to_owned(), serde_json::Value::from(n))).collect::<serde_json::Map<_, _>>().into()
     }
 }
 
@@ -106,6 +116,8 @@ pub(crate) struct Stats {
     /// Augment-only from decoded pixels (the model's `t_a`) and their total time.
     pub pixel_augments: AtomicU64,
     pub pixel_augment_nanos: AtomicU64,
+    /// Latency histograms of opens and pixel work (percentiles in `latency_us`).
+    pub latency: Latencies,
 }
 
 impl Default for Stats {
@@ -132,6 +144,7 @@ impl Default for Stats {
             decode_augment_nanos: AtomicU64::new(0),
             pixel_augments: AtomicU64::new(0),
             pixel_augment_nanos: AtomicU64::new(0),
+            latency: Latencies::default(),
         }
     }
 }
@@ -146,6 +159,11 @@ fn get(counter: &AtomicU64) -> u64 {
 }
 
 impl Stats {
+    /// Time since the mount started.
+    pub(crate) fn uptime(&self) -> std::time::Duration {
+        self.started.elapsed()
+    }
+
     /// Pieces of pixel work done (full decodes, decode-and-augments, augments from pixels).
     pub(crate) fn decodes(&self) -> u64 {
         get(&self.full_decodes) + get(&self.decode_augments) + get(&self.pixel_augments)
@@ -196,6 +214,9 @@ impl Stats {
                 "source_reads": get(&self.source_reads),
                 "source_read_ms_mean": mean_ms(&self.source_reads, &self.source_read_nanos),
             },
+            // Open latency (wall time) by view and outcome, and pixel work (CPU time) by kind:
+            // count, p50, p90, p99 and max, in microseconds.
+            "latency_us": self.latency.to_json(),
         });
         if let (Some(doc), serde_json::Value::Object(extra)) = (doc.as_object_mut(), extra) {
             doc.extend(extra);

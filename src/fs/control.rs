@@ -1,7 +1,10 @@
-//! The `.prepfs/` control files: who may read them, and `stats.json`'s content (`config.yaml`
-//! serves the effective configuration, [`crate::config::Config::to_yaml`]).
+//! The `.prepfs/` control files: who may read them, `stats.json`'s content and what `metrics`
+//! gathers for [`crate::metrics::exposition`] (`config.yaml` serves the effective
+//! configuration, [`crate::config::Config::to_yaml`]).
 
 use super::Filesystem;
+use crate::metrics::{exposition, Gauges};
+use crate::shared::Form;
 
 impl Filesystem {
     /// `.prepfs/` and its files: the owner's only, unless `control_public`.
@@ -42,5 +45,30 @@ impl Filesystem {
         let mut text = serde_json::to_string_pretty(&self.stats().to_json(extra)).unwrap_or_default();
         text.push('\n');
         text
+    }
+
+    /// The live figures in Prometheus's text format, as served in `.prepfs/metrics`.
+    pub(crate) fn metrics_text(&self) -> String {
+        // The cache's figures are read from its JSON (the cache owns no typed view of them).
+        let cache = self.producer.cache_stats();
+        let figure = |form: &serde_json::Value, key: &str| form.get(key).and_then(serde_json::Value::as_u64).unwrap_or(0);
+        let mut forms: Vec<(&'static str, u64, u64)> = Form::ALL
+            .iter()
+            .map(|f| {
+                let form = &cache[f.dir_name()];
+                (f.dir_name(), figure(form, "bytes_used"), figure(form, "budget"))
+            })
+            .collect();
+        let disk = &cache["disk"];
+        if !disk.is_null() {
+            forms.push(("disk", figure(disk, "bytes_used"), figure(disk, "size")));
+        }
+        let gauges = Gauges {
+            samples: self.catalog().sample_count() as u64,
+            cache: forms,
+            jobs_active: self.jobs.active().len() as u64,
+            passthrough_on: self.passthrough_on(),
+        };
+        exposition(self.stats(), &gauges)
     }
 }

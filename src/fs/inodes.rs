@@ -29,6 +29,8 @@ pub(crate) enum Node {
     StatsFile,
     /// `.prepfs/config.yaml`
     ConfigFile,
+    /// `.prepfs/metrics` (Prometheus text format)
+    MetricsFile,
     /// `jobs/`
     JobsDir,
     /// `jobs/<job>/`, by the job's code.
@@ -37,7 +39,7 @@ pub(crate) enum Node {
     File(View, FileId),
 }
 
-// Inode numbers: the fixed nodes are 1 to 5; the others pack, from the top, the job code
+// Inode numbers: the fixed nodes are 1 to 6; the others pack, from the top, the job code
 // (24 bits, 0 for top-level views), a kind (4 bits), the form (2 bits) and a catalog index
 // (32 bits).
 pub(super) const ROOT_INO: u64 = 1;
@@ -45,6 +47,7 @@ const CONTROL_DIR_INO: u64 = 2;
 const STATS_INO: u64 = 3;
 const CONFIG_INO: u64 = 4;
 pub(super) const JOBS_DIR_INO: u64 = 5;
+const METRICS_INO: u64 = 6;
 const JOB_SHIFT: u32 = 40;
 const KIND_SHIFT: u32 = 36;
 const FORM_SHIFT: u32 = 34;
@@ -63,6 +66,7 @@ impl Node {
             Node::ControlDir => CONTROL_DIR_INO,
             Node::StatsFile => STATS_INO,
             Node::ConfigFile => CONFIG_INO,
+            Node::MetricsFile => METRICS_INO,
             Node::JobsDir => JOBS_DIR_INO,
             Node::JobRoot(code) => pack(code, KIND_JOB_ROOT, Form::Encoded, 0),
             Node::Dir(view, d) => pack(view.job, KIND_DIR, view.form, d),
@@ -77,6 +81,7 @@ impl Node {
             CONTROL_DIR_INO => return Some(Node::ControlDir),
             STATS_INO => return Some(Node::StatsFile),
             CONFIG_INO => return Some(Node::ConfigFile),
+            METRICS_INO => return Some(Node::MetricsFile),
             JOBS_DIR_INO => return Some(Node::JobsDir),
             _ => {}
         }

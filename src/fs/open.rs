@@ -1,16 +1,18 @@
 //! Opening a file, the hot path, read top to bottom: resolve the inode, then the sample once
 //! (its path and the version `stat` finds: a [`Sample`] every later step takes); in a top-level view produce the requested sample, in a job's view let opportunistic
 //! sampling choose the sample to serve (and queue prefetch along the job's listing); pin the
-//! bytes to a handle.
+//! bytes to a handle. Each open of a file is timed, by view and outcome (`crate::metrics`).
 
 use std::borrow::Cow;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Weak};
+use std::time::Instant;
 
 use super::handles::{Handle, HandleData, Served};
 use super::{CachePolicy, Caller, Filesystem, Node, Opened, View};
 use crate::error::{Error, Result};
 use crate::cache::Origin;
+use crate::metrics::Outcome;
 use crate::producer::Consumer;
 use crate::sampling::Jobs;
 use crate::shared::Form;
@@ -48,18 +50,26 @@ impl Filesystem {
             Node::ConfigFile => {
                 (self.pin(HandleData::Control(self.config().to_yaml().into_bytes().into()), caller)?, CachePolicy::DirectIo)
             }
+            Node::MetricsFile => {
+                (self.pin(HandleData::Control(self.metrics_text().into_bytes().into()), caller)?, CachePolicy::DirectIo)
+            }
             Node::File(view, file) => {
                 if file as usize >= self.catalog().file_count() {
                     return Err(Error::NotFound);
                 }
                 bump(&self.counters(view.form).opens, 1);
+                let started = Instant::now();
                 // Every open resolves the sample once (path, version): nothing stale is served.
-                let sample = self.resolve(file)?;
-                let data = if view.job != 0 {
-                    self.open_in_job(ino, view, sample, caller)?
-                } else {
-                    self.open_top_level(ino, view.form, &sample, caller)?
-                };
+                let opened = self.resolve(file).and_then(|sample| {
+                    if view.job != 0 {
+                        self.open_in_job(ino, view, sample, caller)
+                    } else {
+                        self.open_top_level(ino, view.form, &sample, caller)
+                    }
+                });
+                let outcome = opened.as_ref().map_or(Outcome::Error, |&(_, outcome)| outcome);
+                self.stats().latency.record_open(view.form, outcome, started.elapsed());
+                let (data, _) = opened?;
                 // What is the same at every open may stay in the page cache; a job's view (the
                 // served sample varies) and `augmented/` (a draw per open) may not.
                 let cache = match (view.job, view.form) {
@@ -111,31 +121,33 @@ impl Filesystem {
                 (0, form) => self.cache.rank(file, form) == form.top_rank(),
                 (_, form) => self.cache.rank(file, form) == form.top_rank() && self.jobs.by_code(view.job).is_some_and(|j| !j.has_seen(file)),
             },
-            Some(Node::StatsFile | Node::ConfigFile) => true,
+            Some(Node::StatsFile | Node::ConfigFile | Node::MetricsFile) => true,
             _ => false,
         }
     }
 
     /// An open in a top-level view: the requested sample, always (while passthrough is on,
     /// the content of another open of the same file still open: see [`super::passthrough`]).
-    fn open_top_level(&self, ino: u64, form: Form, sample: &Sample, caller: Caller) -> Result<Arc<Handle>> {
+    /// With the handle, whether it was a hit (a shared handle is one).
+    fn open_top_level(&self, ino: u64, form: Form, sample: &Sample, caller: Caller) -> Result<(Arc<Handle>, Outcome)> {
         let share = self.passthrough_on();
         if let Some(live) = self.shared(ino).filter(|_| share) {
-            return Ok(live);
+            return Ok((live, Outcome::Hit));
         }
-        let handle = self.produce_top_level(form, sample, caller)?;
-        Ok(if share { self.share(ino, handle) } else { handle })
+        let (handle, outcome) = self.produce_top_level(form, sample, caller)?;
+        Ok((if share { self.share(ino, handle) } else { handle }, outcome))
     }
 
-    /// A new handle on `sample` in a top-level view: the source file itself (`encoded/`), or
-    /// the bytes the producer makes of it.
-    fn produce_top_level(&self, form: Form, sample: &Sample, caller: Caller) -> Result<Arc<Handle>> {
+    /// A new handle on `sample` in a top-level view (the source file itself in `encoded/`, or
+    /// the bytes the producer makes of it), and whether the cache answered it.
+    fn produce_top_level(&self, form: Form, sample: &Sample, caller: Caller) -> Result<(Arc<Handle>, Outcome)> {
         if form == Form::Encoded {
+            // The source file itself: a miss, for the latency figures.
             let (opened, observed) = self.reader.open(sample)?;
             if observed == Observed::Changed {
                 self.queue_stale(sample.id);
             }
-            return self.pin(HandleData::Source { file: opened }, caller);
+            return Ok((self.pin(HandleData::Source { file: opened }, caller)?, Outcome::Miss));
         }
         let (bytes, origin) = match form {
             Form::Decoded => self.producer.decoded(sample)?,
@@ -146,25 +158,25 @@ impl Filesystem {
         };
         let counters = self.counters(form);
         bump(if origin.is_miss() { &counters.misses } else { &counters.hits }, 1);
-        self.pin(HandleData::bytes(bytes, form, None), caller)
+        Ok((self.pin(HandleData::bytes(bytes, form, None), caller)?, Outcome::served(origin.is_miss())))
     }
 
     /// An open in a job's view: opportunistic sampling chooses the sample (the requested one, or
     /// an unseen one of the same directory that is cached), prefetch is queued along the job's
-    /// listing, and the chosen sample's bytes are pinned to the handle.
-    fn open_in_job(&self, ino: u64, view: View, requested: Sample, caller: Caller) -> Result<Arc<Handle>> {
+    /// listing, and the chosen sample's bytes are pinned to the handle (with whether it was a hit).
+    fn open_in_job(&self, ino: u64, view: View, requested: Sample, caller: Caller) -> Result<(Arc<Handle>, Outcome)> {
         let job = self.job(view.job)?;
         bump(&job.counters.opens, 1);
         // PIL's second open of a path it holds open (to try mmap) sees the same content.
         if let Some(live) = self.shared(ino) {
-            return Ok(live);
+            return Ok((live, Outcome::Hit));
         }
         let catalog = self.catalog();
         if !catalog.is_image(requested.id) {
             // Not a sample (a README in encoded/): served as it is, outside the job's epochs.
-            let (bytes, _) = self.producer.encoded(&requested)?;
+            let (bytes, origin) = self.producer.encoded(&requested)?;
             let handle = self.pin(HandleData::bytes(bytes, view.form, None), caller)?;
-            return Ok(self.share(ino, handle));
+            return Ok((self.share(ino, handle), Outcome::served(origin.is_miss())));
         }
         let dir = catalog.file_dir(requested.id);
         let samples = catalog.images(dir);
@@ -222,7 +234,7 @@ impl Filesystem {
                 self.cache().done_with(choice.sample);
             }
             let handle = self.pin(HandleData::bytes(bytes, view.form, Some(served)), caller)?;
-            return Ok(self.share(ino, handle));
+            return Ok((self.share(ino, handle), Outcome::served(origin.is_miss())));
         }
     }
 }

@@ -98,6 +98,7 @@ impl Filesystem {
             Node::ControlDir => match name.to_str() {
                 Some("stats.json") => Node::StatsFile,
                 Some("config.yaml") => Node::ConfigFile,
+                Some("metrics") => Node::MetricsFile,
                 _ => return Err(Error::NotFound),
             },
             // A job exists from the first lookup of its name.
@@ -120,7 +121,7 @@ impl Filesystem {
                     Entry::File(f) => Node::File(view, f),
                 }
             }
-            Node::StatsFile | Node::ConfigFile | Node::File(..) => return Err(Error::NotADirectory),
+            Node::StatsFile | Node::ConfigFile | Node::MetricsFile | Node::File(..) => return Err(Error::NotADirectory),
         };
         self.attr_of(node)
     }
@@ -159,6 +160,7 @@ impl Filesystem {
             Node::ConfigFile => {
                 Ok(self.own_attr(node, Kind::File, self.config().to_yaml().len() as u64, self.control_perm(false)))
             }
+            Node::MetricsFile => Ok(self.own_attr(node, Kind::File, self.metrics_text().len() as u64, self.control_perm(false))),
             Node::File(view, file) => {
                 if file as usize >= catalog.file_count() || (view.job != 0 && self.jobs.by_code(view.job).is_none()) {
                     return Err(Error::NotFound);
@@ -207,6 +209,7 @@ impl Filesystem {
             Node::ControlDir => {
                 entries.push(file(Node::StatsFile, "stats.json".into()));
                 entries.push(file(Node::ConfigFile, "config.yaml".into()));
+                entries.push(file(Node::MetricsFile, "metrics".into()));
             }
             Node::JobsDir => {
                 for job in self.jobs.active() {
@@ -253,7 +256,7 @@ impl Filesystem {
                     }
                 }
             }
-            Node::StatsFile | Node::ConfigFile | Node::File(..) => return Err(Error::NotADirectory),
+            Node::StatsFile | Node::ConfigFile | Node::MetricsFile | Node::File(..) => return Err(Error::NotADirectory),
         }
         let handle = self.pin(HandleData::Listing(entries), caller)?;
         Ok(self.handles.insert(handle))

@@ -15,6 +15,7 @@ use crate::pixels::output;
 use crate::pixels::pipeline::{self, PixelError};
 use crate::shared::{draw_rng, Rgb, Size2};
 use crate::source::catalog::FileId;
+use crate::metrics::PixelKind;
 use crate::stats::{bump, Stats};
 
 /// Pixel work for one mount: see the module documentation.
@@ -117,13 +118,14 @@ impl PixelWork {
         let started = thread_cpu_nanos();
         let pixels = work()?;
         let nanos = thread_cpu_nanos().saturating_sub(started).max(1);
-        let (count, total) = match kind {
-            Timing::Decode => (&self.stats.full_decodes, &self.stats.full_decode_nanos),
-            Timing::DecodeAugment => (&self.stats.decode_augments, &self.stats.decode_augment_nanos),
-            Timing::AugmentPixels => (&self.stats.pixel_augments, &self.stats.pixel_augment_nanos),
+        let (count, total, histogram) = match kind {
+            Timing::Decode => (&self.stats.full_decodes, &self.stats.full_decode_nanos, PixelKind::Decode),
+            Timing::DecodeAugment => (&self.stats.decode_augments, &self.stats.decode_augment_nanos, PixelKind::DecodeAugment),
+            Timing::AugmentPixels => (&self.stats.pixel_augments, &self.stats.pixel_augment_nanos, PixelKind::Augment),
         };
         bump(count, 1);
         bump(total, nanos);
+        self.stats.latency.record_pixel(histogram, std::time::Duration::from_nanos(nanos));
         Ok(pixels)
     }
 }

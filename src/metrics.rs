@@ -1,0 +1,515 @@
+//! Latency histograms and the Prometheus text exposition.
+//!
+//! Owns: the mount's latency histograms ([`Latencies`]: each open per view and outcome, each
+//! piece of pixel work by kind), recorded in microseconds into HdrHistograms; their percentiles
+//! for `stats.json`; and `.prepfs/metrics`, the Prometheus text exposition format 0.0.4 of the
+//! counters in [`crate::stats`] and these histograms ([`exposition`]).
+//!
+//! [`serve_http`] answers `GET /metrics` for `prepfs mount --metrics-addr`, on a worker thread
+//! that `mount::Workers` owns.
+//!
+//! Each histogram sits behind its own mutex, taken to record one value or to copy the figures
+//! out: never across I/O, decoding or formatting.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use serde_json::json;
+
+use crate::shared::Form;
+use crate::stats::Stats;
+use crate::sync::{LockExt, Mutex};
+
+/// How an open ended: served from a cache form (or another open's handle), made from a source
+/// or disk read, or failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Hit,
+    Miss,
+    Error,
+}
+
+impl Outcome {
+    const ALL: [Outcome; 3] = [Outcome::Hit, Outcome::Miss, Outcome::Error];
+
+    /// A served open: a miss when its bytes came from the disk tier or the source.
+    pub(crate) fn served(miss: bool) -> Outcome {
+        if miss {
+            Outcome::Miss
+        } else {
+            Outcome::Hit
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Outcome::Hit => "hit",
+            Outcome::Miss => "miss",
+            Outcome::Error => "error",
+        }
+    }
+}
+
+/// Kinds of pixel work, as `pixels::work` times them (CPU time of the working thread).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PixelKind {
+    /// A full decode.
+    Decode,
+    /// Decode and augment from encoded bytes.
+    DecodeAugment,
+    /// Augment from decoded pixels.
+    Augment,
+}
+
+impl PixelKind {
+    const ALL: [PixelKind; 3] = [PixelKind::Decode, PixelKind::DecodeAugment, PixelKind::Augment];
+
+    fn name(self) -> &'static str {
+        match self {
+            PixelKind::Decode => "decode",
+            PixelKind::DecodeAugment => "decode_augment",
+            PixelKind::Augment => "augment",
+        }
+    }
+}
+
+/// The histograms' upper bound: an hour, in microseconds (longer values are recorded as an hour).
+const MAX_US: u64 = 3_600_000_000;
+
+/// The exposition's bucket bounds, in seconds: 100 µs to 10 s.
+pub(crate) const BUCKETS_S: [f64; 16] =
+    [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
+/// One latency histogram, in microseconds, with the exact sum beside it.
+#[derive(Debug)]
+pub(crate) struct Latency {
+    recorded: Mutex<Histogram<u64>>,
+    sum_us: AtomicU64,
+}
+
+/// A histogram's figures, copied out under its lock.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Snapshot {
+    pub count: u64,
+    pub sum_us: u64,
+    pub p50_us: u64,
+    pub p90_us: u64,
+    pub p99_us: u64,
+    pub max_us: u64,
+    /// Values at most each bound of [`BUCKETS_S`], cumulative.
+    pub buckets: [u64; BUCKETS_S.len()],
+}
+
+impl Default for Latency {
+    fn default() -> Self {
+        // Two significant digits (1% precision) keep each histogram near 30 KiB. The bounds are
+        // constants within hdrhistogram's limits: this cannot fail.
+        let histogram = Histogram::new_with_bounds(1, MAX_US, 2).expect("constant histogram bounds are valid");
+        Latency { recorded: Mutex::new(histogram), sum_us: AtomicU64::new(0) }
+    }
+}
+
+impl Latency {
+    /// Records one duration.
+    pub(crate) fn record(&self, took: Duration) {
+        let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX).clamp(1, MAX_US);
+        self.sum_us.fetch_add(us, Ordering::Relaxed);
+        self.recorded.lock_or_recover().saturating_record(us);
+    }
+
+    /// The figures now.
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        let h = self.recorded.lock_or_recover();
+        let mut snap = Snapshot {
+            count: h.len(),
+            sum_us: self.sum_us.load(Ordering::Relaxed),
+            p50_us: h.value_at_quantile(0.5),
+            p90_us: h.value_at_quantile(0.9),
+            p99_us: h.value_at_quantile(0.99),
+            max_us: h.max(),
+            buckets: [0; BUCKETS_S.len()],
+        };
+        for v in h.iter_recorded() {
+            let us = h.median_equivalent(v.value_iterated_to());
+            let first = BUCKETS_S.iter().position(|&le| us as f64 <= le * 1e6).unwrap_or(BUCKETS_S.len());
+            for b in &mut snap.buckets[first..] {
+                *b += v.count_at_value();
+            }
+        }
+        snap
+    }
+}
+
+impl Snapshot {
+    fn to_json(&self) -> serde_json::Value {
+        json!({"count": self.count, "p50": self.p50_us, "p90": self.p90_us, "p99": self.p99_us, "max": self.max_us})
+    }
+}
+
+/// The mount's latency histograms.
+#[derive(Debug, Default)]
+pub(crate) struct Latencies {
+    /// Opens of files, by view (`Form::index`) and outcome.
+    open: [[Latency; 3]; 3],
+    /// Pixel work by kind.
+    pixel: [Latency; 3],
+}
+
+impl Latencies {
+    /// Records an open of a file in `form`'s view (top-level or a job's).
+    pub(crate) fn record_open(&self, form: Form, outcome: Outcome, took: Duration) {
+        self.open_of(form, outcome).record(took);
+    }
+
+    /// Records one piece of pixel work.
+    pub(crate) fn record_pixel(&self, kind: PixelKind, took: Duration) {
+        self.pixel[kind as usize].record(took);
+    }
+
+    fn open_of(&self, form: Form, outcome: Outcome) -> &Latency {
+        &self.open[form.index() as usize][outcome as usize]
+    }
+
+    /// Percentiles in microseconds, for `stats.json`'s `latency_us`.
+    pub(crate) fn to_json(&self) -> serde_json::Value {
+        let mut open = serde_json::Map::new();
+        for form in Form::ALL {
+            let by_outcome: serde_json::Map<_, _> =
+                Outcome::ALL.iter().map(|&o| (o.name().to_owned(), self.open_of(form, o).snapshot().to_json())).collect();
+            open.insert(form.dir_name().to_owned(), by_outcome.into());
+        }
+        let pixel: serde_json::Map<_, _> =
+            PixelKind::ALL.iter().map(|&k| (k.name().to_owned(), self.pixel[k as usize].snapshot().to_json())).collect();
+        json!({"open": open, "pixel_work": pixel})
+    }
+}
+
+/// What the exposition shows besides [`Stats`]: figures other parts own, gathered by the caller.
+#[derive(Debug, Default)]
+pub(crate) struct Gauges {
+    /// Samples in the catalog.
+    pub samples: u64,
+    /// Per cache form (`encoded`, `decoded`, `augmented`, `disk`): bytes used and budget.
+    pub cache: Vec<(&'static str, u64, u64)>,
+    pub jobs_active: u64,
+    pub passthrough_on: bool,
+}
+
+/// Writes metric families in the text format.
+struct Writer {
+    out: String,
+}
+
+impl Writer {
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.out, "# HELP {name} {help}");
+        let _ = writeln!(self.out, "# TYPE {name} {kind}");
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
+        self.out.push_str(name);
+        if !labels.is_empty() {
+            self.out.push('{');
+            for (i, (k, v)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.out.push(',');
+                }
+                // Label values here are fixed names, never user text: nothing to escape.
+                let _ = write!(self.out, "{k}=\"{v}\"");
+            }
+            self.out.push('}');
+        }
+        let _ = writeln!(self.out, " {value}");
+    }
+
+    /// A single unlabelled sample with its HELP and TYPE.
+    fn single(&mut self, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
+        self.family(name, kind, help);
+        self.sample(name, &[], value);
+    }
+
+    /// One histogram series: cumulative buckets, `+Inf`, `_sum` (seconds) and `_count`.
+    fn histogram(&mut self, name: &str, labels: &[(&str, &str)], snap: &Snapshot) {
+        let bucket = format!("{name}_bucket");
+        for (le, count) in BUCKETS_S.iter().zip(snap.buckets) {
+            let le = le.to_string();
+            let mut with_le = labels.to_vec();
+            with_le.push(("le", &le));
+            self.sample(&bucket, &with_le, count);
+        }
+        let mut inf = labels.to_vec();
+        inf.push(("le", "+Inf"));
+        self.sample(&bucket, &inf, snap.count);
+        self.sample(&format!("{name}_sum"), labels, snap.sum_us as f64 / 1e6);
+        self.sample(&format!("{name}_count"), labels, snap.count);
+    }
+}
+
+fn get(counter: &AtomicU64) -> u64 {
+    counter.load(Ordering::Relaxed)
+}
+
+/// The mount's figures in the Prometheus text exposition format, version 0.0.4.
+pub(crate) fn exposition(stats: &Stats, gauges: &Gauges) -> String {
+    let mut w = Writer { out: String::with_capacity(16 * 1024) };
+    w.single("prepfs_uptime_seconds", "gauge", "Seconds since the mount started.", stats.uptime().as_secs_f64());
+    w.single("prepfs_samples", "gauge", "Samples in the scanned source.", gauges.samples);
+
+    let views = [(Form::Encoded, &stats.encoded), (Form::Decoded, &stats.decoded), (Form::Augmented, &stats.augmented)];
+    type Pick = fn(&crate::stats::ViewCounters) -> &AtomicU64;
+    let per_view: [(&str, &str, Pick); 4] = [
+        ("prepfs_opens_total", "Opens of files, by view (top-level and jobs').", |v| &v.opens),
+        ("prepfs_open_hits_total", "Top-level opens served from a cache form, by view.", |v| &v.hits),
+        ("prepfs_open_misses_total", "Top-level opens that read the disk tier or the source, by view.", |v| &v.misses),
+        ("prepfs_served_bytes_total", "Bytes the daemon's reads served, by view (kernel passthrough reads are not seen).", |v| &v.bytes_served),
+    ];
+    for (name, help, pick) in per_view {
+        w.family(name, "counter", help);
+        for (form, counters) in views {
+            w.sample(name, &[("view", form.dir_name())], get(pick(counters)));
+        }
+    }
+
+    let totals: [(&str, &str, &AtomicU64); 8] = [
+        ("prepfs_source_read_bytes_total", "Bytes read from the source dataset.", &stats.source_bytes_read),
+        ("prepfs_source_reads_total", "Whole-file reads of the source.", &stats.source_reads),
+        ("prepfs_source_errors_total", "Source files that vanished or failed to read.", &stats.source_errors),
+        ("prepfs_source_changes_total", "Source files found changed since last seen.", &stats.source_changes),
+        ("prepfs_decode_errors_total", "Samples that could not be decoded (per attempt).", &stats.decode_errors),
+        ("prepfs_opens_refused_total", "Opens refused because open handles pinned max_open_bytes.", &stats.opens_refused),
+        ("prepfs_refills_total", "Augmented outputs made by the background refill.", &stats.refills),
+        ("prepfs_passthrough_opens_total", "Opens answered with a kernel passthrough backing file.", &stats.passthrough.opens),
+    ];
+    for (name, help, counter) in totals {
+        w.single(name, "counter", help, get(counter));
+    }
+
+    w.family("prepfs_fuse_requests_total", "counter", "FUSE requests received, by kind.");
+    for (kind, n) in stats.requests.by_kind() {
+        w.sample("prepfs_fuse_requests_total", &[("kind", kind)], n);
+    }
+
+    w.single("prepfs_open_handles", "gauge", "File handles open now.", get(&stats.open_handles));
+    w.single("prepfs_jobs_active", "gauge", "Jobs active now.", gauges.jobs_active);
+    w.single("prepfs_passthrough_enabled", "gauge", "1 when kernel passthrough serves reads.", u8::from(gauges.passthrough_on));
+    w.family("prepfs_cache_used_bytes", "gauge", "Bytes held by each cache form (disk: the disk tier).");
+    for &(form, used, _) in &gauges.cache {
+        w.sample("prepfs_cache_used_bytes", &[("form", form)], used);
+    }
+    w.family("prepfs_cache_budget_bytes", "gauge", "Budget of each cache form (disk: the disk tier's size).");
+    for &(form, _, budget) in &gauges.cache {
+        w.sample("prepfs_cache_budget_bytes", &[("form", form)], budget);
+    }
+
+    w.family("prepfs_open_seconds", "histogram", "Time to open a file (wall time), by view and outcome.");
+    for form in Form::ALL {
+        for outcome in Outcome::ALL {
+            let labels = [("view", form.dir_name()), ("outcome", outcome.name())];
+            w.histogram("prepfs_open_seconds", &labels, &stats.latency.open_of(form, outcome).snapshot());
+        }
+    }
+    w.family("prepfs_pixel_work_seconds", "histogram", "CPU time of each piece of pixel work, by kind.");
+    for kind in PixelKind::ALL {
+        w.histogram("prepfs_pixel_work_seconds", &[("kind", kind.name())], &stats.latency.pixel[kind as usize].snapshot());
+    }
+    w.out
+}
+
+/// How long one connection of the HTTP endpoint may take to send its request or read the answer.
+const HTTP_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Answers `GET /metrics` on `listener` with `body()` (the exposition) until `stop` is set: one
+/// connection at a time, on the caller's thread (a scrape every few seconds needs no more).
+pub(crate) fn serve_http(listener: std::net::TcpListener, stop: &std::sync::atomic::AtomicBool, body: impl Fn() -> String) {
+    if let Err(e) = listener.set_nonblocking(true) {
+        tracing::warn!(error = %e, "metrics endpoint: cannot poll the listener; not serving");
+        return;
+    }
+    while !stop.load(Ordering::Relaxed) {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                if let Err(e) = answer_http(stream, &body) {
+                    tracing::debug!(error = %e, "metrics endpoint: a request failed");
+                }
+            }
+            // Nothing waiting (or a failed accept): look again shortly, and at `stop`.
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+/// Reads one request's head and answers it: the exposition for `GET /metrics`, else 404 or 405.
+fn answer_http(mut stream: std::net::TcpStream, body: &impl Fn() -> String) -> std::io::Result<()> {
+    use std::io::{Read, Write};
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(HTTP_TIMEOUT))?;
+    stream.set_write_timeout(Some(HTTP_TIMEOUT))?;
+    let mut head = [0u8; 4096];
+    let mut n = 0;
+    while n < head.len() && !head[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+        match stream.read(&mut head[n..])? {
+            0 => break,
+            got => n += got,
+        }
+    }
+    let request = String::from_utf8_lossy(&head[..n]);
+    let mut words = request.lines().next().unwrap_or_default().split(' ');
+    let (method, target) = (words.next().unwrap_or_default(), words.next().unwrap_or_default());
+    let path = target.split('?').next().unwrap_or_default();
+    let (status, content_type, text) = match (method, path) {
+        ("GET", "/metrics") => ("200 OK", "text/plain; version=0.0.4; charset=utf-8", body()),
+        ("GET", _) => ("404 Not Found", "text/plain; charset=utf-8", "prepfs serves /metrics\n".to_owned()),
+        _ => ("405 Method Not Allowed", "text/plain; charset=utf-8", "GET /metrics\n".to_owned()),
+    };
+    write!(
+        stream,
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+        text.len()
+    )?;
+    stream.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::{HashMap, HashSet};
+
+    /// A parsed sample line: name, labels, value.
+    fn parse(line: &str) -> (String, HashMap<String, String>, f64) {
+        let (series, value) = line.rsplit_once(' ').expect("name and value");
+        let value: f64 = if value == "+Inf" { f64::INFINITY } else { value.parse().expect("a number") };
+        let (name, labels) = match series.split_once('{') {
+            None => (series.to_owned(), HashMap::new()),
+            Some((name, rest)) => {
+                let inner = rest.strip_suffix('}').expect("closing brace");
+                let labels = inner
+                    .split(',')
+                    .map(|kv| {
+                        let (k, v) = kv.split_once('=').expect("k=v");
+                        (k.to_owned(), v.trim_matches('"').to_owned())
+                    })
+                    .collect();
+                (name.to_owned(), labels)
+            }
+        };
+        (name, labels, value)
+    }
+
+    fn busy_stats() -> Stats {
+        let stats = Stats::default();
+        crate::stats::bump(&stats.augmented.opens, 5);
+        crate::stats::bump(&stats.requests.open, 5);
+        for ms in [0.3, 2.0, 7.0, 40.0, 15_000.0] {
+            stats.latency.record_open(Form::Augmented, Outcome::Miss, Duration::from_secs_f64(ms / 1e3));
+        }
+        stats.latency.record_open(Form::Augmented, Outcome::Hit, Duration::from_micros(80));
+        stats.latency.record_pixel(PixelKind::DecodeAugment, Duration::from_millis(3));
+        stats
+    }
+
+    fn gauges() -> Gauges {
+        Gauges { samples: 7, cache: vec![("augmented", 10, 100), ("disk", 0, 0)], jobs_active: 1, passthrough_on: true }
+    }
+
+    #[test]
+    fn every_metric_has_help_and_type_before_its_samples() {
+        let text = exposition(&busy_stats(), &gauges());
+        let mut helped = HashSet::new();
+        let mut typed = HashMap::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# HELP ") {
+                helped.insert(rest.split(' ').next().expect("name").to_owned());
+            } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').expect("name and type");
+                assert!(["counter", "gauge", "histogram"].contains(&kind), "{line}");
+                typed.insert(name.to_owned(), kind.to_owned());
+            } else {
+                let (name, _, _) = parse(line);
+                let family = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|s| name.strip_suffix(s).filter(|f| typed.get(*f).is_some_and(|k| k == "histogram")))
+                    .unwrap_or(&name);
+                assert!(helped.contains(family) && typed.contains_key(family), "{name} has no HELP/TYPE before it");
+                if typed[family] == "counter" {
+                    assert!(name.ends_with("_total"), "counter {name} ends in _total");
+                }
+            }
+        }
+        assert!(text.contains("prepfs_opens_total{view=\"augmented\"} 5\n"), "{text}");
+        assert!(text.contains("prepfs_fuse_requests_total{kind=\"open\"} 5\n"), "{text}");
+        assert!(text.contains("prepfs_cache_budget_bytes{form=\"augmented\"} 100\n"), "{text}");
+    }
+
+    #[test]
+    fn histogram_buckets_are_cumulative_and_end_with_inf_equal_to_count() {
+        let text = exposition(&busy_stats(), &gauges());
+        // series (the labels but `le`) -> bucket values in order, and its _count.
+        let mut buckets: HashMap<String, Vec<(f64, f64)>> = HashMap::new();
+        let mut counts: HashMap<String, f64> = HashMap::new();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let (name, mut labels, value) = parse(line);
+            let le = labels.remove("le");
+            let mut key: Vec<_> = labels.into_iter().collect();
+            key.sort();
+            if let Some(family) = name.strip_suffix("_bucket") {
+                let le = le.expect("le label");
+                let le = if le == "+Inf" { f64::INFINITY } else { le.parse().expect("le") };
+                buckets.entry(format!("{family}{key:?}")).or_default().push((le, value));
+            } else if let Some(family) = name.strip_suffix("_count") {
+                counts.insert(format!("{family}{key:?}"), value);
+            }
+        }
+        assert_eq!(buckets.len(), 3 * 3 + 3, "9 open series and 3 pixel-work series");
+        for (series, values) in &buckets {
+            assert!(values.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1), "{series}: {values:?}");
+            let last = values.last().expect("a bucket");
+            assert_eq!(last.0, f64::INFINITY, "{series} ends with +Inf");
+            assert_eq!(Some(&last.1), counts.get(series), "{series}: +Inf == _count");
+        }
+        let miss = text
+            .lines()
+            .filter(|l| l.starts_with("prepfs_open_seconds_bucket{view=\"augmented\",outcome=\"miss\""))
+            .map(|l| parse(l).2)
+            .collect::<Vec<_>>();
+        // 0.3 ms, 2 ms, 7 ms, 40 ms and 15 s: le 0.0005 holds one, le 10 four, +Inf five.
+        assert_eq!((miss[2], miss[15], miss[16]), (1.0, 4.0, 5.0), "{miss:?}");
+    }
+
+    #[test]
+    fn the_http_endpoint_answers_get_metrics_and_stops_when_asked() {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = std::sync::Arc::clone(&stop);
+        let server = std::thread::spawn(move || serve_http(listener, &flag, || "prepfs_samples 7\n".to_owned()));
+        let get = |path: &str| {
+            let mut s = std::net::TcpStream::connect(addr).expect("connect");
+            write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").expect("send");
+            let mut answer = String::new();
+            s.read_to_string(&mut answer).expect("answer");
+            answer
+        };
+        let ok = get("/metrics");
+        assert!(ok.starts_with("HTTP/1.1 200 OK\r\n") && ok.contains("version=0.0.4") && ok.ends_with("\r\n\r\nprepfs_samples 7\n"), "{ok}");
+        assert!(get("/").starts_with("HTTP/1.1 404"));
+        stop.store(true, Ordering::SeqCst);
+        server.join().expect("the endpoint ends when stopped");
+    }
+
+    #[test]
+    fn percentiles_come_from_the_recorded_values() {
+        let latency = Latency::default();
+        for us in 1..=1000 {
+            latency.record(Duration::from_micros(us));
+        }
+        let snap = latency.snapshot();
+        assert_eq!(snap.count, 1000);
+        assert_eq!(snap.sum_us, 500_500);
+        let near = |v: u64, want: u64| v.abs_diff(want) * 100 <= want * 2;
+        assert!(near(snap.p50_us, 500) && near(snap.p90_us, 900) && near(snap.p99_us, 990), "{snap:?}");
+        assert!(near(snap.max_us, 1000), "{snap:?}");
+    }
+}

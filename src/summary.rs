@@ -1,0 +1,275 @@
+//! `prepfs stats`: finding the mount a path is inside ([`find_mount`]) and turning its
+//! `.prepfs/stats.json` into a readable summary ([`summary`]), with per-second rates when an
+//! earlier reading is given (`--watch`). Reads the JSON as the mount serves it, so it works
+//! against any running mount; a figure missing from the document shows as `-`.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+/// Why no mount was found for a path.
+#[derive(Debug, thiserror::Error)]
+pub enum FindError {
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{} is not inside a prepfs mount (no .prepfs/stats.json at the root of its filesystem, {})", path.display(), root.display())]
+    NotAMount { path: PathBuf, root: PathBuf },
+}
+
+/// The root of the prepfs mount that `path` is inside: the topmost directory above it on the
+/// same filesystem, which must hold `.prepfs/stats.json`. Climbing by device rather than looking
+/// for `.prepfs/` in every parent asks the mount nothing on the way (a lookup under `jobs/`
+/// would start a job).
+pub fn find_mount(path: &Path) -> Result<PathBuf, FindError> {
+    let io = |source| FindError::Io { path: path.to_path_buf(), source };
+    let start = std::fs::canonicalize(path).map_err(io)?;
+    let dev = std::fs::metadata(&start).map_err(io)?.dev();
+    let mut root = start.as_path();
+    while let Some(parent) = root.parent() {
+        match std::fs::metadata(parent) {
+            Ok(m) if m.dev() == dev => root = parent,
+            _ => break,
+        }
+    }
+    if root.join(".prepfs/stats.json").is_file() {
+        Ok(root.to_path_buf())
+    } else {
+        Err(FindError::NotAMount { path: path.to_path_buf(), root: root.to_path_buf() })
+    }
+}
+
+const VIEWS: [&str; 3] = ["encoded", "decoded", "augmented"];
+
+fn num(doc: &Value, pointer: &str) -> Option<f64> {
+    doc.pointer(pointer).and_then(Value::as_f64)
+}
+
+/// Bytes as people read them: `1.5 GiB`.
+pub fn human_bytes(n: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = n;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{value:.0} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+/// Microseconds as people read them: `850 µs`, `3.2 ms`, `1.50 s`.
+pub fn human_us(us: f64) -> String {
+    if us < 1000.0 {
+        format!("{us:.0} µs")
+    } else if us < 1e6 {
+        format!("{:.1} ms", us / 1e3)
+    } else {
+        format!("{:.2} s", us / 1e6)
+    }
+}
+
+fn human_duration(secs: f64) -> String {
+    let s = secs as u64;
+    match (s / 3600, s / 60 % 60, s % 60) {
+        (0, 0, s) => format!("{s}s"),
+        (0, m, s) => format!("{m}m {s:02}s"),
+        (h, m, s) => format!("{h}h {m:02}m {s:02}s"),
+    }
+}
+
+/// `p50 / p99` of one open histogram, or `-` when it holds nothing.
+fn percentiles(doc: &Value, view: &str, outcome: &str) -> String {
+    let at = |p: &str| num(doc, &format!("/latency_us/open/{view}/{outcome}/{p}"));
+    match (at("count"), at("p50"), at("p99")) {
+        (Some(n), Some(p50), Some(p99)) if n > 0.0 => format!("{} / {}", human_us(p50), human_us(p99)),
+        _ => "-".into(),
+    }
+}
+
+/// The readable summary of a `stats.json` document. With `previous` (an earlier reading of the
+/// same mount), counters also show their rate per second since it.
+pub fn summary(doc: &Value, previous: Option<&Value>) -> String {
+    let elapsed = previous
+        .and_then(|p| Some(num(doc, "/uptime_s")? - num(p, "/uptime_s")?))
+        .filter(|dt| *dt > 0.0);
+    // The rate of the counter at `pointer`, as ` (R/s)`, when an earlier reading is given.
+    let rate = |pointer: &str, fmt: &dyn Fn(f64) -> String| -> String {
+        match (elapsed, previous.and_then(|p| num(p, pointer)), num(doc, pointer)) {
+            (Some(dt), Some(before), Some(now)) => format!(" ({}/s)", fmt((now - before).max(0.0) / dt)),
+            _ => String::new(),
+        }
+    };
+    let count = |n: f64| format!("{n:.0}");
+    let dash = |v: Option<f64>, fmt: &dyn Fn(f64) -> String| v.map_or_else(|| "-".to_owned(), fmt);
+    let mut out = Vec::new();
+
+    out.push(format!(
+        "prepfs: {}, up {}",
+        doc.pointer("/source").and_then(Value::as_str).unwrap_or("?"),
+        dash(num(doc, "/uptime_s"), &human_duration)
+    ));
+    out.push(format!(
+        "samples      {} ({} files, {} directories)",
+        dash(num(doc, "/samples"), &count),
+        dash(num(doc, "/files"), &count),
+        dash(num(doc, "/directories"), &count)
+    ));
+    out.push(format!("{:<12} {:>16} {:>9} {:>22}   {:<21} {}", "view", "opens", "hit rate", "served", "open hit p50 / p99", "miss p50 / p99"));
+    for view in VIEWS {
+        let opens = format!("{}{}", dash(num(doc, &format!("/views/{view}/opens")), &count), rate(&format!("/views/{view}/opens"), &count));
+        let (hits, misses) = (num(doc, &format!("/views/{view}/hits")), num(doc, &format!("/views/{view}/misses")));
+        let hit_rate = match (hits, misses) {
+            (Some(h), Some(m)) if h + m > 0.0 => format!("{:.0}%", 100.0 * h / (h + m)),
+            _ => "-".into(),
+        };
+        let served_at = format!("/views/{view}/bytes_served");
+        let served = format!("{}{}", dash(num(doc, &served_at), &human_bytes), rate(&served_at, &human_bytes));
+        out.push(format!(
+            "{view:<12} {opens:>16} {hit_rate:>9} {served:>22}   {:<21} {}",
+            percentiles(doc, view, "hit"),
+            percentiles(doc, view, "miss")
+        ));
+    }
+    let forms: Vec<String> = VIEWS
+        .iter()
+        .map(|f| {
+            let used = dash(num(doc, &format!("/cache/{f}/bytes_used")), &human_bytes);
+            let budget = dash(num(doc, &format!("/cache/{f}/budget")), &human_bytes);
+            format!("{f} {used} / {budget}")
+        })
+        .collect();
+    out.push(format!("cache        {}", forms.join(", ")));
+    if doc.pointer("/cache/disk").is_some_and(|d| !d.is_null()) {
+        out.push(format!(
+            "disk cache   {} / {}",
+            dash(num(doc, "/cache/disk/bytes_used"), &human_bytes),
+            dash(num(doc, "/cache/disk/size"), &human_bytes)
+        ));
+    }
+    out.push(format!(
+        "source       {} read{}, {} read errors, {} changed files",
+        dash(num(doc, "/source_bytes_read"), &human_bytes),
+        rate("/source_bytes_read", &human_bytes),
+        dash(num(doc, "/source_errors"), &count),
+        dash(num(doc, "/source_changes"), &count)
+    ));
+    let pixel = |kind: &str| {
+        let at = |p: &str| num(doc, &format!("/latency_us/pixel_work/{kind}/{p}"));
+        match (at("count"), at("p50"), at("p99")) {
+            (Some(n), Some(p50), Some(p99)) if n > 0.0 => format!("{kind} {n:.0} × {} / {}", human_us(p50), human_us(p99)),
+            _ => format!("{kind} 0"),
+        }
+    };
+    out.push(format!(
+        "pixel work   {}, {}, {} (p50 / p99 CPU); {} decode errors",
+        pixel("decode"),
+        pixel("decode_augment"),
+        pixel("augment"),
+        dash(num(doc, "/decode_errors"), &count)
+    ));
+    let jobs: Vec<&str> = doc
+        .pointer("/jobs/active")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(|j| j.get("name").and_then(Value::as_str)).collect())
+        .unwrap_or_default();
+    out.push(if jobs.is_empty() { "jobs         none active".into() } else { format!("jobs         {} active: {}", jobs.len(), jobs.join(", ")) });
+    let passthrough = match doc.pointer("/passthrough/on").and_then(Value::as_bool) {
+        Some(true) => format!("on ({} opens)", dash(num(doc, "/passthrough/opens"), &count)),
+        Some(false) => match doc.pointer("/passthrough/off_because").and_then(Value::as_str) {
+            Some(why) => format!("off ({why})"),
+            None => "off".into(),
+        },
+        None => "-".into(),
+    };
+    out.push(format!("passthrough  {passthrough}"));
+    out.push(format!(
+        "fuse         {} requests per open; {} open handles",
+        dash(num(doc, "/fuse_requests_per_open"), &|v| format!("{v:.1}")),
+        dash(num(doc, "/open_handles"), &count)
+    ));
+    let mut text = out.join("\n");
+    text.push('\n');
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn doc(uptime: f64, opens: u64, read: u64) -> Value {
+        json!({
+            "uptime_s": uptime,
+            "source": "/data/imagenet",
+            "samples": 1200, "files": 1201, "directories": 11,
+            "views": {
+                "encoded": {"opens": 0, "bytes_served": 0, "hits": 0, "misses": 0},
+                "decoded": {"opens": 2, "bytes_served": 3_000_000, "hits": 1, "misses": 1},
+                "augmented": {"opens": opens, "bytes_served": opens * 150_000, "hits": opens * 3 / 4, "misses": opens / 4},
+            },
+            "source_bytes_read": read, "source_errors": 0, "source_changes": 1, "decode_errors": 2,
+            "cache": {
+                "encoded": {"bytes_used": 1_048_576, "budget": 2_097_152},
+                "decoded": {"bytes_used": 0, "budget": 0},
+                "augmented": {"bytes_used": 512, "budget": 1024},
+                "disk": null,
+            },
+            "latency_us": {"open": {
+                "augmented": {"hit": {"count": 3, "p50": 120, "p90": 300, "p99": 900, "max": 950},
+                              "miss": {"count": 1, "p50": 4200, "p90": 4200, "p99": 4200, "max": 4200}},
+            }, "pixel_work": {"decode_augment": {"count": 1, "p50": 3000, "p90": 3000, "p99": 3000, "max": 3000}}},
+            "jobs": {"active": [{"name": "train"}]},
+            "passthrough": {"on": false, "off_because": "the kernel does not offer it"},
+            "fuse_requests_per_open": 3.25,
+            "open_handles": 1,
+        })
+    }
+
+    #[test]
+    fn the_summary_shows_each_view_the_cache_and_the_latencies_in_a_dozen_lines() {
+        let text = summary(&doc(3725.0, 400, 10 * 1024 * 1024), None);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!((10..=15).contains(&lines.len()), "{text}");
+        assert!(lines[0].contains("/data/imagenet") && lines[0].contains("up 1h 02m 05s"), "{text}");
+        let augmented = lines.iter().find(|l| l.starts_with("augmented")).expect("augmented line");
+        assert!(augmented.contains("400") && augmented.contains("75%"), "{augmented}");
+        assert!(augmented.contains("120 µs / 900 µs") && augmented.contains("4.2 ms / 4.2 ms"), "{augmented}");
+        let encoded = lines.iter().find(|l| l.starts_with("encoded")).expect("encoded line");
+        assert!(encoded.contains(" - "), "no opens, no hit rate: {encoded}");
+        assert!(text.contains("encoded 1.0 MiB / 2.0 MiB"), "{text}");
+        assert!(text.contains("10.0 MiB read"), "{text}");
+        assert!(text.contains("decode_augment 1 × 3.0 ms"), "{text}");
+        assert!(text.contains("1 active: train"), "{text}");
+        assert!(text.contains("off (the kernel does not offer it)"), "{text}");
+        assert!(text.contains("3.2 requests per open") || text.contains("3.3 requests per open"), "{text}");
+        assert!(!text.contains("/s)"), "no rates without an earlier reading: {text}");
+    }
+
+    #[test]
+    fn with_an_earlier_reading_counters_show_their_rate_per_second() {
+        let before = doc(10.0, 100, 0);
+        let now = doc(12.0, 300, 4 * 1024 * 1024);
+        let text = summary(&now, Some(&before));
+        assert!(text.contains("300 (100/s)"), "{text}");
+        assert!(text.contains("4.0 MiB read (2.0 MiB/s)"), "{text}");
+    }
+
+    #[test]
+    fn missing_figures_show_as_dashes_rather_than_failing() {
+        let text = summary(&json!({}), None);
+        assert!(text.contains("samples      - (- files"), "{text}");
+    }
+
+    #[test]
+    fn a_path_outside_any_mount_is_refused_with_the_reason() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let err = find_mount(dir.path()).expect_err("a plain directory is no mount");
+        assert!(err.to_string().contains("is not inside a prepfs mount"), "{err}");
+        let err = find_mount(&dir.path().join("missing")).expect_err("a missing path");
+        assert!(matches!(err, FindError::Io { .. }), "{err}");
+    }
+}

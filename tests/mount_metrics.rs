@@ -1,0 +1,152 @@
+//! Mounted tests of monitoring as a user meets it: `.prepfs/metrics` in Prometheus's text format
+//! agreeing with `stats.json`, and `prepfs stats` found from a path inside the mount (a summary,
+//! `--json`, `--watch`), refusing a path outside any mount. Each test mounts in its own
+//! temporary directory, under a time limit, and unmounts on every way out.
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::{make_id_dataset, prepfs_bin, Mounted};
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// `prepfs ARGS...` under `timeout` (SIGINT after `secs`, as Ctrl-C would), its output.
+fn prepfs_for(secs: f64, args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
+    let mut cmd = Command::new("timeout");
+    cmd.arg("-s").arg("INT").arg("-k").arg("5").arg(secs.to_string()).arg(prepfs_bin());
+    for a in args {
+        cmd.arg(a);
+    }
+    cmd.stdin(Stdio::null()).output().expect("run prepfs under timeout")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Mounts a small id dataset (2 classes of 3) with the shipped defaults, and `extra` options.
+fn mount_with(dir: &Path, extra: &[&str]) -> Mounted {
+    let (source, _) = make_id_dataset(dir, 2, 3);
+    let mnt = dir.join("mnt");
+    std::fs::create_dir(&mnt).expect("mkdir");
+    let mut cmd = Command::new(prepfs_bin());
+    cmd.arg("mount").arg(&source).arg(&mnt).args(extra);
+    Mounted::start_command(cmd, &mnt, &dir.join("prepfs.log"), LIMIT)
+}
+
+fn mount(dir: &Path) -> Mounted {
+    mount_with(dir, &[])
+}
+
+/// The samples of `.prepfs/metrics`: each non-comment line parsed as `name{labels} value`, keyed
+/// by the series as written (`name{labels}`).
+fn metrics(mnt: &Mounted) -> HashMap<String, f64> {
+    let body = std::fs::read_to_string(mnt.path(".prepfs/metrics")).expect("read .prepfs/metrics");
+    assert!(body.contains("# TYPE prepfs_open_seconds histogram"), "{body}");
+    body.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let (series, value) = l.rsplit_once(' ').unwrap_or_else(|| panic!("not `name value`: {l}"));
+            let name_ok = series.split('{').next().is_some_and(|n| n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
+            assert!(name_ok && (!series.contains('{') || series.ends_with('}')), "not `name{{labels}} value`: {l}");
+            (series.to_owned(), value.parse::<f64>().unwrap_or_else(|_| panic!("not a number: {l}")))
+        })
+        .collect()
+}
+
+#[test]
+fn the_metrics_file_parses_and_its_open_counts_agree_with_stats_json() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mnt = mount(dir.path());
+    for name in ["c0/s00", "c0/s01", "c1/s03", "c0/s00"] {
+        std::fs::read(mnt.path(&format!("augmented/{name}.ppm"))).expect("read augmented");
+    }
+    std::fs::read(mnt.path("decoded/c1/s04.ppm")).expect("read decoded");
+    let listing: Vec<String> =
+        std::fs::read_dir(mnt.path(".prepfs")).expect("ls .prepfs").map(|e| e.expect("entry").file_name().to_string_lossy().into_owned()).collect();
+    assert!(listing.contains(&"metrics".to_owned()), "{listing:?}");
+
+    let m = metrics(&mnt);
+    let stats = mnt.stats();
+    for view in ["encoded", "decoded", "augmented"] {
+        let opens = m[&format!("prepfs_opens_total{{view=\"{view}\"}}")];
+        assert_eq!(opens as u64, stats["views"][view]["opens"].as_u64().expect("opens"), "{view}");
+        // Every open is timed once, whatever its outcome.
+        let timed: f64 = ["hit", "miss", "error"].iter().map(|o| m[&format!("prepfs_open_seconds_count{{view=\"{view}\",outcome=\"{o}\"}}")]).sum();
+        assert_eq!(timed, opens, "{view}: the histograms count every open");
+    }
+    assert_eq!(m["prepfs_opens_total{view=\"augmented\"}"], 4.0);
+    assert!(m["prepfs_fuse_requests_total{kind=\"open\"}"] >= 5.0, "{m:?}");
+    assert!(m["prepfs_source_read_bytes_total"] > 0.0);
+    assert!(m.contains_key("prepfs_cache_budget_bytes{form=\"augmented\"}"), "{m:?}");
+    for (outcome, counter) in [("hit", "prepfs_open_hits_total"), ("miss", "prepfs_open_misses_total")] {
+        let series = format!("{{view=\"augmented\",outcome=\"{outcome}\"");
+        let inf = m[&format!("prepfs_open_seconds_bucket{series},le=\"+Inf\"}}")];
+        assert_eq!(inf, m[&format!("prepfs_open_seconds_count{series}}}")], "{outcome}: +Inf == count");
+        // The refill may have made every output before the reads: hits and misses as it fell.
+        let counted = m[&format!("{counter}{{view=\"augmented\"}}")];
+        assert_eq!(inf, counted, "{outcome}: each top-level open timed under its outcome");
+        let timed = &stats["latency_us"]["open"]["augmented"][outcome];
+        assert_eq!(timed["count"].as_f64(), Some(inf), "{timed}");
+        if inf > 0.0 {
+            assert!(timed["p50"].as_u64() > Some(0) && timed["p99"].as_u64() >= timed["p50"].as_u64(), "{timed}");
+        }
+    }
+    assert!(mnt.stop().success());
+}
+
+#[test]
+fn prepfs_stats_finds_the_mount_from_a_subdirectory_and_prints_a_summary_or_json() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mnt = mount(dir.path());
+    std::fs::read(mnt.path("augmented/c0/s00.ppm")).expect("read augmented");
+    let inside = mnt.path("augmented/c0");
+
+    let out = prepfs_for(30.0, &[&"stats", &inside]);
+    let summary = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(summary.lines().count() <= 16, "a summary, not the JSON: {summary}");
+    assert!(summary.contains(&mnt.mountpoint.display().to_string()), "names the mount: {summary}");
+    let augmented = summary.lines().find(|l| l.starts_with("augmented")).expect("an augmented line");
+    assert!(augmented.split_whitespace().nth(1) == Some("1"), "one augmented open: {augmented}");
+    assert!(summary.contains("samples      6"), "{summary}");
+
+    let out = prepfs_for(30.0, &[&"stats", &inside, &"--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("--json prints JSON");
+    assert_eq!(doc["views"]["augmented"]["opens"], 1);
+
+    // Three readings or so in 1.5 s; the later ones show rates.
+    let out = prepfs_for(1.5, &[&"stats", &"--watch", &"0.4", &inside]);
+    let watched = text(&out.stdout);
+    assert!(watched.matches("\nsamples").count() >= 2, "{watched}");
+    assert!(watched.contains("/s)"), "rates after the first reading: {watched}");
+
+    let out = prepfs_for(30.0, &[&"stats", &dir.path()]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("is not inside a prepfs mount"), "{}", text(&out.stderr));
+    assert!(mnt.stop().success());
+}
+
+#[test]
+fn with_metrics_addr_the_mount_answers_get_metrics_over_http() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mnt = mount_with(dir.path(), &["--metrics-addr", "127.0.0.1:0"]);
+    std::fs::read(mnt.path("augmented/c0/s00.ppm")).expect("read augmented");
+    let log = mnt.log();
+    let at = log.find("http://").unwrap_or_else(|| panic!("the log names the endpoint: {log}")) + "http://".len();
+    let addr: String = log[at..].chars().take_while(|c| *c != '/').collect();
+    let mut stream = std::net::TcpStream::connect(&addr).expect("connect to the endpoint");
+    stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    write!(stream, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").expect("send");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("read the answer");
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    assert!(answer.contains("\nprepfs_opens_total{view=\"augmented\"} 1\n"), "{answer}");
+    assert!(mnt.stop().success(), "the endpoint's worker is joined at unmount");
+}
