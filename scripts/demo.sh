@@ -83,7 +83,7 @@ def job(name):
 threads = [threading.Thread(target=job, args=(n,)) for n in ("resnet", "vit")]
 [t.start() for t in threads]; [t.join() for t in threads]
 PY
-$bin stats "$mnt" | python3 -c "
+$bin stats --json "$mnt" | python3 -c "
 import json, sys
 d = json.load(sys.stdin)
 for j in d['jobs']['active']:
@@ -94,7 +94,7 @@ print(f\"  cache split {c['split']}: \" + ', '.join(f\"{f} {c[f]['entries']} ent
 "
 
 echo "== live stats (prepfs stats $mnt)"
-$bin stats "$mnt" | python3 -c "import json,sys; d=json.load(sys.stdin); print(json.dumps({k: d[k] for k in ['samples','decodes','decode_errors','source_bytes_read','views','catalog_bytes_per_sample']}, indent=1))"
+$bin stats "$mnt"
 echo "== unmounting"
 cleanup
 trap - EXIT

@@ -96,6 +96,7 @@ fn prepfs_stats_prints_the_live_figures() {
     }
     let out = std::process::Command::new(common::prepfs_bin())
         .arg("stats")
+        .arg("--json")
         .arg(&mnt.mountpoint)
         .output()
         .expect("prepfs stats");
