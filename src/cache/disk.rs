@@ -43,6 +43,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use crate::cache::lower::{LowerHit, Payload};
 use crate::shared::{fnv1a64, Rgb};
 use crate::sync::{LockExt, Mutex, MutexGuard};
 
@@ -145,35 +146,6 @@ fn crc32(data: &[u8]) -> u32 {
     let mut c = Crc32::new();
     c.update(data);
     c.finalize()
-}
-
-/// What a lookup found.
-pub enum DiskHit {
-    /// Full-resolution pixels.
-    Pixels(Rgb),
-    /// The source bytes.
-    Bytes(Vec<u8>),
-}
-
-/// A payload queued for writing.
-enum Payload {
-    Bytes(Arc<[u8]>),
-    Pixels(Arc<Rgb>),
-}
-
-impl Payload {
-    fn data(&self) -> &[u8] {
-        match self {
-            Payload::Bytes(b) => b,
-            Payload::Pixels(p) => &p.pixels,
-        }
-    }
-    fn dims(&self) -> (u32, u32) {
-        match self {
-            Payload::Bytes(_) => (0, 0),
-            Payload::Pixels(p) => (p.width, p.height),
-        }
-    }
 }
 
 struct WriteJob {
@@ -507,7 +479,7 @@ impl DiskCache {
 
     /// The entry for `key`, decoded pixels first, then encoded bytes; counts one hit or miss.
     /// A damaged entry is deleted and counted, and the lookup goes on as if it were absent.
-    pub fn get(&self, key: u64) -> Option<DiskHit> {
+    pub fn get(&self, key: u64) -> Option<LowerHit> {
         for kind in [DiskKind::Decoded, DiskKind::Encoded] {
             let slot = self.inner.shard(kind, key).get(&key).copied();
             let Some(slot) = slot.filter(|s| s.ready) else { continue };
@@ -516,9 +488,9 @@ impl DiskCache {
                 Ok(Some((header, payload))) => {
                     self.inner.hits.fetch_add(1, Ordering::Relaxed);
                     return Some(match kind {
-                        DiskKind::Encoded => DiskHit::Bytes(payload),
+                        DiskKind::Encoded => LowerHit::Bytes(payload),
                         DiskKind::Decoded => {
-                            DiskHit::Pixels(Rgb { width: header.width, height: header.height, pixels: payload })
+                            LowerHit::Pixels(Rgb { width: header.width, height: header.height, pixels: payload })
                         }
                     });
                 }
@@ -719,11 +691,11 @@ mod tests {
         assert!(!store.admit_encoded(1, bytes(10, 1)), "already held");
         assert!(store.flush(WAIT));
         match store.get(1) {
-            Some(DiskHit::Bytes(b)) => assert_eq!(&b[..], &bytes(10_000, 1)[..]),
+            Some(LowerHit::Bytes(b)) => assert_eq!(&b[..], &bytes(10_000, 1)[..]),
             _ => panic!("encoded entry missing"),
         }
         match store.get(2) {
-            Some(DiskHit::Pixels(p)) => {
+            Some(LowerHit::Pixels(p)) => {
                 assert_eq!((p.width, p.height), (33, 17));
                 assert_eq!(p.pixels, pixels(33, 17).pixels);
             }
@@ -833,8 +805,8 @@ mod tests {
         assert_eq!(store.used(), used - charge_of(5_040));
         assert_eq!(store.corrupt_dropped(), 1);
         assert!(!tmp.exists() && stranger.exists());
-        assert!(matches!(store.get(3), Some(DiskHit::Bytes(b)) if b[..] == bytes(5_000, 3)[..]));
-        assert!(matches!(store.get(100), Some(DiskHit::Pixels(p)) if p.width == 20));
+        assert!(matches!(store.get(3), Some(LowerHit::Bytes(b)) if b[..] == bytes(5_000, 3)[..]));
+        assert!(matches!(store.get(100), Some(LowerHit::Pixels(p)) if p.width == 20));
         assert!(store.get(5).is_none());
         // A smaller size on the next mount drops entries past it.
         drop(store);

@@ -13,8 +13,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cache::disk::{self, DiskCache, DiskHit, DiskKind};
-use crate::cache::remote::{RemoteHit, RemoteTier};
+use crate::cache::disk::{self, DiskCache, DiskKind};
+use crate::cache::lower::LowerHit;
+use crate::cache::remote::RemoteTier;
 use crate::cache::{AugmentedEntry, SampleCache, SingleFlight};
 use crate::error::Result;
 use crate::pixels::pipeline;
@@ -140,7 +141,7 @@ impl Tiers {
         let remote = self.remote.as_ref()?;
         let key = self.disk.as_ref().map(|_| self.disk_key(sample, &sample.meta));
         match remote.get(self.rel(sample), &sample.meta.identity)? {
-            RemoteHit::Pixels(pixels) => {
+            LowerHit::Pixels(pixels) => {
                 let pixels = Arc::new(pixels);
                 self.memory.decoded.admit(sample.id, Arc::clone(&pixels));
                 if let (Some(disk), Some(key)) = (self.disk.as_ref(), key) {
@@ -148,7 +149,7 @@ impl Tiers {
                 }
                 Some(Loaded::Pixels(pixels))
             }
-            RemoteHit::Bytes(bytes) => {
+            LowerHit::Bytes(bytes) => {
                 let bytes: Arc<[u8]> = bytes.into();
                 self.memory.encoded.admit(sample.id, Arc::clone(&bytes));
                 if let (Some(disk), Some(key)) = (self.disk.as_ref(), key) {
@@ -180,12 +181,12 @@ impl Tiers {
     fn from_disk(&self, sample: &Sample) -> Option<Loaded> {
         let disk = self.disk.as_ref()?;
         match disk.get(self.disk_key(sample, &sample.meta))? {
-            DiskHit::Pixels(pixels) => {
+            LowerHit::Pixels(pixels) => {
                 let pixels = Arc::new(pixels);
                 self.memory.decoded.admit(sample.id, Arc::clone(&pixels));
                 Some(Loaded::Pixels(pixels))
             }
-            DiskHit::Bytes(bytes) => {
+            LowerHit::Bytes(bytes) => {
                 let bytes: Arc<[u8]> = bytes.into();
                 self.memory.encoded.admit(sample.id, Arc::clone(&bytes));
                 Some(Loaded::Bytes(bytes))

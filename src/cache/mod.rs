@@ -17,6 +17,7 @@
 
 pub mod disk;
 mod fill;
+pub mod lower;
 pub(crate) mod remote;
 mod tiers;
 

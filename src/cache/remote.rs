@@ -50,6 +50,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::json;
 
+use crate::cache::lower::{LowerHit, Payload};
 use crate::shared::{fnv1a64, Rgb};
 use crate::source::catalog::Catalog;
 use crate::source::Identity;
@@ -226,35 +227,6 @@ fn decode_value(kind: RemoteKind, key: &[u8], mut value: Vec<u8>) -> Result<((u3
     }
     value.drain(..HEADER_LEN);
     Ok(((width, height), value))
-}
-
-/// What a lookup found.
-pub(crate) enum RemoteHit {
-    /// Full-resolution pixels.
-    Pixels(Rgb),
-    /// The source bytes.
-    Bytes(Vec<u8>),
-}
-
-/// A payload queued for writing.
-pub(crate) enum Payload {
-    Bytes(Arc<[u8]>),
-    Pixels(Arc<Rgb>),
-}
-
-impl Payload {
-    fn data(&self) -> &[u8] {
-        match self {
-            Payload::Bytes(b) => b,
-            Payload::Pixels(p) => &p.pixels,
-        }
-    }
-    fn dims(&self) -> (u32, u32) {
-        match self {
-            Payload::Bytes(_) => (0, 0),
-            Payload::Pixels(p) => (p.width, p.height),
-        }
-    }
 }
 
 struct WriteJob {
@@ -609,7 +581,7 @@ impl RemoteTier {
 
     /// The sample's decoded pixels, else its encoded bytes, in one round trip; a damaged value
     /// is dropped and reads as a miss. `None` also while the tier is down.
-    pub(crate) fn get(&self, rel_path: &Path, version: &Identity) -> Option<RemoteHit> {
+    pub(crate) fn get(&self, rel_path: &Path, version: &Identity) -> Option<LowerHit> {
         let inner = &self.inner;
         let dkey = self.key(rel_path, version, RemoteKind::Decoded);
         let ekey = self.key(rel_path, version, RemoteKind::Encoded);
@@ -618,8 +590,8 @@ impl RemoteTier {
         let (decoded, encoded) = (values.next().flatten(), values.next().flatten());
         let hit = decoded
             .and_then(|v| inner.check(RemoteKind::Decoded, &dkey, v, true))
-            .map(|((width, height), pixels)| RemoteHit::Pixels(Rgb { width, height, pixels }))
-            .or_else(|| encoded.and_then(|v| inner.check(RemoteKind::Encoded, &ekey, v, true)).map(|(_, b)| RemoteHit::Bytes(b)));
+            .map(|((width, height), pixels)| LowerHit::Pixels(Rgb { width, height, pixels }))
+            .or_else(|| encoded.and_then(|v| inner.check(RemoteKind::Encoded, &ekey, v, true)).map(|(_, b)| LowerHit::Bytes(b)));
         let counter = if hit.is_some() { &inner.hits } else { &inner.misses };
         counter.fetch_add(1, Ordering::Relaxed);
         hit
@@ -831,11 +803,11 @@ mod tests {
         assert!(tier.put_decoded(b, &version(500), pixels(33, 17)));
         assert!(tier.flush(WAIT));
         match tier.get(a, &version(10_000)) {
-            Some(RemoteHit::Bytes(got)) => assert_eq!(&got[..], &bytes(10_000, 1)[..]),
+            Some(LowerHit::Bytes(got)) => assert_eq!(&got[..], &bytes(10_000, 1)[..]),
             _ => panic!("encoded value missing"),
         }
         match tier.get(b, &version(500)) {
-            Some(RemoteHit::Pixels(p)) => assert_eq!((p.width, p.height, &p.pixels), (33, 17, &pixels(33, 17).pixels)),
+            Some(LowerHit::Pixels(p)) => assert_eq!((p.width, p.height, &p.pixels), (33, 17, &pixels(33, 17).pixels)),
             _ => panic!("decoded value missing"),
         }
         assert!(tier.get(a, &version(10_001)).is_none(), "another version of the file misses");
@@ -870,7 +842,7 @@ mod tests {
         assert!(!exists(&server, &ka), "the damaged value was not deleted");
         assert!(tier.get(Path::new("c.jpg"), &version(2)).is_none(), "a value under another key was served");
         assert!(!exists(&server, &kc));
-        assert!(matches!(tier.get(b, &version(2)), Some(RemoteHit::Bytes(got)) if got[..] == bytes(5_000, 2)[..]));
+        assert!(matches!(tier.get(b, &version(2)), Some(LowerHit::Bytes(got)) if got[..] == bytes(5_000, 2)[..]));
         assert_eq!(tier.stats()["damaged_dropped"], 2);
     }
 
