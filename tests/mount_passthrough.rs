@@ -193,11 +193,7 @@ fn overlapping_opens_of_one_file_all_succeed_and_read_one_content() {
     let draws: std::collections::HashSet<Vec<u8>> = (0..6)
         .map(|_| {
             let bytes = fs::read(&path).expect("read");
-            // The release reaches the daemon a moment after close returns.
-            let started = std::time::Instant::now();
-            while counter(&mnt.stats(), &["open_handles"]) != 0 && started.elapsed() < Duration::from_secs(5) {
-                std::thread::sleep(Duration::from_millis(5));
-            }
+            mnt.wait_released();
             bytes
         })
         .collect();

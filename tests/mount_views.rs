@@ -94,11 +94,7 @@ fn augmented_opens_draw_fresh_crops_pinned_to_their_handle() {
     let a = read_all(&path).expect("first open");
     // The close's release reaches the daemon a moment after close returns; an open that comes
     // before it shares the handle still open (README: overlapping opens see one draw).
-    let released = || mnt.stats()["open_handles"].as_u64() == Some(0);
-    let started = std::time::Instant::now();
-    while !released() && started.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    mnt.wait_released();
     let b = read_all(&path).expect("second open");
     assert_eq!(a.len(), b.len());
     assert!(a != b, "two opens served the same augmentation");

@@ -126,6 +126,15 @@ impl Mounted {
         serde_json::from_str(&text).expect("stats.json is JSON")
     }
 
+    /// Waits (at most 5 s) until the daemon holds no open handle: a close's release reaches it
+    /// a moment after `close` returns (the kernel sends it in the background).
+    pub fn wait_released(&self) {
+        let started = Instant::now();
+        while self.stats()["open_handles"].as_u64() != Some(0) && started.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// Waits up to `limit` for prepfs to exit by itself (after an unmount or a signal the test
     /// sent); its exit status, or `None` if it is still running (it is then killed).
     pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
