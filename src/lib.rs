@@ -22,6 +22,8 @@
 //! - [`fuse`]: the thin adapter from `fuser` callbacks onto the core.
 //! - [`mount`]: mounting, stale-mount recovery, signals, the background workers.
 //! - [`config`]: the one typed configuration, validated once.
+//! - [`served`]: a produced output's bytes as kept and served: in memory, or in a sealed memory
+//!   file the kernel reads directly (passthrough).
 //! - [`shared`]: the few types and helpers several subsystems use (`Form`, `Size2`, `Rgb`,
 //!   the stable hash, the augmentation draw).
 //! - [`stats`]: live counters served as `.prepfs/stats.json`.
@@ -48,6 +50,7 @@ pub mod pixels;
 pub mod planner;
 mod producer;
 pub mod sampling;
+pub mod served;
 pub mod source;
 pub mod shared;
 pub(crate) mod stats;

@@ -378,6 +378,11 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
         Some(addr) => Some(std::net::TcpListener::bind(addr.as_str()).map_err(|source| MountError::Metrics { addr: addr.clone(), source })?),
         None => None,
     };
+    // Outputs are held in memory files while passthrough is on: one descriptor each.
+    match crate::served::raise_fd_limit() {
+        Ok(limit) => tracing::debug!(limit, "open file limit"),
+        Err(e) => tracing::warn!("cannot raise the open file limit ({e}): fewer outputs are kept ready to pass through"),
+    }
     let catalog = scan_with_progress(&config.source, &waiter.stopping)?;
     tracing::info!(
         samples = catalog.sample_count(),

@@ -19,6 +19,7 @@ use crate::cache::remote::RemoteTier;
 use crate::cache::{AugmentedEntry, SampleCache, SingleFlight};
 use crate::error::Result;
 use crate::pixels::pipeline;
+use crate::served::ServedBytes;
 use crate::shared::Rgb;
 use crate::source::catalog::FileId;
 use crate::source::{FileMeta, Sample};
@@ -282,5 +283,5 @@ impl Tiers {
 pub(crate) struct Made {
     pub(crate) bytes: Arc<[u8]>,
     pub(crate) pixels: Option<Arc<Rgb>>,
-    pub(crate) spare: Option<Arc<[u8]>>,
+    pub(crate) spare: Option<ServedBytes>,
 }

@@ -29,6 +29,7 @@ use crate::source::catalog::FileId;
 use crate::config::EvictionPolicy;
 use crate::planner::Split;
 use crate::sampling::Rank;
+use crate::served::ServedBytes;
 use crate::shared::Form;
 
 /// Bytes charged per entry on top of its payload: the map slot, the `Arc` header and the
@@ -107,17 +108,18 @@ impl SampleStatus {
     }
 }
 
-/// An augmented output in the cache, and the jobs (one bit per job slot) that have used it.
+/// An augmented output in the cache (in memory, or sealed in a memory file ready to pass
+/// through), and the jobs (one bit per job slot) that have used it.
 #[derive(Clone)]
 pub struct AugmentedEntry {
-    pub bytes: Arc<[u8]>,
+    pub bytes: ServedBytes,
     pub used_by: u64,
 }
 
 impl AugmentedEntry {
     /// An output no job has used yet.
-    pub fn fresh(bytes: Arc<[u8]>) -> Self {
-        AugmentedEntry { bytes, used_by: 0 }
+    pub fn fresh(bytes: impl Into<ServedBytes>) -> Self {
+        AugmentedEntry { bytes: bytes.into(), used_by: 0 }
     }
 }
 
@@ -445,7 +447,7 @@ impl SampleCache {
     /// The augmented output of `id` for a job (its used-by bit `job`, the active jobs'
     /// `active`): one the job has not used, marked used by it, and dropped once every active
     /// job has used it.
-    pub fn take_augmented_for_job(&self, id: FileId, job: u64, active: u64) -> Option<Arc<[u8]>> {
+    pub fn take_augmented_for_job(&self, id: FileId, job: u64, active: u64) -> Option<ServedBytes> {
         let status = &self.status;
         self.augmented.use_entry(id, |entry| {
             if entry.used_by & job != 0 {
@@ -453,7 +455,7 @@ impl SampleCache {
             }
             entry.used_by |= job;
             status.set_refs(id, entry.used_by.count_ones());
-            (Some(Arc::clone(&entry.bytes)), entry.used_by & active == active)
+            (Some(entry.bytes.clone()), entry.used_by & active == active)
         })
     }
 
@@ -638,7 +640,7 @@ mod tests {
         let id = |k: u32| k * SHARDS as u32;
         let cache = SampleCache::new(100 * (250 + ENTRY_OVERHEAD), split(0, 0, 100), EvictionPolicy::Keep, 1000);
         cache.set_split_budgets(split(0, 0, 100), [0, 0, 2 * (250 + ENTRY_OVERHEAD)]);
-        let output = || AugmentedEntry { bytes: bytes(250), used_by: 1 };
+        let output = || AugmentedEntry { bytes: bytes(250).into(), used_by: 1 };
         // One job (or none): a full room refuses the new output.
         assert!(cache.augmented.admit(id(0), output()) && cache.augmented.admit(id(1), output()));
         assert!(!cache.augmented.admit(id(2), output()));
@@ -758,17 +760,17 @@ mod tests {
         let (a, b, c) = (1u64, 2u64, 4u64);
         let cache = SampleCache::new(1 << 20, split(0, 0, 100), EvictionPolicy::Keep, 4);
         // Job a made it on a miss and used it; b and c are active.
-        assert!(cache.augmented.admit(0, AugmentedEntry { bytes: bytes(50), used_by: a }));
-        assert_eq!(cache.take_augmented_for_job(0, a, a | b | c), None, "a never gets its own output twice");
+        assert!(cache.augmented.admit(0, AugmentedEntry { bytes: bytes(50).into(), used_by: a }));
+        assert!(cache.take_augmented_for_job(0, a, a | b | c).is_none(), "a never gets its own output twice");
         assert!(cache.take_augmented_for_job(0, b, a | b | c).is_some());
         assert_eq!(cache.status.refs(0), 2);
-        assert_eq!(cache.take_augmented_for_job(0, b, a | b | c), None);
+        assert!(cache.take_augmented_for_job(0, b, a | b | c).is_none());
         assert!(cache.take_augmented_for_job(0, c, a | b | c).is_some());
         assert_eq!(cache.status.held(0), 0, "dropped once every active job used it");
         assert_eq!(cache.augmented.used(), 0);
         // A job retiring lets go of outputs only it was still waiting for.
-        assert!(cache.augmented.admit(1, AugmentedEntry { bytes: bytes(50), used_by: a | b }));
-        assert!(cache.augmented.admit(2, AugmentedEntry { bytes: bytes(50), used_by: a }));
+        assert!(cache.augmented.admit(1, AugmentedEntry { bytes: bytes(50).into(), used_by: a | b }));
+        assert!(cache.augmented.admit(2, AugmentedEntry { bytes: bytes(50).into(), used_by: a }));
         assert!(cache.augmented.admit(3, AugmentedEntry::fresh(bytes(50))));
         assert_eq!(cache.forget_job(c, a | b), 1, "output 1 was waiting only for c");
         assert!(!cache.augmented.contains(1) && cache.augmented.contains(2) && cache.augmented.contains(3));

@@ -2,7 +2,6 @@
 //! sharded table of them, and read and release.
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -11,6 +10,7 @@ use super::passthrough::Backing;
 use super::{Caller, DirEntry, Filesystem};
 use crate::error::{Error, Result};
 use crate::sampling::Job;
+use crate::served::ServedBytes;
 use crate::shared::Form;
 use crate::source::catalog::FileId;
 use crate::source::SourceFile;
@@ -56,19 +56,14 @@ pub(super) enum HandleData {
     Control(Arc<[u8]>),
 }
 
-/// Where a handle's produced bytes are.
-pub(super) enum Content {
-    /// In memory (shared with the cache when it keeps them).
-    Memory(Arc<[u8]>),
-    /// Copied into a sealed memory file the kernel reads them from (passthrough): the handle
-    /// keeps no other copy.
-    Sealed { file: File, len: u64 },
-}
+/// Where a handle's produced bytes are: in memory, or in a sealed memory file the kernel reads
+/// them from (passthrough), shared with the cache while it keeps them.
+pub(super) type Content = ServedBytes;
 
 impl HandleData {
-    /// Produced bytes, held in memory until [`Filesystem::pin`] decides where they live.
-    pub(super) fn bytes(bytes: Arc<[u8]>, form: Form, served: Option<Served>) -> HandleData {
-        HandleData::Bytes { content: Content::Memory(bytes), form, served }
+    /// Produced bytes, where they were made until [`Filesystem::pin`] decides where they live.
+    pub(super) fn bytes(bytes: impl Into<ServedBytes>, form: Form, served: Option<Served>) -> HandleData {
+        HandleData::Bytes { content: bytes.into(), form, served }
     }
 }
 
@@ -94,8 +89,8 @@ impl HandleData {
     fn pinned_bytes(&self) -> u64 {
         match self {
             HandleData::Source { .. } => 0,
-            HandleData::Bytes { content: Content::Memory(bytes), .. } | HandleData::Control(bytes) => bytes.len() as u64,
-            HandleData::Bytes { content: Content::Sealed { len, .. }, .. } => *len,
+            HandleData::Bytes { content, .. } => content.len() as u64,
+            HandleData::Control(bytes) => bytes.len() as u64,
             HandleData::Listing(entries) => {
                 entries.iter().map(|e| (std::mem::size_of::<DirEntry>() + e.name.len()) as u64).sum()
             }
@@ -152,11 +147,12 @@ impl Filesystem {
                 }
             }
         };
-        // With passthrough the kernel reads a memory file: the bytes move there.
+        // With passthrough the kernel reads a memory file: bytes made in memory move there (an
+        // output the pixel work made sealed is there already).
         let data = match data {
             HandleData::Bytes { content: Content::Memory(bytes), form, served } => {
                 let content = match self.memfd_for(&bytes) {
-                    Some(file) => Content::Sealed { file, len: bytes.len() as u64 },
+                    Some(file) => Content::Sealed(Arc::new(file)),
                     None => Content::Memory(bytes),
                 };
                 HandleData::Bytes { content, form, served }
@@ -195,10 +191,10 @@ impl Filesystem {
                         reply(Ok(&bytes[start..end]))
                     }
                     // Read here only when the kernel refused the memory file as a backing file.
-                    Content::Sealed { file, len } => {
-                        let want = (*len).saturating_sub(offset).min(u64::from(size)) as usize;
+                    Content::Sealed(sealed) => {
+                        let want = sealed.len().saturating_sub(offset).min(u64::from(size)) as usize;
                         let mut buf = vec![0; want];
-                        match std::os::unix::fs::FileExt::read_exact_at(file, &mut buf, offset) {
+                        match std::os::unix::fs::FileExt::read_exact_at(sealed.file(), &mut buf, offset) {
                             Ok(()) => {
                                 bump(&self.counters(*form).bytes_served, want as u64);
                                 reply(Ok(&buf))

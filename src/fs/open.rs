@@ -199,7 +199,7 @@ impl Filesystem {
                     self.producer.augmented(&sample, consumer)
                 }
                 Form::Decoded => self.producer.decoded(&sample),
-                Form::Encoded => self.producer.encoded(&sample),
+                Form::Encoded => self.producer.encoded(&sample).map(|(bytes, origin)| (bytes.into(), origin)),
             });
             let (bytes, origin) = match produced {
                 Ok(out) => out,

@@ -16,13 +16,12 @@
 //! at once either way.
 
 use std::fs::File;
-use std::io::Write;
-use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use super::handles::{Content, Handle, HandleData};
 use super::Filesystem;
+use crate::served::SealedFile;
 
 /// Whether opens are answered with backing files, and why not when they are not.
 pub(super) struct PassthroughState {
@@ -69,7 +68,7 @@ impl Handle {
     pub(super) fn backing_file(&self) -> Option<&File> {
         match &self.data {
             HandleData::Source { file } => file.as_file(),
-            HandleData::Bytes { content: Content::Sealed { file, .. }, .. } => Some(file),
+            HandleData::Bytes { content: Content::Sealed(sealed), .. } => Some(sealed.file()),
             HandleData::Bytes { content: Content::Memory(_), .. } => None,
             HandleData::Listing(_) | HandleData::Control(_) => None,
         }
@@ -83,6 +82,7 @@ impl Filesystem {
         match self.passthrough.off_because.get() {
             None => {
                 self.passthrough.on.store(true, Ordering::Release);
+                self.producer.seal_outputs(true);
                 tracing::info!("kernel passthrough is on: reads of open files go straight to their backing files");
             }
             Some(why) => tracing::info!("kernel passthrough is {why}"),
@@ -98,6 +98,7 @@ impl Filesystem {
     /// `stats.json`). Opens already answered with a backing file keep it.
     pub(crate) fn disable_passthrough(&self, why: String) {
         self.passthrough.on.store(false, Ordering::Release);
+        self.producer.seal_outputs(false);
         if self.passthrough.off_because.set(why.clone()).is_ok() {
             tracing::warn!("kernel passthrough is off: {why}; reads are served by the daemon");
         }
@@ -118,6 +119,9 @@ impl Filesystem {
             "opens": get(&p.opens),
             "backing_ids_open": get(&p.backing_ids_opened).saturating_sub(get(&p.backing_ids_closed)),
             "backing_ids_opened": get(&p.backing_ids_opened),
+            // Outputs held in sealed memory files: in the cache, ready to pass through, and
+            // those of open handles.
+            "memory_files": crate::served::live(),
         })
     }
 
@@ -130,53 +134,16 @@ impl Filesystem {
 
     /// A sealed memory file holding `bytes`, when passthrough is on (`None` otherwise, or when
     /// the memory file cannot be made: the handle is then served by the daemon).
-    pub(super) fn memfd_for(&self, bytes: &[u8]) -> Option<File> {
+    pub(super) fn memfd_for(&self, bytes: &[u8]) -> Option<SealedFile> {
         if !self.passthrough_on() {
             return None;
         }
-        match sealed_memfd(bytes) {
+        match SealedFile::new(bytes) {
             Ok(file) => Some(file),
             Err(e) => {
                 crate::warn_limited!("memfd", "cannot make a memory file for passthrough ({e}); serving this open from the daemon");
                 None
             }
         }
-    }
-}
-
-/// An anonymous memory file holding `bytes`, sealed so that nothing can change or resize it.
-pub(crate) fn sealed_memfd(bytes: &[u8]) -> std::io::Result<File> {
-    // SAFETY: a valid C string and flags; the descriptor returned is ours alone.
-    let fd = unsafe { libc::memfd_create(c"prepfs".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just opened and nothing else owns it.
-    let mut file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-    file.write_all(bytes)?;
-    let seals = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
-    // SAFETY: fcntl on a descriptor we own, with an integer argument.
-    if unsafe { libc::fcntl(std::os::fd::AsRawFd::as_raw_fd(&file), libc::F_ADD_SEALS, seals) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(file)
-}
-
-#[cfg(test)]
-mod tests {
-    use std::io::{Read, Seek, SeekFrom};
-
-    use super::*;
-
-    #[test]
-    fn a_sealed_memory_file_holds_the_bytes_and_refuses_every_change() {
-        let mut f = sealed_memfd(b"pixels").expect("memfd");
-        f.seek(SeekFrom::Start(0)).unwrap();
-        let mut back = Vec::new();
-        f.read_to_end(&mut back).unwrap();
-        assert_eq!(back, b"pixels");
-        assert!(f.write_all(b"x").is_err(), "a write to a sealed file is refused");
-        assert!(f.set_len(1).is_err(), "shrinking is refused");
-        assert!(f.set_len(100).is_err(), "growing is refused");
     }
 }

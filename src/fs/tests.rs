@@ -1,6 +1,7 @@
 //! The core's unit tests: a filesystem over a generated dataset, called without FUSE.
 
 use super::*;
+use std::os::unix::fs::MetadataExt;
 use super::inodes::ROOT_INO;
 use std::ffi::OsStr;
 use std::sync::atomic::Ordering;
@@ -337,6 +338,37 @@ fn with_passthrough_on_outputs_move_into_a_sealed_memory_file_and_read_back_the_
         }
         fs.release(ino, opened.fh);
     }
+}
+
+#[test]
+fn with_passthrough_on_the_refill_makes_outputs_into_memory_files_that_opens_hand_over_as_they_are() {
+    let (_dir, plain) = core(3, "seed: 4\ncache: { memory: 64MiB, split: 0-0-100, refill: false }\n");
+    let (_dir2, fs) = core(3, "seed: 4\ncache: { memory: 64MiB, split: 0-0-100, refill: false }\n");
+    fs.enable_passthrough();
+    let mut cursor = 0;
+    while fs.refill_once(&mut cursor) {}
+    let mut cursor = 0;
+    while plain.refill_once(&mut cursor) {}
+    assert_eq!(fs.cache().augmented.entries(), 3);
+    for i in 0..3 {
+        let name = format!("s{i:03}.ppm");
+        let ino = ino_of(&fs, "augmented", &name);
+        let Some(Node::File(_, file)) = Node::from_ino(ino) else { panic!("{name}: not a file") };
+        let cached = fs.cache().augmented.peek(file, |e| e.bytes.clone()).expect("cached");
+        let crate::served::ServedBytes::Sealed(sealed) = cached else { panic!("{name}: the cached output is not in a memory file") };
+        let opened = fs.open(ino, false, Caller::ROOT).expect("open");
+        let file = opened.backing.as_ref().and_then(|b| b.file()).expect("a backing file");
+        // The very file the cache held, not a copy made at open.
+        assert_eq!(file.metadata().expect("stat").ino(), sealed.file().metadata().expect("stat").ino(), "{name}");
+        let mut from_file = vec![0; sealed.len() as usize];
+        std::os::unix::fs::FileExt::read_exact_at(file, &mut from_file, 0).expect("read");
+        // Same seed, same draw: the bytes a mount without passthrough serves.
+        assert!(from_file == read_file(&plain, ino_of(&plain, "augmented", &name)), "{name}: the memory file differs");
+        let fh = opened.fh;
+        drop(opened);
+        fs.release(ino, fh);
+    }
+    assert_eq!(fs.cache().augmented.entries(), 0, "each output was used once");
 }
 
 #[test]

@@ -3,13 +3,25 @@
 //! [`encoded_len`] gives a file's exact size from its pixel dimensions alone, so `stat` answers
 //! without decoding anything; [`encode`] writes exactly that many bytes. [`served`] builds the
 //! shared buffer a reader is served from in one allocation: the header, then the pixels written
-//! by the caller straight into place (8-bit formats), with no copy between.
+//! by the caller straight into place (8-bit formats), with no copy between. [`served_to`] makes
+//! them in memory or, for passthrough, in a sealed memory file ([`Dest`]).
 
 use std::cell::RefCell;
 use std::sync::Arc;
 
 use crate::config::{Dtype, Format, OutputConfig};
+use crate::served::{SealedFile, ServedBytes};
 use crate::shared::{Rgb, Size2};
+
+/// Where served bytes are made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dest {
+    /// A shared buffer in memory.
+    Memory,
+    /// A sealed memory file (kernel passthrough), written from a per-thread buffer; in memory
+    /// when no memory file can be made (said in the log).
+    Sealed,
+}
 
 /// Numpy's format alignment: magic, version and header length padded to 64 bytes.
 const NPY_ALIGN: usize = 64;
@@ -84,6 +96,35 @@ pub(crate) fn served<E>(
     Ok(shared)
 }
 
+/// [`served`]'s bytes made where `dest` says.
+pub(crate) fn served_to<E>(
+    output: &OutputConfig,
+    size: Size2,
+    dest: Dest,
+    fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+) -> Result<ServedBytes, E> {
+    if dest == Dest::Memory {
+        return served(output, size, fill).map(ServedBytes::Memory);
+    }
+    SEAL_SCRATCH.with(|cell| {
+        let mut bytes = cell.borrow_mut();
+        bytes.clear();
+        bytes.resize(encoded_len(output, size) as usize, 0);
+        write_served(output, &header(output, size), size.area() as usize * 3, &mut bytes, fill)?;
+        let made = match SealedFile::new(&bytes) {
+            Ok(file) => ServedBytes::Sealed(Arc::new(file)),
+            Err(e) => {
+                crate::warn_limited!("memfd", "cannot make a memory file for passthrough ({e}); keeping the output in memory");
+                ServedBytes::Memory(Arc::from(&bytes[..]))
+            }
+        };
+        if bytes.capacity() > KEEP_SCRATCH_BYTES {
+            *bytes = Vec::new();
+        }
+        Ok(made)
+    })
+}
+
 /// A shared buffer of `len` zero bytes, allocated in place (no copy from a `Vec`).
 fn zeroed_shared(len: usize) -> Arc<[u8]> {
     // SAFETY: zeroed memory is a valid `u8` slice.
@@ -93,6 +134,8 @@ fn zeroed_shared(len: usize) -> Arc<[u8]> {
 thread_local! {
     /// Float32 output's pixels before normalising: one per thread, reused.
     static FLOAT_SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// Served bytes on their way into a memory file: one per thread, reused.
+    static SEAL_SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 fn write_served<E>(
@@ -205,6 +248,13 @@ mod tests {
             })
             .expect("served");
             assert_eq!(&served[..], encode(&out, &img).as_slice(), "{format:?} {dtype:?}");
+            let sealed = served_to(&out, Size2::new(3, 2), Dest::Sealed, |px| {
+                px.copy_from_slice(&img.pixels);
+                Ok::<(), ()>(())
+            })
+            .expect("sealed");
+            assert!(matches!(sealed, ServedBytes::Sealed(_)), "made in a memory file");
+            assert_eq!(sealed.to_vec().expect("read back"), encode(&out, &img), "{format:?} {dtype:?} sealed");
         }
         let refused = served(&OutputConfig::default(), Size2::new(3, 2), |_| Err("no"));
         assert_eq!(refused, Err("no"));

@@ -25,7 +25,8 @@ use crate::config::OutputConfig;
 use crate::error::ToErrno;
 use crate::pixels::augment::{Rect, SamplePlan};
 use crate::pixels::jpeg::{self, JpegError, Region, Scale};
-use crate::pixels::output;
+use crate::pixels::output::{self, Dest};
+use crate::served::ServedBytes;
 use crate::shared::{Rgb, Size2};
 
 /// Why a sample's bytes could not be turned into pixels. Every one is `EIO` to a reader (the
@@ -172,8 +173,9 @@ pub(crate) fn augment_served(
     plan: &SamplePlan,
     max_pixels: u64,
     output: &OutputConfig,
-) -> Result<Arc<[u8]>, PixelError> {
-    output::served(output, plan.out, |dst| augment_into(bytes, plan, max_pixels, dst))
+    dest: Dest,
+) -> Result<ServedBytes, PixelError> {
+    output::served_to(output, plan.out, dest, |dst| augment_into(bytes, plan, max_pixels, dst))
 }
 
 /// [`augment`] into `dst`: the plan's output size, packed RGB rows.
@@ -204,8 +206,8 @@ pub(crate) fn augment_pixels(full: &Rgb, plan: &SamplePlan) -> Result<Rgb, Pixel
 }
 
 /// [`augment_pixels`] as served bytes, resampled straight into the served buffer.
-pub(crate) fn augment_pixels_served(full: &Rgb, plan: &SamplePlan, output: &OutputConfig) -> Result<Arc<[u8]>, PixelError> {
-    output::served(output, plan.out, |dst| {
+pub(crate) fn augment_pixels_served(full: &Rgb, plan: &SamplePlan, output: &OutputConfig, dest: Dest) -> Result<ServedBytes, PixelError> {
+    output::served_to(output, plan.out, dest, |dst| {
         resample_into(RgbRef::of(full), (0, 0), plan.crop, plan.out, dst)?;
         if plan.flip {
             mirror_rows(dst, plan.out.width as usize);
@@ -448,11 +450,12 @@ pub(crate) mod tests {
                 let decoded = jpeg::decode(&jpeg, cut.scale, Some(cut.region)).expect("decode");
                 let separate = finish(&decoded.image, decoded.origin, cut.crop, &plan).expect("finish");
                 let output = &outputs[sample as usize % outputs.len()];
-                let served = augment_served(&jpeg, &plan, 64_000_000, output).expect("served");
-                assert_eq!(&served[..], output::encode(output, &separate).as_slice(), "jpeg {i} draw {sample}");
-                let from_pixels = augment_pixels_served(&full, &plan, output).expect("pixels served");
+                let dest = if sample % 2 == 0 { Dest::Memory } else { Dest::Sealed };
+                let served = augment_served(&jpeg, &plan, 64_000_000, output, dest).expect("served");
+                assert_eq!(served.to_vec().expect("bytes"), output::encode(output, &separate), "jpeg {i} draw {sample}");
+                let from_pixels = augment_pixels_served(&full, &plan, output, dest).expect("pixels served");
                 let pixels = augment_pixels(&full, &plan).expect("pixels");
-                assert_eq!(&from_pixels[..], output::encode(output, &pixels).as_slice(), "pixels {i} draw {sample}");
+                assert_eq!(from_pixels.to_vec().expect("bytes"), output::encode(output, &pixels), "pixels {i} draw {sample}");
             }
         }
     }

@@ -11,7 +11,9 @@ use std::time::Instant;
 use crate::config::OutputConfig;
 use crate::pixels::augment::{plan_sample, AugmentOp};
 use crate::pixels::pipeline::{self, Codec, PixelError, RgbRef};
+use crate::pixels::output::Dest;
 use crate::pixels::{jpeg, output, work};
+use crate::served::ServedBytes;
 use crate::shared::draw_rng;
 
 /// Nanoseconds spent in each stage of a miss's pixel work, summed over the misses timed.
@@ -55,9 +57,9 @@ impl MissProfiler {
     }
 
     /// Draw `draw` of sample `sample`, through the served path, untimed inside.
-    pub fn serve(&self, sample: u64, draw: u64, bytes: &[u8]) -> Result<Arc<[u8]>, PixelError> {
+    pub fn serve(&self, sample: u64, draw: u64, bytes: &[u8]) -> Result<ServedBytes, PixelError> {
         let mut rng = draw_rng(self.seed, 0, draw, sample);
-        work::decode_augment_served(bytes, &self.ops, &mut rng, self.max_pixels, &self.output)
+        work::decode_augment_served(bytes, &self.ops, &mut rng, self.max_pixels, &self.output, Dest::Memory)
     }
 
     /// The same miss as [`MissProfiler::serve`], its stages timed into `times`.
@@ -115,7 +117,7 @@ mod tests {
         for draw in 0..8 {
             let served = profiler.serve(7, draw, &jpeg).expect("serve");
             let staged = profiler.staged(7, draw, &jpeg, &mut times).expect("staged");
-            assert_eq!(served, staged, "draw {draw}");
+            assert_eq!(served.to_vec().expect("bytes"), &staged[..], "draw {draw}");
         }
         assert!(times.decode > 0 && times.resize > 0 && times.total() >= times.decode);
     }

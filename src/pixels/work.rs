@@ -5,14 +5,15 @@
 //! It holds no cache and does no I/O; a failure is the [`PixelError`] the pipeline gave, and
 //! whoever asked decides what a failed sample means (the serving path marks it bad).
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use crate::config::{Config, OutputConfig};
 use crate::pixels::augment::AugmentOp;
 use crate::pixels::augment::plan_sample;
-use crate::pixels::output;
+use crate::pixels::output::{self, Dest};
 use crate::pixels::pipeline::{self, PixelError};
+use crate::served::{self, ServedBytes};
 use crate::shared::{draw_rng, Rgb, Size2};
 use crate::source::catalog::FileId;
 use crate::metrics::PixelKind;
@@ -29,6 +30,9 @@ pub(crate) struct PixelWork {
     augmented_size: Size2,
     /// Bytes of one augmented output.
     out_len: u64,
+    /// Whether outputs are made into sealed memory files (kernel passthrough is on), while the
+    /// descriptor budget has room ([`served::may_seal_ahead`]).
+    seal: AtomicBool,
     stats: Arc<Stats>,
 }
 
@@ -54,6 +58,7 @@ impl PixelWork {
             max_pixels: config.max_pixels,
             augmented_size,
             out_len: output::encoded_len(&config.output, augmented_size),
+            seal: AtomicBool::new(false),
             stats,
         }
     }
@@ -68,19 +73,37 @@ impl PixelWork {
         self.out_len
     }
 
+    /// Makes outputs into sealed memory files from now on (`true`: passthrough is on), or in
+    /// memory.
+    pub(crate) fn seal_outputs(&self, seal: bool) {
+        self.seal.store(seal, Ordering::Relaxed);
+    }
+
+    /// Where the next output is made: a sealed memory file while passthrough is on and the
+    /// descriptor budget has room, else memory.
+    fn dest(&self) -> Dest {
+        if self.seal.load(Ordering::Relaxed) && served::may_seal_ahead() {
+            Dest::Sealed
+        } else {
+            Dest::Memory
+        }
+    }
+
     /// A fresh augmentation of `id` from its full pixels.
-    pub(crate) fn augment_pixels(&self, id: FileId, pixels: &Rgb) -> Result<Arc<[u8]>, PixelError> {
+    pub(crate) fn augment_pixels(&self, id: FileId, pixels: &Rgb) -> Result<ServedBytes, PixelError> {
         let mut rng = self.next_draw(id);
         let plan = plan_sample(&self.augment, Size2::new(pixels.width, pixels.height), &mut rng);
-        self.timed(Timing::AugmentPixels, || pipeline::augment_pixels_served(pixels, &plan, &self.output))
+        let dest = self.dest();
+        self.timed(Timing::AugmentPixels, || pipeline::augment_pixels_served(pixels, &plan, &self.output, dest))
     }
 
     /// A fresh augmentation of `id` from its encoded bytes: only what the crop needs is decoded.
     /// The time taken includes writing the served bytes.
-    pub(crate) fn decode_augment(&self, id: FileId, bytes: &[u8]) -> Result<Arc<[u8]>, PixelError> {
+    pub(crate) fn decode_augment(&self, id: FileId, bytes: &[u8]) -> Result<ServedBytes, PixelError> {
         let mut rng = self.next_draw(id);
+        let dest = self.dest();
         self.timed(Timing::DecodeAugment, || {
-            decode_augment_served(bytes, &self.augment, &mut rng, self.max_pixels, &self.output)
+            decode_augment_served(bytes, &self.augment, &mut rng, self.max_pixels, &self.output, dest)
         })
     }
 
@@ -90,9 +113,9 @@ impl PixelWork {
     }
 
     /// Full pixels as the `decoded` view serves them.
-    pub(crate) fn encode(&self, pixels: &Rgb) -> Arc<[u8]> {
+    pub(crate) fn encode(&self, pixels: &Rgb) -> ServedBytes {
         let size = Size2::new(pixels.width, pixels.height);
-        let copied = output::served(&self.output, size, |dst| {
+        let copied = output::served_to(&self.output, size, self.dest(), |dst| {
             let n = dst.len().min(pixels.pixels.len());
             dst[..n].copy_from_slice(&pixels.pixels[..n]);
             Ok::<(), std::convert::Infallible>(())
@@ -139,11 +162,12 @@ pub(crate) fn decode_augment_served(
     rng: &mut impl rand::Rng,
     max_pixels: u64,
     out: &OutputConfig,
-) -> Result<Arc<[u8]>, PixelError> {
+    dest: Dest,
+) -> Result<ServedBytes, PixelError> {
     let size = pipeline::probe_size(std::io::Cursor::new(bytes))?;
     pipeline::check_pixels(size, max_pixels)?;
     let plan = plan_sample(ops, size, rng);
-    pipeline::augment_served(bytes, &plan, max_pixels, out)
+    pipeline::augment_served(bytes, &plan, max_pixels, out, dest)
 }
 
 /// CPU time the calling thread has used, nanoseconds.

@@ -25,6 +25,7 @@ use crate::cache::{Admit, AugmentedEntry, Loaded, Made, Origin, Tiers};
 use crate::error::Result;
 use crate::pixels::pipeline::PixelError;
 use crate::pixels::work::PixelWork;
+use crate::served::ServedBytes;
 use crate::shared::Size2;
 use crate::source::catalog::Catalog;
 use crate::source::{Sample, SampleReader};
@@ -68,10 +69,16 @@ impl SampleProducer {
         self.pixels.augmented_size()
     }
 
+    /// Makes outputs into sealed memory files from now on (kernel passthrough is on), so the
+    /// cache holds them ready for the kernel; `false`: in memory.
+    pub(crate) fn seal_outputs(&self, seal: bool) {
+        self.pixels.seal_outputs(seal);
+    }
+
     // ---- the three forms ----------------------------------------------------------------------
 
     /// The bytes of one `augmented` file of `sample` for `consumer`, and where they came from.
-    pub(crate) fn augmented(&self, sample: &Sample, consumer: Consumer) -> Result<(Arc<[u8]>, Origin)> {
+    pub(crate) fn augmented(&self, sample: &Sample, consumer: Consumer) -> Result<(ServedBytes, Origin)> {
         self.reader.refuse_known_bad(sample)?;
         let cache = self.tiers.memory();
         let hit = match consumer {
@@ -90,10 +97,10 @@ impl SampleProducer {
         match consumer {
             // Shared with the other active jobs (Seneca): dropped once they all used it.
             Consumer::Job { bit, .. } if shared => {
-                cache.augmented.admit(sample.id, AugmentedEntry { bytes: Arc::clone(&out), used_by: bit });
+                cache.augmented.admit(sample.id, AugmentedEntry { bytes: out.clone(), used_by: bit });
             }
             Consumer::Prefetch => {
-                cache.augmented.admit(sample.id, AugmentedEntry::fresh(Arc::clone(&out)));
+                cache.augmented.admit(sample.id, AugmentedEntry::fresh(out.clone()));
             }
             _ => {}
         }
@@ -101,7 +108,7 @@ impl SampleProducer {
     }
 
     /// The bytes of `sample`'s `decoded` file, and where they came from.
-    pub(crate) fn decoded(&self, sample: &Sample) -> Result<(Arc<[u8]>, Origin)> {
+    pub(crate) fn decoded(&self, sample: &Sample) -> Result<(ServedBytes, Origin)> {
         self.reader.refuse_known_bad(sample)?;
         let (loaded, origin) = self.load(sample, Admit::Pixels)?;
         let out = match loaded {
@@ -152,7 +159,7 @@ impl SampleProducer {
     }
 
     /// One fresh augmentation of a loaded sample (a new draw: never a crop served before).
-    fn augment(&self, sample: &Sample, loaded: &Loaded) -> Result<Arc<[u8]>> {
+    fn augment(&self, sample: &Sample, loaded: &Loaded) -> Result<ServedBytes> {
         let made = match loaded {
             Loaded::Pixels(p) => self.pixels.augment_pixels(sample.id, p),
             Loaded::Bytes(b) => self.pixels.decode_augment(sample.id, b),

@@ -1,0 +1,180 @@
+//! A produced output's bytes as they are kept and served ([`ServedBytes`]): in memory, or
+//! sealed in an anonymous memory file ([`SealedFile`]) that the kernel reads directly when an
+//! open of it passes through (`fs::passthrough`).
+//!
+//! With passthrough on, the pixel work writes each output straight into a sealed memory file,
+//! once, so the cache holds it there and an open of it costs no copy: the file is handed to
+//! the kernel as it is. Each such file is a descriptor, and descriptors are bounded
+//! (`RLIMIT_NOFILE`): outputs are sealed ahead only while fewer than [`fd_budget`] are alive;
+//! past it they stay in memory and are sealed at open, as before.
+
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// A produced output's bytes: see the module documentation.
+#[derive(Clone)]
+pub enum ServedBytes {
+    /// In memory.
+    Memory(Arc<[u8]>),
+    /// In a sealed memory file, shared by every holder (cache entry, open handles).
+    Sealed(Arc<SealedFile>),
+}
+
+impl ServedBytes {
+    /// The number of bytes.
+    pub fn len(&self) -> usize {
+        match self {
+            ServedBytes::Memory(b) => b.len(),
+            ServedBytes::Sealed(f) => f.len as usize,
+        }
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes, read back where they are in a memory file.
+    pub fn to_vec(&self) -> std::io::Result<Vec<u8>> {
+        match self {
+            ServedBytes::Memory(b) => Ok(b.to_vec()),
+            ServedBytes::Sealed(f) => {
+                let mut buf = vec![0; f.len as usize];
+                std::os::unix::fs::FileExt::read_exact_at(&f.file, &mut buf, 0)?;
+                Ok(buf)
+            }
+        }
+    }
+}
+
+impl From<Arc<[u8]>> for ServedBytes {
+    fn from(bytes: Arc<[u8]>) -> Self {
+        ServedBytes::Memory(bytes)
+    }
+}
+
+/// An anonymous memory file sealed so that nothing can change or resize it, and its length.
+/// Alive sealed files are counted against [`fd_budget`].
+pub struct SealedFile {
+    file: File,
+    len: u64,
+}
+
+impl SealedFile {
+    /// A sealed memory file holding `bytes`.
+    pub fn new(bytes: &[u8]) -> std::io::Result<SealedFile> {
+        // SAFETY: a valid C string and flags; the descriptor returned is ours alone.
+        let fd = unsafe { libc::memfd_create(c"prepfs".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just opened and nothing else owns it.
+        let mut file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        file.write_all(bytes)?;
+        let seals = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
+        // SAFETY: fcntl on a descriptor we own, with an integer argument.
+        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        LIVE.fetch_add(1, Ordering::Relaxed);
+        Ok(SealedFile { file, len: bytes.len() as u64 })
+    }
+
+    /// The file, to hand to the kernel or to read.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// Its length in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for SealedFile {
+    fn drop(&mut self) {
+        LIVE.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Sealed memory files alive in this process.
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// Sealed memory files alive now.
+pub fn live() -> usize {
+    LIVE.load(Ordering::Relaxed)
+}
+
+/// How many sealed files outputs may be made into ahead of an open: half the descriptors the
+/// process may open (`RLIMIT_NOFILE`'s soft limit, read once; the mount raises it to the hard
+/// limit before serving), the other half left for source files, handles and sockets.
+pub fn fd_budget() -> usize {
+    static BUDGET: OnceLock<usize> = OnceLock::new();
+    *BUDGET.get_or_init(|| nofile_limits().map_or(0, |(soft, _)| (soft / 2) as usize))
+}
+
+/// Whether an output made now may be sealed ahead (the budget has room).
+pub fn may_seal_ahead() -> bool {
+    live() < fd_budget()
+}
+
+/// Raises the soft limit on open descriptors to the hard limit, so the cache may hold outputs in
+/// memory files. Returns the soft limit now.
+pub fn raise_fd_limit() -> std::io::Result<u64> {
+    let (soft, hard) = nofile_limits()?;
+    if soft < hard {
+        let raised = libc::rlimit { rlim_cur: hard, rlim_max: hard };
+        // SAFETY: setrlimit with a valid, initialised struct.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        return Ok(hard);
+    }
+    Ok(soft)
+}
+
+fn nofile_limits() -> std::io::Result<(u64, u64)> {
+    let mut now = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes into the struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut now) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok((now.rlim_cur, now.rlim_max))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Seek, SeekFrom};
+
+    use super::*;
+
+    #[test]
+    fn a_sealed_memory_file_holds_the_bytes_and_refuses_every_change() {
+        let sealed = SealedFile::new(b"pixels").expect("memfd");
+        let mut f = sealed.file();
+        f.seek(SeekFrom::Start(0)).unwrap();
+        let mut back = Vec::new();
+        f.read_to_end(&mut back).unwrap();
+        assert_eq!(back, b"pixels");
+        assert_eq!(ServedBytes::Sealed(Arc::new(sealed)).to_vec().unwrap(), b"pixels");
+        let sealed = SealedFile::new(b"pixels").expect("memfd");
+        let mut f = sealed.file();
+        assert!(f.write_all(b"x").is_err(), "a write to a sealed file is refused");
+        assert!(f.set_len(1).is_err(), "shrinking is refused");
+        assert!(f.set_len(100).is_err(), "growing is refused");
+    }
+
+    #[test]
+    fn the_descriptor_budget_is_half_the_open_file_limit() {
+        let (soft, _) = nofile_limits().expect("getrlimit");
+        assert_eq!(fd_budget() as u64, soft / 2);
+    }
+}
