@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what prepfs needs to build and test, only where it is missing:
 #   Debian: fuse3 (fusermount3, /dev/fuse), cmake + nasm + pkg-config (bundled libjpeg-turbo 3),
-#           redis-server (the remote tier's tests start real servers; GETDEL needs Redis >= 6.2)
+#           redis-server (the remote tier's tests start real servers; GETDEL needs Redis >= 6.2),
+#           redis-tools (redis-cli --cluster create: the tests' three-node Redis Cluster)
 #   Python: pillow + numpy (the tests compare against PIL)
 set -euo pipefail
 
@@ -11,6 +12,7 @@ command -v cmake >/dev/null || missing+=(cmake)
 command -v nasm >/dev/null || missing+=(nasm)
 command -v pkg-config >/dev/null || missing+=(pkg-config)
 command -v redis-server >/dev/null || missing+=(redis-server)
+command -v redis-cli >/dev/null || missing+=(redis-tools)
 command -v python3 >/dev/null || missing+=(python3 python3-pip)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing Debian packages: ${missing[*]}"

@@ -746,24 +746,15 @@ fn disk_config(text: &str, raw: RawDisk, source: &Path, mountpoint: &Path) -> Re
     Ok(DiskConfig { path, size })
 }
 
-/// Validates `cache.remote`: both keys given, a single server's `redis://` URL the client
-/// accepts (nothing is connected here: a server down at mount is an outage like any other).
+/// Validates `cache.remote`: both keys given, a single server's `redis://` URL or a cluster's
+/// `redis+cluster://` the client accepts (nothing is connected here: a server down at mount is
+/// an outage like any other).
 fn remote_config(text: &str, raw: RawRemote) -> Result<RemoteConfig, ConfigError> {
     let url = raw.url.ok_or_else(|| ConfigError::at(text, "cache.remote", "`url` is missing"))?;
     let size = raw.size.ok_or_else(|| ConfigError::at(text, "cache.remote", "`size` is missing"))?;
     let size = positive_size_value(text, "cache.remote.size", &size)?;
     let url = url.trim().to_string();
-    if url.starts_with("redis+cluster://") {
-        return Err(ConfigError::at(
-            text,
-            "cache.remote.url",
-            "Redis Cluster (`redis+cluster://`) is not supported yet; name a single server: redis://HOST:PORT",
-        ));
-    }
-    if !url.starts_with("redis://") {
-        return Err(ConfigError::at(text, "cache.remote.url", format!("`{url}`: a single server's URL, redis://HOST:PORT[/DB]")));
-    }
-    redis::Client::open(url.as_str()).map_err(|e| ConfigError::at(text, "cache.remote.url", format!("`{url}`: {e}")))?;
+    crate::cache::remote::server_urls(&url).map_err(|why| ConfigError::at(text, "cache.remote.url", format!("`{url}`: {why}")))?;
     Ok(RemoteConfig { url, size })
 }
 
@@ -1297,12 +1288,16 @@ mod tests {
     }
 
     #[test]
-    fn cache_remote_settings_parse_and_cluster_urls_are_refused_for_now() {
+    fn cache_remote_settings_parse_with_a_server_or_a_cluster_and_bad_urls_are_refused() {
         let parse = |yaml: &str| Config::parse(yaml, &Overrides { source: Some(std::env::temp_dir()), mountpoint: Some("/mnt/x".into()), seed: None });
         let c = parse("cache:\n  remote: { url: \"redis://127.0.0.1:6379\", size: 32GiB }\n").expect("valid");
         assert_eq!(c.cache.remote, Some(RemoteConfig { url: "redis://127.0.0.1:6379".into(), size: 32 << 30 }));
-        let err = parse("cache:\n  remote:\n    url: \"redis+cluster://h1:7000,h2:7001\"\n    size: 1GiB\n").unwrap_err().to_string();
-        assert!(err.contains("cache.remote.url") && err.contains("not supported yet") && err.contains("line 3"), "{err}");
+        let c = parse("cache:\n  remote:\n    url: \"redis+cluster://h1:7000,h2:7001\"\n    size: 1GiB\n").expect("a cluster");
+        assert_eq!(c.cache.remote.map(|r| r.url), Some("redis+cluster://h1:7000,h2:7001".to_string()));
+        let err = parse("cache:\n  remote:\n    url: \"redis+cluster://\"\n    size: 1GiB\n").unwrap_err().to_string();
+        assert!(err.contains("cache.remote.url") && err.contains("names its nodes") && err.contains("line 3"), "{err}");
+        let err = parse("cache:\n  remote: { url: \"redis+cluster://h1:7000/2\", size: 1GiB }\n").unwrap_err().to_string();
+        assert!(err.contains("no databases"), "{err}");
         let err = parse("cache:\n  remote: { url: \"http://h:6379\", size: 1GiB }\n").unwrap_err().to_string();
         assert!(err.contains("redis://HOST:PORT"), "{err}");
         let err = parse("cache:\n  remote: { url: \"redis://h:notaport\", size: 1GiB }\n").unwrap_err().to_string();

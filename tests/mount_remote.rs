@@ -1,6 +1,7 @@
-//! Mounted end-to-end tests of the remote cache tier on a real `redis-server` (never a mock):
-//! two mounts of one dataset share what either read, and a killed server is an outage the mount
-//! serves through, then uses again once it is back.
+//! Mounted end-to-end tests of the remote cache tier on a real `redis-server` and on a real
+//! three-node Redis Cluster (never a mock): two mounts of one dataset share what either read, and
+//! a killed server (or every node) is an outage the mount serves through, then uses again once
+//! it is back.
 
 mod common;
 
@@ -9,7 +10,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::redis_server::RedisServer;
+use common::redis_server::{RedisCluster, RedisServer, SharedRedis};
 use common::{augmented_files, make_dataset, source_bytes, write_config, Mounted};
 
 const LIMIT: Duration = Duration::from_secs(120);
@@ -70,9 +71,24 @@ fn count(v: &serde_json::Value, key: &str) -> u64 {
 fn a_second_mount_of_the_same_dataset_reads_almost_nothing_from_the_source() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let server = RedisServer::start(&tmp.path().join("redis"));
-    let source = make_dataset(tmp.path(), 2, 10, false);
+    second_mount_shares(tmp.path(), &server);
+}
 
-    let first = mount(&tmp.path().join("a"), &source, &server.url());
+#[test]
+fn a_second_mount_sharing_a_three_node_cluster_reads_almost_nothing_from_the_source() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cluster = RedisCluster::start(&tmp.path().join("redis"));
+    second_mount_shares(tmp.path(), &cluster);
+    let per_node = cluster.keys_per_node();
+    assert!(per_node.iter().all(|&k| k > 0), "the samples did not spread over the nodes: {per_node:?}");
+}
+
+/// Two mounts of one dataset under `tmp` sharing `server`: the second reads at most 5% of the
+/// source bytes the first read, and serves the same `decoded/` bytes.
+fn second_mount_shares(tmp: &Path, server: &impl SharedRedis) {
+    let source = make_dataset(tmp, 2, 10, false);
+
+    let first = mount(&tmp.join("a"), &source, &server.url());
     let files = decoded_files(&first);
     assert_eq!(files.len(), 20);
     let served_first = read_all(&first, &files);
@@ -84,7 +100,7 @@ fn a_second_mount_of_the_same_dataset_reads_almost_nothing_from_the_source() {
     assert_eq!(remote["state"], "up", "{remote}");
 
     // A second mount (another machine's, standing in), while the first is still mounted.
-    let second = mount(&tmp.path().join("b"), &source, &server.url());
+    let second = mount(&tmp.join("b"), &source, &server.url());
     let served_second = read_all(&second, &decoded_files(&second));
     assert!(served_first == served_second, "the second mount served other bytes for decoded/");
     let second_read = source_bytes(&second);
@@ -108,8 +124,21 @@ fn a_second_mount_of_the_same_dataset_reads_almost_nothing_from_the_source() {
 fn a_killed_redis_is_an_outage_the_mount_serves_through_and_a_restarted_one_is_used_again() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let mut server = RedisServer::start(&tmp.path().join("redis"));
-    let source = make_dataset(tmp.path(), 2, 10, false);
-    let mnt = mount(&tmp.path().join("a"), &source, &server.url());
+    outage_served_through(tmp.path(), &mut server);
+}
+
+#[test]
+fn a_killed_cluster_is_an_outage_the_mount_serves_through_and_a_restarted_one_is_used_again() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut cluster = RedisCluster::start(&tmp.path().join("redis"));
+    outage_served_through(tmp.path(), &mut cluster);
+}
+
+/// A mount under `tmp` sharing `server`, which is killed halfway through a pass and restarted:
+/// no read fails or changes, the outage is logged once, and sharing resumes by itself.
+fn outage_served_through(tmp: &Path, server: &mut impl SharedRedis) {
+    let source = make_dataset(tmp, 2, 10, false);
+    let mnt = mount(&tmp.join("a"), &source, &server.url());
     let files = decoded_files(&mnt);
     let reference = read_all(&mnt, &files);
     settled_remote(&mnt);

@@ -35,6 +35,12 @@
 //!   Across machines the real bound is the server's `maxmemory` with an eviction policy
 //!   (`allkeys-lru`), which the operator sets; prepfs sets no TTLs.
 //!
+//! - **Redis Cluster** (`redis+cluster://HOST:PORT,HOST:PORT,...`): the same keys and values;
+//!   each sample's forms share a slot (the hash tag), so a lookup is still one `MGET` on one
+//!   node, and the writer's pipeline is split by node ([`Conn`]). The client follows `MOVED` and
+//!   `ASK` within [`CLUSTER_RETRIES`] retries. The budget then counts this mount's own bytes only
+//!   (`used_memory` is per node): the nodes' `maxmemory` bounds the rest.
+//!
 //! Lookups run on the requesting thread, inside the tiers' single flight, so a remote round trip
 //! (bounded by the timeout) stands where a source read would. Connections are pooled; the pool is
 //! locked only to take or give back a connection, never across a call.
@@ -72,16 +78,159 @@ const QUEUE_BYTES: u64 = 64 << 20;
 const BATCH_BYTES: u64 = 8 << 20;
 /// Idle connections kept for lookups.
 const POOL_MAX: usize = 32;
+/// A cluster call's retries (redirects, a node's failover): each within [`TIMEOUT`].
+pub(crate) const CLUSTER_RETRIES: u32 = 2;
+/// The scheme of a Redis Cluster URL: `redis+cluster://HOST:PORT,HOST:PORT,...`.
+const CLUSTER_SCHEME: &str = "redis+cluster://";
+
+/// The server(s) a `cache.remote.url` names, each as a `redis://` URL the client accepts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ServerUrls {
+    /// `redis://[USER:PASSWORD@]HOST:PORT[/DB]`.
+    Single(String),
+    /// `redis+cluster://[USER:PASSWORD@]HOST:PORT,HOST:PORT,...`: the seed nodes (credentials
+    /// apply to each).
+    Cluster(Vec<String>),
+}
+
+/// Parses a `cache.remote.url` (the one place its form is decided; the config checks it here).
+pub(crate) fn server_urls(url: &str) -> Result<ServerUrls, String> {
+    if let Some(rest) = url.strip_prefix(CLUSTER_SCHEME) {
+        let (auth, hosts) = match rest.rfind('@') {
+            Some(at) => (&rest[..=at], &rest[at + 1..]),
+            None => ("", rest),
+        };
+        let nodes: Vec<String> = hosts.split(',').map(str::trim).filter(|h| !h.is_empty()).map(|h| format!("redis://{auth}{h}")).collect();
+        if nodes.is_empty() {
+            return Err("a cluster URL names its nodes: redis+cluster://HOST:PORT,HOST:PORT,...".into());
+        }
+        for node in &nodes {
+            if node[8..].contains('/') {
+                return Err("a cluster has no databases: no /DB after a node".into());
+            }
+            redis::Client::open(node.as_str()).map_err(|e| format!("node `{}`: {e}", redacted(node)))?;
+        }
+        return Ok(ServerUrls::Cluster(nodes));
+    }
+    if !url.starts_with("redis://") {
+        return Err("a single server's URL, redis://HOST:PORT[/DB], or a cluster's, redis+cluster://HOST:PORT,HOST:PORT,...".into());
+    }
+    redis::Client::open(url).map_err(|e| e.to_string())?;
+    Ok(ServerUrls::Single(url.to_string()))
+}
+
+/// The client of the tier's server: one server, or a cluster.
+enum Server {
+    Single(redis::Client),
+    Cluster(redis::cluster::ClusterClient),
+}
+
+impl Server {
+    fn open(url: &str) -> Result<Server, String> {
+        Ok(match server_urls(url)? {
+            ServerUrls::Single(url) => Server::Single(redis::Client::open(url).map_err(|e| e.to_string())?),
+            ServerUrls::Cluster(nodes) => Server::Cluster(
+                redis::cluster::ClusterClientBuilder::new(nodes)
+                    .connection_timeout(TIMEOUT)
+                    .response_timeout(TIMEOUT)
+                    .retries(CLUSTER_RETRIES)
+                    .min_retry_wait(10)
+                    .max_retry_wait(50)
+                    .build()
+                    .map_err(|e| e.to_string())?,
+            ),
+        })
+    }
+
+    /// A new connection, every call on it bounded by [`TIMEOUT`].
+    fn connect(&self) -> redis::RedisResult<Conn> {
+        match self {
+            Server::Single(client) => {
+                let conn = client.get_connection_with_timeout(TIMEOUT)?;
+                conn.set_read_timeout(Some(TIMEOUT))?;
+                conn.set_write_timeout(Some(TIMEOUT))?;
+                Ok(Conn::Single(conn))
+            }
+            Server::Cluster(client) => Ok(Conn::Cluster(client.get_connection()?)),
+        }
+    }
+}
+
+/// A connection to the tier: to one server, or to a cluster (one per node inside, routed by
+/// slot). Single commands go through [`redis::ConnectionLike`]; a pipeline of writes through
+/// [`Conn::set_nx_all`], which a cluster splits by node.
+enum Conn {
+    Single(redis::Connection),
+    Cluster(redis::cluster::ClusterConnection),
+}
+
+impl Conn {
+    /// `SET key value NX` for each item, in one pipeline (one per node in a cluster): each
+    /// reply in order (`Nil` where the key existed).
+    fn set_nx_all(&mut self, items: &[(&[u8], Vec<u8>)]) -> redis::RedisResult<Vec<redis::Value>> {
+        match self {
+            Conn::Single(c) => {
+                let mut pipe = redis::pipe();
+                for (key, value) in items {
+                    pipe.cmd("SET").arg(*key).arg(&value[..]).arg("NX");
+                }
+                pipe.query(c)
+            }
+            Conn::Cluster(c) => {
+                let mut pipe = redis::cluster::cluster_pipe();
+                for (key, value) in items {
+                    pipe.cmd("SET").arg(*key).arg(&value[..]).arg("NX");
+                }
+                pipe.query(c)
+            }
+        }
+    }
+}
+
+impl redis::ConnectionLike for Conn {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> redis::RedisResult<redis::Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+    fn req_packed_commands(&mut self, cmd: &[u8], offset: usize, count: usize) -> redis::RedisResult<Vec<redis::Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+    fn req_command(&mut self, cmd: &redis::Cmd) -> redis::RedisResult<redis::Value> {
+        match self {
+            Conn::Single(c) => c.req_command(cmd),
+            Conn::Cluster(c) => c.req_command(cmd),
+        }
+    }
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+    fn check_connection(&mut self) -> bool {
+        match self {
+            Conn::Single(c) => c.check_connection(),
+            Conn::Cluster(c) => c.check_connection(),
+        }
+    }
+    fn is_open(&self) -> bool {
+        match self {
+            Conn::Single(c) => c.is_open(),
+            Conn::Cluster(c) => c.is_open(),
+        }
+    }
+}
 
 /// A remote tier that cannot be set up (its URL refused by the client).
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum RemoteError {
-    #[error("cache.remote {url}: {source}")]
-    Url {
-        url: String,
-        #[source]
-        source: redis::RedisError,
-    },
+    #[error("cache.remote {url}: {why}")]
+    Url { url: String, why: String },
     #[error("cache.remote: cannot start the writer thread: {0}")]
     Writer(#[source] io::Error),
 }
@@ -271,11 +420,11 @@ fn redacted(url: &str) -> String {
 
 /// The state shared by request threads and the writer.
 struct Inner {
-    client: redis::Client,
+    server: Server,
     url: String,
     size: u64,
     /// Idle connections, each with the generation it was made in.
-    pool: Mutex<Vec<(u64, redis::Connection)>>,
+    pool: Mutex<Vec<(u64, Conn)>>,
     /// Bumped at each outage: connections of an older generation are not pooled again.
     generation: AtomicU64,
     down: AtomicBool,
@@ -349,16 +498,9 @@ impl Inner {
         }
     }
 
-    fn connect(&self) -> redis::RedisResult<redis::Connection> {
-        let conn = self.client.get_connection_with_timeout(TIMEOUT)?;
-        conn.set_read_timeout(Some(TIMEOUT))?;
-        conn.set_write_timeout(Some(TIMEOUT))?;
-        Ok(conn)
-    }
-
     /// Runs `call` on a pooled (or new) connection if the tier is usable now. `None`: skipped
     /// (down) or failed (counted; an outage marks the tier down).
-    fn with_conn<T>(&self, call: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>) -> Option<T> {
+    fn with_conn<T>(&self, call: impl FnOnce(&mut Conn) -> redis::RedisResult<T>) -> Option<T> {
         if !self.usable() {
             self.skipped.fetch_add(1, Ordering::Relaxed);
             return None;
@@ -368,7 +510,7 @@ impl Inner {
             Some(c) => c,
             None => {
                 let generation = self.generation.load(Ordering::Acquire);
-                match self.connect() {
+                match self.server.connect() {
                     Ok(conn) => (generation, conn),
                     Err(e) => {
                         self.mark_down(&e);
@@ -397,7 +539,7 @@ impl Inner {
         }
     }
 
-    fn give_back(&self, generation: u64, conn: redis::Connection) {
+    fn give_back(&self, generation: u64, conn: Conn) {
         if generation != self.generation.load(Ordering::Acquire) {
             return;
         }
@@ -434,8 +576,12 @@ impl Inner {
         }
     }
 
-    /// The server's `used_memory`, sampled at most once a second (0 when unknown).
+    /// The server's `used_memory`, sampled at most once a second (0 when unknown, and with a
+    /// cluster, whose nodes each have their own).
     fn server_used(&self) -> u64 {
+        if matches!(self.server, Server::Cluster(_)) {
+            return 0;
+        }
         let now = self.now_ms().max(1);
         let at = self.server_used_at_ms.load(Ordering::Relaxed);
         if at == 0 || now.saturating_sub(at) >= 1000 {
@@ -459,7 +605,7 @@ impl Inner {
 
     /// Writes one batch in one pipeline: `SET key value NX` each, within the budget.
     fn write_batch(&self, batch: Vec<WriteJob>) {
-        let mut pipe = redis::pipe();
+        let mut items = Vec::with_capacity(batch.len());
         let mut lens = Vec::with_capacity(batch.len());
         for job in &batch {
             let data = job.payload.data();
@@ -469,13 +615,13 @@ impl Inner {
                 continue;
             }
             let value = encode_value(job.kind, &job.key, data, job.payload.dims());
-            pipe.cmd("SET").arg(&job.key[..]).arg(value).arg("NX");
+            items.push((&job.key[..], value));
             lens.push(len);
         }
         if lens.is_empty() {
             return;
         }
-        match self.with_conn(|c| pipe.query::<Vec<redis::Value>>(c)) {
+        match self.with_conn(|c| c.set_nx_all(&items)) {
             Some(replies) => {
                 for (reply, len) in replies.iter().zip(&lens) {
                     if !matches!(reply, redis::Value::Nil) {
@@ -534,12 +680,13 @@ pub(crate) struct RemoteTier {
 }
 
 impl RemoteTier {
-    /// The tier on the server at `url` (`redis://HOST:PORT[/DB]`), within `size` bytes, for the
-    /// dataset `fingerprint`. Connects lazily: a server down at mount is an outage like any.
+    /// The tier on the server at `url` (`redis://HOST:PORT[/DB]`, or a cluster's
+    /// `redis+cluster://HOST:PORT,...`), within `size` bytes, for the dataset `fingerprint`.
+    /// Connects lazily: a server down at mount is an outage like any.
     pub(crate) fn open(url: &str, size: u64, fingerprint: u64) -> Result<RemoteTier, RemoteError> {
-        let client = redis::Client::open(url).map_err(|source| RemoteError::Url { url: redacted(url), source })?;
+        let server = Server::open(url).map_err(|why| RemoteError::Url { url: redacted(url), why })?;
         let inner = Arc::new(Inner {
-            client,
+            server,
             url: redacted(url),
             size,
             pool: Mutex::new(Vec::new()),
@@ -738,7 +885,7 @@ mod redis_server;
 
 #[cfg(test)]
 mod tests {
-    use super::redis_server::RedisServer;
+    use super::redis_server::{RedisCluster, RedisServer};
     use super::*;
 
     const WAIT: Duration = Duration::from_secs(10);
@@ -820,6 +967,63 @@ mod tests {
         assert_eq!((stats["hits"].as_u64(), stats["misses"].as_u64(), stats["writes"].as_u64()), (Some(2), Some(2), Some(2)));
         assert_eq!(stats["bytes_written"], (10_000 + 33 * 17 * 3 + 2 * HEADER_LEN) as u64);
         assert_eq!(stats["state"], "up");
+    }
+
+    #[test]
+    fn over_a_three_node_cluster_values_spread_across_nodes_round_trip_and_claims_stay_use_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cluster = RedisCluster::start(dir.path());
+        let tier = RemoteTier::open(&cluster.url(), 1 << 30, 42).expect("open");
+        let n = 60u64;
+        let rel = |i: u64| format!("c{}/{i}.jpg", i % 3);
+        for i in 0..n {
+            assert!(tier.put_encoded(Path::new(&rel(i)), &version(i), bytes(2_000, i as u8)));
+            assert!(tier.put_augmented(Path::new(&rel(i)), &version(i), bytes(300, i as u8)));
+        }
+        assert!(tier.flush(WAIT));
+        let stats = tier.stats();
+        assert_eq!(stats["writes"], 2 * n, "{stats}");
+        assert_eq!(stats["state"], "up", "{stats}");
+        let per_node = cluster.keys_per_node();
+        assert_eq!(per_node.iter().sum::<u64>(), 2 * n);
+        assert!(per_node.iter().all(|&k| k > 0), "the keys did not spread over the nodes: {per_node:?}");
+        // Another mount of the same dataset reads them all back, each from the node of its slot.
+        let other = RemoteTier::open(&cluster.url(), 1 << 30, 42).expect("open");
+        for i in 0..n {
+            match other.get(Path::new(&rel(i)), &version(i)) {
+                Some(LowerHit::Bytes(got)) => assert_eq!(&got[..], &bytes(2_000, i as u8)[..], "{}", rel(i)),
+                _ => panic!("{}: missing on the cluster", rel(i)),
+            }
+        }
+        // Claims: each output exactly once, whichever mount asks first.
+        let mut claimed = 0;
+        for i in 0..n {
+            let (path, v) = (rel(i), version(i));
+            let first = if i % 2 == 0 { &tier } else { &other };
+            let second = if i % 2 == 0 { &other } else { &tier };
+            assert!(first.claim_augmented(Path::new(&path), &v).is_some_and(|b| b[..] == bytes(300, i as u8)[..]));
+            assert!(second.claim_augmented(Path::new(&path), &v).is_none(), "{path} claimed twice");
+            claimed += 1;
+        }
+        assert_eq!(claimed, n);
+        assert_eq!(cluster.keys_per_node().iter().sum::<u64>(), n, "claimed outputs are gone");
+    }
+
+    #[test]
+    fn a_cluster_whose_nodes_are_all_down_is_an_outage_noticed_within_the_timeouts() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut cluster = RedisCluster::start(dir.path());
+        let tier = RemoteTier::open(&cluster.url(), 1 << 30, 9).expect("open");
+        assert!(tier.put_encoded(Path::new("a.jpg"), &version(1), bytes(100, 1)));
+        assert!(tier.flush(WAIT));
+        for node in &mut cluster.nodes {
+            node.kill();
+        }
+        let started = Instant::now();
+        assert!(tier.get(Path::new("a.jpg"), &version(1)).is_none());
+        assert!(started.elapsed() < Duration::from_secs(3), "a lookup against a dead cluster took {:?}", started.elapsed());
+        assert!(!tier.is_up(), "{}", tier.stats());
+        assert_eq!(tier.stats()["outages"], 1);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! A real `redis-server` for tests (never a mock): on a free loopback port, in its own
 //! directory, nothing persisted (`--save '' --appendonly no`), killed on every way out: the
 //! guard's drop, a panic unwinding through it, or the test process dying (the server gets
-//! SIGKILL when the thread that started it ends).
+//! SIGKILL when the thread that started it ends). [`RedisCluster`]: three such servers with
+//! `--cluster-enabled yes`, joined by `redis-cli --cluster create`.
 //!
 //! Shared by the mounted tests (`tests/common`) and the remote tier's unit tests
 //! (`src/cache/remote.rs` includes this file by path), so it uses std and libc only.
@@ -20,6 +21,8 @@ pub struct RedisServer {
     pub port: u16,
     dir: PathBuf,
     child: Option<Child>,
+    /// Arguments beyond the defaults (cluster mode).
+    extra: Vec<String>,
 }
 
 /// A port nothing listens on now (the kernel's pick, released at once).
@@ -30,8 +33,14 @@ fn free_port() -> u16 {
 impl RedisServer {
     /// Starts a server on a free port with `dir` as its working directory (created).
     pub fn start(dir: &Path) -> RedisServer {
+        Self::start_with(dir, |_| Vec::new())
+    }
+
+    /// [`RedisServer::start`] with more arguments, made from the port it got.
+    pub fn start_with(dir: &Path, extra: impl Fn(u16) -> Vec<String>) -> RedisServer {
         for _ in 0..5 {
-            let mut server = RedisServer { port: free_port(), dir: dir.to_path_buf(), child: None };
+            let port = free_port();
+            let mut server = RedisServer { port, dir: dir.to_path_buf(), child: None, extra: extra(port) };
             if server.spawn() {
                 return server;
             }
@@ -47,6 +56,7 @@ impl RedisServer {
         cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(&self.dir)
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log);
@@ -136,5 +146,116 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// A three-node Redis Cluster (masters only) on loopback; dropping it kills every node.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts three cluster-enabled servers under `dir` and joins them (`redis-cli --cluster
+    /// create`, from Debian's `redis-tools`); returns once the cluster says `cluster_state:ok`.
+    pub fn start(dir: &Path) -> RedisCluster {
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|i| {
+                let node_dir = dir.join(format!("node{i}"));
+                RedisServer::start_with(&node_dir, |port| {
+                    ["--cluster-enabled", "yes", "--cluster-config-file", &format!("nodes-{port}.conf"), "--cluster-node-timeout", "2000"]
+                        .map(String::from)
+                        .to_vec()
+                })
+            })
+            .collect();
+        let addrs: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("redis-cli (redis-tools) runs");
+        assert!(out.status.success(), "redis-cli --cluster create failed: {}", String::from_utf8_lossy(&out.stdout));
+        let cluster = RedisCluster { nodes };
+        cluster.wait_ok();
+        cluster
+    }
+
+    /// `redis+cluster://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3`.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        format!("redis+cluster://{}", hosts.join(","))
+    }
+
+    /// Kills every node (SIGKILL).
+    pub fn kill(&mut self) {
+        for n in &mut self.nodes {
+            n.kill();
+        }
+    }
+
+    /// Starts every node again on its port, empty; each reads back its cluster configuration
+    /// (`nodes-PORT.conf` in its directory). Returns once the cluster is `ok` again.
+    pub fn restart(&mut self) {
+        for n in &mut self.nodes {
+            n.restart();
+        }
+        self.wait_ok();
+    }
+
+    fn wait_ok(&self) {
+        let started = Instant::now();
+        while !self.nodes.iter().all(|n| {
+            n.command(&["CLUSTER", "INFO"]).is_some_and(|r| String::from_utf8_lossy(&r).contains("cluster_state:ok"))
+        }) {
+            assert!(started.elapsed() < Duration::from_secs(30), "the cluster did not become ok");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Keys held by each node (`DBSIZE`).
+    pub fn keys_per_node(&self) -> Vec<u64> {
+        self.nodes
+            .iter()
+            .map(|n| {
+                let r = n.command(&["DBSIZE"]).unwrap_or_default();
+                String::from_utf8_lossy(&r).trim().trim_start_matches(':').parse::<u64>().unwrap_or(0)
+            })
+            .collect()
+    }
+}
+
+/// What the mounted tests share through: one server, or a cluster.
+pub trait SharedRedis {
+    /// The `cache.remote.url` naming it.
+    fn url(&self) -> String;
+    /// Kills it (every node).
+    fn kill(&mut self);
+    /// Starts it again, empty, where it was; returns once it answers.
+    fn restart(&mut self);
+}
+
+impl SharedRedis for RedisServer {
+    fn url(&self) -> String {
+        RedisServer::url(self)
+    }
+    fn kill(&mut self) {
+        RedisServer::kill(self)
+    }
+    fn restart(&mut self) {
+        RedisServer::restart(self)
+    }
+}
+
+impl SharedRedis for RedisCluster {
+    fn url(&self) -> String {
+        RedisCluster::url(self)
+    }
+    fn kill(&mut self) {
+        RedisCluster::kill(self)
+    }
+    fn restart(&mut self) {
+        RedisCluster::restart(self)
     }
 }
