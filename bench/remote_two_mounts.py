@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""Issue 13's measurement: two prepfs mounts of one dataset (standing in for two machines), with
+and without a shared Redis tier, storage limited to 10 MB/s in all (5 MB/s per mount), one job
+each, 2 epochs read at once through both. Prints and writes (--out) makespan, source bytes and
+hit rates; then the cost of a remote hit against a local one (decoded/ read with memory too small
+to hold it, against memory that holds it).
+
+usage: bench/remote_two_mounts.py [--data DIR] [--bin target/release/prepfs] [--out FILE.json]
+Needs redis-server on PATH and a prepfs release build; runs everything under timeouts and
+unmounts and stops what it started on every way out.
+"""
+import argparse
+import json
+import random
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def files_under(root):
+    return sorted(os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs)
+
+
+class Redis:
+    def __init__(self, work):
+        self.port = free_port()
+        self.proc = subprocess.Popen(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                                      "--appendonly", "no", "--dir", work], stdout=subprocess.DEVNULL)
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.1).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise SystemExit("redis-server did not start")
+
+    def url(self):
+        return "redis://127.0.0.1:%d" % self.port
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+class Mount:
+    def __init__(self, binary, data, work, name, yaml):
+        self.dir = os.path.join(work, name)
+        os.makedirs(self.dir + "/mnt", exist_ok=True)
+        cfg = os.path.join(self.dir, "mount.yaml")
+        with open(cfg, "w") as f:
+            f.write(yaml)
+        self.mnt = self.dir + "/mnt"
+        self.log = open(self.dir + "/log", "w")
+        self.proc = subprocess.Popen(["timeout", "900", binary, "mount", data, self.mnt, "--config", cfg, "--read-only",
+                                      "--foreground"], stderr=self.log)
+        for _ in range(600):
+            if os.path.exists(self.mnt + "/.prepfs/stats.json"):
+                return
+            if self.proc.poll() is not None:
+                raise SystemExit("mount %s failed: see %s/log" % (name, self.dir))
+            time.sleep(0.1)
+        raise SystemExit("mount %s not ready" % name)
+
+    def stats(self):
+        with open(self.mnt + "/.prepfs/stats.json") as f:
+            return json.load(f)
+
+    def stop(self):
+        subprocess.call(["fusermount3", "-u", self.mnt])
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            subprocess.call(["fusermount3", "-u", "-z", self.mnt])
+            self.proc.kill()
+
+
+def read_files(paths):
+    n = 0
+    for p in paths:
+        with open(p, "rb") as f:
+            n += len(f.read())
+    return n
+
+
+def epoch(mount, job, seed, readers=2):
+    """One epoch of `job` through `mount`'s job view by `readers` threads, in an order shuffled
+    by `seed` (as a training loader shuffles, each rank its own); its seconds."""
+    paths = files_under(os.path.join(mount.mnt, "jobs", job, "augmented"))
+    random.Random(seed).shuffle(paths)
+    started = time.perf_counter()
+    with ThreadPoolExecutor(readers) as pool:
+        list(pool.map(read_files, [paths[i::readers] for i in range(readers)]))
+    return time.perf_counter() - started, len(paths)
+
+
+def config(remote_url, memory, read_limit="5MB/s", extra=""):
+    yaml = ("seed: 1\nsource: { path: /unused, read_limit: %s }\naugment:\n"
+            "  - random_resized_crop: { size: 224, scale: [0.08, 1.0], ratio: [0.75, 1.3333333] }\n"
+            "  - random_horizontal_flip: { p: 0.5 }\noutput: { format: ppm }\ncache:\n  memory: %s\n" % (read_limit, memory))
+    if remote_url:
+        yaml += "  remote: { url: \"%s\", size: 4GiB }\n" % remote_url
+    return yaml + extra
+
+
+def two_mounts(binary, data, work, shared):
+    redis = Redis(work) if shared else None
+    mounts = []
+    try:
+        url = redis.url() if redis else None
+        for name in ("a", "b"):
+            mounts.append(Mount(binary, data, work, name + ("-shared" if shared else "-alone"), config(url, "64MiB")))
+        started = time.perf_counter()
+        times = {}
+        with ThreadPoolExecutor(2) as pool:
+            def run(m):
+                return [epoch(m, "train", "%s:%d" % (m.dir, e))[0] for e in range(2)]
+            for m, t in zip(mounts, pool.map(run, mounts)):
+                times[os.path.basename(m.dir)] = t
+        makespan = time.perf_counter() - started
+        out = {"makespan_s": round(makespan, 2), "epochs_s": times, "mounts": {}}
+        for m in mounts:
+            s = m.stats()
+            active = s.get("jobs", {}).get("active") or [{}]
+            job = active[0]
+            remote = s["cache"].get("remote") or {}
+            out["mounts"][os.path.basename(m.dir)] = {
+                "source_bytes_read": s["source_bytes_read"],
+                "job": {k: job.get(k) for k in ("opens", "samples_served", "hits", "misses", "hit_rate")},
+                "remote": {k: remote.get(k) for k in ("hits", "misses", "writes", "state")} if remote else None,
+            }
+        out["source_bytes_read"] = sum(v["source_bytes_read"] for v in out["mounts"].values())
+        return out
+    finally:
+        for m in mounts:
+            m.stop()
+        if redis:
+            redis.stop()
+
+
+def hit_cost(binary, data, work):
+    """decoded/ read twice by one reader: memory holding it (local hits) vs memory too small
+    with the remote tier holding it (remote hits)."""
+    redis = Redis(work)
+    res = {}
+    try:
+        for name, memory in (("local", "1GiB"), ("remote", "1MiB")):
+            m = Mount(binary, data, work, "cost-" + name, config(redis.url(), memory, read_limit="null",
+                                                                 extra="  refill: false\n"))
+            try:
+                paths = files_under(m.mnt + "/decoded")
+                read_files(paths)  # fills memory (local) or the remote (remote)
+                time.sleep(1.0)  # the remote writer sends what is queued
+                before = m.stats()
+                started = time.perf_counter()
+                read_files(paths)
+                dt = time.perf_counter() - started
+                after = m.stats()
+                lat = after.get("latency_us", {})
+                res[name] = {"samples_per_s": round(len(paths) / dt), "ms_per_sample": round(dt * 1000 / len(paths), 3),
+                             "remote_hits": (after["cache"]["remote"]["hits"] - before["cache"]["remote"]["hits"]),
+                             "source_bytes_read_in_pass": after["source_bytes_read"] - before["source_bytes_read"],
+                             "open_latency_us": lat.get("open", {}).get("decoded")}
+            finally:
+                m.stop()
+    finally:
+        redis.stop()
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", default=os.path.join(ROOT, "target/bench-data/train"))
+    ap.add_argument("--bin", default=os.path.join(ROOT, "target/release/prepfs"))
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="prepfs-remote-bench-")
+    try:
+        report = {"data": args.data, "storage": "5 MB/s per mount (10 MB/s in all)",
+                  "alone": two_mounts(args.bin, args.data, work, shared=False),
+                  "shared": two_mounts(args.bin, args.data, work, shared=True),
+                  "hit_cost": hit_cost(args.bin, args.data, work)}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
