@@ -181,3 +181,42 @@ fn outage_served_through(tmp: &Path, server: &mut impl SharedRedis) {
     assert_eq!(source_bytes(&mnt), read_before, "{after}");
     assert!(mnt.stop().success());
 }
+
+#[test]
+fn a_job_on_another_mount_prefers_samples_the_shared_tier_holds_over_the_source() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = RedisServer::start(&tmp.path().join("redis"));
+    let source = make_dataset(tmp.path(), 1, 10, false);
+    let first = mount(&tmp.path().join("a"), &source, &server.url());
+    let files = decoded_files(&first);
+    assert_eq!(files.len(), 10);
+    // The first mount reads half the class: those five are in the shared tier.
+    let held = read_all(&first, &files[..5]);
+    settled_remote(&first);
+
+    let second = mount(&tmp.path().join("b"), &source, &server.url());
+    let started = Instant::now();
+    while count(&second.stats()["cache"]["remote"], "samples_known_held") < 5 {
+        assert!(started.elapsed() < Duration::from_secs(10), "the second mount never learned what is held: {}", second.stats());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // A job on the second mount asks for the five the first did not read: opportunistic
+    // sampling serves the held five instead, from the shared tier, reading no source byte.
+    let job_dir = second.path("jobs/t/decoded");
+    let class = fs::read_dir(&job_dir).expect("list").next().expect("a class").expect("entry").path();
+    let mut served = Vec::new();
+    for f in &files[5..] {
+        let path = class.join(f.file_name().expect("name"));
+        served.push(fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}\n{}", path.display(), second.log())));
+    }
+    assert_eq!(source_bytes(&second), 0, "the job read the source: {}", second.stats());
+    for bytes in &served {
+        assert!(held.values().any(|h| h == bytes), "a job served a sample the shared tier did not hold");
+    }
+    let distinct: std::collections::HashSet<&Vec<u8>> = served.iter().collect();
+    assert_eq!(distinct.len(), 5, "a sample was served twice in one epoch");
+    let stats = second.stats();
+    assert!(count(&stats["cache"]["remote"], "hits") >= 5, "{stats}");
+    assert!(first.stop().success());
+    assert!(second.stop().success());
+}

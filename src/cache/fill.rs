@@ -141,7 +141,7 @@ impl Tiers {
     fn remote_hit(&self, sample: &Sample) -> Option<Loaded> {
         let remote = self.remote.as_ref()?;
         let key = self.disk.as_ref().map(|_| self.disk_key(sample, &sample.meta));
-        match remote.get(self.rel(sample), &sample.meta.identity)? {
+        match remote.get(sample.id, self.rel(sample), &sample.meta.identity)? {
             LowerHit::Pixels(pixels) => {
                 let pixels = Arc::new(pixels);
                 self.memory.decoded.admit(sample.id, Arc::clone(&pixels));
@@ -173,7 +173,7 @@ impl Tiers {
     #[allow(dead_code)] // the refill offers its outputs in the next slice (issue 13)
     pub(crate) fn offer_remote_augmented(&self, sample: &Sample, out: Arc<[u8]>) -> bool {
         let Some(remote) = self.remote.as_ref() else { return false };
-        remote.put_augmented(self.rel(sample), &sample.meta.identity, out)
+        remote.put_augmented(sample.id, self.rel(sample), &sample.meta.identity, out)
     }
 
     /// The sample from the disk tier (decoded pixels first, then encoded bytes) for the version
@@ -237,8 +237,8 @@ impl Tiers {
         if let Some(remote) = &self.remote {
             let rel = self.rel(sample);
             match made.pixels {
-                Some(pixels) => remote.put_decoded(rel, &meta.identity, pixels),
-                None => remote.put_encoded(rel, &meta.identity, made.bytes),
+                Some(pixels) => remote.put_decoded(sample.id, rel, &meta.identity, pixels),
+                None => remote.put_encoded(sample.id, rel, &meta.identity, made.bytes),
             };
         }
     }

@@ -24,6 +24,6 @@ mod tiers;
 pub use fill::Origin;
 pub(crate) use fill::{Admit, Loaded, Made, Tiers};
 pub use tiers::{
-    AugmentedEntry, FormStore, SampleCache, SampleStatus, SingleFlight, Weighed, ENTRY_OVERHEAD, HELD_AUGMENTED,
+    AugmentedEntry, FormStore, SampleCache, SampleStatus, SingleFlight, Weighed, ENTRY_OVERHEAD, HELD_AUGMENTED, HELD_REMOTE,
     HELD_DECODED, HELD_ENCODED,
 };

@@ -57,7 +57,9 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::json;
 
 use crate::cache::lower::{LowerHit, Payload};
+use crate::cache::SampleStatus;
 use crate::shared::{fnv1a64, Rgb};
+use crate::source::catalog::FileId;
 use crate::source::catalog::Catalog;
 use crate::source::Identity;
 use crate::sync::{LockExt, Mutex};
@@ -78,6 +80,8 @@ const QUEUE_BYTES: u64 = 64 << 20;
 const BATCH_BYTES: u64 = 8 << 20;
 /// Idle connections kept for lookups.
 const POOL_MAX: usize = 32;
+/// How often the writer reads the shared index of held samples (other mounts' writes).
+pub(crate) const HELD_READ_EVERY: Duration = Duration::from_secs(1);
 /// A cluster call's retries (redirects, a node's failover): each within [`TIMEOUT`].
 pub(crate) const CLUSTER_RETRIES: u32 = 2;
 /// The scheme of a Redis Cluster URL: `redis+cluster://HOST:PORT,HOST:PORT,...`.
@@ -300,6 +304,12 @@ pub(crate) fn dataset_fingerprint(catalog: &Catalog) -> u64 {
 }
 
 /// The key of one form of one version of a sample (see the module documentation).
+/// The key of the dataset's shared index of held samples: a bitmap by catalog id (the
+/// fingerprint's hash tag puts it in one cluster slot).
+pub(crate) fn held_key_of(fingerprint: u64) -> Vec<u8> {
+    format!("prepfs:1:{{{fingerprint:016x}}}:held").into_bytes()
+}
+
 pub(crate) fn key_of(fingerprint: u64, rel_path: &Path, version: &Identity, kind: RemoteKind) -> Vec<u8> {
     let rel = rel_path.as_os_str().as_bytes();
     let mut key = Vec::with_capacity(rel.len() + 64);
@@ -379,6 +389,8 @@ fn decode_value(kind: RemoteKind, key: &[u8], mut value: Vec<u8>) -> Result<((u3
 }
 
 struct WriteJob {
+    /// The sample (its catalog id: the same on every mount of the dataset).
+    id: FileId,
     kind: RemoteKind,
     key: Vec<u8>,
     payload: Payload,
@@ -451,6 +463,13 @@ struct Inner {
     /// The server's `used_memory`, and when it was sampled (ms since `epoch`; 0: never).
     server_used: AtomicU64,
     server_used_at_ms: AtomicU64,
+    /// The shared index of samples held (`prepfs:1:{FP}:held`, a bitmap by catalog id), and
+    /// the samples' status bytes its bits are copied into ([`HELD_REMOTE`]), for
+    /// opportunistic sampling. `None`: not kept (a tier without a cache beside it).
+    held_key: Vec<u8>,
+    status: Option<Arc<SampleStatus>>,
+    /// When the writer last read the shared index (ms since `epoch`).
+    held_read_at_ms: AtomicU64,
 }
 
 impl Inner {
@@ -607,6 +626,7 @@ impl Inner {
     fn write_batch(&self, batch: Vec<WriteJob>) {
         let mut items = Vec::with_capacity(batch.len());
         let mut lens = Vec::with_capacity(batch.len());
+        let mut ids = Vec::with_capacity(batch.len());
         for job in &batch {
             let data = job.payload.data();
             let len = (HEADER_LEN + data.len()) as u64;
@@ -617,6 +637,9 @@ impl Inner {
             let value = encode_value(job.kind, &job.key, data, job.payload.dims());
             items.push((&job.key[..], value));
             lens.push(len);
+            if job.kind != RemoteKind::Augmented {
+                ids.push(job.id);
+            }
         }
         if lens.is_empty() {
             return;
@@ -629,9 +652,50 @@ impl Inner {
                         self.bytes_written.fetch_add(*len, Ordering::Relaxed);
                     }
                 }
+                self.index_held(ids);
             }
             None => {
                 self.dropped_writes.fetch_add(lens.len() as u64, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Records in the shared index that the tier now holds `ids` (one pipeline of `SETBIT`s on
+    /// one key: one node of a cluster), and in this mount's status bytes.
+    fn index_held(&self, ids: Vec<FileId>) {
+        let Some(status) = &self.status else { return };
+        if ids.is_empty() {
+            return;
+        }
+        for &id in &ids {
+            status.mark_remote(id);
+        }
+        let mut pipe = redis::pipe();
+        for id in ids {
+            pipe.cmd("SETBIT").arg(&self.held_key[..]).arg(id).arg(1).ignore();
+        }
+        self.with_conn(|c| pipe.query::<()>(c));
+    }
+
+    /// Copies the shared index into this mount's status bytes (what other mounts wrote), at
+    /// most once per [`HELD_READ_EVERY`]. A bit is never cleared here: see [`HELD_REMOTE`].
+    fn read_held(&self) {
+        let Some(status) = &self.status else { return };
+        let now = self.now_ms().max(1);
+        let at = self.held_read_at_ms.load(Ordering::Relaxed);
+        if at != 0 && now.saturating_sub(at) < HELD_READ_EVERY.as_millis() as u64 {
+            return;
+        }
+        self.held_read_at_ms.store(now, Ordering::Relaxed);
+        let Some(Some(bitmap)) = self.with_conn(|c| redis::cmd("GET").arg(&self.held_key[..]).query::<Option<Vec<u8>>>(c)) else {
+            return;
+        };
+        // Redis numbers a bitmap's bits from the most significant bit of its first byte.
+        for (i, &byte) in bitmap.iter().enumerate().filter(|(_, b)| **b != 0) {
+            for bit in 0..8 {
+                if byte & (0x80 >> bit) != 0 {
+                    status.mark_remote((i * 8 + bit) as FileId);
+                }
             }
         }
     }
@@ -647,6 +711,8 @@ impl Inner {
                 Err(RecvTimeoutError::Timeout) => {
                     if self.down.load(Ordering::Acquire) {
                         self.with_conn(|c| redis::cmd("PING").query::<String>(c));
+                    } else {
+                        self.read_held();
                     }
                     continue;
                 }
@@ -665,6 +731,9 @@ impl Inner {
             }
             let n = batch.len() as u64;
             self.write_batch(batch);
+            if !self.down.load(Ordering::Acquire) {
+                self.read_held();
+            }
             self.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
             self.queued_jobs.fetch_sub(n, Ordering::AcqRel);
         }
@@ -683,7 +752,8 @@ impl RemoteTier {
     /// The tier on the server at `url` (`redis://HOST:PORT[/DB]`, or a cluster's
     /// `redis+cluster://HOST:PORT,...`), within `size` bytes, for the dataset `fingerprint`.
     /// Connects lazily: a server down at mount is an outage like any.
-    pub(crate) fn open(url: &str, size: u64, fingerprint: u64) -> Result<RemoteTier, RemoteError> {
+    /// `status`: the status bytes the shared index of held samples is copied into.
+    pub(crate) fn open(url: &str, size: u64, fingerprint: u64, status: Option<Arc<SampleStatus>>) -> Result<RemoteTier, RemoteError> {
         let server = Server::open(url).map_err(|why| RemoteError::Url { url: redacted(url), why })?;
         let inner = Arc::new(Inner {
             server,
@@ -711,6 +781,9 @@ impl RemoteTier {
             queued_bytes: AtomicU64::new(0),
             server_used: AtomicU64::new(0),
             server_used_at_ms: AtomicU64::new(0),
+            held_key: held_key_of(fingerprint),
+            status,
+            held_read_at_ms: AtomicU64::new(0),
         });
         let (sender, receiver) = sync_channel(QUEUE_JOBS);
         let for_writer = Arc::clone(&inner);
@@ -728,7 +801,7 @@ impl RemoteTier {
 
     /// The sample's decoded pixels, else its encoded bytes, in one round trip; a damaged value
     /// is dropped and reads as a miss. `None` also while the tier is down.
-    pub(crate) fn get(&self, rel_path: &Path, version: &Identity) -> Option<LowerHit> {
+    pub(crate) fn get(&self, id: FileId, rel_path: &Path, version: &Identity) -> Option<LowerHit> {
         let inner = &self.inner;
         let dkey = self.key(rel_path, version, RemoteKind::Decoded);
         let ekey = self.key(rel_path, version, RemoteKind::Encoded);
@@ -739,6 +812,9 @@ impl RemoteTier {
             .and_then(|v| inner.check(RemoteKind::Decoded, &dkey, v, true))
             .map(|((width, height), pixels)| LowerHit::Pixels(Rgb { width, height, pixels }))
             .or_else(|| encoded.and_then(|v| inner.check(RemoteKind::Encoded, &ekey, v, true)).map(|(_, b)| LowerHit::Bytes(b)));
+        if let (Some(status), true) = (&inner.status, hit.is_some()) {
+            status.mark_remote(id);
+        }
         let counter = if hit.is_some() { &inner.hits } else { &inner.misses };
         counter.fetch_add(1, Ordering::Relaxed);
         hit
@@ -767,21 +843,21 @@ impl RemoteTier {
     }
 
     /// Queues the sample's source bytes for writing; returns whether they were queued.
-    pub(crate) fn put_encoded(&self, rel_path: &Path, version: &Identity, bytes: Arc<[u8]>) -> bool {
-        self.enqueue(RemoteKind::Encoded, rel_path, version, Payload::Bytes(bytes))
+    pub(crate) fn put_encoded(&self, id: FileId, rel_path: &Path, version: &Identity, bytes: Arc<[u8]>) -> bool {
+        self.enqueue(id, RemoteKind::Encoded, rel_path, version, Payload::Bytes(bytes))
     }
 
     /// Queues the sample's decoded pixels (uint8 RGB) for writing.
-    pub(crate) fn put_decoded(&self, rel_path: &Path, version: &Identity, pixels: Arc<Rgb>) -> bool {
-        self.enqueue(RemoteKind::Decoded, rel_path, version, Payload::Pixels(pixels))
+    pub(crate) fn put_decoded(&self, id: FileId, rel_path: &Path, version: &Identity, pixels: Arc<Rgb>) -> bool {
+        self.enqueue(id, RemoteKind::Decoded, rel_path, version, Payload::Pixels(pixels))
     }
 
     /// Queues a fresh augmented output for the next claimer anywhere (kept only when none waits).
-    pub(crate) fn put_augmented(&self, rel_path: &Path, version: &Identity, out: Arc<[u8]>) -> bool {
-        self.enqueue(RemoteKind::Augmented, rel_path, version, Payload::Bytes(out))
+    pub(crate) fn put_augmented(&self, id: FileId, rel_path: &Path, version: &Identity, out: Arc<[u8]>) -> bool {
+        self.enqueue(id, RemoteKind::Augmented, rel_path, version, Payload::Bytes(out))
     }
 
-    fn enqueue(&self, kind: RemoteKind, rel_path: &Path, version: &Identity, payload: Payload) -> bool {
+    fn enqueue(&self, id: FileId, kind: RemoteKind, rel_path: &Path, version: &Identity, payload: Payload) -> bool {
         let inner = &self.inner;
         // Down: dropped at no cost (the probe belongs to lookups and the writer's batches).
         if inner.down.load(Ordering::Acquire) {
@@ -800,7 +876,7 @@ impl RemoteTier {
             return false;
         }
         inner.queued_jobs.fetch_add(1, Ordering::AcqRel);
-        let job = WriteJob { kind, key: self.key(rel_path, version, kind), payload };
+        let job = WriteJob { id, kind, key: self.key(rel_path, version, kind), payload };
         let sent = match &*self.sender.lock_or_recover() {
             Some(sender) => sender.try_send(job).is_ok(),
             None => false,
@@ -868,6 +944,9 @@ impl RemoteTier {
             "dropped_writes": get(&i.dropped_writes),
             "over_size": get(&i.over_size),
             "pending_writes": get(&i.queued_jobs),
+            // Samples this mount knows the tier holds (the shared index): what opportunistic
+            // sampling prefers after the local forms.
+            "samples_known_held": i.status.as_ref().map_or(0, |s| s.count_held(crate::cache::HELD_REMOTE)),
         })
     }
 }
@@ -943,26 +1022,26 @@ mod tests {
     fn what_is_put_is_got_back_from_a_real_redis_server() {
         let dir = tempfile::tempdir().expect("tempdir");
         let server = RedisServer::start(dir.path());
-        let tier = RemoteTier::open(&server.url(), 1 << 30, 42).expect("open");
+        let tier = RemoteTier::open(&server.url(), 1 << 30, 42, None).expect("open");
         let (a, b) = (Path::new("c0/a.jpg"), Path::new("c1/b.jpg"));
-        assert!(tier.get(a, &version(10_000)).is_none());
-        assert!(tier.put_encoded(a, &version(10_000), bytes(10_000, 1)));
-        assert!(tier.put_decoded(b, &version(500), pixels(33, 17)));
+        assert!(tier.get(0, a, &version(10_000)).is_none());
+        assert!(tier.put_encoded(0, a, &version(10_000), bytes(10_000, 1)));
+        assert!(tier.put_decoded(0, b, &version(500), pixels(33, 17)));
         assert!(tier.flush(WAIT));
-        match tier.get(a, &version(10_000)) {
+        match tier.get(0, a, &version(10_000)) {
             Some(LowerHit::Bytes(got)) => assert_eq!(&got[..], &bytes(10_000, 1)[..]),
             _ => panic!("encoded value missing"),
         }
-        match tier.get(b, &version(500)) {
+        match tier.get(0, b, &version(500)) {
             Some(LowerHit::Pixels(p)) => assert_eq!((p.width, p.height, &p.pixels), (33, 17, &pixels(33, 17).pixels)),
             _ => panic!("decoded value missing"),
         }
-        assert!(tier.get(a, &version(10_001)).is_none(), "another version of the file misses");
+        assert!(tier.get(0, a, &version(10_001)).is_none(), "another version of the file misses");
         // Another mount of the same dataset shares; another dataset does not see them.
-        let same = RemoteTier::open(&server.url(), 1 << 30, 42).expect("open");
-        assert!(same.get(a, &version(10_000)).is_some());
-        let other = RemoteTier::open(&server.url(), 1 << 30, 43).expect("open");
-        assert!(other.get(a, &version(10_000)).is_none());
+        let same = RemoteTier::open(&server.url(), 1 << 30, 42, None).expect("open");
+        assert!(same.get(0, a, &version(10_000)).is_some());
+        let other = RemoteTier::open(&server.url(), 1 << 30, 43, None).expect("open");
+        assert!(other.get(0, a, &version(10_000)).is_none());
         let stats = tier.stats();
         assert_eq!((stats["hits"].as_u64(), stats["misses"].as_u64(), stats["writes"].as_u64()), (Some(2), Some(2), Some(2)));
         assert_eq!(stats["bytes_written"], (10_000 + 33 * 17 * 3 + 2 * HEADER_LEN) as u64);
@@ -973,12 +1052,12 @@ mod tests {
     fn over_a_three_node_cluster_values_spread_across_nodes_round_trip_and_claims_stay_use_once() {
         let dir = tempfile::tempdir().expect("tempdir");
         let cluster = RedisCluster::start(dir.path());
-        let tier = RemoteTier::open(&cluster.url(), 1 << 30, 42).expect("open");
+        let tier = RemoteTier::open(&cluster.url(), 1 << 30, 42, None).expect("open");
         let n = 60u64;
         let rel = |i: u64| format!("c{}/{i}.jpg", i % 3);
         for i in 0..n {
-            assert!(tier.put_encoded(Path::new(&rel(i)), &version(i), bytes(2_000, i as u8)));
-            assert!(tier.put_augmented(Path::new(&rel(i)), &version(i), bytes(300, i as u8)));
+            assert!(tier.put_encoded(0, Path::new(&rel(i)), &version(i), bytes(2_000, i as u8)));
+            assert!(tier.put_augmented(0, Path::new(&rel(i)), &version(i), bytes(300, i as u8)));
         }
         assert!(tier.flush(WAIT));
         let stats = tier.stats();
@@ -988,9 +1067,9 @@ mod tests {
         assert_eq!(per_node.iter().sum::<u64>(), 2 * n);
         assert!(per_node.iter().all(|&k| k > 0), "the keys did not spread over the nodes: {per_node:?}");
         // Another mount of the same dataset reads them all back, each from the node of its slot.
-        let other = RemoteTier::open(&cluster.url(), 1 << 30, 42).expect("open");
+        let other = RemoteTier::open(&cluster.url(), 1 << 30, 42, None).expect("open");
         for i in 0..n {
-            match other.get(Path::new(&rel(i)), &version(i)) {
+            match other.get(0, Path::new(&rel(i)), &version(i)) {
                 Some(LowerHit::Bytes(got)) => assert_eq!(&got[..], &bytes(2_000, i as u8)[..], "{}", rel(i)),
                 _ => panic!("{}: missing on the cluster", rel(i)),
             }
@@ -1013,27 +1092,54 @@ mod tests {
     fn a_cluster_whose_nodes_are_all_down_is_an_outage_noticed_within_the_timeouts() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut cluster = RedisCluster::start(dir.path());
-        let tier = RemoteTier::open(&cluster.url(), 1 << 30, 9).expect("open");
-        assert!(tier.put_encoded(Path::new("a.jpg"), &version(1), bytes(100, 1)));
+        let tier = RemoteTier::open(&cluster.url(), 1 << 30, 9, None).expect("open");
+        assert!(tier.put_encoded(0, Path::new("a.jpg"), &version(1), bytes(100, 1)));
         assert!(tier.flush(WAIT));
         for node in &mut cluster.nodes {
             node.kill();
         }
         let started = Instant::now();
-        assert!(tier.get(Path::new("a.jpg"), &version(1)).is_none());
+        assert!(tier.get(0, Path::new("a.jpg"), &version(1)).is_none());
         assert!(started.elapsed() < Duration::from_secs(3), "a lookup against a dead cluster took {:?}", started.elapsed());
         assert!(!tier.is_up(), "{}", tier.stats());
         assert_eq!(tier.stats()["outages"], 1);
     }
 
     #[test]
+    fn what_one_mount_wrote_is_marked_held_in_the_other_mounts_status_within_a_second() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let server = RedisServer::start(dir.path());
+        let (mine, theirs) = (Arc::new(SampleStatus::new(40)), Arc::new(SampleStatus::new(40)));
+        let writer = RemoteTier::open(&server.url(), 1 << 30, 7, Some(Arc::clone(&mine))).expect("open");
+        let _reader = RemoteTier::open(&server.url(), 1 << 30, 7, Some(Arc::clone(&theirs))).expect("open");
+        for id in [3u32, 17, 38] {
+            assert!(writer.put_encoded(id, Path::new(&format!("c/{id}.jpg")), &version(u64::from(id)), bytes(500, 1)));
+        }
+        // An augmented output is use-once, not a held sample.
+        assert!(writer.put_augmented(5, Path::new("c/5.jpg"), &version(5), bytes(500, 1)));
+        assert!(writer.flush(WAIT));
+        let held = |s: &SampleStatus| (0..40).filter(|&i| s.held(i) & crate::cache::HELD_REMOTE != 0).collect::<Vec<_>>();
+        assert_eq!(held(&mine), vec![3, 17, 38], "the writer's own status");
+        let started = Instant::now();
+        while held(&theirs) != vec![3, 17, 38] {
+            assert!(started.elapsed() < Duration::from_secs(5), "the other mount never learned: {:?}", held(&theirs));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // Another dataset's mount learns nothing of them.
+        let stranger = Arc::new(SampleStatus::new(40));
+        let _other = RemoteTier::open(&server.url(), 1 << 30, 8, Some(Arc::clone(&stranger))).expect("open");
+        std::thread::sleep(HELD_READ_EVERY + Duration::from_millis(300));
+        assert!(held(&stranger).is_empty());
+    }
+
+    #[test]
     fn a_damaged_value_is_deleted_and_never_served() {
         let dir = tempfile::tempdir().expect("tempdir");
         let server = RedisServer::start(dir.path());
-        let tier = RemoteTier::open(&server.url(), 1 << 30, 1).expect("open");
+        let tier = RemoteTier::open(&server.url(), 1 << 30, 1, None).expect("open");
         let (a, b) = (Path::new("a.jpg"), Path::new("b.jpg"));
-        assert!(tier.put_encoded(a, &version(1), bytes(5_000, 1)));
-        assert!(tier.put_encoded(b, &version(2), bytes(5_000, 2)));
+        assert!(tier.put_encoded(0, a, &version(1), bytes(5_000, 1)));
+        assert!(tier.put_encoded(0, b, &version(2), bytes(5_000, 2)));
         assert!(tier.flush(WAIT));
         // Garbage over a's value; b's intact value copied under a third key.
         let ka = tier.key(a, &version(1), RemoteKind::Encoded);
@@ -1042,11 +1148,11 @@ mod tests {
         let kb = tier.key(b, &version(2), RemoteKind::Encoded);
         let kc = tier.key(Path::new("c.jpg"), &version(2), RemoteKind::Encoded);
         assert!(server.command_bytes(&[b"COPY", &kb, &kc]).is_some_and(|r| r.starts_with(b":1")));
-        assert!(tier.get(a, &version(1)).is_none(), "garbage was served");
+        assert!(tier.get(0, a, &version(1)).is_none(), "garbage was served");
         assert!(!exists(&server, &ka), "the damaged value was not deleted");
-        assert!(tier.get(Path::new("c.jpg"), &version(2)).is_none(), "a value under another key was served");
+        assert!(tier.get(0, Path::new("c.jpg"), &version(2)).is_none(), "a value under another key was served");
         assert!(!exists(&server, &kc));
-        assert!(matches!(tier.get(b, &version(2)), Some(LowerHit::Bytes(got)) if got[..] == bytes(5_000, 2)[..]));
+        assert!(matches!(tier.get(0, b, &version(2)), Some(LowerHit::Bytes(got)) if got[..] == bytes(5_000, 2)[..]));
         assert_eq!(tier.stats()["damaged_dropped"], 2);
     }
 
@@ -1055,15 +1161,15 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let server = RedisServer::start(dir.path());
         let url = server.url();
-        let writer = RemoteTier::open(&url, 1 << 30, 5).expect("open");
+        let writer = RemoteTier::open(&url, 1 << 30, 5, None).expect("open");
         let rounds = 40u64;
         for i in 0..rounds {
             let rel = format!("c/{i}.jpg");
-            assert!(writer.put_augmented(Path::new(&rel), &version(i), bytes(1_000, i as u8)));
+            assert!(writer.put_augmented(0, Path::new(&rel), &version(i), bytes(1_000, i as u8)));
         }
         assert!(writer.flush(WAIT));
         // Two mounts (two tiers, their own connections) claim every output at once.
-        let claimers: Vec<Arc<RemoteTier>> = (0..2).map(|_| Arc::new(RemoteTier::open(&url, 1 << 30, 5).expect("open"))).collect();
+        let claimers: Vec<Arc<RemoteTier>> = (0..2).map(|_| Arc::new(RemoteTier::open(&url, 1 << 30, 5, None).expect("open"))).collect();
         let barrier = Arc::new(std::sync::Barrier::new(2));
         let threads: Vec<_> = claimers
             .iter()
@@ -1089,7 +1195,7 @@ mod tests {
         }
         assert_eq!(server.command(&["DBSIZE"]).expect("dbsize"), b":0\r\n".to_vec(), "every claimed output is gone");
         // A later output for the same sample is a fresh one, offered again.
-        assert!(writer.put_augmented(Path::new("c/0.jpg"), &version(0), bytes(1_000, 99)));
+        assert!(writer.put_augmented(0, Path::new("c/0.jpg"), &version(0), bytes(1_000, 99)));
         assert!(writer.flush(WAIT));
         assert!(claimers[0].claim_augmented(Path::new("c/0.jpg"), &version(0)).is_some_and(|b| b[..] == bytes(1_000, 99)[..]));
     }
@@ -1100,10 +1206,10 @@ mod tests {
         let server = RedisServer::start(dir.path());
         // Room for about 3 values of 100 KB. (The server's own used_memory, ~1 MB empty, is
         // within a size of 10 MB; here the running count is what stops the writes.)
-        let tier = RemoteTier::open(&server.url(), 10 << 20, 9).expect("open");
+        let tier = RemoteTier::open(&server.url(), 10 << 20, 9, None).expect("open");
         for i in 0..300u64 {
             let rel = format!("{i}.jpg");
-            tier.put_encoded(Path::new(&rel), &version(i), bytes(100_000, i as u8));
+            tier.put_encoded(0, Path::new(&rel), &version(i), bytes(100_000, i as u8));
             assert!(tier.flush(WAIT));
         }
         let stats = tier.stats();
@@ -1117,14 +1223,14 @@ mod tests {
     fn a_killed_server_is_an_outage_logged_once_and_a_restarted_one_is_used_again() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut server = RedisServer::start(dir.path());
-        let tier = RemoteTier::open(&server.url(), 1 << 30, 3).expect("open");
+        let tier = RemoteTier::open(&server.url(), 1 << 30, 3, None).expect("open");
         let a = Path::new("a.jpg");
-        assert!(tier.put_encoded(a, &version(1), bytes(1_000, 1)));
+        assert!(tier.put_encoded(0, a, &version(1), bytes(1_000, 1)));
         assert!(tier.flush(WAIT));
-        assert!(tier.get(a, &version(1)).is_some());
+        assert!(tier.get(0, a, &version(1)).is_some());
         server.kill();
         let started = Instant::now();
-        assert!(tier.get(a, &version(1)).is_none());
+        assert!(tier.get(0, a, &version(1)).is_none());
         assert!(started.elapsed() < TIMEOUT * 3, "a dead server took {:?}", started.elapsed());
         assert!(!tier.is_up());
         let stats = tier.stats();
@@ -1132,21 +1238,21 @@ mod tests {
         // While down, calls cost nothing: no connection is tried within the second.
         let started = Instant::now();
         for _ in 0..1000 {
-            assert!(tier.get(a, &version(1)).is_none());
+            assert!(tier.get(0, a, &version(1)).is_none());
         }
         assert!(started.elapsed() < Duration::from_millis(100), "{:?}", started.elapsed());
-        assert!(!tier.put_encoded(a, &version(1), bytes(1_000, 1)), "no write is queued while down");
+        assert!(!tier.put_encoded(0, a, &version(1), bytes(1_000, 1)), "no write is queued while down");
         assert_eq!(tier.stats()["outages"], 1);
         server.restart();
         let started = Instant::now();
         while !tier.is_up() {
             assert!(started.elapsed() < RETRY_EVERY * 5, "no reconnect");
-            tier.get(a, &version(1));
+            tier.get(0, a, &version(1));
             std::thread::sleep(Duration::from_millis(50));
         }
-        assert!(tier.put_encoded(a, &version(1), bytes(1_000, 1)));
+        assert!(tier.put_encoded(0, a, &version(1), bytes(1_000, 1)));
         assert!(tier.flush(WAIT));
-        assert!(tier.get(a, &version(1)).is_some(), "hits resume");
+        assert!(tier.get(0, a, &version(1)).is_some(), "hits resume");
         assert_eq!(tier.stats()["outages"], 1);
         assert_eq!(tier.stats()["state"], "up");
     }

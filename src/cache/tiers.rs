@@ -61,11 +61,15 @@ pub const HELD_ENCODED: u8 = 1;
 pub const HELD_DECODED: u8 = 2;
 /// Status bit: the augmented form holds an output of the sample.
 pub const HELD_AUGMENTED: u8 = 4;
+/// Status bit: the remote tier (shared by other mounts) is known to hold the sample's decoded
+/// pixels or encoded bytes: some mount wrote them (`cache::remote`). Never cleared: Redis may have
+/// evicted them since, and a stale bit costs one remote miss.
+pub const HELD_REMOTE: u8 = 8;
 const HELD_MASK: u8 = 0x0f;
 const REFS_SHIFT: u32 = 4;
 
 /// One status byte per sample: the low bits say which forms hold it ([`HELD_ENCODED`],
-/// [`HELD_DECODED`], [`HELD_AUGMENTED`]), the high four bits how many jobs have used its current
+/// [`HELD_DECODED`], [`HELD_AUGMENTED`], and the remote tier: [`HELD_REMOTE`]), the high four bits how many jobs have used its current
 /// augmented output (saturating at 15). 1.3 MB for 1.3 million samples.
 pub struct SampleStatus {
     bytes: Vec<AtomicU8>,
@@ -83,6 +87,15 @@ impl SampleStatus {
     /// Jobs that have used the current augmented output of `id`.
     pub fn refs(&self, id: FileId) -> u8 {
         self.bytes.get(id as usize).map_or(0, |b| b.load(Ordering::Relaxed) >> REFS_SHIFT)
+    }
+    /// Samples whose status has `bit`.
+    pub(crate) fn count_held(&self, bit: u8) -> usize {
+        self.bytes.iter().filter(|b| b.load(Ordering::Relaxed) & bit != 0).count()
+    }
+
+    /// Marks `id` as held by the remote tier.
+    pub(crate) fn mark_remote(&self, id: FileId) {
+        self.set(id, HELD_REMOTE);
     }
     fn set(&self, id: FileId, bit: u8) {
         if let Some(b) = self.bytes.get(id as usize) {
@@ -545,6 +558,20 @@ impl SampleCache {
             return if held & HELD_DECODED != 0 { 2 } else if held & HELD_ENCODED != 0 { 1 } else { 0 };
         }
         rank
+    }
+
+    /// What opportunistic sampling prefers a sample by, for one job: [`SampleCache::rank_for_job`]
+    /// doubled, plus one for a sample no local form holds but the shared remote tier does (cached
+    /// on another machine: a remote round trip rather than a source read). The best is
+    /// [`SampleCache::top_preference`].
+    pub(crate) fn preference(&self, id: FileId, form: Form, job: u64) -> Rank {
+        let local = self.rank_for_job(id, form, job);
+        2 * local + u8::from(local == 0 && self.status.held(id) & HELD_REMOTE != 0)
+    }
+
+    /// The best [`SampleCache::preference`] in `form`'s view: its own form held in memory.
+    pub(crate) fn top_preference(form: Form) -> Rank {
+        2 * form.top_rank()
     }
 
     /// The cache's memory, bytes.

@@ -163,7 +163,7 @@ impl Filesystem {
             let started = std::time::Instant::now();
             let fingerprint = remote::dataset_fingerprint(&catalog);
             tracing::info!(fingerprint = %format!("{fingerprint:016x}"), secs = started.elapsed().as_secs_f64(), "dataset fingerprint for the remote tier");
-            match RemoteTier::open(&r.url, r.size, fingerprint) {
+            match RemoteTier::open(&r.url, r.size, fingerprint, Some(Arc::clone(&cache.status))) {
                 Ok(remote) => Some(remote),
                 Err(e) => {
                     tracing::warn!("{e}; serving without the remote tier");

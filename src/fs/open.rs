@@ -11,7 +11,7 @@ use std::time::Instant;
 use super::handles::{Handle, HandleData, Served};
 use super::{CachePolicy, Caller, Filesystem, Node, Opened, View};
 use crate::error::{Error, Result};
-use crate::cache::Origin;
+use crate::cache::{Origin, SampleCache};
 use crate::metrics::Outcome;
 use crate::producer::Consumer;
 use crate::sampling::Jobs;
@@ -180,12 +180,13 @@ impl Filesystem {
         }
         let dir = catalog.file_dir(requested.id);
         let samples = catalog.images(dir);
-        let rank = |c: FileId| if self.reader.known_bad(c) { 0 } else { self.cache.rank_for_job(c, view.form, job.bit()) };
+        let rank = |c: FileId| if self.reader.known_bad(c) { 0 } else { self.cache.preference(c, view.form, job.bit()) };
         self.queue_prefetch(&job, view.form, dir, requested.id);
         // A substitute that cannot be served is replaced, once, rather than fail the request.
         let mut retried = false;
         loop {
-            let choice = job.choose(requested.id, samples, rank, view.form.top_rank(), Jobs::scan_start(samples.len()), self.config().jobs.ods);
+            let top = SampleCache::top_preference(view.form);
+            let choice = job.choose(requested.id, samples, rank, top, Jobs::scan_start(samples.len()), self.config().jobs.ods);
             let served = Served { job: Arc::clone(&job), sample: choice.sample, claimed: choice.claimed, read: AtomicBool::new(false) };
             // A substitute is resolved like the requested sample: nothing stale is served.
             let resolved = if choice.substituted { self.resolve(choice.sample).map(Cow::Owned) } else { Ok(Cow::Borrowed(&requested)) };

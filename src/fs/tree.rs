@@ -231,7 +231,7 @@ impl Filesystem {
                     catalog.images(d).into()
                 } else {
                     let job = self.job(view.job)?;
-                    let rank = |c: FileId| self.cache.rank_for_job(c, view.form, job.bit());
+                    let rank = |c: FileId| self.cache.preference(c, view.form, job.bit());
                     job.listing_order(d, catalog.images(d), rank, self.config().jobs.ods)
                 };
                 let ext = self.config().output.extension();
