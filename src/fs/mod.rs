@@ -21,12 +21,14 @@
 //! - `handles.rs`: open handles, [`CachePolicy`], [`Opened`]; read and release;
 //! - `passthrough.rs`: kernel passthrough's core half: on or off, and an open's [`Backing`];
 //! - `jobs.rs`: mkdir/rmdir under `jobs/`, prefetch, the refill's wanted samples, retiring jobs;
+//! - `bad.rs`: samples known bad as the views show them (hidden, skipped), validation at mount;
 //! - `stale.rs`: source changes seen while serving ([`StaleInodes`]);
 //! - `control.rs`: the `.prepfs/` control files;
 //! - [`open_budget`]: the bound on what open handles pin.
 
 pub(crate) mod open_budget;
 
+mod bad;
 mod control;
 mod handles;
 mod inodes;
@@ -247,7 +249,17 @@ impl Filesystem {
 
     /// Measures the cache model's inputs and applies the split (see the producer).
     pub(crate) fn plan_cache(&self) {
-        self.plan.plan_at_mount(&self.catalog, &self.config, |f| self.reader.read_uncounted(f));
+        if !self.cache().enabled() {
+            return;
+        }
+        let samples = crate::planner::calibrate::PROBE_SAMPLES.min(self.catalog.sample_count()) as u64;
+        let progress = crate::progress::Progress::start("calibrating the cache model", "samples timed", Some(samples));
+        self.plan.plan_at_mount(&self.catalog, &self.config, |f| {
+            let read = self.reader.read_uncounted(f);
+            progress.add(1);
+            read
+        });
+        progress.finish();
     }
 
     /// Re-plans the cache split from the rates measured while serving, when enough samples were

@@ -14,7 +14,6 @@ use crate::error::{Error, Result};
 use crate::cache::Origin;
 use crate::metrics::Outcome;
 use crate::producer::Consumer;
-use crate::sampling::Jobs;
 use crate::shared::Form;
 use crate::source::catalog::FileId;
 use crate::source::{Observed, Sample};
@@ -180,12 +179,12 @@ impl Filesystem {
         }
         let dir = catalog.file_dir(requested.id);
         let samples = catalog.images(dir);
-        let rank = |c: FileId| if self.reader.known_bad(c) { 0 } else { self.cache.rank_for_job(c, view.form, job.bit()) };
         self.queue_prefetch(&job, view.form, dir, requested.id);
-        // A substitute that cannot be served is replaced, once, rather than fail the request.
-        let mut retried = false;
+        // A substitute that cannot be served is replaced, once, rather than fail the request; a
+        // sample found bad is passed over where the view hides bad samples (`fs::bad`).
+        let (mut retried, mut bad_skips) = (false, 0);
         loop {
-            let choice = job.choose(requested.id, samples, rank, view.form.top_rank(), Jobs::scan_start(samples.len()), self.config().jobs.ods);
+            let choice = self.choose_in_job(&job, view, requested.id, samples);
             let served = Served { job: Arc::clone(&job), sample: choice.sample, claimed: choice.claimed, read: AtomicBool::new(false) };
             // A substitute is resolved like the requested sample: nothing stale is served.
             let resolved = if choice.substituted { self.resolve(choice.sample).map(Cow::Owned) } else { Ok(Cow::Borrowed(&requested)) };
@@ -207,6 +206,9 @@ impl Filesystem {
                     // A sample that cannot be served counts as the job's (its epoch can end).
                     job.mark_served(choice.sample, choice.claimed);
                     drop(served);
+                    if self.choose_again_after(&job, view, &e, &mut bad_skips) {
+                        continue;
+                    }
                     if !choice.substituted || retried {
                         return Err(e);
                     }

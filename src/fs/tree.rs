@@ -227,12 +227,20 @@ impl Filesystem {
                 for sub in catalog.subdirs(d) {
                     entries.push(dir(Node::Dir(view, sub), catalog.dir_name(sub)));
                 }
+                // Samples known bad are left out where the view hides them (`fs::bad`).
+                let shown: Vec<FileId>;
+                let images = if self.hides_bad(view) {
+                    shown = catalog.images(d).iter().copied().filter(|&f| !self.hidden(view, f)).collect();
+                    &shown[..]
+                } else {
+                    catalog.images(d)
+                };
                 let samples: Arc<[FileId]> = if view.job == 0 {
-                    catalog.images(d).into()
+                    images.into()
                 } else {
                     let job = self.job(view.job)?;
                     let rank = |c: FileId| self.cache.rank_for_job(c, view.form, job.bit());
-                    job.listing_order(d, catalog.images(d), rank, self.config().jobs.ods)
+                    job.listing_order(d, images, rank, self.config().jobs.ods)
                 };
                 let ext = self.config().output.extension();
                 match view.form {
@@ -242,7 +250,7 @@ impl Filesystem {
                         }
                         // Files that are not samples (and images hidden by a stem collision).
                         let listed: HashSet<FileId> = samples.iter().copied().collect();
-                        for f in catalog.files(d).filter(|f| !listed.contains(f)) {
+                        for f in catalog.files(d).filter(|&f| !listed.contains(&f) && !self.hidden(view, f)) {
                             entries.push(file(Node::File(view, f), catalog.file_name(f).to_owned()));
                         }
                     }

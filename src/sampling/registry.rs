@@ -186,6 +186,7 @@ impl Jobs {
                     "hit_rate": if looked == 0 { 0.0 } else { hits as f64 / looked as f64 },
                     "substitutions": get(&c.substitutions),
                     "prefetched": get(&c.prefetched),
+                    "bad_skipped": get(&c.bad_skipped),
                     "idle_s": now.saturating_sub(j.last_active_ms()) as f64 / 1000.0,
                     "state_bytes": j.state_bytes(),
                 })
