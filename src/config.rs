@@ -480,6 +480,10 @@ struct RawConfig {
     #[serde(default)]
     allow_other: Option<bool>,
     #[serde(default)]
+    uid: Option<u32>,
+    #[serde(default)]
+    gid: Option<u32>,
+    #[serde(default)]
     control_public: Option<bool>,
     #[serde(default)]
     max_open_bytes: Option<Value>,
@@ -642,6 +646,12 @@ pub struct AccessConfig {
     /// Let users other than the one mounting use the mount (FUSE `allow_other`). The kernel
     /// checks every access against the source's owners and modes either way.
     pub allow_other: bool,
+    /// The owner every node is shown with (`--uid`/`--gid`, `uid:`/`gid:`), as mount-s3 and
+    /// gcsfuse do, instead of each source file's own. The core then checks each access against
+    /// the source's own owner and mode as well as the kernel's check against the shown ones
+    /// (`fs::access`), so nothing the source denies a user is served to them.
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
     /// `.prepfs/` (stats, config) readable by every user, not only the mount's owner.
     pub control_public: bool,
     /// Bytes of served output that open files may pin at once; opens past it wait for
@@ -1052,6 +1062,8 @@ impl Config {
         }
         let access = AccessConfig {
             allow_other: raw.allow_other.unwrap_or(false),
+            uid: raw.uid,
+            gid: raw.gid,
             control_public: raw.control_public.unwrap_or(false),
             max_open_bytes,
         };
@@ -1113,6 +1125,10 @@ struct WrittenConfig<'a> {
     cache: WrittenCache<'a>,
     jobs: WrittenJobs,
     allow_other: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    uid: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gid: Option<u32>,
     control_public: bool,
     max_open_bytes: u64,
     bad_samples: BadSamplesConfig,
@@ -1189,6 +1205,8 @@ impl<'a> From<&'a Config> for WrittenConfig<'a> {
                 per_user: c.jobs.per_user,
             },
             allow_other: c.access.allow_other,
+            uid: c.access.uid,
+            gid: c.access.gid,
             control_public: c.access.control_public,
             max_open_bytes: c.access.max_open_bytes,
             bad_samples: c.bad_samples,
@@ -1602,7 +1620,7 @@ mod tests {
              \x20 disk: {{ path: {disk}, size: 10G }}\n\
              \x20 remote: {{ url: \"redis://127.0.0.1:6390/2\", size: 32GiB }}\n\
              jobs: {{ max: 8, idle_timeout: 90s, prefetch_window: 7, ods: false, per_user: 3 }}\n\
-             allow_other: true\ncontrol_public: true\nmax_open_bytes: 32MiB\n\
+             allow_other: true\nuid: 1000\ngid: 100\ncontrol_public: true\nmax_open_bytes: 32MiB\n\
              bad_samples: {{ hide: all, validate: scan }}\n",
             source = source.display(),
             mnt = tmp.join("mnt").display(),
@@ -1620,6 +1638,7 @@ mod tests {
         assert_eq!(first.source_read_limit, Some(1_610_612_736));
         assert!(first.cache.disk.is_some() && first.access.allow_other && !first.jobs.ods);
         assert_eq!(first.bad_samples, BadSamplesConfig { hide: HideBad::All, validate: Validate::Scan });
+        assert_eq!((first.access.uid, first.access.gid), (Some(1000), Some(100)));
         assert_eq!(first.cache.remote, Some(RemoteConfig { url: "redis://127.0.0.1:6390/2".into(), size: 32 << 30 }));
         // `prepfs check` prints `to_yaml`, and `.prepfs/config.yaml` serves it.
         let printed = first.to_yaml();

@@ -6,7 +6,7 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Read};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -436,4 +436,41 @@ fn open_files_past_max_open_bytes_are_refused_and_one_user_gets_half() {
     drop((handles, again));
     assert!(std::fs::read(file(28)).is_ok());
     assert!(mnt.stats()["opens_refused"].as_u64().unwrap_or(0) >= 2);
+}
+
+#[test]
+fn uid_and_gid_change_the_owner_shown_but_not_what_the_source_allows() {
+    let dir = open_tempdir();
+    let (source, _) = make_id_dataset(dir.path(), 2, 3);
+    for entry in walk(&source) {
+        chmod(&entry, 0o644);
+    }
+    chmod(&source, 0o755);
+    chmod(&source.join("c0"), 0o755);
+    // Root's: s00 private to root, c1 closed to others.
+    chmod(&source.join("c0/s00.jpg"), 0o600);
+    chmod(&source.join("c1"), 0o700);
+    let config = write_config(dir.path(), "allow_other: true\ncache: { memory: 64MiB }\n");
+    let mnt_dir = dir.path().join("mnt");
+    let mut cmd = common::mount_command(&config, &source, &mnt_dir);
+    cmd.args(["--uid", "65534", "-o", "gid=65534"]);
+    let mnt = Mounted::start_command(cmd, &mnt_dir, &dir.path().join("prepfs.log"), LIMIT);
+    // Every node shows the owner asked for (the mode stays the source's, write bits cleared).
+    for path in ["", "encoded/c0/s00.jpg", "augmented/c0/s01.ppm", "decoded/c1", "decoded/c1/s03.ppm"] {
+        let meta = std::fs::metadata(mnt.path(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert_eq!((meta.uid(), meta.gid()), (65534, 65534), "{path}");
+    }
+    assert_eq!(std::fs::metadata(mnt.path("decoded/c0/s00.ppm")).expect("stat").permissions().mode() & 0o777, 0o400);
+    // The shown owner, nobody, is still refused what the source refuses it, in every view...
+    for denied in ["encoded/c0/s00.jpg", "decoded/c0/s00.ppm", "augmented/c0/s00.ppm", "encoded/c1/s03.jpg", "augmented/c1/s03.ppm"] {
+        let err = nobody_reads(&mnt.path(denied)).expect_err(denied);
+        assert!(err.contains("Permission denied"), "{denied}: {err}");
+    }
+    let out = as_nobody(&["ls", &mnt.path("augmented/c1").display().to_string()]);
+    assert!(!out.status.success(), "nobody listed c1: {}", String::from_utf8_lossy(&out.stdout));
+    // ... and given what it allows.
+    assert_eq!(id_of_ppm(&nobody_reads(&mnt.path("augmented/c0/s01.ppm")).expect("its pixels")), 1);
+    assert_eq!(nobody_reads(&mnt.path("encoded/c0/s02.jpg")).expect("world-readable"), std::fs::read(source.join("c0/s02.jpg")).expect("source"));
+    // Root reads everything.
+    assert!(std::fs::read(mnt.path("augmented/c1/s03.ppm")).is_ok());
 }

@@ -21,6 +21,7 @@
 //! - `handles.rs`: open handles, [`CachePolicy`], [`Opened`]; read and release;
 //! - `passthrough.rs`: kernel passthrough's core half: on or off, and an open's [`Backing`];
 //! - `jobs.rs`: mkdir/rmdir under `jobs/`, prefetch, the refill's wanted samples, retiring jobs;
+//! - `access.rs`: the owner shown (`--uid`/`--gid`) and the core's access check that goes with it;
 //! - `bad.rs`: samples known bad as the views show them (hidden, skipped), validation at mount;
 //! - `stale.rs`: source changes seen while serving ([`StaleInodes`]);
 //! - `control.rs`: the `.prepfs/` control files;
@@ -28,6 +29,7 @@
 
 pub(crate) mod open_budget;
 
+mod access;
 mod bad;
 mod control;
 mod handles;

@@ -60,6 +60,7 @@ impl Filesystem {
                 let started = Instant::now();
                 // Every open resolves the sample once (path, version): nothing stale is served.
                 let opened = self.resolve(file).and_then(|sample| {
+                    self.check_source_access(&sample.meta, caller, super::access::READ)?;
                     if view.job != 0 {
                         self.open_in_job(ino, view, sample, caller)
                     } else {

@@ -1,5 +1,5 @@
 //! The tree the kernel walks: what a node reports ([`Attr`]: owners and modes shown from the
-//! source, write bits cleared), lookup, getattr, and directory listings (opendir snapshots one,
+//! source, write bits cleared, or the `--uid`/`--gid` owner: `fs::access`), lookup, getattr, and directory listings (opendir snapshots one,
 //! readdir pages through it, releasedir drops it).
 
 use std::collections::HashSet;
@@ -8,6 +8,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use super::access;
 use super::handles::HandleData;
 use super::inodes::{JOBS_DIR_INO, ROOT_INO};
 use super::{Caller, Filesystem, Node, View};
@@ -61,7 +62,7 @@ pub(crate) struct DirEntry {
 impl Filesystem {
     /// A node of prepfs's own (not made of the source): the mount's owner's, with `perm`.
     fn own_attr(&self, node: Node, kind: Kind, size: u64, perm: u16) -> Attr {
-        let (uid, gid) = self.owner;
+        let (uid, gid) = self.shown_owner(self.owner.0, self.owner.1);
         let volatile = matches!(node, Node::JobRoot(_));
         Attr { ino: node.ino(), kind, size, mtime: self.mounted_at, uid, gid, perm, volatile }
     }
@@ -73,13 +74,14 @@ impl Filesystem {
     }
 
     fn made_of(&self, node: Node, kind: Kind, size: u64, meta: &FileMeta) -> Attr {
+        let (uid, gid) = self.shown_owner(meta.uid, meta.gid);
         Attr {
             ino: node.ino(),
             kind,
             size,
             mtime: meta.mtime,
-            uid: meta.uid,
-            gid: meta.gid,
+            uid,
+            gid,
             perm: (meta.mode & 0o555) as u16,
             volatile: false,
         }
@@ -111,6 +113,7 @@ impl Filesystem {
                 if view.job != 0 {
                     self.job(view.job)?;
                 }
+                self.check_dir_access(dir, caller, access::SEARCH)?;
                 let catalog = self.catalog();
                 let entry = match view.form {
                     Form::Encoded => catalog.lookup(dir, name),
@@ -224,6 +227,7 @@ impl Filesystem {
                 if d as usize >= catalog.dir_count() {
                     return Err(Error::NotFound);
                 }
+                self.check_dir_access(d, caller, access::READ)?;
                 for sub in catalog.subdirs(d) {
                     entries.push(dir(Node::Dir(view, sub), catalog.dir_name(sub)));
                 }
