@@ -110,7 +110,7 @@ struct MountArgs {
     #[arg(long, value_name = "HOST:PORT")]
     metrics_addr: Option<String>,
     /// Mount read-only at the kernel (`-o ro`): `rmdir jobs/NAME` is refused too (a job still
-    /// starts at the first use of its name, and retires when idle).
+    /// starts at the first use inside its directory, and retires when idle).
     #[arg(long)]
     read_only: bool,
     /// Serve every read from the daemon, never through kernel passthrough (same as

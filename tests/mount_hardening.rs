@@ -137,14 +137,15 @@ fn a_user_cannot_take_every_job_slot_or_read_another_users_job() {
     readable_by_all(&source);
     let config = write_config(dir.path(), "allow_other: true\njobs: { max: 4, per_user: 2 }\n");
     let mnt = Mounted::start(dir.path(), &config, &source, LIMIT);
-    let stat = |name: &str| as_nobody(&["stat", &mnt.path(&format!("jobs/{name}")).display().to_string()]);
-    assert!(stat("x1").status.success() && stat("x2").status.success(), "a user may start jobs");
-    let refused = stat("x3");
+    // A job starts at the first use inside its directory (a listing of one of its views).
+    let start = |name: &str| as_nobody(&["ls", &mnt.path(&format!("jobs/{name}/encoded")).display().to_string()]);
+    assert!(start("x1").status.success() && start("x2").status.success(), "a user may start jobs");
+    let refused = start("x3");
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("quota"), "{}", String::from_utf8_lossy(&refused.stderr));
-    assert!(stat("x1").status.success(), "its own jobs stay usable");
+    assert!(start("x1").status.success(), "its own jobs stay usable");
     // Root can always start one, and its job is its own.
-    std::fs::metadata(mnt.path("jobs/train")).expect("root's job");
+    std::fs::read_dir(mnt.path("jobs/train/encoded")).expect("root's job");
     let err = nobody_reads(&mnt.path("jobs/train/encoded/c0/s00.jpg")).expect_err("another user's job");
     assert!(err.contains("Permission denied"), "{err}");
     let rm = as_nobody(&["rmdir", &mnt.path("jobs/train").display().to_string()]);

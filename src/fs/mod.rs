@@ -68,7 +68,7 @@ use crate::source::{LocalSource, SampleReader, Source, SourceIo};
 use crate::stats::{Stats, ViewCounters};
 use crate::sync::Mutex;
 use handles::{Handle, HandleTable};
-use jobs::PrefetchQueue;
+use jobs::{PendingNames, PrefetchQueue};
 use open_budget::{OpenBudget, OPEN_WAIT};
 
 /// Who makes a request: the uid and gid the kernel sends with it.
@@ -114,6 +114,8 @@ pub(crate) struct Filesystem {
     /// The mount's owner (the daemon's uid and gid).
     owner: (u32, u32),
     prefetch: PrefetchQueue,
+    /// Names under `jobs/` looked up before any job had them.
+    pending: PendingNames,
     /// Samples served by top-level `augmented/` opens in the current pass over the set: the
     /// refill prepares the others first.
     top_pass: Pass,
@@ -198,6 +200,7 @@ impl Filesystem {
             refresh,
             owner: (nix::unistd::getuid().as_raw(), nix::unistd::getgid().as_raw()),
             prefetch: PrefetchQueue::default(),
+            pending: PendingNames::default(),
             mounted_at: SystemTime::now(),
         })
     }

@@ -165,7 +165,8 @@ impl Filesystem {
     /// an unseen one of the same directory that is cached), prefetch is queued along the job's
     /// listing, and the chosen sample's bytes are pinned to the handle (with whether it was a hit).
     fn open_in_job(&self, ino: u64, view: View, requested: Sample, caller: Caller) -> Result<(Arc<Handle>, Outcome)> {
-        let job = self.job(view.job)?;
+        // An open inside a pending name's view makes its job.
+        let job = self.job_for(view.job, caller, true)?.ok_or(Error::NotFound)?;
         bump(&job.counters.opens, 1);
         // PIL's second open of a path it holds open (to try mmap) sees the same content.
         if let Some(live) = self.shared(ino) {
