@@ -258,7 +258,7 @@ impl Filesystem {
             return;
         }
         let samples = crate::planner::calibrate::PROBE_SAMPLES.min(self.catalog.sample_count()) as u64;
-        let progress = crate::progress::Progress::start("calibrating the cache model", "samples timed", Some(samples));
+        let progress = crate::progress::Progress::start("calibrating the cache model", "samples", Some(samples));
         self.plan.plan_at_mount(&self.catalog, &self.config, |f| {
             let read = self.reader.read_uncounted(f);
             progress.add(1);
