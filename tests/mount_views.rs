@@ -284,7 +284,7 @@ fn images_sharing_a_stem_are_each_served_under_their_whole_name() {
     let (w, h) = (160usize, 120usize);
     let (r, g) = id_levels(40);
     let mut ppm = format!("P6\n{w} {h}\n255\n").into_bytes();
-    ppm.extend(std::iter::repeat([r, g, 128]).take(w * h).flatten());
+    ppm.extend(std::iter::repeat_n([r, g, 128], w * h).flatten());
     fs::write(source.join("c0/s00.ppm"), &ppm).expect("write");
     let config = write_config(tmp.path(), "seed: 1\nthreads: 2\njobs: { ods: false }\n");
     let mnt = Mounted::start(tmp.path(), &config, &source, LIMIT);
