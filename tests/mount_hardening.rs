@@ -475,3 +475,26 @@ fn uid_and_gid_change_the_owner_shown_but_not_what_the_source_allows() {
     // Root reads everything.
     assert!(std::fs::read(mnt.path("augmented/c1/s03.ppm")).is_ok());
 }
+
+#[test]
+fn a_job_never_substitutes_a_sample_its_user_may_not_read() {
+    let dir = open_tempdir();
+    let (source, _) = make_id_dataset(dir.path(), 1, 4);
+    readable_by_all(&source);
+    chmod(&source.join("c0/s00.jpg"), 0o600);
+    let config = write_config(dir.path(), "allow_other: true\ncache: { memory: 64MiB, refill: false }\njobs: { prefetch_window: 0 }\n");
+    let mnt = Mounted::start(dir.path(), &config, &source, LIMIT);
+    // Root's read caches s00 (decoded pixels and bytes): the preferred substitute for any
+    // uncached sample of its class.
+    assert_eq!(id_of_ppm(&std::fs::read(mnt.path("decoded/c0/s00.ppm")).expect("root reads s00")), 0);
+    // nobody's job: the kernel checks each requested file; s00 is never served in its place.
+    let mut served = Vec::new();
+    for _epoch in 0..3 {
+        for name in ["s01", "s02", "s03"] {
+            let bytes = nobody_reads(&mnt.path(&format!("jobs/mine/augmented/c0/{name}.ppm"))).expect("a readable sample");
+            served.push(id_of_ppm(&bytes));
+        }
+    }
+    assert!(!served.contains(&0), "nobody was served root's private sample: {served:?}");
+    assert!(nobody_reads(&mnt.path("jobs/mine/augmented/c0/s00.ppm")).expect_err("s00 itself").contains("Permission denied"));
+}

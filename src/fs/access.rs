@@ -8,6 +8,10 @@
 //! directory looked up in, read on a directory listed or a file opened). Both must allow.
 //! Group access is checked against the caller's primary group only (the request carries no
 //! supplementary groups), which may refuse, never allow, more than the source.
+//!
+//! The same rule guards opportunistic sampling, with or without `--uid`: a job's open may be
+//! served another sample than the one the kernel checked, so a substitute the caller may not
+//! read is passed over ([`Filesystem::check_substitute`]).
 
 use super::{Caller, Filesystem};
 use crate::error::{Error, Result};
@@ -33,24 +37,19 @@ impl Filesystem {
 
     /// Refuses `caller` the access `want` (bits of [`READ`], [`SEARCH`]) to a source file or
     /// directory whose metadata is `meta`, when the source's owner and mode deny it and the
-    /// mount shows another owner (else the kernel has checked the same). Root passes, as
-    /// `default_permissions` lets it.
+    /// mount shows another owner (else the kernel has checked the same).
     pub(super) fn check_source_access(&self, meta: &FileMeta, caller: Caller, want: u32) -> Result<()> {
-        if !self.owner_overridden() || caller.uid == 0 {
+        if !self.owner_overridden() {
             return Ok(());
         }
-        let shift = if caller.uid == meta.uid {
-            6
-        } else if caller.gid == meta.gid {
-            3
-        } else {
-            0
-        };
-        if (meta.mode >> shift) & want == want {
-            Ok(())
-        } else {
-            Err(Error::Denied)
-        }
+        mode_allows(meta, caller, want)
+    }
+
+    /// Refuses `caller` a sample that a job's open would serve in place of the one it asked
+    /// for (opportunistic sampling), when the source's owner and mode deny them reading it:
+    /// the kernel checked only the requested file.
+    pub(super) fn check_substitute(&self, meta: &FileMeta, caller: Caller) -> Result<()> {
+        mode_allows(meta, caller, READ)
     }
 
     /// [`Filesystem::check_source_access`] for a source directory of the catalog.
@@ -60,5 +59,26 @@ impl Filesystem {
         }
         let meta = self.reader.metadata(&self.catalog().dir_path(dir))?;
         self.check_source_access(&meta, caller, want)
+    }
+}
+
+/// The one rule: whether the source's owner and mode (`meta`) give `caller` the access `want`,
+/// by the owner, then the primary group, then the others' bits. Root passes, as
+/// `default_permissions` lets it.
+fn mode_allows(meta: &FileMeta, caller: Caller, want: u32) -> Result<()> {
+    if caller.uid == 0 {
+        return Ok(());
+    }
+    let shift = if caller.uid == meta.uid {
+        6
+    } else if caller.gid == meta.gid {
+        3
+    } else {
+        0
+    };
+    if (meta.mode >> shift) & want == want {
+        Ok(())
+    } else {
+        Err(Error::Denied)
     }
 }

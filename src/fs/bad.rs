@@ -1,7 +1,8 @@
 //! Samples known bad as the views show them (`bad_samples` in the config): which views hide
 //! them ([`Filesystem::hides_bad`]: job views by default, every view with `hide: all`), a job's
 //! choice that never hands one out and chooses again when the sample it picked turns out bad
-//! ([`Filesystem::choose_in_job`], [`Filesystem::choose_again_after`]), and the mount-time
+//! (or is a substitute the caller may not read: `fs::access`) ([`Filesystem::choose_in_job`],
+//! [`Filesystem::choose_again_after`]), and the mount-time
 //! validation (`validate: headers | scan`, [`Filesystem::validate_samples`]).
 //!
 //! The record of which samples are bad, and why, is the reader's (`source::SampleReader`:
@@ -65,15 +66,21 @@ impl Filesystem {
         job.choose_usable(requested, dir_samples, rank, top, start, ods, |c| self.hidden(view, c))
     }
 
-    /// Whether an open in `job`'s `view` whose chosen sample failed with `err` chooses again:
-    /// the sample was found bad (now marked, so the next choice passes over it) and the view
-    /// hides bad samples, `skips` (counted here) staying within [`BAD_SKIPS_PER_OPEN`].
-    pub(super) fn choose_again_after(&self, job: &Job, view: View, err: &Error, skips: &mut u32) -> bool {
-        if !matches!(err, Error::Decode { .. }) || !self.hides_bad(view) || *skips >= BAD_SKIPS_PER_OPEN {
+    /// Whether an open in `job`'s `view` whose chosen sample failed with `err` chooses again
+    /// (the failed sample now counts as the job's for this epoch, so the next choice passes
+    /// over it): a sample found bad where the view hides bad samples, or a substitute the
+    /// caller may not read (`fs::access`); `skips` (counted here) stays within
+    /// [`BAD_SKIPS_PER_OPEN`].
+    pub(super) fn choose_again_after(&self, job: &Job, view: View, err: &Error, substituted: bool, skips: &mut u32) -> bool {
+        let bad = matches!(err, Error::Decode { .. }) && self.hides_bad(view);
+        let denied = matches!(err, Error::Denied) && substituted;
+        if !(bad || denied) || *skips >= BAD_SKIPS_PER_OPEN {
             return false;
         }
         *skips += 1;
-        bump(&job.counters.bad_skipped, 1);
+        if bad {
+            bump(&job.counters.bad_skipped, 1);
+        }
         true
     }
 

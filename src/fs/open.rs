@@ -183,13 +183,19 @@ impl Filesystem {
         let samples = catalog.images(dir);
         self.queue_prefetch(&job, view.form, dir, requested.id);
         // A substitute that cannot be served is replaced, once, rather than fail the request; a
-        // sample found bad is passed over where the view hides bad samples (`fs::bad`).
+        // sample found bad (where the view hides them) or a substitute the caller may not read
+        // is passed over (`fs::bad`).
         let (mut retried, mut bad_skips) = (false, 0);
         loop {
             let choice = self.choose_in_job(&job, view, requested.id, samples);
             let served = Served { job: Arc::clone(&job), sample: choice.sample, claimed: choice.claimed, read: AtomicBool::new(false) };
             // A substitute is resolved like the requested sample: nothing stale is served.
-            let resolved = if choice.substituted { self.resolve(choice.sample).map(Cow::Owned) } else { Ok(Cow::Borrowed(&requested)) };
+            // and only what the caller may read (the kernel checked the requested file).
+            let resolved = if choice.substituted {
+                self.resolve(choice.sample).and_then(|s| self.check_substitute(&s.meta, caller).map(|()| Cow::Owned(s)))
+            } else {
+                Ok(Cow::Borrowed(&requested))
+            };
             // The other active jobs that still need this sample this epoch.
             let others = self.jobs_needing(choice.sample) & !job.bit();
             let produced = resolved.and_then(|sample| match view.form {
@@ -208,7 +214,7 @@ impl Filesystem {
                     // A sample that cannot be served counts as the job's (its epoch can end).
                     job.mark_served(choice.sample, choice.claimed);
                     drop(served);
-                    if self.choose_again_after(&job, view, &e, &mut bad_skips) {
+                    if self.choose_again_after(&job, view, &e, choice.substituted, &mut bad_skips) {
                         continue;
                     }
                     if !choice.substituted || retried {
