@@ -480,9 +480,84 @@ struct RawConfig {
     #[serde(default)]
     allow_other: Option<bool>,
     #[serde(default)]
+    uid: Option<u32>,
+    #[serde(default)]
+    gid: Option<u32>,
+    #[serde(default)]
     control_public: Option<bool>,
     #[serde(default)]
     max_open_bytes: Option<Value>,
+    #[serde(default)]
+    bad_samples: Option<RawBadSamples>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBadSamples {
+    hide: Option<HideBad>,
+    validate: Option<Validate>,
+}
+
+/// Which views hide the samples known bad from their listings and never hand one out
+/// (`bad_samples.hide`, `--hide-bad-samples`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum HideBad {
+    /// Job views (`jobs/<name>/...`) only: the default. A job's open of a bad sample is served
+    /// another sample of the directory instead, so an epoch never dies on `EIO`.
+    #[default]
+    Jobs,
+    /// Job views and the top-level views (whose opens never substitute: a sample first found
+    /// bad at its open still gets `EIO`, and is hidden from the next listing).
+    All,
+    /// No view: a bad sample stays listed and gets `EIO` at every open.
+    None,
+}
+
+impl std::str::FromStr for HideBad {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "jobs" => Ok(HideBad::Jobs),
+            "all" => Ok(HideBad::All),
+            "none" => Ok(HideBad::None),
+            _ => Err(format!("`{s}`: one of jobs, all, none")),
+        }
+    }
+}
+
+/// When samples are checked for being decodable (`bad_samples.validate`, `--validate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Validate {
+    /// At their first open (the default): found bad, remembered until the file changes.
+    #[default]
+    FirstTouch,
+    /// At mount, each sample's header (size and `max_pixels`): cheap, finds unreadable and
+    /// oversized ones; damage further in is still found at first touch.
+    Headers,
+    /// At mount, each sample read and fully decoded (its pixels and bytes kept while the
+    /// cache has room): every undecodable sample is known before the first epoch.
+    Scan,
+}
+
+impl std::str::FromStr for Validate {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "first-touch" => Ok(Validate::FirstTouch),
+            "headers" => Ok(Validate::Headers),
+            "scan" => Ok(Validate::Scan),
+            _ => Err(format!("`{s}`: one of first-touch, headers, scan")),
+        }
+    }
+}
+
+/// What the mount does with samples that cannot be decoded (`bad_samples`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+pub struct BadSamplesConfig {
+    pub hide: HideBad,
+    pub validate: Validate,
 }
 
 #[derive(Debug, Deserialize)]
@@ -571,6 +646,12 @@ pub struct AccessConfig {
     /// Let users other than the one mounting use the mount (FUSE `allow_other`). The kernel
     /// checks every access against the source's owners and modes either way.
     pub allow_other: bool,
+    /// The owner every node is shown with (`--uid`/`--gid`, `uid:`/`gid:`), as mount-s3 and
+    /// gcsfuse do, instead of each source file's own. The core then checks each access against
+    /// the source's own owner and mode as well as the kernel's check against the shown ones
+    /// (`fs::access`), so nothing the source denies a user is served to them.
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
     /// `.prepfs/` (stats, config) readable by every user, not only the mount's owner.
     pub control_public: bool,
     /// Bytes of served output that open files may pin at once; opens past it wait for
@@ -871,6 +952,8 @@ pub struct Config {
     pub source_limits: SourceLimits,
     /// Who may use the mount, and what open files may pin.
     pub access: AccessConfig,
+    /// Hiding and skipping samples known bad, and when they are found.
+    pub bad_samples: BadSamplesConfig,
 }
 
 /// Overrides given on the command line; each wins over the YAML.
@@ -970,10 +1053,17 @@ impl Config {
         }
         let access = AccessConfig {
             allow_other: raw.allow_other.unwrap_or(false),
+            uid: raw.uid,
+            gid: raw.gid,
             control_public: raw.control_public.unwrap_or(false),
             max_open_bytes,
         };
+        let bad_samples = match raw.bad_samples {
+            None => BadSamplesConfig::default(),
+            Some(b) => BadSamplesConfig { hide: b.hide.unwrap_or_default(), validate: b.validate.unwrap_or_default() },
+        };
         Ok(Config {
+            bad_samples,
             source_limits,
             access,
             source,
@@ -1026,8 +1116,13 @@ struct WrittenConfig<'a> {
     cache: WrittenCache<'a>,
     jobs: WrittenJobs,
     allow_other: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    uid: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gid: Option<u32>,
     control_public: bool,
     max_open_bytes: u64,
+    bad_samples: BadSamplesConfig,
 }
 
 /// `source` in its mapping form.
@@ -1101,8 +1196,11 @@ impl<'a> From<&'a Config> for WrittenConfig<'a> {
                 per_user: c.jobs.per_user,
             },
             allow_other: c.access.allow_other,
+            uid: c.access.uid,
+            gid: c.access.gid,
             control_public: c.access.control_public,
             max_open_bytes: c.access.max_open_bytes,
+            bad_samples: c.bad_samples,
         }
     }
 }
@@ -1481,6 +1579,18 @@ mod tests {
     }
 
     #[test]
+    fn bad_samples_default_to_hidden_in_jobs_found_at_first_touch() {
+        let c = parse("").expect("defaults");
+        assert_eq!(c.bad_samples, BadSamplesConfig { hide: HideBad::Jobs, validate: Validate::FirstTouch });
+        let c = parse("bad_samples: { hide: none, validate: headers }\n").expect("valid");
+        assert_eq!(c.bad_samples, BadSamplesConfig { hide: HideBad::None, validate: Validate::Headers });
+        let err = parse("bad_samples: { hide: sometimes }\n").unwrap_err().to_string();
+        assert!(err.contains("sometimes"), "{err}");
+        assert_eq!("first-touch".parse::<Validate>(), Ok(Validate::FirstTouch));
+        assert!("loud".parse::<HideBad>().is_err());
+    }
+
+    #[test]
     fn bytes_are_written_for_people_in_binary_units() {
         assert_eq!(human_bytes(0), "0 B");
         assert_eq!(human_bytes(1023), "1023 B");
@@ -1505,7 +1615,8 @@ mod tests {
              \x20 disk: {{ path: {disk}, size: 10G }}\n\
              \x20 remote: {{ url: \"redis://127.0.0.1:6390/2\", size: 32GiB }}\n\
              jobs: {{ max: 8, idle_timeout: 90s, prefetch_window: 7, ods: false, per_user: 3 }}\n\
-             allow_other: true\ncontrol_public: true\nmax_open_bytes: 32MiB\n",
+             allow_other: true\nuid: 1000\ngid: 100\ncontrol_public: true\nmax_open_bytes: 32MiB\n\
+             bad_samples: {{ hide: all, validate: scan }}\n",
             source = source.display(),
             mnt = tmp.join("mnt").display(),
             disk = tmp.join("disk").display(),
@@ -1521,6 +1632,8 @@ mod tests {
         assert_eq!(first.cache.split, SplitChoice::Fixed(Split::new(20, 30, 50).expect("sums to 100")));
         assert_eq!(first.source_read_limit, Some(1_610_612_736));
         assert!(first.cache.disk.is_some() && first.access.allow_other && !first.jobs.ods);
+        assert_eq!(first.bad_samples, BadSamplesConfig { hide: HideBad::All, validate: Validate::Scan });
+        assert_eq!((first.access.uid, first.access.gid), (Some(1000), Some(100)));
         assert_eq!(first.cache.remote, Some(RemoteConfig { url: "redis://127.0.0.1:6390/2".into(), size: 32 << 30 }));
         // `prepfs check` prints `to_yaml`, and `.prepfs/config.yaml` serves it.
         let printed = first.to_yaml();

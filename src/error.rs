@@ -44,6 +44,10 @@ pub(crate) enum Error {
     /// A directory was opened or read as a file.
     #[error("is a directory")]
     IsADirectory,
+    /// The source's own owner and mode deny the caller this access (checked by the core when
+    /// the mount shows another owner: `--uid`/`--gid`).
+    #[error("permission denied by the source's owner and mode")]
+    Denied,
     /// A write, create, rename or delete on the read-only mount.
     #[error("the mount is read-only")]
     ReadOnly,
@@ -84,6 +88,7 @@ impl ToErrno for Error {
             Error::NotADirectory => libc::ENOTDIR,
             Error::IsADirectory => libc::EISDIR,
             Error::ReadOnly => libc::EROFS,
+            Error::Denied => libc::EACCES,
             Error::BadHandle => libc::EBADF,
             Error::Decode { reason, .. } => reason.to_errno(),
             Error::Job(e) => e.to_errno(),

@@ -48,6 +48,7 @@ pub mod log;
 pub mod mount;
 pub mod pixels;
 pub mod planner;
+pub(crate) mod progress;
 mod producer;
 pub mod sampling;
 pub mod served;

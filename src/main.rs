@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use prepfs::config::{Config, Overrides};
+use prepfs::config::{Config, HideBad, Overrides, Validate};
 use prepfs::mount::{Lifecycle, MountError, Ready};
 
 #[derive(Parser)]
@@ -110,16 +110,33 @@ struct MountArgs {
     #[arg(long, value_name = "HOST:PORT")]
     metrics_addr: Option<String>,
     /// Mount read-only at the kernel (`-o ro`): `rmdir jobs/NAME` is refused too (a job still
-    /// starts at the first use of its name, and retires when idle).
+    /// starts at the first use inside its directory, and retires when idle).
     #[arg(long)]
     read_only: bool,
     /// Serve every read from the daemon, never through kernel passthrough (same as
     /// `passthrough: false`).
     #[arg(long)]
     no_passthrough: bool,
+    /// Show every file and directory as owned by this uid (as mount-s3 and gcsfuse do; same as
+    /// `uid:`). What the source's own owners and modes deny a user stays denied.
+    #[arg(long, value_name = "UID")]
+    uid: Option<u32>,
+    /// Show every file and directory with this group (same as `gid:`).
+    #[arg(long, value_name = "GID")]
+    gid: Option<u32>,
+    /// Which views hide the samples known bad from listings and never serve one: `jobs` (the
+    /// default: a job's open of a bad sample is served another of its directory), `all` (the
+    /// top-level views too), `none` (same as `bad_samples.hide`).
+    #[arg(long, value_name = "WHERE")]
+    hide_bad_samples: Option<HideBad>,
+    /// When samples are checked: `first-touch` (the default: at their first open), `headers`
+    /// (each header at mount) or `scan` (each sample fully decoded at mount) (same as
+    /// `bad_samples.validate`).
+    #[arg(long, value_name = "MODE")]
+    validate: Option<Validate>,
     /// Mount options, comma-separated, as mount(8) and /etc/fstab give them: config=FILE,
     /// allow_other, ro, rw, nonempty, nopassthrough, x-mount.mkdir, log_level=LEVEL,
-    /// log_file=PATH, seed=N;
+    /// log_file=PATH, seed=N, uid=N, gid=N, hide_bad=WHERE, validate=MODE;
     /// mount(8)'s generic options (defaults, nofail, _netdev, noauto, x-*, ...) are ignored.
     #[arg(short = 'o', value_name = "OPTIONS")]
     options: Vec<String>,
@@ -137,6 +154,10 @@ struct MountOptions {
     log_level: Option<String>,
     log_file: Option<PathBuf>,
     seed: Option<u64>,
+    hide_bad: Option<HideBad>,
+    validate: Option<Validate>,
+    uid: Option<u32>,
+    gid: Option<u32>,
 }
 
 /// mount(8)'s own options and FUSE's that prepfs always sets: accepted and ignored.
@@ -169,13 +190,17 @@ fn parse_mount_options(lists: &[String]) -> Result<MountOptions, String> {
             "x-mount.mkdir" | "create_mountpoint" => o.create_mountpoint = true,
             "log_level" => o.log_level = Some(need(key, value)?.to_string()),
             "log_file" => o.log_file = Some(need(key, value)?.into()),
+            "uid" => o.uid = Some(need(key, value)?.parse().map_err(|_| format!("mount option `uid={}`: not a number", value.unwrap_or("")))?),
+            "gid" => o.gid = Some(need(key, value)?.parse().map_err(|_| format!("mount option `gid={}`: not a number", value.unwrap_or("")))?),
+            "hide_bad" => o.hide_bad = Some(need(key, value)?.parse().map_err(|e| format!("mount option `hide_bad`: {e}"))?),
+            "validate" => o.validate = Some(need(key, value)?.parse().map_err(|e| format!("mount option `validate`: {e}"))?),
             "seed" => o.seed = Some(need(key, value)?.parse().map_err(|_| format!("mount option `seed={}`: not a number", value.unwrap_or("")))?),
             // mount(8) and fuse pass these; the values say nothing prepfs uses.
             "fsname" | "subtype" | "comment" | "context" | "fscontext" | "defcontext" | "rootcontext" => {}
             _ if IGNORED_OPTIONS.contains(&key) || key.starts_with("x-") => {}
             _ => {
                 return Err(format!(
-                    "unknown mount option `{opt}` (prepfs takes config=FILE, allow_other, ro, rw, nonempty, nopassthrough, x-mount.mkdir, log_level=LEVEL, log_file=PATH, seed=N)"
+                    "unknown mount option `{opt}` (prepfs takes config=FILE, allow_other, ro, rw, nonempty, nopassthrough, x-mount.mkdir, log_level=LEVEL, log_file=PATH, seed=N, uid=N, gid=N, hide_bad=WHERE, validate=MODE)"
                 ))
             }
         }
@@ -365,6 +390,18 @@ fn mount(args: MountArgs) -> ExitCode {
     };
     config.access.allow_other |= args.allow_other || options.allow_other;
     config.passthrough &= !(args.no_passthrough || options.no_passthrough);
+    if let Some(uid) = args.uid.or(options.uid) {
+        config.access.uid = Some(uid);
+    }
+    if let Some(gid) = args.gid.or(options.gid) {
+        config.access.gid = Some(gid);
+    }
+    if let Some(hide) = args.hide_bad_samples.or(options.hide_bad) {
+        config.bad_samples.hide = hide;
+    }
+    if let Some(validate) = args.validate.or(options.validate) {
+        config.bad_samples.validate = validate;
+    }
     let lifecycle = Lifecycle {
         // The older form has always created a missing mountpoint (and left it at unmount).
         create_mountpoint: args.create_mountpoint || options.create_mountpoint || plan.older_form,
@@ -599,5 +636,10 @@ mod tests {
         assert!(parse_mount_options(&["bogus".into()]).expect_err("unknown").contains("bogus"));
         assert!(parse_mount_options(&["config=".into()]).is_err());
         assert!(parse_mount_options(&["seed=x".into()]).is_err());
+        let o = parse_mount_options(&["uid=1000,gid=100,hide_bad=all,validate=scan".into()]).expect("parse");
+        assert_eq!((o.uid, o.gid), (Some(1000), Some(100)));
+        assert_eq!((o.hide_bad, o.validate), (Some(HideBad::All), Some(Validate::Scan)));
+        assert!(parse_mount_options(&["uid=me".into()]).is_err());
+        assert!(parse_mount_options(&["validate=sometimes".into()]).expect_err("bad mode").contains("first-touch"));
     }
 }

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use indicatif::{ProgressBar, ProgressStyle};
+use crate::progress::Progress;
 use nix::sys::signal::{SigSet, Signal};
 
 use crate::source::catalog::Catalog;
@@ -319,16 +319,14 @@ pub(crate) fn lazy_unmount(path: &Path) -> io::Result<()> {
     }
 }
 
-/// Scans the source with a progress line on the terminal; gives up when `stop` is set.
+/// Scans the source, its progress shown (`crate::progress`); gives up when `stop` is set.
 pub(crate) fn scan_with_progress(source: &Path, stop: &AtomicBool) -> Result<Catalog, MountError> {
-    let bar = ProgressBar::new_spinner();
-    bar.set_style(ProgressStyle::with_template("{spinner} scanning {msg} files ({elapsed})").unwrap_or_else(|_| ProgressStyle::default_spinner()));
-    bar.enable_steady_tick(Duration::from_millis(120));
+    let progress = Progress::start("scanning the source", "files", None);
     let catalog = Catalog::scan_until(
         source,
         |n| {
             if n % 1024 < 64 {
-                bar.set_message(n.to_string());
+                progress.set(n as u64);
             }
         },
         stop,
@@ -337,8 +335,25 @@ pub(crate) fn scan_with_progress(source: &Path, stop: &AtomicBool) -> Result<Cat
         io::ErrorKind::Interrupted => MountError::Stopped,
         _ => MountError::Scan { path: source.display().to_string(), source: e },
     });
-    bar.finish_and_clear();
+    progress.finish();
     catalog
+}
+
+/// Checks the samples at mount as `bad_samples.validate` says (`headers`, `scan`), on the
+/// decode pool, its progress shown; nothing for `first-touch`.
+fn validate_with_progress(fs: &Filesystem, pool: &rayon::ThreadPool, stop: &AtomicBool) {
+    let mode = fs.config().bad_samples.validate;
+    if mode == crate::config::Validate::FirstTouch {
+        return;
+    }
+    let what = if mode == crate::config::Validate::Scan { "validating (full decode)" } else { "validating (headers)" };
+    let total = fs.catalog().sample_count() as u64;
+    let progress = Progress::start(what, "samples", Some(total));
+    let started = std::time::Instant::now();
+    let bad = pool.install(|| fs.validate_samples(|| progress.add(1), stop));
+    progress.finish();
+    let seconds = format!("{:.1}", started.elapsed().as_secs_f64());
+    tracing::info!(samples = total, bad, seconds, "{what}: done; the bad samples are listed in .prepfs/stats.json");
 }
 
 /// Mounts `config` and serves until the mount goes away or a signal asks to stop. Every
@@ -398,6 +413,7 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
     let mountpoint = config.mountpoint.clone();
     let fuse_config = fuser_config(&config, lifecycle.read_only);
     let fs = Arc::new(Filesystem::new(config, catalog).map_err(MountError::Fuse)?);
+    validate_with_progress(&fs, &pool, &waiter.stopping);
     let adapter = FuseAdapter::new(Arc::clone(&fs), Arc::new(pool));
     fs.plan_cache();
     if waiter.stopping.load(Ordering::SeqCst) {

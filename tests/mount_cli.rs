@@ -327,9 +327,9 @@ fn the_mount_helper_mounts_in_the_background_with_fstab_options() {
     let line = options.lines().find(|l| l.contains(&mnt.display().to_string())).expect("in the mount table");
     assert!(line.split_whitespace().nth(5).is_some_and(|o| o.split(',').any(|o| o == "ro")), "mounted ro: {line}");
     assert!(line.contains("allow_other"), "{line}");
-    // With -o ro a job is still made by the first use of its name; the kernel refuses rmdir.
-    assert!(std::fs::read_dir(mnt.join("jobs/resnet/augmented/c0")).expect("job by lookup").count() > 0);
-    std::fs::create_dir_all(mnt.join("jobs/vit")).expect("mkdir -p makes a job");
+    // With -o ro a job is still made by the first use inside it; the kernel refuses rmdir.
+    assert!(std::fs::read_dir(mnt.join("jobs/resnet/augmented/c0")).expect("job by its first use").count() > 0);
+    std::fs::create_dir_all(mnt.join("jobs/vit")).expect("mkdir -p answers (the job starts at its first use)");
     let rmdir = std::fs::remove_dir(mnt.join("jobs/vit")).expect_err("read-only");
     assert_eq!(rmdir.raw_os_error(), Some(libc::EROFS));
     fusermount_u(&mnt);

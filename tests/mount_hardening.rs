@@ -6,7 +6,7 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Read};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -137,14 +137,15 @@ fn a_user_cannot_take_every_job_slot_or_read_another_users_job() {
     readable_by_all(&source);
     let config = write_config(dir.path(), "allow_other: true\njobs: { max: 4, per_user: 2 }\n");
     let mnt = Mounted::start(dir.path(), &config, &source, LIMIT);
-    let stat = |name: &str| as_nobody(&["stat", &mnt.path(&format!("jobs/{name}")).display().to_string()]);
-    assert!(stat("x1").status.success() && stat("x2").status.success(), "a user may start jobs");
-    let refused = stat("x3");
+    // A job starts at the first use inside its directory (a listing of one of its views).
+    let start = |name: &str| as_nobody(&["ls", &mnt.path(&format!("jobs/{name}/encoded")).display().to_string()]);
+    assert!(start("x1").status.success() && start("x2").status.success(), "a user may start jobs");
+    let refused = start("x3");
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("quota"), "{}", String::from_utf8_lossy(&refused.stderr));
-    assert!(stat("x1").status.success(), "its own jobs stay usable");
+    assert!(start("x1").status.success(), "its own jobs stay usable");
     // Root can always start one, and its job is its own.
-    std::fs::metadata(mnt.path("jobs/train")).expect("root's job");
+    std::fs::read_dir(mnt.path("jobs/train/encoded")).expect("root's job");
     let err = nobody_reads(&mnt.path("jobs/train/encoded/c0/s00.jpg")).expect_err("another user's job");
     assert!(err.contains("Permission denied"), "{err}");
     let rm = as_nobody(&["rmdir", &mnt.path("jobs/train").display().to_string()]);
@@ -436,4 +437,64 @@ fn open_files_past_max_open_bytes_are_refused_and_one_user_gets_half() {
     drop((handles, again));
     assert!(std::fs::read(file(28)).is_ok());
     assert!(mnt.stats()["opens_refused"].as_u64().unwrap_or(0) >= 2);
+}
+
+#[test]
+fn uid_and_gid_change_the_owner_shown_but_not_what_the_source_allows() {
+    let dir = open_tempdir();
+    let (source, _) = make_id_dataset(dir.path(), 2, 3);
+    for entry in walk(&source) {
+        chmod(&entry, 0o644);
+    }
+    chmod(&source, 0o755);
+    chmod(&source.join("c0"), 0o755);
+    // Root's: s00 private to root, c1 closed to others.
+    chmod(&source.join("c0/s00.jpg"), 0o600);
+    chmod(&source.join("c1"), 0o700);
+    let config = write_config(dir.path(), "allow_other: true\ncache: { memory: 64MiB }\n");
+    let mnt_dir = dir.path().join("mnt");
+    let mut cmd = common::mount_command(&config, &source, &mnt_dir);
+    cmd.args(["--uid", "65534", "-o", "gid=65534"]);
+    let mnt = Mounted::start_command(cmd, &mnt_dir, &dir.path().join("prepfs.log"), LIMIT);
+    // Every node shows the owner asked for (the mode stays the source's, write bits cleared).
+    for path in ["", "encoded/c0/s00.jpg", "augmented/c0/s01.ppm", "decoded/c1", "decoded/c1/s03.ppm"] {
+        let meta = std::fs::metadata(mnt.path(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert_eq!((meta.uid(), meta.gid()), (65534, 65534), "{path}");
+    }
+    assert_eq!(std::fs::metadata(mnt.path("decoded/c0/s00.ppm")).expect("stat").permissions().mode() & 0o777, 0o400);
+    // The shown owner, nobody, is still refused what the source refuses it, in every view...
+    for denied in ["encoded/c0/s00.jpg", "decoded/c0/s00.ppm", "augmented/c0/s00.ppm", "encoded/c1/s03.jpg", "augmented/c1/s03.ppm"] {
+        let err = nobody_reads(&mnt.path(denied)).expect_err(denied);
+        assert!(err.contains("Permission denied"), "{denied}: {err}");
+    }
+    let out = as_nobody(&["ls", &mnt.path("augmented/c1").display().to_string()]);
+    assert!(!out.status.success(), "nobody listed c1: {}", String::from_utf8_lossy(&out.stdout));
+    // ... and given what it allows.
+    assert_eq!(id_of_ppm(&nobody_reads(&mnt.path("augmented/c0/s01.ppm")).expect("its pixels")), 1);
+    assert_eq!(nobody_reads(&mnt.path("encoded/c0/s02.jpg")).expect("world-readable"), std::fs::read(source.join("c0/s02.jpg")).expect("source"));
+    // Root reads everything.
+    assert!(std::fs::read(mnt.path("augmented/c1/s03.ppm")).is_ok());
+}
+
+#[test]
+fn a_job_never_substitutes_a_sample_its_user_may_not_read() {
+    let dir = open_tempdir();
+    let (source, _) = make_id_dataset(dir.path(), 1, 4);
+    readable_by_all(&source);
+    chmod(&source.join("c0/s00.jpg"), 0o600);
+    let config = write_config(dir.path(), "allow_other: true\ncache: { memory: 64MiB, refill: false }\njobs: { prefetch_window: 0 }\n");
+    let mnt = Mounted::start(dir.path(), &config, &source, LIMIT);
+    // Root's read caches s00 (decoded pixels and bytes): the preferred substitute for any
+    // uncached sample of its class.
+    assert_eq!(id_of_ppm(&std::fs::read(mnt.path("decoded/c0/s00.ppm")).expect("root reads s00")), 0);
+    // nobody's job: the kernel checks each requested file; s00 is never served in its place.
+    let mut served = Vec::new();
+    for _epoch in 0..3 {
+        for name in ["s01", "s02", "s03"] {
+            let bytes = nobody_reads(&mnt.path(&format!("jobs/mine/augmented/c0/{name}.ppm"))).expect("a readable sample");
+            served.push(id_of_ppm(&bytes));
+        }
+    }
+    assert!(!served.contains(&0), "nobody was served root's private sample: {served:?}");
+    assert!(nobody_reads(&mnt.path("jobs/mine/augmented/c0/s00.ppm")).expect_err("s00 itself").contains("Permission denied"));
 }

@@ -393,19 +393,32 @@ fn listings_read_in_pieces_stay_consistent_and_job_names_are_checked() {
     assert_eq!(errno("jobs/..sneaky"), Some(libc::EINVAL));
     assert_eq!(errno("jobs/has space"), Some(libc::EINVAL));
     assert_eq!(errno(&format!("jobs/{}", "x".repeat(65))), Some(libc::ENAMETOOLONG));
-    fs::metadata(mnt.path("jobs/second")).expect("a second job");
-    assert_eq!(errno("jobs/third"), Some(libc::EUSERS), "jobs.max is 2");
-    let listed: BTreeSet<String> =
-        fs::read_dir(mnt.path("jobs")).expect("list jobs").map(|e| e.expect("e").file_name().to_string_lossy().into_owned()).collect();
-    assert_eq!(listed, BTreeSet::from(["lister".to_string(), "second".to_string()]));
+    let names = |p: &str| -> BTreeSet<String> {
+        fs::read_dir(mnt.path(p)).expect(p).map(|e| e.expect("e").file_name().to_string_lossy().into_owned()).collect()
+    };
+    // A lookup, a stat, `ls jobs/typo` make no job: an empty directory, nothing listed in jobs/.
+    fs::metadata(mnt.path("jobs/typo")).expect("a name no job has yet answers");
+    assert!(names("jobs/typo").is_empty());
+    fs::metadata(mnt.path("jobs/typo/augmented/c0")).expect("a path into it resolves");
+    assert_eq!(names("jobs"), BTreeSet::from(["lister".to_string()]));
+    assert!(!job_stats(&mnt).iter().any(|j| j["name"] == "typo"), "a lookup made a job");
+    // The first use inside a job's directory makes it.
+    assert!(!names("jobs/second/augmented").is_empty());
+    assert_eq!(names("jobs/second"), BTreeSet::from(["augmented".to_string(), "decoded".to_string(), "encoded".to_string()]));
+    let use_errno = |p: &str| fs::read_dir(mnt.path(p)).expect_err(p).raw_os_error();
+    assert_eq!(use_errno("jobs/third/augmented"), Some(libc::EUSERS), "jobs.max is 2");
+    assert!(mnt.log().contains("job refused"), "a refused job is logged: {}", mnt.log());
+    assert_eq!(names("jobs"), BTreeSet::from(["lister".to_string(), "second".to_string()]));
     fs::remove_dir(mnt.path("jobs/second")).expect("rmdir retires a job");
-    // mkdir's own lookup makes the job (a job exists from first use), so plain mkdir reports
-    // EEXIST and `mkdir -p` succeeds.
-    fs::create_dir_all(mnt.path("jobs/third")).expect("mkdir -p makes one");
+    // `mkdir -p` succeeds (the name answers as a directory: mkdir(2) itself gets EEXIST from
+    // the kernel); the job is made at its first use.
+    fs::create_dir_all(mnt.path("jobs/third")).expect("mkdir -p");
+    assert_eq!(fs::create_dir(mnt.path("jobs/third")).expect_err("plain mkdir").kind(), std::io::ErrorKind::AlreadyExists);
+    assert!(!names("jobs/third/decoded").is_empty());
     assert!(job_stats(&mnt).iter().any(|j| j["name"] == "third"));
     assert_eq!(fs::remove_dir(mnt.path("jobs/.x")).expect_err("bad name").raw_os_error(), Some(libc::EINVAL));
     assert_eq!(fs::remove_dir(mnt.path("encoded/c0")).expect_err("ro").raw_os_error(), Some(libc::EROFS));
-    assert_eq!(fs::create_dir_all(mnt.path("jobs/fourth")).expect_err("full").raw_os_error(), Some(libc::EUSERS));
+    assert_eq!(use_errno("jobs/fourth/encoded"), Some(libc::EUSERS), "full");
 
     // Idle jobs retire by themselves (idle_timeout: 2s).
     let started = Instant::now();

@@ -274,3 +274,34 @@ fn a_config_typo_is_refused_before_mounting() {
     assert!(stderr.contains("scael") && stderr.contains("line 3"), "{stderr}");
     assert!(!is_mounted(&mountpoint));
 }
+
+#[test]
+fn images_sharing_a_stem_are_each_served_under_their_whole_name() {
+    use common::{id_levels, id_of_pixels, make_id_dataset, parse_ppm};
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (source, _) = make_id_dataset(tmp.path(), 2, 3);
+    // c0/s00.jpg is sample 0; beside it, c0/s00.ppm holds sample 40's levels.
+    let (w, h) = (160usize, 120usize);
+    let (r, g) = id_levels(40);
+    let mut ppm = format!("P6\n{w} {h}\n255\n").into_bytes();
+    ppm.extend(std::iter::repeat_n([r, g, 128], w * h).flatten());
+    fs::write(source.join("c0/s00.ppm"), &ppm).expect("write");
+    let config = write_config(tmp.path(), "seed: 1\nthreads: 2\njobs: { ods: false }\n");
+    let mnt = Mounted::start(tmp.path(), &config, &source, LIMIT);
+    for view in ["decoded", "augmented", "jobs/j/decoded"] {
+        let mut names: Vec<String> =
+            fs::read_dir(mnt.path(&format!("{view}/c0"))).expect("list").map(|e| e.expect("entry").file_name().to_string_lossy().into_owned()).collect();
+        names.sort();
+        assert_eq!(names, ["s00.jpg.ppm", "s00.ppm.ppm", "s01.ppm", "s02.ppm"], "{view}");
+        for (name, id) in [("s00.jpg.ppm", 0), ("s00.ppm.ppm", 40), ("s01.ppm", 1)] {
+            let bytes = fs::read(mnt.path(&format!("{view}/c0/{name}"))).expect("read");
+            let (_, _, pixels) = parse_ppm(&bytes);
+            let (found, distance) = id_of_pixels(pixels);
+            assert_eq!(found, id, "{view}/c0/{name} serves sample {found} (distance {distance})");
+        }
+        // The old name of the pair is gone, not silently one of them.
+        assert_eq!(fs::metadata(mnt.path(&format!("{view}/c0/s00.ppm"))).expect_err("no s00.ppm").kind(), ErrorKind::NotFound);
+    }
+    assert_eq!(mnt.stats()["stem_collisions"].as_u64(), Some(0));
+    assert_eq!(mnt.stats()["samples"].as_u64(), Some(7));
+}

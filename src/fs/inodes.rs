@@ -8,7 +8,8 @@ use crate::source::catalog::{DirId, FileId};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct View {
     pub form: Form,
-    /// 0 for the top-level views, else the code of the job (see [`crate::sampling::Job::code`]).
+    /// 0 for the top-level views, else the code of the job (see [`crate::sampling::Job::code`]),
+    /// or a pending job name's ([`PENDING_JOB`]).
     pub job: u32,
 }
 
@@ -33,7 +34,7 @@ pub(crate) enum Node {
     MetricsFile,
     /// `jobs/`
     JobsDir,
-    /// `jobs/<job>/`, by the job's code.
+    /// `jobs/<job>/`, by the job's code (or a pending name's: [`PENDING_JOB`]).
     JobRoot(u32),
     Dir(View, DirId),
     File(View, FileId),
@@ -51,6 +52,10 @@ const METRICS_INO: u64 = 6;
 const JOB_SHIFT: u32 = 40;
 const KIND_SHIFT: u32 = 36;
 const FORM_SHIFT: u32 = 34;
+/// Set in the job code of the inodes of a name under `jobs/` that was no job when looked up
+/// (`fs::jobs::PendingNames`): its directory and the views under it resolve without a job, and
+/// the first open inside makes it. Real job codes stay below it.
+pub(crate) const PENDING_JOB: u32 = 1 << 23;
 const KIND_DIR: u64 = 1;
 const KIND_FILE: u64 = 2;
 const KIND_JOB_ROOT: u64 = 3;

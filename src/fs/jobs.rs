@@ -1,8 +1,9 @@
-//! The jobs' side of the core: mkdir and rmdir under `jobs/`, the job a job view's inode names,
+//! The jobs' side of the core: mkdir and rmdir under `jobs/`, the job a job view's inode names
+//! (and the pending names of jobs not made yet: [`PendingNames`]),
 //! prefetch along a job's listing ([`PrefetchQueue`], [`Filesystem::run_prefetch`]), which samples
 //! the refill prepares, and freeing what retired or served-out jobs hold in the cache.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,7 +12,8 @@ use std::time::Duration;
 
 use super::{Attr, Caller, Filesystem, Node};
 use crate::error::{Error, Result};
-use crate::sampling::Job;
+use super::inodes::PENDING_JOB;
+use crate::sampling::{check_name, Job};
 use crate::shared::Form;
 use crate::source::catalog::{DirId, FileId};
 use crate::stats::bump;
@@ -47,6 +49,61 @@ impl PrefetchQueue {
     }
 }
 
+/// Names looked up under `jobs/` that were no job: each gets a pending code (with
+/// [`PENDING_JOB`] set) for the inodes of its empty directory and of everything under it, so a
+/// path into a job not made yet resolves, while a lookup makes nothing (no registry entry, no
+/// `jobs.max` slot, nothing listed in `jobs/`); the first open inside makes the job. Bounded:
+/// past [`PENDING_KEPT`] names the oldest is forgotten (its inodes then answer `ENOENT`, and the
+/// kernel looks the name up again).
+#[derive(Default)]
+pub(super) struct PendingNames {
+    inner: Mutex<PendingInner>,
+}
+
+#[derive(Default)]
+struct PendingInner {
+    by_name: HashMap<String, u32>,
+    by_code: HashMap<u32, String>,
+    order: VecDeque<u32>,
+    next: u32,
+}
+
+/// Pending job names remembered at most.
+const PENDING_KEPT: usize = 4096;
+
+impl PendingNames {
+    /// The pending code of `name` (the same while it is remembered).
+    fn code_of(&self, name: &str) -> u32 {
+        let mut p = self.inner.lock_or_recover();
+        if let Some(&code) = p.by_name.get(name) {
+            return code;
+        }
+        if p.order.len() >= PENDING_KEPT {
+            if let Some(old) = p.order.pop_front() {
+                if let Some(n) = p.by_code.remove(&old) {
+                    p.by_name.remove(&n);
+                }
+            }
+        }
+        p.next = (p.next % (PENDING_JOB - 1)) + 1;
+        let code = PENDING_JOB | p.next;
+        p.by_name.insert(name.to_owned(), code);
+        p.by_code.insert(code, name.to_owned());
+        p.order.push_back(code);
+        code
+    }
+
+    /// The name a pending code stands for, while remembered.
+    fn name_of(&self, code: u32) -> Option<String> {
+        self.inner.lock_or_recover().by_code.get(&code).cloned()
+    }
+}
+
+/// Whether a view's job code is a pending name's.
+pub(super) fn is_pending(code: u32) -> bool {
+    code & PENDING_JOB != 0
+}
+
 impl Filesystem {
     /// The active job whose inodes carry `code`, marked active now.
     pub(super) fn job(&self, code: u32) -> Result<Arc<Job>> {
@@ -55,7 +112,46 @@ impl Filesystem {
         Ok(job)
     }
 
-    /// Makes a job: `mkdir jobs/<name>` (a lookup makes one too). Anything else is read-only.
+    /// The job a view's inodes name, for `caller`: the active job of a real code; for a pending
+    /// code, the job of its name if one exists, else one made now for `caller` when `make` (an
+    /// open inside it), else `None`. Another user's job reached through a pending name is refused
+    /// as its directory would refuse it (`EACCES`).
+    pub(super) fn job_for(&self, code: u32, caller: Caller, make: bool) -> Result<Option<Arc<Job>>> {
+        if !is_pending(code) {
+            return self.job(code).map(Some);
+        }
+        let name = self.pending.name_of(code).ok_or(Error::NotFound)?;
+        let job = match self.jobs.by_name(&name) {
+            Some(job) => job,
+            None if make => self.jobs.get_or_create(name.as_bytes(), self.requester(caller))?,
+            None => return Ok(None),
+        };
+        if job.owner() != caller.uid && !self.privileged(caller) {
+            return Err(Error::Denied);
+        }
+        job.touch(self.jobs.now_ms());
+        Ok(Some(job))
+    }
+
+    /// The node `jobs/<name>` names: the job's directory if it exists, else the pending name's
+    /// (a lookup makes no job). A name no job could have is refused (`EINVAL`, `ENAMETOOLONG`).
+    pub(super) fn job_root_named(&self, name: &OsStr) -> Result<Node> {
+        let name = check_name(name.as_bytes())?;
+        Ok(match self.jobs.by_name(name) {
+            Some(job) => Node::JobRoot(job.code()),
+            None => Node::JobRoot(self.pending.code_of(name)),
+        })
+    }
+
+    /// The name of the job a pending code stands for, and that job if it exists now.
+    pub(super) fn pending_job(&self, code: u32) -> Result<Option<Arc<Job>>> {
+        let name = self.pending.name_of(code).ok_or(Error::NotFound)?;
+        Ok(self.jobs.by_name(&name))
+    }
+
+    /// Makes a job: `mkdir jobs/<name>`. Anything else is read-only. (Through the kernel this
+    /// is reached only for a name whose lookup failed: a lookup answers every valid name, so
+    /// `mkdir` sees it exist first; see [`PendingNames`].)
     pub(crate) fn mkdir(&self, parent: u64, name: &OsStr, caller: Caller) -> Result<Attr> {
         if Node::from_ino(parent) != Some(Node::JobsDir) {
             return Err(Error::ReadOnly);

@@ -21,12 +21,16 @@
 //! - `handles.rs`: open handles, [`CachePolicy`], [`Opened`]; read and release;
 //! - `passthrough.rs`: kernel passthrough's core half: on or off, and an open's [`Backing`];
 //! - `jobs.rs`: mkdir/rmdir under `jobs/`, prefetch, the refill's wanted samples, retiring jobs;
+//! - `access.rs`: the owner shown (`--uid`/`--gid`) and the core's access check that goes with it;
+//! - `bad.rs`: samples known bad as the views show them (hidden, skipped), validation at mount;
 //! - `stale.rs`: source changes seen while serving ([`StaleInodes`]);
 //! - `control.rs`: the `.prepfs/` control files;
 //! - [`open_budget`]: the bound on what open handles pin.
 
 pub(crate) mod open_budget;
 
+mod access;
+mod bad;
 mod control;
 mod handles;
 mod inodes;
@@ -64,7 +68,7 @@ use crate::source::{LocalSource, SampleReader, Source, SourceIo};
 use crate::stats::{Stats, ViewCounters};
 use crate::sync::Mutex;
 use handles::{Handle, HandleTable};
-use jobs::PrefetchQueue;
+use jobs::{PendingNames, PrefetchQueue};
 use open_budget::{OpenBudget, OPEN_WAIT};
 
 /// Who makes a request: the uid and gid the kernel sends with it.
@@ -110,6 +114,8 @@ pub(crate) struct Filesystem {
     /// The mount's owner (the daemon's uid and gid).
     owner: (u32, u32),
     prefetch: PrefetchQueue,
+    /// Names under `jobs/` looked up before any job had them.
+    pending: PendingNames,
     /// Samples served by top-level `augmented/` opens in the current pass over the set: the
     /// refill prepares the others first.
     top_pass: Pass,
@@ -194,6 +200,7 @@ impl Filesystem {
             refresh,
             owner: (nix::unistd::getuid().as_raw(), nix::unistd::getgid().as_raw()),
             prefetch: PrefetchQueue::default(),
+            pending: PendingNames::default(),
             mounted_at: SystemTime::now(),
         })
     }
@@ -247,7 +254,17 @@ impl Filesystem {
 
     /// Measures the cache model's inputs and applies the split (see the producer).
     pub(crate) fn plan_cache(&self) {
-        self.plan.plan_at_mount(&self.catalog, &self.config, |f| self.reader.read_uncounted(f));
+        if !self.cache().enabled() {
+            return;
+        }
+        let samples = crate::planner::calibrate::PROBE_SAMPLES.min(self.catalog.sample_count()) as u64;
+        let progress = crate::progress::Progress::start("calibrating the cache model", "samples", Some(samples));
+        self.plan.plan_at_mount(&self.catalog, &self.config, |f| {
+            let read = self.reader.read_uncounted(f);
+            progress.add(1);
+            read
+        });
+        progress.finish();
     }
 
     /// Re-plans the cache split from the rates measured while serving, when enough samples were

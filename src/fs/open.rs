@@ -11,10 +11,9 @@ use std::time::Instant;
 use super::handles::{Handle, HandleData, Served};
 use super::{CachePolicy, Caller, Filesystem, Node, Opened, View};
 use crate::error::{Error, Result};
-use crate::cache::{Origin, SampleCache};
+use crate::cache::Origin;
 use crate::metrics::Outcome;
 use crate::producer::Consumer;
-use crate::sampling::Jobs;
 use crate::shared::Form;
 use crate::source::catalog::FileId;
 use crate::source::{Observed, Sample};
@@ -61,6 +60,7 @@ impl Filesystem {
                 let started = Instant::now();
                 // Every open resolves the sample once (path, version): nothing stale is served.
                 let opened = self.resolve(file).and_then(|sample| {
+                    self.check_source_access(&sample.meta, caller, super::access::READ)?;
                     if view.job != 0 {
                         self.open_in_job(ino, view, sample, caller)
                     } else {
@@ -165,7 +165,8 @@ impl Filesystem {
     /// an unseen one of the same directory that is cached), prefetch is queued along the job's
     /// listing, and the chosen sample's bytes are pinned to the handle (with whether it was a hit).
     fn open_in_job(&self, ino: u64, view: View, requested: Sample, caller: Caller) -> Result<(Arc<Handle>, Outcome)> {
-        let job = self.job(view.job)?;
+        // An open inside a pending name's view makes its job.
+        let job = self.job_for(view.job, caller, true)?.ok_or(Error::NotFound)?;
         bump(&job.counters.opens, 1);
         // PIL's second open of a path it holds open (to try mmap) sees the same content.
         if let Some(live) = self.shared(ino) {
@@ -180,16 +181,21 @@ impl Filesystem {
         }
         let dir = catalog.file_dir(requested.id);
         let samples = catalog.images(dir);
-        let rank = |c: FileId| if self.reader.known_bad(c) { 0 } else { self.cache.preference(c, view.form, job.bit()) };
         self.queue_prefetch(&job, view.form, dir, requested.id);
-        // A substitute that cannot be served is replaced, once, rather than fail the request.
-        let mut retried = false;
+        // A substitute that cannot be served is replaced, once, rather than fail the request; a
+        // sample found bad (where the view hides them) or a substitute the caller may not read
+        // is passed over (`fs::bad`).
+        let (mut retried, mut bad_skips) = (false, 0);
         loop {
-            let top = SampleCache::top_preference(view.form);
-            let choice = job.choose(requested.id, samples, rank, top, Jobs::scan_start(samples.len()), self.config().jobs.ods);
+            let choice = self.choose_in_job(&job, view, requested.id, samples);
             let served = Served { job: Arc::clone(&job), sample: choice.sample, claimed: choice.claimed, read: AtomicBool::new(false) };
             // A substitute is resolved like the requested sample: nothing stale is served.
-            let resolved = if choice.substituted { self.resolve(choice.sample).map(Cow::Owned) } else { Ok(Cow::Borrowed(&requested)) };
+            // and only what the caller may read (the kernel checked the requested file).
+            let resolved = if choice.substituted {
+                self.resolve(choice.sample).and_then(|s| self.check_substitute(&s.meta, caller).map(|()| Cow::Owned(s)))
+            } else {
+                Ok(Cow::Borrowed(&requested))
+            };
             // The other active jobs that still need this sample this epoch.
             let others = self.jobs_needing(choice.sample) & !job.bit();
             let produced = resolved.and_then(|sample| match view.form {
@@ -208,6 +214,9 @@ impl Filesystem {
                     // A sample that cannot be served counts as the job's (its epoch can end).
                     job.mark_served(choice.sample, choice.claimed);
                     drop(served);
+                    if self.choose_again_after(&job, view, &e, choice.substituted, &mut bad_skips) {
+                        continue;
+                    }
                     if !choice.substituted || retried {
                         return Err(e);
                     }

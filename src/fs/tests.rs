@@ -33,7 +33,8 @@ fn an_output_a_job_has_used_ranks_as_no_augmented_hit_for_it_but_does_for_the_ot
         let class = fs.lookup(view, OsStr::new("c0"), Caller::ROOT).expect("class").ino;
         fs.lookup(class, OsStr::new(name), Caller::ROOT).expect("file").ino
     };
-    job_ino("b", "s000.ppm"); // both jobs active: a miss's output is kept for the other
+    let jobs = fs.lookup(ROOT_INO, OsStr::new("jobs"), Caller::ROOT).expect("jobs").ino;
+    fs.mkdir(jobs, OsStr::new("b"), Caller::ROOT).expect("mkdir b"); // both jobs active: a miss's output is kept for the other
     read_file(&fs, job_ino("a", "s000.ppm"));
     let (a, b) = (fs.jobs().by_name("a").expect("a"), fs.jobs().by_name("b").expect("b"));
     let served = (0..2).find(|&f| a.has_seen(f)).expect("a was served a sample");
@@ -405,4 +406,46 @@ fn a_sample_over_max_pixels_lists_with_size_zero_in_decoded_and_is_refused() {
     let ino = ino_of(&fs, "decoded", "s000.ppm");
     assert_eq!(fs.getattr(ino).expect("getattr").size, 0);
     assert_eq!(fs.open(ino, false, Caller::ROOT).expect_err("refused").to_errno(), libc::EIO);
+}
+
+/// The names of a directory's listing, as `ls` would show them (no `.` and `..`).
+fn listing(fs: &Filesystem, ino: u64, caller: Caller) -> Result<Vec<String>, crate::error::Error> {
+    let fh = fs.opendir(ino, caller)?;
+    let mut names = Vec::new();
+    fs.readdir(fh, 0, |e, _| {
+        names.push(e.name.to_string_lossy().into_owned());
+        false
+    })?;
+    fs.releasedir(fh);
+    Ok(names.into_iter().filter(|n| n != "." && n != "..").collect())
+}
+
+#[test]
+fn a_lookup_under_jobs_makes_no_job_and_the_first_open_inside_does() {
+    let (_dir, fs) = core(3, "cache: { memory: 64MiB, refill: false }\njobs: { max: 1 }\n");
+    let jobs = fs.lookup(ROOT_INO, OsStr::new("jobs"), Caller::ROOT).expect("jobs").ino;
+    // `ls jobs/typo`: a lookup and a listing of an empty directory, nothing made.
+    let typo = fs.lookup(jobs, OsStr::new("typo"), Caller::ROOT).expect("a pending name answers");
+    assert_eq!(typo.kind, Kind::Dir);
+    assert_eq!(listing(&fs, typo.ino, Caller::ROOT).expect("list"), Vec::<String>::new());
+    // A path into it resolves, still making nothing.
+    let view = fs.lookup(typo.ino, OsStr::new("augmented"), Caller::ROOT).expect("view").ino;
+    let class = fs.lookup(view, OsStr::new("c0"), Caller::ROOT).expect("class").ino;
+    let file = fs.lookup(class, OsStr::new("s000.ppm"), Caller::ROOT).expect("file").ino;
+    fs.getattr(file).expect("getattr");
+    assert!(fs.jobs().active().is_empty(), "a lookup made a job");
+    assert_eq!(listing(&fs, jobs, Caller::ROOT).expect("list jobs"), Vec::<String>::new());
+    assert_eq!(fs.lookup(jobs, OsStr::new(".x"), Caller::ROOT).expect_err("bad name").to_errno(), libc::EINVAL);
+    // The first open inside makes it (the only slot: jobs.max is 1).
+    assert!(!read_file(&fs, file).is_empty());
+    assert_eq!(fs.jobs().by_name("typo").expect("made").owner(), 0);
+    assert_eq!(listing(&fs, jobs, Caller::ROOT).expect("list jobs"), ["typo"]);
+    assert_eq!(listing(&fs, typo.ino, Caller::ROOT).expect("list"), ["encoded", "decoded", "augmented"]);
+    // Another name: found, but its first use is refused (jobs.max) with the job error's errno.
+    let other = fs.lookup(jobs, OsStr::new("other"), Caller::ROOT).expect("pending").ino;
+    let other_view = fs.lookup(other, OsStr::new("augmented"), Caller::ROOT).expect("view").ino;
+    assert_eq!(fs.opendir(other_view, Caller::ROOT).expect_err("jobs.max").to_errno(), libc::EUSERS);
+    // Another user reaching root's job through a pending name it looked up earlier is refused.
+    let nobody = Caller { uid: 65534, gid: 65534 };
+    assert_eq!(fs.opendir(view, nobody).expect_err("root's job").to_errno(), libc::EACCES);
 }

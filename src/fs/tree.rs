@@ -1,5 +1,5 @@
 //! The tree the kernel walks: what a node reports ([`Attr`]: owners and modes shown from the
-//! source, write bits cleared), lookup, getattr, and directory listings (opendir snapshots one,
+//! source, write bits cleared, or the `--uid`/`--gid` owner: `fs::access`), lookup, getattr, and directory listings (opendir snapshots one,
 //! readdir pages through it, releasedir drops it).
 
 use std::collections::HashSet;
@@ -8,6 +8,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use super::access;
+use super::jobs;
 use super::handles::HandleData;
 use super::inodes::{JOBS_DIR_INO, ROOT_INO};
 use super::{Caller, Filesystem, Node, View};
@@ -61,7 +63,7 @@ pub(crate) struct DirEntry {
 impl Filesystem {
     /// A node of prepfs's own (not made of the source): the mount's owner's, with `perm`.
     fn own_attr(&self, node: Node, kind: Kind, size: u64, perm: u16) -> Attr {
-        let (uid, gid) = self.owner;
+        let (uid, gid) = self.shown_owner(self.owner.0, self.owner.1);
         let volatile = matches!(node, Node::JobRoot(_));
         Attr { ino: node.ino(), kind, size, mtime: self.mounted_at, uid, gid, perm, volatile }
     }
@@ -73,20 +75,21 @@ impl Filesystem {
     }
 
     fn made_of(&self, node: Node, kind: Kind, size: u64, meta: &FileMeta) -> Attr {
+        let (uid, gid) = self.shown_owner(meta.uid, meta.gid);
         Attr {
             ino: node.ino(),
             kind,
             size,
             mtime: meta.mtime,
-            uid: meta.uid,
-            gid: meta.gid,
+            uid,
+            gid,
             perm: (meta.mode & 0o555) as u16,
             volatile: false,
         }
     }
 
-    /// Finds `name` in the directory `parent` for `caller` (under `jobs/`, a job is made for
-    /// them on first use).
+    /// Finds `name` in the directory `parent` for `caller`. Under `jobs/`, a name no job has
+    /// yet is found as a pending name (nothing is made: see `fs::jobs::PendingNames`).
     pub(crate) fn lookup(&self, parent: u64, name: &OsStr, caller: Caller) -> Result<Attr> {
         let form_named = |name: &OsStr| Form::ALL.into_iter().find(|f| f.dir_name().as_bytes() == name.as_bytes());
         let node = match Node::from_ino(parent).ok_or(Error::NotFound)? {
@@ -101,16 +104,17 @@ impl Filesystem {
                 Some("metrics") => Node::MetricsFile,
                 _ => return Err(Error::NotFound),
             },
-            // A job exists from the first lookup of its name.
-            Node::JobsDir => Node::JobRoot(self.jobs.get_or_create(name.as_bytes(), self.requester(caller))?.code()),
+            // A lookup makes no job: a name no job has yet answers as a pending one.
+            Node::JobsDir => self.job_root_named(name)?,
             Node::JobRoot(code) => {
-                self.job(code)?;
+                self.job_for(code, caller, false)?;
                 Node::Dir(View { form: form_named(name).ok_or(Error::NotFound)?, job: code }, 0)
             }
             Node::Dir(view, dir) => {
                 if view.job != 0 {
-                    self.job(view.job)?;
+                    self.job_for(view.job, caller, false)?;
                 }
+                self.check_dir_access(dir, caller, access::SEARCH)?;
                 let catalog = self.catalog();
                 let entry = match view.form {
                     Form::Encoded => catalog.lookup(dir, name),
@@ -145,13 +149,18 @@ impl Filesystem {
             Node::JobsDir => Ok(self.own_attr(node, Kind::Dir, 0, 0o1777)),
             Node::ControlDir => Ok(self.own_attr(node, Kind::Dir, 0, self.control_perm(true))),
             Node::JobRoot(code) => {
-                let job = self.jobs.by_code(code).ok_or(Error::NotFound)?;
-                // A job's views are its owner's: another user cannot read from (and so steal
-                // samples of) someone else's epoch.
-                Ok(Attr { uid: job.owner(), ..self.own_attr(node, Kind::Dir, 0, 0o500) })
+                let job = if jobs::is_pending(code) { self.pending_job(code)? } else { Some(self.jobs.by_code(code).ok_or(Error::NotFound)?) };
+                match job {
+                    // A job's views are its owner's: another user cannot read from (and so
+                    // steal samples of) someone else's epoch.
+                    Some(job) => Ok(Attr { uid: job.owner(), ..self.own_attr(node, Kind::Dir, 0, 0o500) }),
+                    // A name no job has yet: an empty directory anyone may enter (whoever opens
+                    // something inside first makes the job, theirs).
+                    None => Ok(self.own_attr(node, Kind::Dir, 0, 0o555)),
+                }
             }
             Node::Dir(view, d) => {
-                if d as usize >= catalog.dir_count() || (view.job != 0 && self.jobs.by_code(view.job).is_none()) {
+                if d as usize >= catalog.dir_count() || self.job_gone(view) {
                     return Err(Error::NotFound);
                 }
                 self.source_dir_attr(node, d)
@@ -162,7 +171,7 @@ impl Filesystem {
             }
             Node::MetricsFile => Ok(self.own_attr(node, Kind::File, self.metrics_text().len() as u64, self.control_perm(false))),
             Node::File(view, file) => {
-                if file as usize >= catalog.file_count() || (view.job != 0 && self.jobs.by_code(view.job).is_none()) {
+                if file as usize >= catalog.file_count() || self.job_gone(view) {
                     return Err(Error::NotFound);
                 }
                 let meta = self.resolve(file)?.meta;
@@ -180,6 +189,12 @@ impl Filesystem {
                 Ok(self.made_of(node, Kind::File, size, &meta))
             }
         }
+    }
+
+    /// Whether `view` is a job's that was retired (its inodes are stale). A pending name's
+    /// views stand whether or not its job exists.
+    fn job_gone(&self, view: View) -> bool {
+        view.job != 0 && !jobs::is_pending(view.job) && self.jobs.by_code(view.job).is_none()
     }
 
     /// Snapshots a directory listing; [`Filesystem::readdir`] pages through it. In a job's view
@@ -216,23 +231,35 @@ impl Filesystem {
                     entries.push(dir(Node::JobRoot(job.code()), OsStr::new(job.name())));
                 }
             }
+            // A name no job has yet lists empty (listing it makes nothing).
             Node::JobRoot(code) => {
-                self.job(code)?;
-                entries.extend(views(code));
+                if self.job_for(code, caller, false)?.is_some() {
+                    entries.extend(views(code));
+                }
             }
             Node::Dir(view, d) => {
                 if d as usize >= catalog.dir_count() {
                     return Err(Error::NotFound);
                 }
+                self.check_dir_access(d, caller, access::READ)?;
                 for sub in catalog.subdirs(d) {
                     entries.push(dir(Node::Dir(view, sub), catalog.dir_name(sub)));
                 }
-                let samples: Arc<[FileId]> = if view.job == 0 {
-                    catalog.images(d).into()
+                // Samples known bad are left out where the view hides them (`fs::bad`).
+                let shown: Vec<FileId>;
+                let images = if self.hides_bad(view) {
+                    shown = catalog.images(d).iter().copied().filter(|&f| !self.hidden(view, f)).collect();
+                    &shown[..]
                 } else {
-                    let job = self.job(view.job)?;
+                    catalog.images(d)
+                };
+                let samples: Arc<[FileId]> = if view.job == 0 {
+                    images.into()
+                } else {
+                    // Listing a job's view is a use: a pending name's job is made here.
+                    let job = self.job_for(view.job, caller, true)?.ok_or(Error::NotFound)?;
                     let rank = |c: FileId| self.cache.preference(c, view.form, job.bit());
-                    job.listing_order(d, catalog.images(d), rank, self.config().jobs.ods)
+                    job.listing_order(d, images, rank, self.config().jobs.ods)
                 };
                 let ext = self.config().output.extension();
                 match view.form {
@@ -242,7 +269,7 @@ impl Filesystem {
                         }
                         // Files that are not samples (and images hidden by a stem collision).
                         let listed: HashSet<FileId> = samples.iter().copied().collect();
-                        for f in catalog.files(d).filter(|f| !listed.contains(f)) {
+                        for f in catalog.files(d).filter(|&f| !listed.contains(&f) && !self.hidden(view, f)) {
                             entries.push(file(Node::File(view, f), catalog.file_name(f).to_owned()));
                         }
                     }

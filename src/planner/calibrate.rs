@@ -16,7 +16,7 @@ use crate::pixels::pipeline;
 use crate::planner::PlanParams;
 
 /// Samples timed at mount.
-const PROBE_SAMPLES: usize = 12;
+pub(crate) const PROBE_SAMPLES: usize = 12;
 
 /// What was measured, for logs and stats.
 #[derive(Debug, Clone)]

@@ -23,11 +23,11 @@ use std::sync::Arc;
 
 use crate::cache::{Admit, AugmentedEntry, Loaded, Made, Origin, Tiers};
 use crate::error::Result;
-use crate::pixels::pipeline::PixelError;
+use crate::pixels::pipeline::{self, PixelError};
 use crate::pixels::work::PixelWork;
 use crate::served::ServedBytes;
 use crate::shared::Size2;
-use crate::source::catalog::Catalog;
+use crate::source::catalog::{Catalog, FileId};
 use crate::source::{Sample, SampleReader};
 use crate::stats::Stats;
 
@@ -131,6 +131,25 @@ impl SampleProducer {
         let current = self.reader.is_current(sample.id, &meta);
         self.tiers.keep(sample, &meta, current, Made { bytes: Arc::clone(&bytes), pixels: None, spare: None });
         Ok((bytes, Origin::Source))
+    }
+
+    // ---- validation at mount -----------------------------------------------------------------
+
+    /// Checks `id`'s header (`validate: headers`): readable, and within `max_pixels`. A sample
+    /// that is not is marked bad.
+    pub(crate) fn check_header(&self, id: FileId, max_pixels: u64) -> Result<()> {
+        let size = self.reader.size(id)?;
+        pipeline::check_pixels(size, max_pixels).map_err(|why| self.reader.mark_bad(id, &self.catalog.file_path(id), why.into()))
+    }
+
+    /// Reads and fully decodes `sample` (`validate: scan`), keeping what the fill order admits,
+    /// as a miss of `decoded/` would. A sample that does not decode is marked bad.
+    pub(crate) fn check_decodes(&self, sample: &Sample) -> Result<()> {
+        self.reader.refuse_known_bad(sample)?;
+        if let (Loaded::Bytes(bytes), _) = self.load(sample, Admit::Pixels)? {
+            self.pixels.decode_full(&bytes).map_err(|why| self.bad(sample, why))?;
+        }
+        Ok(())
     }
 
     // ---- the work ----------------------------------------------------------------------------

@@ -41,6 +41,8 @@ pub struct JobCounters {
     pub misses: AtomicU64,
     pub substitutions: AtomicU64,
     pub prefetched: AtomicU64,
+    /// Opens of a sample known bad, or found bad at the open, that were served another instead.
+    pub bad_skipped: AtomicU64,
 }
 
 /// One directory's listing as handed to the job, kept for prefetch.
@@ -162,11 +164,31 @@ impl Job {
         start: usize,
         ods: bool,
     ) -> Choice {
+        self.choose_usable(requested, dir_samples, rank, top, start, ods, |_| false)
+    }
+
+    /// [`Job::choose`], never picking a sample `unusable` says cannot be served (one known bad):
+    /// an unusable requested sample is replaced by a free usable one of its directory, with
+    /// `ods` off too. Only when none is left, even after starting the next pass, is the request
+    /// returned as it is (unclaimed), for its open to fail.
+    #[allow(clippy::too_many_arguments)]
+    pub fn choose_usable(
+        &self,
+        requested: FileId,
+        dir_samples: &[FileId],
+        rank: impl Fn(FileId) -> Rank,
+        top: Rank,
+        start: usize,
+        ods: bool,
+        unusable: impl Fn(FileId) -> bool,
+    ) -> Choice {
         let _state = self.lock();
         let mut rolled = false;
         loop {
             let pick = if ods {
-                self.pick_substitute(requested, dir_samples, &rank, top, start)
+                self.pick_substitute(requested, dir_samples, &rank, top, start, &unusable)
+            } else if unusable(requested) {
+                self.any_free(dir_samples, start, &unusable)
             } else if self.free(requested) {
                 Some(requested)
             } else if self.claimed.get(requested) {
@@ -192,7 +214,14 @@ impl Job {
         }
     }
 
-    /// The ODS pick: see the module documentation. `None` when nothing in the directory is free.
+    /// The first free, usable sample of the directory, scanning from `start`.
+    fn any_free(&self, dir_samples: &[FileId], start: usize, unusable: &impl Fn(FileId) -> bool) -> Option<FileId> {
+        let n = dir_samples.len();
+        (0..n.min(SCAN_LIMIT)).map(|k| dir_samples[(start + k) % n]).find(|&c| self.free(c) && !unusable(c))
+    }
+
+    /// The ODS pick: see the module documentation. `None` when nothing usable in the directory
+    /// is free.
     fn pick_substitute(
         &self,
         requested: FileId,
@@ -200,8 +229,9 @@ impl Job {
         rank: &impl Fn(FileId) -> Rank,
         top: Rank,
         start: usize,
+        unusable: &impl Fn(FileId) -> bool,
     ) -> Option<FileId> {
-        let own = if self.free(requested) { Some(rank(requested)) } else { None };
+        let own = if self.free(requested) && !unusable(requested) { Some(rank(requested)) } else { None };
         if own == Some(top) && top > 0 {
             return Some(requested);
         }
@@ -210,7 +240,7 @@ impl Job {
         let (mut best, mut best_rank, mut any_free) = (None, 0u8, None);
         for k in 0..n.min(SCAN_LIMIT) {
             let c = dir_samples[(start + k) % n];
-            if !self.free(c) {
+            if !self.free(c) || unusable(c) {
                 continue;
             }
             any_free.get_or_insert(c);

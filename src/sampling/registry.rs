@@ -35,8 +35,9 @@ pub struct Jobs {
 
 /// Bits of an inode code that hold the slot.
 const SLOT_BITS: u32 = 6;
-/// Generations wrap here (codes fit in 23 bits).
-const GENERATIONS: u32 = 1 << 17;
+/// Generations wrap here: codes stay at most 2^22, below the bit that marks a pending job
+/// name's code (`fs::inodes::PENDING_JOB`).
+const GENERATIONS: u32 = 1 << 16;
 
 impl Jobs {
     /// An empty registry for a dataset of `files` file ids and `samples` samples, allowing
@@ -186,6 +187,7 @@ impl Jobs {
                     "hit_rate": if looked == 0 { 0.0 } else { hits as f64 / looked as f64 },
                     "substitutions": get(&c.substitutions),
                     "prefetched": get(&c.prefetched),
+                    "bad_skipped": get(&c.bad_skipped),
                     "idle_s": now.saturating_sub(j.last_active_ms()) as f64 / 1000.0,
                     "state_bytes": j.state_bytes(),
                 })

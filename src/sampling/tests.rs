@@ -220,3 +220,31 @@ fn per_sample_state_is_two_bits_per_sample() {
     let total: usize = (0..8).map(|i| reg.get_or_create(format!("j{i}").as_bytes(), Requester::OWNER).expect("job").state_bytes()).sum();
     assert!(total <= 2_700_000, "{total} bytes");
 }
+
+#[test]
+fn an_unusable_sample_is_never_chosen_with_ods_on_or_off() {
+    for ods in [true, false] {
+        let reg = jobs(4);
+        let job = reg.get_or_create(b"bad", Requester::OWNER).expect("job");
+        let dir = [0, 1, 2, 3];
+        let bad = |c: FileId| c == 1 || c == 2;
+        // Sample 1 is cached (rank 2): it still is never picked.
+        let rank = |c: FileId| if c == 1 { 2u8 } else { 0 };
+        let mut served = Vec::new();
+        for epoch in 0..3 {
+            for requested in dir {
+                let choice = job.choose_usable(requested, &dir, rank, 2, epoch, ods, bad);
+                assert!(!bad(choice.sample), "ods {ods}: {requested} was served bad {}", choice.sample);
+                assert_eq!(choice.substituted, choice.sample != requested);
+                job.mark_served(choice.sample, choice.claimed);
+                served.push(choice.sample);
+            }
+        }
+        // Each pass serves the two good samples once each (the other two opens start a pass).
+        assert!(served.iter().all(|s| *s == 0 || *s == 3), "ods {ods}: {served:?}");
+        assert!(served.contains(&0) && served.contains(&3), "ods {ods}: {served:?}");
+        // A directory of nothing usable returns the request, unclaimed, for its open to fail.
+        let none = job.choose_usable(1, &[1, 2], rank, 2, 0, ods, bad);
+        assert_eq!(none, Choice { sample: 1, substituted: false, claimed: false });
+    }
+}

@@ -49,7 +49,8 @@ struct DirNode {
 struct FileNode {
     name: NameRef,
     dir: DirId,
-    /// Length of the stem (name without its extension) when this is an image, else 0.
+    /// Length of the served stem when this is an image (its name without the extension, or
+    /// the whole name when the stem is shared: see [`Catalog::stem`]), else 0.
     stem_len: u32,
 }
 
@@ -64,7 +65,8 @@ pub struct Catalog {
     images_by_stem: Vec<FileId>,
     /// Probed pixel size per file: 0 not yet probed, [`PROBE_FAILED`], or `w << 32 | h`.
     sizes: Vec<AtomicU64>,
-    /// Image files hidden from the pixel views because another file has the same stem.
+    /// Image files hidden from the pixel views because another would be served under the same
+    /// name even after the shared-stem rule (see [`Catalog::stem`]).
     pub stem_collisions: usize,
     samples: usize,
 }
@@ -177,13 +179,36 @@ impl Catalog {
             let mut images: Vec<FileId> =
                 (first_file..last_file).filter(|&f| cat.files[f as usize].stem_len > 0).collect();
             images.sort_by(|&a, &b| cat.stem(a).cmp(cat.stem(b)));
+            // The naming rule for stems shared within a directory (`dup.jpg` and `dup.png`):
+            // each of them is served under its whole name (`dup.jpg.ppm`, `dup.png.ppm`), the
+            // others under their stem (`x.ppm`). Stable: it depends only on the directory's names.
+            let shared: Vec<FileId> = images
+                .iter()
+                .enumerate()
+                .filter(|&(i, &f)| {
+                    let same = |j: usize| images.get(j).is_some_and(|&g| cat.stem(g) == cat.stem(f));
+                    same(i + 1) || (i > 0 && same(i - 1))
+                })
+                .map(|(_, &f)| f)
+                .collect();
+            if !shared.is_empty() {
+                for &f in &shared {
+                    let node = &mut cat.files[f as usize];
+                    node.stem_len = node.name.len;
+                }
+                images.sort_by(|&a, &b| cat.stem(a).cmp(cat.stem(b)));
+                tracing::info!(dir = %path.display(), files = shared.len(), "image files share a stem; each is served under its whole name (x.jpg.ppm, x.png.ppm)");
+            }
+            // What still collides (`a.jpg` + `a.png` beside `a.jpg.png`, served `a.jpg.ppm`
+            // twice): the one whose own stem sorts first is served, the rest hidden from the
+            // pixel views (counted in `stem_collisions`, logged).
             let before = images.len();
             images.dedup_by(|b, a| cat.stem(*a) == cat.stem(*b));
             if images.len() != before {
                 tracing::warn!(
                     dir = %path.display(),
                     hidden = before - images.len(),
-                    "image files share a stem; only the first of each is served decoded"
+                    "image files would be served under one name; only the first is served decoded"
                 );
                 cat.stem_collisions += before - images.len();
             }
@@ -260,7 +285,9 @@ impl Catalog {
         OsStr::from_bytes(self.name_bytes(self.files[file as usize].name))
     }
 
-    /// An image file's stem (name without extension); empty for non-images.
+    /// The stem of an image file's `decoded`/`augmented` name (which adds the output's
+    /// extension): its name without extension, or its whole name when another image of its
+    /// directory has the same stem (see the scan); empty for non-images.
     pub fn stem(&self, file: FileId) -> &[u8] {
         let node = &self.files[file as usize];
         &self.name_bytes(node.name)[..node.stem_len as usize]
@@ -430,8 +457,8 @@ mod tests {
         let dir = tree();
         let cat = Catalog::scan(dir.path(), |_| {}).expect("scan");
         assert_eq!(cat.file_count(), 7);
-        assert_eq!(cat.sample_count(), 5); // z.png hidden behind z.jpg, notes.txt not a sample
-        assert_eq!(cat.stem_collisions, 1);
+        assert_eq!(cat.sample_count(), 6); // z.jpg and z.png both served; notes.txt not a sample
+        assert_eq!(cat.stem_collisions, 0);
         let names: Vec<_> = cat.subdirs(0).map(|d| cat.dir_name(d).to_owned()).collect();
         assert_eq!(names, ["a", "b"]);
         let Some(Entry::Dir(b)) = cat.lookup(0, OsStr::new("b")) else { panic!("b") };
@@ -452,10 +479,26 @@ mod tests {
         assert_eq!(cat.file_path(y), dir.path().join("a/deep/er/y.png"));
         assert_eq!(cat.lookup_image(er, OsStr::new("y.png"), "ppm"), None);
         assert_eq!(cat.lookup_image(er, OsStr::new("y.npy"), "ppm"), None);
-        let Some(Entry::File(z)) = cat.lookup_image(a, OsStr::new("z.ppm"), "ppm") else { panic!("z") };
+        // z.jpg and z.png share a stem: each is served under its whole name.
+        assert_eq!(cat.lookup_image(a, OsStr::new("z.ppm"), "ppm"), None);
+        let Some(Entry::File(z)) = cat.lookup_image(a, OsStr::new("z.jpg.ppm"), "ppm") else { panic!("z.jpg") };
         assert_eq!(cat.file_name(z), "z.jpg");
+        let Some(Entry::File(z)) = cat.lookup_image(a, OsStr::new("z.png.ppm"), "ppm") else { panic!("z.png") };
+        assert_eq!(cat.file_name(z), "z.png");
         assert!(cat.lookup(0, OsStr::new("nope")).is_none());
         assert!(cat.lookup(0, OsStr::new("top.jpg")).is_some());
+    }
+
+    #[test]
+    fn a_name_the_shared_stem_rule_makes_twice_serves_one_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for name in ["a.jpg", "a.png", "a.jpg.png", "b.jpg"] {
+            fs::write(dir.path().join(name), b"x").expect("write");
+        }
+        let cat = Catalog::scan(dir.path(), |_| {}).expect("scan");
+        let served: Vec<_> = cat.images(0).iter().map(|&f| (String::from_utf8_lossy(cat.stem(f)).into_owned(), cat.file_name(f).to_owned())).collect();
+        assert_eq!(served, [("a.jpg".into(), "a.jpg".into()), ("a.png".into(), "a.png".into()), ("b".into(), "b.jpg".into())]);
+        assert_eq!(cat.stem_collisions, 1);
     }
 
     #[test]
