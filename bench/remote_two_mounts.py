@@ -23,6 +23,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from read_tree import read_all as read_files  # noqa: E402  (the raw reader: whole files, in order)
 
 
 def free_port():
@@ -88,12 +90,6 @@ class Mount:
             self.proc.kill()
 
 
-def read_files(paths):
-    n = 0
-    for p in paths:
-        with open(p, "rb") as f:
-            n += len(f.read())
-    return n
 
 
 def epoch(mount, job, seed, readers=2):
