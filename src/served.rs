@@ -38,7 +38,8 @@ impl ServedBytes {
     }
 
     /// The bytes, read back where they are in a memory file.
-    pub fn to_vec(&self) -> std::io::Result<Vec<u8>> {
+    #[cfg(test)]
+    pub(crate) fn to_vec(&self) -> std::io::Result<Vec<u8>> {
         match self {
             ServedBytes::Memory(b) => Ok(b.to_vec()),
             ServedBytes::Sealed(f) => {
@@ -102,6 +103,18 @@ impl SealedFile {
 impl Drop for SealedFile {
     fn drop(&mut self) {
         LIVE.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A sealed memory file holding `bytes`, or `None` when none can be made (said in the log, at
+/// most once a minute): the bytes then stay in memory and their reads come to the daemon.
+pub(crate) fn seal(bytes: &[u8]) -> Option<SealedFile> {
+    match SealedFile::new(bytes) {
+        Ok(file) => Some(file),
+        Err(e) => {
+            crate::warn_limited!("memfd", "cannot make a memory file for passthrough ({e}); the daemon serves this output's reads");
+            None
+        }
     }
 }
 

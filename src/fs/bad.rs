@@ -49,20 +49,6 @@ impl Filesystem {
         }
         let start = Jobs::scan_start(dir_samples.len());
         let top = SampleCache::top_preference(view.form);
-        self.choose_usable(job, view, requested, dir_samples, rank, top, start)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn choose_usable(
-        &self,
-        job: &Job,
-        view: View,
-        requested: FileId,
-        dir_samples: &[FileId],
-        rank: impl Fn(FileId) -> u8,
-        top: u8,
-        start: usize,
-    ) -> Choice {
         let ods = self.config().jobs.ods;
         job.choose_usable(requested, dir_samples, rank, top, start, ods, |c| self.hidden(view, c))
     }

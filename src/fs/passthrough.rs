@@ -138,12 +138,6 @@ impl Filesystem {
         if !self.passthrough_on() {
             return None;
         }
-        match SealedFile::new(bytes) {
-            Ok(file) => Some(file),
-            Err(e) => {
-                crate::warn_limited!("memfd", "cannot make a memory file for passthrough ({e}); serving this open from the daemon");
-                None
-            }
-        }
+        crate::served::seal(bytes)
     }
 }

@@ -10,7 +10,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use crate::config::{Dtype, Format, OutputConfig};
-use crate::served::{SealedFile, ServedBytes};
+use crate::served::{self, ServedBytes};
 use crate::shared::{Rgb, Size2};
 
 /// Where served bytes are made.
@@ -111,12 +111,9 @@ pub(crate) fn served_to<E>(
         bytes.clear();
         bytes.resize(encoded_len(output, size) as usize, 0);
         write_served(output, &header(output, size), size.area() as usize * 3, &mut bytes, fill)?;
-        let made = match SealedFile::new(&bytes) {
-            Ok(file) => ServedBytes::Sealed(Arc::new(file)),
-            Err(e) => {
-                crate::warn_limited!("memfd", "cannot make a memory file for passthrough ({e}); keeping the output in memory");
-                ServedBytes::Memory(Arc::from(&bytes[..]))
-            }
+        let made = match served::seal(&bytes) {
+            Some(file) => ServedBytes::Sealed(Arc::new(file)),
+            None => ServedBytes::Memory(Arc::from(&bytes[..])),
         };
         if bytes.capacity() > KEEP_SCRATCH_BYTES {
             *bytes = Vec::new();
