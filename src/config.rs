@@ -568,6 +568,7 @@ struct RawJobs {
     prefetch_window: Option<usize>,
     ods: Option<bool>,
     per_user: Option<usize>,
+    shared: Option<bool>,
 }
 
 /// Concurrent jobs under `jobs/` (opportunistic sampling).
@@ -584,11 +585,14 @@ pub struct JobsConfig {
     /// Jobs one user (uid) may hold at once; root and the mount's owner are not limited, and
     /// one slot is always kept for them.
     pub per_user: usize,
+    /// With `cache.remote`: a job name is one job on every mount sharing the remote (its seen
+    /// and claimed bits and its epoch in Redis). Off: each mount's jobs are its own.
+    pub shared: bool,
 }
 
 impl Default for JobsConfig {
     fn default() -> Self {
-        JobsConfig { max: 16, idle_timeout_s: 600.0, prefetch_window: 16, ods: true, per_user: 4 }
+        JobsConfig { max: 16, idle_timeout_s: 600.0, prefetch_window: 16, ods: true, per_user: 4, shared: true }
     }
 }
 
@@ -613,6 +617,9 @@ fn jobs_config(text: &str, raw: Option<RawJobs>) -> Result<JobsConfig, ConfigErr
     }
     if let Some(ods) = raw.ods {
         jobs.ods = ods;
+    }
+    if let Some(shared) = raw.shared {
+        jobs.shared = shared;
     }
     jobs.per_user = match raw.per_user {
         Some(0) => return Err(ConfigError::value(text, "jobs.per_user", ValueError::NotPositive)),
@@ -1157,6 +1164,7 @@ struct WrittenJobs {
     prefetch_window: usize,
     ods: bool,
     per_user: usize,
+    shared: bool,
 }
 
 impl<'a> From<&'a Config> for WrittenConfig<'a> {
@@ -1194,6 +1202,7 @@ impl<'a> From<&'a Config> for WrittenConfig<'a> {
                 prefetch_window: c.jobs.prefetch_window,
                 ods: c.jobs.ods,
                 per_user: c.jobs.per_user,
+                shared: c.jobs.shared,
             },
             allow_other: c.access.allow_other,
             uid: c.access.uid,
@@ -1413,7 +1422,7 @@ mod tests {
     #[test]
     fn jobs_and_read_limits_parse_and_are_checked() {
         let c = parse("jobs: { max: 3, idle_timeout: 2m, prefetch_window: 4, ods: false }\n").expect("valid");
-        assert_eq!(c.jobs, JobsConfig { max: 3, idle_timeout_s: 120.0, prefetch_window: 4, ods: false, per_user: 1 });
+        assert_eq!(c.jobs, JobsConfig { max: 3, idle_timeout_s: 120.0, prefetch_window: 4, ods: false, per_user: 1, shared: true });
         assert_eq!(parse("seed: 1\n").expect("valid").jobs, JobsConfig::default());
         assert_eq!(parse("jobs: { idle_timeout: 45 }\n").expect("valid").jobs.idle_timeout_s, 45.0);
         let err = parse("jobs:\n  max: 65\n").unwrap_err().to_string();
@@ -1614,7 +1623,7 @@ mod tests {
              cache:\n  memory: 64MiB\n  split: 20-30-50\n  policy: lru\n  refill: false\n  consumer_samples_per_s: 1234.5\n\
              \x20 disk: {{ path: {disk}, size: 10G }}\n\
              \x20 remote: {{ url: \"redis://127.0.0.1:6390/2\", size: 32GiB }}\n\
-             jobs: {{ max: 8, idle_timeout: 90s, prefetch_window: 7, ods: false, per_user: 3 }}\n\
+             jobs: {{ max: 8, idle_timeout: 90s, prefetch_window: 7, ods: false, per_user: 3, shared: false }}\n\
              allow_other: true\nuid: 1000\ngid: 100\ncontrol_public: true\nmax_open_bytes: 32MiB\n\
              bad_samples: {{ hide: all, validate: scan }}\n",
             source = source.display(),
@@ -1631,7 +1640,7 @@ mod tests {
         let first = Config::parse(&yaml, &Overrides::default()).expect("valid");
         assert_eq!(first.cache.split, SplitChoice::Fixed(Split::new(20, 30, 50).expect("sums to 100")));
         assert_eq!(first.source_read_limit, Some(1_610_612_736));
-        assert!(first.cache.disk.is_some() && first.access.allow_other && !first.jobs.ods);
+        assert!(first.cache.disk.is_some() && first.access.allow_other && !first.jobs.ods && !first.jobs.shared);
         assert_eq!(first.bad_samples, BadSamplesConfig { hide: HideBad::All, validate: Validate::Scan });
         assert_eq!((first.access.uid, first.access.gid), (Some(1000), Some(100)));
         assert_eq!(first.cache.remote, Some(RemoteConfig { url: "redis://127.0.0.1:6390/2".into(), size: 32 << 30 }));

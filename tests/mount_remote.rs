@@ -1,7 +1,7 @@
 //! Mounted end-to-end tests of the remote cache tier on a real `redis-server` and on a real
-//! three-node Redis Cluster (never a mock): two mounts of one dataset share what either read, and
-//! a killed server (or every node) is an outage the mount serves through, then uses again once
-//! it is back.
+//! three-node Redis Cluster (never a mock): two mounts of one dataset share what either read, one
+//! job read through two mounts is served each sample once per epoch across both, and a killed
+//! server (or every node) is an outage the mount serves through, then uses again once it is back.
 
 mod common;
 
@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::redis_server::{RedisCluster, RedisServer, SharedRedis};
-use common::{augmented_files, make_dataset, source_bytes, write_config, Mounted};
+use common::{augmented_files, id_of_pixels, make_dataset, make_id_dataset, parse_ppm, source_bytes, write_config, Mounted};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -219,4 +221,87 @@ fn a_job_on_another_mount_prefers_samples_the_shared_tier_holds_over_the_source(
     assert!(count(&stats["cache"]["remote"], "hits") >= 5, "{stats}");
     assert!(first.stop().success());
     assert!(second.stop().success());
+}
+
+#[test]
+fn one_job_read_through_two_mounts_sharing_a_server_is_served_every_sample_once_per_epoch() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = RedisServer::start(&tmp.path().join("redis"));
+    one_job_across_two_mounts(tmp.path(), &server);
+}
+
+#[test]
+fn one_job_read_through_two_mounts_sharing_a_three_node_cluster_is_served_every_sample_once_per_epoch() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cluster = RedisCluster::start(&tmp.path().join("redis"));
+    one_job_across_two_mounts(tmp.path(), &cluster);
+}
+
+/// One job, `train`, read through two mounts sharing `server` by two readers each (a
+/// data-parallel job's four ranks, each reading its quarter of a shuffled listing), two epochs
+/// with the ranks meeting between them: each epoch serves every sample exactly once across all
+/// four, identified by content, and each from the class directory it was asked in.
+fn one_job_across_two_mounts(tmp: &Path, server: &impl SharedRedis) {
+    const CLASSES: usize = 3;
+    const PER_CLASS: usize = 12;
+    let (source, class_of) = make_id_dataset(tmp, CLASSES, PER_CLASS);
+    let yaml = |url: &str| format!("seed: 4\ncache:\n  memory: 64MiB\n  remote: {{ url: \"{url}\", size: 1GiB }}\n");
+    let mounts: Vec<Mounted> = ["a", "b"]
+        .iter()
+        .map(|m| {
+            let dir = tmp.join(m);
+            fs::create_dir_all(&dir).expect("mkdir");
+            Mounted::start(&dir, &write_config(&dir, &yaml(&server.url())), &source, LIMIT)
+        })
+        .collect();
+    // The job's files as each rank lists them: (class, name).
+    let view = mounts[0].path("jobs/train/augmented");
+    let mut files: Vec<(usize, std::ffi::OsString)> = Vec::new();
+    for c in 0..CLASSES {
+        let mut names: Vec<_> = fs::read_dir(view.join(format!("c{c}"))).expect("list").map(|e| e.expect("entry").file_name()).collect();
+        names.sort();
+        files.extend(names.into_iter().map(|n| (c, n)));
+    }
+    assert_eq!(files.len(), CLASSES * PER_CLASS);
+    for epoch in 0..2u64 {
+        let mut order = files.clone();
+        order.shuffle(&mut rand_pcg::Pcg64Mcg::seed_from_u64(epoch));
+        let ranks: Vec<_> = (0..4)
+            .map(|rank| {
+                let view = mounts[rank / 2].path("jobs/train/augmented");
+                let mine: Vec<(usize, std::ffi::OsString)> = order.iter().skip(rank).step_by(4).cloned().collect();
+                std::thread::spawn(move || {
+                    mine.into_iter()
+                        .map(|(class, name)| {
+                            let path = view.join(format!("c{class}")).join(name);
+                            let bytes = fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                            let (id, distance) = id_of_pixels(parse_ppm(&bytes).2);
+                            assert!(distance < 12.0, "{}: no sample's colour ({distance})", path.display());
+                            (class, id)
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let served: Vec<(usize, usize)> = ranks.into_iter().flat_map(|r| r.join().expect("rank")).collect();
+        let mut ids: Vec<usize> = served.iter().map(|&(_, id)| id).collect();
+        ids.sort_unstable();
+        let logs = || mounts.iter().map(Mounted::log).collect::<Vec<_>>().join("\n");
+        assert_eq!(ids, (0..CLASSES * PER_CLASS).collect::<Vec<_>>(), "epoch {epoch}: not every sample exactly once\n{}", logs());
+        for (class, id) in served {
+            assert_eq!(class_of[id], class, "sample {id} served in class c{class}: its label changed");
+        }
+    }
+    let mut claims = 0;
+    for mnt in &mounts {
+        let stats = mnt.stats();
+        let job = &stats["jobs"]["active"][0];
+        assert_eq!((job["name"].as_str(), job["shared"].as_bool()), (Some("train"), Some(true)), "{stats}");
+        assert_eq!(job["decided_alone"], 0, "{stats}");
+        claims += count(job, "shared_claims");
+    }
+    assert_eq!(claims, 2 * (CLASSES * PER_CLASS) as u64, "every open claimed once in the store");
+    for mnt in mounts {
+        assert!(mnt.stop().success());
+    }
 }

@@ -168,6 +168,7 @@ impl Filesystem {
         }
         let name = name.to_str().ok_or(Error::NotFound)?;
         let job = self.jobs.retire(name).ok_or(Error::NotFound)?;
+        job.restart_everywhere();
         self.forget_job(&job);
         Ok(())
     }

@@ -131,8 +131,6 @@ impl Filesystem {
 
     /// A filesystem reading its source through `io` (a fault-injecting one in tests).
     pub(crate) fn with_source(config: Config, catalog: Catalog, io: Arc<dyn SourceIo>) -> std::io::Result<Filesystem> {
-        let jobs = Jobs::new(config.jobs.max, catalog.file_count(), catalog.sample_count() as u64, config.seed)
-            .with_per_user(config.jobs.per_user);
         let top_pass = Pass::new(catalog.file_count(), catalog.sample_count() as u64);
         let open_budget = OpenBudget::new(config.access.max_open_bytes, OPEN_WAIT);
         let refresh = Bitset::new(catalog.file_count());
@@ -177,6 +175,18 @@ impl Filesystem {
                 }
             }
         });
+        // Jobs of the same name on every mount sharing the remote are one job (`jobs.shared`).
+        // The store forgets a job idle on every mount for twice the idle timeout.
+        let job_store = match (&remote, config.jobs.shared) {
+            (Some(remote), true) => {
+                let ttl = Duration::from_secs_f64((2.0 * config.jobs.idle_timeout_s).max(60.0));
+                Some(Arc::new(remote.jobs(ttl)) as Arc<dyn crate::sampling::SharedJobs>)
+            }
+            _ => None,
+        };
+        let jobs = Jobs::new(config.jobs.max, catalog.file_count(), catalog.sample_count() as u64, config.seed)
+            .with_per_user(config.jobs.per_user)
+            .with_shared(job_store);
         let tiers = Tiers::new(Arc::clone(&cache), disk, catalog.root().to_path_buf()).with_remote(remote);
         let pixels = PixelWork::new(&config, catalog.file_count(), Arc::clone(&stats));
         let producer = SampleProducer::new(Arc::clone(&catalog), Arc::clone(&reader), tiers, pixels, Arc::clone(&stats));

@@ -12,12 +12,19 @@ use crate::sync::{Arc, LockExt, Mutex, MutexGuard};
 use rand::seq::SliceRandom;
 
 use crate::shared::draw_rng;
+use crate::stats::bump;
 use crate::source::catalog::{DirId, FileId};
 
+use super::shared::SharedJob;
 use super::{Bitset, Pass, Rank, SCAN_LIMIT};
 
 /// Listing orders remembered per job for prefetch.
 const LISTINGS_KEPT: usize = 64;
+/// A shared job's claim offers the store this many candidates, best first.
+const SHARED_CANDIDATES: usize = 8;
+/// A shared job's choice asks the store at most this many times before serving the request as
+/// it is.
+const SHARED_ROUNDS: usize = 16;
 
 /// What [`Job::choose`] decided for one open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +50,12 @@ pub struct JobCounters {
     pub prefetched: AtomicU64,
     /// Opens of a sample known bad, or found bad at the open, that were served another instead.
     pub bad_skipped: AtomicU64,
+    /// A shared job's samples claimed in the shared store by this mount.
+    pub shared_claims: AtomicU64,
+    /// Candidates the shared store said another mount had taken.
+    pub taken_elsewhere: AtomicU64,
+    /// Choices a shared job made alone because the store did not answer (an outage).
+    pub decided_alone: AtomicU64,
 }
 
 /// One directory's listing as handed to the job, kept for prefetch.
@@ -60,6 +73,9 @@ struct Listing {
 struct JobState {
     listings: HashMap<DirId, Listing>,
     listings_made: u64,
+    /// A shared job's claims in the store not yet read, with the epoch each was made in (a
+    /// claim given back names its own epoch, never a later one's).
+    shared_claims: HashMap<FileId, u64>,
 }
 
 /// One training job: see the module documentation.
@@ -72,8 +88,11 @@ pub struct Job {
     seed: u64,
     /// The name hashed: the job's part in its listings' shuffles.
     key: u64,
-    /// This epoch: the samples served in it.
+    /// This epoch: the samples served in it. For a shared job, the samples this mount knows
+    /// are taken anywhere, and the store's epoch number.
     epoch: Pass,
+    /// The state shared with other mounts (`jobs.shared` with a remote tier), if any.
+    pub(super) shared: Option<Box<dyn SharedJob>>,
     claimed: Bitset,
     state: Mutex<JobState>,
     last_active_ms: AtomicU64,
@@ -90,6 +109,7 @@ impl Job {
             seed,
             key: crate::shared::fnv1a64(&[name.as_bytes()]),
             epoch: Pass::new(files, samples),
+            shared: None,
             claimed: Bitset::new(files),
             state: Mutex::new(JobState::default()),
             last_active_ms: AtomicU64::new(now_ms),
@@ -182,6 +202,13 @@ impl Job {
         ods: bool,
         unusable: impl Fn(FileId) -> bool,
     ) -> Choice {
+        if let (Some(shared), true) = (&self.shared, ods) {
+            match self.choose_shared(shared.as_ref(), requested, dir_samples, &rank, start, &unusable) {
+                Some(choice) => return choice,
+                // The store did not answer: decide alone, on what this mount knows.
+                None => bump(&self.counters.decided_alone, 1),
+            }
+        }
         let _state = self.lock();
         let mut rolled = false;
         loop {
@@ -212,6 +239,98 @@ impl Job {
                 None => return Choice { sample: requested, substituted: false, claimed: false },
             }
         }
+    }
+
+    /// A shared job's choice: the candidates ODS ranks (best first) are offered to the store,
+    /// which claims the first no mount has taken in its current epoch. Candidates it finds taken
+    /// are learned (noted in the mirror), and a directory found all taken begins the next epoch
+    /// there, once. `None`: the store did not answer.
+    fn choose_shared(
+        &self,
+        shared: &dyn SharedJob,
+        requested: FileId,
+        dir_samples: &[FileId],
+        rank: &impl Fn(FileId) -> Rank,
+        start: usize,
+        unusable: &impl Fn(FileId) -> bool,
+    ) -> Option<Choice> {
+        let mut rolled = false;
+        for _ in 0..SHARED_ROUNDS {
+            let seen_epoch = self.epoch.number();
+            let candidates = self.ranked_free(requested, dir_samples, rank, start, unusable);
+            if candidates.is_empty() && rolled {
+                break;
+            }
+            // No lock is held across the store's round trip.
+            let reply = shared.claim(seen_epoch, candidates.is_empty(), &candidates)?;
+            let mut state = self.lock();
+            if reply.epoch != seen_epoch {
+                // Ranked on a stale mirror (the store claimed nothing): look again.
+                self.adopt_epoch(reply.epoch);
+                rolled = true;
+                continue;
+            }
+            let taken = reply.got.unwrap_or(candidates.len());
+            for &c in &candidates[..taken] {
+                if self.epoch.note(c) {
+                    bump(&self.counters.taken_elsewhere, 1);
+                }
+            }
+            rolled |= reply.epoch_after != seen_epoch;
+            if let Some(i) = reply.got {
+                let sample = candidates[i];
+                self.epoch.note(sample);
+                self.claimed.set(sample);
+                state.shared_claims.insert(sample, reply.epoch);
+                self.adopt_epoch(reply.epoch_after);
+                bump(&self.counters.shared_claims, 1);
+                return Some(Choice { sample, substituted: sample != requested, claimed: true });
+            }
+            self.adopt_epoch(reply.epoch_after);
+        }
+        // Everything left is pinned to this mount's open handles: serve the request as it is.
+        Some(Choice { sample: requested, substituted: false, claimed: false })
+    }
+
+    /// Makes the mirror follow the store's epoch `number` (a fresh mirror when it differs).
+    fn adopt_epoch(&self, number: u64) {
+        if self.epoch.number() != number {
+            self.epoch.restart_at(number);
+        }
+    }
+
+    /// The free, usable samples of the directory in ODS's order of preference, at most
+    /// [`SHARED_CANDIDATES`]: the best rank first; among equals the requested sample, then scan
+    /// order from `start`. The first is what [`Job::pick_substitute`] picks.
+    fn ranked_free(
+        &self,
+        requested: FileId,
+        dir_samples: &[FileId],
+        rank: &impl Fn(FileId) -> Rank,
+        start: usize,
+        unusable: &impl Fn(FileId) -> bool,
+    ) -> Vec<FileId> {
+        let usable = |c: FileId| self.free(c) && !unusable(c);
+        let n = dir_samples.len();
+        let mut free: Vec<(Rank, bool, usize, FileId)> = Vec::new();
+        if usable(requested) {
+            free.push((rank(requested), true, 0, requested));
+        }
+        for k in 0..n.min(SCAN_LIMIT) {
+            let c = dir_samples[(start + k) % n];
+            if c != requested && usable(c) {
+                free.push((rank(c), false, k, c));
+            }
+        }
+        let order = |a: &(Rank, bool, usize, FileId), b: &(Rank, bool, usize, FileId)| {
+            b.0.cmp(&a.0).then(b.1.cmp(&a.1)).then(a.2.cmp(&b.2))
+        };
+        if free.len() > SHARED_CANDIDATES {
+            free.select_nth_unstable_by(SHARED_CANDIDATES - 1, order);
+            free.truncate(SHARED_CANDIDATES);
+        }
+        free.sort_unstable_by(order);
+        free.into_iter().map(|(_, _, _, c)| c).collect()
     }
 
     /// The first free, usable sample of the directory, scanning from `start`.
@@ -265,20 +384,55 @@ impl Job {
     /// handle is the one that claimed the sample; only its read releases the claim (a handle
     /// sharing the sample unclaimed must not free it while the claimant is still open).
     pub fn mark_served(&self, sample: FileId, holds_claim: bool) -> bool {
-        let _state = self.lock();
+        let mut state = self.lock();
         if holds_claim {
             self.claimed.clear(sample);
         }
-        let new = self.epoch.mark(sample);
+        let new = match &self.shared {
+            // A shared job's mirror noted the sample at its claim; the store begins its epochs.
+            Some(_) => {
+                let claimed_in_store = holds_claim && state.shared_claims.remove(&sample).is_some();
+                self.epoch.note(sample) || claimed_in_store
+            }
+            None => self.epoch.mark(sample),
+        };
         if new {
             self.counters.served.fetch_add(1, Ordering::Relaxed);
         }
         new
     }
 
-    /// Releases a claim that was never read (the handle closed unread).
+    /// Releases a claim that was never read (the handle closed unread); a shared job gives it
+    /// back to the store, in the epoch it was made in.
     pub fn unclaim(&self, sample: FileId) {
-        self.claimed.clear(sample);
+        if !self.claimed.clear(sample) {
+            return;
+        }
+        let Some(shared) = &self.shared else { return };
+        let given_back = {
+            let mut state = self.lock();
+            let epoch = state.shared_claims.remove(&sample);
+            if epoch == Some(self.epoch.number()) {
+                self.epoch.unnote(sample);
+            }
+            epoch
+        };
+        if let Some(epoch) = given_back {
+            shared.release(epoch, sample);
+        }
+    }
+
+    /// Whether the job's state is shared with other mounts.
+    pub fn is_shared(&self) -> bool {
+        self.shared.is_some()
+    }
+
+    /// The job is being removed: a shared job begins a fresh epoch on every mount, so starting
+    /// it again starts anew (as a local job's fresh state does).
+    pub(crate) fn restart_everywhere(&self) {
+        if let Some(shared) = &self.shared {
+            shared.restart();
+        }
     }
 
     /// A fresh order for listing `dir` (its samples `dir_samples`): shuffled per (seed, job,

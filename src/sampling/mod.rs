@@ -30,18 +30,28 @@
 //! retired job's stale inodes never reach its successor. A name or a job refused is a
 //! [`JobError`], whose errno is decided beside it.
 //!
+//! - **Shared jobs** (`jobs.shared`, with a remote tier): the same job name on every mount
+//!   sharing the remote is one job. Its taken bits and epoch live in the store ([`SharedJobs`]);
+//!   an open's choice offers the store the few best candidates ODS ranks, and the store claims
+//!   the first no mount has taken, atomically. So a job read through several mounts is served
+//!   each sample once per epoch across all of them. A store that does not answer leaves each
+//!   mount deciding alone (once per epoch on that mount) until it is back.
+//!
 //! Where things are: [`Job`] and its decisions in `job.rs`, the registry of jobs ([`Jobs`]) in
-//! `registry.rs`, the bit sets both keep in `pass.rs`; here the limits, names and errors.
+//! `registry.rs`, the bit sets both keep in `pass.rs`, the seam to a shared job's store in
+//! `shared.rs`; here the limits, names and errors.
 
 mod job;
 mod pass;
 mod registry;
+mod shared;
 #[cfg(test)]
 mod tests;
 
 pub use job::{Choice, Job, JobCounters};
 pub use pass::{Bitset, Pass};
 pub use registry::Jobs;
+pub use shared::{ClaimReply, SharedJob, SharedJobs};
 
 /// Jobs that can be active at once (each is a bit of an augmented output's used-by mask).
 pub const MAX_JOBS: usize = 64;

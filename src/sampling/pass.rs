@@ -75,6 +75,27 @@ impl Pass {
         }
         new
     }
+    /// Marks `sample` taken in this pass without ever beginning the next one (a shared job's
+    /// mirror, whose passes the shared store begins); returns whether it was new.
+    pub(crate) fn note(&self, sample: FileId) -> bool {
+        let new = self.seen.set(sample);
+        if new {
+            self.served.fetch_add(1, Ordering::Relaxed);
+        }
+        new
+    }
+    /// Unmarks `sample` (a shared job's claim given back unread).
+    pub(crate) fn unnote(&self, sample: FileId) {
+        if self.seen.clear(sample) {
+            self.served.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+    /// Begins pass `number` (a shared job's, as its store reports it): every sample unseen.
+    pub(crate) fn restart_at(&self, number: u64) {
+        self.seen.clear_all();
+        self.served.store(0, Ordering::Relaxed);
+        self.number.store(number, Ordering::Relaxed);
+    }
     /// Begins the next pass: every sample unseen again.
     pub fn next(&self) {
         self.seen.clear_all();

@@ -11,7 +11,7 @@ use rand::Rng;
 
 use crate::shared::draw_rng;
 
-use super::{check_name, Job, JobError, Requester, MAX_JOBS};
+use super::{check_name, Job, JobError, Requester, SharedJobs, MAX_JOBS};
 
 /// A job in the registry, with the slot's generation.
 struct SlotState {
@@ -31,6 +31,8 @@ pub struct Jobs {
     started: Instant,
     retired: AtomicU64,
     created: AtomicU32,
+    /// Where jobs' state shared with other mounts is kept (`jobs.shared` with a remote tier).
+    store: Option<Arc<dyn SharedJobs>>,
 }
 
 /// Bits of an inode code that hold the slot.
@@ -54,6 +56,7 @@ impl Jobs {
             started: Instant::now(),
             retired: AtomicU64::new(0),
             created: AtomicU32::new(0),
+            store: None,
         }
     }
 
@@ -73,6 +76,12 @@ impl Jobs {
     /// The same registry, holding each unprivileged user to `per_user` jobs.
     pub(crate) fn with_per_user(mut self, per_user: usize) -> Jobs {
         self.per_user = per_user.max(1);
+        self
+    }
+
+    /// The same registry, sharing each job's state with the other mounts that use `store`.
+    pub(crate) fn with_shared(mut self, store: Option<Arc<dyn SharedJobs>>) -> Jobs {
+        self.store = store;
         self
     }
 
@@ -109,6 +118,7 @@ impl Jobs {
         let code = (generation << SLOT_BITS | slot as u32) + 1;
         let mut job = Job::new(name, slot, code, self.files, self.samples, self.seed, self.now_ms());
         job.owner = who.uid;
+        job.shared = self.store.as_ref().map(|store| store.job(name, self.samples));
         let job = Arc::new(job);
         slots[slot] = SlotState { job: Some(Arc::clone(&job)), generation };
         self.created.fetch_add(1, Ordering::Relaxed);
@@ -188,6 +198,10 @@ impl Jobs {
                     "substitutions": get(&c.substitutions),
                     "prefetched": get(&c.prefetched),
                     "bad_skipped": get(&c.bad_skipped),
+                    "shared": j.is_shared(),
+                    "shared_claims": get(&c.shared_claims),
+                    "taken_elsewhere": get(&c.taken_elsewhere),
+                    "decided_alone": get(&c.decided_alone),
                     "idle_s": now.saturating_sub(j.last_active_ms()) as f64 / 1000.0,
                     "state_bytes": j.state_bytes(),
                 })

@@ -41,9 +41,16 @@
 //!   `ASK` within [`CLUSTER_RETRIES`] retries. The budget then counts this mount's own bytes only
 //!   (`used_memory` is per node): the nodes' `maxmemory` bounds the rest.
 //!
+//! - **Shared jobs** (`jobs.rs`): a job name's taken bits and epoch, claimed by server-side
+//!   scripts, for `crate::sampling`'s shared jobs.
+//!
 //! Lookups run on the requesting thread, inside the tiers' single flight, so a remote round trip
 //! (bounded by the timeout) stands where a source read would. Connections are pooled; the pool is
 //! locked only to take or give back a connection, never across a call.
+
+mod jobs;
+
+pub(crate) use jobs::RemoteJobs;
 
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -303,13 +310,13 @@ pub(crate) fn dataset_fingerprint(catalog: &Catalog) -> u64 {
     h
 }
 
-/// The key of one form of one version of a sample (see the module documentation).
 /// The key of the dataset's shared index of held samples: a bitmap by catalog id (the
 /// fingerprint's hash tag puts it in one cluster slot).
 pub(crate) fn held_key_of(fingerprint: u64) -> Vec<u8> {
     format!("prepfs:1:{{{fingerprint:016x}}}:held").into_bytes()
 }
 
+/// The key of one form of one version of a sample (see the module documentation).
 pub(crate) fn key_of(fingerprint: u64, rel_path: &Path, version: &Identity, kind: RemoteKind) -> Vec<u8> {
     let rel = rel_path.as_os_str().as_bytes();
     let mut key = Vec::with_capacity(rel.len() + 64);
@@ -470,6 +477,8 @@ struct Inner {
     status: Option<Arc<SampleStatus>>,
     /// When the writer last read the shared index (ms since `epoch`).
     held_read_at_ms: AtomicU64,
+    /// Shared jobs' claims answered by the server (`jobs`).
+    job_calls: AtomicU64,
 }
 
 impl Inner {
@@ -784,6 +793,7 @@ impl RemoteTier {
             held_key: held_key_of(fingerprint),
             status,
             held_read_at_ms: AtomicU64::new(0),
+            job_calls: AtomicU64::new(0),
         });
         let (sender, receiver) = sync_channel(QUEUE_JOBS);
         let for_writer = Arc::clone(&inner);
@@ -792,6 +802,12 @@ impl RemoteTier {
             .spawn(move || for_writer.run_writer(receiver))
             .map_err(RemoteError::Writer)?;
         Ok(RemoteTier { inner, fingerprint, sender: Mutex::new(Some(sender)), writer: Mutex::new(Some(writer)) })
+    }
+
+    /// The store of the dataset's jobs shared by the mounts on this tier's server; a job's keys
+    /// outlive its last claim by `ttl`.
+    pub(crate) fn jobs(&self, ttl: Duration) -> RemoteJobs {
+        RemoteJobs::new(Arc::clone(&self.inner), self.fingerprint, ttl)
     }
 
     /// The key of one form of a sample's version (relative path and identity).
@@ -947,6 +963,8 @@ impl RemoteTier {
             // Samples this mount knows the tier holds (the shared index): what opportunistic
             // sampling prefers after the local forms.
             "samples_known_held": i.status.as_ref().map_or(0, |s| s.count_held(crate::cache::HELD_REMOTE)),
+            // Shared jobs' claims the server answered.
+            "job_claims": get(&i.job_calls),
         })
     }
 }
@@ -958,7 +976,7 @@ impl Drop for RemoteTier {
 }
 
 #[cfg(test)]
-#[path = "../../tests/common/redis_server.rs"]
+#[path = "../../../tests/common/redis_server.rs"]
 #[allow(unreachable_pub)]
 mod redis_server;
 
