@@ -159,6 +159,11 @@ fn outage_served_through(tmp: &Path, server: &mut impl SharedRedis) {
     assert_eq!((stats["source_errors"].as_u64(), stats["decode_errors"].as_u64()), (Some(0), Some(0)), "{stats}");
     // Another pass while down: logged once for the whole outage.
     read_all(&mnt, &files);
+    // A shared job's opens are decided by the mount alone meanwhile: none fails.
+    let job_files: Vec<PathBuf> = files.iter().map(|f| mnt.path("jobs/j").join(f.strip_prefix(&mnt.mountpoint).expect("under"))).collect();
+    read_all(&mnt, &job_files);
+    let job = &mnt.stats()["jobs"]["active"][0];
+    assert_eq!(count(job, "decided_alone"), files.len() as u64, "{job}");
     let log = mnt.log();
     assert_eq!(log.matches("remote cache tier is down").count(), 1, "{log}");
 
@@ -181,6 +186,10 @@ fn outage_served_through(tmp: &Path, server: &mut impl SharedRedis) {
     let hits = count(&after["cache"]["remote"], "hits") - count(&before, "hits");
     assert!(hits + in_memory >= files.len() as u64, "remote hits did not resume ({hits}, {in_memory} in memory): {after}");
     assert_eq!(source_bytes(&mnt), read_before, "{after}");
+    // The job's claims go to the server again.
+    read_all(&mnt, &job_files);
+    let job = &mnt.stats()["jobs"]["active"][0];
+    assert_eq!(count(job, "shared_claims"), files.len() as u64, "{job}");
     assert!(mnt.stop().success());
 }
 
