@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """Issue 13's measurement: two prepfs mounts of one dataset (standing in for two machines), with
-and without a shared Redis tier, storage limited to 10 MB/s in all (5 MB/s per mount), one job
-each, 2 epochs read at once through both. Prints and writes (--out) makespan, source bytes and
-hit rates; then the cost of a remote hit against a local one (decoded/ read with memory too small
-to hold it, against memory that holds it).
+and without a shared Redis tier, storage limited to 10 MB/s in all (5 MB/s per mount), 2 epochs
+read at once through both: one job each (`train-a`, `train-b`, each reading every file), and one
+job across both (`train` on both mounts, each mount reading its half of a shuffled listing per
+epoch, the halves meeting between epochs as a data-parallel job's ranks do). Prints and writes
+(--out) makespan, source bytes, hit rates and samples served; then the cost of a remote hit
+against a local one (decoded/ read with memory too small to hold it, against memory that holds
+it).
 
 usage: bench/remote_two_mounts.py [--data DIR] [--bin target/release/prepfs] [--out FILE.json]
 Needs redis-server on PATH and a prepfs release build; runs everything under timeouts and
@@ -92,11 +95,13 @@ class Mount:
 
 
 
-def epoch(mount, job, seed, readers=2):
+def epoch(mount, job, seed, readers=2, part=(0, 1)):
     """One epoch of `job` through `mount`'s job view by `readers` threads, in an order shuffled
-    by `seed` (as a training loader shuffles, each rank its own); its seconds."""
+    by `seed` (as a training loader shuffles); `part` (k, n): this rank's k-th of n shares of
+    it. Its seconds."""
     paths = files_under(os.path.join(mount.mnt, "jobs", job, "augmented"))
     random.Random(seed).shuffle(paths)
+    paths = paths[part[0]::part[1]]
     started = time.perf_counter()
     with ThreadPoolExecutor(readers) as pool:
         list(pool.map(read_files, [paths[i::readers] for i in range(readers)]))
@@ -112,20 +117,29 @@ def config(remote_url, memory, read_limit="5MB/s", extra=""):
     return yaml + extra
 
 
-def two_mounts(binary, data, work, shared):
+def two_mounts(binary, data, work, shared, across):
     redis = Redis(work) if shared else None
     mounts = []
     try:
         url = redis.url() if redis else None
         for name in ("a", "b"):
-            mounts.append(Mount(binary, data, work, name + ("-shared" if shared else "-alone"), config(url, "64MiB")))
+            tag = ("-shared" if shared else "-alone") + ("-across" if across else "-each")
+            mounts.append(Mount(binary, data, work, name + tag, config(url, "64MiB")))
         started = time.perf_counter()
-        times = {}
+        times = {os.path.basename(m.dir): [] for m in mounts}
         with ThreadPoolExecutor(2) as pool:
-            def run(m):
-                return [epoch(m, "train", "%s:%d" % (m.dir, e))[0] for e in range(2)]
-            for m, t in zip(mounts, pool.map(run, mounts)):
-                times[os.path.basename(m.dir)] = t
+            if across:
+                # One job: each epoch both mounts read their half of one shuffled listing, then meet.
+                for e in range(2):
+                    runs = pool.map(lambda km: epoch(km[1], "train", "epoch:%d" % e, part=(km[0], 2))[0], enumerate(mounts))
+                    for m, t in zip(mounts, runs):
+                        times[os.path.basename(m.dir)].append(t)
+            else:
+                def run(km):
+                    k, m = km
+                    return [epoch(m, "train-" + "ab"[k], "%s:%d" % (m.dir, e))[0] for e in range(2)]
+                for m, t in zip(mounts, pool.map(run, enumerate(mounts))):
+                    times[os.path.basename(m.dir)] = t
         makespan = time.perf_counter() - started
         out = {"makespan_s": round(makespan, 2), "epochs_s": times, "mounts": {}}
         for m in mounts:
@@ -135,10 +149,12 @@ def two_mounts(binary, data, work, shared):
             remote = s["cache"].get("remote") or {}
             out["mounts"][os.path.basename(m.dir)] = {
                 "source_bytes_read": s["source_bytes_read"],
-                "job": {k: job.get(k) for k in ("opens", "samples_served", "hits", "misses", "hit_rate")},
+                "job": {k: job.get(k) for k in ("name", "epoch", "opens", "samples_served", "hits", "misses", "hit_rate",
+                                                 "shared", "shared_claims", "taken_elsewhere", "decided_alone")},
                 "remote": {k: remote.get(k) for k in ("hits", "misses", "writes", "state")} if remote else None,
             }
         out["source_bytes_read"] = sum(v["source_bytes_read"] for v in out["mounts"].values())
+        out["samples_served"] = sum(v["job"]["samples_served"] or 0 for v in out["mounts"].values())
         return out
     finally:
         for m in mounts:
@@ -186,8 +202,10 @@ def main():
     work = tempfile.mkdtemp(prefix="prepfs-remote-bench-")
     try:
         report = {"data": args.data, "storage": "5 MB/s per mount (10 MB/s in all)",
-                  "alone": two_mounts(args.bin, args.data, work, shared=False),
-                  "shared": two_mounts(args.bin, args.data, work, shared=True),
+                  "one_job_each": {"alone": two_mounts(args.bin, args.data, work, shared=False, across=False),
+                                   "shared": two_mounts(args.bin, args.data, work, shared=True, across=False)},
+                  "one_job_across_both": {"alone": two_mounts(args.bin, args.data, work, shared=False, across=True),
+                                          "shared": two_mounts(args.bin, args.data, work, shared=True, across=True)},
                   "hit_cost": hit_cost(args.bin, args.data, work)}
     finally:
         shutil.rmtree(work, ignore_errors=True)

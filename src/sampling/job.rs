@@ -52,7 +52,8 @@ pub struct JobCounters {
     pub bad_skipped: AtomicU64,
     /// A shared job's samples claimed in the shared store by this mount.
     pub shared_claims: AtomicU64,
-    /// Candidates the shared store said another mount had taken.
+    /// Candidates the shared store said were taken by another open (another mount's, or a
+    /// concurrent one on this mount).
     pub taken_elsewhere: AtomicU64,
     /// Choices a shared job made alone because the store did not answer (an outage).
     pub decided_alone: AtomicU64,
