@@ -198,17 +198,21 @@ impl Filesystem {
     }
 
     /// [`Filesystem::refill_once`] for one of several refill workers: the samples of `lane`.
-    /// With jobs, the samples some job has not seen this epoch; without, those top-level readers
-    /// have not read in this pass (so the refill works ahead of them, not on the next pass).
+    /// First the samples still to come in this pass: with jobs, those some job has not seen this
+    /// epoch; without, those top-level readers have not read in this pass (so the refill works
+    /// ahead of the readers). When each of those has an output and room is left, the others,
+    /// for the next pass: readers that take part of the set per pass (a subset sampler), or an
+    /// epoch that begins with room to spare, then find them made.
     pub(crate) fn refill_lane_once(&self, cursor: &mut usize, lane: (usize, usize)) -> bool {
         let jobs = self.jobs.active();
-        self.producer.refill_once(cursor, lane, |f| {
+        let to_come = |f: FileId| {
             if jobs.is_empty() {
                 !self.top_pass.has_seen(f)
             } else {
                 jobs.iter().any(|j| !j.has_seen(f))
             }
-        })
+        };
+        self.producer.refill_once(cursor, lane, to_come) || self.producer.refill_once(cursor, lane, |_| true)
     }
 
     /// Runs queued prefetch work until the queue stays empty for `wait` (or at once with a zero

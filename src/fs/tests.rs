@@ -195,23 +195,31 @@ fn the_refill_works_ahead_of_top_level_readers_from_the_source_and_stops() {
     for i in 0..3 {
         read_file(&fs, ino_of(&fs, "augmented", &format!("s{i:03}.ppm")));
     }
+    let held = |f: u32| fs.cache().status.held(f) & crate::cache::HELD_AUGMENTED != 0;
     let mut cursor = 0;
+    for _ in 0..3 {
+        assert!(fs.refill_once(&mut cursor));
+    }
+    assert_eq!(fs.cache().augmented.entries(), 3);
+    assert_eq!(fs.stats().refills.load(Ordering::Relaxed), 3, "refills count what was admitted");
+    assert!((3..6).all(held), "the samples still to come in the pass are made first");
+    // Then, with room left, those already read, for the next pass; then it stops.
     let mut rounds = 0;
     while fs.refill_once(&mut cursor) {
         rounds += 1;
         assert!(rounds < 100, "the refill does not stop");
     }
-    assert_eq!(fs.cache().augmented.entries(), 3);
-    assert_eq!(fs.stats().refills.load(Ordering::Relaxed), 3, "refills count what was admitted");
-    assert!((3..6).all(|f| fs.cache().status.held(f) & crate::cache::HELD_AUGMENTED != 0));
-    // Reading the rest of the pass hits them; the next pass is then prepared in turn.
+    assert_eq!(fs.cache().augmented.entries(), 6);
+    assert!((0..6).all(held));
+    // Reading the rest of the pass hits them, and so does the next pass's start.
     let before = source_bytes(&fs);
-    for i in 3..6 {
+    for i in (3..6).chain(0..3) {
         read_file(&fs, ino_of(&fs, "augmented", &format!("s{i:03}.ppm")));
     }
     assert_eq!(source_bytes(&fs), before, "the prepared samples were hits");
+    assert_eq!(fs.cache().augmented.entries(), 0);
     while fs.refill_once(&mut cursor) {}
-    assert_eq!(fs.cache().augmented.entries(), 6, "a new pass: every sample prepared");
+    assert_eq!(fs.cache().augmented.entries(), 6, "every sample prepared again");
 }
 
 #[test]
