@@ -37,8 +37,8 @@ impl ServedBytes {
         self.len() == 0
     }
 
-    /// The bytes, read back where they are in a memory file.
-    #[cfg(test)]
+    /// The bytes, read back where they are in a memory file (an output offered to other
+    /// mounts; tests).
     pub(crate) fn to_vec(&self) -> std::io::Result<Vec<u8>> {
         match self {
             ServedBytes::Memory(b) => Ok(b.to_vec()),

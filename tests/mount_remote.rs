@@ -314,3 +314,48 @@ fn one_job_across_two_mounts(tmp: &Path, server: &impl SharedRedis) {
         assert!(mnt.stop().success());
     }
 }
+
+#[test]
+fn outputs_one_mount_made_and_never_served_are_taken_by_another_once_it_unmounts() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = RedisServer::start(&tmp.path().join("redis"));
+    let source = make_dataset(tmp.path(), 2, 10, false);
+    // The first mount's refill makes an output for every sample; no one reads them.
+    let dir = tmp.path().join("a");
+    fs::create_dir_all(&dir).expect("mkdir");
+    let yaml = format!("seed: 4\ncache:\n  memory: 64MiB\n  split: 0-0-100\n  remote: {{ url: \"{}\", size: 1GiB }}\n", server.url());
+    let first = Mounted::start(&dir, &write_config(&dir, &yaml), &source, LIMIT);
+    let started = Instant::now();
+    while count(&first.stats()["cache"]["augmented"], "entries") < 20 {
+        assert!(started.elapsed() < Duration::from_secs(60), "the refill did not finish: {}", first.stats());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log_path = first.stderr_path.clone();
+    assert!(first.stop().success());
+    let log = fs::read_to_string(log_path).unwrap_or_default();
+    assert!(log.contains("unused augmented outputs offered") && log.contains("outputs=20"), "{log}");
+
+    // The second mount (no refill, memory for nothing) is served them: use-once, no decode.
+    let second = mount(&tmp.path().join("b"), &source, &server.url());
+    let started = Instant::now();
+    while count(&second.stats()["cache"]["remote"], "outputs_waiting") < 20 {
+        assert!(started.elapsed() < Duration::from_secs(10), "{}", second.stats());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let files = augmented_files(&second);
+    assert_eq!(files.len(), 20);
+    for f in &files {
+        let bytes = fs::read(f).unwrap_or_else(|e| panic!("{}: {e}\n{}", f.display(), second.log()));
+        assert!(bytes.starts_with(b"P6\n224 224\n255\n") && bytes.len() == 15 + 224 * 224 * 3, "{}", f.display());
+    }
+    let stats = second.stats();
+    assert_eq!(count(&stats["cache"]["remote"], "claims"), 20, "{stats}");
+    assert_eq!(source_bytes(&second), 0, "{stats}");
+    assert_eq!(count(&stats["cache"]["remote"], "outputs_waiting"), 0, "{stats}");
+    // Taken once: a second pass makes its own.
+    for f in &files {
+        fs::read(f).expect("read");
+    }
+    assert_eq!(count(&second.stats()["cache"]["remote"], "claims"), 20);
+    assert!(second.stop().success());
+}

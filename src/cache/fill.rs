@@ -24,20 +24,22 @@ use crate::shared::Rgb;
 use crate::source::catalog::FileId;
 use crate::source::{FileMeta, Sample};
 
-/// Where an output came from: the cache form that held the sample, the disk tier, or the source.
+/// Where an output came from: the cache form that held the sample, the disk tier, the remote
+/// tier, or the source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Origin {
     Augmented,
     Decoded,
     Encoded,
     Disk,
+    Remote,
     Source,
 }
 
 impl Origin {
     /// Whether serving it read the sample from outside memory (a miss).
     pub(crate) fn is_miss(self) -> bool {
-        matches!(self, Origin::Disk | Origin::Source)
+        matches!(self, Origin::Disk | Origin::Remote | Origin::Source)
     }
 }
 
@@ -105,8 +107,8 @@ impl Tiers {
 
     /// The sample in the cheapest form held, else from the disk tier, else from the remote tier
     /// (both promoted into memory while it has room), else made by `from_source`; the last three
-    /// once, however many requests miss together. A remote hit reports as [`Origin::Disk`] (a
-    /// miss outside memory that read no source); the remote's own hits are in its stats.
+    /// once, however many requests miss together. A disk or remote hit is a miss outside memory
+    /// that read no source; the tiers' own hits are in their stats.
     pub(crate) fn load(&self, sample: &Sample, from_source: impl FnOnce() -> Result<Loaded>) -> Result<(Loaded, Origin)> {
         if let Some(p) = self.memory.decoded.get(sample.id) {
             return Ok((Loaded::Pixels(p), Origin::Decoded));
@@ -114,9 +116,12 @@ impl Tiers {
         if let Some(b) = self.memory.encoded.get(sample.id) {
             return Ok((Loaded::Bytes(b), Origin::Encoded));
         }
-        self.loads.run(sample.id, || match self.from_disk(sample).or_else(|| self.remote_hit(sample)) {
-            Some(loaded) => Ok((loaded, Origin::Disk)),
-            None => from_source().map(|l| (l, Origin::Source)),
+        self.loads.run(sample.id, || {
+            let lower = self.from_disk(sample).map(|l| (l, Origin::Disk)).or_else(|| self.remote_hit(sample).map(|l| (l, Origin::Remote)));
+            match lower {
+                Some(hit) => Ok(hit),
+                None => from_source().map(|l| (l, Origin::Source)),
+            }
         })
     }
 
@@ -161,19 +166,22 @@ impl Tiers {
         }
     }
 
-    /// Takes the sample's augmented output waiting in the remote tier, if any (use-once across
-    /// machines: no other reader anywhere gets it).
-    #[allow(dead_code)] // the producer's augmented path calls it in the next slice (issue 13)
+    /// Takes the sample's augmented output waiting in the remote tier, if one waits (use-once
+    /// across machines: no other reader anywhere gets it).
     pub(crate) fn claim_remote_augmented(&self, sample: &Sample) -> Option<Arc<[u8]>> {
         let remote = self.remote.as_ref()?;
-        remote.claim_augmented(self.rel(sample), &sample.meta.identity).map(Into::into)
+        remote.claim_augmented(sample.id, self.rel(sample), &sample.meta.identity).map(Into::into)
     }
 
     /// Offers a fresh augmented output of the sample to the next claimer anywhere (queued).
-    #[allow(dead_code)] // the refill offers its outputs in the next slice (issue 13)
     pub(crate) fn offer_remote_augmented(&self, sample: &Sample, out: Arc<[u8]>) -> bool {
         let Some(remote) = self.remote.as_ref() else { return false };
         remote.put_augmented(sample.id, self.rel(sample), &sample.meta.identity, out)
+    }
+
+    /// Whether outputs can be offered to other mounts (a remote tier is up).
+    pub(crate) fn offers_outputs(&self) -> bool {
+        self.remote.as_ref().is_some_and(RemoteTier::is_up)
     }
 
     /// The sample from the disk tier (decoded pixels first, then encoded bytes) for the version

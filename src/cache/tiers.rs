@@ -80,6 +80,10 @@ impl SampleStatus {
     pub fn new(n: usize) -> SampleStatus {
         SampleStatus { bytes: (0..n).map(|_| AtomicU8::new(0)).collect() }
     }
+    /// How many samples it has a byte for.
+    pub(crate) fn len(&self) -> usize {
+        self.bytes.len()
+    }
     /// The forms holding `id` (a combination of the `HELD_*` bits).
     pub fn held(&self, id: FileId) -> u8 {
         self.bytes.get(id as usize).map_or(0, |b| b.load(Ordering::Relaxed) & HELD_MASK)

@@ -167,7 +167,8 @@ impl Filesystem {
             let started = std::time::Instant::now();
             let fingerprint = remote::dataset_fingerprint(&catalog);
             tracing::info!(fingerprint = %format!("{fingerprint:016x}"), secs = started.elapsed().as_secs_f64(), "dataset fingerprint for the remote tier");
-            match RemoteTier::open(&r.url, r.size, fingerprint, Some(Arc::clone(&cache.status))) {
+            let recipe = remote::recipe_fingerprint(&config.augment, &config.output);
+            match RemoteTier::open(&r.url, r.size, fingerprint, recipe, Some(Arc::clone(&cache.status))) {
                 Ok(remote) => Some(remote),
                 Err(e) => {
                     tracing::warn!("{e}; serving without the remote tier");
@@ -220,8 +221,14 @@ impl Filesystem {
         self.reader.interrupt();
     }
 
-    /// Ends the mount's work: source I/O stopped, the disk tier's queued writes written.
+    /// Ends the mount's work: the outputs no reader here used offered to the other mounts
+    /// sharing a remote tier, source I/O stopped, the disk tier's queued writes written and the
+    /// remote tier's sent.
     pub(crate) fn shutdown(&self) {
+        let offered = self.producer.offer_unused_outputs();
+        if offered > 0 {
+            tracing::info!(outputs = offered, "unused augmented outputs offered to the other mounts");
+        }
         self.reader.shutdown();
         self.producer.flush();
     }

@@ -230,7 +230,7 @@ impl Filesystem {
                     Origin::Augmented => &c.hits_augmented,
                     Origin::Decoded => &c.hits_decoded,
                     Origin::Encoded => &c.hits_encoded,
-                    Origin::Disk | Origin::Source => &c.misses,
+                    Origin::Disk | Origin::Remote | Origin::Source => &c.misses,
                 },
                 1,
             );

@@ -28,7 +28,7 @@ use crate::pixels::work::PixelWork;
 use crate::served::ServedBytes;
 use crate::shared::Size2;
 use crate::source::catalog::{Catalog, FileId};
-use crate::source::{Sample, SampleReader};
+use crate::source::{Observed, Sample, SampleReader};
 use crate::stats::Stats;
 
 /// Who an augmented output is for, which decides what the cache keeps of it.
@@ -88,6 +88,12 @@ impl SampleProducer {
         };
         if let Some(out) = hit {
             return Ok((out, Origin::Augmented));
+        }
+        // An output another mount made and offered, taken so no one else gets it.
+        if consumer != Consumer::Prefetch {
+            if let Some(out) = self.tiers.claim_remote_augmented(sample) {
+                return Ok((ServedBytes::Memory(out), Origin::Remote));
+            }
         }
         // Another active job will be handed this job's output; else a spare is worth making.
         let shared = matches!(consumer, Consumer::Job { bit, active } if active & !bit != 0);
@@ -201,6 +207,30 @@ impl SampleProducer {
             obj.insert("read_limit_bytes_per_s".into(), self.reader.read_limit().map_or(serde_json::Value::Null, Into::into));
         }
         stats
+    }
+
+    /// The end of a mount sharing a remote tier: the augmented outputs no reader here used are
+    /// offered to the other mounts (use-once there too) rather than thrown away; only those of a
+    /// file still at the version they were made from. Returns how many were queued.
+    pub(crate) fn offer_unused_outputs(&self) -> usize {
+        if !self.tiers.offers_outputs() {
+            return 0;
+        }
+        let mut unused = Vec::new();
+        self.tiers.memory().augmented.retain(|id, entry| {
+            let keep = entry.used_by != 0;
+            if !keep {
+                unused.push((id, entry.bytes.clone()));
+            }
+            keep
+        });
+        unused
+            .into_iter()
+            .filter(|(id, out)| {
+                let Ok((sample, Observed::Same)) = self.reader.resolve(*id) else { return false };
+                out.to_vec().is_ok_and(|bytes| self.tiers.offer_remote_augmented(&sample, bytes.into()))
+            })
+            .count()
     }
 
     /// Writes out the disk tier's queued entries: the end of a mount.

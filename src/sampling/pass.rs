@@ -35,6 +35,10 @@ impl Bitset {
         let (w, m) = Self::at(i);
         self.words.get(w).is_some_and(|x| x.fetch_and(!m, Ordering::Relaxed) & m != 0)
     }
+    /// How many bits are set.
+    pub(crate) fn count(&self) -> usize {
+        self.words.iter().map(|w| w.load(Ordering::Relaxed).count_ones() as usize).sum()
+    }
     /// Clears every bit.
     pub(crate) fn clear_all(&self) {
         for w in &self.words {

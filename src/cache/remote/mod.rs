@@ -19,6 +19,9 @@
 //!   counted (`damaged_dropped`) and answered as a miss, never served.
 //! - **Augmented outputs are use-once across machines**: one waiting output per sample, written
 //!   with `SET NX`, taken with `GETDEL` (Redis 6.2 or later), so no two readers anywhere get it.
+//!   Their keys also name the recipe that made them ([`recipe_fingerprint`]), and a shared bitmap
+//!   per recipe (`prepfs:1:{FP}:waiting:RECIPE`) says which samples have one waiting: each mount
+//!   reads it once a second, and asks for an output only where its bit is set.
 //! - **Faults**: every call is bounded (connect, read and write: [`TIMEOUT`]). A connection-level
 //!   failure (refused, timed out, dropped) marks the tier down: logged once per outage, and while
 //!   down every lookup is a miss and every write is dropped at no cost, except one probe at most
@@ -316,14 +319,31 @@ pub(crate) fn held_key_of(fingerprint: u64) -> Vec<u8> {
     format!("prepfs:1:{{{fingerprint:016x}}}:held").into_bytes()
 }
 
-/// The key of one form of one version of a sample (see the module documentation).
-pub(crate) fn key_of(fingerprint: u64, rel_path: &Path, version: &Identity, kind: RemoteKind) -> Vec<u8> {
+/// The key of the dataset's shared index of augmented outputs waiting for a claimer, made by
+/// `recipe` (a bitmap by catalog id).
+pub(crate) fn waiting_key_of(fingerprint: u64, recipe: u64) -> Vec<u8> {
+    format!("prepfs:1:{{{fingerprint:016x}}}:waiting:{recipe:016x}").into_bytes()
+}
+
+/// The fingerprint of what an augmented output is: the augmentations and the output format.
+/// Mounts whose recipes differ never take each other's outputs.
+pub(crate) fn recipe_fingerprint(augment: &impl serde::Serialize, output: &impl serde::Serialize) -> u64 {
+    let text = serde_json::to_vec(&(augment, output)).unwrap_or_default();
+    fnv1a64(&[b"prepfs-recipe-1", &text])
+}
+
+/// The key of one form of one version of a sample (see the module documentation); an
+/// augmented output's also names the `recipe` that made it.
+pub(crate) fn key_of(fingerprint: u64, recipe: u64, rel_path: &Path, version: &Identity, kind: RemoteKind) -> Vec<u8> {
     let rel = rel_path.as_os_str().as_bytes();
-    let mut key = Vec::with_capacity(rel.len() + 64);
+    let mut key = Vec::with_capacity(rel.len() + 96);
     key.extend_from_slice(format!("prepfs:1:{{{fingerprint:016x}:{}:{}:", version.len, version.mtime_ns).as_bytes());
     key.extend_from_slice(rel);
     key.extend_from_slice(b"}:");
     key.push(kind.letter());
+    if kind == RemoteKind::Augmented {
+        key.extend_from_slice(format!(":{recipe:016x}").as_bytes());
+    }
     key
 }
 
@@ -479,6 +499,11 @@ struct Inner {
     held_read_at_ms: AtomicU64,
     /// Shared jobs' claims answered by the server (`jobs`).
     job_calls: AtomicU64,
+    /// The shared index of augmented outputs waiting for a claimer (made by this mount's
+    /// recipe), and this mount's copy of it, read with the held index: a miss asks the server
+    /// only for a sample whose bit is set. `None`: outputs are neither offered nor claimed.
+    waiting_key: Vec<u8>,
+    waiting: Option<crate::sampling::Bitset>,
 }
 
 impl Inner {
@@ -636,6 +661,7 @@ impl Inner {
         let mut items = Vec::with_capacity(batch.len());
         let mut lens = Vec::with_capacity(batch.len());
         let mut ids = Vec::with_capacity(batch.len());
+        let mut kinds = Vec::with_capacity(batch.len());
         for job in &batch {
             let data = job.payload.data();
             let len = (HEADER_LEN + data.len()) as u64;
@@ -646,22 +672,29 @@ impl Inner {
             let value = encode_value(job.kind, &job.key, data, job.payload.dims());
             items.push((&job.key[..], value));
             lens.push(len);
-            if job.kind != RemoteKind::Augmented {
-                ids.push(job.id);
-            }
+            ids.push(job.id);
+            kinds.push(job.kind);
         }
         if lens.is_empty() {
             return;
         }
         match self.with_conn(|c| c.set_nx_all(&items)) {
             Some(replies) => {
-                for (reply, len) in replies.iter().zip(&lens) {
+                let (mut held, mut waiting) = (Vec::new(), Vec::new());
+                for (((reply, len), id), kind) in replies.iter().zip(&lens).zip(ids).zip(kinds) {
                     if !matches!(reply, redis::Value::Nil) {
                         self.writes.fetch_add(1, Ordering::Relaxed);
                         self.bytes_written.fetch_add(*len, Ordering::Relaxed);
+                        if kind == RemoteKind::Augmented {
+                            waiting.push(id);
+                        }
+                    }
+                    if kind != RemoteKind::Augmented {
+                        held.push(id);
                     }
                 }
-                self.index_held(ids);
+                self.index_held(held);
+                self.index_waiting(waiting);
             }
             None => {
                 self.dropped_writes.fetch_add(lens.len() as u64, Ordering::Relaxed);
@@ -686,8 +719,24 @@ impl Inner {
         self.with_conn(|c| pipe.query::<()>(c));
     }
 
-    /// Copies the shared index into this mount's status bytes (what other mounts wrote), at
-    /// most once per [`HELD_READ_EVERY`]. A bit is never cleared here: see [`HELD_REMOTE`].
+    /// Records in the shared index of waiting outputs that `ids` have one now (one pipeline of
+    /// `SETBIT`s), and in this mount's copy.
+    fn index_waiting(&self, ids: Vec<FileId>) {
+        let Some(waiting) = &self.waiting else { return };
+        if ids.is_empty() {
+            return;
+        }
+        let mut pipe = redis::pipe();
+        for id in ids {
+            waiting.set(id);
+            pipe.cmd("SETBIT").arg(&self.waiting_key[..]).arg(id).arg(1).ignore();
+        }
+        self.with_conn(|c| pipe.query::<()>(c));
+    }
+
+    /// Copies the shared indexes into this mount's status bytes (what other mounts wrote) and
+    /// its copy of the waiting outputs, at most once per [`HELD_READ_EVERY`]. A held bit is
+    /// never cleared here: see [`HELD_REMOTE`]; a waiting bit follows the server's.
     fn read_held(&self) {
         let Some(status) = &self.status else { return };
         let now = self.now_ms().max(1);
@@ -696,15 +745,25 @@ impl Inner {
             return;
         }
         self.held_read_at_ms.store(now, Ordering::Relaxed);
-        let Some(Some(bitmap)) = self.with_conn(|c| redis::cmd("GET").arg(&self.held_key[..]).query::<Option<Vec<u8>>>(c)) else {
-            return;
-        };
+        let got = self.with_conn(|c| {
+            redis::cmd("MGET").arg(&self.held_key[..]).arg(&self.waiting_key[..]).query::<(Option<Vec<u8>>, Option<Vec<u8>>)>(c)
+        });
+        let Some((held, waiting)) = got else { return };
         // Redis numbers a bitmap's bits from the most significant bit of its first byte.
-        for (i, &byte) in bitmap.iter().enumerate().filter(|(_, b)| **b != 0) {
-            for bit in 0..8 {
-                if byte & (0x80 >> bit) != 0 {
-                    status.mark_remote((i * 8 + bit) as FileId);
+        let set_bits = |bitmap: &[u8], mut each: Box<dyn FnMut(FileId, bool) + '_>| {
+            for (i, &byte) in bitmap.iter().enumerate() {
+                for bit in 0..8 {
+                    each((i * 8 + bit) as FileId, byte & (0x80 >> bit) != 0);
                 }
+            }
+        };
+        if let Some(bitmap) = held {
+            set_bits(&bitmap, Box::new(|id, on| if on { status.mark_remote(id) }));
+        }
+        if let Some(mine) = &self.waiting {
+            mine.clear_all();
+            if let Some(bitmap) = waiting {
+                set_bits(&bitmap, Box::new(|id, on| if on { mine.set(id); }));
             }
         }
     }
@@ -753,6 +812,8 @@ impl Inner {
 pub(crate) struct RemoteTier {
     inner: Arc<Inner>,
     fingerprint: u64,
+    /// What this mount's augmented outputs are ([`recipe_fingerprint`]).
+    recipe: u64,
     sender: Mutex<Option<SyncSender<WriteJob>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
 }
@@ -762,7 +823,7 @@ impl RemoteTier {
     /// `redis+cluster://HOST:PORT,...`), within `size` bytes, for the dataset `fingerprint`.
     /// Connects lazily: a server down at mount is an outage like any.
     /// `status`: the status bytes the shared index of held samples is copied into.
-    pub(crate) fn open(url: &str, size: u64, fingerprint: u64, status: Option<Arc<SampleStatus>>) -> Result<RemoteTier, RemoteError> {
+    pub(crate) fn open(url: &str, size: u64, fingerprint: u64, recipe: u64, status: Option<Arc<SampleStatus>>) -> Result<RemoteTier, RemoteError> {
         let server = Server::open(url).map_err(|why| RemoteError::Url { url: redacted(url), why })?;
         let inner = Arc::new(Inner {
             server,
@@ -791,9 +852,11 @@ impl RemoteTier {
             server_used: AtomicU64::new(0),
             server_used_at_ms: AtomicU64::new(0),
             held_key: held_key_of(fingerprint),
-            status,
+            status: status.clone(),
             held_read_at_ms: AtomicU64::new(0),
             job_calls: AtomicU64::new(0),
+            waiting_key: waiting_key_of(fingerprint, recipe),
+            waiting: status.as_ref().map(|s| crate::sampling::Bitset::new(s.len())),
         });
         let (sender, receiver) = sync_channel(QUEUE_JOBS);
         let for_writer = Arc::clone(&inner);
@@ -801,7 +864,7 @@ impl RemoteTier {
             .name("prepfs-remote-writer".into())
             .spawn(move || for_writer.run_writer(receiver))
             .map_err(RemoteError::Writer)?;
-        Ok(RemoteTier { inner, fingerprint, sender: Mutex::new(Some(sender)), writer: Mutex::new(Some(writer)) })
+        Ok(RemoteTier { inner, fingerprint, recipe, sender: Mutex::new(Some(sender)), writer: Mutex::new(Some(writer)) })
     }
 
     /// The store of the dataset's jobs shared by the mounts on this tier's server; a job's keys
@@ -812,7 +875,7 @@ impl RemoteTier {
 
     /// The key of one form of a sample's version (relative path and identity).
     pub(crate) fn key(&self, rel_path: &Path, version: &Identity, kind: RemoteKind) -> Vec<u8> {
-        key_of(self.fingerprint, rel_path, version, kind)
+        key_of(self.fingerprint, self.recipe, rel_path, version, kind)
     }
 
     /// The sample's decoded pixels, else its encoded bytes, in one round trip; a damaged value
@@ -836,12 +899,19 @@ impl RemoteTier {
         hit
     }
 
-    /// Takes the sample's waiting augmented output, if any: `GETDEL`, so exactly one reader
-    /// anywhere gets it. A damaged one is gone with the take and reads as a miss.
-    pub(crate) fn claim_augmented(&self, rel_path: &Path, version: &Identity) -> Option<Vec<u8>> {
+    /// Takes the sample's waiting augmented output, if the shared index says one waits: `GETDEL`
+    /// (and its index bit cleared), so exactly one reader anywhere gets it.
+    /// No round trip where none waits. A damaged one is gone with the take and reads as a miss.
+    pub(crate) fn claim_augmented(&self, id: FileId, rel_path: &Path, version: &Identity) -> Option<Vec<u8>> {
         let inner = &self.inner;
+        let waiting = inner.waiting.as_ref()?;
+        if !waiting.clear(id) {
+            return None;
+        }
         let key = self.key(rel_path, version, RemoteKind::Augmented);
+        // Two calls, not a pipeline: in a cluster the output and the index live in two slots.
         let value = inner.with_conn(|c| redis::cmd("GETDEL").arg(&key[..]).query::<Option<Vec<u8>>>(c)).flatten();
+        inner.with_conn(|c| redis::cmd("SETBIT").arg(&inner.waiting_key[..]).arg(id).arg(0).query::<i64>(c));
         let Some(value) = value else {
             inner.misses.fetch_add(1, Ordering::Relaxed);
             return None;
@@ -868,8 +938,12 @@ impl RemoteTier {
         self.enqueue(id, RemoteKind::Decoded, rel_path, version, Payload::Pixels(pixels))
     }
 
-    /// Queues a fresh augmented output for the next claimer anywhere (kept only when none waits).
+    /// Queues a fresh augmented output for the next claimer anywhere (kept only when none waits;
+    /// nothing without the shared index of waiting outputs).
     pub(crate) fn put_augmented(&self, id: FileId, rel_path: &Path, version: &Identity, out: Arc<[u8]>) -> bool {
+        if self.inner.waiting.is_none() {
+            return false;
+        }
         self.enqueue(id, RemoteKind::Augmented, rel_path, version, Payload::Bytes(out))
     }
 
@@ -965,6 +1039,8 @@ impl RemoteTier {
             "samples_known_held": i.status.as_ref().map_or(0, |s| s.count_held(crate::cache::HELD_REMOTE)),
             // Shared jobs' claims the server answered.
             "job_claims": get(&i.job_calls),
+            // Augmented outputs this mount knows wait for a claimer (its recipe's).
+            "outputs_waiting": i.waiting.as_ref().map_or(0, |w| w.count()),
         })
     }
 }
@@ -999,6 +1075,21 @@ mod tests {
         Arc::new(Rgb { width: w, height: h, pixels: (0..w * h * 3).map(|i| (i % 251) as u8).collect() })
     }
 
+    /// A tier for a dataset of `n` samples with status bytes, so it keeps the shared indexes.
+    fn indexed(url: &str, fingerprint: u64, recipe: u64, n: usize) -> RemoteTier {
+        RemoteTier::open(url, 1 << 30, fingerprint, recipe, Some(Arc::new(SampleStatus::new(n)))).expect("open")
+    }
+
+    /// Waits until `tier` knows `n` outputs wait for a claimer (its writer reads the index once a
+    /// second).
+    fn wait_waiting(tier: &RemoteTier, n: u64) {
+        let started = Instant::now();
+        while tier.stats()["outputs_waiting"] != n {
+            assert!(started.elapsed() < WAIT, "outputs waiting: {}", tier.stats());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     fn exists(server: &RedisServer, key: &[u8]) -> bool {
         server.command_bytes(&[b"EXISTS", key]).is_some_and(|r| r.starts_with(b":1"))
     }
@@ -1006,13 +1097,16 @@ mod tests {
     #[test]
     fn keys_name_the_dataset_the_version_and_the_form() {
         let v = version(100);
-        let k = key_of(7, Path::new("c0/a.jpg"), &v, RemoteKind::Decoded);
+        let k = key_of(7, 0, Path::new("c0/a.jpg"), &v, RemoteKind::Decoded);
         assert_eq!(k, b"prepfs:1:{0000000000000007:100:1700000000123456789:c0/a.jpg}:d".to_vec());
-        assert_ne!(k, key_of(8, Path::new("c0/a.jpg"), &v, RemoteKind::Decoded), "another dataset");
-        assert_ne!(k, key_of(7, Path::new("c0/a.jpg"), &Identity { len: 101, ..v }, RemoteKind::Decoded), "size counts");
-        assert_ne!(k, key_of(7, Path::new("c0/a.jpg"), &Identity { mtime_ns: 1, ..v }, RemoteKind::Decoded), "mtime counts");
-        assert_eq!(k, key_of(7, Path::new("c0/a.jpg"), &Identity { ino: 9, ctime_ns: 9, dev: 9, ..v }, RemoteKind::Decoded), "inode and ctime differ across machines");
-        assert_ne!(k, key_of(7, Path::new("c0/a.jpg"), &v, RemoteKind::Encoded), "form counts");
+        assert_ne!(k, key_of(8, 0, Path::new("c0/a.jpg"), &v, RemoteKind::Decoded), "another dataset");
+        assert_ne!(k, key_of(7, 0, Path::new("c0/a.jpg"), &Identity { len: 101, ..v }, RemoteKind::Decoded), "size counts");
+        assert_ne!(k, key_of(7, 0, Path::new("c0/a.jpg"), &Identity { mtime_ns: 1, ..v }, RemoteKind::Decoded), "mtime counts");
+        assert_eq!(k, key_of(7, 0, Path::new("c0/a.jpg"), &Identity { ino: 9, ctime_ns: 9, dev: 9, ..v }, RemoteKind::Decoded), "inode and ctime differ across machines");
+        assert_ne!(k, key_of(7, 0, Path::new("c0/a.jpg"), &v, RemoteKind::Encoded), "form counts");
+        assert_eq!(k, key_of(7, 5, Path::new("c0/a.jpg"), &v, RemoteKind::Decoded), "pixels are the same for every recipe");
+        let a = |recipe| key_of(7, recipe, Path::new("c0/a.jpg"), &v, RemoteKind::Augmented);
+        assert_ne!(a(1), a(2), "an output names the recipe that made it");
         assert_eq!(utc(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000)), "2023-11-14T22:13:20Z");
         assert_eq!(redacted("redis://user:secret@h:6379/0"), "redis://user:***@h:6379/0");
         assert_eq!(redacted("redis://h:6379"), "redis://h:6379");
@@ -1040,7 +1134,7 @@ mod tests {
     fn what_is_put_is_got_back_from_a_real_redis_server() {
         let dir = tempfile::tempdir().expect("tempdir");
         let server = RedisServer::start(dir.path());
-        let tier = RemoteTier::open(&server.url(), 1 << 30, 42, None).expect("open");
+        let tier = RemoteTier::open(&server.url(), 1 << 30, 42, 0, None).expect("open");
         let (a, b) = (Path::new("c0/a.jpg"), Path::new("c1/b.jpg"));
         assert!(tier.get(0, a, &version(10_000)).is_none());
         assert!(tier.put_encoded(0, a, &version(10_000), bytes(10_000, 1)));
@@ -1056,9 +1150,9 @@ mod tests {
         }
         assert!(tier.get(0, a, &version(10_001)).is_none(), "another version of the file misses");
         // Another mount of the same dataset shares; another dataset does not see them.
-        let same = RemoteTier::open(&server.url(), 1 << 30, 42, None).expect("open");
+        let same = RemoteTier::open(&server.url(), 1 << 30, 42, 0, None).expect("open");
         assert!(same.get(0, a, &version(10_000)).is_some());
-        let other = RemoteTier::open(&server.url(), 1 << 30, 43, None).expect("open");
+        let other = RemoteTier::open(&server.url(), 1 << 30, 43, 0, None).expect("open");
         assert!(other.get(0, a, &version(10_000)).is_none());
         let stats = tier.stats();
         assert_eq!((stats["hits"].as_u64(), stats["misses"].as_u64(), stats["writes"].as_u64()), (Some(2), Some(2), Some(2)));
@@ -1070,22 +1164,23 @@ mod tests {
     fn over_a_three_node_cluster_values_spread_across_nodes_round_trip_and_claims_stay_use_once() {
         let dir = tempfile::tempdir().expect("tempdir");
         let cluster = RedisCluster::start(dir.path());
-        let tier = RemoteTier::open(&cluster.url(), 1 << 30, 42, None).expect("open");
         let n = 60u64;
+        let tier = indexed(&cluster.url(), 42, 0, n as usize);
         let rel = |i: u64| format!("c{}/{i}.jpg", i % 3);
         for i in 0..n {
-            assert!(tier.put_encoded(0, Path::new(&rel(i)), &version(i), bytes(2_000, i as u8)));
-            assert!(tier.put_augmented(0, Path::new(&rel(i)), &version(i), bytes(300, i as u8)));
+            assert!(tier.put_encoded(i as FileId, Path::new(&rel(i)), &version(i), bytes(2_000, i as u8)));
+            assert!(tier.put_augmented(i as FileId, Path::new(&rel(i)), &version(i), bytes(300, i as u8)));
         }
         assert!(tier.flush(WAIT));
         let stats = tier.stats();
         assert_eq!(stats["writes"], 2 * n, "{stats}");
         assert_eq!(stats["state"], "up", "{stats}");
         let per_node = cluster.keys_per_node();
-        assert_eq!(per_node.iter().sum::<u64>(), 2 * n);
+        assert_eq!(per_node.iter().sum::<u64>(), 2 * n + 2, "the values and the two indexes");
         assert!(per_node.iter().all(|&k| k > 0), "the keys did not spread over the nodes: {per_node:?}");
         // Another mount of the same dataset reads them all back, each from the node of its slot.
-        let other = RemoteTier::open(&cluster.url(), 1 << 30, 42, None).expect("open");
+        let other = indexed(&cluster.url(), 42, 0, n as usize);
+        wait_waiting(&other, n);
         for i in 0..n {
             match other.get(0, Path::new(&rel(i)), &version(i)) {
                 Some(LowerHit::Bytes(got)) => assert_eq!(&got[..], &bytes(2_000, i as u8)[..], "{}", rel(i)),
@@ -1098,19 +1193,21 @@ mod tests {
             let (path, v) = (rel(i), version(i));
             let first = if i % 2 == 0 { &tier } else { &other };
             let second = if i % 2 == 0 { &other } else { &tier };
-            assert!(first.claim_augmented(Path::new(&path), &v).is_some_and(|b| b[..] == bytes(300, i as u8)[..]));
-            assert!(second.claim_augmented(Path::new(&path), &v).is_none(), "{path} claimed twice");
+            let id = i as FileId;
+            assert!(first.claim_augmented(id, Path::new(&path), &v).is_some_and(|b| b[..] == bytes(300, i as u8)[..]));
+            assert!(second.claim_augmented(id, Path::new(&path), &v).is_none(), "{path} claimed twice");
             claimed += 1;
         }
         assert_eq!(claimed, n);
-        assert_eq!(cluster.keys_per_node().iter().sum::<u64>(), n, "claimed outputs are gone");
+        assert_eq!(cluster.keys_per_node().iter().sum::<u64>(), n + 2, "claimed outputs are gone");
+        wait_waiting(&tier, 0);
     }
 
     #[test]
     fn a_cluster_whose_nodes_are_all_down_is_an_outage_noticed_within_the_timeouts() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut cluster = RedisCluster::start(dir.path());
-        let tier = RemoteTier::open(&cluster.url(), 1 << 30, 9, None).expect("open");
+        let tier = RemoteTier::open(&cluster.url(), 1 << 30, 9, 0, None).expect("open");
         assert!(tier.put_encoded(0, Path::new("a.jpg"), &version(1), bytes(100, 1)));
         assert!(tier.flush(WAIT));
         for node in &mut cluster.nodes {
@@ -1128,12 +1225,12 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let server = RedisServer::start(dir.path());
         let (mine, theirs) = (Arc::new(SampleStatus::new(40)), Arc::new(SampleStatus::new(40)));
-        let writer = RemoteTier::open(&server.url(), 1 << 30, 7, Some(Arc::clone(&mine))).expect("open");
-        let _reader = RemoteTier::open(&server.url(), 1 << 30, 7, Some(Arc::clone(&theirs))).expect("open");
+        let writer = RemoteTier::open(&server.url(), 1 << 30, 7, 0, Some(Arc::clone(&mine))).expect("open");
+        let _reader = RemoteTier::open(&server.url(), 1 << 30, 7, 0, Some(Arc::clone(&theirs))).expect("open");
         for id in [3u32, 17, 38] {
             assert!(writer.put_encoded(id, Path::new(&format!("c/{id}.jpg")), &version(u64::from(id)), bytes(500, 1)));
         }
-        // An augmented output is use-once, not a held sample.
+        // An augmented output is use-once, not a held sample: it is indexed as waiting.
         assert!(writer.put_augmented(5, Path::new("c/5.jpg"), &version(5), bytes(500, 1)));
         assert!(writer.flush(WAIT));
         let held = |s: &SampleStatus| (0..40).filter(|&i| s.held(i) & crate::cache::HELD_REMOTE != 0).collect::<Vec<_>>();
@@ -1145,7 +1242,7 @@ mod tests {
         }
         // Another dataset's mount learns nothing of them.
         let stranger = Arc::new(SampleStatus::new(40));
-        let _other = RemoteTier::open(&server.url(), 1 << 30, 8, Some(Arc::clone(&stranger))).expect("open");
+        let _other = RemoteTier::open(&server.url(), 1 << 30, 8, 0, Some(Arc::clone(&stranger))).expect("open");
         std::thread::sleep(HELD_READ_EVERY + Duration::from_millis(300));
         assert!(held(&stranger).is_empty());
     }
@@ -1154,7 +1251,7 @@ mod tests {
     fn a_damaged_value_is_deleted_and_never_served() {
         let dir = tempfile::tempdir().expect("tempdir");
         let server = RedisServer::start(dir.path());
-        let tier = RemoteTier::open(&server.url(), 1 << 30, 1, None).expect("open");
+        let tier = RemoteTier::open(&server.url(), 1 << 30, 1, 0, None).expect("open");
         let (a, b) = (Path::new("a.jpg"), Path::new("b.jpg"));
         assert!(tier.put_encoded(0, a, &version(1), bytes(5_000, 1)));
         assert!(tier.put_encoded(0, b, &version(2), bytes(5_000, 2)));
@@ -1179,15 +1276,22 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let server = RedisServer::start(dir.path());
         let url = server.url();
-        let writer = RemoteTier::open(&url, 1 << 30, 5, None).expect("open");
         let rounds = 40u64;
+        let writer = indexed(&url, 5, 1, rounds as usize);
         for i in 0..rounds {
             let rel = format!("c/{i}.jpg");
-            assert!(writer.put_augmented(0, Path::new(&rel), &version(i), bytes(1_000, i as u8)));
+            assert!(writer.put_augmented(i as FileId, Path::new(&rel), &version(i), bytes(1_000, i as u8)));
         }
         assert!(writer.flush(WAIT));
+        // A mount of another recipe (other augmentations) sees none of them waiting.
+        let stranger = indexed(&url, 5, 2, rounds as usize);
         // Two mounts (two tiers, their own connections) claim every output at once.
-        let claimers: Vec<Arc<RemoteTier>> = (0..2).map(|_| Arc::new(RemoteTier::open(&url, 1 << 30, 5, None).expect("open"))).collect();
+        let claimers: Vec<Arc<RemoteTier>> = (0..2).map(|_| Arc::new(indexed(&url, 5, 1, rounds as usize))).collect();
+        for claimer in &claimers {
+            wait_waiting(claimer, rounds);
+        }
+        assert_eq!(stranger.stats()["outputs_waiting"], 0);
+        assert!(stranger.claim_augmented(0, Path::new("c/0.jpg"), &version(0)).is_none());
         let barrier = Arc::new(std::sync::Barrier::new(2));
         let threads: Vec<_> = claimers
             .iter()
@@ -1198,7 +1302,7 @@ mod tests {
                         .map(|i| {
                             barrier.wait();
                             let rel = format!("c/{i}.jpg");
-                            tier.claim_augmented(Path::new(&rel), &version(i)).map(|got| {
+                            tier.claim_augmented(i as FileId, Path::new(&rel), &version(i)).map(|got| {
                                 assert_eq!(&got[..], &bytes(1_000, i as u8)[..]);
                             })
                         })
@@ -1211,11 +1315,13 @@ mod tests {
         for (i, (a, b)) in won[0].iter().zip(&won[1]).enumerate() {
             assert!(a ^ b, "output {i}: claimed by {} readers", u8::from(*a) + u8::from(*b));
         }
-        assert_eq!(server.command(&["DBSIZE"]).expect("dbsize"), b":0\r\n".to_vec(), "every claimed output is gone");
+        assert_eq!(server.command(&["DBSIZE"]).expect("dbsize"), b":1\r\n".to_vec(), "every claimed output is gone (the index stays)");
+        assert_eq!(server.command(&["BITCOUNT", "prepfs:1:{0000000000000005}:waiting:0000000000000001"]).expect("bitcount"), b":0\r\n".to_vec());
         // A later output for the same sample is a fresh one, offered again.
         assert!(writer.put_augmented(0, Path::new("c/0.jpg"), &version(0), bytes(1_000, 99)));
         assert!(writer.flush(WAIT));
-        assert!(claimers[0].claim_augmented(Path::new("c/0.jpg"), &version(0)).is_some_and(|b| b[..] == bytes(1_000, 99)[..]));
+        wait_waiting(&claimers[0], 1);
+        assert!(claimers[0].claim_augmented(0, Path::new("c/0.jpg"), &version(0)).is_some_and(|b| b[..] == bytes(1_000, 99)[..]));
     }
 
     #[test]
@@ -1224,7 +1330,7 @@ mod tests {
         let server = RedisServer::start(dir.path());
         // Room for about 3 values of 100 KB. (The server's own used_memory, ~1 MB empty, is
         // within a size of 10 MB; here the running count is what stops the writes.)
-        let tier = RemoteTier::open(&server.url(), 10 << 20, 9, None).expect("open");
+        let tier = RemoteTier::open(&server.url(), 10 << 20, 9, 0, None).expect("open");
         for i in 0..300u64 {
             let rel = format!("{i}.jpg");
             tier.put_encoded(0, Path::new(&rel), &version(i), bytes(100_000, i as u8));
@@ -1241,7 +1347,7 @@ mod tests {
     fn a_killed_server_is_an_outage_logged_once_and_a_restarted_one_is_used_again() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut server = RedisServer::start(dir.path());
-        let tier = RemoteTier::open(&server.url(), 1 << 30, 3, None).expect("open");
+        let tier = RemoteTier::open(&server.url(), 1 << 30, 3, 0, None).expect("open");
         let a = Path::new("a.jpg");
         assert!(tier.put_encoded(0, a, &version(1), bytes(1_000, 1)));
         assert!(tier.flush(WAIT));
