@@ -176,9 +176,10 @@ impl Filesystem {
                 }
             }
         });
-        // Jobs of the same name on every mount sharing the remote are one job (`jobs.shared`).
-        // The store forgets a job idle on every mount for twice the idle timeout.
-        let job_store = match (&remote, config.jobs.shared) {
+        // Jobs of the same name on every mount sharing the remote are one job (`jobs.shared`;
+        // with `ods` off a job view serves what is asked, and there is nothing to share). The
+        // store forgets a job idle on every mount for twice the idle timeout.
+        let job_store = match (&remote, config.jobs.shared && config.jobs.ods) {
             (Some(remote), true) => {
                 let ttl = Duration::from_secs_f64((2.0 * config.jobs.idle_timeout_s).max(60.0));
                 Some(Arc::new(remote.jobs(ttl)) as Arc<dyn crate::sampling::SharedJobs>)

@@ -203,7 +203,7 @@ impl Job {
         ods: bool,
         unusable: impl Fn(FileId) -> bool,
     ) -> Choice {
-        if let (Some(shared), true) = (&self.shared, ods) {
+        if let Some(shared) = self.shared.as_ref().filter(|_| ods) {
             match self.choose_shared(shared.as_ref(), requested, dir_samples, &rank, start, &unusable) {
                 Some(choice) => return choice,
                 // The store did not answer: decide alone, on what this mount knows.
