@@ -204,7 +204,7 @@ impl Job {
         unusable: impl Fn(FileId) -> bool,
     ) -> Choice {
         if let Some(shared) = self.shared.as_ref().filter(|_| ods) {
-            match self.choose_shared(shared.as_ref(), requested, dir_samples, &rank, start, &unusable) {
+            match self.choose_shared(shared.as_ref(), requested, dir_samples, &rank, start, &unusable, true) {
                 Some(choice) => return choice,
                 // The store did not answer: decide alone, on what this mount knows.
                 None => bump(&self.counters.decided_alone, 1),
@@ -242,10 +242,40 @@ impl Job {
         }
     }
 
+    /// [`Job::choose_usable`] with opportunistic sampling on, never beginning the next epoch:
+    /// a reader that walks the epoch itself (the loader socket) passes over a request whose
+    /// directory has nothing free, told so by an unclaimed choice.
+    pub fn choose_within_epoch(
+        &self,
+        requested: FileId,
+        dir_samples: &[FileId],
+        rank: impl Fn(FileId) -> Rank,
+        top: Rank,
+        start: usize,
+        unusable: impl Fn(FileId) -> bool,
+    ) -> Choice {
+        if let Some(shared) = &self.shared {
+            match self.choose_shared(shared.as_ref(), requested, dir_samples, &rank, start, &unusable, false) {
+                Some(choice) => return choice,
+                None => bump(&self.counters.decided_alone, 1),
+            }
+        }
+        let _state = self.lock();
+        match self.pick_substitute(requested, dir_samples, &rank, top, start, &unusable) {
+            Some(sample) => {
+                self.claimed.set(sample);
+                Choice { sample, substituted: sample != requested, claimed: true }
+            }
+            None => Choice { sample: requested, substituted: false, claimed: false },
+        }
+    }
+
     /// A shared job's choice: the candidates ODS ranks (best first) are offered to the store,
     /// which claims the first no mount has taken in its current epoch. Candidates it finds taken
     /// are learned (noted in the mirror), and a directory found all taken begins the next epoch
-    /// there, once. `None`: the store did not answer.
+    /// there, once (if `may_roll`; else the choice is unclaimed). `None`: the store did not
+    /// answer.
+    #[allow(clippy::too_many_arguments)]
     fn choose_shared(
         &self,
         shared: &dyn SharedJob,
@@ -254,12 +284,13 @@ impl Job {
         rank: &impl Fn(FileId) -> Rank,
         start: usize,
         unusable: &impl Fn(FileId) -> bool,
+        may_roll: bool,
     ) -> Option<Choice> {
         let mut rolled = false;
         for _ in 0..SHARED_ROUNDS {
             let seen_epoch = self.epoch.number();
             let candidates = self.ranked_free(requested, dir_samples, rank, start, unusable);
-            if candidates.is_empty() && rolled {
+            if candidates.is_empty() && (rolled || !may_roll) {
                 break;
             }
             // No lock is held across the store's round trip.
@@ -390,11 +421,18 @@ impl Job {
             self.claimed.clear(sample);
         }
         let new = match &self.shared {
-            // A shared job's mirror noted the sample at its claim; the store begins its epochs.
-            Some(_) => {
-                let claimed_in_store = holds_claim && state.shared_claims.remove(&sample).is_some();
-                self.epoch.note(sample) || claimed_in_store
-            }
+            // A shared job's mirror noted the sample at its claim, in the epoch the claim was
+            // made in; the store begins its epochs. A claim of an epoch since ended is not
+            // noted in the next one's mirror (the sample is free there).
+            Some(_) => match holds_claim.then(|| state.shared_claims.remove(&sample)).flatten() {
+                Some(epoch) => {
+                    if epoch == self.epoch.number() {
+                        self.epoch.note(sample);
+                    }
+                    true
+                }
+                None => self.epoch.note(sample),
+            },
             None => self.epoch.mark(sample),
         };
         if new {

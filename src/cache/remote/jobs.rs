@@ -255,6 +255,26 @@ mod tests {
     }
 
     #[test]
+    fn the_epochs_last_sample_read_after_the_next_epoch_began_is_free_in_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let server = RedisServer::start(dir.path());
+        let (_t, a) = mount(&server.url());
+        let job = a.get_or_create(b"t", Requester::OWNER).expect("job");
+        let dir_samples: Vec<FileId> = (0..SAMPLES).collect();
+        for s in 0..SAMPLES - 1 {
+            open_and_read(&job, s);
+        }
+        // The last claim begins the next epoch; its read (a passthrough open counts as one at
+        // once) comes after that.
+        let last = job.choose(SAMPLES - 1, &dir_samples, |_| 0, 3, 0, true);
+        assert_eq!((last.sample, job.epoch()), (SAMPLES - 1, 2));
+        job.mark_served(last.sample, last.claimed);
+        assert!(!job.has_seen(last.sample), "the next epoch's mirror took a sample of the last one");
+        let next: HashSet<FileId> = (0..SAMPLES).map(|s| open_and_read(&job, s)).collect();
+        assert_eq!(next.len(), SAMPLES as usize, "the next epoch serves every sample once");
+    }
+
+    #[test]
     fn a_job_whose_store_is_down_keeps_serving_on_each_mount_alone() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut server = RedisServer::start(dir.path());
