@@ -489,6 +489,32 @@ struct RawConfig {
     max_open_bytes: Option<Value>,
     #[serde(default)]
     bad_samples: Option<RawBadSamples>,
+    #[serde(default)]
+    loader: Option<RawLoader>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawLoader {
+    enabled: Option<bool>,
+    socket: Option<PathBuf>,
+}
+
+/// The loader socket (`prepfs.Loader`, `crate::loader`): batches of a job's samples over a
+/// Unix socket and shared memory, for frameworks that do not read files.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LoaderConfig {
+    /// Whether the mount opens the socket.
+    pub enabled: bool,
+    /// Where; `None`: `/run/prepfs/<mount>.sock`, else under the temporary directory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub socket: Option<PathBuf>,
+}
+
+impl Default for LoaderConfig {
+    fn default() -> Self {
+        LoaderConfig { enabled: true, socket: None }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -961,6 +987,8 @@ pub struct Config {
     pub access: AccessConfig,
     /// Hiding and skipping samples known bad, and when they are found.
     pub bad_samples: BadSamplesConfig,
+    /// The loader socket.
+    pub loader: LoaderConfig,
 }
 
 /// Overrides given on the command line; each wins over the YAML.
@@ -1069,7 +1097,17 @@ impl Config {
             None => BadSamplesConfig::default(),
             Some(b) => BadSamplesConfig { hide: b.hide.unwrap_or_default(), validate: b.validate.unwrap_or_default() },
         };
+        let loader = match raw.loader {
+            None => LoaderConfig::default(),
+            Some(l) => {
+                if l.socket.as_ref().is_some_and(|p| !p.is_absolute()) {
+                    return Err(ConfigError::at(text, "loader.socket", "give an absolute path"));
+                }
+                LoaderConfig { enabled: l.enabled.unwrap_or(true), socket: l.socket }
+            }
+        };
         Ok(Config {
+            loader,
             bad_samples,
             source_limits,
             access,
@@ -1130,6 +1168,7 @@ struct WrittenConfig<'a> {
     control_public: bool,
     max_open_bytes: u64,
     bad_samples: BadSamplesConfig,
+    loader: &'a LoaderConfig,
 }
 
 /// `source` in its mapping form.
@@ -1210,6 +1249,7 @@ impl<'a> From<&'a Config> for WrittenConfig<'a> {
             control_public: c.access.control_public,
             max_open_bytes: c.access.max_open_bytes,
             bad_samples: c.bad_samples,
+            loader: &c.loader,
         }
     }
 }

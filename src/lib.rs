@@ -44,6 +44,7 @@ pub mod config;
 pub(crate) mod error;
 pub(crate) mod fs;
 pub(crate) mod fuse;
+pub mod loader;
 pub mod log;
 pub mod mount;
 pub mod pixels;

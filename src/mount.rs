@@ -570,6 +570,20 @@ fn start_workers(fs: &Arc<Filesystem>, workers: &mut Workers, notifier: fuser::N
             }
         })?;
     }
+    // The loader socket (`prepfs.Loader`): a mount without it still serves files.
+    if fs.config().loader.enabled {
+        let config = fs.config();
+        let path = config.loader.socket.clone().unwrap_or_else(|| crate::loader::default_path(&config.mountpoint));
+        match crate::loader::LoaderServer::bind(&path, config.access.allow_other) {
+            Ok(server) => {
+                let _ = fs.stats().loader.socket.set(server.path().display().to_string());
+                tracing::info!(socket = %server.path().display(), "loader socket");
+                let fs = Arc::clone(fs);
+                workers.spawn("prepfs-loader".into(), move |stop| server.serve(&fs, stop))?;
+            }
+            Err(e) => tracing::warn!("{e}; serving without the loader socket"),
+        }
+    }
     // Tells the kernel to drop what it cached of files whose source changed.
     let stale = Arc::clone(fs);
     workers.spawn("prepfs-notifier".into(), move |stop| {

@@ -37,6 +37,18 @@ impl ServedBytes {
         self.len() == 0
     }
 
+    /// Copies the last `dst.len()` bytes into `dst` (an output's pixels, past its header, into
+    /// a loader's ring slot): one copy, read from the memory file where it is in one.
+    pub(crate) fn copy_tail_into(&self, dst: &mut [u8]) -> std::io::Result<()> {
+        let len = self.len();
+        let at = len.checked_sub(dst.len()).ok_or_else(|| std::io::Error::from(std::io::ErrorKind::UnexpectedEof))?;
+        match self {
+            ServedBytes::Memory(b) => dst.copy_from_slice(&b[at..]),
+            ServedBytes::Sealed(f) => std::os::unix::fs::FileExt::read_exact_at(&f.file, dst, at as u64)?,
+        }
+        Ok(())
+    }
+
     /// The bytes, read back where they are in a memory file (an output offered to other
     /// mounts; tests).
     pub(crate) fn to_vec(&self) -> std::io::Result<Vec<u8>> {

@@ -79,12 +79,38 @@ pub(crate) struct PassthroughCounters {
     pub backing_ids_closed: AtomicU64,
 }
 
+/// The loader socket at work (`stats.json`'s `loader`).
+#[derive(Debug, Default)]
+pub(crate) struct LoaderCounters {
+    /// Where it listens, once it does.
+    pub socket: std::sync::OnceLock<String>,
+    pub connections: AtomicU64,
+    pub open_connections: AtomicU64,
+    pub refused: AtomicU64,
+    pub batches: AtomicU64,
+    pub samples: AtomicU64,
+}
+
+impl LoaderCounters {
+    pub(crate) fn to_json(&self) -> serde_json::Value {
+        json!({
+            "socket": self.socket.get(),
+            "connections": get(&self.connections),
+            "open_connections": get(&self.open_connections),
+            "refused": get(&self.refused),
+            "batches": get(&self.batches),
+            "samples": get(&self.samples),
+        })
+    }
+}
+
 /// The mount's counters.
 #[derive(Debug)]
 pub(crate) struct Stats {
     /// FUSE requests by kind.
     pub requests: RequestCounters,
     pub passthrough: PassthroughCounters,
+    pub loader: LoaderCounters,
     started: Instant,
     pub encoded: ViewCounters,
     pub decoded: ViewCounters,
@@ -125,6 +151,7 @@ impl Default for Stats {
         Stats {
             requests: RequestCounters::default(),
             passthrough: PassthroughCounters::default(),
+            loader: LoaderCounters::default(),
             started: Instant::now(),
             encoded: ViewCounters::default(),
             decoded: ViewCounters::default(),

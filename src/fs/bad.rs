@@ -53,6 +53,16 @@ impl Filesystem {
         job.choose_usable(requested, dir_samples, rank, top, start, ods, |c| self.hidden(view, c))
     }
 
+    /// [`Filesystem::choose_in_job`] for a reader that walks the epoch itself (the loader
+    /// socket): never begins the job's next epoch; an unclaimed choice says the request's
+    /// directory has nothing left.
+    pub(super) fn choose_within_epoch(&self, job: &Job, view: View, requested: FileId, dir_samples: &[FileId]) -> Choice {
+        let rank = |c: FileId| if self.reader.known_bad(c) { 0 } else { self.cache.preference(c, view.form, job.bit()) };
+        let start = Jobs::scan_start(dir_samples.len());
+        let top = SampleCache::top_preference(view.form);
+        job.choose_within_epoch(requested, dir_samples, rank, top, start, |c| self.hidden(view, c))
+    }
+
     /// Whether an open in `job`'s `view` whose chosen sample failed with `err` chooses again
     /// (the failed sample now counts as the job's for this epoch, so the next choice passes
     /// over it): a sample found bad where the view hides bad samples, or a substitute the

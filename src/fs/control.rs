@@ -41,6 +41,7 @@ impl Filesystem {
             "open_bytes": self.open_budget.held(),
             "max_open_bytes": self.config().access.max_open_bytes,
             "passthrough": self.passthrough_json(),
+            "loader": self.stats().loader.to_json(),
         });
         let mut text = serde_json::to_string_pretty(&self.stats().to_json(extra)).unwrap_or_default();
         text.push('\n');

@@ -23,6 +23,7 @@
 //! - `jobs.rs`: mkdir/rmdir under `jobs/`, prefetch, the refill's wanted samples, retiring jobs;
 //! - `access.rs`: the owner shown (`--uid`/`--gid`) and the core's access check that goes with it;
 //! - `bad.rs`: samples known bad as the views show them (hidden, skipped), validation at mount;
+//! - `loader.rs`: what the loader socket asks of the core (a job's next samples into a slot);
 //! - `stale.rs`: source changes seen while serving ([`StaleInodes`]);
 //! - `control.rs`: the `.prepfs/` control files;
 //! - [`open_budget`]: the bound on what open handles pin.
@@ -35,6 +36,7 @@ mod control;
 mod handles;
 mod inodes;
 mod jobs;
+mod loader;
 mod open;
 mod passthrough;
 mod stale;
@@ -43,6 +45,7 @@ mod tree;
 mod tests;
 
 pub(crate) use handles::{CachePolicy, Opened};
+pub(crate) use loader::Walk;
 pub(crate) use passthrough::Backing;
 pub(crate) use inodes::{Node, View};
 pub(crate) use stale::StaleInodes;

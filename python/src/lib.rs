@@ -1,0 +1,352 @@
+//! `prepfs.Loader`: a job's samples in batches, straight from a running prepfs mount's cache
+//! over its loader socket, without a FUSE round trip per sample.
+//!
+//! The daemon writes each batch's pixels into a slot of a ring of shared memory this module
+//! maps; the images tensor views that slot (no copy), and the slot is not asked for again until
+//! every view of it is gone. The protocol is the daemon's own (`src/loader/wire.rs`).
+
+#[path = "../../src/loader/wire.rs"]
+#[allow(dead_code)]
+mod wire;
+mod dlpack;
+
+use std::io::{self, IoSliceMut};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pyo3::exceptions::{PyConnectionError, PyOSError, PyRuntimeError, PyStopIteration, PyTimeoutError, PyValueError};
+use pyo3::prelude::*;
+
+use dlpack::{DLDataType, Owner, Tensor};
+use wire::{Reply, Request};
+
+/// The ring of slots the daemon writes into, mapped here.
+struct Ring {
+    ptr: *mut u8,
+    len: usize,
+    slot_bytes: usize,
+    /// Whether each slot is held by a live batch.
+    held: Vec<AtomicBool>,
+    _fd: OwnedFd,
+}
+
+// SAFETY: the mapping is shared memory valid until Drop; slots are written by the daemon only
+// while not held here.
+unsafe impl Send for Ring {}
+unsafe impl Sync for Ring {}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `Loader::connect`.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// A slot held by a batch; freed when the last view of it is dropped.
+struct Lease {
+    ring: Arc<Ring>,
+    slot: usize,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.ring.held[self.slot].store(false, Ordering::Release);
+    }
+}
+
+/// The connection and where this loader is in its epoch.
+struct Conn {
+    stream: UnixStream,
+    in_epoch: bool,
+    ended: bool,
+}
+
+/// What the daemon said of the dataset.
+struct Facts {
+    samples: u64,
+    height: u32,
+    width: u32,
+    classes: Vec<String>,
+    batch_size: u32,
+}
+
+/// A job's samples in batches: `for images, labels in prepfs.Loader("/mnt/prepfs", job="train")`.
+///
+/// Each iteration is one epoch of the loader (its share of the job's epoch when several
+/// loaders, or readers of `jobs/<job>/`, serve the same job): every sample once per epoch across
+/// all of them, cached ones first. `images` is NHWC uint8 (a view of shared memory) or, with
+/// `dtype="float32-normalized"`, NCHW float32 normalised by `mean` and `std`; `labels` is int64,
+/// the class index in ImageFolder's sorted class order. Both speak DLPack.
+#[pyclass(module = "prepfs")]
+struct Loader {
+    conn: Mutex<Conn>,
+    ring: Arc<Ring>,
+    facts: Facts,
+    normalized: bool,
+    drop_last: bool,
+    mean: [f32; 3],
+    std: [f32; 3],
+    last_names: Mutex<Vec<String>>,
+}
+
+fn io_error(e: io::Error) -> PyErr {
+    match e.kind() {
+        io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe => {
+            PyConnectionError::new_err(format!("the prepfs daemon closed the loader's connection (was the mount unmounted?): {e}"))
+        }
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => PyTimeoutError::new_err(format!("the prepfs daemon did not answer in time: {e}")),
+        _ => PyOSError::new_err(format!("prepfs loader: {e}")),
+    }
+}
+
+/// The loader socket of the mount at `mountpoint`, from its `.prepfs/stats.json`.
+fn socket_of(mountpoint: &Path) -> PyResult<PathBuf> {
+    let stats = mountpoint.join(".prepfs/stats.json");
+    let text = std::fs::read_to_string(&stats)
+        .map_err(|e| PyOSError::new_err(format!("{}: {e} (is a prepfs mount there?)", stats.display())))?;
+    let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| PyOSError::new_err(format!("{}: {e}", stats.display())))?;
+    match json["loader"]["socket"].as_str() {
+        Some(path) => Ok(PathBuf::from(path)),
+        None => Err(PyOSError::new_err(format!("the mount at {} has no loader socket (loader: {{ enabled: false }}?)", mountpoint.display()))),
+    }
+}
+
+/// Reads the welcome frame and the ring's descriptor that rides with it.
+fn read_welcome(stream: &UnixStream) -> io::Result<(Reply, OwnedFd)> {
+    let mut buf = vec![0u8; 1 << 16];
+    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
+    let (got, fd) = {
+        let mut iov = [IoSliceMut::new(&mut buf)];
+        let msg = nix::sys::socket::recvmsg::<()>(stream.as_raw_fd(), &mut iov, Some(&mut space), nix::sys::socket::MsgFlags::MSG_CMSG_CLOEXEC)?;
+        let mut fd = None;
+        for cmsg in msg.cmsgs()? {
+            if let nix::sys::socket::ControlMessageOwned::ScmRights(fds) = cmsg {
+                // SAFETY: a descriptor just received, owned by no one else.
+                fd = fds.first().map(|&f| unsafe { OwnedFd::from_raw_fd(f) });
+            }
+        }
+        (msg.bytes, fd)
+    };
+    if got == 0 {
+        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the daemon closed the connection"));
+    }
+    buf.truncate(got);
+    let reply: Reply = wire::read_frame_after(&mut &*stream, buf)?;
+    match (reply, fd) {
+        (r @ Reply::Welcome { .. }, Some(fd)) => Ok((r, fd)),
+        (Reply::Error { message }, _) => Err(io::Error::new(io::ErrorKind::PermissionDenied, message)),
+        (_, _) => Err(io::Error::new(io::ErrorKind::InvalidData, "no ring came with the welcome")),
+    }
+}
+
+impl Loader {
+    fn ask(&self, py: Python<'_>, request: Request) -> PyResult<Reply> {
+        let mut conn = self.conn.lock().map_err(|_| PyRuntimeError::new_err("the loader's connection lock is poisoned"))?;
+        let stream = &mut conn.stream;
+        let reply = py.allow_threads(|| {
+            wire::write_frame(stream, &request)?;
+            wire::read_frame::<Reply>(stream)
+        });
+        match reply.map_err(io_error)? {
+            Reply::Error { message } => Err(PyRuntimeError::new_err(format!("prepfs: {message}"))),
+            reply => Ok(reply),
+        }
+    }
+
+    /// A free slot, held from now on.
+    fn take_slot(&self) -> PyResult<usize> {
+        for (k, held) in self.ring.held.iter().enumerate() {
+            if held.compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                return Ok(k);
+            }
+        }
+        Err(PyRuntimeError::new_err(format!(
+            "all {} slots are held by earlier batches still alive; drop them (or copy what you keep), or ask for more slots",
+            self.ring.held.len()
+        )))
+    }
+
+    fn images(&self, lease: Lease, count: usize) -> Tensor {
+        let (h, w) = (self.facts.height as usize, self.facts.width as usize);
+        // SAFETY: the slot lies inside the mapping, which the lease keeps alive.
+        let base = unsafe { self.ring.ptr.add(lease.slot * self.ring.slot_bytes) };
+        if !self.normalized {
+            let shape = vec![count as i64, h as i64, w as i64, 3];
+            return Tensor::new(Owner::Slot(Arc::new(lease)), base, shape, DLDataType::U8);
+        }
+        // NCHW float32, (x / 255 - mean) / std, from the slot; the slot is free again after.
+        // SAFETY: `count` samples of h * w * 3 bytes were written into the slot.
+        let pixels = unsafe { std::slice::from_raw_parts(base, count * h * w * 3) };
+        let plane = h * w;
+        let mut out = vec![0f32; count * 3 * plane];
+        let scale: [f32; 3] = std::array::from_fn(|c| 1.0 / (255.0 * self.std[c]));
+        let shift: [f32; 3] = std::array::from_fn(|c| self.mean[c] / self.std[c]);
+        for (n, sample) in pixels.chunks_exact(plane * 3).enumerate() {
+            let dst = &mut out[n * 3 * plane..(n + 1) * 3 * plane];
+            for (i, px) in sample.chunks_exact(3).enumerate() {
+                for c in 0..3 {
+                    dst[c * plane + i] = f32::from(px[c]) * scale[c] - shift[c];
+                }
+            }
+        }
+        drop(lease);
+        Tensor::new(Owner::F32(out), std::ptr::null_mut(), vec![count as i64, 3, h as i64, w as i64], DLDataType::F32)
+    }
+}
+
+#[pymethods]
+impl Loader {
+    #[new]
+    #[pyo3(signature = (mountpoint, job, view="augmented", batch_size=256, device="cpu", dtype="uint8", drop_last=false, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), slots=4, timeout=600.0))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        mountpoint: PathBuf,
+        job: &str,
+        view: &str,
+        batch_size: u32,
+        device: &str,
+        dtype: &str,
+        drop_last: bool,
+        mean: (f32, f32, f32),
+        std: (f32, f32, f32),
+        slots: u32,
+        timeout: f64,
+    ) -> PyResult<Loader> {
+        if view != "augmented" {
+            return Err(PyValueError::new_err(format!("view {view:?}: the loader serves \"augmented\" (every sample the same shape)")));
+        }
+        let normalized = match dtype {
+            "uint8" => false,
+            "float32-normalized" => true,
+            other => return Err(PyValueError::new_err(format!("dtype {other:?}: \"uint8\" (NHWC) or \"float32-normalized\" (NCHW)"))),
+        };
+        if device != "cpu" {
+            return Err(gpu_unavailable(device));
+        }
+        if [std.0, std.1, std.2].iter().any(|s| *s <= 0.0) {
+            return Err(PyValueError::new_err("std must be positive"));
+        }
+        let socket = socket_of(&mountpoint)?;
+        let connected = py.allow_threads(|| -> io::Result<(UnixStream, Reply, OwnedFd)> {
+            let mut stream = UnixStream::connect(&socket)?;
+            stream.set_read_timeout(Some(Duration::from_secs_f64(timeout.max(1.0))))?;
+            wire::write_frame(&mut stream, &Request::Hello { version: wire::VERSION, job: job.to_owned(), batch_size, slots })?;
+            let (welcome, fd) = read_welcome(&stream)?;
+            Ok((stream, welcome, fd))
+        });
+        let (stream, welcome, fd) = connected.map_err(|e| match e.kind() {
+            io::ErrorKind::PermissionDenied => PyRuntimeError::new_err(format!("prepfs: {e}")),
+            _ => io_error(e),
+        })?;
+        let Reply::Welcome { samples, height, width, classes, slots, slot_bytes, batch_size } = welcome else {
+            return Err(PyRuntimeError::new_err("prepfs: no welcome"));
+        };
+        let len = slot_bytes as usize * slots as usize;
+        // SAFETY: a shared mapping of the ring the daemon made this size; unmapped in Drop.
+        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
+        if ptr == libc::MAP_FAILED {
+            return Err(PyOSError::new_err(format!("cannot map the loader's ring: {}", io::Error::last_os_error())));
+        }
+        let ring = Ring { ptr: ptr.cast(), len, slot_bytes: slot_bytes as usize, held: (0..slots).map(|_| AtomicBool::new(false)).collect(), _fd: fd };
+        Ok(Loader {
+            conn: Mutex::new(Conn { stream, in_epoch: false, ended: false }),
+            ring: Arc::new(ring),
+            facts: Facts { samples, height, width, classes, batch_size },
+            normalized,
+            drop_last,
+            mean: [mean.0, mean.1, mean.2],
+            std: [std.0, std.1, std.2],
+            last_names: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Begins the loader's next epoch.
+    fn __iter__(slf: PyRef<'_, Self>, py: Python<'_>) -> PyResult<Py<Loader>> {
+        slf.ask(py, Request::Begin)?;
+        if let Ok(mut conn) = slf.conn.lock() {
+            conn.in_epoch = true;
+            conn.ended = false;
+        }
+        Ok(slf.into())
+    }
+
+    /// The next batch: `(images, labels)`.
+    fn __next__(&self, py: Python<'_>) -> PyResult<(Tensor, Tensor)> {
+        let ended = self.conn.lock().map(|c| c.ended || !c.in_epoch).unwrap_or(true);
+        if ended {
+            return Err(PyStopIteration::new_err(()));
+        }
+        let slot = self.take_slot()?;
+        let lease = Lease { ring: Arc::clone(&self.ring), slot };
+        let reply = self.ask(py, Request::Next { slot: slot as u32 })?;
+        let Reply::Batch { labels, names, end, .. } = reply else {
+            return Err(PyRuntimeError::new_err("prepfs: expected a batch"));
+        };
+        if end {
+            if let Ok(mut conn) = self.conn.lock() {
+                conn.ended = true;
+                conn.in_epoch = false;
+            }
+        }
+        let count = labels.len();
+        if count == 0 || (self.drop_last && count < self.facts.batch_size as usize) {
+            return Err(PyStopIteration::new_err(()));
+        }
+        if let Ok(mut last) = self.last_names.lock() {
+            *last = names;
+        }
+        let images = self.images(lease, count);
+        let labels = Tensor::new(Owner::I64(labels), std::ptr::null_mut(), vec![count as i64], DLDataType::I64);
+        Ok((images, labels))
+    }
+
+    /// Batches in one epoch of the whole job (a loader sharing the job with others gets fewer).
+    fn __len__(&self) -> usize {
+        let (n, b) = (self.facts.samples as usize, self.facts.batch_size.max(1) as usize);
+        if self.drop_last {
+            n / b
+        } else {
+            n.div_ceil(b)
+        }
+    }
+
+    /// ImageFolder's classes: a label indexes this list.
+    #[getter]
+    fn classes(&self) -> Vec<String> {
+        self.facts.classes.clone()
+    }
+
+    /// Samples in the dataset.
+    #[getter]
+    fn samples(&self) -> u64 {
+        self.facts.samples
+    }
+
+    /// The last batch's samples, as paths relative to the source.
+    #[getter]
+    fn names(&self) -> Vec<String> {
+        self.last_names.lock().map(|n| n.clone()).unwrap_or_default()
+    }
+}
+
+/// `device="cuda..."` in a build without the `gpu` feature, or where it cannot run.
+fn gpu_unavailable(device: &str) -> PyErr {
+    if !device.starts_with("cuda") {
+        return PyValueError::new_err(format!("device {device:?}: \"cpu\" or \"cuda[:N]\""));
+    }
+    PyRuntimeError::new_err(format!(
+        "device {device:?}: this prepfs module was built without GPU support (the `gpu` feature); use device=\"cpu\" and move batches with torch.from_dlpack(images).to(\"cuda\", non_blocking=True)"
+    ))
+}
+
+#[pymodule]
+fn prepfs(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Loader>()?;
+    m.add_class::<Tensor>()?;
+    Ok(())
+}

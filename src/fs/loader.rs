@@ -1,0 +1,193 @@
+//! What the loader socket (`crate::loader`) asks of the core: the facts a loader needs (the
+//! output's shape, ImageFolder's classes), and the next samples of one loader's walk through a
+//! job's epoch, chosen by opportunistic sampling exactly as an open in `jobs/<job>/augmented/`
+//! chooses them (each sample once per epoch across every reader of the job, cached first, a
+//! substitute from the same directory), produced through the same cache and pixel work, and
+//! written into the loader's ring slot as HWC uint8 pixels.
+//!
+//! Nothing the source's permissions deny the loader's user is written for them: each sample is
+//! checked against the source's owner and mode (the kernel checks nothing here).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::seq::SliceRandom;
+
+use super::{Caller, Filesystem, View};
+use crate::config::{Dtype, Format};
+use crate::error::{Error, Result};
+use crate::producer::Consumer;
+use crate::sampling::Job;
+use crate::shared::{draw_rng, Form, Size2};
+use crate::source::catalog::{DirId, FileId};
+use crate::stats::bump;
+
+/// How long a loader's next epoch waits for the job's current one to end (the other loaders of
+/// the job to finish their shares).
+const EPOCH_WAIT: Duration = Duration::from_secs(60);
+
+/// Why the loader cannot be served by this mount.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LoaderRefusal {
+    #[error("the loader takes 8-bit outputs (output: ppm, or npy with dtype uint8); this mount serves float32")]
+    Float32,
+    #[error("the dataset has no class directories (ImageFolder's layout: ROOT/CLASS/IMAGE)")]
+    NoClasses,
+}
+
+/// What a loader is told at its start.
+pub(crate) struct LoaderFacts {
+    pub samples: u64,
+    pub size: Size2,
+    /// ImageFolder's classes: the source's top-level directories, sorted.
+    pub classes: Vec<String>,
+}
+
+/// One loader's walk through its job's epochs.
+pub(crate) struct Walk {
+    /// The job's epoch this walk's order is for (0: not begun).
+    epoch: u64,
+    order: Vec<FileId>,
+    next: usize,
+    /// Spreads loaders of one job over different orders.
+    nonce: u64,
+}
+
+impl Walk {
+    pub(crate) fn new(nonce: u64) -> Walk {
+        Walk { epoch: 0, order: Vec::new(), next: 0, nonce }
+    }
+}
+
+/// One batch written into a slot.
+pub(crate) struct Filled {
+    pub labels: Vec<i64>,
+    pub names: Vec<String>,
+    /// The walk's share of the epoch is served.
+    pub end: bool,
+}
+
+impl Filesystem {
+    /// The facts a loader needs, or why this mount cannot serve one.
+    pub(crate) fn loader_facts(&self) -> std::result::Result<LoaderFacts, LoaderRefusal> {
+        let output = &self.config().output;
+        if output.format == Format::Npy && output.dtype == Dtype::Float32 {
+            return Err(LoaderRefusal::Float32);
+        }
+        let catalog = self.catalog();
+        let classes: Vec<String> = catalog.subdirs(0).map(|d| catalog.dir_name(d).to_string_lossy().into_owned()).collect();
+        if classes.is_empty() {
+            return Err(LoaderRefusal::NoClasses);
+        }
+        let samples = self.loader_samples().len() as u64;
+        Ok(LoaderFacts { samples, size: self.producer.augmented_size(), classes })
+    }
+
+    /// The samples a loader walks: the images inside a class directory, as ImageFolder lists.
+    fn loader_samples(&self) -> Vec<FileId> {
+        let catalog = self.catalog();
+        (0..catalog.file_count() as FileId).filter(|&f| catalog.is_image(f) && self.class_of(catalog.file_dir(f)).is_some()).collect()
+    }
+
+    /// The class (index among the root's directories) a directory's samples belong to.
+    fn class_of(&self, mut dir: DirId) -> Option<i64> {
+        let catalog = self.catalog();
+        while dir != 0 {
+            let parent = catalog.dir_parent(dir);
+            if parent == 0 {
+                let first = catalog.subdirs(0).start;
+                return Some(i64::from(dir - first));
+            }
+            dir = parent;
+        }
+        None
+    }
+
+    /// The job named `name` for a loader run by `caller`, made at first use as a job
+    /// directory's is (within `jobs.max` and the per-user limit).
+    pub(crate) fn loader_job(&self, name: &str, caller: Caller) -> Result<Arc<Job>> {
+        Ok(self.jobs.get_or_create(name.as_bytes(), self.requester(caller))?)
+    }
+
+    /// Begins the walk's next epoch: after its first, it waits (up to [`EPOCH_WAIT`], or
+    /// `stop`) until the job's epoch it walked is over, then walks the job's current epoch in
+    /// an order of its own. Returns the job's epoch (from 1).
+    pub(crate) fn loader_begin(&self, job: &Job, walk: &mut Walk, stop: &AtomicBool) -> u64 {
+        if walk.epoch != 0 {
+            let started = Instant::now();
+            while job.epoch() == walk.epoch && started.elapsed() < EPOCH_WAIT && !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        walk.epoch = job.epoch();
+        walk.order = self.loader_samples();
+        walk.order.shuffle(&mut draw_rng(self.config().seed, walk.nonce, walk.epoch, 0x10ad));
+        walk.next = 0;
+        job.touch(self.jobs.now_ms());
+        walk.epoch
+    }
+
+    /// Writes the walk's next samples into `slot` (room for `batch` samples of the output's
+    /// size) for `caller`: each request of the walk is chosen as an open in the job's
+    /// `augmented/` view is (never beginning the next epoch: a request whose directory has
+    /// nothing left is passed over), produced, and served to the job at once. Samples that fail
+    /// or that the caller may not read are passed over (a bad one counts as the job's).
+    pub(crate) fn loader_fill(&self, job: &Arc<Job>, walk: &mut Walk, caller: Caller, slot: &mut [u8], batch: usize) -> Filled {
+        let catalog = self.catalog();
+        let view = View { job: job.code(), form: Form::Augmented };
+        let size = self.producer.augmented_size();
+        let pixels = size.area() as usize * 3;
+        let mut filled = Filled { labels: Vec::with_capacity(batch), names: Vec::with_capacity(batch), end: false };
+        while filled.labels.len() < batch && walk.next < walk.order.len() {
+            let requested = walk.order[walk.next];
+            walk.next += 1;
+            if job.has_seen(requested) {
+                continue;
+            }
+            let dir = catalog.file_dir(requested);
+            let choice = self.choose_within_epoch(job, view, requested, catalog.images(dir));
+            if !choice.claimed {
+                continue;
+            }
+            bump(&job.counters.opens, 1);
+            let produced = self.resolve(choice.sample).and_then(|sample| {
+                self.check_substitute(&sample.meta, caller)?;
+                let others = self.jobs_needing(sample.id) & !job.bit();
+                self.producer.augmented(&sample, Consumer::Job { bit: job.bit(), active: others | job.bit() })
+            });
+            let (bytes, origin) = match produced {
+                Ok(out) => out,
+                Err(Error::Denied) => {
+                    job.unclaim(choice.sample);
+                    continue;
+                }
+                Err(_) => {
+                    // Refused or unreadable: the job's for this epoch, as a job view's open.
+                    job.mark_served(choice.sample, true);
+                    bump(&job.counters.bad_skipped, 1);
+                    continue;
+                }
+            };
+            let at = filled.labels.len() * pixels;
+            let copied = bytes.copy_tail_into(&mut slot[at..at + pixels]);
+            job.mark_served(choice.sample, true);
+            if copied.is_err() {
+                continue;
+            }
+            bump(if origin.is_miss() { &job.counters.misses } else { &job.counters.hits_augmented }, 1);
+            if choice.substituted {
+                bump(&job.counters.substitutions, 1);
+            }
+            let label = self.class_of(catalog.file_dir(choice.sample)).unwrap_or(-1);
+            filled.labels.push(label);
+            let path = catalog.file_path(choice.sample);
+            filled.names.push(path.strip_prefix(catalog.root()).unwrap_or(&path).to_string_lossy().into_owned());
+        }
+        filled.end = walk.next >= walk.order.len();
+        job.touch(self.jobs.now_ms());
+        bump(&self.stats().loader.batches, 1);
+        bump(&self.stats().loader.samples, filled.labels.len() as u64);
+        filled
+    }
+}
