@@ -140,6 +140,11 @@ impl Filesystem {
         let pixels = size.area() as usize * 3;
         let mut filled = Filled { labels: Vec::with_capacity(batch), names: Vec::with_capacity(batch), end: false };
         while filled.labels.len() < batch && walk.next < walk.order.len() {
+            if job.epoch() != walk.epoch {
+                // The job's epoch is over (the other readers served the rest): so is the walk's.
+                walk.next = walk.order.len();
+                break;
+            }
             let requested = walk.order[walk.next];
             walk.next += 1;
             if job.has_seen(requested) {
@@ -149,6 +154,10 @@ impl Filesystem {
             let choice = self.choose_within_epoch(job, view, requested, catalog.images(dir));
             if !choice.claimed {
                 continue;
+            }
+            if choice.substituted {
+                // Served another in its place: the request's turn comes again at the end.
+                walk.order.push(requested);
             }
             bump(&job.counters.opens, 1);
             let produced = self.resolve(choice.sample).and_then(|sample| {

@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""What tests/mount_loader.rs asks of prepfs.Loader (the installed module), printed as JSON.
+
+    loader_check.py pixels MOUNT JOB     one epoch; each sample's pixels against the mount's
+                                         augmented/ file of the same name, and its label
+    loader_check.py two MOUNT JOB        two loaders of one job in two threads, 2 epochs meeting
+                                         between them: each one's names and content ids
+    loader_check.py torch MOUNT JOB      one batch into torch (skipped, saying so, without torch)
+    loader_check.py unmount MOUNT JOB    one batch, "ready", waits for a line on stdin (the test
+                                         unmounts), then asks for the next batch
+"""
+import json
+import os
+import sys
+import threading
+
+import numpy as np
+import prepfs
+
+
+def ppm_pixels(path):
+    data = open(path, "rb").read()
+    fields = data.split(b"\n", 3)
+    assert fields[0] == b"P6", path
+    return np.frombuffer(fields[3], dtype=np.uint8)
+
+
+def id_of(sample):
+    """The sample id coded in an id-dataset image's mean red and green (tests/common)."""
+    r, g = float(sample[..., 0].mean()), float(sample[..., 1].mean())
+    best = min(range(49), key=lambda i: max(abs(20 + 36 * (i % 7) - r), abs(20 + 36 * ((i // 7) % 7) - g)))
+    return best
+
+
+def view_name(name):
+    stem = name.rsplit(".", 1)[0]
+    return stem + ".ppm"
+
+
+def pixels(mnt, job):
+    loader = prepfs.Loader(mnt, job=job, batch_size=5)
+    out = {"samples": 0, "mismatches": [], "label_errors": [], "classes": loader.classes, "batches": 0}
+    for images, labels in loader:
+        imgs, labs = np.from_dlpack(images), np.from_dlpack(labels)
+        assert imgs.dtype == np.uint8 and imgs.shape[1:] == (224, 224, 3), imgs.shape
+        assert labs.dtype == np.int64
+        out["batches"] += 1
+        for i, name in enumerate(loader.names):
+            out["samples"] += 1
+            want = ppm_pixels(os.path.join(mnt, "augmented", view_name(name)))
+            if not np.array_equal(imgs[i].reshape(-1), want):
+                out["mismatches"].append(name)
+            if labs[i] != loader.classes.index(name.split("/")[0]):
+                out["label_errors"].append(name)
+    out["len"] = len(loader)
+    return out
+
+
+def two(mnt, job):
+    loaders = [prepfs.Loader(mnt, job=job, batch_size=4, slots=2) for _ in range(2)]
+    barrier = threading.Barrier(2)
+    seen = [[[], []] for _ in range(2)]
+    errors = []
+
+    def run(k):
+        try:
+            for epoch in range(2):
+                for images, labels in loaders[k]:
+                    imgs = np.from_dlpack(images)
+                    for i, name in enumerate(loaders[k].names):
+                        seen[k][epoch].append([name, id_of(imgs[i]), int(np.from_dlpack(labels)[i])])
+                    del images, imgs
+                barrier.wait()
+        except Exception as e:  # reported, not swallowed
+            errors.append(repr(e))
+            barrier.abort()
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return {"seen": seen, "errors": errors, "classes": loaders[0].classes}
+
+
+def torch_batch(mnt, job):
+    try:
+        import torch
+    except ImportError:
+        return {"skipped": "torch is not installed for this python3"}
+    loader = prepfs.Loader(mnt, job=job, batch_size=3, dtype="float32-normalized")
+    images, labels = next(iter(loader))
+    t, l = torch.from_dlpack(images), torch.from_dlpack(labels)
+    return {"shape": list(t.shape), "dtype": str(t.dtype), "labels": str(l.dtype)}
+
+
+def unmount(mnt, job):
+    loader = prepfs.Loader(mnt, job=job, batch_size=2, timeout=20)
+    it = iter(loader)
+    next(it)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    try:
+        next(it)
+        return {"error": None}
+    except Exception as e:
+        return {"error": type(e).__name__, "message": str(e)}
+
+
+if __name__ == "__main__":
+    mode, mnt, job = sys.argv[1:4]
+    result = {"pixels": pixels, "two": two, "torch": torch_batch, "unmount": unmount}[mode](mnt, job)
+    print(json.dumps(result), flush=True)
