@@ -4,7 +4,7 @@ CARGO ?= cargo
 PYTHON ?= python3
 QUICK ?=
 
-.PHONY: all build deps demo test bench bench-epochs bench-jobs fuzz clean install uninstall
+.PHONY: all build deps demo test python bench bench-epochs bench-jobs fuzz clean install uninstall
 
 all: build
 
@@ -41,12 +41,20 @@ uninstall:
 demo: build
 	@scripts/demo.sh
 
-# Unit tests, mounted end-to-end tests, the shuttle model checks of the cache's and sampling's
-# concurrency (tests/shuttle.rs, a build with `--features shuttle`), the benchmark harness's own
-# self-test.
-test: deps
+# The Python module (`import prepfs`: prepfs.Loader, python/): built with maturin (pyo3) and
+# installed for $(PYTHON).
+python: deps
+	rm -rf target/wheels
+	cd python && $(PYTHON) -m maturin build --release -o ../target/wheels
+	$(PYTHON) -m pip install -q --force-reinstall --no-deps target/wheels/prepfs-*.whl 2>/dev/null \
+	  || $(PYTHON) -m pip install -q --force-reinstall --no-deps --break-system-packages target/wheels/prepfs-*.whl
+
+# Unit tests, mounted end-to-end tests (the loader's with the Python module built and installed
+# first), the shuttle model checks of the cache's and sampling's concurrency (tests/shuttle.rs, a
+# build with `--features shuttle`), the benchmark harness's own self-test.
+test: deps python
 	$(CARGO) build --examples
-	$(CARGO) test --all-targets
+	PREPFS_REQUIRE_LOADER=1 $(CARGO) test --all-targets
 	$(CARGO) test --features shuttle --test shuttle
 	$(PYTHON) bench/test_harness.py
 

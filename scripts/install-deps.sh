@@ -3,7 +3,7 @@
 #   Debian: fuse3 (fusermount3, /dev/fuse), cmake + nasm + pkg-config (bundled libjpeg-turbo 3),
 #           redis-server (the remote tier's tests start real servers; GETDEL needs Redis >= 6.2),
 #           redis-tools (redis-cli --cluster create: the tests' three-node Redis Cluster)
-#   Python: pillow + numpy (the tests compare against PIL)
+#   Python: pillow + numpy (the tests compare against PIL), maturin (the Python module)
 set -euo pipefail
 
 missing=()
@@ -14,6 +14,8 @@ command -v pkg-config >/dev/null || missing+=(pkg-config)
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v redis-cli >/dev/null || missing+=(redis-tools)
 command -v python3 >/dev/null || missing+=(python3 python3-pip)
+# The loader's access test runs Debian's own python3 as `nobody`.
+[ -x /usr/bin/python3 ] || missing+=(python3)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing Debian packages: ${missing[*]}"
   sudo=""
@@ -26,6 +28,13 @@ if ! python3 -c "import PIL, numpy" 2>/dev/null; then
   echo "installing Python packages: pillow numpy"
   python3 -m pip install -q pillow numpy 2>/dev/null \
     || python3 -m pip install -q --break-system-packages pillow numpy
+fi
+
+# maturin builds the Python module (python/, `make python`).
+if ! python3 -m maturin --version >/dev/null 2>&1; then
+  echo "installing Python packages: maturin"
+  python3 -m pip install -q maturin 2>/dev/null \
+    || python3 -m pip install -q --break-system-packages maturin
 fi
 
 if [ ! -e /dev/fuse ]; then
