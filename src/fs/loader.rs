@@ -13,12 +13,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::seq::SliceRandom;
+use rayon::prelude::*;
 
 use super::{Caller, Filesystem, View};
 use crate::config::{Dtype, Format};
 use crate::error::{Error, Result};
 use crate::producer::Consumer;
-use crate::sampling::Job;
+use crate::sampling::{Choice, Job};
 use crate::shared::{draw_rng, Form, Size2};
 use crate::source::catalog::{DirId, FileId};
 use crate::stats::bump;
@@ -69,6 +70,38 @@ pub(crate) struct Filled {
 }
 
 impl Filesystem {
+    /// Up to `want` samples of the walk, chosen and claimed for the job (see
+    /// [`Filesystem::loader_fill`]).
+    fn loader_choose(&self, job: &Job, walk: &mut Walk, want: usize) -> Vec<Choice> {
+        let catalog = self.catalog();
+        let view = View { job: job.code(), form: Form::Augmented };
+        let mut chosen = Vec::with_capacity(want);
+        while chosen.len() < want && walk.next < walk.order.len() {
+            if job.epoch() != walk.epoch {
+                // The job's epoch is over (the other readers served the rest): so is the walk's.
+                walk.next = walk.order.len();
+                break;
+            }
+            let requested = walk.order[walk.next];
+            walk.next += 1;
+            if job.has_seen(requested) {
+                continue;
+            }
+            let dir = catalog.file_dir(requested);
+            let choice = self.choose_within_epoch(job, view, requested, catalog.images(dir));
+            if !choice.claimed {
+                continue;
+            }
+            if choice.substituted {
+                // Served another in its place: the request's turn comes again at the end.
+                walk.order.push(requested);
+            }
+            bump(&job.counters.opens, 1);
+            chosen.push(choice);
+        }
+        chosen
+    }
+
     /// The facts a loader needs, or why this mount cannot serve one.
     pub(crate) fn loader_facts(&self) -> std::result::Result<LoaderFacts, LoaderRefusal> {
         let output = &self.config().output;
@@ -131,67 +164,64 @@ impl Filesystem {
     /// Writes the walk's next samples into `slot` (room for `batch` samples of the output's
     /// size) for `caller`: each request of the walk is chosen as an open in the job's
     /// `augmented/` view is (never beginning the next epoch: a request whose directory has
-    /// nothing left is passed over), produced, and served to the job at once. Samples that fail
-    /// or that the caller may not read are passed over (a bad one counts as the job's).
+    /// nothing left is passed over); the chosen samples are produced in parallel, each into its
+    /// place in the slot, and served to the job. Samples that fail or that the caller may not
+    /// read are passed over (a bad one counts as the job's), and the rest close up.
     pub(crate) fn loader_fill(&self, job: &Arc<Job>, walk: &mut Walk, caller: Caller, slot: &mut [u8], batch: usize) -> Filled {
         let catalog = self.catalog();
-        let view = View { job: job.code(), form: Form::Augmented };
-        let size = self.producer.augmented_size();
-        let pixels = size.area() as usize * 3;
+        let pixels = self.producer.augmented_size().area() as usize * 3;
         let mut filled = Filled { labels: Vec::with_capacity(batch), names: Vec::with_capacity(batch), end: false };
-        while filled.labels.len() < batch && walk.next < walk.order.len() {
-            if job.epoch() != walk.epoch {
-                // The job's epoch is over (the other readers served the rest): so is the walk's.
-                walk.next = walk.order.len();
+        loop {
+            let have = filled.labels.len();
+            let chosen = self.loader_choose(job, walk, batch - have);
+            if chosen.is_empty() {
                 break;
             }
-            let requested = walk.order[walk.next];
-            walk.next += 1;
-            if job.has_seen(requested) {
-                continue;
-            }
-            let dir = catalog.file_dir(requested);
-            let choice = self.choose_within_epoch(job, view, requested, catalog.images(dir));
-            if !choice.claimed {
-                continue;
-            }
-            if choice.substituted {
-                // Served another in its place: the request's turn comes again at the end.
-                walk.order.push(requested);
-            }
-            bump(&job.counters.opens, 1);
-            let produced = self.resolve(choice.sample).and_then(|sample| {
-                self.check_substitute(&sample.meta, caller)?;
-                let others = self.jobs_needing(sample.id) & !job.bit();
-                self.producer.augmented(&sample, Consumer::Job { bit: job.bit(), active: others | job.bit() })
-            });
-            let (bytes, origin) = match produced {
-                Ok(out) => out,
-                Err(Error::Denied) => {
-                    job.unclaim(choice.sample);
-                    continue;
+            // Produced in parallel (the pool's threads), each into its own place.
+            let room = &mut slot[have * pixels..(have + chosen.len()) * pixels];
+            let produced: Vec<Result<bool>> = chosen
+                .par_iter()
+                .zip(room.par_chunks_mut(pixels))
+                .map(|(choice, place)| {
+                    let sample = self.resolve(choice.sample)?;
+                    self.check_substitute(&sample.meta, caller)?;
+                    let others = self.jobs_needing(sample.id) & !job.bit();
+                    let (bytes, origin) = self.producer.augmented(&sample, Consumer::Job { bit: job.bit(), active: others | job.bit() })?;
+                    bytes.copy_tail_into(place).map_err(|e| Error::source_io(&sample.path, e))?;
+                    Ok(origin.is_miss())
+                })
+                .collect();
+            for (k, (choice, result)) in chosen.iter().zip(produced).enumerate() {
+                let miss = match result {
+                    Ok(miss) => miss,
+                    Err(Error::Denied) => {
+                        job.unclaim(choice.sample);
+                        continue;
+                    }
+                    Err(_) => {
+                        // Refused or unreadable: the job's for this epoch, as a job view's open.
+                        job.mark_served(choice.sample, true);
+                        bump(&job.counters.bad_skipped, 1);
+                        continue;
+                    }
+                };
+                job.mark_served(choice.sample, true);
+                // Close up behind samples passed over.
+                let (at, to) = ((have + k) * pixels, filled.labels.len() * pixels);
+                if at != to {
+                    slot.copy_within(at..at + pixels, to);
                 }
-                Err(_) => {
-                    // Refused or unreadable: the job's for this epoch, as a job view's open.
-                    job.mark_served(choice.sample, true);
-                    bump(&job.counters.bad_skipped, 1);
-                    continue;
+                bump(if miss { &job.counters.misses } else { &job.counters.hits_augmented }, 1);
+                if choice.substituted {
+                    bump(&job.counters.substitutions, 1);
                 }
-            };
-            let at = filled.labels.len() * pixels;
-            let copied = bytes.copy_tail_into(&mut slot[at..at + pixels]);
-            job.mark_served(choice.sample, true);
-            if copied.is_err() {
-                continue;
+                filled.labels.push(self.class_of(catalog.file_dir(choice.sample)).unwrap_or(-1));
+                let path = catalog.file_path(choice.sample);
+                filled.names.push(path.strip_prefix(catalog.root()).unwrap_or(&path).to_string_lossy().into_owned());
             }
-            bump(if origin.is_miss() { &job.counters.misses } else { &job.counters.hits_augmented }, 1);
-            if choice.substituted {
-                bump(&job.counters.substitutions, 1);
+            if filled.labels.len() >= batch {
+                break;
             }
-            let label = self.class_of(catalog.file_dir(choice.sample)).unwrap_or(-1);
-            filled.labels.push(label);
-            let path = catalog.file_path(choice.sample);
-            filled.names.push(path.strip_prefix(catalog.root()).unwrap_or(&path).to_string_lossy().into_owned());
         }
         filled.end = walk.next >= walk.order.len();
         job.touch(self.jobs.now_ms());
