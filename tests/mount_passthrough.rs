@@ -161,8 +161,18 @@ fn thousands_of_opens_leave_no_backing_id_or_memory_file_behind() {
     assert!(counter(&stats, &["passthrough", "backing_ids_opened"]) >= 100, "{stats}");
     assert_eq!(counter(&stats, &["passthrough", "backing_ids_open"]), 0, "backing ids left open: {stats}");
     // Memory files left are the cache's outputs made ready to pass through, nothing of the opens.
-    let held = memfds_held(mnt.pid());
-    let cached = mnt.stats();
+    // The job's refill goes on making outputs in the background, and one it is making holds its
+    // memory file a moment before the cache takes it: a leak stays, that moment passes.
+    let mut held = memfds_held(mnt.pid());
+    let mut cached = mnt.stats();
+    for _ in 0..100 {
+        if held as u64 <= counter(&cached, &["cache", "augmented", "entries"]) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        held = memfds_held(mnt.pid());
+        cached = mnt.stats();
+    }
     assert!(
         held as u64 <= counter(&cached, &["cache", "augmented", "entries"]),
         "the daemon holds {held} memory files, more than its cached outputs: {cached}"
