@@ -4,7 +4,7 @@ CARGO ?= cargo
 PYTHON ?= python3
 QUICK ?=
 
-.PHONY: all build deps demo test python bench bench-epochs bench-jobs fuzz clean install uninstall
+.PHONY: all build deps demo test python ptx bench bench-epochs bench-jobs fuzz clean install uninstall
 
 all: build
 
@@ -42,12 +42,18 @@ demo: build
 	@scripts/demo.sh
 
 # The Python module (`import prepfs`: prepfs.Loader, python/): built with maturin (pyo3) and
-# installed for $(PYTHON).
+# installed for $(PYTHON), with the GPU path (the `gpu` feature: libcuda is loaded at run time, so
+# it builds and imports on machines without CUDA).
 python: deps
 	rm -rf target/wheels
-	cd python && $(PYTHON) -m maturin build --release -o ../target/wheels
+	cd python && $(PYTHON) -m maturin build --release --features gpu -o ../target/wheels
 	$(PYTHON) -m pip install -q --force-reinstall --no-deps target/wheels/prepfs-*.whl 2>/dev/null \
 	  || $(PYTHON) -m pip install -q --force-reinstall --no-deps --break-system-packages target/wheels/prepfs-*.whl
+
+# The GPU path's kernel as PTX (needs clang; the PTX is committed, so only after editing the .cu).
+ptx:
+	clang-14 -x cuda --cuda-device-only --cuda-gpu-arch=sm_52 -nocudainc -nocudalib -O3 -S \
+	  -o python/src/kernels/normalize.ptx python/src/kernels/normalize.cu
 
 # Unit tests, mounted end-to-end tests (the loader's with the Python module built and installed
 # first), the shuttle model checks of the cache's and sampling's concurrency (tests/shuttle.rs, a

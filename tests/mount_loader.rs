@@ -1,8 +1,9 @@
 //! Mounted end-to-end tests of the loader socket and `prepfs.Loader` (the Python module `make
 //! python` installs): batches equal, sample by sample, to the mount's own files; two loaders of
 //! one job served each sample once per epoch, identified by content; DLPack into numpy (and
-//! torch where installed); a clear error when the mount goes away mid-epoch; and nothing the
-//! source denies a user served to them through the socket.
+//! torch where installed); a clear error when the mount goes away mid-epoch; nothing the source
+//! denies a user served to them through the socket; and the GPU path, run where a GPU is, and
+//! elsewhere a clear error naming what is missing.
 //!
 //! Without the module these tests say so and pass, unless `PREPFS_REQUIRE_LOADER` is set (as
 //! `make test` sets it, after building and installing the module).
@@ -185,5 +186,46 @@ fn nobody_is_never_served_roots_private_sample_through_the_socket() {
     assert!(nobody.values().all(|&n| n == 1));
     let root = run(false, "root");
     assert!(root.contains_key("c1/s10.jpg") && root.len() == 12, "{root:?}");
+    assert!(mnt.stop().success());
+}
+
+/// Whether the NVIDIA driver's library is on this machine's library path.
+fn libcuda_here() -> bool {
+    Command::new("sh").args(["-c", "ldconfig -p | grep -q 'libcuda\\.so'"]).status().is_ok_and(|s| s.success())
+}
+
+#[test]
+fn the_gpu_path_uploads_the_mounts_own_samples_or_says_what_is_missing() {
+    if !module_ready() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mnt = mount(tmp.path(), CENTER, "");
+    let got = check("gpu", &mnt, "gpu");
+    if std::env::var_os("PREPFS_REQUIRE_LOADER").is_some() {
+        assert_eq!(got["gpu_support"], true, "make python builds the module with the gpu feature: {got}");
+    }
+    if let Some(error) = got["error"].as_str() {
+        // No GPU here: the error names what is missing, and the module is still alive.
+        if got["gpu_support"] == false {
+            assert!(error.contains("gpu` feature"), "{error}");
+        } else if !libcuda_here() {
+            assert!(error.contains("libcuda.so"), "no driver here, and the error does not say so: {error}");
+        } else {
+            assert!(error.contains("cuda"), "{error}");
+        }
+        eprintln!("skipped the GPU upload: {error}");
+    } else if let Some(why) = got["skipped"].as_str() {
+        eprintln!("skipped the GPU upload: {why}");
+    } else {
+        assert_eq!(got["samples"], 24, "{got}");
+        assert_eq!(got["mismatches"], serde_json::json!([]), "{got}");
+        assert_eq!(got["label_errors"], serde_json::json!([]), "{got}");
+        assert_eq!(got["devices"], serde_json::json!(["cuda:0"]), "{got}");
+        assert_eq!(got["f32_samples"], 24, "{got}");
+        assert!(got["f32_max_diff"].as_f64().is_some_and(|d| d < 1e-5), "the GPU's normalisation differs from the CPU's: {got}");
+    }
+    // Whatever the GPU path did, the mount serves on.
+    assert_eq!(check("pixels", &mnt, "after").get("mismatches"), Some(&serde_json::json!([])));
     assert!(mnt.stop().success());
 }

@@ -10,6 +10,17 @@ use pyo3::prelude::*;
 /// `DLDeviceType::kDLCPU`.
 const CPU: i32 = 1;
 
+/// Memory on a device (the `gpu` feature's uploads): where it is, and how a consumer's stream
+/// is made to wait until it is written.
+pub trait DeviceMemory: Send + Sync {
+    fn ptr(&self) -> *mut c_void;
+    /// DLPack's device type and id.
+    fn device(&self) -> (i32, i32);
+    /// Makes the consumer's `stream` (in DLPack's convention: none, -1, or a stream handle)
+    /// wait until the memory is ready.
+    fn ready_for(&self, stream: Option<isize>) -> Result<(), String>;
+}
+
 #[repr(C)]
 struct DLDevice {
     device_type: i32,
@@ -58,9 +69,11 @@ struct DLManagedTensor {
 }
 
 /// What keeps a tensor's memory alive: a ring slot the loader holds until the last view of it
-/// is gone, or memory of the tensor's own.
+/// is gone, memory of the tensor's own, or memory on a device.
 pub enum Owner {
     Slot(Arc<dyn Send + Sync>),
+    #[cfg_attr(not(feature = "gpu"), allow(dead_code))]
+    Device(Arc<dyn DeviceMemory>),
     Bytes(Vec<u8>),
     F32(Vec<f32>),
     I64(Vec<i64>),
@@ -70,6 +83,7 @@ impl Owner {
     fn ptr(&self, slot_ptr: *mut u8) -> *mut c_void {
         match self {
             Owner::Slot(_) => slot_ptr.cast(),
+            Owner::Device(memory) => memory.ptr(),
             Owner::Bytes(v) => v.as_ptr() as *mut c_void,
             Owner::F32(v) => v.as_ptr() as *mut c_void,
             Owner::I64(v) => v.as_ptr() as *mut c_void,
@@ -88,12 +102,21 @@ struct Memory {
 unsafe impl Send for Memory {}
 unsafe impl Sync for Memory {}
 
-/// A CPU tensor (row-major) that speaks DLPack.
+/// A tensor (row-major, on the CPU or a device) that speaks DLPack.
 #[pyclass(module = "prepfs", frozen)]
 pub struct Tensor {
     memory: Arc<Memory>,
     shape: Vec<i64>,
     dtype: DLDataType,
+}
+
+impl Memory {
+    fn device(&self) -> (i32, i32) {
+        match &self.owner {
+            Owner::Device(memory) => memory.device(),
+            _ => (CPU, 0),
+        }
+    }
 }
 
 impl Tensor {
@@ -134,10 +157,15 @@ unsafe extern "C" fn capsule_destructor(capsule: *mut pyo3::ffi::PyObject) {
 
 #[pymethods]
 impl Tensor {
-    /// The tensor as a DLPack capsule (`stream` and `max_version` are accepted and ignored: a
-    /// CPU tensor needs no stream, and the capsule is the unversioned kind every consumer reads).
-    #[pyo3(signature = (*_args, **_kwargs))]
-    fn __dlpack__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>, _kwargs: Option<&Bound<'_, pyo3::types::PyDict>>) -> PyResult<PyObject> {
+    /// The tensor as a DLPack capsule. On a device, the consumer's `stream` is made to wait for
+    /// the upload; `max_version` and the rest are accepted, and the capsule is the unversioned
+    /// kind every consumer reads.
+    #[pyo3(signature = (*, stream=None, **_kwargs))]
+    fn __dlpack__(&self, py: Python<'_>, stream: Option<isize>, _kwargs: Option<&Bound<'_, pyo3::types::PyDict>>) -> PyResult<PyObject> {
+        if let Owner::Device(memory) = &self.memory.owner {
+            memory.ready_for(stream).map_err(pyo3::exceptions::PyRuntimeError::new_err)?;
+        }
+        let (device_type, device_id) = self.memory.device();
         let mut strides = vec![1i64; self.shape.len()];
         for i in (0..self.shape.len().saturating_sub(1)).rev() {
             strides[i] = strides[i + 1] * self.shape[i + 1];
@@ -146,7 +174,7 @@ impl Tensor {
         let managed = Box::new(DLManagedTensor {
             dl_tensor: DLTensor {
                 data: self.memory.owner.ptr(self.memory.slot_ptr),
-                device: DLDevice { device_type: CPU, device_id: 0 },
+                device: DLDevice { device_type, device_id },
                 ndim: self.shape.len() as i32,
                 dtype: self.dtype,
                 shape: export.shape.as_mut_ptr(),
@@ -169,9 +197,9 @@ impl Tensor {
         }
     }
 
-    /// `(kDLCPU, 0)`.
+    /// `(kDLCPU, 0)`, or `(kDLCUDA, N)` for a batch on a GPU.
     fn __dlpack_device__(&self) -> (i32, i32) {
-        (CPU, 0)
+        self.memory.device()
     }
 
     /// The shape, outermost first.

@@ -9,6 +9,8 @@
 #[allow(dead_code)]
 mod wire;
 mod dlpack;
+#[cfg(feature = "gpu")]
+mod gpu;
 
 use std::io::{self, IoSliceMut};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -91,6 +93,33 @@ struct Loader {
     mean: [f32; 3],
     std: [f32; 3],
     last_names: Mutex<Vec<String>>,
+    /// `device="cuda..."`: the upload's state.
+    #[cfg(feature = "gpu")]
+    gpu: Option<Mutex<OnGpu>>,
+}
+
+/// A batch the daemon wrote into a slot this loader holds.
+struct Fetched {
+    lease: Lease,
+    labels: Vec<i64>,
+    names: Vec<String>,
+}
+
+/// The GPU path's state: the device, and the batch uploading while the trainer works on the
+/// one before it.
+#[cfg(feature = "gpu")]
+struct OnGpu {
+    gpu: gpu::Gpu,
+    form: gpu::Form,
+    pending: Option<OnDevice>,
+}
+
+/// A batch on the device (or on its way there).
+#[cfg(feature = "gpu")]
+struct OnDevice {
+    batch: gpu::Uploaded,
+    count: usize,
+    names: Vec<String>,
 }
 
 fn io_error(e: io::Error) -> PyErr {
@@ -170,6 +199,46 @@ impl Loader {
         )))
     }
 
+    /// The loader's next batch in this epoch, written by the daemon into a slot now held; none
+    /// once the epoch has ended (or only a short batch is left and `drop_last` is set).
+    fn fetch(&self, py: Python<'_>) -> PyResult<Option<Fetched>> {
+        let ended = self.conn.lock().map(|c| c.ended || !c.in_epoch).unwrap_or(true);
+        if ended {
+            return Ok(None);
+        }
+        let slot = self.take_slot()?;
+        let lease = Lease { ring: Arc::clone(&self.ring), slot };
+        let reply = self.ask(py, Request::Next { slot: slot as u32 })?;
+        let Reply::Batch { labels, names, end, .. } = reply else {
+            return Err(PyRuntimeError::new_err("prepfs: expected a batch"));
+        };
+        if end {
+            if let Ok(mut conn) = self.conn.lock() {
+                conn.ended = true;
+                conn.in_epoch = false;
+            }
+        }
+        let count = labels.len();
+        if count == 0 || (self.drop_last && count < self.facts.batch_size as usize) {
+            return Ok(None);
+        }
+        Ok(Some(Fetched { lease, labels, names }))
+    }
+
+    /// The pixels of a fetched batch, in its slot.
+    fn pixels<'a>(&self, lease: &'a Lease, count: usize) -> &'a [u8] {
+        let bytes = count * self.facts.height as usize * self.facts.width as usize * 3;
+        // SAFETY: the slot lies inside the mapping, which the lease keeps alive, and the daemon
+        // wrote `count` samples into it; it does not write a held slot.
+        unsafe { std::slice::from_raw_parts(lease.ring.ptr.add(lease.slot * lease.ring.slot_bytes), bytes) }
+    }
+
+    fn set_names(&self, names: Vec<String>) {
+        if let Ok(mut last) = self.last_names.lock() {
+            *last = names;
+        }
+    }
+
     fn images(&self, lease: Lease, count: usize) -> Tensor {
         let (h, w) = (self.facts.height as usize, self.facts.width as usize);
         // SAFETY: the slot lies inside the mapping, which the lease keeps alive.
@@ -179,8 +248,7 @@ impl Loader {
             return Tensor::new(Owner::Slot(Arc::new(lease)), base, shape, DLDataType::U8);
         }
         // NCHW float32, (x / 255 - mean) / std, from the slot; the slot is free again after.
-        // SAFETY: `count` samples of h * w * 3 bytes were written into the slot.
-        let pixels = unsafe { std::slice::from_raw_parts(base, count * h * w * 3) };
+        let pixels = self.pixels(&lease, count);
         let plane = h * w;
         let mut out = vec![0f32; count * 3 * plane];
         let scale: [f32; 3] = std::array::from_fn(|c| 1.0 / (255.0 * self.std[c]));
@@ -195,6 +263,43 @@ impl Loader {
         }
         drop(lease);
         Tensor::new(Owner::F32(out), std::ptr::null_mut(), vec![count as i64, 3, h as i64, w as i64], DLDataType::F32)
+    }
+}
+
+#[cfg(feature = "gpu")]
+impl Loader {
+    /// Starts a fetched batch's upload; its slot is free again once this returns.
+    fn upload(&self, on_gpu: &mut OnGpu, fetched: Fetched) -> PyResult<OnDevice> {
+        let count = fetched.labels.len();
+        let plane = self.facts.height as usize * self.facts.width as usize;
+        let pixels = self.pixels(&fetched.lease, count);
+        let batch = on_gpu.gpu.upload(pixels, &fetched.labels, plane, &on_gpu.form).map_err(|e| PyRuntimeError::new_err(e.0))?;
+        Ok(OnDevice { batch, count, names: fetched.names })
+    }
+
+    /// The next batch on the device; the one after it starts uploading before this returns.
+    fn next_on_gpu(&self, py: Python<'_>, on_gpu: &Mutex<OnGpu>) -> PyResult<(Tensor, Tensor)> {
+        // Not waited for: a waiting thread would hold the GIL the one inside needs back.
+        let mut on_gpu = on_gpu.try_lock().map_err(|_| PyRuntimeError::new_err("a Loader is iterated by one thread at a time"))?;
+        let current = match on_gpu.pending.take() {
+            Some(batch) => batch,
+            None => match self.fetch(py)? {
+                Some(fetched) => self.upload(&mut on_gpu, fetched)?,
+                None => return Err(PyStopIteration::new_err(())),
+            },
+        };
+        if let Some(fetched) = self.fetch(py)? {
+            on_gpu.pending = Some(self.upload(&mut on_gpu, fetched)?);
+        }
+        let OnDevice { batch, count, names } = current;
+        self.set_names(names);
+        let (n, h, w) = (count as i64, i64::from(self.facts.height), i64::from(self.facts.width));
+        let images = match on_gpu.form {
+            gpu::Form::Uint8 => Tensor::new(Owner::Device(batch.images), std::ptr::null_mut(), vec![n, h, w, 3], DLDataType::U8),
+            gpu::Form::Normalized { .. } => Tensor::new(Owner::Device(batch.images), std::ptr::null_mut(), vec![n, 3, h, w], DLDataType::F32),
+        };
+        let labels = Tensor::new(Owner::Device(batch.labels), std::ptr::null_mut(), vec![n], DLDataType::I64);
+        Ok((images, labels))
     }
 }
 
@@ -225,8 +330,19 @@ impl Loader {
             "float32-normalized" => true,
             other => return Err(PyValueError::new_err(format!("dtype {other:?}: \"uint8\" (NHWC) or \"float32-normalized\" (NCHW)"))),
         };
-        if device != "cpu" {
+        let on_gpu = match device {
+            "cpu" => false,
+            d if d == "cuda" || d.strip_prefix("cuda:").is_some_and(|n| n.parse::<u32>().is_ok()) => true,
+            other => return Err(PyValueError::new_err(format!("device {other:?}: \"cpu\", \"cuda\" or \"cuda:N\""))),
+        };
+        #[cfg(not(feature = "gpu"))]
+        if on_gpu {
             return Err(gpu_unavailable(device));
+        }
+        // A device that cannot be used is said before the daemon is asked anything.
+        #[cfg(feature = "gpu")]
+        if on_gpu {
+            gpu::probe(device).map_err(|e| PyRuntimeError::new_err(e.0))?;
         }
         if [std.0, std.1, std.2].iter().any(|s| *s <= 0.0) {
             return Err(PyValueError::new_err("std must be positive"));
@@ -253,20 +369,43 @@ impl Loader {
             return Err(PyOSError::new_err(format!("cannot map the loader's ring: {}", io::Error::last_os_error())));
         }
         let ring = Ring { ptr: ptr.cast(), len, slot_bytes: slot_bytes as usize, held: (0..slots).map(|_| AtomicBool::new(false)).collect(), _fd: fd };
+        let (mean, std) = ([mean.0, mean.1, mean.2], [std.0, std.1, std.2]);
+        #[cfg(feature = "gpu")]
+        let gpu = match on_gpu {
+            false => None,
+            true => {
+                let gpu = gpu::open(device, slot_bytes as usize, batch_size as usize).map_err(|e| PyRuntimeError::new_err(e.0))?;
+                let form = match normalized {
+                    false => gpu::Form::Uint8,
+                    true => gpu::Form::Normalized {
+                        scale: std::array::from_fn(|c| 1.0 / (255.0 * std[c])),
+                        shift: std::array::from_fn(|c| -mean[c] / std[c]),
+                    },
+                };
+                Some(Mutex::new(OnGpu { gpu, form, pending: None }))
+            }
+        };
         Ok(Loader {
             conn: Mutex::new(Conn { stream, in_epoch: false, ended: false }),
             ring: Arc::new(ring),
             facts: Facts { samples, height, width, classes, batch_size },
             normalized,
             drop_last,
-            mean: [mean.0, mean.1, mean.2],
-            std: [std.0, std.1, std.2],
+            mean,
+            std,
             last_names: Mutex::new(Vec::new()),
+            #[cfg(feature = "gpu")]
+            gpu,
         })
     }
 
     /// Begins the loader's next epoch.
     fn __iter__(slf: PyRef<'_, Self>, py: Python<'_>) -> PyResult<Py<Loader>> {
+        // A batch uploaded ahead belongs to the epoch left behind.
+        #[cfg(feature = "gpu")]
+        if let Some(Ok(mut on_gpu)) = slf.gpu.as_ref().map(|g| g.try_lock()) {
+            on_gpu.pending = None;
+        }
         slf.ask(py, Request::Begin)?;
         if let Ok(mut conn) = slf.conn.lock() {
             conn.in_epoch = true;
@@ -277,29 +416,15 @@ impl Loader {
 
     /// The next batch: `(images, labels)`.
     fn __next__(&self, py: Python<'_>) -> PyResult<(Tensor, Tensor)> {
-        let ended = self.conn.lock().map(|c| c.ended || !c.in_epoch).unwrap_or(true);
-        if ended {
-            return Err(PyStopIteration::new_err(()));
+        #[cfg(feature = "gpu")]
+        if let Some(on_gpu) = &self.gpu {
+            return self.next_on_gpu(py, on_gpu);
         }
-        let slot = self.take_slot()?;
-        let lease = Lease { ring: Arc::clone(&self.ring), slot };
-        let reply = self.ask(py, Request::Next { slot: slot as u32 })?;
-        let Reply::Batch { labels, names, end, .. } = reply else {
-            return Err(PyRuntimeError::new_err("prepfs: expected a batch"));
+        let Some(Fetched { lease, labels, names }) = self.fetch(py)? else {
+            return Err(PyStopIteration::new_err(()));
         };
-        if end {
-            if let Ok(mut conn) = self.conn.lock() {
-                conn.ended = true;
-                conn.in_epoch = false;
-            }
-        }
+        self.set_names(names);
         let count = labels.len();
-        if count == 0 || (self.drop_last && count < self.facts.batch_size as usize) {
-            return Err(PyStopIteration::new_err(()));
-        }
-        if let Ok(mut last) = self.last_names.lock() {
-            *last = names;
-        }
         let images = self.images(lease, count);
         let labels = Tensor::new(Owner::I64(labels), std::ptr::null_mut(), vec![count as i64], DLDataType::I64);
         Ok((images, labels))
@@ -334,11 +459,9 @@ impl Loader {
     }
 }
 
-/// `device="cuda..."` in a build without the `gpu` feature, or where it cannot run.
+/// `device="cuda..."` in a build without the `gpu` feature.
+#[cfg(not(feature = "gpu"))]
 fn gpu_unavailable(device: &str) -> PyErr {
-    if !device.starts_with("cuda") {
-        return PyValueError::new_err(format!("device {device:?}: \"cpu\" or \"cuda[:N]\""));
-    }
     PyRuntimeError::new_err(format!(
         "device {device:?}: this prepfs module was built without GPU support (the `gpu` feature); use device=\"cpu\" and move batches with torch.from_dlpack(images).to(\"cuda\", non_blocking=True)"
     ))
@@ -348,5 +471,7 @@ fn gpu_unavailable(device: &str) -> PyErr {
 fn prepfs(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Loader>()?;
     m.add_class::<Tensor>()?;
+    // Whether this build has the GPU path (`device="cuda..."`).
+    m.add("gpu_support", cfg!(feature = "gpu"))?;
     Ok(())
 }

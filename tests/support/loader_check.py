@@ -8,6 +8,10 @@
     loader_check.py torch MOUNT JOB      one batch into torch (skipped, saying so, without torch)
     loader_check.py unmount MOUNT JOB    one batch, "ready", waits for a line on stdin (the test
                                          unmounts), then asks for the next batch
+    loader_check.py gpu MOUNT JOB        where a GPU and torch with CUDA are there: one epoch on
+                                         "cuda" in uint8 (each sample against the mount's file)
+                                         and in float32 (against the CPU path's normalisation);
+                                         elsewhere the error device="cuda" gives
 """
 import json
 import os
@@ -107,7 +111,54 @@ def unmount(mnt, job):
         return {"error": type(e).__name__, "message": str(e)}
 
 
+def gpu(mnt, job):
+    out = {"gpu_support": prepfs.gpu_support}
+    try:
+        loader = prepfs.Loader(mnt, job=job, batch_size=5, device="cuda")
+    except RuntimeError as e:
+        out["error"] = str(e)
+        return out
+    try:
+        import torch
+    except ImportError:
+        out["skipped"] = "a GPU is here but torch is not installed for this python3"
+        return out
+    out.update({"samples": 0, "mismatches": [], "label_errors": [], "devices": set()})
+    for images, labels in loader:
+        t, l = torch.from_dlpack(images), torch.from_dlpack(labels)
+        out["devices"].add(str(t.device))
+        assert t.dtype == torch.uint8 and tuple(t.shape[1:]) == (224, 224, 3), t.shape
+        imgs, labs = t.cpu().numpy(), l.cpu().numpy()
+        for i, name in enumerate(loader.names):
+            out["samples"] += 1
+            if not np.array_equal(imgs[i].reshape(-1), ppm_pixels(os.path.join(mnt, "augmented", view_name(name)))):
+                out["mismatches"].append(name)
+            if labs[i] != loader.classes.index(name.split("/")[0]):
+                out["label_errors"].append(name)
+        del images, labels, t, l
+    # float32: the GPU's normalisation against the CPU path's, sample by sample (the second
+    # job sees the same center-cropped pixels).
+    out["devices"] = sorted(out["devices"])
+    cpu = {}
+    gpu_loader = prepfs.Loader(mnt, job=job + "-f32", batch_size=5, device="cuda", dtype="float32-normalized")
+    cpu_loader = prepfs.Loader(mnt, job=job + "-cpu", batch_size=5, dtype="float32-normalized")
+    for images, _ in cpu_loader:
+        arr = np.from_dlpack(images)
+        for i, name in enumerate(cpu_loader.names):
+            cpu[name] = arr[i].copy()
+    out["f32_max_diff"] = 0.0
+    out["f32_samples"] = 0
+    for images, _ in gpu_loader:
+        t = torch.from_dlpack(images)
+        assert t.dtype == torch.float32 and tuple(t.shape[1:]) == (3, 224, 224), t.shape
+        arr = t.cpu().numpy()
+        for i, name in enumerate(gpu_loader.names):
+            out["f32_samples"] += 1
+            out["f32_max_diff"] = max(out["f32_max_diff"], float(np.abs(arr[i] - cpu[name]).max()))
+    return out
+
+
 if __name__ == "__main__":
     mode, mnt, job = sys.argv[1:4]
-    result = {"pixels": pixels, "two": two, "torch": torch_batch, "unmount": unmount}[mode](mnt, job)
+    result = {"pixels": pixels, "two": two, "torch": torch_batch, "unmount": unmount, "gpu": gpu}[mode](mnt, job)
     print(json.dumps(result), flush=True)
