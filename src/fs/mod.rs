@@ -192,10 +192,11 @@ impl Filesystem {
         let jobs = Jobs::new(config.jobs.max, catalog.file_count(), catalog.sample_count() as u64, config.seed)
             .with_per_user(config.jobs.per_user)
             .with_shared(job_store);
+        let remote_gauge = remote.as_ref().map(RemoteTier::gauge);
         let tiers = Tiers::new(Arc::clone(&cache), disk, catalog.root().to_path_buf()).with_remote(remote);
         let pixels = PixelWork::new(&config, catalog.file_count(), Arc::clone(&stats));
         let producer = SampleProducer::new(Arc::clone(&catalog), Arc::clone(&reader), tiers, pixels, Arc::clone(&stats));
-        let plan = PlanController::new(&config, reader.read_limit(), Arc::clone(&cache), Arc::clone(&stats));
+        let plan = PlanController::new(&config, reader.read_limit(), Arc::clone(&cache), Arc::clone(&stats), remote_gauge);
         let passthrough = passthrough::PassthroughState::new(config.passthrough);
         Ok(Filesystem {
             passthrough,

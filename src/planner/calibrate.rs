@@ -84,6 +84,10 @@ pub(crate) fn measure(catalog: &Catalog, config: &Config, read: impl Fn(u32) -> 
         jobs: 1,
         cores: threads as u32,
         dirs: (0..catalog.dir_count()).filter(|&d| !catalog.images(d as DirId).is_empty()).count().max(1) as u32,
+        // Measured while serving, from the remote tier (the controller's `tick`).
+        s_remote: 0.0,
+        s_remote_entry: bytes as f64 / n,
+        remote_decoded: 0.0,
     };
     Some(Calibration { params, samples_timed: timed })
 }

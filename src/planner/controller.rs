@@ -1,8 +1,9 @@
 //! The plan's control loop, owned in one place: the split made at mount from calibration
 //! ([`PlanController::plan_at_mount`]), re-made about once a second from what the mount
 //! measures while serving ([`PlanController::tick`]: the pixel rates, the source's rate, the
-//! serving rate `t_serve`, and how many jobs share the cache), applied to the cache as budgets,
-//! and shown in `stats.json` ([`PlanController::plan_json`]).
+//! serving rate `t_serve`, how many jobs share the cache, and, with a remote tier, the nodes
+//! sharing it, its link and what it holds), applied to the cache as budgets, and shown in
+//! `stats.json` ([`PlanController::plan_json`]).
 //!
 //! The models it asks are the pure functions of [`crate::planner`]; what it measures comes from
 //! the mount's counters ([`Stats`]) and the machine's CPU time.
@@ -11,6 +12,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::cache::remote::RemoteGauge;
 use crate::cache::{SampleCache, ENTRY_OVERHEAD};
 use crate::config::{Config, EvictionPolicy, SplitChoice};
 use crate::planner::calibrate::{self, machine_busy_seconds};
@@ -51,6 +53,47 @@ pub(crate) struct PlanController {
     jobs_sharing: AtomicU32,
     /// The mount's own serving rate (the model's `t_serve`).
     serve: Mutex<ServeProbe>,
+    /// The remote tier's measurements, if there is one.
+    remote: Option<RemoteGauge>,
+}
+
+/// The model's remote-tier inputs as measured now (see `cache/remote/network.rs`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct RemoteInputs {
+    nodes: u32,
+    b_nic: f64,
+    c_nw: f64,
+    s_remote: f64,
+    s_remote_entry: f64,
+    remote_decoded: f64,
+}
+
+impl RemoteInputs {
+    /// `params` with these inputs, or with no remote path and an unbounded link for none.
+    fn apply_to(this: Option<RemoteInputs>, params: &mut PlanParams) {
+        let r = this.unwrap_or(RemoteInputs { nodes: 1, b_nic: f64::INFINITY, c_nw: 0.0, s_remote: 0.0, s_remote_entry: params.s_data, remote_decoded: 0.0 });
+        params.nodes = r.nodes;
+        params.b_nic = r.b_nic;
+        params.c_nw = r.c_nw;
+        params.s_remote = r.s_remote;
+        params.s_remote_entry = r.s_remote_entry;
+        params.remote_decoded = r.remote_decoded;
+    }
+
+    /// Whether the plan should be made again for `now` (a node came or went, the tier came or
+    /// went, or the link's room moved by a fifth).
+    fn moved(then: &PlanParams, now: Option<RemoteInputs>) -> bool {
+        match now {
+            None => then.s_remote > 0.0,
+            Some(now) => {
+                let room = |b: f64, c: f64| (b - c).max(1.0);
+                then.s_remote == 0.0
+                    || then.nodes != now.nodes
+                    || (room(now.b_nic, now.c_nw) / room(then.b_nic, then.c_nw) - 1.0).abs() > 0.2
+                    || (now.remote_decoded - then.remote_decoded).abs() > 0.2
+            }
+        }
+    }
 }
 
 struct PlanState {
@@ -75,7 +118,7 @@ struct ServeProbe {
 }
 
 impl PlanController {
-    pub(crate) fn new(config: &Config, read_limit: Option<u64>, cache: Arc<SampleCache>, stats: Arc<Stats>) -> PlanController {
+    pub(crate) fn new(config: &Config, read_limit: Option<u64>, cache: Arc<SampleCache>, stats: Arc<Stats>, remote: Option<RemoteGauge>) -> PlanController {
         PlanController {
             split: config.cache.split,
             policy: config.cache.policy,
@@ -94,7 +137,24 @@ impl PlanController {
                 pixel_ns: 0,
                 costed: (0, 0.0),
             }),
+            remote,
         }
+    }
+
+    /// The remote tier's figures now; none without a tier, while it is down, or before its
+    /// link was measured. What else the link carries is held below 95% of it.
+    fn remote_inputs(&self) -> Option<RemoteInputs> {
+        let gauge = self.remote.as_ref()?;
+        let network = gauge.network()?;
+        let (s_remote_entry, remote_decoded) = gauge.entries()?;
+        Some(RemoteInputs {
+            nodes: network.nodes.max(1),
+            b_nic: network.b_nic,
+            c_nw: network.c_nw.min(0.95 * network.b_nic),
+            s_remote: gauge.size() as f64,
+            s_remote_entry,
+            remote_decoded,
+        })
     }
 
     /// Measures the model's inputs on a few samples (their bytes from `read`) and applies the
@@ -145,6 +205,7 @@ impl PlanController {
         let (reads, read_ns, read_bytes) = (get(&s.source_reads), get(&s.source_read_nanos), get(&s.source_bytes_read));
         let timed = da_n + a_n;
         let jobs = self.jobs_sharing.load(Ordering::Relaxed).max(1);
+        let remote = self.remote_inputs();
         let mut params = {
             let plan = self.plan.lock_or_recover();
             let moved = |p: &PlanState| {
@@ -152,7 +213,7 @@ impl PlanController {
                     (Some(now), Some(then)) => (now / then - 1.0).abs() > 0.2,
                     (now, then) => now.is_some() != then.is_some(),
                 };
-                serve_moved || p.params.jobs != jobs
+                serve_moved || p.params.jobs != jobs || RemoteInputs::moved(&p.params, remote)
             };
             match plan.as_ref() {
                 Some(p) if timed >= p.timed + REPLAN_MIN_SAMPLES || moved(p) => p.params.clone(),
@@ -162,6 +223,7 @@ impl PlanController {
         if t_serve.is_some() {
             params.t_serve = t_serve;
         }
+        RemoteInputs::apply_to(remote, &mut params);
         let threads = self.threads;
         if da_n >= REPLAN_MIN_SAMPLES / 4 {
             params.t_da = threads * da_n as f64 / (da_ns as f64 / 1e9).max(1e-9);
@@ -257,6 +319,7 @@ impl PlanController {
             "split": split.as_array(),
             "model": "prepfs",
             "budgets": budgets,
+            // With a remote tier shared by several mounts (`inputs.nodes`), for all of them.
             "predicted_samples_per_s": evaluation.samples_per_s,
             // Of the samples served, those not read from the source (with several jobs: what
             // the jobs' hit rates should come to).

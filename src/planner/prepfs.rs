@@ -18,8 +18,19 @@
 //!   counted once): `1 / t_serve` to serve it, plus `f_D / t_a + (f_E + f_S) / t_da`, plus the
 //!   augmented hits' refills `f_A (r_D / t_a + (1 - r_D) / t_da)`.
 //! - **Storage bytes per sample**: `(f_S + f_A (1 - r_D - r_E)) * s_data`.
+//! - **The remote tier** (`s_remote` > 0), shared by the nodes, holds the share
+//!   `h_R = min(1, s_remote / (n s_remote_entry))` of the samples, a share `remote_decoded` of
+//!   them as pixels (an augment left to do) and the rest as encoded bytes (a decode and an
+//!   augment): `w_R = remote_decoded / t_a + (1 - remote_decoded) / t_da`. Whatever a node
+//!   would read from the storage (a miss, an augmented hit's refill) comes from the remote in
+//!   the share `h_R`: `f_R = h_R f_S` of the samples take the remote path, costing `w_R` and
+//!   `s_remote_entry` bytes across the NIC; only the rest reads the storage.
 //! - **Rate** = the minimum of `1 / cpu`, `b_storage / storage bytes`, `nodes * t_gpu`, and the
-//!   links (`nodes (b_pcie - c_pcie) / s_augmented`; the NIC over the bytes each path reads).
+//!   links: `nodes (b_pcie - c_pcie) / s_augmented`, and `nodes (b_nic - c_nw)` over the bytes
+//!   a sample brings across the NIC. With a remote tier those are the remote path's bytes (the
+//!   node's memory is its own); without one, Seneca's setting, the cache is across the NIC and
+//!   every path's bytes cross it. The mount measures `nodes`, `b_nic` and `c_nw` from the
+//!   remote tier (`cache/remote/network.rs`).
 //!
 //! The per-path rates in the [`Evaluation`] are each path's rate on its own (`1 / (1 / t_serve +
 //! its work)`); its sample counts are `n` times the path fractions.
@@ -42,7 +53,10 @@
 //! - augmentations `a = 1 / g(w_A)`; decodes `d = min(a, (1 - H_D) / g(max(w_A, w_D)))`;
 //!   storage reads `r = min(d, (1 - H_E) / g(max(w_A, w_D, w_E)))`;
 //! - CPU time `1 / t_serve + (a - d) / t_a + d / t_da`, storage bytes `r · s_data`;
-//! - the predicted hit rate (served without reading the source) is `1 - r`.
+//! - with a remote tier, the reads come from it in the share `h_R` (`r h_R` samples cross the
+//!   NIC, `s_remote_entry` bytes each, and those held as pixels save their decode), and only
+//!   `r (1 - h_R)` read the storage;
+//! - the predicted hit rate (served without reading the source) is `1 - r (1 - h_R)`.
 
 use super::seneca::{Evaluation, PlanParams, Split};
 
@@ -120,19 +134,30 @@ pub(super) fn evaluate(p: &PlanParams, split: Split) -> Evaluation {
     };
 
     let (t_serve, t_a, t_da) = cpu_rates(p);
+    let remote = Remote::of(p, t_a, t_da);
+    // What memory does not hold comes from the remote tier where it holds it, else the storage.
+    let f_r = f_s * remote.held;
+    let f_src = f_s - f_r;
+    // An augmented hit's refill starts from what memory holds, else reads like a miss.
+    let refill_reads = (1.0 - r_d - r_e).max(0.0);
+    let read_work = remote.held * remote.work + (1.0 - remote.held) / t_da;
 
     // Seconds of the machine's CPU per sample: times add up over the paths.
-    let refill = r_d / t_a + (1.0 - r_d) / t_da;
-    let cpu = 1.0 / t_serve + f_d / t_a + (f_e + f_s) / t_da + f_a * refill;
-    let storage = (f_s + f_a * (1.0 - r_d - r_e)) * p.s_data;
-    let nic_bytes = f_a * p.s_augmented + f_d * p.s_decoded + (f_e + f_s) * p.s_data;
+    let refill = r_d / t_a + r_e / t_da + refill_reads * read_work;
+    let cpu = 1.0 / t_serve + f_d / t_a + (f_e + f_src) / t_da + f_r * remote.work + f_a * refill;
+    let storage = (f_src + f_a * refill_reads * (1.0 - remote.held)) * p.s_data;
+    let nic_bytes = match p.s_remote > 0.0 {
+        true => (f_r + f_a * refill_reads * remote.held) * p.s_remote_entry,
+        false => f_a * p.s_augmented + f_d * p.s_decoded + (f_e + f_s) * p.s_data,
+    };
 
     let alone = |work: f64| 1.0 / (1.0 / t_serve + work);
     Evaluation {
         n_a: f_a * n,
         n_d: f_d * n,
         n_e: f_e * n,
-        n_storage: f_s * n,
+        n_storage: f_src * n,
+        n_remote: f_r * n,
         dsi_a: alone(refill),
         dsi_d: alone(1.0 / t_a),
         dsi_e: alone(1.0 / t_da),
@@ -158,21 +183,47 @@ fn evaluate_shared(p: &PlanParams, split: Split) -> Evaluation {
     let reads = decodes.min((1.0 - whole(E)) / serves(w_a.max(w_d).max(w_e)));
 
     let (t_serve, t_a, t_da) = cpu_rates(p);
-    let cpu = 1.0 / t_serve + (augments - decodes) / t_a + decodes / t_da;
-    let storage = reads * p.s_data;
-    let nic_bytes = (1.0 - augments) * p.s_augmented + (augments - decodes) * p.s_decoded + decodes * p.s_data;
+    let remote = Remote::of(p, t_a, t_da);
+    // Reads come from the remote tier where it holds the sample; those it holds as pixels
+    // need an augment, not a decode.
+    let remote_reads = reads * remote.held;
+    let saved_decodes = remote_reads * p.remote_decoded;
+    let cpu = 1.0 / t_serve + (augments - decodes + saved_decodes) / t_a + (decodes - saved_decodes) / t_da;
+    let storage = (reads - remote_reads) * p.s_data;
+    let nic_bytes = match p.s_remote > 0.0 {
+        true => remote_reads * p.s_remote_entry,
+        false => (1.0 - augments) * p.s_augmented + (augments - decodes) * p.s_decoded + decodes * p.s_data,
+    };
 
     let alone = |work: f64| 1.0 / (1.0 / t_serve + work);
     Evaluation {
         n_a: (1.0 - augments) * n,
         n_d: (augments - decodes) * n,
         n_e: (decodes - reads) * n,
-        n_storage: reads * n,
+        n_storage: (reads - remote_reads) * n,
+        n_remote: remote_reads * n,
         dsi_a: alone(0.0),
         dsi_d: alone(1.0 / t_a),
         dsi_e: alone(1.0 / t_da),
         dsi_s: alone(1.0 / t_da).min(p.b_storage / p.s_data),
         samples_per_s: bounded(p, cpu, storage, nic_bytes),
+    }
+}
+
+/// The remote tier as the model sees it: the share of samples it holds, and the CPU time a
+/// sample read from it still needs.
+struct Remote {
+    held: f64,
+    work: f64,
+}
+
+impl Remote {
+    fn of(p: &PlanParams, t_a: f64, t_da: f64) -> Remote {
+        let held = match p.s_remote > 0.0 {
+            true => (p.s_remote / (p.n_total.max(1) as f64 * p.s_remote_entry)).min(1.0),
+            false => 0.0,
+        };
+        Remote { held, work: p.remote_decoded / t_a + (1.0 - p.remote_decoded) / t_da }
     }
 }
 
@@ -192,7 +243,7 @@ fn bounded(p: &PlanParams, cpu: f64, storage: f64, nic_bytes: f64) -> f64 {
         if storage > 0.0 { p.b_storage / storage } else { f64::INFINITY },
         p.t_gpu.map_or(f64::INFINITY, |t| nodes * t),
         nodes * (p.b_pcie - p.c_pcie) / p.s_augmented,
-        nodes * (p.b_nic - p.c_nw) / nic_bytes.max(f64::MIN_POSITIVE),
+        if nic_bytes > 0.0 { nodes * (p.b_nic - p.c_nw).max(0.0) / nic_bytes } else { f64::INFINITY },
     ];
     bounds.into_iter().fold(f64::INFINITY, f64::min)
 }
@@ -346,5 +397,75 @@ mod tests {
         // a shared output saves a decode for each job it serves, pixels only the decode.
         let (best, _) = Model::Prepfs.best_split(&PlanParams { jobs: 3, dirs: 100, s_cache: 200.0 * 250.0, ..base() });
         assert_eq!(best.a(), 100, "{best}");
+    }
+
+    // --- the remote tier ------------------------------------------------------------------------
+
+    /// No memory, a storage of 100 samples/s (1e4 B/s), CPU 800/s (1 / (1/4000 + 1/1000)).
+    fn remote_base() -> PlanParams {
+        PlanParams { b_storage: 1e4, ..base() }
+    }
+
+    #[test]
+    fn a_remote_tier_holding_every_sample_replaces_the_storage_and_its_link_bounds_the_rate() {
+        let alone = evaluate(&remote_base(), Split::new(0, 0, 100).expect("split"));
+        assert!((alone.samples_per_s - 100.0).abs() < 1e-9, "the storage bounds it: {alone:?}");
+        let p = PlanParams { s_remote: 1000.0 * 100.0, s_remote_entry: 100.0, b_nic: 5e4, ..remote_base() };
+        let ev = evaluate(&p, Split::new(0, 0, 100).expect("split"));
+        assert!((ev.n_remote - 1000.0).abs() < 1e-9 && ev.n_storage.abs() < 1e-9, "{ev:?}");
+        // 5e4 B/s over 100 B a sample.
+        assert!((ev.samples_per_s - 500.0).abs() < 1e-9, "{ev:?}");
+        // An unbounded link leaves the CPU: a decode and an augment a sample.
+        let ev = evaluate(&PlanParams { b_nic: f64::INFINITY, ..p }, Split::new(0, 0, 100).expect("split"));
+        assert!((ev.samples_per_s - 800.0).abs() < 1e-9, "{ev:?}");
+    }
+
+    #[test]
+    fn a_remote_tier_holding_half_the_set_halves_the_storage_reads() {
+        let p = PlanParams { s_remote: 500.0 * 100.0, s_remote_entry: 100.0, ..remote_base() };
+        let ev = evaluate(&p, Split::new(0, 0, 100).expect("split"));
+        assert!((ev.n_remote - 500.0).abs() < 1e-9 && (ev.n_storage - 500.0).abs() < 1e-9, "{ev:?}");
+        // 1e4 B/s over 50 B of storage a sample.
+        assert!((ev.samples_per_s - 200.0).abs() < 1e-9, "{ev:?}");
+    }
+
+    #[test]
+    fn pixels_from_the_remote_tier_need_only_their_augment() {
+        let p = PlanParams { s_remote: 1000.0 * 500.0, s_remote_entry: 500.0, remote_decoded: 1.0, ..remote_base() };
+        let ev = evaluate(&p, Split::new(0, 0, 100).expect("split"));
+        // 1 / (1/4000 + 1/5000).
+        assert!((ev.samples_per_s - 1e3 / (0.25 + 0.2)).abs() < 1e-6, "{ev:?}");
+    }
+
+    #[test]
+    fn the_nodes_and_what_else_the_link_carries_set_the_link_bound() {
+        let p = PlanParams { s_remote: 1000.0 * 100.0, s_remote_entry: 100.0, b_nic: 5e4, c_nw: 2.5e4, nodes: 2, ..remote_base() };
+        let ev = evaluate(&p, Split::new(0, 0, 100).expect("split"));
+        // Two nodes, each with 2.5e4 B/s of its link left, 100 B a sample.
+        assert!((ev.samples_per_s - 500.0).abs() < 1e-9, "{ev:?}");
+        // A link taken whole by other traffic serves nothing from the remote tier.
+        let ev = evaluate(&PlanParams { c_nw: 5e4, ..p }, Split::new(0, 0, 100).expect("split"));
+        assert_eq!(ev.samples_per_s, 0.0, "{ev:?}");
+    }
+
+    #[test]
+    fn jobs_sharing_the_cache_read_from_the_remote_tier_before_the_storage() {
+        let p = PlanParams { jobs: 3, dirs: 10, ..remote_base() };
+        let without = evaluate(&p, Split::new(0, 0, 100).expect("split"));
+        let with = evaluate(&PlanParams { s_remote: 1000.0 * 100.0, s_remote_entry: 100.0, ..p }, Split::new(0, 0, 100).expect("split"));
+        assert!(without.n_storage > 0.0 && with.n_storage.abs() < 1e-9, "{without:?} {with:?}");
+        assert!((with.n_remote - without.n_storage).abs() < 1e-9, "{without:?} {with:?}");
+        assert!(with.samples_per_s > without.samples_per_s, "{without:?} {with:?}");
+    }
+
+    #[test]
+    fn without_a_remote_tier_the_model_is_unchanged_by_the_remote_inputs_defaults() {
+        let text = "n_total: 1000\ns_data: 100\nm: 5\ns_cache: 0\nb_cache: 1e9\nb_nic: .inf\nb_pcie: .inf\nb_storage: 1e6\nt_da: 1000\nt_a: 5000\nnodes: 1\nc_nw: 0\nc_pcie: 0\n";
+        let p = crate::planner::seneca::parse_params(text).expect("parses");
+        assert_eq!((p.s_remote, p.s_remote_entry, p.remote_decoded), (0.0, 100.0, 0.0));
+        let with = crate::planner::seneca::parse_params(&format!("{text}s_remote: 5e4\nremote_decoded: 0.5\n")).expect("parses");
+        assert_eq!((with.s_remote, with.remote_decoded), (5e4, 0.5));
+        let bad = crate::planner::seneca::parse_params(&format!("{text}remote_decoded: 2\n")).expect_err("refused");
+        assert!(bad.to_string().contains("remote_decoded"), "{bad}");
     }
 }

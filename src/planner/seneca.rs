@@ -124,6 +124,16 @@ pub struct PlanParams {
     /// comes from the requested file's directory, so what one job's miss made waits in the
     /// cache until the other jobs' requests reach that directory (1: one directory).
     pub dirs: u32,
+    /// prepfs's model only: bytes the remote tier shared by the nodes holds (0: none). A
+    /// sample missing from a node's memory is read from it, across that node's NIC, where it
+    /// holds the sample, before the storage.
+    pub s_remote: f64,
+    /// prepfs's model only: the mean bytes of a sample in the remote tier (encoded bytes or
+    /// decoded pixels, as the mounts wrote it).
+    pub s_remote_entry: f64,
+    /// prepfs's model only: the share of the remote tier's samples held as decoded pixels
+    /// (only an augment left to do); the rest are encoded bytes (a decode and an augment).
+    pub remote_decoded: f64,
 }
 
 
@@ -151,6 +161,8 @@ pub struct Evaluation {
     pub n_e: f64,
     /// Samples read from storage (Eq. 8).
     pub n_storage: f64,
+    /// prepfs's model only: samples read from the remote tier (0 in Seneca's).
+    pub n_remote: f64,
     /// Rate of the augmented-hit path (Eq. 1).
     pub dsi_a: f64,
     /// Rate of the decoded-hit path (Eq. 3).
@@ -340,7 +352,7 @@ pub fn evaluate(params: &PlanParams, split: Split) -> Evaluation {
     // Eq. 9.
     let samples_per_s = (n_a * dsi_a + n_d * dsi_d + n_e * dsi_e + n_storage * dsi_s) / n_total;
 
-    Evaluation { n_a, n_d, n_e, n_storage, dsi_a, dsi_d, dsi_e, dsi_s, samples_per_s }
+    Evaluation { n_a, n_d, n_e, n_storage, n_remote: 0.0, dsi_a, dsi_d, dsi_e, dsi_s, samples_per_s }
 }
 
 fn min_of(rates: &[f64]) -> f64 {
@@ -459,6 +471,15 @@ impl PlanParams {
                 ));
             }
         }
+        if !(self.s_remote.is_finite() && self.s_remote >= 0.0) {
+            return Err(invalid("s_remote", format!("must be a number of bytes, 0 or more, got {}", self.s_remote)));
+        }
+        if !(self.s_remote_entry.is_finite() && self.s_remote_entry > 0.0) {
+            return Err(invalid("s_remote_entry", format!("must be a positive number of bytes, got {}", self.s_remote_entry)));
+        }
+        if !(0.0..=1.0).contains(&self.remote_decoded) {
+            return Err(invalid("remote_decoded", format!("must be a share from 0 to 1, got {}", self.remote_decoded)));
+        }
         for (key, c, link, b) in [
             ("c_nw", self.c_nw, "b_nic", self.b_nic),
             ("c_pcie", self.c_pcie, "b_pcie", self.b_pcie),
@@ -522,6 +543,12 @@ struct RawPlanParams {
     cores: Option<u32>,
     #[serde(default)]
     dirs: Option<u32>,
+    #[serde(default)]
+    s_remote: Option<f64>,
+    #[serde(default)]
+    s_remote_entry: Option<f64>,
+    #[serde(default)]
+    remote_decoded: Option<f64>,
 }
 
 /// A key that is present deserialises to `Some(value or None for null)`; `#[serde(default)]`
@@ -598,6 +625,9 @@ impl RawPlanParams {
             jobs: self.jobs.unwrap_or(1).max(1),
             cores: self.cores.unwrap_or(1).max(1),
             dirs: self.dirs.unwrap_or(1).max(1),
+            s_remote: self.s_remote.unwrap_or(0.0),
+            s_remote_entry: self.s_remote_entry.unwrap_or(s_data),
+            remote_decoded: self.remote_decoded.unwrap_or(0.0),
         };
         params.validate_in(text)?;
         Ok(params)
@@ -657,6 +687,9 @@ pub(crate) mod tests {
             jobs: 1,
             cores: 1,
             dirs: 1,
+            s_remote: 0.0,
+            s_remote_entry: 100.0,
+            remote_decoded: 0.0,
         }
     }
 

@@ -120,6 +120,15 @@ impl RedisServer {
     }
 
     /// Kills the server (SIGKILL: an outage, nothing said to clients) and reaps it.
+    /// The keys it holds (`KEYS *`), besides the mounts' measuring of the network: the registry
+    /// of mounts (`...:mounts`, stamped once a second) and a link probe's value (`...:probe:...`).
+    pub fn data_keys(&self) -> Vec<String> {
+        let reply = self.command(&["KEYS", "*"]).unwrap_or_default();
+        let text = String::from_utf8_lossy(&reply);
+        // A RESP array: `*N`, then `$LEN` and the key for each.
+        text.split("\r\n").filter(|l| !l.is_empty() && !l.starts_with(['*', '$'])).filter(|k| !k.ends_with(":mounts") && !k.contains(":probe:")).map(String::from).collect()
+    }
+
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
@@ -214,15 +223,9 @@ impl RedisCluster {
         }
     }
 
-    /// Keys held by each node (`DBSIZE`).
+    /// Keys held by each node, besides the mounts' measuring of the network ([`RedisServer::data_keys`]).
     pub fn keys_per_node(&self) -> Vec<u64> {
-        self.nodes
-            .iter()
-            .map(|n| {
-                let r = n.command(&["DBSIZE"]).unwrap_or_default();
-                String::from_utf8_lossy(&r).trim().trim_start_matches(':').parse::<u64>().unwrap_or(0)
-            })
-            .collect()
+        self.nodes.iter().map(|n| n.data_keys().len() as u64).collect()
     }
 }
 

@@ -52,8 +52,10 @@
 //! locked only to take or give back a connection, never across a call.
 
 mod jobs;
+mod network;
 
 pub(crate) use jobs::RemoteJobs;
+pub(crate) use network::Network;
 
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -476,6 +478,12 @@ struct Inner {
     /// Lookups and writes skipped because the tier was down.
     skipped: AtomicU64,
     writes: AtomicU64,
+    /// Samples' entries (encoded bytes or decoded pixels; not augmented outputs) this mount
+    /// wrote or was served, their bytes, and how many were decoded pixels: what the tier holds
+    /// of a sample, for the planner.
+    entries_seen: AtomicU64,
+    entry_bytes: AtomicU64,
+    decoded_seen: AtomicU64,
     bytes_written: AtomicU64,
     /// Bytes this mount removed from the server (damaged values deleted, outputs claimed).
     bytes_freed: AtomicU64,
@@ -504,11 +512,22 @@ struct Inner {
     /// only for a sample whose bit is set. `None`: outputs are neither offered nor claimed.
     waiting_key: Vec<u8>,
     waiting: Option<crate::sampling::Bitset>,
+    /// The network to the server, measured for the planner (`network.rs`).
+    network: network::NetworkState,
 }
 
 impl Inner {
     fn now_ms(&self) -> u64 {
         self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// Counts a sample's entry of `len` bytes written or served (see `entries_seen`).
+    fn saw_entry(&self, len: u64, decoded: bool) {
+        self.entries_seen.fetch_add(1, Ordering::Relaxed);
+        self.entry_bytes.fetch_add(len, Ordering::Relaxed);
+        if decoded {
+            self.decoded_seen.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Whether a call may go out now: always while up; while down, for one caller per
@@ -685,6 +704,9 @@ impl Inner {
                     if !matches!(reply, redis::Value::Nil) {
                         self.writes.fetch_add(1, Ordering::Relaxed);
                         self.bytes_written.fetch_add(*len, Ordering::Relaxed);
+                        if kind != RemoteKind::Augmented {
+                            self.saw_entry(*len, kind == RemoteKind::Decoded);
+                        }
                         if kind == RemoteKind::Augmented {
                             waiting.push(id);
                         }
@@ -749,6 +771,8 @@ impl Inner {
             redis::cmd("MGET").arg(&self.held_key[..]).arg(&self.waiting_key[..]).query::<(Option<Vec<u8>>, Option<Vec<u8>>)>(c)
         });
         let Some((held, waiting)) = got else { return };
+        let received = held.as_ref().map_or(0, Vec::len) + waiting.as_ref().map_or(0, Vec::len);
+        self.network.bytes_received.fetch_add(received as u64, Ordering::Relaxed);
         // Redis numbers a bitmap's bits from the most significant bit of its first byte.
         let set_bits = |bitmap: &[u8], mut each: Box<dyn FnMut(FileId, bool) + '_>| {
             for (i, &byte) in bitmap.iter().enumerate() {
@@ -781,6 +805,7 @@ impl Inner {
                         self.with_conn(|c| redis::cmd("PING").query::<String>(c));
                     } else {
                         self.read_held();
+                        self.tick_network();
                     }
                     continue;
                 }
@@ -801,10 +826,40 @@ impl Inner {
             self.write_batch(batch);
             if !self.down.load(Ordering::Acquire) {
                 self.read_held();
+                self.tick_network();
             }
             self.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
             self.queued_jobs.fetch_sub(n, Ordering::AcqRel);
         }
+    }
+}
+
+/// What the tier measured, in the planner's terms; the plan's controller keeps one.
+#[derive(Clone)]
+pub(crate) struct RemoteGauge(Arc<Inner>);
+
+impl RemoteGauge {
+    /// The network to the server (mounts sharing the tier, the link's rate, what else it
+    /// carries); none while the tier is down or before the link was measured.
+    pub(crate) fn network(&self) -> Option<Network> {
+        self.0.network()
+    }
+
+    /// What the tier keeps of a sample: the mean bytes of the samples' entries this mount
+    /// wrote or was served, and the share of them that were decoded pixels (the rest encoded
+    /// bytes); none before the first.
+    pub(crate) fn entries(&self) -> Option<(f64, f64)> {
+        let i = &self.0;
+        let seen = i.entries_seen.load(Ordering::Relaxed);
+        (seen > 0).then(|| {
+            let decoded = i.decoded_seen.load(Ordering::Relaxed) as f64 / seen as f64;
+            (i.entry_bytes.load(Ordering::Relaxed) as f64 / seen as f64, decoded.min(1.0))
+        })
+    }
+
+    /// The tier's size, bytes.
+    pub(crate) fn size(&self) -> u64 {
+        self.0.size
     }
 }
 
@@ -839,6 +894,9 @@ impl RemoteTier {
             misses: AtomicU64::new(0),
             skipped: AtomicU64::new(0),
             writes: AtomicU64::new(0),
+            entries_seen: AtomicU64::new(0),
+            entry_bytes: AtomicU64::new(0),
+            decoded_seen: AtomicU64::new(0),
             bytes_written: AtomicU64::new(0),
             bytes_freed: AtomicU64::new(0),
             claims: AtomicU64::new(0),
@@ -857,6 +915,7 @@ impl RemoteTier {
             job_calls: AtomicU64::new(0),
             waiting_key: waiting_key_of(fingerprint, recipe),
             waiting: status.as_ref().map(|s| crate::sampling::Bitset::new(s.len())),
+            network: network::NetworkState::new(url, fingerprint, size),
         });
         let (sender, receiver) = sync_channel(QUEUE_JOBS);
         let for_writer = Arc::clone(&inner);
@@ -885,6 +944,8 @@ impl RemoteTier {
         let dkey = self.key(rel_path, version, RemoteKind::Decoded);
         let ekey = self.key(rel_path, version, RemoteKind::Encoded);
         let values = inner.with_conn(|c| redis::cmd("MGET").arg(&dkey[..]).arg(&ekey[..]).query::<Vec<Option<Vec<u8>>>>(c))?;
+        let received: usize = values.iter().flatten().map(Vec::len).sum();
+        inner.network.bytes_received.fetch_add(received as u64, Ordering::Relaxed);
         let mut values = values.into_iter();
         let (decoded, encoded) = (values.next().flatten(), values.next().flatten());
         let hit = decoded
@@ -893,6 +954,11 @@ impl RemoteTier {
             .or_else(|| encoded.and_then(|v| inner.check(RemoteKind::Encoded, &ekey, v, true)).map(|(_, b)| LowerHit::Bytes(b)));
         if let (Some(status), true) = (&inner.status, hit.is_some()) {
             status.mark_remote(id);
+        }
+        match &hit {
+            Some(LowerHit::Pixels(p)) => inner.saw_entry((HEADER_LEN + p.pixels.len()) as u64, true),
+            Some(LowerHit::Bytes(b)) => inner.saw_entry((HEADER_LEN + b.len()) as u64, false),
+            None => {}
         }
         let counter = if hit.is_some() { &inner.hits } else { &inner.misses };
         counter.fetch_add(1, Ordering::Relaxed);
@@ -917,6 +983,7 @@ impl RemoteTier {
             return None;
         };
         let len = value.len() as u64;
+        inner.network.bytes_received.fetch_add(len, Ordering::Relaxed);
         let out = inner.check(RemoteKind::Augmented, &key, value, false).map(|(_, b)| b);
         if out.is_some() {
             inner.bytes_freed.fetch_add(len, Ordering::Relaxed);
@@ -999,7 +1066,13 @@ impl RemoteTier {
         let writer = self.writer.lock_or_recover().take();
         if let Some(writer) = writer {
             let _ = writer.join();
+            self.inner.leave_network();
         }
+    }
+
+    /// A reader of what the tier measures for the planner.
+    pub(crate) fn gauge(&self) -> RemoteGauge {
+        RemoteGauge(Arc::clone(&self.inner))
     }
 
     /// Whether the tier is up (false from a failed call until a probe succeeds).
@@ -1041,6 +1114,7 @@ impl RemoteTier {
             "job_claims": get(&i.job_calls),
             // Augmented outputs this mount knows wait for a claimer (its recipe's).
             "outputs_waiting": i.waiting.as_ref().map_or(0, |w| w.count()),
+            "network": i.network_stats(),
         })
     }
 }
@@ -1158,6 +1232,46 @@ mod tests {
         assert_eq!((stats["hits"].as_u64(), stats["misses"].as_u64(), stats["writes"].as_u64()), (Some(2), Some(2), Some(2)));
         assert_eq!(stats["bytes_written"], (10_000 + 33 * 17 * 3 + 2 * HEADER_LEN) as u64);
         assert_eq!(stats["state"], "up");
+    }
+
+    /// Waits until `tier`'s gauge gives the planner a network for which `until` holds.
+    fn wait_network(tier: &RemoteTier, until: impl Fn(&Network) -> bool) -> Network {
+        let started = Instant::now();
+        loop {
+            if let Some(network) = tier.gauge().network().filter(|n| until(n)) {
+                return network;
+            }
+            assert!(started.elapsed() < WAIT, "network: {}", tier.stats()["network"]);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    #[test]
+    fn mounts_sharing_a_server_count_each_other_measure_the_link_and_one_leaving_is_counted_out() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let server = RedisServer::start(dir.path());
+        let first = RemoteTier::open(&server.url(), 1 << 30, 42, 0, None).expect("open");
+        let second = RemoteTier::open(&server.url(), 1 << 30, 42, 0, None).expect("open");
+        let other_dataset = RemoteTier::open(&server.url(), 1 << 30, 43, 0, None).expect("open");
+        let network = wait_network(&first, |n| n.nodes == 2);
+        // Loopback moves far more than a megabyte a second; its other traffic cannot be negative.
+        assert!(network.b_nic > 1e6 && network.c_nw >= 0.0, "{network:?}");
+        assert_eq!(wait_network(&other_dataset, |_| true).nodes, 1, "another dataset's mounts are not counted");
+        let stats = first.stats()["network"].clone();
+        assert_eq!(stats["interface"], "lo", "{stats}");
+        assert!(stats["bytes_received"].as_u64().is_some_and(|b| b >= 64 << 10), "the probe's reads are counted: {stats}");
+        second.close();
+        wait_network(&first, |n| n.nodes == 1);
+        // No probe value is left on the server.
+        let keys = server.command(&["KEYS", "prepfs:1:*:probe:*"]).expect("KEYS");
+        assert!(!String::from_utf8_lossy(&keys).contains("probe"), "{}", String::from_utf8_lossy(&keys));
+        // Nothing written yet: the planner is not told what the tier holds of a sample.
+        assert!(first.gauge().entries().is_none());
+        assert!(first.put_decoded(0, Path::new("c0/a.jpg"), &version(500), pixels(10, 10)));
+        assert!(first.put_encoded(1, Path::new("c0/b.jpg"), &version(500), bytes(500, 1)));
+        assert!(first.flush(WAIT));
+        let (mean, decoded) = first.gauge().entries().expect("two writes");
+        assert_eq!((mean, decoded), ((300.0 + 500.0) / 2.0 + HEADER_LEN as f64, 0.5));
     }
 
     #[test]
@@ -1315,7 +1429,7 @@ mod tests {
         for (i, (a, b)) in won[0].iter().zip(&won[1]).enumerate() {
             assert!(a ^ b, "output {i}: claimed by {} readers", u8::from(*a) + u8::from(*b));
         }
-        assert_eq!(server.command(&["DBSIZE"]).expect("dbsize"), b":1\r\n".to_vec(), "every claimed output is gone (the index stays)");
+        assert_eq!(server.data_keys().len(), 1, "every claimed output is gone (the index stays)");
         assert_eq!(server.command(&["BITCOUNT", "prepfs:1:{0000000000000005}:waiting:0000000000000001"]).expect("bitcount"), b":0\r\n".to_vec());
         // A later output for the same sample is a fresh one, offered again.
         assert!(writer.put_augmented(0, Path::new("c/0.jpg"), &version(0), bytes(1_000, 99)));
