@@ -151,9 +151,18 @@ def two_mounts(binary, data, work, shared, across):
                 "source_bytes_read": s["source_bytes_read"],
                 "job": {k: job.get(k) for k in ("name", "epoch", "opens", "samples_served", "hits", "misses", "hit_rate",
                                                  "shared", "shared_claims", "taken_elsewhere", "decided_alone")},
-                "remote": {k: remote.get(k) for k in ("hits", "misses", "writes", "state")} if remote else None,
+                "remote": {k: remote.get(k) for k in ("hits", "misses", "writes", "state", "network")} if remote else None,
+                # The model's prediction at the end (with a remote tier, for all the mounts
+                # sharing it: `inputs.nodes`), and its measured network terms.
+                "plan": {"predicted_samples_per_s": round(s["plan"]["predicted_samples_per_s"]),
+                         "predicted_hit_rate": round(s["plan"]["predicted_hit_rate"], 3),
+                         "inputs": {k: s["plan"]["inputs"].get(k) for k in
+                                    ("nodes", "b_nic", "c_nw", "s_remote", "s_remote_entry", "remote_decoded", "b_storage")}},
+                "second_epoch_samples_per_s": round(len(files_under(os.path.join(m.mnt, "jobs", job.get("name") or "train", "augmented")))
+                                                    / (2 if across else 1) / times[os.path.basename(m.dir)][1]),
             }
         out["source_bytes_read"] = sum(v["source_bytes_read"] for v in out["mounts"].values())
+        out["second_epoch_samples_per_s_both"] = sum(v["second_epoch_samples_per_s"] for v in out["mounts"].values())
         out["samples_served"] = sum(v["job"]["samples_served"] or 0 for v in out["mounts"].values())
         return out
     finally:

@@ -110,6 +110,25 @@ fn second_mount_shares(tmp: &Path, server: &impl SharedRedis) {
     let stats = second.stats();
     let remote = &stats["cache"]["remote"];
     assert!(count(remote, "hits") >= 19, "{stats}");
+
+    // The two mounts count each other (one machine: one node), and the second's plan has the
+    // remote tier's terms, measured: the nodes, the link's rate, what the tier holds.
+    let started = Instant::now();
+    let plan = loop {
+        let stats = second.stats();
+        let inputs = &stats["plan"]["inputs"];
+        let network = &stats["cache"]["remote"]["network"];
+        if network["mounts"] == 2 && inputs["nodes"] == 1 && inputs["s_remote"] == (1u64 << 30) as f64 && inputs["t_remote"].as_f64().is_some_and(|t| t > 0.0) {
+            break stats["plan"].clone();
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "the plan has no measured remote terms: {}", stats["plan"]);
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let inputs = &plan["inputs"];
+    assert!(inputs["b_nic"].as_f64().is_some_and(|b| b > 1e6), "loopback moves more than 1 MB/s: {plan}");
+    assert!(inputs["c_nw"].as_f64().is_some_and(|c| c >= 0.0), "{plan}");
+    assert!(inputs["remote_decoded"].as_f64().is_some_and(|d| d > 0.9), "the first mount kept decoded pixels there: {plan}");
+    assert_eq!(stats["cache"]["remote"]["network"]["interface"], "lo", "{stats}");
     assert_eq!(remote["fingerprint"], first.stats()["cache"]["remote"]["fingerprint"]);
 
     // Augmented outputs are made from the shared pixels: still next to nothing from the source.

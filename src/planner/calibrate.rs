@@ -88,6 +88,7 @@ pub(crate) fn measure(catalog: &Catalog, config: &Config, read: impl Fn(u32) -> 
         s_remote: 0.0,
         s_remote_entry: bytes as f64 / n,
         remote_decoded: 0.0,
+        t_remote: 0.0,
     };
     Some(Calibration { params, samples_timed: timed })
 }

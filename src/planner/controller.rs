@@ -66,18 +66,20 @@ struct RemoteInputs {
     s_remote: f64,
     s_remote_entry: f64,
     remote_decoded: f64,
+    t_remote: f64,
 }
 
 impl RemoteInputs {
     /// `params` with these inputs, or with no remote path and an unbounded link for none.
     fn apply_to(this: Option<RemoteInputs>, params: &mut PlanParams) {
-        let r = this.unwrap_or(RemoteInputs { nodes: 1, b_nic: f64::INFINITY, c_nw: 0.0, s_remote: 0.0, s_remote_entry: params.s_data, remote_decoded: 0.0 });
+        let r = this.unwrap_or(RemoteInputs { nodes: 1, b_nic: f64::INFINITY, c_nw: 0.0, s_remote: 0.0, s_remote_entry: params.s_data, remote_decoded: 0.0, t_remote: 0.0 });
         params.nodes = r.nodes;
         params.b_nic = r.b_nic;
         params.c_nw = r.c_nw;
         params.s_remote = r.s_remote;
         params.s_remote_entry = r.s_remote_entry;
         params.remote_decoded = r.remote_decoded;
+        params.t_remote = r.t_remote;
     }
 
     /// Whether the plan should be made again for `now` (a node came or went, the tier came or
@@ -91,6 +93,7 @@ impl RemoteInputs {
                     || then.nodes != now.nodes
                     || (room(now.b_nic, now.c_nw) / room(then.b_nic, then.c_nw) - 1.0).abs() > 0.2
                     || (now.remote_decoded - then.remote_decoded).abs() > 0.2
+                    || (now.t_remote - then.t_remote).abs() > 0.2 * then.t_remote.max(1e-4)
             }
         }
     }
@@ -154,6 +157,7 @@ impl PlanController {
             s_remote: gauge.size() as f64,
             s_remote_entry,
             remote_decoded,
+            t_remote: gauge.hit_seconds().unwrap_or(0.0),
         })
     }
 

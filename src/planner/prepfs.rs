@@ -21,7 +21,8 @@
 //! - **The remote tier** (`s_remote` > 0), shared by the nodes, holds the share
 //!   `h_R = min(1, s_remote / (n s_remote_entry))` of the samples, a share `remote_decoded` of
 //!   them as pixels (an augment left to do) and the rest as encoded bytes (a decode and an
-//!   augment): `w_R = remote_decoded / t_a + (1 - remote_decoded) / t_da`. Whatever a node
+//!   augment), and each read takes `t_remote` of the node's time (its round trip and transfer):
+//!   `w_R = t_remote / nodes + remote_decoded / t_a + (1 - remote_decoded) / t_da`. Whatever a node
 //!   would read from the storage (a miss, an augmented hit's refill) comes from the remote in
 //!   the share `h_R`: `f_R = h_R f_S` of the samples take the remote path, costing `w_R` and
 //!   `s_remote_entry` bytes across the NIC; only the rest reads the storage.
@@ -54,7 +55,8 @@
 //!   storage reads `r = min(d, (1 - H_E) / g(max(w_A, w_D, w_E)))`;
 //! - CPU time `1 / t_serve + (a - d) / t_a + d / t_da`, storage bytes `r · s_data`;
 //! - with a remote tier, the reads come from it in the share `h_R` (`r h_R` samples cross the
-//!   NIC, `s_remote_entry` bytes each, and those held as pixels save their decode), and only
+//!   NIC, `s_remote_entry` bytes each, costing `t_remote / nodes`, and those held as pixels
+//!   save their decode), and only
 //!   `r (1 - h_R)` read the storage;
 //! - the predicted hit rate (served without reading the source) is `1 - r (1 - h_R)`.
 
@@ -188,7 +190,7 @@ fn evaluate_shared(p: &PlanParams, split: Split) -> Evaluation {
     // need an augment, not a decode.
     let remote_reads = reads * remote.held;
     let saved_decodes = remote_reads * p.remote_decoded;
-    let cpu = 1.0 / t_serve + (augments - decodes + saved_decodes) / t_a + (decodes - saved_decodes) / t_da;
+    let cpu = 1.0 / t_serve + (augments - decodes + saved_decodes) / t_a + (decodes - saved_decodes) / t_da + remote_reads * remote.read;
     let storage = (reads - remote_reads) * p.s_data;
     let nic_bytes = match p.s_remote > 0.0 {
         true => remote_reads * p.s_remote_entry,
@@ -214,6 +216,8 @@ fn evaluate_shared(p: &PlanParams, split: Split) -> Evaluation {
 /// sample read from it still needs.
 struct Remote {
     held: f64,
+    /// The node's time for one read: the read itself, then the pixel work left.
+    read: f64,
     work: f64,
 }
 
@@ -223,7 +227,8 @@ impl Remote {
             true => (p.s_remote / (p.n_total.max(1) as f64 * p.s_remote_entry)).min(1.0),
             false => 0.0,
         };
-        Remote { held, work: p.remote_decoded / t_a + (1.0 - p.remote_decoded) / t_da }
+        let read = p.t_remote / f64::from(p.nodes.max(1));
+        Remote { held, read, work: read + p.remote_decoded / t_a + (1.0 - p.remote_decoded) / t_da }
     }
 }
 
@@ -435,6 +440,14 @@ mod tests {
         let ev = evaluate(&p, Split::new(0, 0, 100).expect("split"));
         // 1 / (1/4000 + 1/5000).
         assert!((ev.samples_per_s - 1e3 / (0.25 + 0.2)).abs() < 1e-6, "{ev:?}");
+    }
+
+    #[test]
+    fn a_remote_reads_time_is_charged_to_each_sample_read_from_it() {
+        let p = PlanParams { s_remote: 1000.0 * 100.0, s_remote_entry: 100.0, t_remote: 1e-3, ..remote_base() };
+        let ev = evaluate(&p, Split::new(0, 0, 100).expect("split"));
+        // 1 / (1/4000 + 1/1000 + 1/1000).
+        assert!((ev.samples_per_s - 1e3 / 2.25).abs() < 1e-6, "{ev:?}");
     }
 
     #[test]

@@ -134,6 +134,9 @@ pub struct PlanParams {
     /// prepfs's model only: the share of the remote tier's samples held as decoded pixels
     /// (only an augment left to do); the rest are encoded bytes (a decode and an augment).
     pub remote_decoded: f64,
+    /// prepfs's model only: seconds a read from the remote tier takes (its round trip and the
+    /// transfer), charged to the node's time per sample read from it.
+    pub t_remote: f64,
 }
 
 
@@ -477,6 +480,9 @@ impl PlanParams {
         if !(self.s_remote_entry.is_finite() && self.s_remote_entry > 0.0) {
             return Err(invalid("s_remote_entry", format!("must be a positive number of bytes, got {}", self.s_remote_entry)));
         }
+        if !(self.t_remote.is_finite() && self.t_remote >= 0.0) {
+            return Err(invalid("t_remote", format!("must be a number of seconds, 0 or more, got {}", self.t_remote)));
+        }
         if !(0.0..=1.0).contains(&self.remote_decoded) {
             return Err(invalid("remote_decoded", format!("must be a share from 0 to 1, got {}", self.remote_decoded)));
         }
@@ -549,6 +555,8 @@ struct RawPlanParams {
     s_remote_entry: Option<f64>,
     #[serde(default)]
     remote_decoded: Option<f64>,
+    #[serde(default)]
+    t_remote: Option<f64>,
 }
 
 /// A key that is present deserialises to `Some(value or None for null)`; `#[serde(default)]`
@@ -628,6 +636,7 @@ impl RawPlanParams {
             s_remote: self.s_remote.unwrap_or(0.0),
             s_remote_entry: self.s_remote_entry.unwrap_or(s_data),
             remote_decoded: self.remote_decoded.unwrap_or(0.0),
+            t_remote: self.t_remote.unwrap_or(0.0),
         };
         params.validate_in(text)?;
         Ok(params)
@@ -690,6 +699,7 @@ pub(crate) mod tests {
             s_remote: 0.0,
             s_remote_entry: 100.0,
             remote_decoded: 0.0,
+            t_remote: 0.0,
         }
     }
 

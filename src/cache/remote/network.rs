@@ -1,10 +1,12 @@
 //! The network between this mount and the remote tier, measured for the planner's model (its
 //! `nodes`, `b_nic` and `c_nw`):
 //!
-//! - **`nodes`**: the mounts sharing the tier for this dataset now. Once a second each mount
-//!   stamps its id in a sorted set (`prepfs:1:{FP}:mounts`, scored by its clock in ms), drops
-//!   members not stamped for [`MOUNT_STALE`], and counts the rest, in one pipeline; a mount
-//!   leaving removes its own. (Clocks more than a few seconds apart would miscount.)
+//! - **`nodes`**: the machines whose mounts share the tier for this dataset now. Once a second
+//!   each mount stamps its id (`HOST:PID:START`) in a sorted set (`prepfs:1:{FP}:mounts`,
+//!   scored by its clock in ms), drops members not stamped for [`MOUNT_STALE`], and reads the
+//!   rest, in one pipeline; the distinct hosts are the nodes (mounts on one machine share its
+//!   cores and link), and the mounts are shown too. A mount leaving removes its own. (Clocks
+//!   more than a few seconds apart would miscount.)
 //! - **`b_nic`**: the bytes a second one connection moves from the server. A probe value is
 //!   grown from 64 KiB (by 8 each time, to at most 8 MiB or an eighth of the tier's size) until
 //!   one read of it takes [`PROBE_LONG_ENOUGH`], then read three times; the best read counts.
@@ -45,6 +47,7 @@ const SMOOTHING: f64 = 0.3;
 /// What the planner is given: see the module documentation.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Network {
+    /// Machines with a mount sharing the tier.
     pub(crate) nodes: u32,
     /// Bytes a second, one connection, from the server.
     pub(crate) b_nic: f64,
@@ -62,6 +65,7 @@ pub(super) struct NetworkState {
     /// The interface towards the server, and whether it is loopback.
     iface: Option<(String, bool)>,
     nodes: AtomicU64,
+    mounts: AtomicU64,
     b_nic: AtomicU64,
     c_nw: AtomicU64,
     rtt_ns: AtomicU64,
@@ -84,6 +88,7 @@ impl NetworkState {
             probe_max: ((size / 8) as usize).clamp(PROBE_MIN, PROBE_MAX),
             iface: first_host(url).and_then(|(host, port)| interface_towards(&host, port)),
             nodes: AtomicU64::new(0),
+            mounts: AtomicU64::new(0),
             b_nic: AtomicU64::new(0),
             c_nw: AtomicU64::new(0),
             rtt_ns: AtomicU64::new(0),
@@ -120,12 +125,14 @@ impl Inner {
                 .cmd("ZADD").arg(&net.mounts_key[..]).arg(stamp).arg(&net.id).ignore()
                 .cmd("ZREMRANGEBYSCORE").arg(&net.mounts_key[..]).arg("-inf").arg(stamp.saturating_sub(MOUNT_STALE.as_millis() as u64)).ignore()
                 .cmd("PEXPIRE").arg(&net.mounts_key[..]).arg(MOUNT_STALE.as_millis() as u64 * 6).ignore()
-                .cmd("ZCARD").arg(&net.mounts_key[..])
-                .query::<(u64,)>(c)
+                .cmd("ZRANGE").arg(&net.mounts_key[..]).arg(0).arg(-1)
+                .query::<(Vec<String>,)>(c)
         });
         let Some((mounts,)) = counted else { return };
         net.rtt_ns.store(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        net.nodes.store(mounts.max(1), Ordering::Relaxed);
+        let hosts: std::collections::BTreeSet<&str> = mounts.iter().map(|m| m.rsplitn(3, ':').last().unwrap_or(m)).collect();
+        net.mounts.store(mounts.len() as u64, Ordering::Relaxed);
+        net.nodes.store(hosts.len().max(1) as u64, Ordering::Relaxed);
         let probed = net.probed_at_ms.load(Ordering::Relaxed);
         if probed == 0 || now.saturating_sub(probed) >= PROBE_EVERY.as_millis() as u64 {
             net.probed_at_ms.store(now, Ordering::Relaxed);
@@ -211,7 +218,8 @@ impl Inner {
         let net = &self.network;
         let measured = |v: f64| if v > 0.0 { json!(v) } else { serde_json::Value::Null };
         json!({
-            "mounts": net.nodes.load(Ordering::Relaxed),
+            "mounts": net.mounts.load(Ordering::Relaxed),
+            "nodes": net.nodes.load(Ordering::Relaxed),
             "b_nic": measured(load_f64(&net.b_nic)),
             "c_nw": load_f64(&net.c_nw),
             "rtt_us": net.rtt_ns.load(Ordering::Relaxed) / 1000,
