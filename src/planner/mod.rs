@@ -35,6 +35,11 @@
 //!      work's), the decode+augment and augment
 //!      rates on all its cores counted once (`t_da`, `t_a`), the storage rate or `read_limit`,
 //!      and the consumers' rate (`t_gpu`, given or left unbounded).
+//!   6. **A remote tier is a path of its own.** Seneca puts the cache across the NIC; here
+//!      memory is the node's own, and the remote tier (shared by the nodes) serves what memory
+//!      misses, where it holds it, before the storage. Only those reads cross the NIC, and
+//!      `nodes`, `b_nic`, `c_nw` and the read's time `t_remote` are the mount's measurements of
+//!      the remote (`cache/remote/network.rs`).
 //!
 //! Both models share the search ([`best_split`]-style, all 5151 splits at 1% steps) and the
 //! parameter file.
