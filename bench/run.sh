@@ -10,7 +10,7 @@
 #      writing bench/results/<date>.json, its PNG charts beside it, and BENCHMARKS.md. It also
 #      mounts, itself, a PPM mount with a cache of 25% of the set (scenario 2p) and, for
 #      scenario 4 (3 concurrent jobs), read-limited mounts; their configs go to target/bench-run/.
-#      Rows 3h/3i (issue 12's FUSE floor): target/release/examples/floorfs, a trivial fuser
+#      Rows 3h-3k (issue 12's FUSE floor): target/release/examples/floorfs, a trivial fuser
 #      filesystem serving same-size files from memory, mounted plain and with passthrough.
 #
 # Nothing stays mounted on any exit path: run_bench.py unmounts what it mounts, and the trap
@@ -28,7 +28,7 @@
 #                        set in any form); 0: mount the configs as they are (no cache)
 #   BENCH_READ_LIMIT     scenario 4's storage read limit (default 10MB/s)
 #   PREPFS_BIN           the binary to benchmark (default target/release/prepfs)
-#   FLOORFS_BIN          the FUSE floor of rows 3h/3i (default target/release/examples/floorfs,
+#   FLOORFS_BIN          the FUSE floor of rows 3h-3k (default target/release/examples/floorfs,
 #                        built by `make build`); missing: those rows are pending
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -71,7 +71,7 @@ cleanup() {
   fi
   local m p pids
   for m in "$mnt" "$mnt-npy" "$mnt-25" "$mnt-storage" "$mnt-jobs" "$mnt-floor-plain" \
-    "$mnt-floor-passthrough"; do
+    "$mnt-floor-passthrough" "$mnt-floor-plain-distinct" "$mnt-floor-passthrough-distinct"; do
     # a daemon of this run still serving m (possible only if run_bench.py was killed hard)
     pids=
     for p in /proc/[0-9]*; do

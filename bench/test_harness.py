@@ -1270,13 +1270,16 @@ class FloorTest(unittest.TestCase):
     def test_plan(self):
         cases = plan.plan("/d", "/m/augmented", "prepfs augmented/", "/dev/shm/f", True, True,
                           fuse_floor="/tmp/b-floor")
-        self.assertEqual([c.id for c in cases][-4:], ["3d", "3f", "3h", "3i"])
-        h, i = cases[-2:]
+        self.assertEqual([c.id for c in cases][-6:], ["3d", "3f", "3h", "3i", "3j", "3k"])
+        h, i, j, k = cases[-4:]
         self.assertEqual((h.data, i.data), ("/tmp/b-floor-plain", "/tmp/b-floor-passthrough"))
         self.assertEqual((h.floorfs, i.floorfs), ("plain", "passthrough"))
-        d = cases[-4]
+        self.assertEqual((j.floorfs, k.floorfs), ("plain-distinct", "passthrough-distinct"))
+        self.assertEqual([plan.floor_flags(c.floorfs) for c in (h, i, j, k)],
+                         [[], ["--passthrough"], ["--distinct"], ["--passthrough", "--distinct"]])
+        d = cases[-6]
         # read as 3d is: the same loader, one warm-up pass, no cold remount; not prepfs's daemon
-        for c in (h, i):
+        for c in (h, i, j, k):
             self.assertEqual((c.loader, c.warmup, c.cold, c.scenario, c.prepfs),
                              (d.loader, d.warmup, d.cold, d.scenario, False))
         self.assertEqual(h.chart_reads, "floor (trivial fuser, plain)")
@@ -1466,7 +1469,7 @@ class FloorTest(unittest.TestCase):
         report["targets"] = stats.targets(report["cases"], True)
         report["fuse_floor"] = stats.fuse_floor(report["cases"])
         md = reporting.render_markdown(report, [], d)
-        self.assertIn("| 3h/3i | 3 floor | raw reader (whole files) | floor (trivial fuser, "
+        self.assertIn("| 3h-3k | 3 floor | raw reader (whole files) | floor (trivial fuser, "
                       "plain / passthrough) | pending: no --floorfs-bin |", md)
         self.assertNotIn("## FUSE floor", md)
 
@@ -1483,21 +1486,40 @@ class FloorTest(unittest.TestCase):
         cases = {c.id: c for c in plan.plan("/d", "/m/augmented", "x", None, True, True,
                                             fuse_floor=base)}
         setting = dict(self.floor_setting(files=8, size=150543), binary=REAL_FLOORFS)
-        for cid in ("3h", "3i"):
+        for cid in ("3h", "3i", "3j", "3k"):
             rec = cli.run_floor_case(cases[cid], args, cpus, setting)
             self.assertFalse(mount.is_mounted(cases[cid].data))
             self.assertIsNone(rec["error"], rec.get("stderr_tail"))
             c = rec["floor"]["counters"]
             self.assertGreaterEqual(c["open"], 8 * 2 + 1)  # warm-up, run, the probe
             if rec.get("skipped"):  # passthrough refused here: said, and nothing read
-                self.assertEqual(cid, "3i")
+                self.assertIn(cid, ("3i", "3k"))
                 continue
             self.assertEqual(rec["runs"][0]["bytes"], 8 * 150543)
-            if cid == "3h":
+            if cid in ("3h", "3j"):
                 self.assertGreaterEqual(c["read"], c["open"])  # every read a FUSE READ
             else:
                 self.assertEqual(c["read"], 0)  # passthrough: no READ reaches the daemon
                 self.assertGreaterEqual(c["backing_open"], 1)
+
+    @unittest.skipUnless(os.path.exists(REAL_FLOORFS) and os.path.exists("/dev/fuse")
+                         and os.geteuid() == 0 and shutil.which("fusermount3"),
+                         "needs target/release/examples/floorfs, /dev/fuse and root")
+    def test_distinct_floor_files_each_have_their_own_content(self):
+        """3j/3k's floorfs serves each file its own bytes (3h/3i's, one buffer for all), plain
+        and with passthrough, every file as long as asked."""
+        for mode in ("plain", "plain-distinct", "passthrough", "passthrough-distinct"):
+            with floor.mount_floorfs(REAL_FLOORFS, os.path.join(self.dir, "m-" + mode), 4,
+                                     150543, mode=mode, threads=2) as fm:
+                names = sorted(os.listdir(fm.mountpoint))
+                contents = []
+                for n in names:
+                    with open(os.path.join(fm.mountpoint, n), "rb") as f:
+                        contents.append(f.read())
+                self.assertEqual([len(c) for c in contents], [150543] * 4)
+                self.assertEqual(len(set(contents)), 4 if mode.endswith("-distinct") else 1, mode)
+                self.assertTrue(all(c.startswith(b"P6\n") for c in contents))
+            self.assertFalse(mount.is_mounted(fm.mountpoint))
 
 
 

@@ -15,6 +15,7 @@
 //! ```text
 //! floorfs MOUNTPOINT [--files N] [--size BYTES] [--passthrough] [--threads T]
 //!         [--backing inode|open|mount] [--backing-file PATH] [--keep-cache] [--ioctl-enosys]
+//!         [--distinct]
 //! ```
 //!
 //! It runs in the foreground until the mount goes away (`umount`, `fusermount3 -u`) or it gets
@@ -75,6 +76,11 @@ struct Args {
     /// Answer ioctl with ENOSYS instead of ENOTTY (prepfs's answer).
     #[arg(long)]
     ioctl_enosys: bool,
+    /// Each file its own content (its own buffer; with passthrough its own memory file), as
+    /// prepfs's outputs are, instead of every file served from one buffer that stays in the
+    /// CPU's caches.
+    #[arg(long)]
+    distinct: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -167,10 +173,11 @@ struct Backings {
 struct FloorFs {
     files: u64,
     size: u64,
-    /// The content of every file.
+    /// The content of every file (`--distinct`: of each file in turn, `size` bytes apiece).
     data: Vec<u8>,
-    /// Passthrough: the file every open is backed by; None when serving plainly.
-    backing_file: Option<File>,
+    /// Passthrough: the file every open is backed by (`--distinct`: one per file); empty when
+    /// serving plainly.
+    backing_files: Vec<File>,
     backing: Backing,
     keep_cache: bool,
     ioctl_enosys: bool,
@@ -306,7 +313,7 @@ impl Backings {
 
 impl fuser::Filesystem for FloorFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        if self.backing_file.is_none() {
+        if self.backing_files.is_empty() {
             return Ok(());
         }
         // Passthrough needs the FUSE_PASSTHROUGH init flag and a stacking depth of at least 1
@@ -314,7 +321,7 @@ impl fuser::Filesystem for FloorFs {
         // whose filesystem is stacked as deep): 1, as a memfd's or a tmpfs file's is 0.
         if let Err(missing) = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH) {
             eprintln!("floorfs: the kernel does not offer passthrough ({missing:?}): serving plainly");
-            self.backing_file = None;
+            self.backing_files.clear();
             return Ok(());
         }
         config.set_max_stack_depth(1).expect("1 is within the kernel's limit");
@@ -351,7 +358,9 @@ impl fuser::Filesystem for FloorFs {
             bump(&self.counters.open_errors);
             return reply.error(Errno::EROFS);
         }
-        if let Some(file) = self.backing_file.as_ref().filter(|_| !self.passthrough_refused.load(Ordering::Relaxed)) {
+        let index = (ino.0 - FIRST_FILE) as usize;
+        let backing_file = if self.backing_files.len() == 1 { self.backing_files.first() } else { self.backing_files.get(index) };
+        if let Some(file) = backing_file.filter(|_| !self.passthrough_refused.load(Ordering::Relaxed)) {
             match self.backing_for(ino.0, &reply, file) {
                 Ok((fh, id)) => {
                     // fuser adds FOPEN_PASSTHROUGH. The kernel takes only DIRECT_IO,
@@ -371,7 +380,7 @@ impl fuser::Filesystem for FloorFs {
                 }
             }
         }
-        if self.backing_file.is_some() {
+        if !self.backing_files.is_empty() {
             bump(&self.counters.plain_fallback);
         }
         reply.opened(FileHandle(0), self.plain_flags());
@@ -380,7 +389,7 @@ impl fuser::Filesystem for FloorFs {
     fn read(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
         size: u32,
@@ -392,7 +401,9 @@ impl fuser::Filesystem for FloorFs {
         let start = offset.min(self.size) as usize;
         let end = (offset.saturating_add(u64::from(size))).min(self.size) as usize;
         self.counters.read_bytes.fetch_add((end - start) as u64, Ordering::Relaxed);
-        reply.data(&self.data[start..end]);
+        // `--distinct`: file i's content is the i-th `size` bytes.
+        let base = if self.data.len() as u64 > self.size { (ino.0 - FIRST_FILE) as usize * self.size as usize } else { 0 };
+        reply.data(&self.data[base + start..base + end]);
     }
 
     fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
@@ -509,24 +520,43 @@ fn on_mount_table(mountpoint: &Path) -> bool {
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
     let mountpoint = args.mountpoint.canonicalize().unwrap_or_else(|_| args.mountpoint.clone());
-    let data = content(args.size);
-    let backing = if args.passthrough {
-        match backing_file(&data, args.backing_file.as_deref()) {
-            Ok(f) => Some(f),
-            Err(e) => {
-                eprintln!("floorfs: cannot make the backing file ({e}): serving plainly");
-                None
-            }
-        }
+    if args.distinct && (args.backing == Backing::Mount || args.backing_file.is_some()) {
+        eprintln!("floorfs: --distinct backs each file with its own memory file: not with --backing mount or --backing-file");
+        return std::process::ExitCode::from(2);
+    }
+    let one = content(args.size);
+    let data = if args.distinct {
+        // Each file differs from the next in its last bytes, so no two are the same content.
+        (0..args.files)
+            .flat_map(|i| {
+                let mut d = one.clone();
+                let (len, tail) = (d.len(), d.len().saturating_sub(8));
+                d[tail..].copy_from_slice(&i.to_le_bytes()[..len - tail]);
+                d
+            })
+            .collect()
     } else {
-        None
+        one
+    };
+    let backing = if args.passthrough {
+        let made: std::io::Result<Vec<File>> = if args.distinct {
+            data.chunks(args.size.max(1) as usize).map(|c| backing_file(c, None)).collect()
+        } else {
+            backing_file(&data, args.backing_file.as_deref()).map(|f| vec![f])
+        };
+        made.unwrap_or_else(|e| {
+            eprintln!("floorfs: cannot make the backing file ({e}): serving plainly");
+            Vec::new()
+        })
+    } else {
+        Vec::new()
     };
     let counters = Arc::new(Counters::default());
     let fs = FloorFs {
         files: args.files,
         size: args.size,
         data,
-        backing_file: backing,
+        backing_files: backing,
         backing: args.backing,
         keep_cache: args.keep_cache,
         ioctl_enosys: args.ioctl_enosys,

@@ -4,7 +4,7 @@ Owns the options (`build_parser`) and their checks and quick-run defaults (`reso
 the order of a run: pin to the cores, describe the machine and the data set, set up the prepfs
 sources the options ask for (`setup_prepfs`: the driver's mounts and 2p's derived config, an
 existing mount, or a stand-in directory), start the report (`new_report`), run the cases
-(`run_cases`; rows 3h/3i on a FUSE floor mounted for each, `run_floor_case`) and scenario 4, unmount and clean up on every way out, and write the report
+(`run_cases`; rows 3h-3k on a FUSE floor mounted for each, `run_floor_case`) and scenario 4, unmount and clean up on every way out, and write the report
 (`finish`). `--report-only` rewrites an earlier report and runs nothing.
 """
 
@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --augmented-dir: a plain directory of augmented .npy files for "
                         "rows 1n/2n")
     g.add_argument("--floorfs-bin",
-                   help="rows 3h/3i, issue 12's FUSE floor: mount this trivial fuser filesystem "
+                   help="rows 3h-3k, issue 12's FUSE floor: mount this trivial fuser filesystem "
                         "(target/release/examples/floorfs) plain and with passthrough, at "
                         "MOUNTPOINT-floor-plain and -floor-passthrough, serving as many files "
                         "as 3d reads of the size prepfs serves; needs a prepfs source")
@@ -300,7 +300,7 @@ def new_report(args: argparse.Namespace, argv: Optional[Sequence[str]], machine:
 
 
 def fuse_floor_settings(args: argparse.Namespace, pf: Prepfs) -> dict:
-    """Rows 3h/3i as the options set them up (the files and their size are filled in when they
+    """Rows 3h-3k as the options set them up (the files and their size are filled in when they
     are known, by `floor_spec`); `why`: why they are not run."""
     binary = os.path.abspath(args.floorfs_bin) if args.floorfs_bin else None
     why = None

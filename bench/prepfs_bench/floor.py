@@ -26,7 +26,7 @@ from typing import Dict, List, Optional, Sequence
 import loaders  # bench/loaders.py (standard library only at import time)
 
 from .mount import is_mounted, lazy_unmount, proc_cpu_seconds
-from .plan import FLOOR_ROWS
+from .plan import FLOOR_ROWS, floor_flags
 
 # prepfs's FUSE threads when its config does not set `fuse_threads` (src/config.rs: 0 -> 4)
 PREPFS_FUSE_THREADS = 4
@@ -143,7 +143,7 @@ class FloorMount:
             return self.log_text
 
     def refusal(self) -> Optional[str]:
-        return passthrough_refusal(self.read_log()) if self.mode == "passthrough" else None
+        return passthrough_refusal(self.read_log()) if self.mode.startswith("passthrough") else None
 
     def close(self, timeout: float = 10.0) -> None:
         if self.proc.poll() is None:
@@ -192,7 +192,7 @@ def mount_floorfs(binary: str, mountpoint: str, files: int, size: int, mode: str
         fd, log_path = tempfile.mkstemp(prefix="prepfs-bench-floorfs-", suffix=".log")
         os.close(fd)
     cmd = [binary, mountpoint, "--files", str(files), "--size", str(size),
-           "--threads", str(threads)] + (["--passthrough"] if mode == "passthrough" else [])
+           "--threads", str(threads)] + floor_flags(mode)
     pin = (lambda: os.sched_setaffinity(0, set(cpus))) if cpus else None
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
@@ -233,7 +233,8 @@ def floor_record(fm: FloorMount, spec: dict, threads: int) -> dict:
     return {"mode": fm.mode, "files": spec["files"], "size": spec["size"], "threads": threads,
             "probe": fm.probe, "counters": counters,
             "requests_per_open": requests_per_open(counters),
-            "refused": passthrough_refusal(fm.log_text) if fm.mode == "passthrough" else None}
+            "refused": (passthrough_refusal(fm.log_text) if fm.mode.startswith("passthrough")
+                        else None)}
 
 
 def floor_modes(results: Sequence[dict]) -> List[dict]:

@@ -12,9 +12,19 @@ from __future__ import annotations
 import dataclasses
 from typing import List, Optional
 
-# (case id, floorfs mode, the row's name): issue 12's FUSE ceiling
+# (case id, floorfs mode, the row's name): issue 12's FUSE ceiling. 3h/3i serve every file
+# from one buffer (it stays in the CPU's caches); 3j/3k give each file its own content, as
+# prepfs's outputs are (`floorfs --distinct`).
 FLOOR_ROWS = [("3h", "plain", "floor (trivial fuser, plain)"),
-              ("3i", "passthrough", "floor (passthrough)")]
+              ("3i", "passthrough", "floor (passthrough)"),
+              ("3j", "plain-distinct", "floor (plain, distinct files)"),
+              ("3k", "passthrough-distinct", "floor (passthrough, distinct files)")]
+
+
+def floor_flags(mode: str) -> list:
+    """floorfs's options for a FLOOR_ROWS mode."""
+    return ((["--passthrough"] if mode.startswith("passthrough") else [])
+            + (["--distinct"] if mode.endswith("-distinct") else []))
 
 
 @dataclasses.dataclass
@@ -31,8 +41,8 @@ class Case:
     source: str = "ppm"  # which prepfs mount it reads: "ppm", "npy" (the output format) or
     # "ppm25" (the PPM config with a cache of 25% of the data set, scenario 2p)
     chart_reads: str = ""  # a shorter `reads` for chart labels ("": the same)
-    floorfs: str = ""  # rows 3h/3i: the trivial fuser filesystem it reads, "plain" or
-    # "passthrough" (mounted by the driver for the row, at `data`)
+    floorfs: str = ""  # rows 3h-3k: the trivial fuser filesystem it reads, a FLOOR_ROWS mode
+    # (mounted by the driver for the row, at `data`)
 
 
 SCENARIO_TITLES = {
@@ -84,10 +94,10 @@ def plan(data: str, augmented: Optional[str], aug_reads: str, floor_dir: Optiona
     (scenario 2p): rows 2pc and 2pd, the loaders of 2c and 2d after a warm-up pass, right after
     the warm rows (quick runs too).
 
-    fuse_floor: where the driver mounts examples/floorfs (issue 12's FUSE ceiling; `-plain` and
-    `-passthrough` appended): rows 3h and 3i, the raw reader of 3d over the trivial fuser
-    filesystem serving as many files as 3d reads, of the size prepfs serves, from memory,
-    plain and with kernel passthrough (quick runs too)."""
+    fuse_floor: where the driver mounts examples/floorfs (issue 12's FUSE ceiling; the mode
+    appended): rows 3h-3k, the raw reader of 3d over the trivial fuser filesystem serving as
+    many files as 3d reads, of the size prepfs serves, from memory, plain and with kernel
+    passthrough, from one buffer (3h, 3i) and each file its own (3j, 3k) (quick runs too)."""
     warm_sfx = floor_sfx = ""
     warm_chart = floor_chart = ""
     if cache_on is False:

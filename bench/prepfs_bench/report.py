@@ -45,12 +45,12 @@ def pending_rows(cache_on: Optional[bool], done: Sequence[str] = (),
 
 
 def floor_pending_row(settings: dict, done: Sequence[str] = ()) -> List[List[str]]:
-    """The row of the FUSE floor (3h/3i, issue 12) when it was not run and why, as wide as
+    """The row of the FUSE floor (3h-3k, issue 12) when it was not run and why, as wide as
     TABLE_HEADER; [] when it was run or not asked for by its setting."""
     fl = settings.get("fuse_floor") or {}
-    if not fl.get("why") or any(d in ("3h", "3i") for d in done):
+    if not fl.get("why") or any(d in ("3h", "3i", "3j", "3k") for d in done):
         return []
-    return [["3h/3i", SCENARIO_TITLES["floor"], "raw reader (whole files)",
+    return [["3h-3k", SCENARIO_TITLES["floor"], "raw reader (whole files)",
              "floor (trivial fuser, plain / passthrough)", f"pending: {fl['why']}"]
             + [""] * (len(TABLE_HEADER) - 5)]
 
@@ -70,11 +70,12 @@ def render_floor_section(report: dict) -> List[str]:
     cpus = ",".join(str(c) for c in report["settings"]["cpus"])
     pid = ff.get("prepfs_case")
     out = ["## FUSE floor (issue 12)", "",
-           f"Rows 3h and 3i: the raw reader of row 3d ({report['settings']['workers']} threads, "
+           f"Rows 3h-3k: the raw reader of row 3d ({report['settings']['workers']} threads, "
            f"each file opened and read whole, one pass per run, one unmeasured pass first) over "
            f"`examples/floorfs`, a trivial fuser filesystem of this project serving "
-           f"{fmt_num(spec.get('files'))} files of {fmt_num(spec.get('size'))} bytes from one "
-           f"buffer in memory: as many files as 3d reads, each of the size prepfs serves an "
+           f"{fmt_num(spec.get('files'))} files of {fmt_num(spec.get('size'))} bytes from memory "
+           f"(3h, 3i: every file from one buffer, which stays in the CPU's caches; 3j, 3k: each "
+           f"file its own content, as prepfs's outputs are): as many files as 3d reads, each of the size prepfs serves an "
            f"augmented output ({spec.get('size_from', 'stat on the mount')}), with "
            f"{fl.get('threads')} FUSE threads (prepfs's `fuse_threads`), pinned to CPUs {cpus} "
            f"like everything else, mounted for its row only, in the same run. Plain: each open "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import statistics
 from typing import Dict, List, Optional, Sequence
 
+from .plan import FLOOR_ROWS
 from .units import fmt_pct, fmt_ratio
 
 
@@ -141,7 +142,7 @@ def fuse_floor(results: Sequence[dict]) -> Optional[dict]:
     plain, 3i passthrough) of the same run; a row not measured says why. None without floor
     rows."""
     by_id = {c["id"]: c for c in results}
-    rows = [by_id[i] for i in ("3h", "3i") if i in by_id]
+    rows = [by_id[i] for i, _, _ in FLOOR_ROWS if i in by_id]
     if not rows:
         return None
     pid = next((i for i in FLOOR_PREPFS if median_sps(by_id, i)), None)
