@@ -543,7 +543,8 @@ fn start_workers(fs: &Arc<Filesystem>, workers: &mut Workers, notifier: fuser::N
                 lower_priority(10);
                 let mut cursor = 0usize;
                 while !stop.load(Ordering::Relaxed) {
-                    if !fs.refill_lane_once(&mut cursor, (lane, lanes)) && !nap(stop, Duration::from_millis(50)) {
+                    let worked = fs.refill_may_run() && fs.refill_lane_once(&mut cursor, (lane, lanes));
+                    if !worked && !nap(stop, Duration::from_millis(50)) {
                         break;
                     }
                 }

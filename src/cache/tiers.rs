@@ -377,6 +377,11 @@ impl<V: Clone + Weighed> FormStore<V> {
         self.budget.load(Ordering::Relaxed)
     }
 
+    /// Hits counted so far: entries handed to readers.
+    pub(crate) fn hit_count(&self) -> u64 {
+        self.hits.load(Ordering::Relaxed)
+    }
+
     /// Entries held.
     pub fn entries(&self) -> u64 {
         self.entries.load(Ordering::Relaxed)

@@ -197,6 +197,12 @@ impl Filesystem {
         self.refill_lane_once(cursor, (0, 1))
     }
 
+    /// Whether the background refill workers may work now: readers have paused, or the stock
+    /// of outputs has fallen below its low-water mark and is not yet full again.
+    pub(crate) fn refill_may_run(&self) -> bool {
+        self.producer.refill_may_run()
+    }
+
     /// [`Filesystem::refill_once`] for one of several refill workers: the samples of `lane`.
     /// First the samples still to come in this pass: with jobs, those some job has not seen this
     /// epoch; without, those top-level readers have not read in this pass (so the refill works

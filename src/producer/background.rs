@@ -3,6 +3,9 @@
 //! a job asks). The threads that run it are the mount's (`crate::mount`); what is wanted is the
 //! jobs' (`crate::fs`): here is only the unit of work.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
 use crate::cache::{Admit, AugmentedEntry, HELD_AUGMENTED};
 use crate::shared::Form;
 use crate::source::catalog::FileId;
@@ -10,7 +13,59 @@ use crate::stats::bump;
 
 use super::{Consumer, SampleProducer};
 
+/// Readers that have taken no output for this long have paused: the refill tops the stock up.
+const READERS_PAUSED: Duration = Duration::from_millis(20);
+/// The low-water mark: below this share of its budget the augmented stock is refilled even while
+/// readers take from it, and then on until it is full.
+const LOW_WATER: f64 = 0.5;
+
+/// When the refill works: whenever readers pause, and, while they take outputs, once the stock
+/// has fallen below the low-water mark, then on to full (the marks of a producer with
+/// hysteresis). Above the mark, a reader is served from the stock whether or not the refill
+/// runs, and refill work then only takes cores from readers (the 2-core warm figures of issue
+/// 12); a refill that tops up after every output taken never lets them have the cores.
+pub(crate) struct RefillPacer {
+    /// Set below the low-water mark, cleared when the stock is full.
+    filling: AtomicBool,
+    /// The augmented hits last seen, and when they changed (µs since `start`).
+    hits_seen: AtomicU64,
+    changed_at: AtomicU64,
+    start: Instant,
+}
+
+impl Default for RefillPacer {
+    fn default() -> Self {
+        RefillPacer { filling: AtomicBool::new(true), hits_seen: AtomicU64::new(0), changed_at: AtomicU64::new(0), start: Instant::now() }
+    }
+}
+
+impl RefillPacer {
+    /// Whether the refill may work now, given the readers' hits so far, the stock's share of
+    /// its budget and whether it is full.
+    fn may_run(&self, hits: u64, stock: f64, full: bool) -> bool {
+        let now = self.start.elapsed().as_micros() as u64;
+        if self.hits_seen.swap(hits, Ordering::Relaxed) != hits {
+            self.changed_at.store(now, Ordering::Relaxed);
+        }
+        if stock < LOW_WATER {
+            self.filling.store(true, Ordering::Relaxed);
+        } else if full {
+            self.filling.store(false, Ordering::Relaxed);
+        }
+        let paused = now.saturating_sub(self.changed_at.load(Ordering::Relaxed)) >= READERS_PAUSED.as_micros() as u64;
+        paused || self.filling.load(Ordering::Relaxed)
+    }
+}
+
 impl SampleProducer {
+    /// Whether the background refill may work now ([`RefillPacer`]).
+    pub(crate) fn refill_may_run(&self) -> bool {
+        let store = &self.tiers.memory().augmented;
+        let budget = store.budget();
+        let stock = if budget == 0 { 1.0 } else { store.used() as f64 / budget as f64 };
+        self.pacer.may_run(store.hit_count(), stock, !store.has_room_for(self.pixels.out_len()))
+    }
+
     /// One unit of background refill: a fresh augmentation into free augmented room of a sample
     /// `wanted` (some job has not seen it), made from the decoded or encoded cache when they hold
     /// it, else from the source. Workers share the samples out by `lane` of `lanes` (sample ids
@@ -72,5 +127,42 @@ impl SampleProducer {
             _ => false,
         };
         done && cache.rank(file, form) > 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_refill_fills_to_full_then_leaves_the_cores_to_readers_until_the_stock_is_below_half() {
+        let pacer = RefillPacer::default();
+        // From the start it fills, readers or not, until the stock is full.
+        assert!(pacer.may_run(1, 0.0, false));
+        assert!(pacer.may_run(2, 0.6, false));
+        assert!(pacer.may_run(3, 0.99, false));
+        // Full: while readers take outputs (hits change at every look) and the stock is above
+        // the low-water mark, it waits.
+        assert!(!pacer.may_run(4, 1.0, true));
+        assert!(!pacer.may_run(5, 0.8, false));
+        assert!(!pacer.may_run(6, 0.5, false));
+        // Below the mark it works alongside the readers, and on until full again.
+        assert!(pacer.may_run(7, 0.49, false));
+        assert!(pacer.may_run(8, 0.7, false));
+        assert!(pacer.may_run(9, 0.95, false));
+        assert!(!pacer.may_run(10, 1.0, true));
+        assert!(!pacer.may_run(11, 0.9, false));
+    }
+
+    #[test]
+    fn readers_that_pause_let_the_refill_top_the_stock_up() {
+        let pacer = RefillPacer::default();
+        assert!(!pacer.may_run(1, 1.0, true));
+        assert!(!pacer.may_run(2, 0.9, false));
+        // No output taken since the last look, for longer than the pause.
+        std::thread::sleep(READERS_PAUSED + Duration::from_millis(5));
+        assert!(pacer.may_run(2, 0.9, false));
+        // Taking again: it waits again.
+        assert!(!pacer.may_run(3, 0.9, false));
     }
 }

@@ -51,6 +51,8 @@ pub(crate) struct SampleProducer {
     tiers: Tiers,
     pixels: PixelWork,
     stats: Arc<Stats>,
+    /// When the background refill works (`background.rs`).
+    pacer: background::RefillPacer,
 }
 
 impl SampleProducer {
@@ -61,7 +63,7 @@ impl SampleProducer {
         pixels: PixelWork,
         stats: Arc<Stats>,
     ) -> SampleProducer {
-        SampleProducer { catalog, reader, tiers, pixels, stats }
+        SampleProducer { catalog, reader, tiers, pixels, stats, pacer: background::RefillPacer::default() }
     }
 
     /// The size of every augmented output.
