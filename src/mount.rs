@@ -543,7 +543,11 @@ fn start_workers(fs: &Arc<Filesystem>, workers: &mut Workers, notifier: fuser::N
                 lower_priority(10);
                 let mut cursor = 0usize;
                 while !stop.load(Ordering::Relaxed) {
-                    let worked = fs.refill_may_run() && fs.refill_lane_once(&mut cursor, (lane, lanes));
+                    let may = fs.refill_may_run();
+                    if may {
+                        crate::served::close_spent();
+                    }
+                    let worked = may && fs.refill_lane_once(&mut cursor, (lane, lanes));
                     if !worked && !nap(stop, Duration::from_millis(50)) {
                         break;
                     }
@@ -559,6 +563,7 @@ fn start_workers(fs: &Arc<Filesystem>, workers: &mut Workers, notifier: fuser::N
             housekeeping.retire_idle_jobs();
             housekeeping.drop_outputs_no_job_needs();
             housekeeping.replan();
+            crate::served::close_spent();
         }
     })?;
     // Prefetch workers: prepare the samples queued ahead of jobs, below the priority of requests.

@@ -7,12 +7,18 @@
 //! the kernel as it is. Each such file is a descriptor, and descriptors are bounded
 //! (`RLIMIT_NOFILE`): outputs are sealed ahead only while fewer than [`fd_budget`] are alive;
 //! past it they stay in memory and are sealed at open, as before.
+//!
+//! A memory file no holder needs any more (its output served and released) is closed off the
+//! request path: closing it frees its pages, which costs a release about what the rest of it
+//! costs. Up to [`SPENT_MAX`] wait in a list for [`close_spent`], called by the refill workers
+//! when they work and by the housekeeping every second; past that, the last holder closes it.
 
 use std::fs::File;
 use std::io::Write;
+use std::mem::ManuallyDrop;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// A produced output's bytes: see the module documentation.
 #[derive(Clone)]
@@ -44,7 +50,7 @@ impl ServedBytes {
         let at = len.checked_sub(dst.len()).ok_or_else(|| std::io::Error::from(std::io::ErrorKind::UnexpectedEof))?;
         match self {
             ServedBytes::Memory(b) => dst.copy_from_slice(&b[at..]),
-            ServedBytes::Sealed(f) => std::os::unix::fs::FileExt::read_exact_at(&f.file, dst, at as u64)?,
+            ServedBytes::Sealed(f) => std::os::unix::fs::FileExt::read_exact_at(&*f.file, dst, at as u64)?,
         }
         Ok(())
     }
@@ -56,7 +62,7 @@ impl ServedBytes {
             ServedBytes::Memory(b) => Ok(b.to_vec()),
             ServedBytes::Sealed(f) => {
                 let mut buf = vec![0; f.len as usize];
-                std::os::unix::fs::FileExt::read_exact_at(&f.file, &mut buf, 0)?;
+                std::os::unix::fs::FileExt::read_exact_at(&*f.file, &mut buf, 0)?;
                 Ok(buf)
             }
         }
@@ -72,7 +78,8 @@ impl From<Arc<[u8]>> for ServedBytes {
 /// An anonymous memory file sealed so that nothing can change or resize it, and its length.
 /// Alive sealed files are counted against [`fd_budget`].
 pub struct SealedFile {
-    file: File,
+    /// Taken out only by `drop`.
+    file: ManuallyDrop<File>,
     len: u64,
 }
 
@@ -93,7 +100,7 @@ impl SealedFile {
             return Err(std::io::Error::last_os_error());
         }
         LIVE.fetch_add(1, Ordering::Relaxed);
-        Ok(SealedFile { file, len: bytes.len() as u64 })
+        Ok(SealedFile { file: ManuallyDrop::new(file), len: bytes.len() as u64 })
     }
 
     /// The file, to hand to the kernel or to read.
@@ -115,7 +122,28 @@ impl SealedFile {
 impl Drop for SealedFile {
     fn drop(&mut self) {
         LIVE.fetch_sub(1, Ordering::Relaxed);
+        // SAFETY: `file` is taken once, here, and `self` is not used after.
+        let file = unsafe { ManuallyDrop::take(&mut self.file) };
+        let mut spent = SPENT.lock().unwrap_or_else(|e| e.into_inner());
+        if spent.len() < SPENT_MAX.min(fd_budget() / 4) {
+            spent.push(file);
+        }
+        // Else `file` is closed here, after the lock: the list is full.
     }
+}
+
+/// How many spent memory files may wait to be closed (about 38 MB of 224x224 outputs), and at
+/// most a quarter of [`fd_budget`].
+pub const SPENT_MAX: usize = 256;
+
+/// Memory files no holder needs any more, waiting for [`close_spent`].
+static SPENT: Mutex<Vec<File>> = Mutex::new(Vec::new());
+
+/// Closes the memory files that wait (their pages freed); returns how many.
+pub fn close_spent() -> usize {
+    let spent = std::mem::take(&mut *SPENT.lock().unwrap_or_else(|e| e.into_inner()));
+    spent.len()
+    // closed here, as `spent` drops, outside the lock
 }
 
 /// A sealed memory file holding `bytes`, or `None` when none can be made (said in the log, at
@@ -195,6 +223,45 @@ mod tests {
         assert!(f.write_all(b"x").is_err(), "a write to a sealed file is refused");
         assert!(f.set_len(1).is_err(), "shrinking is refused");
         assert!(f.set_len(100).is_err(), "growing is refused");
+    }
+
+    /// Whether some descriptor of this process is open on the file with inode `ino`.
+    fn open_here(ino: u64) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::read_dir("/proc/self/fd")
+            .expect("/proc/self/fd")
+            .filter_map(|e| std::fs::metadata(e.ok()?.path()).ok())
+            .any(|m| m.ino() == ino)
+    }
+
+    #[test]
+    fn a_spent_memory_file_is_closed_by_close_spent_not_by_its_last_holder() {
+        use std::os::unix::fs::MetadataExt;
+        let bytes = ServedBytes::Sealed(Arc::new(SealedFile::new(b"pixels").expect("memfd")));
+        let ino = match &bytes {
+            ServedBytes::Sealed(f) => f.file().metadata().expect("fstat").ino(),
+            ServedBytes::Memory(_) => unreachable!(),
+        };
+        let handle = bytes.clone();
+        drop(bytes);
+        assert!(open_here(ino), "a holder is left");
+        drop(handle);
+        if fd_budget() / 4 == 0 {
+            return; // no room to keep any: closed by its last holder
+        }
+        let (waiting, full) = {
+            let spent = SPENT.lock().unwrap_or_else(|e| e.into_inner());
+            let waiting = spent.iter().any(|f| f.metadata().ok().map(|m| m.ino()) == Some(ino));
+            (waiting, spent.len() >= SPENT_MAX.min(fd_budget() / 4))
+        };
+        if !waiting {
+            // Other tests' outputs filled the list first: then the last holder closes it.
+            assert!(full && !open_here(ino), "neither waiting nor closed");
+            return;
+        }
+        assert!(open_here(ino), "waits in the spent list, off the request path");
+        assert!(close_spent() >= 1);
+        assert!(!open_here(ino), "closed, its pages freed");
     }
 
     #[test]
