@@ -188,6 +188,32 @@ fn augmented_outputs_are_used_once_then_refilled_with_fresh_crops() {
 }
 
 #[test]
+fn a_refill_in_a_room_larger_than_the_set_leaves_readers_the_cores_until_half_the_sets_outputs_are_taken() {
+    // 128 MiB of augmented room for 8 outputs of 150 KB: the stock is measured against the set.
+    let (_dir, fs) = core(8, "cache: { memory: 256MiB, split: 0-50-50 }\n");
+    let mut cursor = 0;
+    while fs.refill_once(&mut cursor) {}
+    assert_eq!(fs.cache().augmented.entries(), 8);
+    fs.refill_may_run(); // sees the stock full
+    let take = |names: std::ops::Range<usize>| {
+        for i in names {
+            read_file(&fs, ino_of(&fs, "augmented", &format!("s{i:03}.ppm")));
+        }
+    };
+    take(0..2);
+    assert!(!fs.refill_may_run(), "6 of 8 left while readers take: the refill waits");
+    take(2..5);
+    assert!(fs.refill_may_run(), "3 of 8 left: below half, it works alongside the readers");
+    while fs.refill_once(&mut cursor) {}
+    assert_eq!(fs.cache().augmented.entries(), 8);
+    fs.refill_may_run();
+    take(0..1);
+    assert!(!fs.refill_may_run());
+    std::thread::sleep(Duration::from_millis(30));
+    assert!(fs.refill_may_run(), "readers paused: it tops the stock up");
+}
+
+#[test]
 fn the_refill_works_ahead_of_top_level_readers_from_the_source_and_stops() {
     // Augmented only: the refill must read the source itself.
     let (_dir, fs) = core(6, "cache: { memory: 64MiB, split: 0-0-100, refill: false }\n");

@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::cache::{Admit, AugmentedEntry, HELD_AUGMENTED};
+use crate::cache::{Admit, AugmentedEntry, ENTRY_OVERHEAD, HELD_AUGMENTED};
 use crate::shared::Form;
 use crate::source::catalog::FileId;
 use crate::stats::bump;
@@ -18,6 +18,9 @@ const READERS_PAUSED: Duration = Duration::from_millis(20);
 /// The low-water mark: below this share of its budget the augmented stock is refilled even while
 /// readers take from it, and then on until it is full.
 const LOW_WATER: f64 = 0.5;
+/// The stock counts as full from this share on (a few samples may never get an output: bad
+/// ones, or ones a reader is taking as the refill passes).
+const FULL: f64 = 0.95;
 
 /// When the refill works: whenever readers pause, and, while they take outputs, once the stock
 /// has fallen below the low-water mark, then on to full (the marks of a producer with
@@ -59,11 +62,15 @@ impl RefillPacer {
 
 impl SampleProducer {
     /// Whether the background refill may work now ([`RefillPacer`]).
+    /// The stock is measured against what the room can hold of this data set: one output per
+    /// sample at most, so a room larger than the set is full once every sample has one.
     pub(crate) fn refill_may_run(&self) -> bool {
         let store = &self.tiers.memory().augmented;
-        let budget = store.budget();
-        let stock = if budget == 0 { 1.0 } else { store.used() as f64 / budget as f64 };
-        self.pacer.may_run(store.hit_count(), stock, !store.has_room_for(self.pixels.out_len()))
+        let entry = self.pixels.out_len() + ENTRY_OVERHEAD;
+        let room = store.budget().min(self.catalog.sample_count() as u64 * entry);
+        let stock = if room == 0 { 1.0 } else { store.used() as f64 / room as f64 };
+        let full = stock >= FULL || !store.has_room_for(self.pixels.out_len());
+        self.pacer.may_run(store.hit_count(), stock, full)
     }
 
     /// One unit of background refill: a fresh augmentation into free augmented room of a sample
