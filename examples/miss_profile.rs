@@ -8,7 +8,7 @@
 //! ```text
 //! cargo build --release --examples
 //! target/release/examples/make_dataset --out /tmp/ds --classes 20 --per-class 40 --width 500 --height 375 --seed 0
-//! target/release/examples/miss_profile --data /tmp/ds [--rounds 5] [--mode both|serve|staged] [--npy] [--float]
+//! target/release/examples/miss_profile --data /tmp/ds [--rounds 5] [--mode both|serve|staged|pixels] [--npy] [--float]
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -110,6 +110,24 @@ fn main() -> Result<(), String> {
         let (nanos, cpu) = (t.elapsed().as_nanos() as u64, thread_cpu_nanos() - cpu);
         println!("served path, whole (wall)         {:.3} ms/sample  ({:.0} samples/s)", ms(nanos, misses), misses as f64 / (nanos as f64 / 1e9));
         println!("served path, whole (thread CPU)   {:.3} ms/sample  ({:.0} samples/s per core)", ms(cpu, misses), misses as f64 / (cpu as f64 / 1e9));
+    }
+    if args.mode == "both" || args.mode == "pixels" {
+        // A miss that keeps pixels: the full decode, then each draw from the pixels.
+        let (t, cpu) = (Instant::now(), thread_cpu_nanos());
+        let full: Vec<_> = files
+            .iter()
+            .map(|b| prepfs::pixels::pipeline::decode_full(b, 178_956_970).map_err(|e| format!("{e}")))
+            .collect::<Result<_, _>>()?;
+        let (nanos, cpu) = (t.elapsed().as_nanos() as u64, thread_cpu_nanos() - cpu);
+        println!("full decode (thread CPU)          {:.3} ms/sample  (wall {:.3})", ms(cpu, n), ms(nanos, n));
+        let cpu = thread_cpu_nanos();
+        for round in 0..args.rounds {
+            for (i, pixels) in full.iter().enumerate() {
+                let out = profiler.serve_from_pixels(i as u64, round, pixels).map_err(|e| format!("{e}"))?;
+                served_bytes += out.len();
+            }
+        }
+        println!("augment from pixels (thread CPU)  {:.3} ms/sample", ms(thread_cpu_nanos() - cpu, misses));
     }
     if args.mode == "both" || args.mode == "staged" {
         // Wall time between stages: on a busy machine run it more than once.

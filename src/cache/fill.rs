@@ -251,6 +251,17 @@ impl Tiers {
         }
     }
 
+    /// Keeps `pixels` of a sample memory held as bytes (background work decoded them while
+    /// decoded had room), and drops the bytes: memory holds a sample in one form, as
+    /// [`Tiers::keep`] does. Returns whether the pixels were kept.
+    pub(crate) fn promote(&self, sample: &Sample, pixels: Arc<Rgb>) -> bool {
+        let kept = self.memory.decoded.admit(sample.id, pixels);
+        if kept {
+            self.memory.encoded.remove(sample.id);
+        }
+        kept
+    }
+
     /// Spills what a miss produced to the disk tier: the pixels, or the source bytes when the
     /// pixels do not fit (augmented outputs never go to disk). Queued, not written, here.
     fn spill(&self, key: Option<u64>, pixels: Option<&Arc<Rgb>>, bytes: &Arc<[u8]>) {

@@ -214,6 +214,40 @@ fn a_refill_in_a_room_larger_than_the_set_leaves_readers_the_cores_until_half_th
 }
 
 #[test]
+fn the_refill_keeps_as_pixels_the_samples_readers_left_as_bytes_while_decoded_has_room() {
+    // The plan gives decoded no share, so a reader's miss takes the fast path and keeps bytes;
+    // the memory augmented cannot use flowed to decoded, the background's to fill.
+    let (_dir, fs) = core(4, "cache: { memory: 64MiB, split: 0-0-100, refill: false }\n");
+    let split = crate::planner::Split::new(0, 0, 100).expect("split");
+    fs.cache().set_split_budgets(split, [8 << 20, 24 << 20, 32 << 20]);
+    let mut seen = HashSet::new();
+    for out in epoch(&fs, 4) {
+        assert!(seen.insert(out), "a crop was served twice");
+    }
+    let cache = fs.cache();
+    assert_eq!((cache.encoded.entries(), cache.decoded.entries(), cache.augmented.entries()), (4, 0, 0), "readers' misses kept bytes");
+    let work = |key: &str| fs.stats().to_json(serde_json::Value::Null)["work"][key].as_u64().expect(key);
+    let decodes = work("full_decodes");
+    // The refill decodes each in full once, keeps the pixels in place of the bytes, and makes
+    // its output from them; no byte is read from the source again.
+    let before = source_bytes(&fs);
+    let mut cursor = 0;
+    while fs.refill_once(&mut cursor) {}
+    assert_eq!((cache.encoded.entries(), cache.decoded.entries(), cache.augmented.entries()), (0, 4, 4));
+    assert_eq!(work("full_decodes"), decodes + 4);
+    assert_eq!(source_bytes(&fs), before);
+    // From then on an output is a resample of the pixels: no decode, no source read.
+    for out in epoch(&fs, 4) {
+        assert!(seen.insert(out), "a refilled crop repeated an earlier one");
+    }
+    let augments = work("pixel_augments");
+    while fs.refill_once(&mut cursor) {}
+    assert_eq!(cache.augmented.entries(), 4);
+    assert_eq!((work("full_decodes"), work("pixel_augments")), (decodes + 4, augments + 4));
+    assert_eq!(source_bytes(&fs), before);
+}
+
+#[test]
 fn the_refill_works_ahead_of_top_level_readers_from_the_source_and_stops() {
     // Augmented only: the refill must read the source itself.
     let (_dir, fs) = core(6, "cache: { memory: 64MiB, split: 0-0-100, refill: false }\n");

@@ -14,7 +14,7 @@ use crate::pixels::pipeline::{self, Codec, PixelError, RgbRef};
 use crate::pixels::output::Dest;
 use crate::pixels::{jpeg, output, work};
 use crate::served::ServedBytes;
-use crate::shared::draw_rng;
+use crate::shared::{draw_rng, Rgb, Size2};
 
 /// Nanoseconds spent in each stage of a miss's pixel work, summed over the misses timed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -60,6 +60,14 @@ impl MissProfiler {
     pub fn serve(&self, sample: u64, draw: u64, bytes: &[u8]) -> Result<ServedBytes, PixelError> {
         let mut rng = draw_rng(self.seed, 0, draw, sample);
         work::decode_augment_served(bytes, &self.ops, &mut rng, self.max_pixels, &self.output, Dest::Memory)
+    }
+
+    /// Draw `draw` of sample `sample` from its full pixels (a decoded-cache hit, or a miss that
+    /// keeps pixels), through the served path.
+    pub fn serve_from_pixels(&self, sample: u64, draw: u64, full: &Rgb) -> Result<ServedBytes, PixelError> {
+        let mut rng = draw_rng(self.seed, 0, draw, sample);
+        let plan = plan_sample(&self.ops, Size2::new(full.width, full.height), &mut rng);
+        pipeline::augment_pixels_served(full, &plan, &self.output, Dest::Memory)
     }
 
     /// The same miss as [`MissProfiler::serve`], its stages timed into `times`.

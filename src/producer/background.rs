@@ -97,11 +97,12 @@ impl SampleProducer {
                 continue;
             }
             let Ok((sample, _)) = self.reader.resolve(file) else { return true };
-            // From the decoded or encoded cache when they hold it, else from the source (which
-            // also fills decoded or encoded while they have room).
+            // From the decoded or encoded cache when they hold it (bytes promoted to pixels
+            // while decoded has room), else from the source (which also fills decoded or
+            // encoded while they have room).
             let refilled = self
-                .load(&sample, Admit::Fill)
-                .and_then(|(loaded, _)| self.augment(&sample, &loaded))
+                .load_promoting(&sample)
+                .and_then(|loaded| self.augment(&sample, &loaded))
                 .map(|out| cache.augmented.admit(file, AugmentedEntry::fresh(out)));
             if matches!(refilled, Ok(true)) {
                 bump(&self.stats.refills, 1);

@@ -168,6 +168,23 @@ impl SampleProducer {
         self.tiers.load(sample, || self.read_and_keep(sample, want))
     }
 
+    /// [`SampleProducer::load`] for background work: a sample memory holds only as bytes is
+    /// also decoded in full and kept as pixels while decoded has room ([`Tiers::promote`]). So
+    /// the room the plan gives decoded fills with the samples readers missed on the fast path
+    /// (kept as bytes), not only with those the background read from the source, and every
+    /// later output of them is a resample, not a decode. Requests never pay this decode.
+    fn load_promoting(&self, sample: &Sample) -> Result<Loaded> {
+        let (loaded, origin) = self.load(sample, Admit::Fill)?;
+        let Loaded::Bytes(bytes) = &loaded else { return Ok(loaded) };
+        let current = self.reader.is_current(sample.id, &sample.meta);
+        if origin != Origin::Encoded || !self.tiers.admission(bytes, Admit::Fill, current, self.pixels.out_len()).decode {
+            return Ok(loaded);
+        }
+        let pixels = Arc::new(self.pixels.decode_full(bytes).map_err(|why| self.bad(sample, why))?);
+        self.tiers.promote(sample, Arc::clone(&pixels));
+        Ok(Loaded::Pixels(pixels))
+    }
+
     /// Reads a sample from the source, makes what the fill order admits (full pixels, a spare
     /// augmentation) and keeps it; returns the pixels when they were made, else the bytes.
     fn read_and_keep(&self, sample: &Sample, want: Admit) -> Result<Loaded> {
