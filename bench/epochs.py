@@ -3,11 +3,12 @@
 measurement (the cache-pays-off issue's table).
 
 For each cache setting: mount, read every file of augmented/ with 2 parallel reader processes
-(epoch 1), then at once again (epoch 2, no pause for the refill), and record each epoch's
-samples/s, the source bytes it read, and the plan's predicted_samples_per_s in force at its end.
+(epoch 1), then at once again and again (epochs 2..N, no pause for the refill), and record each
+epoch's samples/s, the source bytes it read, and the plan's predicted_samples_per_s in force at
+its end.
 
 Usage: bench/epochs.py --prepfs target/release/prepfs --gen target/release/examples/make_dataset
-                       [--classes 30 --per-class 100] [--out bench/results/DATE-epochs]
+                       [--classes 30 --per-class 100] [--epochs 4] [--out bench/results/DATE-epochs]
 """
 import argparse
 import json
@@ -39,14 +40,14 @@ def epoch(files, seed):
     return n / (time.time() - started)
 
 
-def run(prepfs, source, workdir, name, yaml):
+def run(prepfs, source, workdir, name, yaml, epochs):
     mount = Mount(prepfs, source, workdir, name, yaml)
     try:
         root = os.path.join(mount.mnt, "augmented")
         files = sorted(os.path.join(root, c, n) for c in os.listdir(root) for n in os.listdir(os.path.join(root, c)))
         row = {"config": name, "yaml": yaml.strip(), "samples": len(files)}
         before = mount.stats()["source_bytes_read"]
-        for e in (1, 2):
+        for e in range(1, epochs + 1):
             rate = epoch(files, e)
             st = mount.stats()
             row[f"epoch{e}_samples_per_s"] = rate
@@ -56,8 +57,10 @@ def run(prepfs, source, workdir, name, yaml):
             row[f"epoch{e}_source_mb"] = (st["source_bytes_read"] - before) / 1e6
             before = st["source_bytes_read"]
             row["split"] = plan.get("split")
+        row["epochs"] = epochs
         row["epoch2_over_epoch1"] = row["epoch2_samples_per_s"] / row["epoch1_samples_per_s"]
-        for e in (1, 2):
+        row["last_over_first"] = row[f"epoch{epochs}_samples_per_s"] / row["epoch1_samples_per_s"]
+        for e in range(1, epochs + 1):
             pred = row[f"epoch{e}_predicted"]
             row[f"epoch{e}_error"] = None if not pred else pred / row[f"epoch{e}_samples_per_s"] - 1
         row["work_ms"] = {k: v for k, v in st.get("work", {}).items() if k.endswith("_ms_mean")}
@@ -69,8 +72,11 @@ def run(prepfs, source, workdir, name, yaml):
 def main():
     ap = argparse.ArgumentParser()
     common_args(ap, per_class=100)
+    ap.add_argument("--epochs", type=int, default=4, help="back-to-back epochs per config (at least 2)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", time.strftime("%Y-%m-%d") + "-epochs"))
     args = ap.parse_args()
+    if args.epochs < 2:
+        ap.error("--epochs must be at least 2")
     workdir = tempfile.mkdtemp(prefix="prepfs-epochs-")
     try:
         source = os.path.join(workdir, "source")
@@ -90,18 +96,22 @@ def main():
         ]
         rows = []
         for name, yaml in configs:
-            row = run(args.prepfs, source, workdir, name, yaml)
+            row = run(args.prepfs, source, workdir, name, yaml, args.epochs)
             rows.append(row)
             print(json.dumps(row), flush=True)
+        n = args.epochs
+        later = " ".join(f"| epoch {e} /s" for e in range(2, n + 1))
         lines = [f"Back-to-back epochs, 2 reader processes over augmented/, {rows[0]['samples']} samples "
-                 f"({set_bytes / 1e6:.0f} MB). Predictions: the plan in force at the epoch's end, for an empty cache (epoch 1) and for the cache as planned (epoch 2).",
-                 "", "| config | split | epoch 1 /s | predicted | epoch 2 /s | predicted | e2/e1 | source MB e1, e2 |",
-                 "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+                 f"({set_bytes / 1e6:.0f} MB). Predictions: the plan in force at the epoch's end, for an empty cache (epoch 1) "
+                 f"and for the cache as planned (epoch {n}).",
+                 "", f"| config | split | epoch 1 /s | predicted {later} | predicted | e{n}/e1 | source MB by epoch |",
+                 "| --- | --- | ---: | ---: " + "| ---: " * (n - 1) + "| ---: | ---: | --- |"]
         for r in rows:
             fmt = lambda v: "-" if v is None else f"{v:,.0f}"
+            rates = " ".join(f"| {fmt(r[f'epoch{e}_samples_per_s'])}" for e in range(2, n + 1))
+            source_mb = ", ".join(f"{r[f'epoch{e}_source_mb']:.0f}" for e in range(1, n + 1))
             lines.append(f"| {r['config']} | {r['split']} | {fmt(r['epoch1_samples_per_s'])} | {fmt(r['epoch1_predicted'])} "
-                         f"| {fmt(r['epoch2_samples_per_s'])} | {fmt(r['epoch2_predicted'])} | {r['epoch2_over_epoch1']:.2f}x "
-                         f"| {r['epoch1_source_mb']:.0f}, {r['epoch2_source_mb']:.0f} |")
+                         f"{rates} | {fmt(r[f'epoch{n}_predicted'])} | {r['last_over_first']:.2f}x | {source_mb} |")
         write_report(args.out, {"set_bytes": set_bytes, "rows": rows}, lines)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
