@@ -8,7 +8,7 @@
 //! ```text
 //! cargo build --release --examples
 //! target/release/examples/make_dataset --out /tmp/ds --classes 20 --per-class 40 --width 500 --height 375 --seed 0
-//! target/release/examples/miss_profile --data /tmp/ds [--rounds 5] [--mode both|serve|staged|pixels] [--npy] [--float]
+//! target/release/examples/miss_profile --data /tmp/ds [--rounds 5] [--mode both|serve|staged|pixels] [--npy] [--float] [--sealed]
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -22,10 +22,11 @@ struct Args {
     rounds: u64,
     mode: String,
     output: OutputConfig,
+    sealed: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut args = Args { data: PathBuf::new(), rounds: 5, mode: "both".into(), output: OutputConfig::default() };
+    let mut args = Args { data: PathBuf::new(), rounds: 5, mode: "both".into(), output: OutputConfig::default(), sealed: false };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let mut value = || it.next().ok_or(format!("{a} needs a value"));
@@ -34,6 +35,7 @@ fn parse_args() -> Result<Args, String> {
             "--rounds" => args.rounds = value()?.parse().map_err(|e| format!("--rounds: {e}"))?,
             "--mode" => args.mode = value()?,
             "--npy" => args.output.format = Format::Npy,
+            "--sealed" => args.sealed = true,
             "--float" => {
                 args.output.format = Format::Npy;
                 args.output.dtype = Dtype::Float32;
@@ -90,7 +92,10 @@ fn main() -> Result<(), String> {
         .collect::<Result<_, _>>()?;
     let read_nanos = started.elapsed().as_nanos() as u64;
     let n = files.len() as u64;
-    let profiler = MissProfiler::imagenet(args.output.clone(), 178_956_970, 0);
+    let mut profiler = MissProfiler::imagenet(args.output.clone(), 178_956_970, 0);
+    if args.sealed {
+        profiler = profiler.sealed();
+    }
     // Warm up: the thread's decoder, resizer and buffers, the page cache of the binary.
     for (i, bytes) in files.iter().enumerate() {
         profiler.serve(i as u64, 1_000_000, bytes).map_err(|e| format!("{}: {e}", paths[i].display()))?;

@@ -47,19 +47,26 @@ pub struct MissProfiler {
     output: OutputConfig,
     max_pixels: u64,
     seed: u64,
+    dest: Dest,
 }
 
 impl MissProfiler {
     /// A profiler for the ImageNet training pipeline (RandomResizedCrop 224, flip, normalize),
     /// writing `output`.
     pub fn imagenet(output: OutputConfig, max_pixels: u64, seed: u64) -> MissProfiler {
-        MissProfiler { ops: AugmentOp::imagenet_train(), output, max_pixels, seed }
+        MissProfiler { ops: AugmentOp::imagenet_train(), output, max_pixels, seed, dest: Dest::Memory }
+    }
+
+    /// Serves into sealed memory files (as a mount with kernel passthrough does), not memory.
+    pub fn sealed(mut self) -> MissProfiler {
+        self.dest = Dest::Sealed;
+        self
     }
 
     /// Draw `draw` of sample `sample`, through the served path, untimed inside.
     pub fn serve(&self, sample: u64, draw: u64, bytes: &[u8]) -> Result<ServedBytes, PixelError> {
         let mut rng = draw_rng(self.seed, 0, draw, sample);
-        work::decode_augment_served(bytes, &self.ops, &mut rng, self.max_pixels, &self.output, Dest::Memory)
+        work::decode_augment_served(bytes, &self.ops, &mut rng, self.max_pixels, &self.output, self.dest)
     }
 
     /// Draw `draw` of sample `sample` from its full pixels (a decoded-cache hit, or a miss that
@@ -67,7 +74,7 @@ impl MissProfiler {
     pub fn serve_from_pixels(&self, sample: u64, draw: u64, full: &Rgb) -> Result<ServedBytes, PixelError> {
         let mut rng = draw_rng(self.seed, 0, draw, sample);
         let plan = plan_sample(&self.ops, Size2::new(full.width, full.height), &mut rng);
-        pipeline::augment_pixels_served(full, &plan, &self.output, Dest::Memory)
+        pipeline::augment_pixels_served(full, &plan, &self.output, self.dest)
     }
 
     /// The same miss as [`MissProfiler::serve`], its stages timed into `times`.
