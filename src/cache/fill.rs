@@ -252,14 +252,12 @@ impl Tiers {
     }
 
     /// Keeps `pixels` of a sample memory held as bytes (background work decoded them while
-    /// decoded had room), and drops the bytes: memory holds a sample in one form, as
-    /// [`Tiers::keep`] does. Returns whether the pixels were kept.
-    pub(crate) fn promote(&self, sample: &Sample, pixels: Arc<Rgb>) -> bool {
-        let kept = self.memory.decoded.admit(sample.id, pixels);
-        if kept {
+    /// decoded had room), and then drops the bytes: memory holds a sample in one form, as
+    /// [`Tiers::keep`] does.
+    pub(crate) fn promote(&self, sample: &Sample, pixels: Arc<Rgb>) {
+        if self.memory.decoded.admit(sample.id, pixels) {
             self.memory.encoded.remove(sample.id);
         }
-        kept
     }
 
     /// Spills what a miss produced to the disk tier: the pixels, or the source bytes when the
