@@ -14,7 +14,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use prepfs::config::{Dtype, Format, OutputConfig};
+use prepfs::config::{Dtype, Format, OutputConfig, DEFAULT_MAX_PIXELS};
 use prepfs::pixels::profile::{MissProfiler, StageNanos};
 
 struct Args {
@@ -92,7 +92,7 @@ fn main() -> Result<(), String> {
         .collect::<Result<_, _>>()?;
     let read_nanos = started.elapsed().as_nanos() as u64;
     let n = files.len() as u64;
-    let mut profiler = MissProfiler::imagenet(args.output.clone(), 178_956_970, 0);
+    let mut profiler = MissProfiler::imagenet(args.output.clone(), DEFAULT_MAX_PIXELS, 0);
     if args.sealed {
         profiler = profiler.sealed();
     }
@@ -121,7 +121,7 @@ fn main() -> Result<(), String> {
         let (t, cpu) = (Instant::now(), thread_cpu_nanos());
         let full: Vec<_> = files
             .iter()
-            .map(|b| prepfs::pixels::pipeline::decode_full(b, 178_956_970).map_err(|e| format!("{e}")))
+            .map(|b| prepfs::pixels::pipeline::decode_full(b, DEFAULT_MAX_PIXELS).map_err(|e| format!("{e}")))
             .collect::<Result<_, _>>()?;
         let (nanos, cpu) = (t.elapsed().as_nanos() as u64, thread_cpu_nanos() - cpu);
         println!("full decode (thread CPU)          {:.3} ms/sample  (wall {:.3})", ms(cpu, n), ms(nanos, n));

@@ -125,7 +125,7 @@ impl Drop for SealedFile {
         // SAFETY: `file` is taken once, here, and `self` is not used after.
         let file = unsafe { ManuallyDrop::take(&mut self.file) };
         let mut spent = SPENT.lock().unwrap_or_else(|e| e.into_inner());
-        if spent.len() < SPENT_MAX.min(fd_budget() / 4) {
+        if spent.len() < spent_room() {
             spent.push(file);
         }
         // Else `file` is closed here, after the lock: the list is full.
@@ -135,6 +135,12 @@ impl Drop for SealedFile {
 /// How many spent memory files may wait to be closed (about 38 MB of 224x224 outputs), and at
 /// most a quarter of [`fd_budget`].
 pub const SPENT_MAX: usize = 256;
+
+/// How many spent memory files may wait now: [`SPENT_MAX`], and at most a quarter of
+/// [`fd_budget`].
+fn spent_room() -> usize {
+    SPENT_MAX.min(fd_budget() / 4)
+}
 
 /// Memory files no holder needs any more, waiting for [`close_spent`].
 static SPENT: Mutex<Vec<File>> = Mutex::new(Vec::new());
@@ -246,13 +252,13 @@ mod tests {
         drop(bytes);
         assert!(open_here(ino), "a holder is left");
         drop(handle);
-        if fd_budget() / 4 == 0 {
+        if spent_room() == 0 {
             return; // no room to keep any: closed by its last holder
         }
         let (waiting, full) = {
             let spent = SPENT.lock().unwrap_or_else(|e| e.into_inner());
             let waiting = spent.iter().any(|f| f.metadata().ok().map(|m| m.ino()) == Some(ino));
-            (waiting, spent.len() >= SPENT_MAX.min(fd_budget() / 4))
+            (waiting, spent.len() >= spent_room())
         };
         if !waiting {
             // Other tests' outputs filled the list first: then the last holder closes it.

@@ -14,7 +14,7 @@ use crate::pixels::pipeline::{self, Codec, PixelError, RgbRef};
 use crate::pixels::output::Dest;
 use crate::pixels::{jpeg, output, work};
 use crate::served::ServedBytes;
-use crate::shared::{draw_rng, Rgb, Size2};
+use crate::shared::{draw_rng, Rgb};
 
 /// Nanoseconds spent in each stage of a miss's pixel work, summed over the misses timed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -73,8 +73,7 @@ impl MissProfiler {
     /// keeps pixels), through the served path.
     pub fn serve_from_pixels(&self, sample: u64, draw: u64, full: &Rgb) -> Result<ServedBytes, PixelError> {
         let mut rng = draw_rng(self.seed, 0, draw, sample);
-        let plan = plan_sample(&self.ops, Size2::new(full.width, full.height), &mut rng);
-        pipeline::augment_pixels_served(full, &plan, &self.output, self.dest)
+        work::augment_pixels_served(full, &self.ops, &mut rng, &self.output, self.dest)
     }
 
     /// The same miss as [`MissProfiler::serve`], its stages timed into `times`.

@@ -92,9 +92,8 @@ impl PixelWork {
     /// A fresh augmentation of `id` from its full pixels.
     pub(crate) fn augment_pixels(&self, id: FileId, pixels: &Rgb) -> Result<ServedBytes, PixelError> {
         let mut rng = self.next_draw(id);
-        let plan = plan_sample(&self.augment, Size2::new(pixels.width, pixels.height), &mut rng);
         let dest = self.dest();
-        self.timed(Timing::AugmentPixels, || pipeline::augment_pixels_served(pixels, &plan, &self.output, dest))
+        self.timed(Timing::AugmentPixels, || augment_pixels_served(pixels, &self.augment, &mut rng, &self.output, dest))
     }
 
     /// A fresh augmentation of `id` from its encoded bytes: only what the crop needs is decoded.
@@ -168,6 +167,20 @@ pub(crate) fn decode_augment_served(
     pipeline::check_pixels(size, max_pixels)?;
     let plan = plan_sample(ops, size, rng);
     pipeline::augment_served(bytes, &plan, max_pixels, out, dest)
+}
+
+/// A fresh augmentation of full pixels with the draws of `rng`, as served: a decoded-cache hit's
+/// (or a miss that kept pixels) pixel work. [`PixelWork::augment_pixels`] times it;
+/// `pixels::profile` runs it too.
+pub(crate) fn augment_pixels_served(
+    pixels: &Rgb,
+    ops: &[AugmentOp],
+    rng: &mut impl rand::Rng,
+    out: &OutputConfig,
+    dest: Dest,
+) -> Result<ServedBytes, PixelError> {
+    let plan = plan_sample(ops, Size2::new(pixels.width, pixels.height), rng);
+    pipeline::augment_pixels_served(pixels, &plan, out, dest)
 }
 
 /// CPU time the calling thread has used, nanoseconds.
