@@ -16,7 +16,7 @@ use nix::sys::signal::{SigSet, Signal};
 use crate::source::catalog::Catalog;
 use crate::config::Config;
 use crate::fs::Filesystem;
-use crate::fuse::FuseAdapter;
+use crate::fuse::{FuseAdapter, OpenPool};
 use crate::sync::{LockExt, Mutex};
 
 /// Why a mount could not start.
@@ -339,13 +339,19 @@ pub(crate) fn scan_with_progress(source: &Path, stop: &AtomicBool) -> Result<Cat
     catalog
 }
 
-/// Checks the samples at mount as `bad_samples.validate` says (`headers`, `scan`), on the
-/// decode pool, its progress shown; nothing for `first-touch`.
-fn validate_with_progress(fs: &Filesystem, pool: &rayon::ThreadPool, stop: &AtomicBool) {
+/// Checks the samples at mount as `bad_samples.validate` says (`headers`, `scan`), on a rayon
+/// pool of the decode threads' number (gone when done), its progress shown; nothing for
+/// `first-touch`.
+fn validate_with_progress(fs: &Filesystem, stop: &AtomicBool) -> Result<(), MountError> {
     let mode = fs.config().bad_samples.validate;
     if mode == crate::config::Validate::FirstTouch {
-        return;
+        return Ok(());
     }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(fs.config().threads)
+        .thread_name(|i| format!("prepfs-validate-{i}"))
+        .build()
+        .map_err(|e| MountError::Pool(e.to_string()))?;
     let what = if mode == crate::config::Validate::Scan { "validating (full decode)" } else { "validating (headers)" };
     let total = fs.catalog().sample_count() as u64;
     let progress = Progress::start(what, "samples", Some(total));
@@ -354,6 +360,7 @@ fn validate_with_progress(fs: &Filesystem, pool: &rayon::ThreadPool, stop: &Atom
     progress.finish();
     let seconds = format!("{:.1}", started.elapsed().as_secs_f64());
     tracing::info!(samples = total, bad, seconds, "{what}: done; the bad samples are listed in .prepfs/stats.json");
+    Ok(())
 }
 
 /// Mounts `config` and serves until the mount goes away or a signal asks to stop. Every
@@ -405,16 +412,15 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
         bytes_per_sample = format!("{:.0}", catalog.bytes_per_sample()),
         "catalog ready"
     );
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(config.threads)
-        .thread_name(|i| format!("prepfs-decode-{i}"))
-        .build()
-        .map_err(|e| MountError::Pool(e.to_string()))?;
+    let pool = OpenPool::new(config.threads).map_err(|e| MountError::Pool(e.to_string()))?;
     let mountpoint = config.mountpoint.clone();
     let fuse_config = fuser_config(&config, lifecycle.read_only);
     let fs = Arc::new(Filesystem::new(config, catalog).map_err(MountError::Fuse)?);
-    validate_with_progress(&fs, &pool, &waiter.stopping);
-    let adapter = FuseAdapter::new(Arc::clone(&fs), Arc::new(pool));
+    if let Err(e) = validate_with_progress(&fs, &waiter.stopping) {
+        fs.shutdown();
+        return Err(e);
+    }
+    let adapter = FuseAdapter::new(Arc::clone(&fs), pool);
     fs.plan_cache();
     if waiter.stopping.load(Ordering::SeqCst) {
         fs.shutdown();

@@ -11,12 +11,13 @@
 //! (`backings.rs`), and its reads never reach the daemon. Where the kernel does not offer it or
 //! refuses a backing file, the mount says so once and serves reads itself.
 //!
-//! Opens that decode or augment run on the rayon decode pool with the reply moved there, so a
-//! slow decode never holds a FUSE thread: the other requests (lookups, reads of open files,
+//! Opens that decode or augment run on the decode threads (`pool.rs`) with the reply moved there,
+//! so a slow decode never holds a FUSE thread: the other requests (lookups, reads of open files,
 //! listings) keep flowing. Opens the cache answers as it is are replied in place (a thread hop
 //! less per cache hit).
 
 mod backings;
+mod pool;
 
 use std::ffi::OsStr;
 use std::path::Path;
@@ -30,6 +31,7 @@ use fuser::{
 };
 
 use backings::Backings;
+pub(crate) use pool::OpenPool;
 
 use crate::error::{Error, ToErrno};
 use crate::stats::bump;
@@ -45,7 +47,7 @@ const VOLATILE_TTL: Duration = Duration::from_secs(1);
 /// `fuser::Filesystem` over the core.
 pub(crate) struct FuseAdapter {
     fs: Arc<Filesystem>,
-    pool: Arc<rayon::ThreadPool>,
+    pool: OpenPool,
     backings: Arc<Backings>,
 }
 
@@ -55,8 +57,9 @@ fn caller(req: &Request) -> Caller {
 }
 
 impl FuseAdapter {
-    /// An adapter running pixel work on `pool`.
-    pub(crate) fn new(fs: Arc<Filesystem>, pool: Arc<rayon::ThreadPool>) -> Self {
+    /// An adapter running opens' pixel work on `pool` (its threads joined when the adapter is
+    /// dropped, at unmount).
+    pub(crate) fn new(fs: Arc<Filesystem>, pool: OpenPool) -> Self {
         let backings = Arc::new(Backings::new(Arc::clone(&fs)));
         FuseAdapter { fs, pool, backings }
     }
