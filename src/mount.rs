@@ -549,11 +549,7 @@ fn start_workers(fs: &Arc<Filesystem>, workers: &mut Workers, notifier: fuser::N
                 lower_priority(10);
                 let mut cursor = 0usize;
                 while !stop.load(Ordering::Relaxed) {
-                    let may = fs.refill_may_run();
-                    if may {
-                        crate::served::close_spent();
-                    }
-                    let worked = may && fs.refill_lane_once(&mut cursor, (lane, lanes));
+                    let worked = fs.refill_may_run() && fs.refill_lane_once(&mut cursor, (lane, lanes));
                     if !worked && !nap(stop, Duration::from_millis(50)) {
                         break;
                     }
@@ -569,8 +565,13 @@ fn start_workers(fs: &Arc<Filesystem>, workers: &mut Workers, notifier: fuser::N
             housekeeping.retire_idle_jobs();
             housekeeping.drop_outputs_no_job_needs();
             housekeeping.replan();
-            crate::served::close_spent();
         }
+    })?;
+    // The closer: memory files of outputs served and released, closed (their pages freed) off
+    // the request path, below the priority of requests (`served::run_closer`).
+    workers.spawn("prepfs-closer".into(), |stop| {
+        lower_priority(10);
+        crate::served::run_closer(stop);
     })?;
     // Prefetch workers: prepare the samples queued ahead of jobs, below the priority of requests.
     for i in 0..fs.config().threads {
