@@ -209,6 +209,9 @@ fn a_second_open_of_a_path_held_open_shares_its_content_and_counts_once() {
     first.read_to_end(&mut a).expect("read first");
     assert_eq!(a, b, "two handles of one path in one job saw different content");
     drop((first, second));
+    // Their releases reach the daemon a moment after the closes (the kernel sends them in the
+    // background): an open before that would still share their handle.
+    mnt.wait_released();
     let job = job_stats(&mnt).into_iter().find(|j| j["name"] == "twice").expect("job");
     assert_eq!(job["samples_served"], 1, "{job}");
     // Opened again after both closed: a new sample of the directory (this one was served).
