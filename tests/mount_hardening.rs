@@ -427,7 +427,9 @@ fn open_files_past_max_open_bytes_are_refused_and_one_user_gets_half() {
     let out = as_nobody(&["/usr/bin/python3", "-c", &script]);
     let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
     assert_eq!(said, "13 ENFILE", "{}", String::from_utf8_lossy(&out.stderr));
-    // Released on exit: the owner can pin the whole budget.
+    // Released on exit (the kernel sends the releases in the background): the owner can pin
+    // the whole budget.
+    mnt.wait_released();
     let file = |i: usize| mnt.path(&format!("augmented/c0/s{i:02}.ppm"));
     let handles: Vec<_> = (0..27).map(|i| std::fs::File::open(file(i)).expect("within the budget")).collect();
     let err = std::fs::File::open(file(27)).expect_err("past it");
@@ -435,6 +437,7 @@ fn open_files_past_max_open_bytes_are_refused_and_one_user_gets_half() {
     // Another open of a file held open shares its handle: nothing more is pinned.
     let again = std::fs::File::open(file(0)).expect("a second open of an open file pins nothing more");
     drop((handles, again));
+    mnt.wait_released();
     assert!(std::fs::read(file(28)).is_ok());
     assert!(mnt.stats()["opens_refused"].as_u64().unwrap_or(0) >= 2);
 }
