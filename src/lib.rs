@@ -34,6 +34,8 @@
 //! - [`error`]: the core's error type, and [`error::ToErrno`], by which each layer's typed error
 //!   (source, sampling, jpeg, pipeline) says its errno beside it.
 //! - [`log`]: log lines that cannot flood or fail.
+//! - `job_threads`: the loop of the decode threads and the source's I/O threads (a queue of
+//!   jobs, asleep when idle, a panic caught per job).
 
 // The public API is what the binary, the integration tests and the fuzz targets use; everything
 // else is `pub(crate)`, and this lint keeps it so.
@@ -44,6 +46,7 @@ pub mod config;
 pub(crate) mod error;
 pub(crate) mod fs;
 pub(crate) mod fuse;
+mod job_threads;
 pub mod loader;
 pub mod log;
 pub mod mount;

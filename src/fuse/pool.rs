@@ -8,51 +8,22 @@
 //! adapter, at unmount), after the opens already handed over are answered.
 
 use std::io;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc;
-use std::sync::Arc;
-use std::thread::JoinHandle;
 
-use crate::sync::{LockExt, Mutex};
-
-type Job = Box<dyn FnOnce() + Send>;
+use crate::job_threads::{self, Job, JobThread};
 
 /// See the module documentation.
 pub(crate) struct OpenPool {
     tx: Option<mpsc::Sender<Job>>,
-    threads: Vec<JoinHandle<()>>,
+    threads: Vec<JobThread>,
 }
 
 impl OpenPool {
-    /// `threads` threads (at least one), named `prepfs-decode-<i>`.
+    /// `threads` threads (at least one), named `prepfs-decode-<i>`. A job that panics has dropped
+    /// its reply (the kernel gets EIO); its thread goes on serving (`job_threads`).
     pub(crate) fn new(threads: usize) -> io::Result<OpenPool> {
-        let (tx, rx) = mpsc::channel::<Job>();
-        let rx = Arc::new(Mutex::new(rx));
-        let mut handles = Vec::new();
-        for i in 0..threads.max(1) {
-            let rx = Arc::clone(&rx);
-            let handle = std::thread::Builder::new().name(format!("prepfs-decode-{i}")).spawn(move || loop {
-                // One thread waits in `recv`, the others on the lock: all asleep, none spinning.
-                let job = rx.lock_or_recover().recv();
-                match job {
-                    // A job that panics has dropped its reply (the kernel gets EIO); the thread
-                    // goes on serving.
-                    Ok(job) => drop(catch_unwind(AssertUnwindSafe(job))),
-                    Err(_) => break, // the pool is dropped
-                }
-            });
-            match handle {
-                Ok(h) => handles.push(h),
-                Err(e) => {
-                    drop(tx);
-                    for h in handles {
-                        let _ = h.join();
-                    }
-                    return Err(e);
-                }
-            }
-        }
-        Ok(OpenPool { tx: Some(tx), threads: handles })
+        let (tx, threads) = job_threads::start("prepfs-decode", threads)?;
+        Ok(OpenPool { tx: Some(tx), threads })
     }
 
     /// Runs `job` on one of the threads; on the caller's own thread should the pool be gone
@@ -73,7 +44,7 @@ impl Drop for OpenPool {
     fn drop(&mut self) {
         drop(self.tx.take());
         for t in self.threads.drain(..) {
-            let _ = t.join();
+            t.join();
         }
     }
 }
@@ -81,6 +52,7 @@ impl Drop for OpenPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sync::{Arc, LockExt, Mutex};
     use std::collections::HashSet;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;

@@ -3,52 +3,31 @@
 //! threads, never a decode-pool thread or a FUSE thread, and its request gets an error.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::job_threads::{self, Job, JobThread};
 use crate::sync::{LockExt, Mutex};
-
-type Task = Box<dyn FnOnce() + Send>;
 
 /// See the module documentation.
 pub struct IoPool {
-    tx: Mutex<Option<mpsc::Sender<Task>>>,
-    threads: Mutex<Vec<(JoinHandle<()>, Arc<AtomicBool>)>>,
+    tx: Mutex<Option<mpsc::Sender<Job>>>,
+    threads: Mutex<Vec<JobThread>>,
     timeout: Duration,
 }
 
 impl IoPool {
-    /// `threads` I/O threads; a call not answered within `timeout` fails with `TimedOut`.
+    /// `threads` I/O threads (`prepfs-io-<i>`); a call not answered within `timeout` fails with
+    /// `TimedOut`, and one whose read panicked fails at once (its thread goes on, `job_threads`).
     pub fn new(threads: usize, timeout: Duration) -> io::Result<IoPool> {
-        let (tx, rx) = mpsc::channel::<Task>();
-        let rx = Arc::new(Mutex::new(rx));
-        let mut handles = Vec::new();
-        for i in 0..threads.max(1) {
-            let rx = Arc::clone(&rx);
-            let finished = Arc::new(AtomicBool::new(false));
-            let done = Arc::clone(&finished);
-            let handle = std::thread::Builder::new().name(format!("prepfs-io-{i}")).spawn(move || {
-                loop {
-                    let task = rx.lock_or_recover().recv();
-                    match task {
-                        Ok(task) => task(),
-                        Err(_) => break, // the pool is shutting down
-                    }
-                }
-                done.store(true, Ordering::Release);
-            })?;
-            handles.push((handle, finished));
-        }
-        Ok(IoPool { tx: Mutex::new(Some(tx)), threads: Mutex::new(handles), timeout })
+        let (tx, threads) = job_threads::start("prepfs-io", threads)?;
+        Ok(IoPool { tx: Mutex::new(Some(tx)), threads: Mutex::new(threads), timeout })
     }
 
     /// Runs `work` on an I/O thread and waits for its answer, at most the timeout.
     pub fn run<T: Send + 'static>(&self, work: impl FnOnce() -> io::Result<T> + Send + 'static) -> io::Result<T> {
         let (answer, answered) = mpsc::sync_channel(1);
-        let task: Task = Box::new(move || {
+        let task: Job = Box::new(move || {
             let _ = answer.send(work());
         });
         let sent = match self.tx.lock_or_recover().as_ref() {
@@ -75,12 +54,12 @@ impl IoPool {
         let threads = std::mem::take(&mut *self.threads.lock_or_recover());
         let deadline = Instant::now() + grace;
         let mut stuck = 0;
-        for (handle, finished) in threads {
-            while !finished.load(Ordering::Acquire) && Instant::now() < deadline {
+        for thread in threads {
+            while !thread.finished() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(5));
             }
-            if finished.load(Ordering::Acquire) {
-                let _ = handle.join();
+            if thread.finished() {
+                thread.join();
             } else {
                 stuck += 1;
             }
@@ -94,5 +73,45 @@ impl IoPool {
 impl Drop for IoPool {
     fn drop(&mut self) {
         self.shutdown(Duration::from_millis(100));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_that_panics_fails_its_caller_and_its_thread_serves_the_next_read() {
+        let pool = IoPool::new(1, Duration::from_secs(20)).expect("pool");
+        let failed = pool.run::<u32>(|| panic!("a read failed"));
+        assert!(failed.is_err(), "the caller hears of the panic");
+        assert_ne!(failed.err().map(|e| e.kind()), Some(io::ErrorKind::TimedOut), "at once, not at the timeout");
+        assert_eq!(pool.run(|| Ok(7)).expect("the one thread is still there"), 7);
+    }
+
+    #[test]
+    fn a_read_past_the_timeout_fails_and_shutdown_leaves_its_stuck_thread_behind() {
+        let pool = IoPool::new(1, Duration::from_millis(50)).expect("pool");
+        let release = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let held = std::sync::Arc::clone(&release);
+        let slow = pool.run(move || {
+            held.wait();
+            Ok(())
+        });
+        assert_eq!(slow.err().map(|e| e.kind()), Some(io::ErrorKind::TimedOut));
+        // The stuck read ends 3 s from now: a shutdown that waited for it would take that long.
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(3));
+            release.wait();
+        });
+        let started = Instant::now();
+        pool.shutdown(Duration::from_millis(100));
+        assert!(started.elapsed() < Duration::from_secs(2), "shutdown waited past its grace");
+        assert_eq!(
+            pool.run(|| Ok(1)).err().map(|e| e.kind()),
+            Some(io::ErrorKind::Interrupted),
+            "no work is taken after shutdown"
+        );
+        releaser.join().expect("releaser");
     }
 }
