@@ -20,8 +20,10 @@ use std::io::Write;
 use std::mem::ManuallyDrop;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+
+use crate::sync::{Condvar, CondvarExt, LockExt, Mutex};
 
 /// A produced output's bytes: see the module documentation.
 #[derive(Clone)]
@@ -127,7 +129,7 @@ impl Drop for SealedFile {
         LIVE.fetch_sub(1, Ordering::Relaxed);
         // SAFETY: `file` is taken once, here, and `self` is not used after.
         let file = unsafe { ManuallyDrop::take(&mut self.file) };
-        let mut spent = SPENT.lock().unwrap_or_else(|e| e.into_inner());
+        let mut spent = SPENT.lock_or_recover();
         if spent.len() < spent_room() {
             spent.push(file);
             if spent.len() == SPENT_WAKE {
@@ -162,7 +164,7 @@ static SPENT_WAITING: Condvar = Condvar::new();
 
 /// Closes the memory files that wait (their pages freed); returns how many.
 pub fn close_spent() -> usize {
-    let spent = std::mem::take(&mut *SPENT.lock().unwrap_or_else(|e| e.into_inner()));
+    let spent = std::mem::take(&mut *SPENT.lock_or_recover());
     spent.len()
     // closed here, as `spent` drops, outside the lock
 }
@@ -173,10 +175,11 @@ pub fn close_spent() -> usize {
 pub fn run_closer(stop: &AtomicBool) {
     while !stop.load(Ordering::Relaxed) {
         let spent = {
-            let waiting = SPENT.lock().unwrap_or_else(|e| e.into_inner());
-            let (mut waiting, _) = SPENT_WAITING
-                .wait_timeout_while(waiting, CLOSER_NAP, |w| w.len() < SPENT_WAKE && !stop.load(Ordering::Relaxed))
-                .unwrap_or_else(|e| e.into_inner());
+            let mut waiting = SPENT.lock_or_recover();
+            if waiting.len() < SPENT_WAKE {
+                // Woken early or not, what waits then is closed: a few files early costs nothing.
+                waiting = SPENT_WAITING.wait_timeout_or_recover(waiting, CLOSER_NAP);
+            }
             std::mem::take(&mut *waiting)
         };
         drop(spent); // closed outside the lock
@@ -279,7 +282,7 @@ mod tests {
     #[test]
     fn a_spent_memory_file_is_closed_by_close_spent_not_by_its_last_holder() {
         use std::os::unix::fs::MetadataExt;
-        let _one_at_a_time = SPENT_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+        let _one_at_a_time = SPENT_TESTS.lock_or_recover();
         let bytes = ServedBytes::Sealed(Arc::new(SealedFile::new(b"pixels").expect("memfd")));
         let ino = match &bytes {
             ServedBytes::Sealed(f) => f.file().metadata().expect("fstat").ino(),
@@ -293,7 +296,7 @@ mod tests {
             return; // no room to keep any: closed by its last holder
         }
         let (waiting, full) = {
-            let spent = SPENT.lock().unwrap_or_else(|e| e.into_inner());
+            let spent = SPENT.lock_or_recover();
             let waiting = spent.iter().any(|f| f.metadata().ok().map(|m| m.ino()) == Some(ino));
             (waiting, spent.len() >= spent_room())
         };
@@ -310,7 +313,7 @@ mod tests {
     #[test]
     fn the_closer_closes_the_spent_memory_files_off_their_holders_threads_and_stops_when_told() {
         use std::os::unix::fs::MetadataExt;
-        let _one_at_a_time = SPENT_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+        let _one_at_a_time = SPENT_TESTS.lock_or_recover();
         assert!(spent_room() >= SPENT_WAKE, "the list has room for a wake-up's worth");
         let stop = Arc::new(AtomicBool::new(false));
         let closer = {
