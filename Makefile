@@ -4,7 +4,7 @@ CARGO ?= cargo
 PYTHON ?= python3
 QUICK ?=
 
-.PHONY: all build deps demo test python ptx bench bench-epochs bench-jobs fuzz clean install uninstall
+.PHONY: all build deps demo test python ptx bench bench-epochs bench-jobs bench-floor fuzz clean install uninstall
 
 all: build
 
@@ -71,6 +71,14 @@ bench-epochs: build
 
 bench-jobs: build
 	$(PYTHON) bench/jobs.py --prepfs target/release/prepfs --gen target/release/examples/make_dataset
+
+# Row 3d and the FUSE floor (3h, 3k) in alternating passes, 15 rounds, over bench/run.sh's data
+# set (bench/results/<date>-warm-floor.md): the warm target's ratios, measured side by side.
+bench-floor: build
+	@test -d target/bench-data/train || target/release/examples/make_dataset --out target/bench-data/train \
+		--classes 20 --per-class 40 --width 500 --height 375 --seed 0 --quiet
+	timeout 900 $(PYTHON) bench/warm_floor.py --prepfs target/release/prepfs \
+		--floorfs target/release/examples/floorfs --data target/bench-data/train
 
 # Side-by-side benchmark against the data loaders users would pick instead (QUICK=1: short).
 bench: build
