@@ -119,9 +119,10 @@ impl Filesystem {
             "opens": get(&p.opens),
             "backing_ids_open": get(&p.backing_ids_opened).saturating_sub(get(&p.backing_ids_closed)),
             "backing_ids_opened": get(&p.backing_ids_opened),
-            // Outputs held in sealed memory files: in the cache, ready to pass through, and
-            // those of open handles.
+            // Outputs held in files of their own: in the cache, ready to pass through, and
+            // those of open handles; and where those files are made.
             "memory_files": crate::served::live(),
+            "output_files_in": crate::served::OutputFs::kind(),
         })
     }
 
