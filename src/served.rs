@@ -11,9 +11,9 @@
 //! The files are made in a tmpfs instance of the process's own ([`OutputFs`]): mounted nowhere
 //! (a detached mount of the new mount API, reachable only through its descriptor), with
 //! `huge=within_size`, so a 150 KB output is a 128 KB folio and a few small ones rather than 37
-//! pages: making one and freeing it cost a third of what they cost in pages (the closer's CPU per
-//! output 28 µs → 8-11 µs; the warm pass of `bench/warm_floor.py` 0.77-0.81x → 0.99-1.01x of the
-//! plain floor). Each is an unnamed file (`O_TMPFILE`), written once and never again. Where such
+//! pages, and freeing one costs a third of what it costs in pages (the closer's CPU per output
+//! 25 → 10 µs; the warm pass of `make bench-floor` 0.74x → 0.99x of the plain floor,
+//! docs/COLD_PATH.md). Each is an unnamed file (`O_TMPFILE`), written once and never again. Where such
 //! a tmpfs cannot be made (no `CAP_SYS_ADMIN`, a kernel without `fsopen`), an anonymous memory file
 //! (`memfd`) sealed against every change is made instead.
 //!
@@ -148,7 +148,7 @@ fn sealed_memfd(bytes: &[u8]) -> std::io::Result<File> {
 
 /// The tmpfs instance outputs are made in: see the module documentation. Made once, at the first
 /// output; it lasts as long as the process (a detached mount ends with its last descriptor).
-pub struct OutputFs {
+pub(crate) struct OutputFs {
     /// The root of the detached mount.
     root: OwnedFd,
 }
@@ -168,7 +168,7 @@ const MOUNT_ATTR_NOEXEC: libc::c_uint = 0x8;
 impl OutputFs {
     /// The process's output tmpfs, made at the first call; `None` when it cannot be made (said
     /// in the log once, with why).
-    pub fn get() -> Option<&'static OutputFs> {
+    pub(crate) fn get() -> Option<&'static OutputFs> {
         OUTPUT_FS.get_or_init(|| match OutputFs::mount() {
             Ok(fs) => Some(fs),
             Err(e) => {
@@ -180,7 +180,7 @@ impl OutputFs {
     }
 
     /// Where outputs are made, for `stats.json` (nothing is made to say it).
-    pub fn kind() -> &'static str {
+    pub(crate) fn kind() -> &'static str {
         match OUTPUT_FS.get() {
             Some(Some(_)) => "tmpfs (huge=within_size)",
             Some(None) => "memfd",
