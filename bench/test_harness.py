@@ -35,6 +35,7 @@ import loaders  # noqa: E402
 from prepfs_bench import (charts, cli, config, floor, mount, plan, refill,  # noqa: E402
                           runner, scenario4, stats, units)
 from prepfs_bench import report as reporting  # noqa: E402
+import warm_floor  # noqa: E402
 
 
 _TMPDIRS = []
@@ -71,6 +72,37 @@ def fake_case(cid, scenario, loader, sps_list, error=None):
     if runs:
         c["summary"] = stats.summarize(runs)
     return c
+
+
+class WarmFloorTest(unittest.TestCase):
+    """bench/warm_floor.py's parts that need no mount."""
+
+    def test_a_threads_cpu_is_counted_under_its_kind_the_name_before_its_number(self):
+        import ctypes
+        import threading
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        named, release = threading.Event(), threading.Event()
+
+        def burn():
+            libc.prctl(15, b"burner-7", 0, 0, 0)  # PR_SET_NAME
+            start = time.thread_time()
+            while time.thread_time() - start < 0.05:
+                pass
+            named.set()
+            release.wait(10)
+
+        t = threading.Thread(target=burn)
+        t.start()
+        try:
+            self.assertTrue(named.wait(10))
+            by_kind = warm_floor.thread_cpu(os.getpid())
+        finally:
+            release.set()
+            t.join()
+        self.assertIn("burner", by_kind)
+        self.assertGreaterEqual(by_kind["burner"], 0.045)
+        self.assertNotIn("burner-7", by_kind)
 
 
 class StatsTest(unittest.TestCase):
