@@ -18,6 +18,7 @@ Usage: bench/warm_floor.py --prepfs target/release/prepfs --floorfs target/relea
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -29,6 +30,7 @@ sys.path.insert(0, HERE)
 from jobs import write_report  # noqa: E402
 from prepfs_bench.floor import mount_floorfs  # floorfs started, probed and ended  # noqa: E402
 from prepfs_bench.mount import mount_prepfs  # prepfs mounted read-only, pinned, as row 3d  # noqa: E402
+from prepfs_bench.refill import wait_for_refill  # the wait for the refill before a warm run, as row 3d's  # noqa: E402
 
 # One pass in a child process (a FUSE request that never gets its answer holds the child, not
 # this driver): 2 threads read every listed file whole in a shuffled order, as row 3d's raw reader.
@@ -56,25 +58,12 @@ def files_under(root):
     return sorted(os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs)
 
 
-def read_stats(mnt):
-    out = subprocess.run(["timeout", "10", "cat", os.path.join(mnt, ".prepfs", "stats.json")],
-                         capture_output=True, text=True, check=True)
-    return json.loads(out.stdout)
-
-
-def wait_restocked(mnt, n, timeout=60.0):
-    """Until prepfs holds an output of each of the `n` samples (or its refill stops)."""
-    deadline, last, still = time.time() + timeout, None, 0
-    while time.time() < deadline:
-        entries = read_stats(mnt)["cache"]["augmented"]["entries"]
-        if entries >= n:
-            return entries
-        still = still + 1 if entries == last else 0
-        if still >= 10:
-            return entries
-        last = entries
-        time.sleep(0.05)
-    return last
+def stats_of(mount):
+    """The mount's stats.json, which must be readable."""
+    st = mount.stats()
+    if st is None:
+        raise RuntimeError(f"no stats.json at {mount.mountpoint}: {mount.log_tail()}")
+    return st
 
 
 def thread_cpu(pid):
@@ -145,11 +134,11 @@ def main():
             # Alternate which goes first, so neither always follows the other's pass.
             order = list(files) if r % 2 == 0 else list(files)[::-1]
             for name in order:
-                row["prepfs_outputs_held"] = wait_restocked(mount.mountpoint, n)
-                before = read_stats(mount.mountpoint)
+                row["prepfs_outputs_held"] = wait_for_refill(lambda: stats_of(mount), target=n)["augmented_entries_start"]
+                before = stats_of(mount)
                 row[name] = one_pass(files[name], r + 1, pids[name])
                 if name == "prepfs":
-                    after = read_stats(mount.mountpoint)
+                    after = stats_of(mount)
                     aug = lambda s: s["views"]["augmented"]
                     row[name]["hits"] = aug(after)["hits"] - aug(before)["hits"]
                     row[name]["requests_per_open"] = after.get("fuse_requests_per_open")
@@ -164,7 +153,7 @@ def main():
         mount.close()
         for fm in floors.values():
             fm.close()
-        subprocess.run(["rm", "-rf", work])
+        shutil.rmtree(work, ignore_errors=True)
     med = lambda key, sub=None: statistics.median(r[key][sub] if sub else r[key] for r in rounds)
     summary = {
         "files": n, "size": size, "rounds": args.rounds,
