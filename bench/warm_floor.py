@@ -27,7 +27,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import loaders  # noqa: E402
 from jobs import write_report  # noqa: E402
+from prepfs_bench.config import derive_config  # a mount config with its cache: replaced  # noqa: E402
 from prepfs_bench.floor import mount_floorfs  # floorfs started, probed and ended  # noqa: E402
 from prepfs_bench.mount import mount_prepfs  # prepfs mounted read-only, pinned, as row 3d  # noqa: E402
 from prepfs_bench.refill import wait_for_refill  # the wait for the refill before a warm run, as row 3d's  # noqa: E402
@@ -52,10 +54,6 @@ with ThreadPoolExecutor(2) as pool:
     dt = time.perf_counter() - t0
 print(json.dumps({"files": len(files), "bytes": nbytes, "seconds": dt}))
 """
-
-
-def files_under(root):
-    return sorted(os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs)
 
 
 def stats_of(mount):
@@ -109,21 +107,21 @@ def main():
     ap.add_argument("--out", default=os.path.join(HERE, "results", time.strftime("%Y-%m-%d") + "-warm-floor"))
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="prepfs-warm-floor-")
-    shipped = open(os.path.join(HERE, "..", "mount-configs", "imagenet.yaml")).read()
-    yaml = shipped + f"cache: {{ memory: {args.cache} }}\n"
+    with open(os.path.join(HERE, "..", "mount-configs", "imagenet.yaml")) as f:
+        yaml = derive_config(f.read(), cache=f"{{ memory: {args.cache} }}", note="warm_floor.py")
     config = os.path.join(work, "prepfs.yaml")
     with open(config, "w") as f:
         f.write(yaml)
     mount = mount_prepfs(args.prepfs, config, args.data, os.path.join(work, "mnt-prepfs"))
     floors = {}
     try:
-        files = {"prepfs": files_under(mount.view("augmented"))}
+        files = {"prepfs": loaders.list_files(mount.view("augmented"))}
         n = len(files["prepfs"])
         size = os.stat(files["prepfs"][0]).st_size
         for mode in ("plain", "passthrough-distinct"):
             fm = mount_floorfs(args.floorfs, os.path.join(work, "floor-" + mode), n, size, mode=mode)
             floors[mode] = fm
-            files[mode] = files_under(fm.mountpoint)
+            files[mode] = loaders.list_files(fm.mountpoint)
         pids = {"prepfs": mount.pid, **{m: fm.pid for m, fm in floors.items()}}
         # One unmeasured pass each: prepfs makes every output once (cold), the floors warm up.
         for name in files:

@@ -132,12 +132,7 @@ impl SealedFile {
 fn sealed_memfd(bytes: &[u8]) -> std::io::Result<File> {
     // SAFETY: a valid C string and flags; the descriptor returned is ours alone.
     let fd = unsafe { libc::memfd_create(c"prepfs".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just opened and nothing else owns it.
-    let mut file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-    file.write_all(bytes)?;
+    let file = file_holding(fd, bytes)?;
     let seals = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
     // SAFETY: fcntl on a descriptor we own, with an integer argument.
     if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } < 0 {
@@ -231,14 +226,20 @@ impl OutputFs {
         // SAFETY: openat on our root descriptor with a valid C string; the descriptor returned is
         // ours alone.
         let fd = unsafe { libc::openat(self.root.as_raw_fd(), c".".as_ptr(), libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC, 0o600) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: `fd` was just opened and nothing else owns it.
-        let mut file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-        file.write_all(bytes)?;
-        Ok(file)
+        file_holding(fd, bytes)
     }
+}
+
+/// The file of `fd`, a descriptor just opened (negative: the call failed) that nothing else owns,
+/// once `bytes` are written into it.
+fn file_holding(fd: libc::c_int, bytes: &[u8]) -> std::io::Result<File> {
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and nothing else owns it.
+    let mut file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    file.write_all(bytes)?;
+    Ok(file)
 }
 
 impl Drop for SealedFile {
