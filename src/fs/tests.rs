@@ -248,6 +248,34 @@ fn the_refill_keeps_as_pixels_the_samples_readers_left_as_bytes_while_decoded_ha
 }
 
 #[test]
+fn a_reader_that_meets_a_sample_held_as_bytes_again_keeps_its_pixels_so_it_is_decoded_in_full_once() {
+    // As above, readers' first misses keep bytes; here no refill comes by before the next epoch.
+    let (_dir, fs) = core(4, "cache: { memory: 64MiB, split: 0-0-100, refill: false }\n");
+    let split = crate::planner::Split::new(0, 0, 100).expect("split");
+    fs.cache().set_split_budgets(split, [8 << 20, 24 << 20, 32 << 20]);
+    let mut seen = HashSet::new();
+    let mut epoch_once = |fs: &Filesystem| {
+        for out in epoch(fs, 4) {
+            assert!(seen.insert(out), "a crop was served twice");
+        }
+    };
+    epoch_once(&fs);
+    let cache = fs.cache();
+    assert_eq!((cache.encoded.entries(), cache.decoded.entries()), (4, 0), "first misses kept bytes");
+    let work = |key: &str| fs.stats().to_json(serde_json::Value::Null)["work"][key].as_u64().expect(key);
+    let (regions, before) = (work("decode_augments"), source_bytes(&fs));
+    // The second epoch's misses decode in full, keep the pixels in place of the bytes and
+    // resample them: no region decode again, no source read.
+    epoch_once(&fs);
+    assert_eq!((cache.encoded.entries(), cache.decoded.entries()), (0, 4));
+    assert_eq!((work("full_decodes"), work("decode_augments"), work("pixel_augments")), (4, regions, 4));
+    // From then on every output is a resample.
+    epoch_once(&fs);
+    assert_eq!((work("full_decodes"), work("decode_augments"), work("pixel_augments")), (4, regions, 8));
+    assert_eq!(source_bytes(&fs), before);
+}
+
+#[test]
 fn the_refill_works_ahead_of_top_level_readers_from_the_source_and_stops() {
     // Augmented only: the refill must read the source itself.
     let (_dir, fs) = core(6, "cache: { memory: 64MiB, split: 0-0-100, refill: false }\n");

@@ -101,8 +101,8 @@ impl SampleProducer {
             // while decoded has room), else from the source (which also fills decoded or
             // encoded while they have room).
             let refilled = self
-                .load_promoting(&sample)
-                .and_then(|loaded| self.augment(&sample, &loaded))
+                .load_promoting(&sample, Admit::Fill)
+                .and_then(|(loaded, _)| self.augment(&sample, &loaded))
                 .map(|out| cache.augmented.admit(file, AugmentedEntry::fresh(out)));
             if matches!(refilled, Ok(true)) {
                 bump(&self.stats.refills, 1);

@@ -100,7 +100,7 @@ impl SampleProducer {
         // Another active job will be handed this job's output; else a spare is worth making.
         let shared = matches!(consumer, Consumer::Job { bit, active } if active & !bit != 0);
         let spare = !shared && consumer != Consumer::Prefetch;
-        let (loaded, origin) = self.load(sample, Admit::Augmented { spare })?;
+        let (loaded, origin) = self.load_promoting(sample, Admit::Augmented { spare })?;
         let out = self.augment(sample, &loaded)?;
         match consumer {
             // Shared with the other active jobs (Seneca): dropped once they all used it.
@@ -118,7 +118,7 @@ impl SampleProducer {
     /// The bytes of `sample`'s `decoded` file, and where they came from.
     pub(crate) fn decoded(&self, sample: &Sample) -> Result<(ServedBytes, Origin)> {
         self.reader.refuse_known_bad(sample)?;
-        let (loaded, origin) = self.load(sample, Admit::Pixels)?;
+        let (loaded, origin) = self.load_promoting(sample, Admit::Pixels)?;
         let out = match loaded {
             Loaded::Pixels(p) => self.pixels.encode(&p),
             Loaded::Bytes(b) => {
@@ -168,21 +168,24 @@ impl SampleProducer {
         self.tiers.load(sample, || self.read_and_keep(sample, want))
     }
 
-    /// [`SampleProducer::load`] for background work: a sample memory holds only as bytes is
-    /// also decoded in full and kept as pixels while decoded has room ([`Tiers::promote`]). So
-    /// the room the plan gives decoded fills with the samples readers missed on the fast path
-    /// (kept as bytes), not only with those the background read from the source, and every
-    /// later output of them is a resample, not a decode. Requests never pay this decode.
-    fn load_promoting(&self, sample: &Sample) -> Result<Loaded> {
-        let (loaded, origin) = self.load(sample, Admit::Fill)?;
-        let Loaded::Bytes(bytes) = &loaded else { return Ok(loaded) };
+    /// [`SampleProducer::load`], and a sample memory holds only as bytes is also decoded in full
+    /// and kept as pixels while decoded has room ([`Tiers::promote`]), by whoever meets it first:
+    /// a request or the background. So the room decoded has fills with the samples readers
+    /// missed on the fast path (a region decode, kept as bytes), and each is decoded in full once:
+    /// a request that met it again would otherwise decode a region again, and the refill would
+    /// still decode it in full later. A sample read from the source here is kept as `want`'s
+    /// fill order says (a first miss decodes only its region where the plan gives decoded no
+    /// share).
+    fn load_promoting(&self, sample: &Sample, want: Admit) -> Result<(Loaded, Origin)> {
+        let (loaded, origin) = self.load(sample, want)?;
+        let Loaded::Bytes(bytes) = &loaded else { return Ok((loaded, origin)) };
         let current = self.reader.is_current(sample.id, &sample.meta);
         if origin != Origin::Encoded || !self.tiers.admission(bytes, Admit::Fill, current, self.pixels.out_len()).decode {
-            return Ok(loaded);
+            return Ok((loaded, origin));
         }
         let pixels = Arc::new(self.pixels.decode_full(bytes).map_err(|why| self.bad(sample, why))?);
         self.tiers.promote(sample, Arc::clone(&pixels));
-        Ok(Loaded::Pixels(pixels))
+        Ok((Loaded::Pixels(pixels), origin))
     }
 
     /// Reads a sample from the source, makes what the fill order admits (full pixels, a spare
