@@ -4,7 +4,7 @@ CARGO ?= cargo
 PYTHON ?= python3
 QUICK ?=
 
-.PHONY: all build deps demo test python ptx bench bench-epochs bench-jobs bench-floor fuzz clean install uninstall
+.PHONY: all build deps demo test python ptx bench bench-epochs bench-cold-epochs bench-jobs bench-floor fuzz clean install uninstall
 
 all: build
 
@@ -71,6 +71,15 @@ bench-epochs: build
 
 bench-jobs: build
 	$(PYTHON) bench/jobs.py --prepfs target/release/prepfs --gen target/release/examples/make_dataset
+
+# Back-to-back epochs from a cold mount (page cache dropped), over bench/run.sh's data set;
+# COLD_BINS=a,b (and COLD_LABELS) compares builds in alternated runs.
+COLD_BINS ?= target/release/prepfs
+bench-cold-epochs: build
+	@test -d target/bench-data/train || target/release/examples/make_dataset --out target/bench-data/train \
+		--classes 20 --per-class 40 --width 500 --height 375 --seed 0 --quiet
+	timeout 1200 $(PYTHON) bench/cold_epochs.py --prepfs $(COLD_BINS) $(if $(COLD_LABELS),--labels $(COLD_LABELS)) \
+		--data target/bench-data/train
 
 # Row 3d and the FUSE floor (3h, 3k) in alternating passes, 15 rounds, over bench/run.sh's data
 # set (bench/results/<date>-warm-floor.md): the warm target's ratios, measured side by side.

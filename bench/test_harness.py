@@ -35,6 +35,7 @@ import loaders  # noqa: E402
 from prepfs_bench import (charts, cli, config, floor, mount, plan, refill,  # noqa: E402
                           runner, scenario4, stats, units)
 from prepfs_bench import report as reporting  # noqa: E402
+import cold_epochs  # noqa: E402
 import warm_floor  # noqa: E402
 
 
@@ -72,6 +73,26 @@ def fake_case(cid, scenario, loader, sps_list, error=None):
     if runs:
         c["summary"] = stats.summarize(runs)
     return c
+
+
+class ColdEpochsTest(unittest.TestCase):
+    """bench/cold_epochs.py's parts that need no mount."""
+
+    def test_an_epoch_counts_the_work_stats_json_counted_between_its_ends(self):
+        before = {"refills": 10, "work": {"full_decodes": 5, "decode_augments": 100, "pixel_augments": 7}}
+        after = {"refills": 14, "work": {"full_decodes": 9, "decode_augments": 100, "pixel_augments": 27}}
+        rec = cold_epochs.epoch_record(before, after, 2.0, 1000, 500.0, {"fuser": 40.0})
+        self.assertEqual((rec["full_decodes"], rec["decode_augments"], rec["pixel_augments"], rec["refills"]), (4, 0, 20, 4))
+        self.assertAlmostEqual(rec["cpu_ms_per_sample"], 2.0)
+        self.assertEqual((rec["samples"], rec["rate"]), (1000, 500.0))
+
+    def test_each_epoch_is_the_median_of_that_epoch_over_the_runs(self):
+        def run(*rates):
+            return [{"samples": 8, "rate": r, "cpu_ms_per_sample": r / 1000, "refills": 1, "full_decodes": 0,
+                     "decode_augments": 0, "pixel_augments": 0} for r in rates]
+        summary = cold_epochs.summarize([run(100, 900), run(300, 500), run(200, 700)], 2)
+        self.assertEqual([e["rate"] for e in summary], [200, 700])
+        self.assertEqual([e["cpu_ms_per_sample"] for e in summary], [0.2, 0.7])
 
 
 class WarmFloorTest(unittest.TestCase):
