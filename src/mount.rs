@@ -549,7 +549,7 @@ fn start_workers(fs: &Arc<Filesystem>, workers: &mut Workers, notifier: fuser::N
                 lower_priority(10);
                 let mut cursor = 0usize;
                 while !stop.load(Ordering::Relaxed) {
-                    let worked = fs.refill_may_run() && fs.refill_lane_once(&mut cursor, (lane, lanes));
+                    let worked = fs.refill_scope().is_some_and(|scope| fs.refill_lane_once(&mut cursor, (lane, lanes), scope));
                     if !worked && !nap(stop, Duration::from_millis(50)) {
                         break;
                     }

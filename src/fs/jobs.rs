@@ -13,6 +13,7 @@ use std::time::Duration;
 use super::{Attr, Caller, Filesystem, Node};
 use crate::error::{Error, Result};
 use super::inodes::PENDING_JOB;
+use crate::producer::RefillScope;
 use crate::sampling::{check_name, Job};
 use crate::shared::Form;
 use crate::source::catalog::{DirId, FileId};
@@ -190,26 +191,29 @@ impl Filesystem {
         }
     }
 
-    /// One unit of background refill of the augmented cache, with samples some active job has not
-    /// seen (any sample, with no jobs). Returns false when there is nothing to do.
+    /// One unit of background refill of the augmented cache, as when readers pause: samples
+    /// some active job has not seen (any sample, with no jobs), then the others. Returns false
+    /// when there is nothing to do.
     #[cfg(test)]
     pub(crate) fn refill_once(&self, cursor: &mut usize) -> bool {
-        self.refill_lane_once(cursor, (0, 1))
+        self.refill_lane_once(cursor, (0, 1), RefillScope::Any)
     }
 
-    /// Whether the background refill workers may work now: readers have paused, or the stock
-    /// of outputs has fallen below its low-water mark and is not yet full again.
-    pub(crate) fn refill_may_run(&self) -> bool {
-        self.producer.refill_may_run()
+    /// What the background refill workers may work on now, if anything: anything when readers
+    /// have paused; while they take outputs, only once the stock of outputs has fallen below its
+    /// low-water mark (and then until it is full), and only what their pass still needs.
+    pub(crate) fn refill_scope(&self) -> Option<RefillScope> {
+        self.producer.refill_scope()
     }
 
     /// [`Filesystem::refill_once`] for one of several refill workers: the samples of `lane`.
     /// First the samples still to come in this pass: with jobs, those some job has not seen this
     /// epoch; without, those top-level readers have not read in this pass (so the refill works
-    /// ahead of the readers). When each of those has an output and room is left, the others,
-    /// for the next pass: readers that take part of the set per pass (a subset sampler), or an
-    /// epoch that begins with room to spare, then find them made.
-    pub(crate) fn refill_lane_once(&self, cursor: &mut usize, lane: (usize, usize)) -> bool {
+    /// ahead of the readers). When each of those has an output and room is left, and `scope`
+    /// allows (readers have paused), the others, for the next pass: readers that take part of the
+    /// set per pass (a subset sampler), or an epoch that begins with room to spare, then find them
+    /// made. While readers take outputs, the next pass's would only take their cores.
+    pub(crate) fn refill_lane_once(&self, cursor: &mut usize, lane: (usize, usize), scope: RefillScope) -> bool {
         let jobs = self.jobs.active();
         let to_come = |f: FileId| {
             if jobs.is_empty() {
@@ -218,7 +222,8 @@ impl Filesystem {
                 jobs.iter().any(|j| !j.has_seen(f))
             }
         };
-        self.producer.refill_once(cursor, lane, to_come) || self.producer.refill_once(cursor, lane, |_| true)
+        self.producer.refill_once(cursor, lane, to_come)
+            || (scope == RefillScope::Any && self.producer.refill_once(cursor, lane, |_| true))
     }
 
     /// Runs queued prefetch work until the queue stays empty for `wait` (or at once with a zero

@@ -22,11 +22,24 @@ const LOW_WATER: f64 = 0.5;
 /// ones, or ones a reader is taking as the refill passes).
 const FULL: f64 = 0.95;
 
-/// When the refill works: whenever readers pause, and, while they take outputs, once the stock
-/// has fallen below the low-water mark, then on to full (the marks of a producer with
-/// hysteresis). Above the mark, a reader is served from the stock whether or not the refill
-/// runs, and refill work then only takes cores from readers (the 2-core warm figures of issue
-/// 12); a refill that tops up after every output taken never lets them have the cores.
+/// What the refill may work on now ([`RefillPacer`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RefillScope {
+    /// Readers are taking outputs: only samples still to come in their pass (some job has not
+    /// seen it this epoch; with no jobs, the top-level readers have not read it in this pass).
+    /// The next pass's outputs would be no use to them, and would take the cores they use.
+    ThisPass,
+    /// Readers have paused: anything, the next pass's outputs too.
+    Any,
+}
+
+/// When the refill works: whenever readers pause (anything), and, while they take outputs, once
+/// the stock has fallen below the low-water mark, then on to full (the marks of a producer with
+/// hysteresis), on the samples still to come in their pass only. Above the mark, a reader is
+/// served from the stock whether or not the refill runs, and refill work then only takes cores
+/// from readers (the 2-core warm figures of issue 12); a refill that tops up after every output
+/// taken never lets them have the cores. Below it, outputs the readers will meet in this pass
+/// are worth the cores; the next pass's are not, until they pause.
 pub(crate) struct RefillPacer {
     /// Set below the low-water mark, cleared when the stock is full.
     filling: AtomicBool,
@@ -43,9 +56,9 @@ impl Default for RefillPacer {
 }
 
 impl RefillPacer {
-    /// Whether the refill may work now, given the readers' hits so far, the stock's share of
-    /// its budget and whether it is full.
-    fn may_run(&self, hits: u64, stock: f64, full: bool) -> bool {
+    /// What the refill may work on now, if anything, given the readers' hits so far, the
+    /// stock's share of its budget and whether it is full.
+    fn scope(&self, hits: u64, stock: f64, full: bool) -> Option<RefillScope> {
         let now = self.start.elapsed().as_micros() as u64;
         if self.hits_seen.swap(hits, Ordering::Relaxed) != hits {
             self.changed_at.store(now, Ordering::Relaxed);
@@ -56,21 +69,25 @@ impl RefillPacer {
             self.filling.store(false, Ordering::Relaxed);
         }
         let paused = now.saturating_sub(self.changed_at.load(Ordering::Relaxed)) >= READERS_PAUSED.as_micros() as u64;
-        paused || self.filling.load(Ordering::Relaxed)
+        if paused {
+            Some(RefillScope::Any)
+        } else {
+            self.filling.load(Ordering::Relaxed).then_some(RefillScope::ThisPass)
+        }
     }
 }
 
 impl SampleProducer {
-    /// Whether the background refill may work now ([`RefillPacer`]).
+    /// What the background refill may work on now, if anything ([`RefillPacer`]).
     /// The stock is measured against what the room can hold of this data set: one output per
     /// sample at most, so a room larger than the set is full once every sample has one.
-    pub(crate) fn refill_may_run(&self) -> bool {
+    pub(crate) fn refill_scope(&self) -> Option<RefillScope> {
         let store = &self.tiers.memory().augmented;
         let entry = self.pixels.out_len() + ENTRY_OVERHEAD;
         let room = store.budget().min(self.catalog.sample_count() as u64 * entry);
         let stock = if room == 0 { 1.0 } else { store.used() as f64 / room as f64 };
         let full = stock >= FULL || !store.has_room_for(self.pixels.out_len());
-        self.pacer.may_run(store.hit_count(), stock, full)
+        self.pacer.scope(store.hit_count(), stock, full)
     }
 
     /// One unit of background refill: a fresh augmentation into free augmented room of a sample
@@ -143,34 +160,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_refill_fills_to_full_then_leaves_the_cores_to_readers_until_the_stock_is_below_half() {
+    fn while_readers_take_outputs_the_refill_fills_to_full_then_waits_until_the_stock_is_below_half_and_makes_only_what_their_pass_needs() {
         let pacer = RefillPacer::default();
         // From the start it fills, readers or not, until the stock is full.
-        assert!(pacer.may_run(1, 0.0, false));
-        assert!(pacer.may_run(2, 0.6, false));
-        assert!(pacer.may_run(3, 0.99, false));
+        assert_eq!(pacer.scope(1, 0.0, false), Some(RefillScope::ThisPass));
+        assert_eq!(pacer.scope(2, 0.6, false), Some(RefillScope::ThisPass));
+        assert_eq!(pacer.scope(3, 0.99, false), Some(RefillScope::ThisPass));
         // Full: while readers take outputs (hits change at every look) and the stock is above
         // the low-water mark, it waits.
-        assert!(!pacer.may_run(4, 1.0, true));
-        assert!(!pacer.may_run(5, 0.8, false));
-        assert!(!pacer.may_run(6, 0.5, false));
+        assert_eq!(pacer.scope(4, 1.0, true), None);
+        assert_eq!(pacer.scope(5, 0.8, false), None);
+        assert_eq!(pacer.scope(6, 0.5, false), None);
         // Below the mark it works alongside the readers, and on until full again.
-        assert!(pacer.may_run(7, 0.49, false));
-        assert!(pacer.may_run(8, 0.7, false));
-        assert!(pacer.may_run(9, 0.95, false));
-        assert!(!pacer.may_run(10, 1.0, true));
-        assert!(!pacer.may_run(11, 0.9, false));
+        assert_eq!(pacer.scope(7, 0.49, false), Some(RefillScope::ThisPass));
+        assert_eq!(pacer.scope(8, 0.7, false), Some(RefillScope::ThisPass));
+        assert_eq!(pacer.scope(9, 0.95, false), Some(RefillScope::ThisPass));
+        assert_eq!(pacer.scope(10, 1.0, true), None);
+        assert_eq!(pacer.scope(11, 0.9, false), None);
     }
 
     #[test]
-    fn readers_that_pause_let_the_refill_top_the_stock_up() {
+    fn readers_that_pause_let_the_refill_top_the_stock_up_with_the_next_passs_outputs_too() {
         let pacer = RefillPacer::default();
-        assert!(!pacer.may_run(1, 1.0, true));
-        assert!(!pacer.may_run(2, 0.9, false));
+        assert_eq!(pacer.scope(1, 1.0, true), None);
+        assert_eq!(pacer.scope(2, 0.9, false), None);
         // No output taken since the last look, for longer than the pause.
         std::thread::sleep(READERS_PAUSED + Duration::from_millis(5));
-        assert!(pacer.may_run(2, 0.9, false));
+        assert_eq!(pacer.scope(2, 0.9, false), Some(RefillScope::Any));
         // Taking again: it waits again.
-        assert!(!pacer.may_run(3, 0.9, false));
+        assert_eq!(pacer.scope(3, 0.9, false), None);
     }
 }

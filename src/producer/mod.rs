@@ -19,6 +19,8 @@
 
 mod background;
 
+pub(crate) use background::RefillScope;
+
 use std::sync::Arc;
 
 use crate::cache::{Admit, AugmentedEntry, Loaded, Made, Origin, Tiers};
