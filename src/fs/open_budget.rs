@@ -26,6 +26,9 @@ pub(crate) struct OpenBudget {
 struct Held {
     total: u64,
     by_uid: HashMap<u32, u64>,
+    /// Opens waiting for a release: a release wakes them only when there are some (a wake is a
+    /// system call, and nearly every release has no one to wake).
+    waiting: usize,
 }
 
 /// Bytes pinned by one handle; given back when dropped (the handle released).
@@ -58,7 +61,9 @@ impl OpenBudget {
                 return Some(Lease { budget: Arc::clone(self), uid, bytes });
             }
             let left = deadline.checked_duration_since(Instant::now())?;
+            held.waiting += 1;
             held = self.released.wait_timeout_or_recover(held, left);
+            held.waiting -= 1;
         }
     }
 
@@ -78,8 +83,11 @@ impl Drop for Lease {
                 held.by_uid.remove(&self.uid);
             }
         }
+        let wake = held.waiting > 0;
         drop(held);
-        self.budget.released.notify_all();
+        if wake {
+            self.budget.released.notify_all();
+        }
     }
 }
 
@@ -102,6 +110,27 @@ mod tests {
         drop(a);
         assert!(waiter.join().expect("waiter"), "a release lets the waiting open through");
         assert_eq!(budget.held(), 0);
+    }
+
+    #[test]
+    fn a_release_wakes_an_open_waiting_for_it_rather_than_leaving_it_to_its_time_limit() {
+        let budget = OpenBudget::new(1000, Duration::from_secs(60));
+        let a = budget.lease(0, true, 600).expect("fits");
+        let waiter = {
+            let budget = Arc::clone(&budget);
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                budget.lease(0, true, 600).map(|_| started.elapsed())
+            })
+        };
+        // The waiter is counted once it waits; the release must then wake it.
+        while budget.held.lock_or_recover().waiting == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        drop(a);
+        let waited = waiter.join().expect("waiter").expect("let through");
+        assert!(waited < Duration::from_secs(30), "woken by the release, not by its 60 s limit: {waited:?}");
+        assert_eq!(budget.held.lock_or_recover().waiting, 0);
     }
 
     #[test]
