@@ -30,7 +30,7 @@ sys.path.insert(0, HERE)
 import loaders  # noqa: E402
 from jobs import write_report  # noqa: E402
 from prepfs_bench.config import derive_config  # a mount config with its cache: replaced  # noqa: E402
-from prepfs_bench.floor import mount_floorfs  # floorfs started, probed and ended  # noqa: E402
+from prepfs_bench.floor import mount_floorfs, prepfs_fuse_threads  # floorfs started, probed and ended  # noqa: E402
 from prepfs_bench.mount import mount_prepfs  # prepfs mounted read-only, pinned, as row 3d  # noqa: E402
 from prepfs_bench.refill import wait_for_refill  # the wait for the refill before a warm run, as row 3d's  # noqa: E402
 
@@ -104,11 +104,15 @@ def main():
     ap.add_argument("--data", required=True, help="a JPEG tree (bench/run.sh's data set)")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--cache", default="1GiB", help="prepfs's memory cache (it must hold an output of every sample)")
+    ap.add_argument("--fuse-threads", type=int, default=0,
+                    help="FUSE threads of prepfs and of the floor (0: prepfs's default, and the floor the same)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", time.strftime("%Y-%m-%d") + "-warm-floor"))
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="prepfs-warm-floor-")
     with open(os.path.join(HERE, "..", "mount-configs", "imagenet.yaml")) as f:
         yaml = derive_config(f.read(), cache=f"{{ memory: {args.cache} }}", note="warm_floor.py")
+    if args.fuse_threads:
+        yaml += f"fuse_threads: {args.fuse_threads}\n"
     config = os.path.join(work, "prepfs.yaml")
     with open(config, "w") as f:
         f.write(yaml)
@@ -119,7 +123,8 @@ def main():
         n = len(files["prepfs"])
         size = os.stat(files["prepfs"][0]).st_size
         for mode in ("plain", "passthrough-distinct"):
-            fm = mount_floorfs(args.floorfs, os.path.join(work, "floor-" + mode), n, size, mode=mode)
+            fm = mount_floorfs(args.floorfs, os.path.join(work, "floor-" + mode), n, size, mode=mode,
+                               threads=prepfs_fuse_threads(yaml))
             floors[mode] = fm
             files[mode] = loaders.list_files(fm.mountpoint)
         pids = {"prepfs": mount.pid, **{m: fm.pid for m, fm in floors.items()}}
