@@ -3,7 +3,10 @@
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use nix::fcntl::AtFlags;
+use nix::sys::stat::fstatat;
 use std::path::{Path, PathBuf};
 
 use super::{FileMeta, SourceFile, SourceIo};
@@ -12,12 +15,23 @@ use super::{FileMeta, SourceFile, SourceIo};
 pub struct LocalSource {
     /// The root, canonical: where every opened file must really lie.
     root: PathBuf,
+    /// The root as given (the catalog's paths begin with it).
+    given: PathBuf,
+    /// The root directory, held open (`O_PATH`): a path inside it is looked up from here, not
+    /// walked from `/` at every open (the walk was half of a `stat`'s cost, and a `stat` a
+    /// tenth of a cached open's).
+    dir: OwnedFd,
 }
 
 impl LocalSource {
     /// A source rooted at `root` (made canonical here).
     pub fn new(root: &Path) -> io::Result<LocalSource> {
-        Ok(LocalSource { root: root.canonicalize()? })
+        let canonical = root.canonicalize()?;
+        let dir = File::options()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
+            .open(&canonical)?;
+        Ok(LocalSource { root: canonical, given: root.to_path_buf(), dir: dir.into() })
     }
 }
 
@@ -28,7 +42,13 @@ fn not_regular() -> io::Error {
 
 impl SourceIo for LocalSource {
     fn metadata(&self, path: &Path) -> io::Result<FileMeta> {
-        std::fs::metadata(path).map(|m| FileMeta::of(&m))
+        // Symlinks followed, as `std::fs::metadata` does.
+        match path.strip_prefix(&self.given) {
+            Ok(rel) if !rel.as_os_str().is_empty() => {
+                fstatat(Some(self.dir.as_raw_fd()), rel, AtFlags::empty()).map(|st| FileMeta::of_stat(&st)).map_err(io::Error::from)
+            }
+            _ => std::fs::metadata(path).map(|m| FileMeta::of(&m)),
+        }
     }
 
     fn open(&self, path: &Path) -> io::Result<Box<dyn SourceFile>> {
@@ -73,5 +93,40 @@ impl SourceFile for LocalFile {
 
     fn as_file(&self) -> Option<&File> {
         Some(&self.file)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stat_from_the_held_root_says_what_a_stat_by_the_whole_path_says() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("train");
+        std::fs::create_dir_all(root.join("c0")).expect("mkdir");
+        std::fs::write(root.join("c0/a.jpg"), b"0123456789").expect("write");
+        std::os::unix::fs::symlink("a.jpg", root.join("c0/link.jpg")).expect("symlink");
+        let source = LocalSource::new(&root).expect("source");
+        for rel in ["c0/a.jpg", "c0/link.jpg", "c0"] {
+            let path = root.join(rel);
+            let by_path = FileMeta::of(&std::fs::metadata(&path).expect("stat"));
+            assert_eq!(source.metadata(&path).expect("stat from the root"), by_path, "{rel}");
+        }
+        assert!(source.metadata(&root.join("c0")).expect("dir").is_dir);
+        assert_eq!(source.metadata(&root.join("c0/a.jpg")).expect("file").len(), 10);
+        let gone = source.metadata(&root.join("c0/gone.jpg")).expect_err("missing");
+        assert_eq!(gone.kind(), io::ErrorKind::NotFound);
+        // The root itself, and a path not under it, are looked up by path.
+        assert!(source.metadata(&root).expect("root").is_dir);
+        assert!(source.metadata(dir.path()).expect("outside").is_dir);
+    }
+
+    #[test]
+    fn times_before_the_epoch_and_after_it_keep_their_nanoseconds() {
+        let t = |secs, nsec| crate::source::system_time((secs, nsec));
+        let epoch = std::time::UNIX_EPOCH;
+        assert_eq!(t(5, 7), epoch + std::time::Duration::new(5, 7));
+        assert_eq!(t(-5, 7), epoch - std::time::Duration::from_secs(5) + std::time::Duration::from_nanos(7));
     }
 }

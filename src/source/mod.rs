@@ -64,22 +64,44 @@ pub struct FileMeta {
 }
 
 impl FileMeta {
-    /// The metadata `stat` returned.
+    /// The metadata `stat` returned, as std gives it.
     pub fn of(meta: &std::fs::Metadata) -> FileMeta {
         use std::os::unix::fs::MetadataExt;
-        FileMeta {
-            identity: Identity {
-                dev: meta.dev(),
-                ino: meta.ino(),
-                len: meta.len(),
-                mtime_ns: meta.mtime() as i128 * 1_000_000_000 + meta.mtime_nsec() as i128,
-                ctime_ns: meta.ctime() as i128 * 1_000_000_000 + meta.ctime_nsec() as i128,
-            },
+        FileMeta::of_fields(StatFields {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
             uid: meta.uid(),
             gid: meta.gid(),
-            mode: meta.mode() & 0o7777,
-            is_dir: meta.is_dir(),
-            mtime: meta.modified().unwrap_or(std::time::UNIX_EPOCH),
+            mode: meta.mode(),
+        })
+    }
+
+    /// The metadata `stat` returned, as libc gives it (a `fstatat` relative to a directory).
+    pub(crate) fn of_stat(st: &libc::stat) -> FileMeta {
+        FileMeta::of_fields(StatFields {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            len: st.st_size as u64,
+            mtime: (st.st_mtime, st.st_mtime_nsec),
+            ctime: (st.st_ctime, st.st_ctime_nsec),
+            uid: st.st_uid,
+            gid: st.st_gid,
+            mode: st.st_mode,
+        })
+    }
+
+    fn of_fields(f: StatFields) -> FileMeta {
+        let ns = |(secs, nsec): (i64, i64)| secs as i128 * 1_000_000_000 + nsec as i128;
+        FileMeta {
+            identity: Identity { dev: f.dev, ino: f.ino, len: f.len, mtime_ns: ns(f.mtime), ctime_ns: ns(f.ctime) },
+            uid: f.uid,
+            gid: f.gid,
+            mode: f.mode & 0o7777,
+            is_dir: f.mode & libc::S_IFMT == libc::S_IFDIR,
+            mtime: system_time(f.mtime),
         }
     }
 
@@ -87,6 +109,32 @@ impl FileMeta {
     pub fn len(&self) -> u64 {
         self.identity.len
     }
+}
+
+/// What a `stat` says that [`FileMeta`] keeps, whichever call gave it.
+struct StatFields {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    /// Seconds and nanoseconds since the epoch.
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+    uid: u32,
+    gid: u32,
+    /// `st_mode`: the type and the permission bits.
+    mode: u32,
+}
+
+/// A time `stat` gave (seconds and nanoseconds since the epoch, before it when negative).
+fn system_time((secs, nsec): (i64, i64)) -> std::time::SystemTime {
+    let epoch = std::time::UNIX_EPOCH;
+    let nsec = std::time::Duration::from_nanos(nsec.clamp(0, 999_999_999) as u64);
+    let at = if secs >= 0 {
+        epoch.checked_add(std::time::Duration::from_secs(secs as u64))
+    } else {
+        epoch.checked_sub(std::time::Duration::from_secs(secs.unsigned_abs()))
+    };
+    at.and_then(|t| t.checked_add(nsec)).unwrap_or(epoch)
 }
 
 /// What tells one version of a file from another: a replacement (rename over it) changes the
