@@ -223,13 +223,17 @@ impl Filesystem {
     /// Releases an open file (`ino`'s handle `fh`).
     pub(crate) fn release(&self, ino: u64, fh: u64) {
         let Some(data) = self.handles.remove(fh) else { return };
-        self.stats().open_handles.fetch_sub(1, Ordering::Relaxed);
-        // The last handle sharing this content: forget the share.
-        if Arc::strong_count(&data) == 1 {
+        // The last handle sharing this content: forget the share. Under the lock an open can no
+        // longer take a share of it, so the count cannot grow while it is looked at.
+        {
             let mut shares = self.shares.lock_or_recover();
-            if shares.get(&ino).is_some_and(|w| w.as_ptr() == Arc::as_ptr(&data)) {
+            if Arc::strong_count(&data) == 1 && shares.get(&ino).is_some_and(|w| w.as_ptr() == Arc::as_ptr(&data)) {
                 shares.remove(&ino);
             }
         }
+        drop(data);
+        // Counted released only now: an open that follows a release seen in `open_handles`
+        // (a test's wait, a user's `prepfs stats`) gets content of its own, never this share.
+        self.stats().open_handles.fetch_sub(1, Ordering::Relaxed);
     }
 }
