@@ -2,7 +2,7 @@
 //! sharded table of them, and read and release.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicUsize, AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::open_budget::Lease;
@@ -42,6 +42,11 @@ pub(crate) struct Opened {
 pub(super) struct Handle {
     pub(super) data: HandleData,
     _lease: Option<Lease>,
+    /// The opens of the kernel's that hold it: 1 from its making, one more for each open that
+    /// shares it, one less at each release. Others may hold the handle a moment longer (a reply
+    /// being sent, the backing id), so whether an open may share it is this count, not whether
+    /// it is alive. Changed under the shares' lock only (`Filesystem::shared`, `share`, `release`).
+    opens: AtomicUsize,
 }
 
 /// What an open handle serves.
@@ -59,6 +64,23 @@ pub(super) enum HandleData {
 /// Where a handle's produced bytes are: in memory, or in a sealed memory file the kernel reads
 /// them from (passthrough), shared with the cache while it keeps them.
 pub(super) type Content = ServedBytes;
+
+impl Handle {
+    /// Whether an open of the kernel's still holds it.
+    pub(super) fn is_open(&self) -> bool {
+        self.opens.load(Ordering::Acquire) > 0
+    }
+
+    /// One more open shares it.
+    pub(super) fn join(&self) {
+        self.opens.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// One open released it; whether that was the last.
+    fn leave(&self) -> bool {
+        self.opens.fetch_sub(1, Ordering::AcqRel) == 1
+    }
+}
 
 impl HandleData {
     /// Produced bytes, where they were made until [`Filesystem::pin`] decides where they live.
@@ -159,7 +181,7 @@ impl Filesystem {
             }
             other => other,
         };
-        Ok(Arc::new(Handle { data, _lease: lease }))
+        Ok(Arc::new(Handle { data, _lease: lease, opens: AtomicUsize::new(1) }))
     }
 
     /// The first read of a job-view handle (or its open, when the kernel reads it without us)
@@ -223,11 +245,13 @@ impl Filesystem {
     /// Releases an open file (`ino`'s handle `fh`).
     pub(crate) fn release(&self, ino: u64, fh: u64) {
         let Some(data) = self.handles.remove(fh) else { return };
-        // The last handle sharing this content: forget the share. Under the lock an open can no
-        // longer take a share of it, so the count cannot grow while it is looked at.
+        // The last file handle open on this content: forget the share (under the lock, where
+        // opens look it up). Counted by file handles, not references: a reply being sent or a
+        // backing id may still hold the content a moment, and an open made after this release
+        // must get content of its own.
         {
             let mut shares = self.shares.lock_or_recover();
-            if Arc::strong_count(&data) == 1 && shares.get(&ino).is_some_and(|w| w.as_ptr() == Arc::as_ptr(&data)) {
+            if data.leave() && shares.get(&ino).is_some_and(|w| w.as_ptr() == Arc::as_ptr(&data)) {
                 shares.remove(&ino);
             }
         }

@@ -90,21 +90,26 @@ impl Filesystem {
         Ok(Opened { fh: self.handles.insert(data), cache, backing })
     }
 
-    /// The live handle of another open of `ino`, if one shares its content.
+    /// The handle of another open of `ino` still open, if one shares its content; taken for
+    /// this open (it joins the handle).
     fn shared(&self, ino: u64) -> Option<Arc<Handle>> {
-        self.shares.lock_or_recover().get(&ino).and_then(Weak::upgrade)
+        let shares = self.shares.lock_or_recover();
+        let live = shares.get(&ino).and_then(Weak::upgrade).filter(|h| h.is_open())?;
+        live.join();
+        Some(live)
     }
 
     /// Makes `handle` the one later opens of `ino` share while it is open; if another open of
     /// `ino` got there first, its handle is shared instead (and `handle` dropped).
     fn share(&self, ino: u64, handle: Arc<Handle>) -> Arc<Handle> {
         let mut shares = self.shares.lock_or_recover();
-        if let Some(live) = shares.get(&ino).and_then(Weak::upgrade) {
+        if let Some(live) = shares.get(&ino).and_then(Weak::upgrade).filter(|h| h.is_open()) {
+            live.join();
             drop(shares);
             drop(handle); // gives its claim back, outside the lock
             return live;
         }
-        shares.retain(|_, w| w.strong_count() > 0);
+        shares.retain(|_, w| w.upgrade().is_some_and(|h| h.is_open()));
         shares.insert(ino, Arc::downgrade(&handle));
         handle
     }
@@ -131,7 +136,7 @@ impl Filesystem {
     /// With the handle, whether it was a hit (a shared handle is one).
     fn open_top_level(&self, ino: u64, form: Form, sample: &Sample, caller: Caller) -> Result<(Arc<Handle>, Outcome)> {
         let share = self.passthrough_on();
-        if let Some(live) = self.shared(ino).filter(|_| share) {
+        if let Some(live) = share.then(|| self.shared(ino)).flatten() {
             return Ok((live, Outcome::Hit));
         }
         let (handle, outcome) = self.produce_top_level(form, sample, caller)?;

@@ -467,6 +467,28 @@ fn with_passthrough_on_outputs_move_into_a_sealed_memory_file_and_read_back_the_
 }
 
 #[test]
+fn an_open_after_the_last_release_gets_content_of_its_own_though_the_old_handle_is_still_referenced() {
+    let (_dir, fs) = core(2, "seed: 5\ncache: { memory: 64MiB, split: 0-0-100, refill: false }\n");
+    fs.enable_passthrough();
+    let ino = ino_of(&fs, "augmented", "s000.ppm");
+    let backing_ino = |o: &crate::fs::Opened| o.backing.as_ref().and_then(|b| b.file()).expect("backing file").metadata().expect("stat").ino();
+    let first = fs.open(ino, false, Caller::ROOT).expect("first open");
+    // A second open while the first is open shares its content (one backing file per inode).
+    let second = fs.open(ino, false, Caller::ROOT).expect("second open");
+    assert_eq!(backing_ino(&first), backing_ino(&second));
+    let old = backing_ino(&first);
+    fs.release(ino, second.fh);
+    fs.release(ino, first.fh);
+    // Both released, but the old content is still referenced a moment (the adapter's reply
+    // being sent, its backing id): a new open must not share it.
+    let still_held = (first.backing, second.backing);
+    let third = fs.open(ino, false, Caller::ROOT).expect("third open");
+    assert_ne!(backing_ino(&third), old, "an open after the last release shared the released content");
+    fs.release(ino, third.fh);
+    drop(still_held);
+}
+
+#[test]
 fn with_passthrough_on_the_refill_makes_outputs_into_memory_files_that_opens_hand_over_as_they_are() {
     let (_dir, plain) = core(3, "seed: 4\ncache: { memory: 64MiB, split: 0-0-100, refill: false }\n");
     let (_dir2, fs) = core(3, "seed: 4\ncache: { memory: 64MiB, split: 0-0-100, refill: false }\n");
