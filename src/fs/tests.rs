@@ -242,20 +242,32 @@ fn below_half_the_stock_the_refill_makes_outputs_of_the_samples_readers_have_yet
     assert!(!held(0) && (1..8).all(held));
 }
 
+/// A core whose plan gives decoded no share (a reader's miss takes the fast path and keeps
+/// bytes), with room in decoded all the same: the memory augmented cannot use flows there.
+fn core_where_misses_keep_bytes(n: usize) -> (tempfile::TempDir, Filesystem) {
+    let (dir, fs) = core(n, "cache: { memory: 64MiB, split: 0-0-100, refill: false }\n");
+    let split = crate::planner::Split::new(0, 0, 100).expect("split");
+    fs.cache().set_split_budgets(split, [8 << 20, 24 << 20, 32 << 20]);
+    (dir, fs)
+}
+
+/// A count of `stats.json`'s `work` section.
+fn work_count(fs: &Filesystem, key: &str) -> u64 {
+    fs.stats().to_json(serde_json::Value::Null)["work"][key].as_u64().expect(key)
+}
+
 #[test]
 fn the_refill_keeps_as_pixels_the_samples_readers_left_as_bytes_while_decoded_has_room() {
     // The plan gives decoded no share, so a reader's miss takes the fast path and keeps bytes;
     // the memory augmented cannot use flowed to decoded, the background's to fill.
-    let (_dir, fs) = core(4, "cache: { memory: 64MiB, split: 0-0-100, refill: false }\n");
-    let split = crate::planner::Split::new(0, 0, 100).expect("split");
-    fs.cache().set_split_budgets(split, [8 << 20, 24 << 20, 32 << 20]);
+    let (_dir, fs) = core_where_misses_keep_bytes(4);
     let mut seen = HashSet::new();
     for out in epoch(&fs, 4) {
         assert!(seen.insert(out), "a crop was served twice");
     }
     let cache = fs.cache();
     assert_eq!((cache.encoded.entries(), cache.decoded.entries(), cache.augmented.entries()), (4, 0, 0), "readers' misses kept bytes");
-    let work = |key: &str| fs.stats().to_json(serde_json::Value::Null)["work"][key].as_u64().expect(key);
+    let work = |key: &str| work_count(&fs, key);
     let decodes = work("full_decodes");
     // The refill decodes each in full once, keeps the pixels in place of the bytes, and makes
     // its output from them; no byte is read from the source again.
@@ -279,9 +291,7 @@ fn the_refill_keeps_as_pixels_the_samples_readers_left_as_bytes_while_decoded_ha
 #[test]
 fn a_reader_that_meets_a_sample_held_as_bytes_again_keeps_its_pixels_so_it_is_decoded_in_full_once() {
     // As above, readers' first misses keep bytes; here no refill comes by before the next epoch.
-    let (_dir, fs) = core(4, "cache: { memory: 64MiB, split: 0-0-100, refill: false }\n");
-    let split = crate::planner::Split::new(0, 0, 100).expect("split");
-    fs.cache().set_split_budgets(split, [8 << 20, 24 << 20, 32 << 20]);
+    let (_dir, fs) = core_where_misses_keep_bytes(4);
     let mut seen = HashSet::new();
     let mut epoch_once = |fs: &Filesystem| {
         for out in epoch(fs, 4) {
@@ -291,7 +301,7 @@ fn a_reader_that_meets_a_sample_held_as_bytes_again_keeps_its_pixels_so_it_is_de
     epoch_once(&fs);
     let cache = fs.cache();
     assert_eq!((cache.encoded.entries(), cache.decoded.entries()), (4, 0), "first misses kept bytes");
-    let work = |key: &str| fs.stats().to_json(serde_json::Value::Null)["work"][key].as_u64().expect(key);
+    let work = |key: &str| work_count(&fs, key);
     let (regions, before) = (work("decode_augments"), source_bytes(&fs));
     // The second epoch's misses decode in full, keep the pixels in place of the bytes and
     // resample them: no region decode again, no source read.
