@@ -217,7 +217,8 @@ fn a_second_open_of_a_path_held_open_shares_its_content_and_counts_once() {
     // Opened again after both closed: a new sample of the directory (this one was served).
     let again = fs::read(&path).expect("third open");
     let (_, _, pixels) = parse_ppm(&again);
-    assert_ne!(id_of_pixels(pixels).0, id_of_pixels(parse_ppm(&a).2).0);
+    let after = job_stats(&mnt).into_iter().find(|j| j["name"] == "twice").expect("job");
+    assert_ne!(id_of_pixels(pixels).0, id_of_pixels(parse_ppm(&a).2).0, "the third open served the same sample: {after}");
 }
 
 #[test]
