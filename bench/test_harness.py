@@ -1355,12 +1355,14 @@ class FloorTest(unittest.TestCase):
             floor.floor_spec(mkdtemp(), None)
 
     def test_fuse_threads_of_a_config(self):
-        self.assertEqual(floor.prepfs_fuse_threads(None), 4)
+        here = min(max(len(os.sched_getaffinity(0)), 2), 16)
+        self.assertEqual(floor.prepfs_fuse_threads(None), here)
         self.assertEqual(floor.prepfs_fuse_threads("seed: 0\nfuse_threads: 6  # more\n"), 6)
-        self.assertEqual(floor.prepfs_fuse_threads("fuse_threads: 0\n"), 4)
-        self.assertEqual(floor.prepfs_fuse_threads("jobs:\n  fuse_threads: 9\n"), 4)
+        self.assertEqual(floor.prepfs_fuse_threads("fuse_threads: 0\n"), here)
+        self.assertEqual(floor.prepfs_fuse_threads("jobs:\n  fuse_threads: 9\n"), here)
+        self.assertEqual([floor.default_fuse_threads(n) for n in (1, 2, 8, 64)], [2, 2, 8, 16])
         with open(os.path.join(os.path.dirname(FLOORFS_RS), "..", "src", "config.rs")) as f:
-            self.assertIn("if raw.fuse_threads == 0 { %d }" % floor.PREPFS_FUSE_THREADS,
+            self.assertIn("if raw.fuse_threads == 0 { %s }" % floor.PREPFS_FUSE_THREADS_RULE,
                           f.read())
 
     def test_floorfs_says_what_the_harness_reads(self):

@@ -28,8 +28,16 @@ import loaders  # bench/loaders.py (standard library only at import time)
 from .mount import is_mounted, lazy_unmount, proc_cpu_seconds
 from .plan import FLOOR_ROWS, floor_flags
 
-# prepfs's FUSE threads when its config does not set `fuse_threads` (src/config.rs: 0 -> 4)
-PREPFS_FUSE_THREADS = 4
+# prepfs's FUSE threads when its config does not set `fuse_threads` (src/config.rs: 0 -> one
+# per core it may run on, at least 2 and at most 16)
+PREPFS_FUSE_THREADS_RULE = "cores.clamp(2, 16)"
+
+
+def default_fuse_threads(cores: Optional[int] = None) -> int:
+    """prepfs's default `fuse_threads` on `cores` cores (default: the CPUs this process may run
+    on, as prepfs counts them, since the harness pins prepfs where it runs itself)."""
+    n = cores if cores is not None else len(os.sched_getaffinity(0))
+    return min(max(n, 2), 16)
 # What floorfs prints (stderr) when it serves plainly although --passthrough was asked
 REFUSAL_MARK = "serving plainly"
 
@@ -61,7 +69,7 @@ def prepfs_fuse_threads(config_text: Optional[str]) -> int:
             val = line.split(":", 1)[1].split("#", 1)[0].strip()
             if val.isdigit() and int(val) > 0:
                 return int(val)
-    return PREPFS_FUSE_THREADS
+    return default_fuse_threads()
 
 
 def passthrough_refusal(log_text: str) -> Optional[str]:
@@ -174,7 +182,7 @@ class FloorMount:
 
 
 def mount_floorfs(binary: str, mountpoint: str, files: int, size: int, mode: str = "plain",
-                  threads: int = PREPFS_FUSE_THREADS, cpus: Optional[Sequence[int]] = None,
+                  threads: Optional[int] = None, cpus: Optional[Sequence[int]] = None,
                   timeout: float = 30.0, log_path: Optional[str] = None,
                   python: str = sys.executable) -> FloorMount:
     """Start `BINARY MNT --files N --size B --threads T [--passthrough]` (pinned to `cpus`),
@@ -192,7 +200,7 @@ def mount_floorfs(binary: str, mountpoint: str, files: int, size: int, mode: str
         fd, log_path = tempfile.mkstemp(prefix="prepfs-bench-floorfs-", suffix=".log")
         os.close(fd)
     cmd = [binary, mountpoint, "--files", str(files), "--size", str(size),
-           "--threads", str(threads)] + floor_flags(mode)
+           "--threads", str(threads or default_fuse_threads(len(cpus) if cpus else None))] + floor_flags(mode)
     pin = (lambda: os.sched_setaffinity(0, set(cpus))) if cpus else None
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,

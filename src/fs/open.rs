@@ -115,16 +115,19 @@ impl Filesystem {
     }
 
     /// Whether opening `ino` needs no decoding or augmenting (a control file, or a sample the
-    /// cache holds in the form the view serves), so the caller may run it in place rather than
-    /// on the decode pool. A guess: the entry may be taken meanwhile, and the open then does the
-    /// work itself.
+    /// cache holds in the form the view serves) and no round trip to a shared job's store, so
+    /// the caller may run it in place rather than on the decode pool. A guess: the entry may be
+    /// taken meanwhile, and the open then does the work itself.
     pub(crate) fn open_is_cheap(&self, ino: u64) -> bool {
         match Node::from_ino(ino) {
             Some(Node::File(view, file)) if (file as usize) < self.catalog().file_count() => match (view.job, view.form) {
                 // Opening a source file is I/O (it may be a network share).
                 (0, Form::Encoded) => false,
                 (0, form) => self.cache.rank(file, form) == form.top_rank(),
-                (_, form) => self.cache.rank(file, form) == form.top_rank() && self.jobs.by_code(view.job).is_some_and(|j| !j.has_seen(file)),
+                (_, form) => {
+                    self.cache.rank(file, form) == form.top_rank()
+                        && self.jobs.by_code(view.job).is_some_and(|j| !j.has_seen(file) && !j.is_shared())
+                }
             },
             Some(Node::StatsFile | Node::ConfigFile | Node::MetricsFile) => true,
             _ => false,

@@ -48,6 +48,50 @@ fn an_output_a_job_has_used_ranks_as_no_augmented_hit_for_it_but_does_for_the_ot
     assert_eq!(fs.cache().augmented.entries(), 0);
 }
 
+/// Whether an open of `name` in job `job`'s `augmented/` would run in place (on a FUSE thread).
+fn job_open_is_cheap(fs: &Filesystem, job: &str, name: &str) -> bool {
+    let jobs = fs.lookup(ROOT_INO, OsStr::new("jobs"), Caller::ROOT).expect("jobs").ino;
+    let mut ino = fs.lookup(jobs, OsStr::new(job), Caller::ROOT).expect("job").ino;
+    for part in ["augmented", "c0", name] {
+        ino = fs.lookup(ino, OsStr::new(part), Caller::ROOT).expect("lookup").ino;
+    }
+    fs.open_is_cheap(ino)
+}
+
+/// Job `a` is served one of two samples (a miss, its output kept for job `b`); returns its name.
+fn serve_one_to_a_keeping_it_for_b(fs: &Filesystem) -> String {
+    let jobs = fs.lookup(ROOT_INO, OsStr::new("jobs"), Caller::ROOT).expect("jobs").ino;
+    for job in ["a", "b"] {
+        fs.mkdir(jobs, OsStr::new(job), Caller::ROOT).expect("mkdir");
+    }
+    let a = fs.lookup(jobs, OsStr::new("a"), Caller::ROOT).expect("a").ino;
+    let mut ino = a;
+    for part in ["augmented", "c0", "s000.ppm"] {
+        ino = fs.lookup(ino, OsStr::new(part), Caller::ROOT).expect("lookup").ino;
+    }
+    read_file(fs, ino);
+    let served = (0..2).find(|&f| fs.jobs().by_name("a").expect("a").has_seen(f)).expect("a was served a sample");
+    format!("s{served:03}.ppm")
+}
+
+#[test]
+fn an_open_in_a_job_runs_in_place_only_for_an_unseen_cached_sample_and_never_waiting_on_a_shared_store() {
+    let yaml = "cache: { memory: 64MiB, split: 0-0-100, refill: false }\n";
+    let (_dir, fs) = core(2, yaml);
+    let served = serve_one_to_a_keeping_it_for_b(&fs);
+    assert!(job_open_is_cheap(&fs, "b", &served), "b's open of an output kept for it decodes nothing");
+    assert!(!job_open_is_cheap(&fs, "a", &served), "a has seen it: its open chooses another, maybe a miss");
+    let other = if served == "s000.ppm" { "s001.ppm" } else { "s000.ppm" };
+    assert!(!job_open_is_cheap(&fs, "b", other), "not cached: a decode");
+    // The same with the jobs shared through a remote tier: each open asks the store first.
+    let redis_dir = tempfile::tempdir().expect("tempdir");
+    let server = crate::cache::remote::redis_server::RedisServer::start(redis_dir.path());
+    let (_dir, fs) = core(2, &format!("cache: {{ memory: 64MiB, split: 0-0-100, refill: false, remote: {{ url: \"{}\", size: 64MiB }} }}\n", server.url()));
+    let served = serve_one_to_a_keeping_it_for_b(&fs);
+    assert!(fs.jobs().by_name("b").expect("b").is_shared());
+    assert!(!job_open_is_cheap(&fs, "b", &served), "a shared job's open waits on the store: the pool runs it");
+}
+
 #[test]
 fn a_hung_source_fails_its_open_within_the_timeout_and_the_rest_still_serve() {
     let (dir, fs, faulty) = faulty_core(3, "source: { path: /x, timeout: 1s }\ncache: { memory: 64MiB, refill: false }\n");

@@ -1143,7 +1143,7 @@ impl Drop for RemoteTier {
 #[cfg(test)]
 #[path = "../../../tests/common/redis_server.rs"]
 #[allow(unreachable_pub)]
-mod redis_server;
+pub(crate) mod redis_server;
 
 #[cfg(test)]
 mod tests {
