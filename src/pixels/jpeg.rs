@@ -39,6 +39,9 @@ pub enum JpegError {
     /// TurboJPEG refused the data (corrupt, truncated, unsupported), in its own words.
     #[error("{0}")]
     Turbo(String),
+    /// No end-of-image marker follows the first scan: the file was cut short.
+    #[error("premature end of JPEG file (no end-of-image marker after the scan)")]
+    CutShort,
 }
 
 impl crate::error::ToErrno for JpegError {
@@ -267,6 +270,49 @@ pub fn decode_into(data: &[u8], scale: Scale, region: Option<Region>, buf: &mut 
     })
 }
 
+/// Whether `data` has an end-of-image marker after its first scan begins (entropy-coded data
+/// never holds one: a 0xFF there is stuffed). A file cut short, the usual damage, has none.
+/// A region decode stops reading where the region's rows end, so without this check a file cut
+/// below the crop would be served for some draws and refused for others.
+fn ends_after_its_scan(data: &[u8]) -> bool {
+    const EOI: [u8; 2] = [0xFF, 0xD9];
+    if data.ends_with(&EOI) {
+        return first_scan(data).is_some();
+    }
+    // Bytes after the end marker (a camera's trailer): look back for it.
+    first_scan(data).is_some_and(|scan| data.get(scan..).is_some_and(|rest| rest.windows(2).any(|w| w == EOI)))
+}
+
+/// Where the first scan's entropy-coded data begins (after its SOS segment), walking the
+/// marker segments from SOI; `None` if the walk leaves the data or meets EOI first.
+fn first_scan(data: &[u8]) -> Option<usize> {
+    if data.get(..2)? != [0xFF, 0xD8] {
+        return None;
+    }
+    let mut at = 2;
+    loop {
+        if *data.get(at)? != 0xFF {
+            return None;
+        }
+        // Markers may be preceded by fill bytes 0xFF.
+        while *data.get(at)? == 0xFF {
+            at += 1;
+        }
+        let marker = data[at];
+        at += 1;
+        match marker {
+            0xD9 => return None,
+            0xD0..=0xD8 | 0x01 => continue, // standalone markers carry no length
+            _ => {}
+        }
+        let len = usize::from(u16::from_be_bytes([*data.get(at)?, *data.get(at + 1)?]));
+        at += len;
+        if marker == 0xDA {
+            return (at <= data.len()).then_some(at);
+        }
+    }
+}
+
 fn decode_with(
     handle: tj::tjhandle,
     data: &[u8],
@@ -274,6 +320,9 @@ fn decode_with(
     region: Option<Region>,
     buf: &mut Vec<u8>,
 ) -> Result<DecodedPart, JpegError> {
+    if !ends_after_its_scan(data) {
+        return Err(JpegError::CutShort);
+    }
     // SAFETY: `data` outlives the calls; the handle is this thread's own.
     unsafe {
         if tj::tj3DecompressHeader(handle, data.as_ptr(), data.len() as tj::size_t) != 0 {
@@ -488,6 +537,26 @@ mod tests {
             let one_by_one: Vec<u8> = cmyk.chunks_exact(4).flat_map(|px| cmyk_to_rgb(px, adobe)).collect();
             assert_eq!(cmyk_to_rgb(&cmyk, adobe), one_by_one);
         }
+    }
+
+    #[test]
+    fn a_file_cut_short_below_the_crop_is_refused_like_a_full_decode_of_it() {
+        let jpeg = crate::pixels::pipeline::tests::photo_jpeg(600, 400, turbojpeg::Subsamp::Sub2x2);
+        let top = Some(Region { x: 0, y: 0, width: 300, height: 40 });
+        decode(&jpeg, Scale::One, top).expect("whole file");
+        let cut = &jpeg[..jpeg.len() * 6 / 10];
+        assert!(decode(cut, Scale::One, None).is_err(), "a full decode meets the cut");
+        let err = decode(cut, Scale::One, top).expect_err("rows above the cut only");
+        assert!(err.to_string().contains("premature end"), "{err}");
+        // Bytes after the end marker (a camera's trailer) are no damage.
+        let mut trailer = jpeg.clone();
+        trailer.extend_from_slice(b"trailer \xff\xd8 data");
+        decode(&trailer, Scale::One, top).expect("a trailer after EOI");
+        // An end marker only in a segment before the scan (an EXIF thumbnail's) does not count.
+        let mut thumb = vec![0xFF, 0xD8, 0xFF, 0xE1, 0x00, 0x06, 0xFF, 0xD8, 0xFF, 0xD9];
+        thumb.extend_from_slice(&cut[2..]);
+        assert!(!ends_after_its_scan(&thumb));
+        assert!(ends_after_its_scan(&jpeg) && !ends_after_its_scan(cut) && !ends_after_its_scan(&jpeg[..2]));
     }
 
     #[test]
