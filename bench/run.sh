@@ -163,6 +163,10 @@ rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 if [ -n "$(git status --porcelain -- src Cargo.toml Cargo.lock 2>/dev/null)" ]; then
   rev="$rev + uncommitted changes in src/"
 fi
+if [ "$bin_src" != target/release/prepfs ]; then
+  # PREPFS_BIN: another build, whose commit this checkout cannot tell.
+  rev="unknown (PREPFS_BIN; this checkout is at $rev)"
+fi
 
 if [ -n "${MAKELEVEL:-}" ]; then
   invoked="make bench${quick:+ QUICK=1}"
