@@ -12,7 +12,7 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -306,20 +306,44 @@ impl Catalog {
     /// The path of a file in the source.
     pub(crate) fn file_path(&self, file: FileId) -> PathBuf {
         let node = &self.files[file as usize];
-        self.dir_path(node.dir).join(self.file_name(file))
+        self.path_below(node.dir, Some(self.file_name(file)))
     }
 
     /// The path of a directory in the source.
     pub(crate) fn dir_path(&self, dir: DirId) -> PathBuf {
-        let mut parts = Vec::new();
-        let mut d = dir;
-        while d != 0 {
-            parts.push(self.dir_name(d));
-            d = self.dir_parent(d);
+        self.path_below(dir, None)
+    }
+
+    /// The root, the names from it down to `dir`, and `leaf` if any, joined by `/` in one
+    /// allocation (every open builds its sample's path): measured first, then filled from the
+    /// end as the walk goes up from `dir`.
+    fn path_below(&self, dir: DirId, leaf: Option<&OsStr>) -> PathBuf {
+        let names = || {
+            let mut d = dir;
+            leaf.into_iter().chain(std::iter::from_fn(move || {
+                (d != 0).then(|| {
+                    let name = self.dir_name(d);
+                    d = self.dir_parent(d);
+                    name
+                })
+            }))
+        };
+        let root = self.root.as_os_str().as_bytes();
+        let sep = usize::from(!root.ends_with(b"/"));
+        let len = root.len() + names().map(|n| n.len() + 1).sum::<usize>() - if names().next().is_some() { 1 - sep } else { 0 };
+        let mut path = vec![0u8; len];
+        path[..root.len()].copy_from_slice(root);
+        let mut end = len;
+        for name in names() {
+            let name = name.as_bytes();
+            path[end - name.len()..end].copy_from_slice(name);
+            end -= name.len();
+            if end > root.len() {
+                end -= 1;
+                path[end] = b'/';
+            }
         }
-        let mut path = self.root.clone();
-        path.extend(parts.into_iter().rev());
-        path
+        PathBuf::from(std::ffi::OsString::from_vec(path))
     }
 
     /// Finds a child of `dir` by its source name (the `encoded` view).
@@ -466,6 +490,32 @@ mod tests {
         assert_eq!(files, ["notes.txt", "x1.JPEG", "x2.jpg"]);
         let images: Vec<_> = cat.images(b).iter().map(|&f| cat.file_name(f).to_owned()).collect();
         assert_eq!(images, ["x1.JPEG", "x2.jpg"]);
+    }
+
+    #[test]
+    fn every_path_names_its_file_or_directory_under_the_root() {
+        let dir = tree();
+        let cat = Catalog::scan(dir.path(), |_| {}).expect("scan");
+        assert_eq!(cat.dir_path(0), dir.path());
+        let mut seen = Vec::new();
+        for f in 0..cat.file_count() as FileId {
+            let path = cat.file_path(f);
+            assert!(path.is_file(), "{path:?}");
+            assert_eq!(path.parent(), Some(cat.dir_path(cat.file_dir(f)).as_path()));
+            let text = path.to_str().expect("utf-8");
+            assert!(!text.contains("//") && !text.contains('\0'), "{text:?}");
+            seen.push(path.strip_prefix(dir.path()).expect("under the root").to_owned());
+        }
+        assert!(seen.iter().any(|p| p == Path::new("a/deep/er/y.png")), "{seen:?}");
+        // A root that ends in a separator is not doubled.
+        let mut cat = cat;
+        let want = cat.file_path(0);
+        cat.root = PathBuf::from(format!("{}/", dir.path().display()));
+        assert_eq!(cat.file_path(0), want);
+        cat.root = PathBuf::from("/");
+        let deep = seen.iter().position(|p| p == Path::new("a/deep/er/y.png")).expect("deep") as FileId;
+        assert_eq!(cat.file_path(deep), Path::new("/a/deep/er/y.png"));
+        assert_eq!(cat.file_path(0), Path::new("/").join(&seen[0]));
     }
 
     #[test]
