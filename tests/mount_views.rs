@@ -160,6 +160,39 @@ fn bad_samples_get_eio_and_everything_else_keeps_working() {
 }
 
 #[test]
+fn a_jpeg_cut_short_fails_at_its_first_open_though_most_crops_lie_above_the_cut() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let source = make_dataset(tmp.path(), 1, 8, false);
+    // Every JPEG cut at 85% of its bytes: most random crops lie wholly above the cut, and a
+    // region decode reads nothing below its rows.
+    let class = source.join("n00000000");
+    let mut cut = Vec::new();
+    for entry in fs::read_dir(&class).expect("list") {
+        let path = entry.expect("entry").path();
+        let ext = path.extension().map(|e| e.to_string_lossy().to_lowercase());
+        if matches!(ext.as_deref(), Some("jpeg" | "jpg")) {
+            let bytes = fs::read(&path).expect("read");
+            fs::write(&path, &bytes[..bytes.len() * 85 / 100]).expect("cut");
+            cut.push(path.file_stem().expect("stem").to_string_lossy().into_owned());
+        }
+    }
+    assert!(cut.len() >= 6, "{cut:?}");
+    // No refill (it decodes in full ahead of readers) and no room for pixels: each open
+    // region-decodes its crop.
+    let config = write_config(tmp.path(), &format!("{CONFIG}cache: {{ memory: 64MiB, split: 0-0-100, refill: false }}\n"));
+    let mnt = Mounted::start(tmp.path(), &config, &source, LIMIT);
+    for stem in &cut {
+        let err = match read_all(&mnt.path(&format!("augmented/n00000000/{stem}.ppm"))) {
+            Ok(bytes) => panic!("{stem}: {} bytes served of a file cut short", bytes.len()),
+            Err(e) => e,
+        };
+        assert_eq!(err.raw_os_error(), Some(libc::EIO), "{stem}: {err}");
+    }
+    let stats = mnt.stats();
+    assert_eq!(stats["bad_samples"]["samples"].as_array().map(Vec::len), Some(cut.len()), "{stats}");
+}
+
+#[test]
 fn the_mount_is_read_only() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let source = make_dataset(tmp.path(), 1, 2, false);
