@@ -1052,8 +1052,8 @@ impl Config {
             return Err(ConfigError::value(text, "threads", ValueError::OutOfRange { min: 0, max: 1024 }));
         }
         // One per core by default (at least 2, at most 16): more threads than cores contend
-        // for the kernel's FUSE queue (docs/COLD_PATH.md); what waits (a decode, a source read,
-        // a shared job's store) runs on the pools, not on these.
+        // for the kernel's FUSE queue (docs/COLD_PATH.md). Decodes, source reads and a shared
+        // job's round trips to its store run on the pools, not on these.
         let fuse_threads = if raw.fuse_threads == 0 { cores.clamp(2, 16) } else { raw.fuse_threads };
         if fuse_threads > 256 {
             return Err(ConfigError::value(text, "fuse_threads", ValueError::OutOfRange { min: 0, max: 256 }));

@@ -329,8 +329,13 @@ impl Catalog {
             }))
         };
         let root = self.root.as_os_str().as_bytes();
-        let sep = usize::from(!root.ends_with(b"/"));
-        let len = root.len() + names().map(|n| n.len() + 1).sum::<usize>() - if names().next().is_some() { 1 - sep } else { 0 };
+        // Each name with the `/` before it, but none after a root that ends in one ("/").
+        let below: usize = names().map(|n| n.len() + 1).sum();
+        let len = match below {
+            0 => root.len(),
+            _ if root.ends_with(b"/") => root.len() + below - 1,
+            _ => root.len() + below,
+        };
         let mut path = vec![0u8; len];
         path[..root.len()].copy_from_slice(root);
         let mut end = len;
