@@ -63,21 +63,29 @@ def pixels(mnt, job):
 def two(mnt, job):
     loaders = [prepfs.Loader(mnt, job=job, batch_size=4, slots=2) for _ in range(2)]
     barrier = threading.Barrier(2)
+    # Both loaders hold a batch of the epoch before either takes more: without it one thread
+    # could read the whole epoch before the other's first request (the test asserts both share
+    # it). The one waiting holds a batch or two of the 24 samples, so the other always finds
+    # some; the timeout turns a loader that found none into an error, not a hang.
+    first = threading.Barrier(2, timeout=60)
     seen = [[[], []] for _ in range(2)]
     errors = []
 
     def run(k):
         try:
             for epoch in range(2):
-                for images, labels in loaders[k]:
+                for b, (images, labels) in enumerate(loaders[k]):
                     imgs = np.from_dlpack(images)
                     for i, name in enumerate(loaders[k].names):
                         seen[k][epoch].append([name, id_of(imgs[i]), int(np.from_dlpack(labels)[i])])
                     del images, imgs
+                    if b == 0:
+                        first.wait()
                 barrier.wait()
         except Exception as e:  # reported, not swallowed
             errors.append(repr(e))
             barrier.abort()
+            first.abort()
 
     threads = [threading.Thread(target=run, args=(k,)) for k in range(2)]
     for t in threads:
