@@ -27,16 +27,9 @@ fn faulty_core(n: usize, yaml: &str) -> (tempfile::TempDir, Filesystem, Arc<Faul
 #[test]
 fn an_output_a_job_has_used_ranks_as_no_augmented_hit_for_it_but_does_for_the_others() {
     let (_dir, fs) = core(2, "cache: { memory: 64MiB, split: 0-0-100, refill: false }\n");
-    let job_ino = |job: &str, name: &str| {
-        let jobs = fs.lookup(ROOT_INO, OsStr::new("jobs"), Caller::ROOT).expect("jobs").ino;
-        let root = fs.lookup(jobs, OsStr::new(job), Caller::ROOT).expect("job").ino;
-        let view = fs.lookup(root, OsStr::new("augmented"), Caller::ROOT).expect("view").ino;
-        let class = fs.lookup(view, OsStr::new("c0"), Caller::ROOT).expect("class").ino;
-        fs.lookup(class, OsStr::new(name), Caller::ROOT).expect("file").ino
-    };
     let jobs = fs.lookup(ROOT_INO, OsStr::new("jobs"), Caller::ROOT).expect("jobs").ino;
     fs.mkdir(jobs, OsStr::new("b"), Caller::ROOT).expect("mkdir b"); // both jobs active: a miss's output is kept for the other
-    read_file(&fs, job_ino("a", "s000.ppm"));
+    read_file(&fs, job_file_ino(&fs, "a", "s000.ppm"));
     let (a, b) = (fs.jobs().by_name("a").expect("a"), fs.jobs().by_name("b").expect("b"));
     let served = (0..2).find(|&f| a.has_seen(f)).expect("a was served a sample");
     assert_eq!(fs.cache.rank_for_job(served, Form::Augmented, b.bit()), 3, "b can take it");
@@ -48,14 +41,19 @@ fn an_output_a_job_has_used_ranks_as_no_augmented_hit_for_it_but_does_for_the_ot
     assert_eq!(fs.cache().augmented.entries(), 0);
 }
 
+/// The inode of `jobs/<job>/augmented/c0/<name>` (a lookup, as the kernel's; the job is made
+/// at its first open).
+fn job_file_ino(fs: &Filesystem, job: &str, name: &str) -> u64 {
+    let mut ino = ROOT_INO;
+    for part in ["jobs", job, "augmented", "c0", name] {
+        ino = fs.lookup(ino, OsStr::new(part), Caller::ROOT).expect(part).ino;
+    }
+    ino
+}
+
 /// Whether an open of `name` in job `job`'s `augmented/` would run in place (on a FUSE thread).
 fn job_open_is_cheap(fs: &Filesystem, job: &str, name: &str) -> bool {
-    let jobs = fs.lookup(ROOT_INO, OsStr::new("jobs"), Caller::ROOT).expect("jobs").ino;
-    let mut ino = fs.lookup(jobs, OsStr::new(job), Caller::ROOT).expect("job").ino;
-    for part in ["augmented", "c0", name] {
-        ino = fs.lookup(ino, OsStr::new(part), Caller::ROOT).expect("lookup").ino;
-    }
-    fs.open_is_cheap(ino)
+    fs.open_is_cheap(job_file_ino(fs, job, name))
 }
 
 /// Job `a` is served one of two samples (a miss, its output kept for job `b`); returns its name.
@@ -64,12 +62,7 @@ fn serve_one_to_a_keeping_it_for_b(fs: &Filesystem) -> String {
     for job in ["a", "b"] {
         fs.mkdir(jobs, OsStr::new(job), Caller::ROOT).expect("mkdir");
     }
-    let a = fs.lookup(jobs, OsStr::new("a"), Caller::ROOT).expect("a").ino;
-    let mut ino = a;
-    for part in ["augmented", "c0", "s000.ppm"] {
-        ino = fs.lookup(ino, OsStr::new(part), Caller::ROOT).expect("lookup").ino;
-    }
-    read_file(fs, ino);
+    read_file(fs, job_file_ino(fs, "a", "s000.ppm"));
     let served = (0..2).find(|&f| fs.jobs().by_name("a").expect("a").has_seen(f)).expect("a was served a sample");
     format!("s{served:03}.ppm")
 }

@@ -61,16 +61,20 @@ pub struct JpegInfo {
     pub adobe: bool,
 }
 
-/// Reads marker segments up to the frame header; reads only the segment headers, skipping
-/// payloads, so it costs a few small reads even with large EXIF or ICC segments.
-pub fn probe(mut reader: impl Read) -> Result<JpegInfo, JpegError> {
+/// Walks a JPEG's marker segments from SOI, the one place their framing is read (fill bytes
+/// before a marker, the standalone markers that carry no length, segment lengths): `visit` gets
+/// each marker in turn with the length of its body (0 for a standalone marker) and the reader at
+/// that body, which it reads or skips whole (see [`skip`]); it returns `Some` to stop there.
+fn walk_segments<R: Read, T>(
+    reader: &mut R,
+    mut visit: impl FnMut(u8, usize, &mut R) -> Result<Option<T>, JpegError>,
+) -> Result<T, JpegError> {
     let bad = JpegError::Header;
     let mut two = [0u8; 2];
     reader.read_exact(&mut two).map_err(|_| bad("empty or too short for a JPEG"))?;
     if two != [0xFF, 0xD8] {
         return Err(bad("not a JPEG (no SOI marker)"));
     }
-    let mut adobe = false;
     loop {
         // Markers may be preceded by fill bytes 0xFF.
         let mut byte = [0u8; 1];
@@ -83,20 +87,31 @@ pub fn probe(mut reader: impl Read) -> Result<JpegInfo, JpegError> {
             reader.read_exact(&mut byte).map_err(|_| bad("truncated before the frame header"))?;
             marker = byte[0];
         }
-        if (0xD0..=0xD9).contains(&marker) || marker == 0x01 {
-            if marker == 0xD9 {
-                return Err(bad("no frame header before EOI"));
+        let body_len = if (0xD0..=0xD9).contains(&marker) || marker == 0x01 {
+            0 // standalone markers carry no length
+        } else {
+            reader.read_exact(&mut two).map_err(|_| bad("truncated segment"))?;
+            let len = usize::from(u16::from_be_bytes(two));
+            if len < 2 {
+                return Err(bad("corrupt segment length"));
             }
-            continue; // standalone markers carry no length
+            len - 2
+        };
+        if let Some(done) = visit(marker, body_len, reader)? {
+            return Ok(done);
         }
-        reader.read_exact(&mut two).map_err(|_| bad("truncated segment"))?;
-        let len = usize::from(u16::from_be_bytes(two));
-        if len < 2 {
-            return Err(bad("corrupt segment length"));
-        }
-        let body_len = len - 2;
-        let is_sof = matches!(marker, 0xC0..=0xCF) && !matches!(marker, 0xC4 | 0xC8 | 0xCC);
-        if is_sof {
+    }
+}
+
+/// Reads marker segments up to the frame header; reads only the segment headers, skipping
+/// payloads, so it costs a few small reads even with large EXIF or ICC segments.
+pub fn probe(mut reader: impl Read) -> Result<JpegInfo, JpegError> {
+    let bad = JpegError::Header;
+    let mut adobe = false;
+    walk_segments(&mut reader, |marker, body_len, reader| match marker {
+        0xD9 => Err(bad("no frame header before EOI")),
+        0xDA => Err(bad("scan before frame header")),
+        0xC0..=0xCF if !matches!(marker, 0xC4 | 0xC8 | 0xCC) => {
             let mut sof = [0u8; 6];
             if body_len < 6 {
                 return Err(bad("corrupt frame header"));
@@ -107,26 +122,22 @@ pub fn probe(mut reader: impl Read) -> Result<JpegInfo, JpegError> {
             if width == 0 || height == 0 {
                 return Err(bad("frame header has a zero dimension"));
             }
-            return Ok(JpegInfo {
+            Ok(Some(JpegInfo {
                 width,
                 height,
                 components: sof[5],
                 progressive: matches!(marker, 0xC2 | 0xC6 | 0xCA | 0xCE),
                 adobe,
-            });
+            }))
         }
-        if marker == 0xDA {
-            return Err(bad("scan before frame header"));
-        }
-        if marker == 0xEE && body_len >= 5 {
+        0xEE if body_len >= 5 => {
             let mut tag = [0u8; 5];
             reader.read_exact(&mut tag).map_err(|_| bad("truncated segment"))?;
             adobe |= &tag == b"Adobe";
-            skip(&mut reader, body_len - 5)?;
-        } else {
-            skip(&mut reader, body_len)?;
+            skip(reader, body_len - 5).map(|()| None)
         }
-    }
+        _ => skip(reader, body_len).map(|()| None),
+    })
 }
 
 fn skip(reader: &mut impl Read, n: usize) -> Result<(), JpegError> {
@@ -283,34 +294,16 @@ fn ends_after_its_scan(data: &[u8]) -> bool {
     first_scan(data).is_some_and(|scan| data.get(scan..).is_some_and(|rest| rest.windows(2).any(|w| w == EOI)))
 }
 
-/// Where the first scan's entropy-coded data begins (after its SOS segment), walking the
-/// marker segments from SOI; `None` if the walk leaves the data or meets EOI first.
+/// Where the first scan's entropy-coded data begins (after its SOS segment); `None` if the
+/// walk ([`walk_segments`]) leaves the data or meets EOI first.
 fn first_scan(data: &[u8]) -> Option<usize> {
-    if data.get(..2)? != [0xFF, 0xD8] {
-        return None;
-    }
-    let mut at = 2;
-    loop {
-        if *data.get(at)? != 0xFF {
-            return None;
-        }
-        // Markers may be preceded by fill bytes 0xFF.
-        while *data.get(at)? == 0xFF {
-            at += 1;
-        }
-        let marker = data[at];
-        at += 1;
-        match marker {
-            0xD9 => return None,
-            0xD0..=0xD8 | 0x01 => continue, // standalone markers carry no length
-            _ => {}
-        }
-        let len = usize::from(u16::from_be_bytes([*data.get(at)?, *data.get(at + 1)?]));
-        at += len;
-        if marker == 0xDA {
-            return (at <= data.len()).then_some(at);
-        }
-    }
+    let mut rest = data;
+    walk_segments(&mut rest, |marker, body_len, reader| match marker {
+        0xD9 => Err(JpegError::Header("no scan before EOI")),
+        _ => skip(reader, body_len).map(|()| (marker == 0xDA).then_some(())),
+    })
+    .ok()?;
+    Some(data.len() - rest.len())
 }
 
 fn decode_with(
