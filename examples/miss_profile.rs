@@ -17,6 +17,10 @@ use std::time::Instant;
 use prepfs::config::{Dtype, Format, OutputConfig, DEFAULT_MAX_PIXELS};
 use prepfs::pixels::profile::{MissProfiler, StageNanos};
 
+/// The daemon's allocator, so that a miss here meets memory as it does in the daemon.
+#[global_allocator]
+static ALLOCATOR: prepfs::alloc::MapLarge = prepfs::alloc::MapLarge;
+
 struct Args {
     data: PathBuf,
     rounds: u64,
@@ -82,6 +86,7 @@ fn ms(nanos: u64, n: u64) -> f64 {
 }
 
 fn main() -> Result<(), String> {
+    prepfs::alloc::tune_malloc();
     let args = parse_args()?;
     let mut paths = Vec::new();
     images(&args.data, &mut paths).map_err(|e| format!("{}: {e}", args.data.display()))?;

@@ -41,6 +41,7 @@
 // else is `pub(crate)`, and this lint keeps it so.
 #![warn(unreachable_pub)]
 
+pub mod alloc;
 pub mod cache;
 pub mod config;
 pub(crate) mod error;

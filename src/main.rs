@@ -14,6 +14,11 @@ use clap::{Parser, Subcommand};
 use prepfs::config::{Config, HideBad, Overrides, Validate};
 use prepfs::mount::{Lifecycle, MountError, Ready};
 
+/// Large Rust buffers (the cache's) get mappings of their own; the C decoders' per-image memory
+/// is reused from the heap (`prepfs::alloc`).
+#[global_allocator]
+static ALLOCATOR: prepfs::alloc::MapLarge = prepfs::alloc::MapLarge;
+
 #[derive(Parser)]
 #[command(name = "prepfs", version, about = "A FUSE filesystem serving decoded and augmented training samples")]
 struct Cli {
@@ -208,20 +213,6 @@ fn parse_mount_options(lists: &[String]) -> Result<MountOptions, String> {
     Ok(o)
 }
 
-/// Keeps the daemon's resident memory close to what the cache charges: glibc's per-thread
-/// arenas otherwise hold freed sample buffers (hundreds of KB each) and RSS creeps past the
-/// budget. Buffers of 128 KiB and more (decoded pixels, augmented outputs) are mapped and
-/// returned whole on free; at most two arenas; free heap tops above 1 MiB are trimmed.
-fn bound_allocator() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only tunes glibc's allocator; called before any other thread exists.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 2);
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 1024 * 1024);
-    }
-}
-
 /// The subcommands, and the flags clap answers itself.
 const SUBCOMMANDS: &[&str] = &["mount", "stats", "plan", "check", "help"];
 
@@ -255,7 +246,7 @@ fn helper_call(args: Vec<OsString>) -> Vec<OsString> {
 }
 
 fn main() -> ExitCode {
-    bound_allocator();
+    prepfs::alloc::tune_malloc();
     let command = Cli::parse_from(helper_call(std::env::args_os().collect())).command;
     if !matches!(command, Command::Mount(_)) {
         if let Err(e) = init_log(None, None) {

@@ -366,9 +366,11 @@ fn decode_with(
         let (format, bpp) = if cmyk { (TJPF_CMYK, 4usize) } else { (TJPF_RGB, 3usize) };
         let len = w as usize * h as usize * bpp;
         if buf.capacity() < len {
-            // Its old pixels are of no use: a fresh zeroed allocation (calloc: fresh pages
-            // need no clearing) rather than a copy of them and a memset.
+            // Its old pixels are of no use: a fresh zeroed allocation (fresh pages need no
+            // clearing) rather than a copy of them and a memset, faulted in by one call since
+            // the decoder writes it whole.
             *buf = vec![0u8; len];
+            crate::alloc::populate(buf);
         } else if buf.len() < len {
             buf.resize(len, 0);
         }

@@ -153,8 +153,9 @@ pub(crate) fn decode_other(bytes: &[u8], max_pixels: u64) -> Result<Rgb, PixelEr
     limits.max_alloc = Some(max_pixels.saturating_mul(16));
     reader.limits(limits);
     let decoded = reader.decode()?;
-    // PIL's convert("RGB") drops alpha without compositing; so does to_rgb8.
-    let rgb = decoded.to_rgb8();
+    // PIL's convert("RGB") drops alpha without compositing; so does into_rgb8, which keeps an
+    // image already RGB8 (most PNGs) as it is where to_rgb8 copied it.
+    let rgb = decoded.into_rgb8();
     Ok(Rgb { width: rgb.width(), height: rgb.height(), pixels: rgb.into_raw() })
 }
 
