@@ -232,13 +232,25 @@ impl Source {
     /// metadata of the version read.
     pub(crate) fn read_whole(&self, path: &Path) -> io::Result<(Vec<u8>, FileMeta)> {
         let meta = self.metadata(path)?;
-        self.read_sized(path, meta.len())
+        self.read_with(path, meta.len(), |file, max| read_bounded(file, max, usize::MAX))
     }
 
     /// [`Source::read_whole`] of a file a `stat` just found `len` bytes long (a resolved
-    /// sample): no second `stat`. The version read is the opened file's own, and a file grown
-    /// past `max_file_size` since is still refused.
-    pub(crate) fn read_sized(&self, path: &Path, len: u64) -> io::Result<(Vec<u8>, FileMeta)> {
+    /// sample), into the shared bytes the sample is kept and decoded as (`read_shared`): no
+    /// second `stat`, no copy.
+    pub(crate) fn read_sized(&self, path: &Path, len: u64) -> io::Result<(Arc<[u8]>, FileMeta)> {
+        self.read_with(path, len, read_shared)
+    }
+
+    /// Reads a whole file of `len` bytes by `read` on an I/O thread, with the metadata of the
+    /// version read (the opened file's own); refused unread past `max_file_size`, and refused
+    /// by `read` if it grew past it since.
+    fn read_with<T: Send + 'static>(
+        &self,
+        path: &Path,
+        len: u64,
+        read: fn(&dyn SourceFile, u64) -> io::Result<T>,
+    ) -> io::Result<(T, FileMeta)> {
         let max = self.max_file_size;
         if len > max {
             return Err(too_large(len, max));
@@ -249,7 +261,7 @@ impl Source {
         self.pool.run(move || {
             let file = io.open(&path)?;
             let meta = *file.meta();
-            read_bounded(&*file, max, usize::MAX).map(|bytes| (bytes, meta))
+            read(&*file, max).map(|bytes| (bytes, meta))
         })
     }
 
@@ -323,12 +335,7 @@ impl Source {
 fn read_bounded(file: &dyn SourceFile, max: u64, want: usize) -> io::Result<Vec<u8>> {
     const CHUNK: usize = 1 << 20;
     const PROBE: usize = 4096;
-    let read_at = |buf: &mut [u8], offset: usize| loop {
-        match file.read_at(buf, offset as u64) {
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            other => break other,
-        }
-    };
+    let read_at = |buf: &mut [u8], offset: usize| read_retrying(file, buf, offset);
     let expected = (file.meta().len().min(max) as usize).min(want);
     let mut buf = vec![0u8; expected];
     let mut filled = 0;
@@ -366,9 +373,70 @@ fn read_bounded(file: &dyn SourceFile, max: u64, want: usize) -> io::Result<Vec<
     }
 }
 
+/// One `read_at`, retried when a signal interrupts it.
+fn read_retrying(file: &dyn SourceFile, buf: &mut [u8], offset: usize) -> io::Result<usize> {
+    loop {
+        match file.read_at(buf, offset as u64) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
+/// A whole file as shared bytes, read straight into the `Arc` the sample is kept in (one
+/// allocation, no copy out of a `Vec`) while the file has the size the open found, as nearly
+/// always; one whose size changed meanwhile is read again by [`read_bounded`], with its limit.
+fn read_shared(file: &dyn SourceFile, max: u64) -> io::Result<Arc<[u8]>> {
+    let expected = file.meta().len().min(max) as usize;
+    // SAFETY: zeroed bytes are initialised `u8`s.
+    let mut bytes: Arc<[u8]> = unsafe { Arc::<[u8]>::new_zeroed_slice(expected).assume_init() };
+    if let Some(buf) = Arc::get_mut(&mut bytes) {
+        let mut filled = 0;
+        while filled < buf.len() {
+            match read_retrying(file, &mut buf[filled..], filled)? {
+                0 => break, // shrank
+                n => filled += n,
+            }
+        }
+        // Full, and nothing after it: the common case, done.
+        if filled == buf.len() && read_retrying(file, &mut [0u8; 1], filled)? == 0 {
+            return Ok(bytes);
+        }
+    }
+    read_bounded(file, max, usize::MAX).map(Arc::from)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sample_read_whole_into_shared_bytes_has_the_files_bytes_whatever_its_size_did() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let bytes: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
+        std::fs::write(dir.path().join("a.jpg"), &bytes).expect("write");
+        std::fs::write(dir.path().join("empty.jpg"), b"").expect("write");
+        let local = LocalSource::new(dir.path()).expect("root");
+        let file = local.open(&dir.path().join("a.jpg")).expect("open");
+        assert_eq!(&*read_shared(&*file, 1 << 20).expect("read"), &bytes[..]);
+        let empty = local.open(&dir.path().join("empty.jpg")).expect("open");
+        assert!(read_shared(&*empty, 1 << 20).expect("read").is_empty());
+        // Through the source, as a resolved sample is read.
+        let source = source_over(dir.path(), Arc::new(LocalSource::new(dir.path()).expect("root")), 1 << 20);
+        let (read, meta) = source.read_sized(&dir.path().join("a.jpg"), bytes.len() as u64).expect("read");
+        assert_eq!((&*read, meta.len()), (&bytes[..], bytes.len() as u64));
+        // Shorter than its stat said: what is there.
+        std::fs::write(dir.path().join("a.jpg"), &bytes[..1000]).expect("shrink");
+        assert_eq!(&*read_shared(&*file, 1 << 20).expect("read"), &bytes[..1000]);
+        // Grown past what the open found: all of it, and past the limit refused.
+        let faulty = Arc::new(FaultySource::new(LocalSource::new(dir.path()).expect("root")));
+        faulty.inject(&dir.path().join("a.jpg"), Fault::Grow(500));
+        let grown = faulty.open(&dir.path().join("a.jpg")).expect("open");
+        assert_eq!(read_shared(&*grown, 1 << 20).expect("read").len(), 1500);
+        faulty.inject(&dir.path().join("a.jpg"), Fault::Grow(5 << 20));
+        let huge = faulty.open(&dir.path().join("a.jpg")).expect("open");
+        assert_eq!(read_shared(&*huge, 2 << 20).expect_err("grew").kind(), io::ErrorKind::FileTooLarge);
+    }
 
     fn source_over(dir: &Path, io: Arc<dyn SourceIo>, max: u64) -> Source {
         let _ = dir;

@@ -154,7 +154,7 @@ impl SampleReader {
         bump(&self.stats.source_bytes_read, buf.len() as u64);
         bump(&self.stats.source_reads, 1);
         bump(&self.stats.source_read_nanos, started.elapsed().as_nanos() as u64);
-        Ok((buf.into(), meta))
+        Ok((buf, meta))
     }
 
     /// Reads `id`'s whole file outside serving (the mount-time calibration): bounded and within
