@@ -3,11 +3,11 @@
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use nix::fcntl::AtFlags;
-use nix::sys::stat::fstatat;
+use nix::fcntl::{openat, AtFlags, OFlag};
+use nix::sys::stat::{fstatat, Mode};
 
 use super::{FileMeta, SourceFile, SourceIo};
 
@@ -40,27 +40,45 @@ fn not_regular() -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, "not a regular file (a FIFO, device or directory); not read")
 }
 
+impl LocalSource {
+    /// `path` relative to the root, if it lies below it: looked up from the held root.
+    fn below_root<'a>(&self, path: &'a Path) -> Option<&'a Path> {
+        path.strip_prefix(&self.given).ok().filter(|rel| !rel.as_os_str().is_empty())
+    }
+}
+
 impl SourceIo for LocalSource {
     fn metadata(&self, path: &Path) -> io::Result<FileMeta> {
         // Symlinks followed, as `std::fs::metadata` does.
-        match path.strip_prefix(&self.given) {
-            Ok(rel) if !rel.as_os_str().is_empty() => {
-                fstatat(Some(self.dir.as_raw_fd()), rel, AtFlags::empty()).map(|st| FileMeta::of_stat(&st)).map_err(io::Error::from)
-            }
-            _ => std::fs::metadata(path).map(|m| FileMeta::of(&m)),
+        match self.below_root(path) {
+            Some(rel) => fstatat(Some(self.dir.as_raw_fd()), rel, AtFlags::empty()).map(|st| FileMeta::of_stat(&st)).map_err(io::Error::from),
+            None => std::fs::metadata(path).map(|m| FileMeta::of(&m)),
         }
     }
 
     fn open(&self, path: &Path) -> io::Result<Box<dyn SourceFile>> {
         // Refuse FIFOs and devices before opening them (opening may block or have effects),
-        // and open without blocking in case the path was swapped for one meanwhile.
-        if !std::fs::metadata(path)?.is_file() {
-            return Err(not_regular());
-        }
-        let file = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-            .open(path)?;
+        // and open without blocking in case the path was swapped for one meanwhile. A path
+        // below the root is looked up from the held root, not walked from `/` twice.
+        const FLAGS: libc::c_int = libc::O_NONBLOCK | libc::O_NOCTTY;
+        let file = match self.below_root(path) {
+            Some(rel) => {
+                let dir = Some(self.dir.as_raw_fd());
+                let st = fstatat(dir, rel, AtFlags::empty())?;
+                if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+                    return Err(not_regular());
+                }
+                let flags = OFlag::from_bits_truncate(libc::O_RDONLY | libc::O_CLOEXEC | FLAGS);
+                // SAFETY: `openat` returned a descriptor nothing else owns.
+                unsafe { File::from_raw_fd(openat(dir, rel, flags, Mode::empty())?) }
+            }
+            None => {
+                if !std::fs::metadata(path)?.is_file() {
+                    return Err(not_regular());
+                }
+                OpenOptions::new().read(true).custom_flags(FLAGS).open(path)?
+            }
+        };
         let meta = file.metadata()?;
         if !meta.is_file() {
             return Err(not_regular());
