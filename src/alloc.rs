@@ -71,6 +71,13 @@ pub fn populate(buf: &mut [u8]) {
     }
 }
 
+/// A shared buffer of `len` zero bytes, allocated in place (no copy from a `Vec`), for bytes
+/// written once and then shared: a served output, a sample's source bytes.
+pub(crate) fn zeroed_shared(len: usize) -> std::sync::Arc<[u8]> {
+    // SAFETY: zeroed memory is a valid `u8` slice.
+    unsafe { std::sync::Arc::<[u8]>::new_zeroed_slice(len).assume_init() }
+}
+
 // SAFETY: every block is either the system allocator's or a mapping of `pages(size)` bytes,
 // told apart by its layout alone (`mapped`), which Rust passes unchanged to `dealloc` and
 // `realloc`; a mapping is page-aligned, so it meets any alignment up to a page.

@@ -85,7 +85,7 @@ pub(crate) fn served<E>(
     let head = header(output, size);
     let total = encoded_len(output, size) as usize;
     let pixels = size.area() as usize * 3;
-    let mut shared: Arc<[u8]> = zeroed_shared(total);
+    let mut shared: Arc<[u8]> = crate::alloc::zeroed_shared(total);
     let Some(bytes) = Arc::get_mut(&mut shared) else {
         // A fresh Arc has no other owner; kept total rather than assumed.
         let mut bytes = vec![0u8; total];
@@ -120,12 +120,6 @@ pub(crate) fn served_to<E>(
         }
         Ok(made)
     })
-}
-
-/// A shared buffer of `len` zero bytes, allocated in place (no copy from a `Vec`).
-fn zeroed_shared(len: usize) -> Arc<[u8]> {
-    // SAFETY: zeroed memory is a valid `u8` slice.
-    unsafe { Arc::<[u8]>::new_zeroed_slice(len).assume_init() }
 }
 
 thread_local! {

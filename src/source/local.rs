@@ -1,9 +1,9 @@
 //! The real source: the local (or network-mounted) directory tree of the dataset.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::{openat, AtFlags, OFlag};
@@ -41,44 +41,33 @@ fn not_regular() -> io::Error {
 }
 
 impl LocalSource {
-    /// `path` relative to the root, if it lies below it: looked up from the held root.
-    fn below_root<'a>(&self, path: &'a Path) -> Option<&'a Path> {
-        path.strip_prefix(&self.given).ok().filter(|rel| !rel.as_os_str().is_empty())
+    /// Where to look `path` up from: a path below the root from the held root (not walked
+    /// from `/` at every call), any other as it is given.
+    fn lookup<'a>(&self, path: &'a Path) -> (Option<RawFd>, &'a Path) {
+        match path.strip_prefix(&self.given) {
+            Ok(rel) if !rel.as_os_str().is_empty() => (Some(self.dir.as_raw_fd()), rel),
+            _ => (None, path),
+        }
     }
 }
 
 impl SourceIo for LocalSource {
     fn metadata(&self, path: &Path) -> io::Result<FileMeta> {
         // Symlinks followed, as `std::fs::metadata` does.
-        match self.below_root(path) {
-            Some(rel) => fstatat(Some(self.dir.as_raw_fd()), rel, AtFlags::empty()).map(|st| FileMeta::of_stat(&st)).map_err(io::Error::from),
-            None => std::fs::metadata(path).map(|m| FileMeta::of(&m)),
-        }
+        let (dir, path) = self.lookup(path);
+        fstatat(dir, path, AtFlags::empty()).map(|st| FileMeta::of_stat(&st)).map_err(io::Error::from)
     }
 
     fn open(&self, path: &Path) -> io::Result<Box<dyn SourceFile>> {
         // Refuse FIFOs and devices before opening them (opening may block or have effects),
-        // and open without blocking in case the path was swapped for one meanwhile. A path
-        // below the root is looked up from the held root, not walked from `/` twice.
-        const FLAGS: libc::c_int = libc::O_NONBLOCK | libc::O_NOCTTY;
-        let file = match self.below_root(path) {
-            Some(rel) => {
-                let dir = Some(self.dir.as_raw_fd());
-                let st = fstatat(dir, rel, AtFlags::empty())?;
-                if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-                    return Err(not_regular());
-                }
-                let flags = OFlag::from_bits_truncate(libc::O_RDONLY | libc::O_CLOEXEC | FLAGS);
-                // SAFETY: `openat` returned a descriptor nothing else owns.
-                unsafe { File::from_raw_fd(openat(dir, rel, flags, Mode::empty())?) }
-            }
-            None => {
-                if !std::fs::metadata(path)?.is_file() {
-                    return Err(not_regular());
-                }
-                OpenOptions::new().read(true).custom_flags(FLAGS).open(path)?
-            }
-        };
+        // and open without blocking in case the path was swapped for one meanwhile.
+        let (dir, rel) = self.lookup(path);
+        if fstatat(dir, rel, AtFlags::empty())?.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Err(not_regular());
+        }
+        let flags = OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK | OFlag::O_NOCTTY;
+        // SAFETY: `openat` returned a descriptor nothing else owns.
+        let file = unsafe { File::from_raw_fd(openat(dir, rel, flags, Mode::empty())?) };
         let meta = file.metadata()?;
         if !meta.is_file() {
             return Err(not_regular());

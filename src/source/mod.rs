@@ -291,15 +291,7 @@ impl Source {
         let file = Arc::clone(file);
         self.pool.run(move || {
             let mut buf = vec![0u8; size as usize];
-            let mut filled = 0;
-            while filled < buf.len() {
-                match file.read_at(&mut buf[filled..], offset + filled as u64) {
-                    Ok(0) => break,
-                    Ok(n) => filled += n,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e),
-                }
-            }
+            let filled = fill(&*file, &mut buf, offset)?;
             buf.truncate(filled);
             Ok(buf)
         })
@@ -335,20 +327,15 @@ impl Source {
 fn read_bounded(file: &dyn SourceFile, max: u64, want: usize) -> io::Result<Vec<u8>> {
     const CHUNK: usize = 1 << 20;
     const PROBE: usize = 4096;
-    let read_at = |buf: &mut [u8], offset: usize| read_retrying(file, buf, offset);
     let expected = (file.meta().len().min(max) as usize).min(want);
     let mut buf = vec![0u8; expected];
     let mut filled = 0;
     loop {
         // Fill what is allocated.
-        while filled < buf.len() {
-            match read_at(&mut buf[filled..], filled)? {
-                0 => {
-                    buf.truncate(filled); // shrank since the stat
-                    return Ok(buf);
-                }
-                n => filled += n,
-            }
+        filled += fill(file, &mut buf[filled..], filled as u64)?;
+        if filled < buf.len() {
+            buf.truncate(filled); // shrank since the stat
+            return Ok(buf);
         }
         if filled >= want {
             buf.truncate(want);
@@ -356,7 +343,7 @@ fn read_bounded(file: &dyn SourceFile, max: u64, want: usize) -> io::Result<Vec<
         }
         // At the size expected: the end, unless it grew.
         let mut probe = [0u8; PROBE];
-        let n = read_at(&mut probe[..PROBE.min(want - filled)], filled)?;
+        let n = fill(file, &mut probe[..PROBE.min(want - filled)], filled as u64)?;
         if n == 0 {
             return Ok(buf);
         }
@@ -373,14 +360,19 @@ fn read_bounded(file: &dyn SourceFile, max: u64, want: usize) -> io::Result<Vec<
     }
 }
 
-/// One `read_at`, retried when a signal interrupts it.
-fn read_retrying(file: &dyn SourceFile, buf: &mut [u8], offset: usize) -> io::Result<usize> {
-    loop {
-        match file.read_at(buf, offset as u64) {
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            other => return other,
+/// Reads into `buf` from `offset` until it is full or the file ends (a read a signal
+/// interrupts is retried); how many bytes it holds.
+fn fill(file: &dyn SourceFile, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match file.read_at(&mut buf[filled..], offset + filled as u64) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
     }
+    Ok(filled)
 }
 
 /// A whole file as shared bytes, read straight into the `Arc` the sample is kept in (one
@@ -388,18 +380,10 @@ fn read_retrying(file: &dyn SourceFile, buf: &mut [u8], offset: usize) -> io::Re
 /// always; one whose size changed meanwhile is read again by [`read_bounded`], with its limit.
 fn read_shared(file: &dyn SourceFile, max: u64) -> io::Result<Arc<[u8]>> {
     let expected = file.meta().len().min(max) as usize;
-    // SAFETY: zeroed bytes are initialised `u8`s.
-    let mut bytes: Arc<[u8]> = unsafe { Arc::<[u8]>::new_zeroed_slice(expected).assume_init() };
+    let mut bytes = crate::alloc::zeroed_shared(expected);
     if let Some(buf) = Arc::get_mut(&mut bytes) {
-        let mut filled = 0;
-        while filled < buf.len() {
-            match read_retrying(file, &mut buf[filled..], filled)? {
-                0 => break, // shrank
-                n => filled += n,
-            }
-        }
         // Full, and nothing after it: the common case, done.
-        if filled == buf.len() && read_retrying(file, &mut [0u8; 1], filled)? == 0 {
+        if fill(file, buf, 0)? == expected && fill(file, &mut [0u8; 1], expected as u64)? == 0 {
             return Ok(bytes);
         }
     }
