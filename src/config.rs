@@ -498,6 +498,8 @@ struct RawConfig {
 struct RawLoader {
     enabled: Option<bool>,
     socket: Option<PathBuf>,
+    ring_memory: Option<Value>,
+    ring_memory_per_user: Option<Value>,
 }
 
 /// The loader socket (`prepfs.Loader`, `crate::loader`): batches of a job's samples over a
@@ -509,11 +511,21 @@ pub struct LoaderConfig {
     /// Where; `None`: `/run/prepfs/<mount>.sock`, else under the temporary directory.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub socket: Option<PathBuf>,
+    /// The shared memory every connection's ring may take together, in bytes.
+    pub ring_memory: u64,
+    /// What the rings of one user other than root and the mount's owner may take; as much again
+    /// of `ring_memory` is kept for root and the owner.
+    pub ring_memory_per_user: u64,
 }
+
+/// Default [`LoaderConfig::ring_memory`].
+pub const DEFAULT_RING_MEMORY: u64 = 2 << 30;
+/// Default [`LoaderConfig::ring_memory_per_user`].
+pub const DEFAULT_RING_MEMORY_PER_USER: u64 = 512 << 20;
 
 impl Default for LoaderConfig {
     fn default() -> Self {
-        LoaderConfig { enabled: true, socket: None }
+        LoaderConfig { enabled: true, socket: None, ring_memory: DEFAULT_RING_MEMORY, ring_memory_per_user: DEFAULT_RING_MEMORY_PER_USER }
     }
 }
 
@@ -1106,7 +1118,18 @@ impl Config {
                 if l.socket.as_ref().is_some_and(|p| !p.is_absolute()) {
                     return Err(ConfigError::at(text, "loader.socket", "give an absolute path"));
                 }
-                LoaderConfig { enabled: l.enabled.unwrap_or(true), socket: l.socket }
+                let ring_memory = match &l.ring_memory {
+                    Some(v) => memory_value(text, "loader.ring_memory", v, machine)?,
+                    None => DEFAULT_RING_MEMORY,
+                };
+                let ring_memory_per_user = match &l.ring_memory_per_user {
+                    Some(v) => memory_value(text, "loader.ring_memory_per_user", v, machine)?,
+                    None => DEFAULT_RING_MEMORY_PER_USER.min(ring_memory),
+                };
+                if ring_memory_per_user > ring_memory {
+                    return Err(ConfigError::at(text, "loader.ring_memory_per_user", "must not be more than loader.ring_memory"));
+                }
+                LoaderConfig { enabled: l.enabled.unwrap_or(true), socket: l.socket, ring_memory, ring_memory_per_user }
             }
         };
         Ok(Config {

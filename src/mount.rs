@@ -34,6 +34,8 @@ pub enum MountError {
     Stopped,
     #[error("--metrics-addr {addr}: {source}")]
     Metrics { addr: String, source: io::Error },
+    #[error(transparent)]
+    LoaderSocket(#[from] crate::loader::LoaderSocketError),
 }
 
 /// The state of a mountpoint before mounting.
@@ -400,6 +402,7 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
         Some(addr) => Some(std::net::TcpListener::bind(addr.as_str()).map_err(|source| MountError::Metrics { addr: addr.clone(), source })?),
         None => None,
     };
+    let loader_server = bind_loader_socket(&config)?;
     // Outputs are held in memory files while passthrough is on: one descriptor each.
     match crate::served::raise_fd_limit() {
         Ok(limit) => tracing::debug!(limit, "open file limit"),
@@ -429,7 +432,7 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
     let session = fuser::Session::new(adapter, &mountpoint, &fuse_config).map_err(MountError::Fuse)?;
     let notifier = session.notifier();
     let mut workers = Workers::default();
-    let started = start_workers(&fs, &mut workers, notifier).and_then(|()| match metrics_listener {
+    let started = start_workers(&fs, &mut workers, notifier, loader_server).and_then(|()| match metrics_listener {
         Some(listener) => start_metrics_endpoint(&fs, &mut workers, listener),
         None => Ok(()),
     });
@@ -536,7 +539,12 @@ fn nap(stop: &AtomicBool, d: Duration) -> bool {
     false
 }
 
-fn start_workers(fs: &Arc<Filesystem>, workers: &mut Workers, notifier: fuser::Notifier) -> io::Result<()> {
+fn start_workers(
+    fs: &Arc<Filesystem>,
+    workers: &mut Workers,
+    notifier: fuser::Notifier,
+    loader_server: Option<crate::loader::LoaderServer>,
+) -> io::Result<()> {
     // The background refill: one worker per decode core, below the priority of requests, keeps
     // the free augmented room filled with fresh augmentations, so augmented hits keep coming
     // across epochs and idle CPU (a reader between requests, a GPU step) prepares what will be
@@ -583,19 +591,12 @@ fn start_workers(fs: &Arc<Filesystem>, workers: &mut Workers, notifier: fuser::N
             }
         })?;
     }
-    // The loader socket (`prepfs.Loader`): a mount without it still serves files.
-    if fs.config().loader.enabled {
-        let config = fs.config();
-        let path = config.loader.socket.clone().unwrap_or_else(|| crate::loader::default_path(&config.mountpoint));
-        match crate::loader::LoaderServer::bind(&path, config.access.allow_other) {
-            Ok(server) => {
-                let _ = fs.stats().loader.socket.set(server.path().display().to_string());
-                tracing::info!(socket = %server.path().display(), "loader socket");
-                let fs = Arc::clone(fs);
-                workers.spawn("prepfs-loader".into(), move |stop| server.serve(&fs, stop))?;
-            }
-            Err(e) => tracing::warn!("{e}; serving without the loader socket"),
-        }
+    // The loader socket (`prepfs.Loader`), bound before the scan.
+    if let Some(server) = loader_server {
+        let _ = fs.stats().loader.socket.set(server.path().display().to_string());
+        tracing::info!(socket = %server.path().display(), "loader socket");
+        let fs = Arc::clone(fs);
+        workers.spawn("prepfs-loader".into(), move |stop| server.serve(&fs, stop))?;
     }
     // Tells the kernel to drop what it cached of files whose source changed.
     let stale = Arc::clone(fs);
@@ -608,6 +609,26 @@ fn start_workers(fs: &Arc<Filesystem>, workers: &mut Workers, notifier: fuser::N
         }
     })?;
     Ok(())
+}
+
+/// The loader socket (`prepfs.Loader`), bound before the scan: one the config names that cannot
+/// be bound (something else is there, another process listens) refuses the mount; the default
+/// path only warns, and the mount serves files without the socket.
+fn bind_loader_socket(config: &Config) -> Result<Option<crate::loader::LoaderServer>, MountError> {
+    if !config.loader.enabled {
+        return Ok(None);
+    }
+    let bound = match &config.loader.socket {
+        Some(path) => return Ok(Some(crate::loader::LoaderServer::bind(path, config.access.allow_other)?)),
+        None => crate::loader::default_path(&config.mountpoint, config.access.allow_other).and_then(|path| crate::loader::LoaderServer::bind(&path, config.access.allow_other)),
+    };
+    match bound {
+        Ok(server) => Ok(Some(server)),
+        Err(e) => {
+            tracing::warn!("{e}; serving without the loader socket");
+            Ok(None)
+        }
+    }
 }
 
 /// Sets the calling thread's nice value (Linux threads have their own).

@@ -89,6 +89,11 @@ pub(crate) struct LoaderCounters {
     pub refused: AtomicU64,
     pub batches: AtomicU64,
     pub samples: AtomicU64,
+    /// Shared memory the live connections' rings take (`loader.ring_memory` bounds it).
+    pub ring_bytes: AtomicU64,
+    /// Samples passed over because the loader's user may not read them (the source's modes,
+    /// directories included).
+    pub denied: AtomicU64,
 }
 
 impl LoaderCounters {
@@ -100,6 +105,8 @@ impl LoaderCounters {
             "refused": get(&self.refused),
             "batches": get(&self.batches),
             "samples": get(&self.samples),
+            "ring_bytes": get(&self.ring_bytes),
+            "denied": get(&self.denied),
         })
     }
 }

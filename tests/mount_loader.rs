@@ -229,3 +229,182 @@ fn the_gpu_path_uploads_the_mounts_own_samples_or_says_what_is_missing() {
     assert_eq!(check("pixels", &mnt, "after").get("mismatches"), Some(&serde_json::json!([])));
     assert!(mnt.stop().success());
 }
+
+/// Runs tests/support/loader_attack.py with `args`, as `nobody` or as root; its JSON result.
+fn attack(as_nobody: bool, args: &[&str]) -> serde_json::Value {
+    let out = attack_command(as_nobody, args).output().expect("python3");
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text} {}", String::from_utf8_lossy(&out.stderr)))
+}
+
+fn attack_command(as_nobody: bool, args: &[&str]) -> Command {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/loader_attack.py");
+    let mut cmd = if as_nobody {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3"]);
+        c
+    } else {
+        Command::new("/usr/bin/python3")
+    };
+    cmd.arg(script).args(args);
+    cmd
+}
+
+/// One epoch of `job` through tests/support/loader_raw.py, as `nobody` or root: the names
+/// served, or the daemon's error.
+fn raw_epoch(socket: &str, as_nobody: bool, job: &str) -> Result<Vec<String>, String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/loader_raw.py");
+    let mut cmd = if as_nobody {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3"]);
+        c
+    } else {
+        Command::new("/usr/bin/python3")
+    };
+    let out = cmd.arg(&script).args([socket, job]).output().expect("python3");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let got: serde_json::Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text} {}", String::from_utf8_lossy(&out.stderr)));
+    match got["names"].as_array() {
+        Some(names) => Ok(names.iter().map(|n| n.as_str().expect("name").to_owned()).collect()),
+        None => Err(got["error"].as_str().unwrap_or("?").to_owned()),
+    }
+}
+
+/// A mount others may use (`allow_other`) of an id-coded dataset of 2 classes of 6 under a
+/// world-searchable temporary directory, with `extra` in its config; and its loader socket.
+fn public_mount(tmp: &Path, extra: &str, prepare: impl FnOnce(&Path)) -> (Mounted, String) {
+    fs::set_permissions(tmp, fs::Permissions::from_mode(0o755)).expect("chmod");
+    let (source, _) = make_id_dataset(tmp, 2, 6);
+    prepare(&source);
+    let config = write_config(tmp, &format!("seed: 1\nallow_other: true\naugment:\n{RANDOM}{extra}"));
+    let mnt = Mounted::start(tmp, &config, &source, LIMIT);
+    let socket = mnt.stats()["loader"]["socket"].as_str().expect("socket").to_owned();
+    (mnt, socket)
+}
+
+#[test]
+fn nobody_is_never_served_samples_of_a_class_directory_it_may_not_enter() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (mnt, socket) = public_mount(tmp.path(), "", |source| {
+        fs::set_permissions(source.join("c1"), fs::Permissions::from_mode(0o700)).expect("chmod");
+    });
+    // The kernel refuses nobody the directory through the mount...
+    let through_mount = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "ls"])
+        .arg(mnt.path("augmented/c1"))
+        .output()
+        .expect("ls");
+    assert!(!through_mount.status.success(), "the kernel let nobody list a 0700 directory");
+    // ... and so does the socket, although the files inside are 0644.
+    let nobody = raw_epoch(&socket, true, "mine").expect("nobody's epoch");
+    assert!(nobody.iter().all(|n| n.starts_with("c0/")), "nobody was served samples of root's 0700 directory: {nobody:?}");
+    assert_eq!(nobody.len(), 6, "nobody is served every sample it may reach once: {nobody:?}");
+    assert!(mnt.stats()["loader"]["denied"].as_u64().unwrap_or(0) >= 6, "{}", mnt.stats()["loader"]);
+    let root = raw_epoch(&socket, false, "root").expect("root's epoch");
+    assert_eq!(root.len(), 12, "root is served every sample: {root:?}");
+    assert!(mnt.stop().success());
+}
+
+#[test]
+fn a_job_is_used_through_the_socket_only_by_its_owner_or_root() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (mnt, socket) = public_mount(tmp.path(), "", |_| {});
+    assert_eq!(raw_epoch(&socket, false, "roots").expect("root's job").len(), 12);
+    let refused = raw_epoch(&socket, true, "roots").expect_err("nobody joined root's job");
+    assert!(refused.contains("user 0's"), "{refused}");
+    // Nobody's own job is theirs, and root may use it as root may enter its directory.
+    assert_eq!(raw_epoch(&socket, true, "nobodys").expect("nobody's job").len(), 12);
+    assert_eq!(raw_epoch(&socket, false, "nobodys").expect("root in nobody's job").len(), 12);
+    assert!(mnt.stop().success());
+}
+
+#[test]
+fn one_user_holds_no_more_ring_memory_than_their_share_and_root_is_still_served() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (mnt, socket) = public_mount(tmp.path(), "loader: { ring_memory: 64MiB, ring_memory_per_user: 16MiB }\n", |_| {});
+    // 32 connections of 4 slots of 16 224x224 samples (9.6 MB each), every slot filled.
+    let mut hold = attack_command(true, &["rings", &socket, "mine", "32", "16", "4"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("python3");
+    let mut line = String::new();
+    BufReader::new(hold.stdout.as_mut().expect("stdout")).read_line(&mut line).expect("the attack's result");
+    let got: serde_json::Value = serde_json::from_str(line.trim()).unwrap_or_else(|e| panic!("{e}: {line}"));
+    let welcomed: u64 = got["welcomed"].as_array().expect("welcomed").iter().map(|b| b.as_u64().expect("bytes")).sum();
+    assert!(welcomed > 0 && welcomed <= 16 << 20, "nobody's rings take {welcomed} bytes: {got}");
+    assert!(got["errors"].as_array().expect("errors").iter().any(|e| e.as_str().is_some_and(|e| e.contains("ring_memory_per_user"))), "{got}");
+    let held = mnt.stats()["loader"]["ring_bytes"].as_u64().expect("ring_bytes");
+    assert_eq!(held, welcomed, "the daemon holds what it welcomed");
+    // Root's loader is served in full while nobody holds their share.
+    assert_eq!(raw_epoch(&socket, false, "root").expect("root's epoch").len(), 12);
+    drop(hold.stdin.take());
+    assert!(hold.wait().expect("wait").success());
+    let started = std::time::Instant::now();
+    while mnt.stats()["loader"]["ring_bytes"].as_u64() != Some(0) {
+        assert!(started.elapsed() < Duration::from_secs(10), "the rings were not given back: {}", mnt.stats()["loader"]);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(mnt.stop().success());
+}
+
+#[test]
+fn silent_connections_are_let_go_and_never_lock_root_out() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (mnt, socket) = public_mount(tmp.path(), "", |_| {});
+    // 40 connections from nobody that never say hello, held 7 s: more than every place.
+    let silent = attack_command(true, &["silent", &socket, "40", "7"]).stdout(Stdio::piped()).spawn().expect("python3");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(raw_epoch(&socket, false, "root").expect("root's epoch while nobody floods").len(), 12);
+    let out = silent.wait_with_output().expect("wait");
+    let got: serde_json::Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).expect("json");
+    assert_eq!(got["open"], 0, "the daemon still held silent connections after the hello timeout: {got}");
+    assert!(mnt.stats()["loader"]["refused"].as_u64().unwrap_or(0) >= 40, "{}", mnt.stats()["loader"]);
+    assert!(mnt.stop().success());
+}
+
+#[test]
+fn a_loader_can_neither_shrink_nor_grow_its_ring_under_the_daemon() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (mnt, socket) = public_mount(tmp.path(), "", |_| {});
+    let got = attack(true, &["shrink", &socket, "mine"]);
+    assert_eq!(got["shrink"], "EPERM", "{got}");
+    assert_eq!(got["grow"], "EPERM", "{got}");
+    assert_eq!(got["batch"], 2, "the daemon fills the ring as before: {got}");
+    let log = mnt.log();
+    assert!(mnt.stop().success(), "{log}");
+}
+
+#[test]
+fn a_loader_socket_path_holding_another_file_refuses_the_mount_and_the_file_is_kept() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (source, _) = make_id_dataset(tmp.path(), 2, 2);
+    let precious = tmp.path().join("precious.txt");
+    fs::write(&precious, "keep me").expect("write");
+    let mountpoint = tmp.path().join("mnt");
+    fs::create_dir(&mountpoint).expect("mkdir");
+    let config = write_config(tmp.path(), &format!("seed: 1\nloader: {{ socket: {} }}\n", precious.display()));
+    let out = Command::new("timeout")
+        .arg("60")
+        .arg(common::prepfs_bin())
+        .args(["mount"])
+        .arg(&config)
+        .arg("--source")
+        .arg(&source)
+        .arg("--mountpoint")
+        .arg(&mountpoint)
+        .stdin(Stdio::null())
+        .output()
+        .expect("prepfs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && out.status.code() != Some(124), "{stderr}");
+    assert!(stderr.contains("not a socket"), "{stderr}");
+    assert_eq!(fs::read_to_string(&precious).expect("the file is kept"), "keep me");
+    assert!(!common::is_mounted(&mountpoint));
+
+    // A file put in place of the socket while mounted is not removed at unmount either.
+    let socket = tmp.path().join("loader.sock");
+    let config = write_config(tmp.path(), &format!("seed: 1\nloader: {{ socket: {} }}\n", socket.display()));
+    let mnt = Mounted::start(tmp.path(), &config, &source, LIMIT);
+    assert!(fs::symlink_metadata(&socket).is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type())));
+    fs::remove_file(&socket).expect("rm");
+    fs::write(&socket, "not prepfs's").expect("write");
+    assert!(mnt.stop().success());
+    assert_eq!(fs::read_to_string(&socket).expect("kept at unmount"), "not prepfs's");
+}

@@ -160,7 +160,7 @@ impl Filesystem {
         let lease = if bytes == 0 {
             None
         } else {
-            match self.open_budget.lease(caller.uid, self.privileged(caller), bytes) {
+            match self.open_budget.lease(caller.uid, self.is_privileged(caller), bytes) {
                 Some(lease) => Some(lease),
                 None => {
                     bump(&self.stats().opens_refused, 1);

@@ -5,8 +5,10 @@
 //! substitute from the same directory), produced through the same cache and pixel work, and
 //! written into the loader's ring slot as HWC uint8 pixels.
 //!
-//! Nothing the source's permissions deny the loader's user is written for them: each sample is
-//! checked against the source's owner and mode (the kernel checks nothing here).
+//! Nothing the source's permissions deny the loader's user is written for them: the kernel
+//! checks nothing here, so each sample is checked as the kernel checks an open through the
+//! mount (`access.rs`: every directory of its path, then the file); a job is joined only by
+//! its owner or root, as the job's directory says.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -15,6 +17,7 @@ use std::time::{Duration, Instant};
 use rand::seq::SliceRandom;
 use rayon::prelude::*;
 
+use super::access::DirVerdicts;
 use super::{Caller, Filesystem, View};
 use crate::config::{Dtype, Format};
 use crate::error::{Error, Result};
@@ -35,6 +38,10 @@ pub(crate) enum LoaderRefusal {
     Float32,
     #[error("the dataset has no class directories (ImageFolder's layout: ROOT/CLASS/IMAGE)")]
     NoClasses,
+    #[error(transparent)]
+    Job(#[from] crate::sampling::JobError),
+    #[error("the job is user {owner}'s; a job is used only by its owner (or root), as its directory jobs/<job> says")]
+    NotYours { owner: u32 },
 }
 
 /// What a loader is told at its start.
@@ -53,11 +60,13 @@ pub(crate) struct Walk {
     next: usize,
     /// Spreads loaders of one job over different orders.
     nonce: u64,
+    /// Which directories the loader's user may search, found anew each epoch.
+    dirs: DirVerdicts,
 }
 
 impl Walk {
     pub(crate) fn new(nonce: u64) -> Walk {
-        Walk { epoch: 0, order: Vec::new(), next: 0, nonce }
+        Walk { epoch: 0, order: Vec::new(), next: 0, nonce, dirs: DirVerdicts::default() }
     }
 }
 
@@ -138,9 +147,12 @@ impl Filesystem {
     }
 
     /// The job named `name` for a loader run by `caller`, made at first use as a job
-    /// directory's is (within `jobs.max` and the per-user limit).
-    pub(crate) fn loader_job(&self, name: &str, caller: Caller) -> Result<Arc<Job>> {
-        Ok(self.jobs.get_or_create(name.as_bytes(), self.requester(caller))?)
+    /// directory's is (within `jobs.max` and the per-user limit); another user's job is
+    /// refused, as its directory refuses them.
+    pub(crate) fn loader_job(&self, name: &str, caller: Caller) -> std::result::Result<Arc<Job>, LoaderRefusal> {
+        let job = self.jobs.get_or_create(name.as_bytes(), self.requester(caller))?;
+        self.check_may_join(&job, caller).map_err(|_| LoaderRefusal::NotYours { owner: job.owner() })?;
+        Ok(job)
     }
 
     /// Begins the walk's next epoch: after its first, it waits (up to [`EPOCH_WAIT`], or
@@ -157,6 +169,7 @@ impl Filesystem {
         walk.order = self.loader_samples();
         walk.order.shuffle(&mut draw_rng(self.config().seed, walk.nonce, walk.epoch, 0x10ad));
         walk.next = 0;
+        walk.dirs.clear();
         job.touch(self.jobs.now_ms());
         walk.epoch
     }
@@ -173,10 +186,20 @@ impl Filesystem {
         let mut filled = Filled { labels: Vec::with_capacity(batch), names: Vec::with_capacity(batch), end: false };
         loop {
             let have = filled.labels.len();
-            let chosen = self.loader_choose(job, walk, batch - have);
+            let mut chosen = self.loader_choose(job, walk, batch - have);
             if chosen.is_empty() {
                 break;
             }
+            // The directories on each one's path, as the kernel checks them (kept per epoch);
+            // a sample the caller may not reach goes back to the job for its other readers.
+            chosen.retain(|choice| {
+                let reachable = self.check_path_as_kernel(choice.sample, caller, &mut walk.dirs).is_ok();
+                if !reachable {
+                    job.unclaim(choice.sample);
+                    bump(&self.stats().loader.denied, 1);
+                }
+                reachable
+            });
             // Produced in parallel (the pool's threads), each into its own place.
             let room = &mut slot[have * pixels..(have + chosen.len()) * pixels];
             let produced: Vec<Result<bool>> = chosen
@@ -184,7 +207,7 @@ impl Filesystem {
                 .zip(room.par_chunks_mut(pixels))
                 .map(|(choice, place)| {
                     let sample = self.resolve(choice.sample)?;
-                    self.check_substitute(&sample.meta, caller)?;
+                    self.check_file_as_kernel(&sample.meta, caller)?;
                     let others = self.jobs_needing(sample.id) & !job.bit();
                     let (bytes, origin) = self.producer.augmented(&sample, Consumer::Job { bit: job.bit(), active: others | job.bit() })?;
                     bytes.copy_tail_into(place).map_err(|e| Error::source_io(&sample.path, e))?;
@@ -196,6 +219,7 @@ impl Filesystem {
                     Ok(miss) => miss,
                     Err(Error::Denied) => {
                         job.unclaim(choice.sample);
+                        bump(&self.stats().loader.denied, 1);
                         continue;
                     }
                     Err(_) => {

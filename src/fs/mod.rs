@@ -239,12 +239,12 @@ impl Filesystem {
     }
 
     /// Whether `caller` is root or the mount's owner.
-    fn privileged(&self, caller: Caller) -> bool {
+    pub(crate) fn is_privileged(&self, caller: Caller) -> bool {
         caller.uid == 0 || caller.uid == self.owner.0
     }
 
     fn requester(&self, caller: Caller) -> Requester {
-        Requester { uid: caller.uid, privileged: self.privileged(caller) }
+        Requester { uid: caller.uid, privileged: self.is_privileged(caller) }
     }
 
 

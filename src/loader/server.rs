@@ -1,32 +1,41 @@
 //! The socket's listener and its connections: see the module documentation.
 
-use std::io::{self, IoSlice, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use super::admission::{Admission, Reservation};
 use super::wire::{self, Reply, Request};
 use crate::fs::{Caller, Filesystem, Walk};
 use crate::stats::bump;
 use crate::sync::{LockExt, Mutex};
 
-/// Connections served at once; more are refused with an error frame.
-pub(crate) const MAX_CONNECTIONS: usize = 32;
-/// The most a loader's ring may take (all its slots).
+/// The most a loader's ring may take (all its slots), whatever the budget.
 const MAX_RING_BYTES: u64 = 8 << 30;
 /// Slots a loader may ask for.
 const MAX_SLOTS: u32 = 16;
+/// How long a new connection may take to send its whole hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long an error frame to a refused connection may take to go out.
+const REFUSAL_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Why the socket could not be opened.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum LoaderSocketError {
+pub enum LoaderSocketError {
     #[error("loader socket {path}: another process listens there")]
     InUse { path: PathBuf },
+    #[error("loader socket {path}: a file that is not a socket is there; prepfs never replaces it (choose another loader.socket, or remove it)")]
+    NotASocket { path: PathBuf },
+    #[error("loader socket {path}: a stale socket of user {owner} is there; prepfs replaces only its own user's")]
+    NotOurs { path: PathBuf, owner: u32 },
+    #[error("loader socket directory {path}: {why}")]
+    UnsafeDir { path: PathBuf, why: String },
     #[error("loader socket {path}: {source}")]
     Io { path: PathBuf, source: io::Error },
 }
@@ -35,6 +44,8 @@ pub(crate) enum LoaderSocketError {
 pub(crate) struct LoaderServer {
     listener: UnixListener,
     path: PathBuf,
+    /// The socket file bound (device, inode): removed at unmount only if it is still this one.
+    made: (u64, u64),
     /// Each live connection's stream, to end it at unmount.
     live: Arc<Mutex<Vec<(u64, UnixStream)>>>,
     threads: Vec<JoinHandle<()>>,
@@ -43,36 +54,87 @@ pub(crate) struct LoaderServer {
 }
 
 /// The default path: `/run/prepfs/<mount>.sock` where `/run/prepfs` can be made, else
-/// `<tmp>/prepfs-<uid>/<mount>.sock`; `<mount>` names the mountpoint.
-pub(crate) fn default_path(mountpoint: &Path) -> PathBuf {
+/// `<tmp>/prepfs-<uid>/<mount>.sock`; `<mount>` names the mountpoint. The directory must be
+/// the daemon's user's and writable by no one else (another user's directory could swap the
+/// socket for theirs); one that is not is refused. `public` (the socket is for every user):
+/// others may search it.
+pub(crate) fn default_path(mountpoint: &Path, public: bool) -> Result<PathBuf, LoaderSocketError> {
     let name = format!("{:016x}.sock", crate::shared::fnv1a64(&[mountpoint.as_os_str().as_encoded_bytes()]));
     let run = Path::new("/run/prepfs");
-    if std::fs::create_dir_all(run).is_ok() && nix::unistd::access(run, nix::unistd::AccessFlags::W_OK).is_ok() {
-        return run.join(name);
+    let dir = if private_dir(run, public).is_ok() && nix::unistd::access(run, nix::unistd::AccessFlags::W_OK).is_ok() {
+        run.to_path_buf()
+    } else {
+        let dir = std::env::temp_dir().join(format!("prepfs-{}", nix::unistd::getuid()));
+        private_dir(&dir, public)?;
+        dir
+    };
+    Ok(dir.join(name))
+}
+
+/// Makes `dir` (mode 0755) if missing; refuses one that is not a directory of the daemon's
+/// user, writable by no one else. `public`: others may search it (a directory of ours that
+/// does not let them is opened up to 0755).
+fn private_dir(dir: &Path, public: bool) -> Result<(), LoaderSocketError> {
+    let unsafe_dir = |why: String| LoaderSocketError::UnsafeDir { path: dir.to_path_buf(), why };
+    match std::fs::DirBuilder::new().mode(0o755).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(source) => return Err(LoaderSocketError::Io { path: dir.to_path_buf(), source }),
     }
-    std::env::temp_dir().join(format!("prepfs-{}", nix::unistd::getuid())).join(name)
+    let meta = std::fs::symlink_metadata(dir).map_err(|source| LoaderSocketError::Io { path: dir.to_path_buf(), source })?;
+    let uid = nix::unistd::getuid().as_raw();
+    if !meta.is_dir() {
+        return Err(unsafe_dir("not a directory (a symbolic link is not followed)".into()));
+    }
+    if meta.uid() != uid {
+        return Err(unsafe_dir(format!("owned by user {}, not by this user ({uid})", meta.uid())));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(unsafe_dir(format!("writable by others (mode {:o})", meta.mode() & 0o7777)));
+    }
+    if public && meta.mode() & 0o001 == 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).map_err(|source| LoaderSocketError::Io { path: dir.to_path_buf(), source })?;
+    }
+    Ok(())
 }
 
 impl LoaderServer {
-    /// Binds the socket at `path` (a stale socket file left by a dead mount is replaced; a live
-    /// one is refused). `public`: any user may connect (the mount's `allow_other`); else only
-    /// the daemon's user and root.
+    /// Binds the socket at `path`. A stale socket of the daemon's user left by a dead mount is
+    /// replaced; a live one, another user's, or anything that is not a socket is refused.
+    /// `public`: any user may connect (the mount's `allow_other`); else only the daemon's user
+    /// and root.
     pub(crate) fn bind(path: &Path, public: bool) -> Result<LoaderServer, LoaderSocketError> {
         let io_err = |source| LoaderSocketError::Io { path: path.to_path_buf(), source };
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(io_err)?;
         }
-        if path.exists() {
-            if UnixStream::connect(path).is_ok() {
-                return Err(LoaderSocketError::InUse { path: path.to_path_buf() });
+        match std::fs::symlink_metadata(path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err(e)),
+            Ok(meta) if !meta.file_type().is_socket() => return Err(LoaderSocketError::NotASocket { path: path.to_path_buf() }),
+            Ok(meta) => {
+                if UnixStream::connect(path).is_ok() {
+                    return Err(LoaderSocketError::InUse { path: path.to_path_buf() });
+                }
+                if meta.uid() != nix::unistd::getuid().as_raw() {
+                    return Err(LoaderSocketError::NotOurs { path: path.to_path_buf(), owner: meta.uid() });
+                }
+                std::fs::remove_file(path).map_err(io_err)?;
             }
-            std::fs::remove_file(path).map_err(io_err)?;
         }
         let listener = UnixListener::bind(path).map_err(io_err)?;
         let mode = if public { 0o666 } else { 0o600 };
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(io_err)?;
         listener.set_nonblocking(true).map_err(io_err)?;
-        Ok(LoaderServer { listener, path: path.to_path_buf(), live: Arc::default(), threads: Vec::new(), ending: Arc::default() })
+        let meta = std::fs::symlink_metadata(path).map_err(io_err)?;
+        Ok(LoaderServer {
+            listener,
+            path: path.to_path_buf(),
+            made: (meta.dev(), meta.ino()),
+            live: Arc::default(),
+            threads: Vec::new(),
+            ending: Arc::default(),
+        })
     }
 
     /// Where it listens.
@@ -81,15 +143,17 @@ impl LoaderServer {
     }
 
     /// Accepts and serves connections until `stop`; then ends every connection, joins their
-    /// threads and removes the socket file.
+    /// threads; dropped, the server removes its socket file.
     pub(crate) fn serve(mut self, fs: &Arc<Filesystem>, stop: &AtomicBool) {
+        let loader = &fs.config().loader;
+        let admission = Admission::new(loader.ring_memory, loader.ring_memory_per_user);
         let mut next_id = 0u64;
         while !stop.load(Ordering::Relaxed) {
             self.threads.retain(|t| !t.is_finished());
             match self.listener.accept() {
                 Ok((stream, _)) => {
                     next_id += 1;
-                    self.start(fs, stream, next_id);
+                    self.start(fs, &admission, stream, next_id);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(20)),
                 Err(e) => {
@@ -105,27 +169,39 @@ impl LoaderServer {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
-        let _ = std::fs::remove_file(&self.path);
     }
 
-    /// Starts a connection's thread, or refuses it past [`MAX_CONNECTIONS`].
-    fn start(&mut self, fs: &Arc<Filesystem>, stream: UnixStream, id: u64) {
+    /// Starts a connection's thread, or refuses it: another user's on a private mount, or past
+    /// the places its user may hold ([`Admission::place`]). The peer's credentials are the
+    /// kernel's, taken when it connected.
+    fn start(&mut self, fs: &Arc<Filesystem>, admission: &Arc<Admission>, stream: UnixStream, id: u64) {
         let counters = &fs.stats().loader;
         bump(&counters.connections, 1);
         let _ = stream.set_nonblocking(false);
-        if self.threads.len() >= MAX_CONNECTIONS {
+        let refuse = |message: String| {
             bump(&counters.refused, 1);
-            let message = format!("the mount serves {MAX_CONNECTIONS} loaders at once; try again later");
+            let _ = stream.set_write_timeout(Some(REFUSAL_TIMEOUT));
             let _ = wire::write_frame(&mut &stream, &Reply::Error { message });
-            return;
+        };
+        let caller = match nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials) {
+            Ok(creds) => Caller { uid: creds.uid(), gid: creds.gid() },
+            Err(e) => return refuse(format!("cannot read the connection's credentials: {e}")),
+        };
+        let privileged = fs.is_privileged(caller);
+        if !fs.config().access.allow_other && caller.uid != 0 && caller.uid != nix::unistd::getuid().as_raw() {
+            return refuse("the mount is its owner's (mount with allow_other for other users)".into());
         }
+        let place = match admission.place(caller.uid, privileged) {
+            Ok(place) => place,
+            Err(e) => return refuse(e.to_string()),
+        };
         let Ok(handle) = stream.try_clone() else { return };
         self.live.lock_or_recover().push((id, handle));
         // The connection ends at unmount by its stream's shutdown; `ending` ends its waits.
         let (fs, live, stopping) = (Arc::clone(fs), Arc::clone(&self.live), Arc::clone(&self.ending));
         let spawned = std::thread::Builder::new().name("prepfs-loader".into()).spawn(move || {
             bump(&fs.stats().loader.open_connections, 1);
-            if let Err(e) = Connection::serve(&fs, stream, &stopping) {
+            if let Err(e) = Connection::serve(&fs, stream, caller, place, &stopping) {
                 tracing::debug!(error = %e, "loader connection ended");
             }
             fs.stats().loader.open_connections.fetch_sub(1, Ordering::Relaxed);
@@ -138,7 +214,19 @@ impl LoaderServer {
     }
 }
 
-/// One loader's ring: `slots` slots of `slot_bytes` in one shared memory file.
+impl Drop for LoaderServer {
+    /// Removes the socket file, if it is still the one bound (never a file put there since).
+    fn drop(&mut self) {
+        if std::fs::symlink_metadata(&self.path).is_ok_and(|m| (m.dev(), m.ino()) == self.made) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// One loader's ring: `slots` slots of `slot_bytes` in one shared memory file. The file is
+/// sealed at its size (the loader, which holds it too, can neither shrink it under the daemon's
+/// writes nor grow it), and its pages are freed when the connection ends, whether or not the
+/// loader still maps it.
 struct Ring {
     fd: OwnedFd,
     ptr: *mut u8,
@@ -148,9 +236,12 @@ struct Ring {
 
 impl Ring {
     fn new(slots: usize, slot_bytes: usize) -> io::Result<Ring> {
+        use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+        use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
         let len = slots * slot_bytes;
-        let fd = nix::sys::memfd::memfd_create(c"prepfs-loader-ring", nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC)?;
+        let fd = memfd_create(c"prepfs-loader-ring", MemFdCreateFlag::MFD_CLOEXEC | MemFdCreateFlag::MFD_ALLOW_SEALING)?;
         nix::unistd::ftruncate(&fd, len as i64)?;
+        fcntl(fd.as_raw_fd(), FcntlArg::F_ADD_SEALS(SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_SEAL))?;
         // SAFETY: a fresh shared mapping of the whole file, unmapped in Drop.
         let ptr = unsafe {
             libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
@@ -164,35 +255,59 @@ impl Ring {
     fn slot(&mut self, k: usize) -> &mut [u8] {
         // SAFETY: `k` is checked against the slot count by the caller; the mapping lives as long
         // as `self`, and only this connection's thread writes it (the loader reads only slots it
-        // holds, which it does not ask to be filled).
+        // holds, which it does not ask to be filled). The file's size is sealed, so the mapping
+        // stays backed.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.add(k * self.slot_bytes), self.slot_bytes) }
     }
 }
 
 impl Drop for Ring {
     fn drop(&mut self) {
-        // SAFETY: the mapping made in `new`.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+        // The pages go now, not when the loader lets go of its copy of the descriptor: the
+        // memory was reserved for this connection only.
+        // SAFETY: a hole punched in the file this ring owns, then the mapping made in `new`.
+        unsafe {
+            libc::fallocate(self.fd.as_raw_fd(), libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, 0, self.len as libc::off_t);
+            libc::munmap(self.ptr.cast(), self.len);
+        }
+    }
+}
+
+/// Reads from a stream until a deadline for the whole read, however the bytes trickle in.
+struct Deadline<'a> {
+    stream: &'a UnixStream,
+    until: Instant,
+}
+
+impl Read for Deadline<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "no hello in time"));
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        self.stream.read(buf)
     }
 }
 
 struct Connection;
 
 impl Connection {
-    fn serve(fs: &Arc<Filesystem>, mut stream: UnixStream, stop: &AtomicBool) -> io::Result<()> {
-        let creds = nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)?;
-        let caller = Caller { uid: creds.uid(), gid: creds.gid() };
+    fn serve(fs: &Arc<Filesystem>, mut stream: UnixStream, caller: Caller, mut place: Reservation, stop: &AtomicBool) -> io::Result<()> {
         let refuse = |stream: &mut UnixStream, message: String| {
             bump(&fs.stats().loader.refused, 1);
             wire::write_frame(stream, &Reply::Error { message })
         };
-        if !fs.config().access.allow_other && caller.uid != 0 && caller.uid != nix::unistd::getuid().as_raw() {
-            return refuse(&mut stream, "the mount is its owner's (mount with allow_other for other users)".into());
-        }
-        let (job_name, batch, slots) = match wire::read_frame(&mut stream)? {
-            Request::Hello { version, job, batch_size, slots } if version == wire::VERSION => (job, batch_size, slots),
-            Request::Hello { version, .. } => return refuse(&mut stream, format!("protocol version {version}; this mount speaks {}", wire::VERSION)),
-            _ => return refuse(&mut stream, "say hello first".into()),
+        let hello = wire::read_frame(&mut Deadline { stream: &stream, until: Instant::now() + HELLO_TIMEOUT });
+        stream.set_read_timeout(None)?;
+        let (job_name, batch, slots) = match hello {
+            Ok(Request::Hello { version, job, batch_size, slots }) if version == wire::VERSION => (job, batch_size, slots),
+            Ok(Request::Hello { version, .. }) => return refuse(&mut stream, format!("protocol version {version}; this mount speaks {}", wire::VERSION)),
+            Ok(_) => return refuse(&mut stream, "say hello first".into()),
+            Err(e) if matches!(e.kind(), io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock) => {
+                return refuse(&mut stream, format!("no hello within {HELLO_TIMEOUT:?}"));
+            }
+            Err(e) => return Err(e),
         };
         let facts = match fs.loader_facts() {
             Ok(facts) => facts,
@@ -209,7 +324,12 @@ impl Connection {
             Ok(job) => job,
             Err(e) => return refuse(&mut stream, format!("job `{job_name}`: {e}")),
         };
+        if let Err(e) = place.reserve(slot_bytes * u64::from(slots), fs.is_privileged(caller)) {
+            return refuse(&mut stream, e.to_string());
+        }
         let mut ring = Ring::new(slots as usize, slot_bytes as usize)?;
+        fs.stats().loader.ring_bytes.fetch_add(slot_bytes * u64::from(slots), Ordering::Relaxed);
+        let _ring_counted = RingCounted { fs, bytes: slot_bytes * u64::from(slots) };
         let welcome = Reply::Welcome {
             samples: facts.samples,
             height: facts.size.height,
@@ -251,6 +371,18 @@ impl Connection {
     }
 }
 
+/// Ring memory shown in `stats.json` while a connection holds it.
+struct RingCounted<'a> {
+    fs: &'a Filesystem,
+    bytes: u64,
+}
+
+impl Drop for RingCounted<'_> {
+    fn drop(&mut self) {
+        self.fs.stats().loader.ring_bytes.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
 /// Sends `reply` with `fd` attached (`SCM_RIGHTS` on its first bytes).
 fn send_with_fd(stream: &UnixStream, reply: &Reply, fd: &OwnedFd) -> io::Result<()> {
     let mut frame = Vec::new();
@@ -265,4 +397,31 @@ fn send_with_fd(stream: &UnixStream, reply: &Reply, fd: &OwnedFd) -> io::Result<
         None,
     )?;
     (&*stream).write_all(&frame[sent..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_socket_directory_another_user_owns_or_others_may_write_is_refused() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let fresh = tmp.path().join("fresh");
+        private_dir(&fresh, false).expect("made");
+        assert_eq!(std::fs::metadata(&fresh).expect("stat").mode() & 0o777, 0o755);
+        let open = tmp.path().join("open");
+        std::fs::create_dir(&open).expect("mkdir");
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        assert!(matches!(private_dir(&open, false), Err(LoaderSocketError::UnsafeDir { .. })));
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&fresh, &link).expect("symlink");
+        assert!(matches!(private_dir(&link, false), Err(LoaderSocketError::UnsafeDir { .. })));
+        if nix::unistd::getuid().is_root() {
+            let theirs = tmp.path().join("theirs");
+            std::fs::create_dir(&theirs).expect("mkdir");
+            std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).expect("chown");
+            let refused = private_dir(&theirs, false).expect_err("another user's directory");
+            assert!(refused.to_string().contains("owned by user 65534"), "{refused}");
+        }
+    }
 }
