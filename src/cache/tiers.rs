@@ -6,7 +6,9 @@
 //!   payload plus [`ENTRY_OVERHEAD`] bytes (map slot, `Arc` header, allocator slack), so the
 //!   budget bounds the cache's resident memory. Encoded and decoded entries stay once admitted
 //!   (`policy: keep`, Seneca's rule: no thrashing under random access), or make room by LRU
-//!   within their shard (`policy: lru`).
+//!   within their shard (`policy: lru`). A new split shrinks forms before it grows any, each
+//!   shrinking form evicting down to its new budget, so the forms together never hold more
+//!   than the cache's memory, plan changes included.
 //! - Augmented outputs are taken, not read: each records which jobs used it (a 64-bit mask, one
 //!   bit per job slot) and is dropped once every active job has (with no jobs: at its first
 //!   use, and the top-level view always takes it whole). The free room is refilled in the
@@ -362,9 +364,33 @@ impl<V: Clone + Weighed> FormStore<V> {
         }
     }
 
-    /// Changes the budget (a new split); entries over a smaller budget stay until taken.
-    pub(crate) fn set_budget(&self, budget: u64) {
+    /// Changes the budget (a new split). Over a smaller budget, entries are evicted, least
+    /// recently used first shard by shard, until what the store holds fits: from the moment this
+    /// returns, `used` is within the new budget (admissions meanwhile are held to it). Returns
+    /// how many were evicted.
+    pub(crate) fn set_budget(&self, budget: u64) -> u64 {
         self.budget.store(budget, Ordering::Relaxed);
+        let (mut evicted, mut empty_in_a_row, mut k) = (0, 0, 0);
+        while self.used() > budget && empty_in_a_row < SHARDS {
+            let popped = {
+                let mut shard = self.shards[k].lock_or_recover();
+                let popped = shard.pop_lru();
+                if let Some((id, _)) = &popped {
+                    self.mark(*id, false);
+                }
+                popped
+            };
+            match popped {
+                Some((_, old)) => {
+                    self.release(Self::charge(&old));
+                    evicted += 1;
+                    empty_in_a_row = 0;
+                }
+                None => empty_in_a_row += 1,
+            }
+            k = (k + 1) % SHARDS;
+        }
+        evicted
     }
 
     /// Bytes charged now.
@@ -514,14 +540,29 @@ impl SampleCache {
 
     /// Applies a new split with the bytes each form gets (encoded, decoded, augmented) worked
     /// out by the planner (memory a form cannot use flows to the next); never more than the
-    /// cache's memory in all.
-    pub(crate) fn set_split_budgets(&self, split: Split, budgets: [u64; 3]) {
+    /// cache's memory in all, at any moment: the forms that shrink evict down to their new
+    /// budgets before the others grow. Returns how many entries were evicted.
+    pub(crate) fn set_split_budgets(&self, split: Split, budgets: [u64; 3]) -> u64 {
         let total: u64 = budgets.iter().sum();
         let scale = |b: u64| if total > self.memory { (b as u128 * self.memory as u128 / total as u128) as u64 } else { b };
-        self.encoded.set_budget(scale(budgets[0]));
-        self.decoded.set_budget(scale(budgets[1]));
-        self.augmented.set_budget(scale(budgets[2]));
-        *self.split.lock_or_recover() = split;
+        // One split at a time: two interleaved would each grow a form the other shrinks.
+        let mut current = self.split.lock_or_recover();
+        let new = budgets.map(scale);
+        let olds = [self.encoded.budget(), self.decoded.budget(), self.augmented.budget()];
+        let mut evicted = 0;
+        for shrinking in [true, false] {
+            for (k, (&new, &old)) in new.iter().zip(&olds).enumerate() {
+                if (new < old) == shrinking {
+                    evicted += match k {
+                        0 => self.encoded.set_budget(new),
+                        1 => self.decoded.set_budget(new),
+                        _ => self.augmented.set_budget(new),
+                    };
+                }
+            }
+        }
+        *current = split;
+        evicted
     }
 
     /// Switches the encoded and decoded stores' eviction (augmented outputs are never evicted).
@@ -822,5 +863,68 @@ mod tests {
         cache.set_split(split(0, 0, 100));
         assert_eq!(cache.augmented.budget(), 1000);
         assert_eq!(cache.split(), split(0, 0, 100));
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 12, .. Default::default() })]
+
+        /// Plans move between splits while two threads admit entries of every form as fast as
+        /// they can: the forms together never hold more than the cache's memory (no slack: each
+        /// entry's charge includes its overhead), whether a form shrinks under full stores or
+        /// grows.
+        #[test]
+        fn plan_changes_under_load_keep_the_forms_within_the_memory(
+            plan in proptest::collection::vec((0u32..=100, 0u32..=100, proptest::bool::ANY), 4..24),
+        ) {
+            use std::sync::atomic::AtomicBool;
+            use std::sync::RwLock;
+            const MEMORY: u64 = 64 * (1000 + ENTRY_OVERHEAD);
+            let cache = SampleCache::new(MEMORY, split(34, 33, 33), EvictionPolicy::Keep, 4096);
+            let done = AtomicBool::new(false);
+            // Admissions take it shared; a check takes it alone, so what it reads is no more
+            // than what the forms held when it began.
+            let gate = RwLock::new(());
+            let worst = AtomicU64::new(0);
+            std::thread::scope(|scope| {
+                for t in 0..2u32 {
+                    let (cache, done, gate) = (&cache, &done, &gate);
+                    scope.spawn(move || {
+                        let mut k = t;
+                        while !done.load(Ordering::Relaxed) {
+                            let id = (u64::from(k) * 7919 % 4096) as FileId;
+                            let size = 200 + (k as usize).wrapping_mul(37) % 1600;
+                            let _admitting = gate.read().expect("gate");
+                            match k % 3 {
+                                0 => cache.encoded.admit(id, bytes(size)),
+                                1 => cache.decoded.admit(id, Arc::new(crate::shared::Rgb { width: 1, height: 1, pixels: vec![1; size] })),
+                                _ => cache.augmented.admit(id, AugmentedEntry { bytes: bytes(size).into(), used_by: 0 }),
+                            };
+                            k += 2;
+                        }
+                    });
+                }
+                let (cache, done, gate, worst) = (&cache, &done, &gate, &worst);
+                scope.spawn(move || {
+                    while !done.load(Ordering::Relaxed) {
+                        let _alone = gate.write().expect("gate");
+                        worst.fetch_max(cache.used(), Ordering::Relaxed);
+                    }
+                });
+                for &(e, d, lru) in &plan {
+                    let e = e.min(100);
+                    let d = d.min(100 - e);
+                    cache.set_lru(lru);
+                    cache.set_split(split(e, d, 100 - e - d));
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                    worst.fetch_max(cache.used(), Ordering::Relaxed);
+                }
+                done.store(true, Ordering::Relaxed);
+            });
+            let worst = worst.load(Ordering::Relaxed);
+            proptest::prop_assert!(worst <= MEMORY, "the forms held {} bytes of {}", worst, MEMORY);
+            proptest::prop_assert!(cache.encoded.used() <= cache.encoded.budget());
+            proptest::prop_assert!(cache.decoded.used() <= cache.decoded.budget());
+            proptest::prop_assert!(cache.augmented.used() <= cache.augmented.budget());
+        }
     }
 }

@@ -307,10 +307,11 @@ impl PlanController {
         let previous = self.cache.split();
         // Memory a form cannot use (it holds every sample) flows to the next form.
         let budgets = crate::planner::budgets(&params, split, ENTRY_OVERHEAD as f64);
-        self.cache.set_split_budgets(split, budgets);
+        let evicted = self.cache.set_split_budgets(split, budgets);
         if previous != split || from.starts_with("mount") {
             tracing::info!(
                 split = %split,
+                evicted,
                 predicted_samples_per_s = format!("{:.0}", evaluation.samples_per_s),
                 t_da = format!("{:.0}", params.t_da),
                 t_a = format!("{:.0}", params.t_a),
