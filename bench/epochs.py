@@ -74,14 +74,17 @@ def main():
     common_args(ap, per_class=100)
     ap.add_argument("--epochs", type=int, default=4, help="back-to-back epochs per config (at least 2)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", time.strftime("%Y-%m-%d") + "-epochs"))
+    ap.add_argument("--source", help="an existing data set (e.g. bench/real_photos.py's) instead of the generator's")
+    ap.add_argument("--configs", help="comma-separated names of the configs to run (default: all)")
     args = ap.parse_args()
     if args.epochs < 2:
         ap.error("--epochs must be at least 2")
     workdir = tempfile.mkdtemp(prefix="prepfs-epochs-")
     try:
-        source = os.path.join(workdir, "source")
-        subprocess.run([args.gen, "--out", source, "--classes", str(args.classes), "--per-class",
-                        str(args.per_class), "--quiet"], check=True)
+        source = args.source or os.path.join(workdir, "source")
+        if not args.source:
+            subprocess.run([args.gen, "--out", source, "--classes", str(args.classes), "--per-class",
+                            str(args.per_class), "--quiet"], check=True)
         set_bytes = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(source) for f in fs)
         shipped = open(os.path.join(HERE, "..", "mount-configs", "imagenet.yaml")).read()
         quarter = max(1 << 20, set_bytes // 4)
@@ -94,6 +97,9 @@ def main():
             ("whole-0-0-100", "cache: { memory: 6GiB, split: 0-0-100 }\n"),
             ("quarter-10MBps", f"source: {{ path: /unused, read_limit: 10MB/s }}\ncache: {{ memory: {quarter}, split: auto }}\n"),
         ]
+        if args.configs:
+            chosen = args.configs.split(",")
+            configs = [c for c in configs if c[0] in chosen]
         rows = []
         for name, yaml in configs:
             row = run(args.prepfs, source, workdir, name, yaml, args.epochs)

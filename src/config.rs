@@ -759,6 +759,7 @@ struct RawCache {
     policy: Option<String>,
     refill: Option<bool>,
     consumer_samples_per_s: Option<f64>,
+    epochs: Option<u64>,
     disk: Option<RawDisk>,
     remote: Option<RawRemote>,
 }
@@ -831,6 +832,9 @@ pub struct CacheConfig {
     pub refill: bool,
     /// The consumers' rate for the model (`t_gpu`); `None`: unbounded.
     pub consumer_samples_per_s: Option<f64>,
+    /// How many epochs the plan expects a run to read (a hint: the plan counts the epochs
+    /// read so far against it).
+    pub epochs: u64,
     /// The disk tier, if any.
     pub disk: Option<DiskConfig>,
     /// The remote tier, if any.
@@ -845,11 +849,15 @@ impl Default for CacheConfig {
             policy: EvictionPolicy::Auto,
             refill: true,
             consumer_samples_per_s: None,
+            epochs: DEFAULT_EPOCHS,
             disk: None,
             remote: None,
         }
     }
 }
+
+/// Default [`CacheConfig::epochs`]: a run of many epochs (torchvision's ResNet recipe reads 90).
+pub const DEFAULT_EPOCHS: u64 = 90;
 
 /// Validates `cache.disk`: both keys given, the directory made if missing, and not inside the
 /// source (nor the mountpoint, which would hide it).
@@ -960,6 +968,12 @@ fn cache_config(
             return Err(ConfigError::at(text, "cache.consumer_samples_per_s", "must be a positive number"));
         }
         cache.consumer_samples_per_s = Some(rate);
+    }
+    if let Some(epochs) = raw.epochs {
+        if epochs == 0 {
+            return Err(ConfigError::value(text, "cache.epochs", ValueError::NotPositive));
+        }
+        cache.epochs = epochs;
     }
     Ok(cache)
 }
@@ -1216,6 +1230,7 @@ struct WrittenCache<'a> {
     refill: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     consumer_samples_per_s: Option<f64>,
+    epochs: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     disk: Option<&'a DiskConfig>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -1258,6 +1273,7 @@ impl<'a> From<&'a Config> for WrittenConfig<'a> {
                 policy: c.cache.policy,
                 refill: c.cache.refill,
                 consumer_samples_per_s: c.cache.consumer_samples_per_s,
+                epochs: c.cache.epochs,
                 disk: c.cache.disk.as_ref(),
                 remote: c.cache.remote.as_ref(),
             },

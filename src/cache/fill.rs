@@ -215,10 +215,11 @@ impl Tiers {
         // A full decode (rather than the region fast path) only when the pixels are kept; a spare
         // augmentation only when the pixels are in hand anyway (it then costs a resample, not a
         // second decode). Otherwise the refill fills augmented room, off the request path.
-        // An augmented open keeps pixels only where the plan gives decoded a share: room that
-        // only flowed to decoded (memory another form cannot use) is the background's to fill,
-        // so a cold open costs a region decode, not a full one and a spare.
-        let pixels_planned = !matches!(want, Admit::Augmented { .. }) || self.memory.split().d() > 0;
+        // An augmented open keeps pixels where the plan gives decoded a share, or where the plan
+        // over the run says a full decode at the first touch pays (another epoch is expected:
+        // `planner::controller`); otherwise room that only flowed to decoded (memory another
+        // form cannot use) is the background's to fill, and a cold open costs a region decode.
+        let pixels_planned = !matches!(want, Admit::Augmented { .. }) || self.memory.split().d() > 0 || self.memory.keeps_pixels_at_first_touch();
         let keep_pixels = pixels_planned && decoded_len > 0 && self.memory.decoded.has_room_for(decoded_len);
         let spare = want == (Admit::Augmented { spare: true })
             && keep_pixels

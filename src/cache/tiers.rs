@@ -472,6 +472,9 @@ pub struct SampleCache {
     pub status: Arc<SampleStatus>,
     memory: u64,
     split: Mutex<Split>,
+    /// The plan's first-touch policy: a miss decodes in full and keeps the pixels wherever
+    /// decoded has room (else only where the split gives decoded a share).
+    keep_pixels_at_first_touch: std::sync::atomic::AtomicBool,
 }
 
 impl SampleCache {
@@ -489,6 +492,7 @@ impl SampleCache {
             status,
             memory,
             split: Mutex::new(split),
+            keep_pixels_at_first_touch: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -563,6 +567,16 @@ impl SampleCache {
         }
         *current = split;
         evicted
+    }
+
+    /// Sets the plan's first-touch policy (see the field).
+    pub(crate) fn set_keep_pixels_at_first_touch(&self, keep: bool) {
+        self.keep_pixels_at_first_touch.store(keep, Ordering::Relaxed);
+    }
+
+    /// The plan's first-touch policy.
+    pub(crate) fn keeps_pixels_at_first_touch(&self) -> bool {
+        self.keep_pixels_at_first_touch.load(Ordering::Relaxed)
     }
 
     /// Switches the encoded and decoded stores' eviction (augmented outputs are never evicted).

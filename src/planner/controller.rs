@@ -55,6 +55,10 @@ pub(crate) struct PlanController {
     serve: Mutex<ServeProbe>,
     /// The remote tier's measurements, if there is one.
     remote: Option<RemoteGauge>,
+    /// Epochs the run is expected to read (`cache.epochs`).
+    epochs_expected: u64,
+    /// Epochs read so far (the most of the top-level passes and any job's epochs).
+    epochs_done: AtomicU64,
 }
 
 /// The model's remote-tier inputs as measured now (see `cache/remote/network.rs`).
@@ -141,7 +145,18 @@ impl PlanController {
                 costed: (0, 0.0),
             }),
             remote,
+            epochs_expected: config.cache.epochs,
+            epochs_done: AtomicU64::new(0),
         }
+    }
+
+    /// The first-touch policy over the rest of the run: a sample met for the first time while
+    /// decoded has room is decoded in full and kept as pixels when at least one more epoch is
+    /// expected after this one (every later epoch then resamples it: one region decode less than
+    /// a region decode now and a full decode at its next touch), else only its region is decoded
+    /// and the pixels dropped (a last epoch gains nothing from keeping them).
+    fn keep_pixels_at_first_touch(&self) -> bool {
+        self.epochs_expected.saturating_sub(self.epochs_done.load(Ordering::Relaxed)) >= 2
     }
 
     /// The remote tier's figures now; none without a tier, while it is down, or before its
@@ -182,8 +197,10 @@ impl PlanController {
     /// One turn of the loop (about once a second): `jobs` share the cache now; re-plans from the
     /// rates measured while serving once enough samples were timed since the last plan, or the
     /// serving rate or the jobs moved. Returns whether it re-planned.
-    pub(crate) fn tick(&self, jobs: usize) -> bool {
+    pub(crate) fn tick(&self, jobs: usize, epochs_done: u64) -> bool {
         self.set_jobs_sharing(jobs);
+        self.epochs_done.store(epochs_done, Ordering::Relaxed);
+        self.cache.set_keep_pixels_at_first_touch(self.keep_pixels_at_first_touch());
         self.replan_from_live_rates()
     }
 
@@ -308,6 +325,7 @@ impl PlanController {
         // Memory a form cannot use (it holds every sample) flows to the next form.
         let budgets = crate::planner::budgets(&params, split, ENTRY_OVERHEAD as f64);
         let evicted = self.cache.set_split_budgets(split, budgets);
+        self.cache.set_keep_pixels_at_first_touch(self.keep_pixels_at_first_touch());
         if previous != split || from.starts_with("mount") {
             tracing::info!(
                 split = %split,
@@ -333,6 +351,8 @@ impl PlanController {
             // A first pass, with nothing cached yet: every sample a miss.
             "predicted_cold_samples_per_s":
                 Model::Prepfs.evaluate(&PlanParams { s_cache: 0.0, ..params.clone() }, split).samples_per_s,
+            "first_touch": if self.keep_pixels_at_first_touch() { "full decode, pixels kept" } else { "region decode" },
+            "epochs": { "expected": self.epochs_expected, "done": self.epochs_done.load(Ordering::Relaxed) },
             "inputs": params,
             "from": from,
             "samples_timed": timed,
