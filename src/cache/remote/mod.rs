@@ -198,7 +198,7 @@ impl Server {
                 conn.set_write_timeout(Some(TIMEOUT))?;
                 Ok(Conn::Single(conn))
             }
-            Server::Cluster(client) => Ok(Conn::Cluster(client.get_connection()?)),
+            Server::Cluster(client) => Ok(Conn::Cluster(Box::new(client.get_connection()?))),
         }
     }
 }
@@ -208,7 +208,8 @@ impl Server {
 /// [`Conn::set_nx_all`], which a cluster splits by node.
 enum Conn {
     Single(redis::Connection),
-    Cluster(redis::cluster::ClusterConnection),
+    /// Boxed: a cluster connection (with its TLS settings) is several times a single one.
+    Cluster(Box<redis::cluster::ClusterConnection>),
 }
 
 impl Conn {
