@@ -42,6 +42,11 @@ def files_under(root):
 
 class Redis:
     def __init__(self, work):
+        # The deployment's shared secret (cache.remote.secret_file): private, like an ssh key.
+        self.secret = os.path.join(work, "redis.secret")
+        fd = os.open(self.secret, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.write(fd, os.urandom(32))
+        os.close(fd)
         self.port = free_port()
         self.proc = subprocess.Popen(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
                                       "--appendonly", "no", "--dir", work], stdout=subprocess.DEVNULL)
@@ -108,12 +113,12 @@ def epoch(mount, job, seed, readers=2, part=(0, 1)):
     return time.perf_counter() - started, len(paths)
 
 
-def config(remote_url, memory, read_limit="5MB/s", extra=""):
+def config(redis, memory, read_limit="5MB/s", extra=""):
     yaml = ("seed: 1\nsource: { path: /unused, read_limit: %s }\naugment:\n"
             "  - random_resized_crop: { size: 224, scale: [0.08, 1.0], ratio: [0.75, 1.3333333] }\n"
             "  - random_horizontal_flip: { p: 0.5 }\noutput: { format: ppm }\ncache:\n  memory: %s\n" % (read_limit, memory))
-    if remote_url:
-        yaml += "  remote: { url: \"%s\", size: 4GiB }\n" % remote_url
+    if redis:
+        yaml += "  remote: { url: \"%s\", size: 4GiB, secret_file: %s }\n" % (redis.url(), redis.secret)
     return yaml + extra
 
 
@@ -121,10 +126,9 @@ def two_mounts(binary, data, work, shared, across):
     redis = Redis(work) if shared else None
     mounts = []
     try:
-        url = redis.url() if redis else None
         for name in ("a", "b"):
             tag = ("-shared" if shared else "-alone") + ("-across" if across else "-each")
-            mounts.append(Mount(binary, data, work, name + tag, config(url, "64MiB")))
+            mounts.append(Mount(binary, data, work, name + tag, config(redis, "64MiB")))
         started = time.perf_counter()
         times = {os.path.basename(m.dir): [] for m in mounts}
         with ThreadPoolExecutor(2) as pool:
@@ -179,7 +183,7 @@ def hit_cost(binary, data, work):
     res = {}
     try:
         for name, memory in (("local", "1GiB"), ("remote", "1MiB")):
-            m = Mount(binary, data, work, "cost-" + name, config(redis.url(), memory, read_limit="null",
+            m = Mount(binary, data, work, "cost-" + name, config(redis, memory, read_limit="null",
                                                                  extra="  refill: false\n"))
             try:
                 paths = files_under(m.mnt + "/decoded")

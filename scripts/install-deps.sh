@@ -2,7 +2,8 @@
 # Installs what prepfs needs to build and test, only where it is missing:
 #   Debian: fuse3 (fusermount3, /dev/fuse), cmake + nasm + pkg-config (bundled libjpeg-turbo 3),
 #           redis-server (the remote tier's tests start real servers; GETDEL needs Redis >= 6.2),
-#           redis-tools (redis-cli --cluster create: the tests' three-node Redis Cluster)
+#           redis-tools (redis-cli --cluster create: the tests' three-node Redis Cluster),
+#           openssl (the TLS test's throwaway CA and server certificate)
 #   Python: pillow + numpy (the tests compare against PIL), maturin (the Python module)
 set -euo pipefail
 
@@ -13,6 +14,7 @@ command -v nasm >/dev/null || missing+=(nasm)
 command -v pkg-config >/dev/null || missing+=(pkg-config)
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v redis-cli >/dev/null || missing+=(redis-tools)
+command -v openssl >/dev/null || missing+=(openssl)
 command -v python3 >/dev/null || missing+=(python3 python3-pip)
 # The loader's access test runs Debian's own python3 as `nobody`.
 [ -x /usr/bin/python3 ] || missing+=(python3)

@@ -769,16 +769,34 @@ struct RawCache {
 struct RawRemote {
     url: Option<String>,
     size: Option<Value>,
+    secret_file: Option<PathBuf>,
+    password_file: Option<PathBuf>,
+    tls_ca_file: Option<PathBuf>,
 }
 
 /// The cache's remote tier: a Redis server every mount naming it shares, and the bytes prepfs
 /// keeps within there (`crate::cache::remote`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RemoteConfig {
-    /// `redis://[USER:PASSWORD@]HOST:PORT[/DB]`.
+    /// `redis[s]://[USER:PASSWORD@]HOST:PORT[/DB]` (or a cluster's). Printed with its password
+    /// as `***`: `password_file` keeps a password out of the config.
+    #[serde(serialize_with = "redacted_url")]
     pub url: String,
     /// Bytes prepfs writes there at most (the server's `maxmemory` is the operator's bound).
     pub size: u64,
+    /// The deployment's shared secret, which every value's MAC is keyed with: a private file
+    /// (mode 0600 or stricter), the same on every machine sharing the tier. Required.
+    pub secret_file: PathBuf,
+    /// The server's password (Redis AUTH, or the URL's ACL user's), instead of one in the URL.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub password_file: Option<PathBuf>,
+    /// PEM roots that `rediss://` trusts instead of the system's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_ca_file: Option<PathBuf>,
+}
+
+fn redacted_url<S: serde::Serializer>(url: &str, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&crate::cache::remote::redacted(url))
 }
 
 #[derive(Debug, Deserialize)]
@@ -880,16 +898,39 @@ fn disk_config(text: &str, raw: RawDisk, source: &Path, mountpoint: &Path) -> Re
     Ok(DiskConfig { path, size })
 }
 
-/// Validates `cache.remote`: both keys given, a single server's `redis://` URL or a cluster's
-/// `redis+cluster://` the client accepts (nothing is connected here: a server down at mount is
-/// an outage like any other).
+/// Validates `cache.remote`: `url`, `size` and `secret_file` given, a single server's
+/// `redis[s]://` URL or a cluster's `redis[s]+cluster://` the client accepts, and the files it
+/// names readable and private (nothing is connected here: a server down at mount is an outage
+/// like any other).
 fn remote_config(text: &str, raw: RawRemote) -> Result<RemoteConfig, ConfigError> {
+    use crate::cache::remote::{Access, RemoteError, HOW_TO_MAKE};
     let url = raw.url.ok_or_else(|| ConfigError::at(text, "cache.remote", "`url` is missing"))?;
     let size = raw.size.ok_or_else(|| ConfigError::at(text, "cache.remote", "`size` is missing"))?;
     let size = positive_size_value(text, "cache.remote.size", &size)?;
     let url = url.trim().to_string();
-    crate::cache::remote::server_urls(&url).map_err(|why| ConfigError::at(text, "cache.remote.url", format!("`{url}`: {why}")))?;
-    Ok(RemoteConfig { url, size })
+    let shown = crate::cache::remote::redacted(&url);
+    crate::cache::remote::server_urls(&url).map_err(|why| ConfigError::at(text, "cache.remote.url", format!("`{shown}`: {why}")))?;
+    let secret_file = raw.secret_file.ok_or_else(|| {
+        ConfigError::at(
+            text,
+            "cache.remote",
+            format!("`secret_file` is missing: the values every mount shares are authenticated with a secret they all hold; {HOW_TO_MAKE}"),
+        )
+    })?;
+    if raw.tls_ca_file.is_some() && !url.starts_with("rediss") {
+        return Err(ConfigError::at(text, "cache.remote.tls_ca_file", "needs a TLS URL (rediss:// or rediss+cluster://)"));
+    }
+    // Absolute, so that a mount that leaves its directory reads the same files.
+    let absolute = |key: &str, path: PathBuf| resolve(&path).map_err(|e| ConfigError::at(text, key, format!("{}: {e}", path.display())));
+    let secret_file = absolute("cache.remote.secret_file", secret_file)?;
+    let password_file = raw.password_file.map(|p| absolute("cache.remote.password_file", p)).transpose()?;
+    let tls_ca_file = raw.tls_ca_file.map(|p| absolute("cache.remote.tls_ca_file", p)).transpose()?;
+    let config = RemoteConfig { url, size, secret_file, password_file, tls_ca_file };
+    match Access::load(&config) {
+        Ok(_) => Ok(config),
+        Err(RemoteError::File { key, source }) => Err(ConfigError::at(text, &format!("cache.remote.{key}"), source.to_string())),
+        Err(e) => Err(ConfigError::at(text, "cache.remote", e.to_string())),
+    }
 }
 
 /// `path` made absolute with its longest existing prefix canonicalized (symlinks followed);
@@ -1479,26 +1520,74 @@ mod tests {
     #[test]
     fn cache_remote_settings_parse_with_a_server_or_a_cluster_and_bad_urls_are_refused() {
         let parse = |yaml: &str| Config::parse(yaml, &Overrides { source: Some(std::env::temp_dir()), mountpoint: Some("/mnt/x".into()), seed: None });
-        let c = parse("cache:\n  remote: { url: \"redis://127.0.0.1:6379\", size: 32GiB }\n").expect("valid");
-        assert_eq!(c.cache.remote, Some(RemoteConfig { url: "redis://127.0.0.1:6379".into(), size: 32 << 30 }));
-        let c = parse("cache:\n  remote:\n    url: \"redis+cluster://h1:7000,h2:7001\"\n    size: 1GiB\n").expect("a cluster");
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let secret = private_file(tmp.path(), "secret", &[9; 32], 0o600);
+        let s = secret.display();
+        let c = parse(&format!("cache:\n  remote: {{ url: \"redis://127.0.0.1:6379\", size: 32GiB, secret_file: {s} }}\n")).expect("valid");
+        let expected = RemoteConfig { url: "redis://127.0.0.1:6379".into(), size: 32 << 30, secret_file: secret.clone(), password_file: None, tls_ca_file: None };
+        assert_eq!(c.cache.remote, Some(expected));
+        let c = parse(&format!("cache:\n  remote:\n    url: \"redis+cluster://h1:7000,h2:7001\"\n    size: 1GiB\n    secret_file: {s}\n")).expect("a cluster");
         assert_eq!(c.cache.remote.map(|r| r.url), Some("redis+cluster://h1:7000,h2:7001".to_string()));
-        let err = parse("cache:\n  remote:\n    url: \"redis+cluster://\"\n    size: 1GiB\n").unwrap_err().to_string();
+        let c = parse(&format!("cache:\n  remote: {{ url: \"rediss://u:pw@h1:7000\", size: 1GiB, secret_file: {s} }}\n")).expect("TLS");
+        assert_eq!(c.cache.remote.map(|r| r.url), Some("rediss://u:pw@h1:7000".to_string()));
+        let err = parse(&format!("cache:\n  remote:\n    url: \"redis+cluster://\"\n    size: 1GiB\n    secret_file: {s}\n")).unwrap_err().to_string();
         assert!(err.contains("cache.remote.url") && err.contains("names its nodes") && err.contains("line 3"), "{err}");
-        let err = parse("cache:\n  remote: { url: \"redis+cluster://h1:7000/2\", size: 1GiB }\n").unwrap_err().to_string();
+        let refused = |url: &str| parse(&format!("cache:\n  remote: {{ url: \"{url}\", size: 1GiB, secret_file: {s} }}\n")).unwrap_err().to_string();
+        let err = refused("redis+cluster://h1:7000/2");
         assert!(err.contains("no databases"), "{err}");
-        let err = parse("cache:\n  remote: { url: \"http://h:6379\", size: 1GiB }\n").unwrap_err().to_string();
+        let err = refused("http://h:6379");
         assert!(err.contains("redis://HOST:PORT"), "{err}");
-        let err = parse("cache:\n  remote: { url: \"redis://h:notaport\", size: 1GiB }\n").unwrap_err().to_string();
-        assert!(err.contains("cache.remote.url"), "{err}");
-        let err = parse("cache:\n  remote: { url: \"redis://h:6379\" }\n").unwrap_err().to_string();
+        let err = refused("redis://u:hunter2@h:notaport");
+        assert!(err.contains("cache.remote.url") && !err.contains("hunter2"), "a refused URL's password is not shown: {err}");
+        let err = parse(&format!("cache:\n  remote: {{ url: \"redis://h:6379\", secret_file: {s} }}\n")).unwrap_err().to_string();
         assert!(err.contains("size") && err.contains("missing"), "{err}");
-        let err = parse("cache:\n  remote: { size: 1GiB }\n").unwrap_err().to_string();
+        let err = parse(&format!("cache:\n  remote: {{ size: 1GiB, secret_file: {s} }}\n")).unwrap_err().to_string();
         assert!(err.contains("url") && err.contains("missing"), "{err}");
-        let err = parse("cache:\n  remote: { url: \"redis://h:6379\", size: 0 }\n").unwrap_err().to_string();
+        let err = parse(&format!("cache:\n  remote: {{ url: \"redis://h:6379\", size: 0, secret_file: {s} }}\n")).unwrap_err().to_string();
         assert!(err.contains("cache.remote.size"), "{err}");
-        let err = parse("cache:\n  remote: { url: \"redis://h:6379\", size: 1GiB, ttl: 5 }\n").unwrap_err().to_string();
+        let err = parse(&format!("cache:\n  remote: {{ url: \"redis://h:6379\", size: 1GiB, ttl: 5, secret_file: {s} }}\n")).unwrap_err().to_string();
         assert!(err.contains("ttl"), "{err}");
+        let err = parse(&format!("cache:\n  remote: {{ url: \"redis://h:6379\", size: 1GiB, secret_file: {s}, tls_ca_file: {s} }}\n")).unwrap_err().to_string();
+        assert!(err.contains("cache.remote.tls_ca_file") && err.contains("rediss://"), "{err}");
+    }
+
+    /// A file of `bytes` at `dir/name` with `mode`.
+    fn private_file(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).expect("write");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        path.canonicalize().expect("canonical")
+    }
+
+    #[test]
+    fn a_remote_tier_without_a_private_secret_file_is_refused_saying_how_to_make_one() {
+        let parse = |yaml: &str| Config::parse(yaml, &Overrides { source: Some(std::env::temp_dir()), mountpoint: Some("/mnt/x".into()), seed: None });
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let err = parse("cache:\n  remote: { url: \"redis://h:6379\", size: 1GiB }\n").unwrap_err().to_string();
+        assert!(err.contains("`cache.remote`") && err.contains("secret_file") && err.contains("head -c 32 /dev/urandom") && err.contains("chmod 600"), "{err}");
+        let with = |path: &Path| parse(&format!("cache:\n  remote:\n    url: \"redis://h:6379\"\n    size: 1GiB\n    secret_file: {}\n", path.display())).unwrap_err().to_string();
+        let open = private_file(tmp.path(), "open", &[9; 32], 0o644);
+        let err = with(&open);
+        assert!(err.contains("cache.remote.secret_file") && err.contains("line 5") && err.contains("group or others") && err.contains("0644"), "{err}");
+        let err = with(&private_file(tmp.path(), "empty", b"", 0o600));
+        assert!(err.contains("cache.remote.secret_file") && err.contains("0 bytes"), "{err}");
+        let err = with(&tmp.path().join("missing"));
+        assert!(err.contains("cache.remote.secret_file") && err.contains("cannot read"), "{err}");
+        let err = with(tmp.path());
+        assert!(err.contains("not a regular file"), "{err}");
+        // A password file is private too; the printed config shows neither the URL's password
+        // nor the file's.
+        let secret = private_file(tmp.path(), "secret", &[9; 32], 0o600);
+        let pw = private_file(tmp.path(), "pw", b"filepass\n", 0o644);
+        let yaml = |pw: &Path| format!("cache:\n  remote: {{ url: \"redis://app:urlpass@h:6379\", size: 1GiB, secret_file: {}, password_file: {} }}\n", secret.display(), pw.display());
+        let err = parse(&yaml(&pw)).unwrap_err().to_string();
+        assert!(err.contains("cache.remote.password_file") && err.contains("group or others"), "{err}");
+        let pw = private_file(tmp.path(), "pw-private", b"filepass\n", 0o600);
+        let c = parse(&yaml(&pw)).expect("valid");
+        let printed = c.to_yaml();
+        assert!(!printed.contains("urlpass") && !printed.contains("filepass") && printed.contains("redis://app:***@h:6379"), "{printed}");
+        assert!(printed.contains("secret_file") && printed.contains("password_file"), "{printed}");
     }
 
     #[test]
@@ -1704,13 +1793,14 @@ mod tests {
              output: {{ format: npy, dtype: float32 }}\n\
              cache:\n  memory: 64MiB\n  split: 20-30-50\n  policy: lru\n  refill: false\n  consumer_samples_per_s: 1234.5\n\
              \x20 disk: {{ path: {disk}, size: 10G }}\n\
-             \x20 remote: {{ url: \"redis://127.0.0.1:6390/2\", size: 32GiB }}\n\
+             \x20 remote: {{ url: \"redis://127.0.0.1:6390/2\", size: 32GiB, secret_file: {secret} }}\n\
              jobs: {{ max: 8, idle_timeout: 90s, prefetch_window: 7, ods: false, per_user: 3, shared: false }}\n\
              allow_other: true\nuid: 1000\ngid: 100\ncontrol_public: true\nmax_open_bytes: 32MiB\n\
              bad_samples: {{ hide: all, validate: scan }}\n",
             source = source.display(),
             mnt = tmp.join("mnt").display(),
             disk = tmp.join("disk").display(),
+            secret = private_file(tmp, "secret", &[9; 32], 0o600).display(),
         );
         (yaml, source)
     }
@@ -1725,7 +1815,8 @@ mod tests {
         assert!(first.cache.disk.is_some() && first.access.allow_other && !first.jobs.ods && !first.jobs.shared);
         assert_eq!(first.bad_samples, BadSamplesConfig { hide: HideBad::All, validate: Validate::Scan });
         assert_eq!((first.access.uid, first.access.gid), (Some(1000), Some(100)));
-        assert_eq!(first.cache.remote, Some(RemoteConfig { url: "redis://127.0.0.1:6390/2".into(), size: 32 << 30 }));
+        let secret_file = tmp.path().join("secret").canonicalize().expect("secret");
+        assert_eq!(first.cache.remote, Some(RemoteConfig { url: "redis://127.0.0.1:6390/2".into(), size: 32 << 30, secret_file, password_file: None, tls_ca_file: None }));
         // `prepfs check` prints `to_yaml`, and `.prepfs/config.yaml` serves it.
         let printed = first.to_yaml();
         let again = Config::parse(&printed, &Overrides::default()).unwrap_or_else(|e| panic!("{e}\n{printed}"));

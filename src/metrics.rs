@@ -195,6 +195,8 @@ pub(crate) struct Gauges {
     pub cache: Vec<(&'static str, u64, u64)>,
     pub jobs_active: u64,
     pub passthrough_on: bool,
+    /// Remote values dropped for failing their MAC (`cache.remote.forged`); `None`: no remote tier.
+    pub remote_forged: Option<u64>,
 }
 
 /// Writes metric families in the text format.
@@ -294,6 +296,9 @@ pub(crate) fn exposition(stats: &Stats, gauges: &Gauges) -> String {
     w.single("prepfs_open_handles", "gauge", "File handles open now.", get(&stats.open_handles));
     w.single("prepfs_jobs_active", "gauge", "Jobs active now.", gauges.jobs_active);
     w.single("prepfs_passthrough_enabled", "gauge", "1 when kernel passthrough serves reads.", u8::from(gauges.passthrough_on));
+    if let Some(forged) = gauges.remote_forged {
+        w.single("prepfs_remote_forged_total", "counter", "Remote tier values dropped for failing their MAC (forged, or another secret's).", forged);
+    }
     w.family("prepfs_cache_used_bytes", "gauge", "Bytes held by each cache form (disk: the disk tier).");
     for &(form, used, _) in &gauges.cache {
         w.sample("prepfs_cache_used_bytes", &[("form", form)], used);
@@ -410,7 +415,7 @@ mod tests {
     }
 
     fn gauges() -> Gauges {
-        Gauges { samples: 7, cache: vec![("augmented", 10, 100), ("disk", 0, 0)], jobs_active: 1, passthrough_on: true }
+        Gauges { samples: 7, cache: vec![("augmented", 10, 100), ("disk", 0, 0)], jobs_active: 1, passthrough_on: true, remote_forged: Some(3) }
     }
 
     #[test]
@@ -438,6 +443,7 @@ mod tests {
             }
         }
         assert!(text.contains("prepfs_opens_total{view=\"augmented\"} 5\n"), "{text}");
+        assert!(text.contains("prepfs_remote_forged_total 3\n"), "{text}");
         assert!(text.contains("prepfs_fuse_requests_total{kind=\"open\"} 5\n"), "{text}");
         assert!(text.contains("prepfs_cache_budget_bytes{form=\"augmented\"} 100\n"), "{text}");
     }

@@ -40,13 +40,32 @@ fn read_all(mnt: &Mounted, files: &[PathBuf]) -> BTreeMap<PathBuf, Vec<u8>> {
         .collect()
 }
 
+/// A private file of `bytes` at `path` (mode 0600): a deployment's secret, or a password.
+fn private_file(path: &Path, bytes: &[u8]) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    fs::write(path, bytes).expect("write");
+    fs::set_permissions(path, fs::Permissions::from_mode(0o600)).expect("chmod");
+    path.to_path_buf()
+}
+
+/// The secret every mount of a test's deployment shares: `secret` beside the mounts' dirs.
+fn shared_secret(dir: &Path) -> PathBuf {
+    let parent = dir.parent().expect("a mount's dir has a parent");
+    private_file(&parent.join("secret"), b"the test deployment's secret, 32")
+}
+
 /// A mount under `dir` (its own mountpoint and config) sharing the server at `url`. Memory far
 /// too small for the set and no refill: every open past the first few loads from a tier below.
 fn mount(dir: &Path, source: &Path, url: &str) -> Mounted {
+    mount_with(dir, source, url, &format!("secret_file: {}", shared_secret(dir).display()))
+}
+
+/// [`mount`] with `remote` (`cache.remote`'s keys besides `url` and `size`).
+fn mount_with(dir: &Path, source: &Path, url: &str, remote: &str) -> Mounted {
     fs::create_dir_all(dir).expect("mkdir");
     let config = write_config(
         dir,
-        &format!("seed: 4\ncache:\n  memory: 1MiB\n  split: 0-50-50\n  refill: false\n  remote: {{ url: \"{url}\", size: 1GiB }}\n"),
+        &format!("seed: 4\ncache:\n  memory: 1MiB\n  split: 0-50-50\n  refill: false\n  remote: {{ url: \"{url}\", size: 1GiB, {remote} }}\n"),
     );
     Mounted::start(dir, &config, source, LIMIT)
 }
@@ -273,7 +292,8 @@ fn one_job_across_two_mounts(tmp: &Path, server: &impl SharedRedis) {
     const CLASSES: usize = 3;
     const PER_CLASS: usize = 12;
     let (source, class_of) = make_id_dataset(tmp, CLASSES, PER_CLASS);
-    let yaml = |url: &str| format!("seed: 4\ncache:\n  memory: 64MiB\n  remote: {{ url: \"{url}\", size: 1GiB }}\n");
+    let secret = shared_secret(&tmp.join("a"));
+    let yaml = |url: &str| format!("seed: 4\ncache:\n  memory: 64MiB\n  remote: {{ url: \"{url}\", size: 1GiB, secret_file: {} }}\n", secret.display());
     let mounts: Vec<Mounted> = ["a", "b"]
         .iter()
         .map(|m| {
@@ -342,7 +362,8 @@ fn outputs_one_mount_made_and_never_served_are_taken_by_another_once_it_unmounts
     // The first mount's refill makes an output for every sample; no one reads them.
     let dir = tmp.path().join("a");
     fs::create_dir_all(&dir).expect("mkdir");
-    let yaml = format!("seed: 4\ncache:\n  memory: 64MiB\n  split: 0-0-100\n  remote: {{ url: \"{}\", size: 1GiB }}\n", server.url());
+    let secret = shared_secret(&tmp.path().join("a"));
+    let yaml = format!("seed: 4\ncache:\n  memory: 64MiB\n  split: 0-0-100\n  remote: {{ url: \"{}\", size: 1GiB, secret_file: {} }}\n", server.url(), secret.display());
     let first = Mounted::start(&dir, &write_config(&dir, &yaml), &source, LIMIT);
     let started = Instant::now();
     while count(&first.stats()["cache"]["augmented"], "entries") < 20 {
@@ -377,4 +398,246 @@ fn outputs_one_mount_made_and_never_served_are_taken_by_another_once_it_unmounts
     }
     assert_eq!(count(&second.stats()["cache"]["remote"], "claims"), 20);
     assert!(second.stop().success());
+}
+
+/// Bytes of a remote value's header (the codec's layout: `src/cache/remote/mod.rs`).
+const VALUE_HEADER: usize = 72;
+
+/// The value under `key` (a whole bulk reply, however long); `None` when there is none.
+fn get_value(server: &RedisServer, key: &[u8]) -> Option<Vec<u8>> {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", server.port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let mut req = format!("*2\r\n$3\r\nGET\r\n${}\r\n", key.len()).into_bytes();
+    req.extend_from_slice(key);
+    req.extend_from_slice(b"\r\n");
+    stream.write_all(&req).ok()?;
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    reader.read_line(&mut line).ok()?;
+    let len: usize = line.trim_end().strip_prefix('$')?.parse().ok()?;
+    let mut value = vec![0; len];
+    reader.read_exact(&mut value).ok()?;
+    Some(value)
+}
+
+/// The forgery of issue 31 (F): every pixel of a decoded value inverted, and its CRC-32
+/// recomputed exactly as the codec does (over header bytes `0..32` and the payload, stored at
+/// `32..36`); the FNV-1a of the key (`8..16`) is already right, the key being the same. All
+/// public: what anyone who can write to the server can do.
+fn invert_pixels_and_recompute_checksums(value: &[u8]) -> Vec<u8> {
+    let mut v = value.to_vec();
+    for b in &mut v[VALUE_HEADER..] {
+        *b = !*b;
+    }
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&v[..32]);
+    crc.update(&v[VALUE_HEADER..]);
+    let crc = crc.finalize().to_le_bytes();
+    v[32..36].copy_from_slice(&crc);
+    v
+}
+
+/// The id an id-coded sample's file is named for (`sNN.ppm`).
+fn id_of_name(path: &Path) -> usize {
+    let stem = path.file_stem().and_then(|s| s.to_str()).expect("a name");
+    stem.trim_start_matches('s').parse().expect("sNN")
+}
+
+#[test]
+fn a_forged_value_with_recomputed_checksums_is_dropped_and_counted_and_never_served() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = RedisServer::start(&tmp.path().join("redis"));
+    let (source, _) = make_id_dataset(tmp.path(), 2, 6);
+    let first = mount(&tmp.path().join("a"), &source, &server.url());
+    let files = decoded_files(&first);
+    assert_eq!(files.len(), 12);
+    let truth = read_all(&first, &files);
+    settled_remote(&first);
+    assert!(first.stop().success());
+
+    // Someone who can write to the server (no secret) rewrites every decoded value.
+    let keys: Vec<String> = server.data_keys().into_iter().filter(|k| k.ends_with("}:d")).collect();
+    assert_eq!(keys.len(), 12, "the first mount kept each sample's pixels: {:?}", server.data_keys());
+    let mut forged = Vec::new();
+    for key in &keys {
+        let value = get_value(&server, key.as_bytes()).expect("GET");
+        forged.push(invert_pixels_and_recompute_checksums(&value));
+        assert!(server.command_bytes(&[b"SET", key.as_bytes(), &forged[forged.len() - 1]]).is_some_and(|r| r.starts_with(b"+OK")));
+    }
+
+    // A second mount of the deployment (the same secret) serves the true pixels, never those.
+    let second = mount(&tmp.path().join("b"), &source, &server.url());
+    let served = read_all(&second, &decoded_files(&second));
+    assert_eq!(served.len(), 12);
+    for (path, bytes) in &served {
+        let (_, _, pixels) = parse_ppm(bytes);
+        assert_eq!(id_of_pixels(pixels).0, id_of_name(path), "{}: forged pixels were served", path.display());
+        assert!(truth[path] == *bytes, "{}: other bytes than the first mount's", path.display());
+    }
+    let remote = settled_remote(&second);
+    assert_eq!(count(&remote, "forged"), 12, "{remote}");
+    assert_eq!(count(&remote, "damaged_dropped"), 0, "{remote}");
+    let metrics = fs::read_to_string(second.path(".prepfs/metrics")).expect("metrics");
+    assert!(metrics.lines().any(|l| l == "prepfs_remote_forged_total 12"), "{metrics}");
+    assert!(second.log().contains("fails its MAC"), "{}", second.log());
+    // The forged values are gone (a squatter would keep the true ones out: writes are SET NX).
+    for (key, forged) in keys.iter().zip(&forged) {
+        assert!(get_value(&server, key.as_bytes()).is_none_or(|now| now != *forged), "{key}: the forged value was left");
+    }
+    assert!(second.stop().success());
+}
+
+#[test]
+fn mounts_with_different_secrets_share_nothing_each_dropping_the_others_values() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = RedisServer::start(&tmp.path().join("redis"));
+    let (source, _) = make_id_dataset(tmp.path(), 1, 6);
+    let first = mount(&tmp.path().join("a"), &source, &server.url());
+    let files = decoded_files(&first);
+    read_all(&first, &files);
+    settled_remote(&first);
+    let other = private_file(&tmp.path().join("other-secret"), b"another deployment's own secret!");
+    let second = mount_with(&tmp.path().join("b"), &source, &server.url(), &format!("secret_file: {}", other.display()));
+    for (path, bytes) in read_all(&second, &decoded_files(&second)) {
+        assert_eq!(id_of_pixels(parse_ppm(&bytes).2).0, id_of_name(&path), "{}", path.display());
+    }
+    let remote = settled_remote(&second);
+    assert_eq!(count(&remote, "hits"), 0, "{remote}");
+    assert!(count(&remote, "forged") >= 6, "each of the first mount's values is dropped: {remote}");
+    assert!(source_bytes(&second) > 0);
+    assert!(first.stop().success());
+    assert!(second.stop().success());
+}
+
+/// Runs `prepfs mount` with `yaml` under `dir`, expecting it to refuse (within 30 s); returns
+/// what it printed.
+fn refused_mount(dir: &Path, source: &Path, yaml: &str) -> String {
+    fs::create_dir_all(dir.join("mnt")).expect("mkdir");
+    let config = write_config(dir, yaml);
+    let mut child = common::mount_command(&config, source, &dir.join("mnt"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let started = Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if started.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            let _ = child.wait();
+            common::force_unmount(&dir.join("mnt"));
+            panic!("prepfs mounted instead of refusing");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("output");
+    assert!(!out.status.success(), "prepfs mounted instead of refusing");
+    String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout)
+}
+
+#[test]
+fn a_mount_whose_secret_file_others_can_read_or_that_names_none_is_refused_saying_why() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let source = make_dataset(tmp.path(), 1, 2, false);
+    let secret = private_file(&tmp.path().join("secret"), b"the test deployment's secret, 32");
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o644)).expect("chmod");
+    let yaml = format!("cache:\n  remote:\n    url: \"redis://127.0.0.1:1\"\n    size: 1GiB\n    secret_file: {}\n", secret.display());
+    let said = refused_mount(&tmp.path().join("a"), &source, &yaml);
+    assert!(said.contains("cache.remote.secret_file") && said.contains("0644") && said.contains("group or others") && said.contains("chmod 600"), "{said}");
+    let said = refused_mount(&tmp.path().join("b"), &source, "cache:\n  remote: { url: \"redis://127.0.0.1:1\", size: 1GiB }\n");
+    assert!(said.contains("secret_file") && said.contains("head -c 32 /dev/urandom"), "{said}");
+}
+
+/// Whether `text` shows `secret`.
+fn shows(text: &str, secret: &str) -> bool {
+    text.contains(secret)
+}
+
+#[test]
+fn a_server_behind_an_acl_user_is_shared_with_its_password_never_shown_and_a_wrong_one_is_a_logged_outage() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let password = "s3cret-acl-pw";
+    let server = RedisServer::start_with(&tmp.path().join("redis"), |_| {
+        ["--user", "app", "on", &format!(">{password}"), "~*", "&*", "+@all", "--user", "default", "off"].map(String::from).to_vec()
+    });
+    let source = make_dataset(tmp.path(), 1, 8, false);
+    let secret = format!("secret_file: {}", shared_secret(&tmp.path().join("a")).display());
+    // The password in the URL ...
+    let url = format!("redis://app:{password}@127.0.0.1:{}", server.port);
+    let first = mount_with(&tmp.path().join("a"), &source, &url, &secret);
+    let files = decoded_files(&first);
+    read_all(&first, &files);
+    let remote = settled_remote(&first);
+    assert_eq!((count(&remote, "writes"), count(&remote, "errors")), (8, 0), "{remote}");
+    // ... or in a password file.
+    let pw_file = private_file(&tmp.path().join("redis.password"), format!("{password}\n").as_bytes());
+    let url_without = format!("redis://app@127.0.0.1:{}", server.port);
+    let second = mount_with(&tmp.path().join("b"), &source, &url_without, &format!("{secret}, password_file: {}", pw_file.display()));
+    read_all(&second, &decoded_files(&second));
+    let remote = settled_remote(&second);
+    assert!(count(&remote, "hits") >= 7 && count(&remote, "errors") == 0, "{remote}");
+    // A wrong password: an outage, logged, and the mount serves from the source.
+    let wrong = format!("redis://app:not-the-pw@127.0.0.1:{}", server.port);
+    let third = mount_with(&tmp.path().join("c"), &source, &wrong, &secret);
+    let started = Instant::now();
+    assert_eq!(read_all(&third, &decoded_files(&third)).len(), 8);
+    assert!(started.elapsed() < Duration::from_secs(30), "a wrong password hung the reads: {:?}", started.elapsed());
+    let stats = third.stats();
+    assert!(stats["cache"]["remote"]["state"].as_str().is_some_and(|s| s.starts_with("down since")), "{stats}");
+    assert!(third.log().contains("remote cache tier is down"), "{}", third.log());
+    // Nowhere shown: not in stats.json, the effective config, nor the log.
+    for (mnt, secret) in [(&first, password), (&third, "not-the-pw")] {
+        let config = fs::read_to_string(mnt.path(".prepfs/config.yaml")).expect("config.yaml");
+        let stats = fs::read_to_string(mnt.path(".prepfs/stats.json")).expect("stats.json");
+        assert!(config.contains("app:***@127.0.0.1"), "{config}");
+        for (what, text) in [("config.yaml", &config), ("stats.json", &stats), ("log", &mnt.log())] {
+            assert!(!shows(text, secret), "{what} shows the password: {text}");
+        }
+    }
+    assert!(!shows(&second.log(), password) && !shows(&fs::read_to_string(second.path(".prepfs/stats.json")).expect("stats"), password));
+    for m in [first, second, third] {
+        assert!(m.stop().success());
+    }
+}
+
+#[test]
+fn two_mounts_share_a_server_over_tls_trusting_the_deployments_ca_and_one_trusting_only_the_system_roots_does_not_connect() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let pki = tmp.path().join("pki");
+    fs::create_dir_all(&pki).expect("mkdir");
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl").args(args).current_dir(&pki).output().expect("openssl (is it installed?)");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    openssl(&["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=prepfs test CA"]);
+    openssl(&["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1"]);
+    fs::write(pki.join("ext"), "subjectAltName=IP:127.0.0.1\n").expect("ext");
+    openssl(&["x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out", "server.crt", "-days", "2", "-extfile", "ext"]);
+    let tls_port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port");
+    let p = |f: &str| pki.join(f).display().to_string();
+    let _server = RedisServer::start_with(&tmp.path().join("redis"), |_| {
+        let args = ["--tls-port", &tls_port.to_string(), "--tls-cert-file", &p("server.crt"), "--tls-key-file", &p("server.key")];
+        args.iter().map(|a| a.to_string()).chain(["--tls-ca-cert-file".to_string(), p("ca.crt"), "--tls-auth-clients".into(), "no".into()]).collect()
+    });
+    let source = make_dataset(tmp.path(), 1, 8, false);
+    let url = format!("rediss://127.0.0.1:{tls_port}");
+    let remote = format!("secret_file: {}, tls_ca_file: {}", shared_secret(&tmp.path().join("a")).display(), p("ca.crt"));
+    let first = mount_with(&tmp.path().join("a"), &source, &url, &remote);
+    read_all(&first, &decoded_files(&first));
+    let stats = settled_remote(&first);
+    assert_eq!((count(&stats, "writes"), count(&stats, "errors")), (8, 0), "{stats}\n{}", first.log());
+    let second = mount_with(&tmp.path().join("b"), &source, &url, &remote);
+    read_all(&second, &decoded_files(&second));
+    let stats = settled_remote(&second);
+    assert!(count(&stats, "hits") >= 7, "{stats}");
+    // The same server is not trusted through the system's roots: no connection, an outage.
+    let untrusting = mount_with(&tmp.path().join("c"), &source, &url, &format!("secret_file: {}", shared_secret(&tmp.path().join("a")).display()));
+    read_all(&untrusting, &decoded_files(&untrusting));
+    let stats = untrusting.stats();
+    assert!(stats["cache"]["remote"]["state"].as_str().is_some_and(|s| s.starts_with("down since")), "{stats}");
+    assert_eq!(count(&stats["cache"]["remote"], "hits"), 0);
+    for m in [first, second, untrusting] {
+        assert!(m.stop().success());
+    }
 }

@@ -69,6 +69,7 @@ impl Filesystem {
             cache: forms,
             jobs_active: self.jobs.active().len() as u64,
             passthrough_on: self.passthrough_on(),
+            remote_forged: cache["remote"]["forged"].as_u64(),
         };
         exposition(self.stats(), &gauges)
     }

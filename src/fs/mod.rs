@@ -171,7 +171,10 @@ impl Filesystem {
             let fingerprint = remote::dataset_fingerprint(&catalog);
             tracing::info!(fingerprint = %format!("{fingerprint:016x}"), secs = started.elapsed().as_secs_f64(), "dataset fingerprint for the remote tier");
             let recipe = remote::recipe_fingerprint(&config.augment, &config.output);
-            match RemoteTier::open(&r.url, r.size, fingerprint, recipe, Some(Arc::clone(&cache.status))) {
+            // The secret and password files were checked with the config; one changed since
+            // leaves the mount without the tier rather than sharing unauthenticated values.
+            let opened = remote::Access::load(r).and_then(|access| RemoteTier::open(&r.url, &access, r.size, fingerprint, recipe, Some(Arc::clone(&cache.status))));
+            match opened {
                 Ok(remote) => Some(remote),
                 Err(e) => {
                     tracing::warn!("{e}; serving without the remote tier");

@@ -79,7 +79,11 @@ fn an_open_in_a_job_runs_in_place_only_for_an_unseen_cached_sample_and_never_wai
     // The same with the jobs shared through a remote tier: each open asks the store first.
     let redis_dir = tempfile::tempdir().expect("tempdir");
     let server = crate::cache::remote::redis_server::RedisServer::start(redis_dir.path());
-    let (_dir, fs) = core(2, &format!("cache: {{ memory: 64MiB, split: 0-0-100, refill: false, remote: {{ url: \"{}\", size: 64MiB }} }}\n", server.url()));
+    let secret = redis_dir.path().join("secret");
+    std::fs::write(&secret, [7u8; 32]).expect("secret");
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("chmod");
+    let remote = format!("remote: {{ url: \"{}\", size: 64MiB, secret_file: {} }}", server.url(), secret.display());
+    let (_dir, fs) = core(2, &format!("cache: {{ memory: 64MiB, split: 0-0-100, refill: false, {remote} }}\n"));
     let served = serve_one_to_a_keeping_it_for_b(&fs);
     assert!(fs.jobs().by_name("b").expect("b").is_shared());
     assert!(!job_open_is_cheap(&fs, "b", &served), "a shared job's open waits on the store: the pool runs it");

@@ -91,9 +91,10 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
-    /// Whether the server answers PING now.
+    /// Whether the server answers PING now (`NOAUTH`, from one that wants a password, is an
+    /// answer).
     pub fn ping(&self) -> bool {
-        self.command(&["PING"]).is_some_and(|r| r.starts_with(b"+PONG"))
+        self.command(&["PING"]).is_some_and(|r| r.starts_with(b"+PONG") || r.starts_with(b"-NOAUTH"))
     }
 
     /// Sends one command (RESP) and returns the raw reply, or `None` when nothing answers.

@@ -169,7 +169,7 @@ mod tests {
     /// One mount's registry of jobs over a one-directory set of [`SAMPLES`], sharing through
     /// the server at `url` (its own tier, as another machine's would be).
     fn mount(url: &str) -> (RemoteTier, Jobs) {
-        let tier = RemoteTier::open(url, 1 << 30, 9, 0, None).expect("open");
+        let tier = RemoteTier::open(url, &crate::cache::remote::tests::test_access(), 1 << 30, 9, 0, None).expect("open");
         let store: Arc<dyn SharedJobs> = Arc::new(tier.jobs(Duration::from_secs(60)));
         let jobs = Jobs::new(4, SAMPLES as usize, u64::from(SAMPLES), 1).with_shared(Some(store));
         (tier, jobs)

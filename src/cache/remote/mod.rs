@@ -11,12 +11,19 @@
 //!   `K` the form (`e` encoded, `d` decoded, `a` augmented). So mounts of the same dataset share,
 //!   different datasets never collide, and a changed file never finds its stale entries. The
 //!   braces are a Redis Cluster hash tag: a sample's forms live in one slot (one `MGET`).
-//! - **Values**: a 40-byte header then the payload, as the disk tier's (`cache::disk`): `0..4`
-//!   magic `PFRM`, `4..6` version (1), `6` kind (1 encoded, 2 decoded, 3 augmented), `7` zero,
-//!   `8..16` FNV-1a 64 of the key, `16..24` payload length, `24..28` width, `28..32` height
-//!   (decoded; else 0), `32..36` CRC-32 over header bytes `0..32` and the payload, `36..40` zero.
-//!   Every read checks them all: a damaged value (or one stored under another key) is deleted,
-//!   counted (`damaged_dropped`) and answered as a miss, never served.
+//! - **Values**: a 72-byte header then the payload: `0..4` magic `PFRM`, `4..6` version (2),
+//!   `6` kind (1 encoded, 2 decoded, 3 augmented), `7` zero, `8..16` FNV-1a 64 of the key,
+//!   `16..24` payload length, `24..28` width, `28..32` height (decoded; else 0), `32..36` CRC-32
+//!   over header bytes `0..32` and the payload, `36..40` zero, `40..72` the value's MAC: keyed
+//!   BLAKE3 under the deployment's secret (`cache.remote.secret_file`) over the key, header
+//!   bytes `0..40` and the payload (`auth.rs`). Every read checks them all: a damaged value (or
+//!   one stored under another key) is deleted, counted (`damaged_dropped`) and answered as a
+//!   miss; one intact but failing its MAC (forged by someone who can write to the server, or
+//!   written with another secret) is deleted (else its `SET NX` squat would keep the true
+//!   value out), counted (`forged`) and answered as a miss. Neither is ever served.
+//! - **Access**: the URL's `USER:PASSWORD@` (Redis AUTH / ACL user), or a password read from
+//!   `cache.remote.password_file`; `rediss://` for TLS, trusting the system's roots or
+//!   `cache.remote.tls_ca_file`. Passwords are never logged or shown: see [`redacted`].
 //! - **Augmented outputs are use-once across machines**: one waiting output per sample, written
 //!   with `SET NX`, taken with `GETDEL` (Redis 6.2 or later), so no two readers anywhere get it.
 //!   Their keys also name the recipe that made them ([`recipe_fingerprint`]), and a shared bitmap
@@ -51,8 +58,11 @@
 //! (bounded by the timeout) stands where a source read would. Connections are pooled; the pool is
 //! locked only to take or give back a connection, never across a call.
 
+mod auth;
 mod jobs;
 mod network;
+
+pub(crate) use auth::{SecretError, ValueKey, HOW_TO_MAKE};
 
 pub(crate) use jobs::RemoteJobs;
 pub(crate) use network::Network;
@@ -81,9 +91,12 @@ pub(crate) const TIMEOUT: Duration = Duration::from_millis(200);
 /// While down, one probe at most this often.
 pub(crate) const RETRY_EVERY: Duration = Duration::from_secs(1);
 /// Bytes of the header before every payload.
-pub(crate) const HEADER_LEN: usize = 40;
+pub(crate) const HEADER_LEN: usize = 40 + auth::MAC_LEN;
+/// Bytes of the header before its MAC (what the MAC covers of it).
+const CHECKED_LEN: usize = 40;
 const MAGIC: [u8; 4] = *b"PFRM";
-const VERSION: u16 = 1;
+/// 2: the MAC (version 1 values, unauthenticated, are refused as damaged).
+const VERSION: u16 = 2;
 /// The writer's queue: at most this many jobs ...
 const QUEUE_JOBS: usize = 256;
 /// ... holding at most this many payload bytes.
@@ -96,40 +109,41 @@ const POOL_MAX: usize = 32;
 pub(crate) const HELD_READ_EVERY: Duration = Duration::from_secs(1);
 /// A cluster call's retries (redirects, a node's failover): each within [`TIMEOUT`].
 pub(crate) const CLUSTER_RETRIES: u32 = 2;
-/// The scheme of a Redis Cluster URL: `redis+cluster://HOST:PORT,HOST:PORT,...`.
-const CLUSTER_SCHEME: &str = "redis+cluster://";
+/// The schemes of a Redis Cluster URL (`redis+cluster://HOST:PORT,HOST:PORT,...`; with TLS,
+/// `rediss+cluster://`), each with its nodes' scheme.
+const CLUSTER_SCHEMES: [(&str, &str); 2] = [("redis+cluster://", "redis://"), ("rediss+cluster://", "rediss://")];
 
 /// The server(s) a `cache.remote.url` names, each as a `redis://` URL the client accepts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ServerUrls {
-    /// `redis://[USER:PASSWORD@]HOST:PORT[/DB]`.
+    /// `redis[s]://[USER:PASSWORD@]HOST:PORT[/DB]`.
     Single(String),
-    /// `redis+cluster://[USER:PASSWORD@]HOST:PORT,HOST:PORT,...`: the seed nodes (credentials
-    /// apply to each).
+    /// `redis[s]+cluster://[USER:PASSWORD@]HOST:PORT,HOST:PORT,...`: the seed nodes
+    /// (credentials apply to each).
     Cluster(Vec<String>),
 }
 
 /// Parses a `cache.remote.url` (the one place its form is decided; the config checks it here).
 pub(crate) fn server_urls(url: &str) -> Result<ServerUrls, String> {
-    if let Some(rest) = url.strip_prefix(CLUSTER_SCHEME) {
+    if let Some((rest, scheme)) = CLUSTER_SCHEMES.iter().find_map(|(cluster, node)| url.strip_prefix(cluster).map(|rest| (rest, node))) {
         let (auth, hosts) = match rest.rfind('@') {
             Some(at) => (&rest[..=at], &rest[at + 1..]),
             None => ("", rest),
         };
-        let nodes: Vec<String> = hosts.split(',').map(str::trim).filter(|h| !h.is_empty()).map(|h| format!("redis://{auth}{h}")).collect();
+        let nodes: Vec<String> = hosts.split(',').map(str::trim).filter(|h| !h.is_empty()).map(|h| format!("{scheme}{auth}{h}")).collect();
         if nodes.is_empty() {
             return Err("a cluster URL names its nodes: redis+cluster://HOST:PORT,HOST:PORT,...".into());
         }
         for node in &nodes {
-            if node[8..].contains('/') {
+            if node[scheme.len()..].contains('/') {
                 return Err("a cluster has no databases: no /DB after a node".into());
             }
             redis::Client::open(node.as_str()).map_err(|e| format!("node `{}`: {e}", redacted(node)))?;
         }
         return Ok(ServerUrls::Cluster(nodes));
     }
-    if !url.starts_with("redis://") {
-        return Err("a single server's URL, redis://HOST:PORT[/DB], or a cluster's, redis+cluster://HOST:PORT,HOST:PORT,...".into());
+    if !url.starts_with("redis://") && !url.starts_with("rediss://") {
+        return Err("a single server's URL, redis://HOST:PORT[/DB] (rediss:// for TLS), or a cluster's, redis+cluster://HOST:PORT,HOST:PORT,... (rediss+cluster:// for TLS)".into());
     }
     redis::Client::open(url).map_err(|e| e.to_string())?;
     Ok(ServerUrls::Single(url.to_string()))
@@ -142,19 +156,36 @@ enum Server {
 }
 
 impl Server {
-    fn open(url: &str) -> Result<Server, String> {
+    fn open(url: &str, access: &Access) -> Result<Server, String> {
+        let certs = || redis::TlsCertificates { client_tls: None, root_cert: access.tls_ca.clone() };
         Ok(match server_urls(url)? {
-            ServerUrls::Single(url) => Server::Single(redis::Client::open(url).map_err(|e| e.to_string())?),
-            ServerUrls::Cluster(nodes) => Server::Cluster(
-                redis::cluster::ClusterClientBuilder::new(nodes)
+            ServerUrls::Single(url) => {
+                let mut info = redis::IntoConnectionInfo::into_connection_info(url.as_str()).map_err(|e| e.to_string())?;
+                if let Some(password) = &access.password {
+                    let settings = info.redis_settings().clone().set_password(password);
+                    info = info.set_redis_settings(settings);
+                }
+                let client = match access.tls_ca {
+                    Some(_) => redis::Client::build_with_tls(info, certs()),
+                    None => redis::Client::open(info),
+                };
+                Server::Single(client.map_err(|e| e.to_string())?)
+            }
+            ServerUrls::Cluster(nodes) => {
+                let mut builder = redis::cluster::ClusterClientBuilder::new(nodes)
                     .connection_timeout(TIMEOUT)
                     .response_timeout(TIMEOUT)
                     .retries(CLUSTER_RETRIES)
                     .min_retry_wait(10)
-                    .max_retry_wait(50)
-                    .build()
-                    .map_err(|e| e.to_string())?,
-            ),
+                    .max_retry_wait(50);
+                if let Some(password) = &access.password {
+                    builder = builder.password(password);
+                }
+                if access.tls_ca.is_some() {
+                    builder = builder.certs(certs());
+                }
+                Server::Cluster(builder.build().map_err(|e| e.to_string())?)
+            }
         })
     }
 
@@ -167,7 +198,7 @@ impl Server {
                 conn.set_write_timeout(Some(TIMEOUT))?;
                 Ok(Conn::Single(conn))
             }
-            Server::Cluster(client) => Ok(Conn::Cluster(client.get_connection()?)),
+            Server::Cluster(client) => Ok(Conn::Cluster(Box::new(client.get_connection()?))),
         }
     }
 }
@@ -177,7 +208,8 @@ impl Server {
 /// [`Conn::set_nx_all`], which a cluster splits by node.
 enum Conn {
     Single(redis::Connection),
-    Cluster(redis::cluster::ClusterConnection),
+    /// Boxed: a cluster connection (with its TLS settings) is several times a single one.
+    Cluster(Box<redis::cluster::ClusterConnection>),
 }
 
 impl Conn {
@@ -242,13 +274,58 @@ impl redis::ConnectionLike for Conn {
     }
 }
 
-/// A remote tier that cannot be set up (its URL refused by the client).
+/// A remote tier that cannot be set up (its URL refused by the client, a file it names
+/// unusable).
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum RemoteError {
     #[error("cache.remote {url}: {why}")]
     Url { url: String, why: String },
+    #[error("cache.remote.{key}: {source}")]
+    File { key: &'static str, source: SecretError },
     #[error("cache.remote: cannot start the writer thread: {0}")]
     Writer(#[source] io::Error),
+}
+
+/// What a mount needs of the tier besides its URL: the key values are authenticated with, the
+/// server's password (`password_file`; else the URL's, if any) and the roots TLS trusts
+/// (`tls_ca_file`; else the system's). Its `Debug` shows neither secret.
+#[derive(Clone)]
+pub(crate) struct Access {
+    pub(crate) key: ValueKey,
+    pub(crate) password: Option<String>,
+    pub(crate) tls_ca: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for Access {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Access").field("password", &self.password.as_ref().map(|_| "***")).field("tls_ca", &self.tls_ca.is_some()).finish()
+    }
+}
+
+impl Access {
+    /// Only the key (the URL's password, if any; the system's roots).
+    #[cfg(test)]
+    pub(crate) fn with_key(key: ValueKey) -> Access {
+        Access { key, password: None, tls_ca: None }
+    }
+
+    /// Reads the files `cache.remote` names: each checked as [`auth`] says (the CA file is
+    /// public: only read).
+    pub(crate) fn load(config: &crate::config::RemoteConfig) -> Result<Access, RemoteError> {
+        let key = ValueKey::load(&config.secret_file).map_err(|source| RemoteError::File { key: "secret_file", source })?;
+        let password = match &config.password_file {
+            Some(path) => Some(auth::read_password(path).map_err(|source| RemoteError::File { key: "password_file", source })?),
+            None => None,
+        };
+        let tls_ca = match &config.tls_ca_file {
+            Some(path) => Some(
+                std::fs::read(path)
+                    .map_err(|e| RemoteError::File { key: "tls_ca_file", source: SecretError::Read { path: path.clone(), source: e } })?,
+            ),
+            None => None,
+        };
+        Ok(Access { key, password, tls_ca })
+    }
 }
 
 /// The forms the remote tier holds.
@@ -293,6 +370,9 @@ enum Damage {
     Dims { width: u32, height: u32, len: u64 },
     #[error("checksum mismatch")]
     Checksum,
+    /// Intact, but not written with this deployment's secret: forged, or another deployment's.
+    #[error("its MAC fails: forged, or written with another secret")]
+    Forged,
 }
 
 /// The dataset's fingerprint: the catalog's relative paths (directories and files, in the
@@ -349,8 +429,8 @@ pub(crate) fn key_of(fingerprint: u64, recipe: u64, rel_path: &Path, version: &I
     key
 }
 
-/// A value for `key`: the header, then `payload`.
-pub(crate) fn encode_value(kind: RemoteKind, key: &[u8], payload: &[u8], (width, height): (u32, u32)) -> Vec<u8> {
+/// A value for `key`: the header (its MAC under `mac`), then `payload`.
+pub(crate) fn encode_value(mac: &ValueKey, kind: RemoteKind, key: &[u8], payload: &[u8], (width, height): (u32, u32)) -> Vec<u8> {
     let mut v = Vec::with_capacity(HEADER_LEN + payload.len());
     v.extend_from_slice(&MAGIC);
     v.extend_from_slice(&VERSION.to_le_bytes());
@@ -365,6 +445,8 @@ pub(crate) fn encode_value(kind: RemoteKind, key: &[u8], payload: &[u8], (width,
     crc.update(payload);
     v.extend_from_slice(&crc.finalize().to_le_bytes());
     v.extend_from_slice(&[0; 4]);
+    let tag = mac.mac(key, &v[..CHECKED_LEN], payload);
+    v.extend_from_slice(&tag);
     v.extend_from_slice(payload);
     v
 }
@@ -378,9 +460,9 @@ fn le_u64(b: &[u8]) -> u64 {
     u64::from_le_bytes(a)
 }
 
-/// Checks a value read under `key`; returns its (width, height) and the payload (the header
-/// taken off in place).
-fn decode_value(kind: RemoteKind, key: &[u8], mut value: Vec<u8>) -> Result<((u32, u32), Vec<u8>), Damage> {
+/// Checks a value read under `key`, its MAC under `mac` last; returns its (width, height) and
+/// the payload (the header taken off in place).
+fn decode_value(mac: &ValueKey, kind: RemoteKind, key: &[u8], mut value: Vec<u8>) -> Result<((u32, u32), Vec<u8>), Damage> {
     if value.len() < HEADER_LEN {
         return Err(Damage::Short);
     }
@@ -412,6 +494,9 @@ fn decode_value(kind: RemoteKind, key: &[u8], mut value: Vec<u8>) -> Result<((u3
     crc.update(&value[HEADER_LEN..]);
     if crc.finalize() != le_u32(&h[32..36]) {
         return Err(Damage::Checksum);
+    }
+    if !mac.verify(key, &h[..CHECKED_LEN], &value[HEADER_LEN..], &h[CHECKED_LEN..HEADER_LEN]) {
+        return Err(Damage::Forged);
     }
     value.drain(..HEADER_LEN);
     Ok(((width, height), value))
@@ -447,8 +532,8 @@ fn utc(t: SystemTime) -> String {
     format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
-/// The URL as shown in stats and logs: a password replaced by `***`.
-fn redacted(url: &str) -> String {
+/// The URL as shown in stats, logs and the printed config: a password replaced by `***`.
+pub(crate) fn redacted(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
             let userinfo = &url[scheme + 3..at];
@@ -462,6 +547,8 @@ fn redacted(url: &str) -> String {
 /// The state shared by request threads and the writer.
 struct Inner {
     server: Server,
+    /// What values are authenticated with.
+    value_key: ValueKey,
     url: String,
     size: u64,
     /// Idle connections, each with the generation it was made in.
@@ -493,6 +580,8 @@ struct Inner {
     errors: AtomicU64,
     outages: AtomicU64,
     damaged_dropped: AtomicU64,
+    /// Values intact but failing their MAC (forged, or another secret's): dropped.
+    forged: AtomicU64,
     dropped_writes: AtomicU64,
     over_size: AtomicU64,
     queued_jobs: AtomicU64,
@@ -623,19 +712,29 @@ impl Inner {
         }
     }
 
-    /// Checks a value read under `key`; a damaged one is deleted (if still there) and counted.
+    /// Checks a value read under `key`; a damaged or forged one is deleted (if still there) and
+    /// counted.
     fn check(&self, kind: RemoteKind, key: &[u8], value: Vec<u8>, delete: bool) -> Option<((u32, u32), Vec<u8>)> {
         let len = value.len() as u64;
-        match decode_value(kind, key, value) {
+        match decode_value(&self.value_key, kind, key, value) {
             Ok(v) => Some(v),
             Err(why) => {
-                self.damaged_dropped.fetch_add(1, Ordering::Relaxed);
-                crate::warn_limited!(
-                    "remote-damaged",
-                    key = %String::from_utf8_lossy(key),
-                    why = %why,
-                    "damaged value in the remote cache tier; dropped, not served"
-                );
+                if matches!(why, Damage::Forged) {
+                    self.forged.fetch_add(1, Ordering::Relaxed);
+                    crate::warn_limited!(
+                        "remote-forged",
+                        key = %String::from_utf8_lossy(key),
+                        "value in the remote cache tier fails its MAC (forged, or written with another secret_file); dropped, not served"
+                    );
+                } else {
+                    self.damaged_dropped.fetch_add(1, Ordering::Relaxed);
+                    crate::warn_limited!(
+                        "remote-damaged",
+                        key = %String::from_utf8_lossy(key),
+                        why = %why,
+                        "damaged value in the remote cache tier; dropped, not served"
+                    );
+                }
                 if delete {
                     if let Some(removed) = self.with_conn(|c| redis::cmd("DEL").arg(key).query::<u64>(c)) {
                         if removed > 0 {
@@ -690,7 +789,7 @@ impl Inner {
                 self.over_size.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
-            let value = encode_value(job.kind, &job.key, data, job.payload.dims());
+            let value = encode_value(&self.value_key, job.kind, &job.key, data, job.payload.dims());
             items.push((&job.key[..], value));
             lens.push(len);
             ids.push(job.id);
@@ -884,13 +983,15 @@ pub(crate) struct RemoteTier {
 
 impl RemoteTier {
     /// The tier on the server at `url` (`redis://HOST:PORT[/DB]`, or a cluster's
-    /// `redis+cluster://HOST:PORT,...`), within `size` bytes, for the dataset `fingerprint`.
-    /// Connects lazily: a server down at mount is an outage like any.
+    /// `redis+cluster://HOST:PORT,...`; `rediss` for TLS) reached and trusted with `access`,
+    /// within `size` bytes, for the dataset `fingerprint`.
+    /// Connects lazily: a server down at mount (or refusing the password) is an outage like any.
     /// `status`: the status bytes the shared index of held samples is copied into.
-    pub(crate) fn open(url: &str, size: u64, fingerprint: u64, recipe: u64, status: Option<Arc<SampleStatus>>) -> Result<RemoteTier, RemoteError> {
-        let server = Server::open(url).map_err(|why| RemoteError::Url { url: redacted(url), why })?;
+    pub(crate) fn open(url: &str, access: &Access, size: u64, fingerprint: u64, recipe: u64, status: Option<Arc<SampleStatus>>) -> Result<RemoteTier, RemoteError> {
+        let server = Server::open(url, access).map_err(|why| RemoteError::Url { url: redacted(url), why })?;
         let inner = Arc::new(Inner {
             server,
+            value_key: access.key.clone(),
             url: redacted(url),
             size,
             pool: Mutex::new(Vec::new()),
@@ -913,6 +1014,7 @@ impl RemoteTier {
             errors: AtomicU64::new(0),
             outages: AtomicU64::new(0),
             damaged_dropped: AtomicU64::new(0),
+            forged: AtomicU64::new(0),
             dropped_writes: AtomicU64::new(0),
             over_size: AtomicU64::new(0),
             queued_jobs: AtomicU64::new(0),
@@ -1119,6 +1221,8 @@ impl RemoteTier {
             "errors": get(&i.errors),
             "outages": get(&i.outages),
             "damaged_dropped": get(&i.damaged_dropped),
+            // Values that failed their MAC (forged, or written with another secret): dropped.
+            "forged": get(&i.forged),
             "dropped_writes": get(&i.dropped_writes),
             "over_size": get(&i.over_size),
             "pending_writes": get(&i.queued_jobs),
@@ -1152,6 +1256,15 @@ mod tests {
 
     const WAIT: Duration = Duration::from_secs(10);
 
+    /// The secret the tests' mounts share.
+    pub(crate) fn test_key() -> ValueKey {
+        ValueKey::from_secret(b"the tests' shared secret, 32 b.")
+    }
+
+    pub(crate) fn test_access() -> Access {
+        Access::with_key(test_key())
+    }
+
     fn version(len: u64) -> Identity {
         Identity { dev: 1, ino: 2, len, mtime_ns: 1_700_000_000_123_456_789, ctime_ns: 3 }
     }
@@ -1166,7 +1279,7 @@ mod tests {
 
     /// A tier for a dataset of `n` samples with status bytes, so it keeps the shared indexes.
     fn indexed(url: &str, fingerprint: u64, recipe: u64, n: usize) -> RemoteTier {
-        RemoteTier::open(url, 1 << 30, fingerprint, recipe, Some(Arc::new(SampleStatus::new(n)))).expect("open")
+        RemoteTier::open(url, &test_access(), 1 << 30, fingerprint, recipe, Some(Arc::new(SampleStatus::new(n)))).expect("open")
     }
 
     /// Waits until `tier` knows `n` outputs wait for a claimer (its writer reads the index once a
@@ -1204,26 +1317,87 @@ mod tests {
     #[test]
     fn a_value_round_trips_and_every_kind_of_damage_is_refused() {
         let key = b"k".to_vec();
-        let v = encode_value(RemoteKind::Decoded, &key, &pixels(4, 3).pixels, (4, 3));
-        let ((w, h), payload) = decode_value(RemoteKind::Decoded, &key, v.clone()).expect("intact");
+        let v = encode_value(&test_key(), RemoteKind::Decoded, &key, &pixels(4, 3).pixels, (4, 3));
+        let ((w, h), payload) = decode_value(&test_key(), RemoteKind::Decoded, &key, v.clone()).expect("intact");
         assert_eq!(((w, h), payload), ((4, 3), pixels(4, 3).pixels.clone()));
-        assert!(matches!(decode_value(RemoteKind::Decoded, b"other", v.clone()), Err(Damage::Key)));
-        assert!(matches!(decode_value(RemoteKind::Encoded, &key, v.clone()), Err(Damage::Kind(2, 1))));
-        assert!(matches!(decode_value(RemoteKind::Decoded, &key, v[..HEADER_LEN - 1].to_vec()), Err(Damage::Short)));
-        assert!(matches!(decode_value(RemoteKind::Decoded, &key, v[..v.len() - 1].to_vec()), Err(Damage::Length { .. })));
+        assert!(matches!(decode_value(&test_key(), RemoteKind::Decoded, b"other", v.clone()), Err(Damage::Key)));
+        assert!(matches!(decode_value(&test_key(), RemoteKind::Encoded, &key, v.clone()), Err(Damage::Kind(2, 1))));
+        assert!(matches!(decode_value(&test_key(), RemoteKind::Decoded, &key, v[..HEADER_LEN - 1].to_vec()), Err(Damage::Short)));
+        assert!(matches!(decode_value(&test_key(), RemoteKind::Decoded, &key, v[..v.len() - 1].to_vec()), Err(Damage::Length { .. })));
         let mut flipped = v.clone();
         flipped[HEADER_LEN + 5] ^= 0x10;
-        assert!(matches!(decode_value(RemoteKind::Decoded, &key, flipped), Err(Damage::Checksum)));
-        let mut magic = v;
+        assert!(matches!(decode_value(&test_key(), RemoteKind::Decoded, &key, flipped), Err(Damage::Checksum)));
+        let mut magic = v.clone();
         magic[0] = b'X';
-        assert!(matches!(decode_value(RemoteKind::Decoded, &key, magic), Err(Damage::Magic)));
+        assert!(matches!(decode_value(&test_key(), RemoteKind::Decoded, &key, magic), Err(Damage::Magic)));
+        // Forged: the pixels changed and the CRC and key hash recomputed, as anyone can.
+        let forged = forge(&v, |p| p.iter_mut().for_each(|b| *b = !*b));
+        assert!(matches!(decode_value(&test_key(), RemoteKind::Decoded, &key, forged), Err(Damage::Forged)));
+        let other = ValueKey::from_secret(b"another deployment's secret....");
+        assert!(matches!(decode_value(&other, RemoteKind::Decoded, &key, v), Err(Damage::Forged)), "another secret's value");
+    }
+
+    /// `value` with `change` applied to its payload and its CRC-32 recomputed exactly as the
+    /// codec does (the key hash is unchanged: the key is the same): what a writer to Redis
+    /// without the secret can do.
+    fn forge(value: &[u8], change: impl Fn(&mut [u8])) -> Vec<u8> {
+        let mut v = value.to_vec();
+        change(&mut v[HEADER_LEN..]);
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&v[0..32]);
+        crc.update(&v[HEADER_LEN..]);
+        let crc = crc.finalize().to_le_bytes();
+        v[32..36].copy_from_slice(&crc);
+        v
+    }
+
+    #[test]
+    fn a_forged_value_with_recomputed_checksums_is_dropped_deleted_counted_and_written_again() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let server = RedisServer::start(dir.path());
+        let writer = RemoteTier::open(&server.url(), &test_access(), 1 << 30, 1, 0, None).expect("open");
+        let a = Path::new("c0/a.jpg");
+        assert!(writer.put_decoded(0, a, &version(1), pixels(16, 8)));
+        assert!(writer.flush(WAIT));
+        let key = writer.key(a, &version(1), RemoteKind::Decoded);
+        let stored = server.command_bytes(&[b"GET", &key]).expect("GET");
+        // A bulk reply: `$LEN\r\n` then the value.
+        let start = stored.iter().position(|&b| b == b'\n').expect("reply") + 1;
+        let value = &stored[start..start + HEADER_LEN + 16 * 8 * 3];
+        let forged = forge(value, |p| p.iter_mut().for_each(|b| *b = !*b));
+        assert!(server.command_bytes(&[b"SET", &key, &forged]).is_some_and(|r| r.starts_with(b"+OK")));
+        let reader = RemoteTier::open(&server.url(), &test_access(), 1 << 30, 1, 0, None).expect("open");
+        assert!(reader.get(0, a, &version(1)).is_none(), "the forged pixels were served");
+        assert!(!exists(&server, &key), "the forged value was left squatting its key");
+        let stats = reader.stats();
+        assert_eq!((stats["forged"].as_u64(), stats["damaged_dropped"].as_u64()), (Some(1), Some(0)), "{stats}");
+        // The key is free again: the true pixels are written and served.
+        assert!(reader.put_decoded(0, a, &version(1), pixels(16, 8)));
+        assert!(reader.flush(WAIT));
+        assert!(matches!(writer.get(0, a, &version(1)), Some(LowerHit::Pixels(p)) if p.pixels == pixels(16, 8).pixels));
+    }
+
+    #[test]
+    fn mounts_with_different_secrets_do_not_share_each_drops_the_others_values() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let server = RedisServer::start(dir.path());
+        let ours = RemoteTier::open(&server.url(), &test_access(), 1 << 30, 1, 0, None).expect("open");
+        let theirs = Access::with_key(ValueKey::from_secret(b"another deployment's secret...."));
+        let stranger = RemoteTier::open(&server.url(), &theirs, 1 << 30, 1, 0, None).expect("open");
+        let (a, b) = (Path::new("a.jpg"), Path::new("b.jpg"));
+        assert!(ours.put_encoded(0, a, &version(1), bytes(1_000, 1)));
+        assert!(stranger.put_encoded(0, b, &version(2), bytes(1_000, 2)));
+        assert!(ours.flush(WAIT) && stranger.flush(WAIT));
+        assert!(stranger.get(0, a, &version(1)).is_none(), "another secret's mount served ours");
+        assert!(ours.get(0, b, &version(2)).is_none(), "we served another secret's value");
+        assert_eq!((ours.stats()["forged"].as_u64(), stranger.stats()["forged"].as_u64()), (Some(1), Some(1)));
     }
 
     #[test]
     fn what_is_put_is_got_back_from_a_real_redis_server() {
         let dir = tempfile::tempdir().expect("tempdir");
         let server = RedisServer::start(dir.path());
-        let tier = RemoteTier::open(&server.url(), 1 << 30, 42, 0, None).expect("open");
+        let tier = RemoteTier::open(&server.url(), &test_access(), 1 << 30, 42, 0, None).expect("open");
         let (a, b) = (Path::new("c0/a.jpg"), Path::new("c1/b.jpg"));
         assert!(tier.get(0, a, &version(10_000)).is_none());
         assert!(tier.put_encoded(0, a, &version(10_000), bytes(10_000, 1)));
@@ -1239,9 +1413,9 @@ mod tests {
         }
         assert!(tier.get(0, a, &version(10_001)).is_none(), "another version of the file misses");
         // Another mount of the same dataset shares; another dataset does not see them.
-        let same = RemoteTier::open(&server.url(), 1 << 30, 42, 0, None).expect("open");
+        let same = RemoteTier::open(&server.url(), &test_access(), 1 << 30, 42, 0, None).expect("open");
         assert!(same.get(0, a, &version(10_000)).is_some());
-        let other = RemoteTier::open(&server.url(), 1 << 30, 43, 0, None).expect("open");
+        let other = RemoteTier::open(&server.url(), &test_access(), 1 << 30, 43, 0, None).expect("open");
         assert!(other.get(0, a, &version(10_000)).is_none());
         let stats = tier.stats();
         assert_eq!((stats["hits"].as_u64(), stats["misses"].as_u64(), stats["writes"].as_u64()), (Some(2), Some(2), Some(2)));
@@ -1265,9 +1439,9 @@ mod tests {
     fn mounts_sharing_a_server_count_each_other_and_their_machine_measure_the_link_and_leave() {
         let dir = tempfile::tempdir().expect("tempdir");
         let server = RedisServer::start(dir.path());
-        let first = RemoteTier::open(&server.url(), 1 << 30, 42, 0, None).expect("open");
-        let second = RemoteTier::open(&server.url(), 1 << 30, 42, 0, None).expect("open");
-        let other_dataset = RemoteTier::open(&server.url(), 1 << 30, 43, 0, None).expect("open");
+        let first = RemoteTier::open(&server.url(), &test_access(), 1 << 30, 42, 0, None).expect("open");
+        let second = RemoteTier::open(&server.url(), &test_access(), 1 << 30, 42, 0, None).expect("open");
+        let other_dataset = RemoteTier::open(&server.url(), &test_access(), 1 << 30, 43, 0, None).expect("open");
         let network = wait_network(&first, 2);
         assert_eq!(network.nodes, 1, "two mounts of one machine are one node");
         // Loopback moves far more than a megabyte a second; its other traffic cannot be negative.
@@ -1337,7 +1511,7 @@ mod tests {
     fn a_cluster_whose_nodes_are_all_down_is_an_outage_noticed_within_the_timeouts() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut cluster = RedisCluster::start(dir.path());
-        let tier = RemoteTier::open(&cluster.url(), 1 << 30, 9, 0, None).expect("open");
+        let tier = RemoteTier::open(&cluster.url(), &test_access(), 1 << 30, 9, 0, None).expect("open");
         assert!(tier.put_encoded(0, Path::new("a.jpg"), &version(1), bytes(100, 1)));
         assert!(tier.flush(WAIT));
         for node in &mut cluster.nodes {
@@ -1355,8 +1529,8 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let server = RedisServer::start(dir.path());
         let (mine, theirs) = (Arc::new(SampleStatus::new(40)), Arc::new(SampleStatus::new(40)));
-        let writer = RemoteTier::open(&server.url(), 1 << 30, 7, 0, Some(Arc::clone(&mine))).expect("open");
-        let _reader = RemoteTier::open(&server.url(), 1 << 30, 7, 0, Some(Arc::clone(&theirs))).expect("open");
+        let writer = RemoteTier::open(&server.url(), &test_access(), 1 << 30, 7, 0, Some(Arc::clone(&mine))).expect("open");
+        let _reader = RemoteTier::open(&server.url(), &test_access(), 1 << 30, 7, 0, Some(Arc::clone(&theirs))).expect("open");
         for id in [3u32, 17, 38] {
             assert!(writer.put_encoded(id, Path::new(&format!("c/{id}.jpg")), &version(u64::from(id)), bytes(500, 1)));
         }
@@ -1372,7 +1546,7 @@ mod tests {
         }
         // Another dataset's mount learns nothing of them.
         let stranger = Arc::new(SampleStatus::new(40));
-        let _other = RemoteTier::open(&server.url(), 1 << 30, 8, 0, Some(Arc::clone(&stranger))).expect("open");
+        let _other = RemoteTier::open(&server.url(), &test_access(), 1 << 30, 8, 0, Some(Arc::clone(&stranger))).expect("open");
         std::thread::sleep(HELD_READ_EVERY + Duration::from_millis(300));
         assert!(held(&stranger).is_empty());
     }
@@ -1381,7 +1555,7 @@ mod tests {
     fn a_damaged_value_is_deleted_and_never_served() {
         let dir = tempfile::tempdir().expect("tempdir");
         let server = RedisServer::start(dir.path());
-        let tier = RemoteTier::open(&server.url(), 1 << 30, 1, 0, None).expect("open");
+        let tier = RemoteTier::open(&server.url(), &test_access(), 1 << 30, 1, 0, None).expect("open");
         let (a, b) = (Path::new("a.jpg"), Path::new("b.jpg"));
         assert!(tier.put_encoded(0, a, &version(1), bytes(5_000, 1)));
         assert!(tier.put_encoded(0, b, &version(2), bytes(5_000, 2)));
@@ -1460,7 +1634,7 @@ mod tests {
         let server = RedisServer::start(dir.path());
         // Room for about 3 values of 100 KB. (The server's own used_memory, ~1 MB empty, is
         // within a size of 10 MB; here the running count is what stops the writes.)
-        let tier = RemoteTier::open(&server.url(), 10 << 20, 9, 0, None).expect("open");
+        let tier = RemoteTier::open(&server.url(), &test_access(), 10 << 20, 9, 0, None).expect("open");
         for i in 0..300u64 {
             let rel = format!("{i}.jpg");
             tier.put_encoded(0, Path::new(&rel), &version(i), bytes(100_000, i as u8));
@@ -1477,7 +1651,7 @@ mod tests {
     fn a_killed_server_is_an_outage_logged_once_and_a_restarted_one_is_used_again() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut server = RedisServer::start(dir.path());
-        let tier = RemoteTier::open(&server.url(), 1 << 30, 3, 0, None).expect("open");
+        let tier = RemoteTier::open(&server.url(), &test_access(), 1 << 30, 3, 0, None).expect("open");
         let a = Path::new("a.jpg");
         assert!(tier.put_encoded(0, a, &version(1), bytes(1_000, 1)));
         assert!(tier.flush(WAIT));
