@@ -523,7 +523,7 @@ fn start_metrics_endpoint(fs: &Arc<Filesystem>, workers: &mut Workers, listener:
     let url = format!("http://{}/metrics", listener.local_addr()?);
     tracing::info!(url = %url, "metrics endpoint");
     let fs = Arc::clone(fs);
-    workers.spawn("prepfs-metrics".into(), move |stop| crate::metrics::serve_http(listener, stop, || fs.metrics_text()))
+    workers.spawn("prepfs-metrics".into(), move |stop| crate::metrics::http::serve(listener, stop, || fs.metrics_text()))
 }
 
 /// Sleeps `d` unless `stop` is set meanwhile; returns whether to go on.
