@@ -1041,7 +1041,8 @@ impl Config {
         })?;
         let source = source.canonicalize().map_err(|e| ConfigError::at(text, "source", e))?;
         if mountpoint.starts_with(&source) {
-            return Err(ConfigError::at(text, "mountpoint", "must not lie inside the source"));
+            let why = format!("{} is inside source {}: the source would hold its own mount", mountpoint.display(), source.display());
+            return Err(ConfigError::at(text, "mountpoint", why));
         }
 
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
