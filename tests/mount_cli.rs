@@ -409,8 +409,9 @@ fn the_mount_helper_passes_a_source_named_like_an_option_as_a_path() {
 fn uids_and_gids_of_2_to_the_31_and_up_are_refused_wherever_they_are_given() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (source, _) = make_id_dataset(dir.path(), 1, 1);
-    let mnt = dir.path().join("mnt");
-    std::fs::create_dir(&mnt).expect("mkdir");
+    // A missing mountpoint: nothing can mount even where an id is let through (before the fix
+    // these failed there instead, with exit status 1 and no word of the id).
+    let mnt = dir.path().join("missing");
     for (flag, value) in [("--uid", "4294967295"), ("--gid", "2147483648"), ("-o", "uid=4294967295"), ("-o", "gid=2147483648")] {
         let out = run_limited(prepfs(&[&"mount", &source, &mnt, &flag, &value]), LIMIT);
         let err = text(&out.stderr);
@@ -425,7 +426,7 @@ fn uids_and_gids_of_2_to_the_31_and_up_are_refused_wherever_they_are_given() {
         assert!(!out.status.success() && err.contains(key) && err.contains("2147483647"), "{err}");
         assert!(!is_mounted(&mnt));
     }
-    // The largest accepted: 2^31 - 1 mounts (refused by nothing before the scan).
+    // The largest accepted: 2^31 - 1.
     let out = run_limited(prepfs(&[&"check", &common::write_config(dir.path(), "uid: 2147483647\ngid: 2147483647\n"), &"--source", &source, &"--mountpoint", &mnt]), LIMIT);
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
