@@ -296,11 +296,27 @@ mod tests {
     }
 
     impl Drop for Server {
+        /// Stops and joins the thread; on a failing test's way out, waits a second at most (a
+        /// server stuck on a client must fail the test, not hang it) and leaves it behind.
         fn drop(&mut self) {
             self.stop.store(true, Ordering::SeqCst);
-            if let Some(t) = self.thread.take() {
+            let Some(t) = self.thread.take() else { return };
+            let asked = Instant::now();
+            while std::thread::panicking() && !t.is_finished() && asked.elapsed() < Duration::from_secs(1) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if !std::thread::panicking() || t.is_finished() {
                 let _ = t.join();
             }
+        }
+    }
+
+    /// Sets its flag when dropped: the test's clients stop on every way out.
+    struct SetOnDrop(Arc<AtomicBool>);
+
+    impl Drop for SetOnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
         }
     }
 
@@ -318,8 +334,9 @@ mod tests {
 
     #[test]
     fn a_slowloris_client_costs_a_scrape_nothing() {
-        let server = Server::start(LIMITS);
         let done = Arc::new(AtomicBool::new(false));
+        let _stop_clients = SetOnDrop(Arc::clone(&done));
+        let server = Server::start(LIMITS);
         // Three clients each send a request a byte at a time, a byte every 300 ms (well inside
         // a per-read timeout), connecting again whenever the server closes them.
         let slow: Vec<_> = (0..3)
@@ -393,8 +410,14 @@ mod tests {
         }
         let server = Server::start(LIMITS);
         let mut silent = Vec::with_capacity(count);
-        for _ in 0..count {
+        let started = Instant::now();
+        for i in 0..count {
+            // A server that takes connections one at a time holds each connect up: fail, not hang.
+            assert!(started.elapsed() < Duration::from_secs(60), "{i} of {count} connected after 60 s: not accepted");
             silent.push(TcpStream::connect_timeout(&server.addr, Duration::from_secs(5)).expect("connect"));
+            if i % 2000 == 1999 {
+                server.scrape();
+            }
         }
         for _ in 0..5 {
             server.scrape();
