@@ -685,6 +685,12 @@ impl Default for SourceLimits {
     }
 }
 
+/// The largest uid or gid prepfs shows: 2^31 - 1. Larger ones are refused wherever they are
+/// given (`--uid`/`--gid`, `-o uid=`/`gid=`, `uid:`/`gid:`): many tools and kernel paths hold
+/// ids in signed 32-bit integers, and 4294967295 is `(uid_t)-1`, which chown(2) and setuid(2)
+/// read as "no change", not as a user.
+pub const MAX_ID: u32 = i32::MAX as u32;
+
 /// Who may use the mount.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct AccessConfig {
@@ -1108,7 +1114,8 @@ impl Config {
         })?;
         let source = source.canonicalize().map_err(|e| ConfigError::at(text, "source", e))?;
         if mountpoint.starts_with(&source) {
-            return Err(ConfigError::at(text, "mountpoint", "must not lie inside the source"));
+            let why = format!("{} is inside source {}: the source would hold its own mount", mountpoint.display(), source.display());
+            return Err(ConfigError::at(text, "mountpoint", why));
         }
 
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -1155,6 +1162,11 @@ impl Config {
         };
         if max_open_bytes < MIN_MAX_OPEN_BYTES {
             return Err(ConfigError::value(text, "max_open_bytes", ValueError::TooSmall { min: MIN_MAX_OPEN_BYTES }));
+        }
+        for (key, id) in [("uid", raw.uid), ("gid", raw.gid)] {
+            if id.is_some_and(|id| id > MAX_ID) {
+                return Err(ConfigError::value(text, key, ValueError::OutOfRange { min: 0, max: u64::from(MAX_ID) }));
+            }
         }
         let access = AccessConfig {
             allow_other: raw.allow_other.unwrap_or(false),

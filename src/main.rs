@@ -124,10 +124,10 @@ struct MountArgs {
     no_passthrough: bool,
     /// Show every file and directory as owned by this uid (as mount-s3 and gcsfuse do; same as
     /// `uid:`). What the source's own owners and modes deny a user stays denied.
-    #[arg(long, value_name = "UID")]
+    #[arg(long, value_name = "UID", value_parser = parse_id)]
     uid: Option<u32>,
     /// Show every file and directory with this group (same as `gid:`).
-    #[arg(long, value_name = "GID")]
+    #[arg(long, value_name = "GID", value_parser = parse_id)]
     gid: Option<u32>,
     /// Which views hide the samples known bad from listings and never serve one: `jobs` (the
     /// default: a job's open of a bad sample is served another of its directory), `all` (the
@@ -195,8 +195,8 @@ fn parse_mount_options(lists: &[String]) -> Result<MountOptions, String> {
             "x-mount.mkdir" | "create_mountpoint" => o.create_mountpoint = true,
             "log_level" => o.log_level = Some(need(key, value)?.to_string()),
             "log_file" => o.log_file = Some(need(key, value)?.into()),
-            "uid" => o.uid = Some(need(key, value)?.parse().map_err(|_| format!("mount option `uid={}`: not a number", value.unwrap_or("")))?),
-            "gid" => o.gid = Some(need(key, value)?.parse().map_err(|_| format!("mount option `gid={}`: not a number", value.unwrap_or("")))?),
+            "uid" => o.uid = Some(parse_id(need(key, value)?).map_err(|e| format!("mount option `uid={}`: {e}", value.unwrap_or("")))?),
+            "gid" => o.gid = Some(parse_id(need(key, value)?).map_err(|e| format!("mount option `gid={}`: {e}", value.unwrap_or("")))?),
             "hide_bad" => o.hide_bad = Some(need(key, value)?.parse().map_err(|e| format!("mount option `hide_bad`: {e}"))?),
             "validate" => o.validate = Some(need(key, value)?.parse().map_err(|e| format!("mount option `validate`: {e}"))?),
             "seed" => o.seed = Some(need(key, value)?.parse().map_err(|_| format!("mount option `seed={}`: not a number", value.unwrap_or("")))?),
@@ -211,6 +211,14 @@ fn parse_mount_options(lists: &[String]) -> Result<MountOptions, String> {
         }
     }
     Ok(o)
+}
+
+/// A uid or gid: a whole number, 0 to [`prepfs::config::MAX_ID`] (2^31 - 1; see there why).
+fn parse_id(text: &str) -> Result<u32, String> {
+    let id: u64 = text.trim().parse().map_err(|_| "not a number".to_string())?;
+    u32::try_from(id).ok().filter(|&id| id <= prepfs::config::MAX_ID).ok_or_else(|| {
+        format!("{id} is past {} (ids of 2^31 and up are refused: many tools hold them signed, and 4294967295 is (uid_t)-1, \"no change\")", prepfs::config::MAX_ID)
+    })
 }
 
 /// The subcommands, and the flags clap answers itself.
@@ -631,6 +639,11 @@ mod tests {
         assert_eq!((o.uid, o.gid), (Some(1000), Some(100)));
         assert_eq!((o.hide_bad, o.validate), (Some(HideBad::All), Some(Validate::Scan)));
         assert!(parse_mount_options(&["uid=me".into()]).is_err());
+        // 2^31 - 1 is the largest id; (uid_t)-1 and everything from 2^31 up are refused.
+        assert_eq!(parse_mount_options(&["uid=2147483647,gid=0".into()]).expect("parse").uid, Some(2147483647));
+        for opt in ["uid=4294967295", "gid=2147483648", "uid=99999999999"] {
+            assert!(parse_mount_options(&[opt.into()]).expect_err(opt).contains("2147483647"), "{opt}");
+        }
         assert!(parse_mount_options(&["validate=sometimes".into()]).expect_err("bad mode").contains("first-touch"));
     }
 }

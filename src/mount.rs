@@ -36,6 +36,14 @@ pub enum MountError {
     Metrics { addr: String, source: io::Error },
     #[error(transparent)]
     LoaderSocket(#[from] crate::loader::LoaderSocketError),
+    /// The source is the mountpoint or below it (through symlinks too): the mount would hide
+    /// its own source, and its FUSE threads would wait on their own mount for good.
+    #[error("source {dataset} is inside mountpoint {mountpoint}: the mount would serve itself and hang; pick a source outside the mountpoint")]
+    SourceInMountpoint { dataset: String, mountpoint: String },
+    /// The mountpoint is below the source: once mounted, that directory of the source would be
+    /// the mount itself, which a FUSE thread reading the source would wait on.
+    #[error("mountpoint {mountpoint} is inside source {dataset}: the source would hold its own mount; pick a mountpoint outside the source")]
+    MountpointInSource { dataset: String, mountpoint: String },
 }
 
 /// The state of a mountpoint before mounting.
@@ -220,6 +228,22 @@ pub(crate) fn prepare_mountpoint(path: &Path, create: bool, allow_non_empty: boo
     Ok(created)
 }
 
+/// Refuses a mount over itself: a source that is the mountpoint or lies below it, or a
+/// mountpoint below the source, both compared canonical (symlinks followed). A source that does
+/// not resolve is left to the scan to report.
+pub(crate) fn check_no_overlap(source: &Path, mountpoint: &Path) -> Result<(), MountError> {
+    let Ok(dataset) = source.canonicalize() else { return Ok(()) };
+    let mountpoint = mountpoint.canonicalize().map_err(|e| MountError::Mountpoint { path: mountpoint.display().to_string(), why: e.to_string() })?;
+    let (shown_source, shown_mountpoint) = (dataset.display().to_string(), mountpoint.display().to_string());
+    if dataset.starts_with(&mountpoint) {
+        return Err(MountError::SourceInMountpoint { dataset: shown_source, mountpoint: shown_mountpoint });
+    }
+    if mountpoint.starts_with(&dataset) {
+        return Err(MountError::MountpointInSource { dataset: shown_source, mountpoint: shown_mountpoint });
+    }
+    Ok(())
+}
+
 /// Whether this process may mount FUSE at `mountpoint`, asked before the (long) catalog scan:
 /// `/dev/fuse` opens, and a user other than root has the setuid `fusermount3` to mount with,
 /// write access to the mountpoint, and (for `allow_other`) `user_allow_other` in
@@ -386,6 +410,8 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
     // Everything that can refuse the mount is asked before the scan, which may take minutes.
     check_fuse_access(&config.mountpoint, config.access.allow_other)?;
     let created = prepare_mountpoint(&config.mountpoint, lifecycle.create_mountpoint, lifecycle.allow_non_empty)?;
+    // Before anything mounts (a created mountpoint is removed again as `created` drops).
+    check_no_overlap(&config.source, &config.mountpoint)?;
     if let Some(created) = created.as_ref().filter(|_| lifecycle.create_mountpoint) {
         tracing::info!(mountpoint = %config.mountpoint.display(), dirs = created.dirs.len(), "created the mountpoint");
     }
@@ -526,7 +552,7 @@ fn start_metrics_endpoint(fs: &Arc<Filesystem>, workers: &mut Workers, listener:
     let url = format!("http://{}/metrics", listener.local_addr()?);
     tracing::info!(url = %url, "metrics endpoint");
     let fs = Arc::clone(fs);
-    workers.spawn("prepfs-metrics".into(), move |stop| crate::metrics::serve_http(listener, stop, || fs.metrics_text()))
+    workers.spawn("prepfs-metrics".into(), move |stop| crate::metrics::http::serve(listener, stop, || fs.metrics_text()))
 }
 
 /// Sleeps `d` unless `stop` is set meanwhile; returns whether to go on.

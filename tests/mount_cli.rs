@@ -377,3 +377,56 @@ fn a_user_who_may_not_mount_is_told_before_the_scan() {
     assert!(err.contains("FUSE") && !err.contains("catalog ready"), "refused before the scan: {err}");
     assert!(!is_mounted(&mnt));
 }
+
+#[test]
+fn the_mount_helper_passes_a_source_named_like_an_option_as_a_path() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (made, _) = make_id_dataset(dir.path(), 2, 3);
+    // A source literally named `--config=x`, given relative (as it would be read as an
+    // option), and a mountpoint starting with `-`.
+    std::fs::rename(&made, dir.path().join("--config=x")).expect("rename");
+    let mnt = dir.path().join("-mnt");
+    std::fs::create_dir(&mnt).expect("mkdir");
+    let log_file = dir.path().join("prepfs.log");
+    let helper = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/mount.prepfs");
+    let bin_dir = prepfs_bin().parent().expect("bin dir").to_path_buf();
+    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap_or_default());
+    let mut cmd = Command::new(&helper);
+    cmd.current_dir(dir.path()).arg("--config=x").arg("-mnt").arg("-o").arg(format!("log_file={}", log_file.display()));
+    cmd.env("PATH", &path).stdin(Stdio::null());
+    let out = run_limited(cmd, LIMIT);
+    assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
+    let daemon = Daemon { pid: daemon_pid(&text(&out.stdout)), mountpoint: mnt.clone(), done: Arc::new(AtomicBool::new(false)) };
+    watchdog(daemon.pid, mnt.clone(), Arc::clone(&daemon.done), LIMIT);
+    assert_eq!(read_a_sample(&mnt), (224, 224));
+    let effective = std::fs::read_to_string(mnt.join(".prepfs/config.yaml")).expect("config.yaml");
+    assert!(effective.contains("--config=x"), "the source is the directory `--config=x`: {effective}");
+    fusermount_u(&mnt);
+    assert!(wait_for(Duration::from_secs(20), || !daemon.running()));
+}
+
+#[test]
+fn uids_and_gids_of_2_to_the_31_and_up_are_refused_wherever_they_are_given() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (source, _) = make_id_dataset(dir.path(), 1, 1);
+    // A missing mountpoint: nothing can mount even where an id is let through (before the fix
+    // these failed there instead, with exit status 1 and no word of the id).
+    let mnt = dir.path().join("missing");
+    for (flag, value) in [("--uid", "4294967295"), ("--gid", "2147483648"), ("-o", "uid=4294967295"), ("-o", "gid=2147483648")] {
+        let out = run_limited(prepfs(&[&"mount", &source, &mnt, &flag, &value]), LIMIT);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}: {err}");
+        assert!(err.contains("2147483647") && err.contains("(uid_t)-1"), "{flag} {value}: {err}");
+        assert!(!is_mounted(&mnt));
+    }
+    for key in ["uid", "gid"] {
+        let config = common::write_config(dir.path(), &format!("{key}: 4294967295\n"));
+        let out = run_limited(prepfs(&[&"mount", &source, &mnt, &"--config", &config]), LIMIT);
+        let err = text(&out.stderr);
+        assert!(!out.status.success() && err.contains(key) && err.contains("2147483647"), "{err}");
+        assert!(!is_mounted(&mnt));
+    }
+    // The largest accepted: 2^31 - 1.
+    let out = run_limited(prepfs(&[&"check", &common::write_config(dir.path(), "uid: 2147483647\ngid: 2147483647\n"), &"--source", &source, &"--mountpoint", &mnt]), LIMIT);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}

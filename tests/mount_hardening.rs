@@ -501,3 +501,60 @@ fn a_job_never_substitutes_a_sample_its_user_may_not_read() {
     assert!(!served.contains(&0), "nobody was served root's private sample: {served:?}");
     assert!(nobody_reads(&mnt.path("jobs/mine/augmented/c0/s00.ppm")).expect_err("s00 itself").contains("Permission denied"));
 }
+
+/// `prepfs mount SOURCE MNT --allow-non-empty`, expected to be refused within 30 s: its exit
+/// status and stderr. If it mounts instead, the guard aborts the FUSE connection (a mount over
+/// itself hangs for good otherwise) before the test fails.
+fn refused_mount(source: &Path, mnt: &Path) -> (std::process::ExitStatus, String) {
+    let mut cmd = Command::new(common::prepfs_bin());
+    cmd.arg("mount").arg(source).arg(mnt).arg("--allow-non-empty");
+    let mut run = common::Refused::start(cmd, mnt);
+    let ended = run.wait(Duration::from_secs(30));
+    let mounted = prepfs::mount::mount_at(mnt).is_some();
+    drop(run);
+    let (status, err) = ended.unwrap_or_else(|| panic!("prepfs mount {} {} was not refused (mounted: {mounted})", source.display(), mnt.display()));
+    assert!(!mounted && prepfs::mount::mount_at(mnt).is_none(), "nothing stays mounted");
+    (status, err)
+}
+
+#[test]
+fn a_source_inside_its_mountpoint_is_refused_before_mounting_even_through_a_symlink() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().canonicalize().expect("canonical tempdir");
+    let mnt = root.join("mnt");
+    std::fs::create_dir(&mnt).expect("mkdir");
+    let (source, _) = make_id_dataset(&mnt, 2, 3);
+    let link = root.join("link");
+    std::os::unix::fs::symlink(&source, &link).expect("symlink");
+    for given in [&source, &link, &mnt] {
+        let (status, err) = refused_mount(given, &mnt);
+        assert_eq!(status.code(), Some(1), "{err}");
+        let named = format!("source {} is inside mountpoint {}", given.canonicalize().expect("canonical").display(), mnt.display());
+        // The mountpoint as its own source is refused by the config's check, naming it too.
+        let itself = format!("{} is inside source {}", mnt.display(), mnt.display());
+        assert!(err.contains(&named) || (given == &mnt && err.contains(&itself)), "{err}");
+        assert!(!err.contains("catalog ready"), "refused before the scan: {err}");
+    }
+}
+
+#[test]
+fn a_mountpoint_inside_its_source_is_refused_before_mounting() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().canonicalize().expect("canonical tempdir");
+    let (source, _) = make_id_dataset(&root, 2, 3);
+    let mnt = source.join("mnt");
+    std::fs::create_dir(&mnt).expect("mkdir");
+    // Named through a symlink, so no comparison of the paths as written can see it.
+    let link = root.join("to-mnt");
+    std::os::unix::fs::symlink(&mnt, &link).expect("symlink");
+    let mut cmd = Command::new(common::prepfs_bin());
+    cmd.arg("mount").arg(&source).arg(&link);
+    let mut run = common::Refused::start(cmd, &mnt);
+    let ended = run.wait(Duration::from_secs(30));
+    let mounted = prepfs::mount::mount_at(&mnt).is_some();
+    drop(run);
+    let (status, err) = ended.unwrap_or_else(|| panic!("not refused (mounted: {mounted})"));
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains(&format!("mountpoint {} is inside source {}", mnt.display(), source.display())), "{err}");
+    assert!(!mounted && prepfs::mount::mount_at(&mnt).is_none());
+}

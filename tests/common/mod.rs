@@ -337,3 +337,62 @@ pub fn make_id_dataset(dir: &Path, classes: usize, per_class: usize) -> (PathBuf
     }
     (root, class_of)
 }
+
+/// Aborts the FUSE connection of the mount at `path` (as given, not canonicalized: a mount that
+/// waits on itself would hang the lookup), then detaches it: the one way out of a daemon stuck
+/// on its own mount, whose readers sit in D state and which SIGKILL leaves a zombie. Whether a
+/// connection was found and aborted.
+pub fn abort_fuse_connection(path: &Path) -> bool {
+    let Some(entry) = prepfs::mount::mount_at(path).filter(|e| e.fstype.starts_with("fuse")) else { return false };
+    let connections = Path::new("/sys/fs/fuse/connections");
+    if prepfs::mount::mount_at(connections).is_none() {
+        let _ = Command::new("mount").args(["-t", "fusectl", "none"]).arg(connections).status();
+    }
+    let aborted = std::fs::write(connections.join(entry.minor.to_string()).join("abort"), "1").is_ok();
+    let _ = Command::new("fusermount3").arg("-u").arg("-z").arg(path).status();
+    if prepfs::mount::mount_at(path).is_some() {
+        let _ = Command::new("umount").arg("-l").arg(path).status();
+    }
+    aborted
+}
+
+/// A `prepfs mount` expected to refuse: run under a time limit and, on every way out, its FUSE
+/// connection aborted if it ever mounted (so a mount that hangs on itself never hangs the
+/// suite), then killed and reaped.
+pub struct Refused {
+    child: Child,
+    mountpoint: PathBuf,
+}
+
+impl Refused {
+    /// Starts `cmd`, which mounts at `mountpoint` (a path with no symlinks in it).
+    pub fn start(mut cmd: Command, mountpoint: &Path) -> Refused {
+        let child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn prepfs");
+        Refused { child, mountpoint: mountpoint.to_path_buf() }
+    }
+
+    /// Waits up to `limit` for it to exit: its status and stderr, or `None` if it is still
+    /// running (mounted, most likely; the guard then tears it down).
+    pub fn wait(&mut self, limit: Duration) -> Option<(std::process::ExitStatus, String)> {
+        let started = Instant::now();
+        while started.elapsed() < limit {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                let mut err = String::new();
+                if let Some(mut e) = self.child.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut e, &mut err);
+                }
+                return Some((status, err));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for Refused {
+    fn drop(&mut self) {
+        abort_fuse_connection(&self.mountpoint);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -5,8 +5,8 @@
 //! for `stats.json`; and `.prepfs/metrics`, the Prometheus text exposition format 0.0.4 of the
 //! counters in [`crate::stats`] and these histograms ([`exposition`]).
 //!
-//! [`serve_http`] answers `GET /metrics` for `prepfs mount --metrics-addr`, on a worker thread
-//! that `mount::Workers` owns.
+//! [`http`] answers `GET /metrics` for `prepfs mount --metrics-addr`, on a worker thread that
+//! `mount::Workers` owns.
 //!
 //! Each histogram sits behind its own mutex, taken to record one value or to copy the figures
 //! out: never across I/O, decoding or formatting.
@@ -21,6 +21,8 @@ use serde_json::json;
 use crate::shared::Form;
 use crate::stats::Stats;
 use crate::sync::{LockExt, Mutex};
+
+pub(crate) mod http;
 
 /// How an open ended: served from a cache form (or another open's handle), made from a source
 /// or disk read, or failed.
@@ -322,60 +324,6 @@ pub(crate) fn exposition(stats: &Stats, gauges: &Gauges) -> String {
     w.out
 }
 
-/// How long one connection of the HTTP endpoint may take to send its request or read the answer.
-const HTTP_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// Answers `GET /metrics` on `listener` with `body()` (the exposition) until `stop` is set: one
-/// connection at a time, on the caller's thread (a scrape every few seconds needs no more).
-pub(crate) fn serve_http(listener: std::net::TcpListener, stop: &std::sync::atomic::AtomicBool, body: impl Fn() -> String) {
-    if let Err(e) = listener.set_nonblocking(true) {
-        tracing::warn!(error = %e, "metrics endpoint: cannot poll the listener; not serving");
-        return;
-    }
-    while !stop.load(Ordering::Relaxed) {
-        match listener.accept() {
-            Ok((stream, _)) => {
-                if let Err(e) = answer_http(stream, &body) {
-                    tracing::debug!(error = %e, "metrics endpoint: a request failed");
-                }
-            }
-            // Nothing waiting (or a failed accept): look again shortly, and at `stop`.
-            Err(_) => std::thread::sleep(Duration::from_millis(50)),
-        }
-    }
-}
-
-/// Reads one request's head and answers it: the exposition for `GET /metrics`, else 404 or 405.
-fn answer_http(mut stream: std::net::TcpStream, body: &impl Fn() -> String) -> std::io::Result<()> {
-    use std::io::{Read, Write};
-    stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(HTTP_TIMEOUT))?;
-    stream.set_write_timeout(Some(HTTP_TIMEOUT))?;
-    let mut head = [0u8; 4096];
-    let mut n = 0;
-    while n < head.len() && !head[..n].windows(4).any(|w| w == b"\r\n\r\n") {
-        match stream.read(&mut head[n..])? {
-            0 => break,
-            got => n += got,
-        }
-    }
-    let request = String::from_utf8_lossy(&head[..n]);
-    let mut words = request.lines().next().unwrap_or_default().split(' ');
-    let (method, target) = (words.next().unwrap_or_default(), words.next().unwrap_or_default());
-    let path = target.split('?').next().unwrap_or_default();
-    let (status, content_type, text) = match (method, path) {
-        ("GET", "/metrics") => ("200 OK", "text/plain; version=0.0.4; charset=utf-8", body()),
-        ("GET", _) => ("404 Not Found", "text/plain; charset=utf-8", "prepfs serves /metrics\n".to_owned()),
-        _ => ("405 Method Not Allowed", "text/plain; charset=utf-8", "GET /metrics\n".to_owned()),
-    };
-    write!(
-        stream,
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
-        text.len()
-    )?;
-    stream.flush()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -481,28 +429,6 @@ mod tests {
             .collect::<Vec<_>>();
         // 0.3 ms, 2 ms, 7 ms, 40 ms and 15 s: le 0.0005 holds one, le 10 four, +Inf five.
         assert_eq!((miss[2], miss[15], miss[16]), (1.0, 4.0, 5.0), "{miss:?}");
-    }
-
-    #[test]
-    fn the_http_endpoint_answers_get_metrics_and_stops_when_asked() {
-        use std::io::{Read, Write};
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = std::sync::Arc::clone(&stop);
-        let server = std::thread::spawn(move || serve_http(listener, &flag, || "prepfs_samples 7\n".to_owned()));
-        let get = |path: &str| {
-            let mut s = std::net::TcpStream::connect(addr).expect("connect");
-            write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").expect("send");
-            let mut answer = String::new();
-            s.read_to_string(&mut answer).expect("answer");
-            answer
-        };
-        let ok = get("/metrics");
-        assert!(ok.starts_with("HTTP/1.1 200 OK\r\n") && ok.contains("version=0.0.4") && ok.ends_with("\r\n\r\nprepfs_samples 7\n"), "{ok}");
-        assert!(get("/").starts_with("HTTP/1.1 404"));
-        stop.store(true, Ordering::SeqCst);
-        server.join().expect("the endpoint ends when stopped");
     }
 
     #[test]
