@@ -48,12 +48,19 @@ def run(prepfs, source, workdir, name, yaml, epochs):
         row = {"config": name, "yaml": yaml.strip(), "samples": len(files)}
         before = mount.stats()["source_bytes_read"]
         for e in range(1, epochs + 1):
+            # The plan's prediction for the epoch about to be read (the run model's, where the
+            # mount has one; else the cold pass for epoch 1 and the steady state after).
+            plan = mount.stats().get("plan") or {}
+            run = plan.get("epochs") or {}
+            predicted = run.get("predicted_current_samples_per_s") if run.get("current") == e else None
+            if predicted is None:
+                predicted = plan.get("predicted_cold_samples_per_s" if e == 1 else "predicted_samples_per_s")
             rate = epoch(files, e)
             st = mount.stats()
             row[f"epoch{e}_samples_per_s"] = rate
             plan = st.get("plan") or {}
-            # Epoch 1 starts cold: its prediction is the plan's for an empty cache.
-            row[f"epoch{e}_predicted"] = plan.get("predicted_cold_samples_per_s" if e == 1 else "predicted_samples_per_s")
+            row[f"epoch{e}_predicted"] = predicted
+            row[f"epoch{e}_first_touch"] = plan.get("first_touch")
             row[f"epoch{e}_source_mb"] = (st["source_bytes_read"] - before) / 1e6
             before = st["source_bytes_read"]
             row["split"] = plan.get("split")
@@ -95,6 +102,7 @@ def main():
             ("whole-100-0-0", "cache: { memory: 6GiB, split: 100-0-0 }\n"),
             ("whole-0-100-0", "cache: { memory: 6GiB, split: 0-100-0 }\n"),
             ("whole-0-0-100", "cache: { memory: 6GiB, split: 0-0-100 }\n"),
+            ("whole-auto-one-epoch", "cache: { memory: 6GiB, split: auto, epochs: 1 }\n"),
             ("quarter-10MBps", f"source: {{ path: /unused, read_limit: 10MB/s }}\ncache: {{ memory: {quarter}, split: auto }}\n"),
         ]
         if args.configs:

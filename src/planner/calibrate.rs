@@ -23,6 +23,8 @@ pub(crate) const PROBE_SAMPLES: usize = 12;
 pub struct Calibration {
     pub params: PlanParams,
     pub samples_timed: usize,
+    /// Full decode and augment, samples/s on all the decode cores (`planner::run`'s `t_full`).
+    pub t_full: f64,
 }
 
 /// Times up to [`PROBE_SAMPLES`] samples (their bytes from `read`, the source's bounded
@@ -35,6 +37,7 @@ pub(crate) fn measure(catalog: &Catalog, config: &Config, read: impl Fn(u32) -> 
     }
     let stride = (images.len() / PROBE_SAMPLES).max(1);
     let (mut bytes, mut read_s, mut pixels, mut da_s, mut a_s, mut timed) = (0u64, 0f64, 0u64, 0f64, 0f64, 0usize);
+    let mut full_s = 0f64;
     for &file in images.iter().step_by(stride).take(PROBE_SAMPLES) {
         let started = Instant::now();
         let Some(data) = read(file) else { continue };
@@ -46,7 +49,9 @@ pub(crate) fn measure(catalog: &Catalog, config: &Config, read: impl Fn(u32) -> 
             continue;
         }
         let da = started.elapsed().as_secs_f64();
+        let started = Instant::now();
         let Ok(full) = pipeline::decode_full(&data, config.max_pixels) else { continue };
+        let full_decode = started.elapsed().as_secs_f64();
         let started = Instant::now();
         let Ok(out) = pipeline::augment_pixels(&full, &plan) else { continue };
         let _ = output::encode(&config.output, &out);
@@ -56,6 +61,7 @@ pub(crate) fn measure(catalog: &Catalog, config: &Config, read: impl Fn(u32) -> 
         pixels += Size2::new(full.width, full.height).area();
         da_s += da;
         a_s += a;
+        full_s += full_decode + a;
         timed += 1;
     }
     if timed == 0 {
@@ -90,7 +96,7 @@ pub(crate) fn measure(catalog: &Catalog, config: &Config, read: impl Fn(u32) -> 
         remote_decoded: 0.0,
         t_remote: 0.0,
     };
-    Some(Calibration { params, samples_timed: timed })
+    Some(Calibration { params, samples_timed: timed, t_full: threads * n / full_s.max(1e-9) })
 }
 
 /// Seconds the machine's cores have been busy (all of them added up) since boot, from

@@ -16,7 +16,7 @@ use crate::cache::remote::RemoteGauge;
 use crate::cache::{SampleCache, ENTRY_OVERHEAD};
 use crate::config::{Config, EvictionPolicy, SplitChoice};
 use crate::planner::calibrate::{self, machine_busy_seconds};
-use crate::planner::{Model, PlanParams, Split};
+use crate::planner::{run, Model, PlanParams, Split};
 use crate::source::catalog::{Catalog, FileId};
 use crate::stats::Stats;
 use crate::sync::{LockExt, Mutex};
@@ -108,6 +108,12 @@ struct PlanState {
     params: PlanParams,
     /// Timed samples (both paths) when the plan was last made.
     timed: u64,
+    /// The rate of a full decode and an augment (`run::epochs`'s `t_full`).
+    t_full: f64,
+    /// What each epoch should take under the plan (see `planner::run`).
+    epochs: run::Epochs,
+    /// The first-touch policy the run model chose for a run from its first epoch.
+    keep_pixels: bool,
 }
 
 /// Measures `t_serve`: see [`PlanController::probe_serve`].
@@ -150,13 +156,20 @@ impl PlanController {
         }
     }
 
-    /// The first-touch policy over the rest of the run: a sample met for the first time while
-    /// decoded has room is decoded in full and kept as pixels when at least one more epoch is
-    /// expected after this one (every later epoch then resamples it: one region decode less than
-    /// a region decode now and a full decode at its next touch), else only its region is decoded
-    /// and the pixels dropped (a last epoch gains nothing from keeping them).
-    fn keep_pixels_at_first_touch(&self) -> bool {
-        self.epochs_expected.saturating_sub(self.epochs_done.load(Ordering::Relaxed)) >= 2
+    /// The first-touch policy over the rest of the run (`planner::run`): in the first epoch, the
+    /// run model's choice for the epochs expected; later, keep the pixels of a sample met the
+    /// first time while decoded has room as long as another epoch is expected after this one
+    /// (every later epoch then resamples it), and decode only its region in the last (which
+    /// gains nothing from keeping them).
+    fn keep_pixels_at_first_touch(&self, model_choice: bool) -> bool {
+        let done = self.epochs_done.load(Ordering::Relaxed);
+        let left = self.epochs_expected.saturating_sub(done);
+        if done == 0 { model_choice } else { left >= 2 }
+    }
+
+    /// The epochs left to the run (at least the current one).
+    fn epochs_left(&self) -> u64 {
+        self.epochs_expected.saturating_sub(self.epochs_done.load(Ordering::Relaxed)).max(1)
     }
 
     /// The remote tier's figures now; none without a tier, while it is down, or before its
@@ -191,7 +204,7 @@ impl PlanController {
         if let Some(limit) = self.read_limit {
             params.b_storage = params.b_storage.min(limit as f64);
         }
-        self.apply(params, "mount-time calibration", calibration.samples_timed as u64);
+        self.apply(params, calibration.t_full, "mount-time calibration", calibration.samples_timed as u64);
     }
 
     /// One turn of the loop (about once a second): `jobs` share the cache now; re-plans from the
@@ -200,7 +213,8 @@ impl PlanController {
     pub(crate) fn tick(&self, jobs: usize, epochs_done: u64) -> bool {
         self.set_jobs_sharing(jobs);
         self.epochs_done.store(epochs_done, Ordering::Relaxed);
-        self.cache.set_keep_pixels_at_first_touch(self.keep_pixels_at_first_touch());
+        let chosen = self.plan.lock_or_recover().as_ref().is_some_and(|p| p.keep_pixels);
+        self.cache.set_keep_pixels_at_first_touch(self.keep_pixels_at_first_touch(chosen));
         self.replan_from_live_rates()
     }
 
@@ -227,7 +241,7 @@ impl PlanController {
         let timed = da_n + a_n;
         let jobs = self.jobs_sharing.load(Ordering::Relaxed).max(1);
         let remote = self.remote_inputs();
-        let mut params = {
+        let (mut params, mut t_full) = {
             let plan = self.plan.lock_or_recover();
             let moved = |p: &PlanState| {
                 let serve_moved = match (t_serve, p.params.t_serve) {
@@ -237,7 +251,7 @@ impl PlanController {
                 serve_moved || p.params.jobs != jobs || RemoteInputs::moved(&p.params, remote)
             };
             match plan.as_ref() {
-                Some(p) if timed >= p.timed + REPLAN_MIN_SAMPLES || moved(p) => p.params.clone(),
+                Some(p) if timed >= p.timed + REPLAN_MIN_SAMPLES || moved(p) => (p.params.clone(), p.t_full),
                 _ => return false,
             }
         };
@@ -256,6 +270,11 @@ impl PlanController {
         if a_n >= REPLAN_MIN_SAMPLES / 4 {
             params.t_a = threads * a_n as f64 / (a_ns as f64 / 1e9).max(1e-9);
         }
+        if full_n >= REPLAN_MIN_SAMPLES / 4 && a_n > 0 {
+            // A first touch that keeps the pixels: a full decode, then an augment.
+            let per = full_ns as f64 / full_n as f64 + a_ns as f64 / a_n as f64;
+            t_full = threads * 1e9 / per.max(1.0);
+        }
         if reads >= REPLAN_MIN_SAMPLES / 4 && read_ns > 0 {
             // Behind a read limit the storage gives the limit: reads queued at the throttle take
             // longer each, and bytes over their summed times would come out below it.
@@ -267,7 +286,7 @@ impl PlanController {
             // The mean file as read while serving: calibration's dozen samples can miss it.
             params.s_data = read_bytes as f64 / reads as f64;
         }
-        self.apply(params, "rates measured while serving", timed);
+        self.apply(params, t_full, "rates measured while serving", timed);
         true
     }
 
@@ -315,7 +334,7 @@ impl PlanController {
     }
 
     /// Makes the plan for `params` and applies it to the cache (logged when the split changes).
-    fn apply(&self, mut params: PlanParams, from: &str, timed: u64) {
+    fn apply(&self, mut params: PlanParams, t_full: f64, from: &str, timed: u64) {
         params.jobs = self.jobs_sharing.load(Ordering::Relaxed).max(1);
         let (split, evaluation) = match self.split {
             SplitChoice::Auto => Model::Prepfs.best_split(&params),
@@ -325,7 +344,10 @@ impl PlanController {
         // Memory a form cannot use (it holds every sample) flows to the next form.
         let budgets = crate::planner::budgets(&params, split, ENTRY_OVERHEAD as f64);
         let evicted = self.cache.set_split_budgets(split, budgets);
-        self.cache.set_keep_pixels_at_first_touch(self.keep_pixels_at_first_touch());
+        let done = self.epochs_done.load(Ordering::Relaxed);
+        let over_the_run = run::over_the_run(&params, split, t_full, done + 1, self.epochs_left());
+        let keep_pixels = self.keep_pixels_at_first_touch(over_the_run.keep_pixels);
+        self.cache.set_keep_pixels_at_first_touch(keep_pixels);
         if previous != split || from.starts_with("mount") {
             tracing::info!(
                 split = %split,
@@ -348,20 +370,37 @@ impl PlanController {
             // the jobs' hit rates should come to).
             "predicted_hit_rate": 1.0 - evaluation.n_storage / (params.n_total.max(1) as f64),
             "seneca_predicted_samples_per_s": Model::Seneca.evaluate(&params, split).samples_per_s,
-            // A first pass, with nothing cached yet: every sample a miss.
-            "predicted_cold_samples_per_s":
-                Model::Prepfs.evaluate(&PlanParams { s_cache: 0.0, ..params.clone() }, split).samples_per_s,
-            "first_touch": if self.keep_pixels_at_first_touch() { "full decode, pixels kept" } else { "region decode" },
-            "epochs": { "expected": self.epochs_expected, "done": self.epochs_done.load(Ordering::Relaxed) },
+            // A first pass, with nothing cached yet: every sample a miss (`run`'s epoch 1).
+            "predicted_cold_samples_per_s": over_the_run.epochs.first,
+            "first_touch": if keep_pixels { "full decode, pixels kept" } else { "region decode" },
+            "t_full": t_full,
             "inputs": params,
             "from": from,
             "samples_timed": timed,
         });
-        *self.plan.lock_or_recover() = Some(PlanState { doc, params, timed });
+        *self.plan.lock_or_recover() =
+            Some(PlanState { doc, params, timed, t_full, epochs: over_the_run.epochs, keep_pixels: over_the_run.keep_pixels });
     }
 
-    /// The plan in force, for stats.
+    /// The plan in force, for stats, with its predictions for the epoch being read, the next
+    /// one and the steady state (epochs counted from 1).
     pub(crate) fn plan_json(&self) -> serde_json::Value {
-        self.plan.lock_or_recover().as_ref().map_or(serde_json::Value::Null, |p| p.doc.clone())
+        let plan = self.plan.lock_or_recover();
+        let Some(p) = plan.as_ref() else { return serde_json::Value::Null };
+        let mut doc = p.doc.clone();
+        let current = self.epochs_done.load(Ordering::Relaxed) + 1;
+        if let Some(map) = doc.as_object_mut() {
+            map.insert(
+                "epochs".into(),
+                serde_json::json!({
+                    "expected": self.epochs_expected,
+                    "current": current,
+                    "predicted_current_samples_per_s": p.epochs.at(current),
+                    "predicted_next_samples_per_s": p.epochs.at(current + 1),
+                    "predicted_steady_samples_per_s": p.epochs.steady,
+                }),
+            );
+        }
+        doc
     }
 }

@@ -41,12 +41,19 @@
 //!      `nodes`, `b_nic`, `c_nw` and the read's time `t_remote` are the mount's measurements of
 //!      the remote (`cache/remote/network.rs`).
 //!
+//!   7. **A plan over the run, not a steady state.** [`run`] predicts each epoch to come (epoch
+//!      1 from an empty cache, epoch 2 from what epoch 1's misses kept, then the steady state)
+//!      and picks the first-touch policy (decode a first-met sample in full and keep its pixels,
+//!      or decode only the crop's region) with the least time over the epochs left
+//!      (`cache.epochs`, less those read).
+//!
 //! Both models share the search ([`best_split`]-style, all 5151 splits at 1% steps) and the
 //! parameter file.
 
 pub mod calibrate;
 mod controller;
 mod prepfs;
+pub mod run;
 mod seneca;
 
 pub(crate) use controller::{initial_split, PlanController};

@@ -81,9 +81,9 @@ struct Fill {
 }
 
 /// Encoded, decoded, augmented.
-const E: usize = 0;
-const D: usize = 1;
-const A: usize = 2;
+pub(super) const E: usize = 0;
+pub(super) const D: usize = 1;
+pub(super) const A: usize = 2;
 
 fn fill(p: &PlanParams, split: Split) -> Fill {
     let n = p.n_total as f64;
@@ -103,6 +103,11 @@ fn fill(p: &PlanParams, split: Split) -> Fill {
     }
     let held = [E, D, A].map(|f| (bytes[f] / (n * size[f])).min(1.0));
     Fill { held, bytes }
+}
+
+/// The fractions of the samples each form (encoded, decoded, augmented) holds under `split`.
+pub(super) fn fill_fractions(p: &PlanParams, split: Split) -> [f64; 3] {
+    fill(p, split).held
 }
 
 /// The bytes the mount gives each form (encoded, decoded, augmented) for `split`: what each
@@ -233,7 +238,7 @@ impl Remote {
 }
 
 /// The serve, augment and decode+augment rates of all nodes' cores.
-fn cpu_rates(p: &PlanParams) -> (f64, f64, f64) {
+pub(super) fn cpu_rates(p: &PlanParams) -> (f64, f64, f64) {
     let nodes = f64::from(p.nodes);
     let t_serve = nodes * p.t_serve.unwrap_or(DEFAULT_SERVE_PER_CORE * f64::from(p.cores.max(1)));
     (t_serve, nodes * p.t_a, nodes * p.t_da)
@@ -241,7 +246,7 @@ fn cpu_rates(p: &PlanParams) -> (f64, f64, f64) {
 
 /// The rate given CPU seconds, storage bytes and NIC bytes per sample: the least of the CPU,
 /// storage, consumer and link bounds.
-fn bounded(p: &PlanParams, cpu: f64, storage: f64, nic_bytes: f64) -> f64 {
+pub(super) fn bounded(p: &PlanParams, cpu: f64, storage: f64, nic_bytes: f64) -> f64 {
     let nodes = f64::from(p.nodes);
     let bounds = [
         1.0 / cpu,

@@ -1,0 +1,172 @@
+//! The plan over the run: what each epoch to come should take, and the first-touch policy that
+//! serves the run fastest. prepfs's model (`prepfs.rs`) predicts a steady state: every form
+//! holds what the split gives it. The first epochs are not that: epoch 1 finds nothing cached
+//! and every sample is read, and what its misses keep decides epoch 2.
+//!
+//! For one job (or the top-level views), with `h_E`, `h_D`, `h_A` the fractions of the samples
+//! each form holds under the split (the model's fill, spill included), and the policy for a
+//! sample met the first time while decoded has room (`keep`: decode it in full and keep the
+//! pixels, with a spare output while augmented has room; else decode only the crop's region
+//! and keep the bytes, the mount's choice where the split gives decoded no share of its own):
+//!
+//! - **Epoch 1**, every sample a miss read from the storage: of the samples, `k_D = h_D` (with
+//!   `keep`, or a split with a decoded share; else 0) are decoded in full (`1 / t_full`: a full
+//!   decode and an augment), `k_A = min(k_D, h_A)` of them with a spare (`1 / t_a` more), and
+//!   the rest decode their region (`1 / t_da`), `k_E = min(h_E, 1 - k_D)` kept as bytes.
+//!   CPU `1 / t_serve + k_D / t_full + k_A / t_a + (1 - k_D) / t_da`, storage `s_data` a sample.
+//! - **Epoch 2**: a spare is an augmented hit whose refill is an augment (`k_A / t_a`); the
+//!   other pixels are augmented (`(k_D - k_A) / t_a`); samples kept as bytes are decoded in full
+//!   and kept as pixels while decoded has room (`p = min(k_E, h_D - k_D)` of them, `1 / t_full`)
+//!   or decode their region (`1 / t_da`); the rest are read and decode their region.
+//! - **Epochs 3 on**: the steady state (`prepfs::evaluate`).
+//!
+//! Times per sample add up over the paths; the rate is bounded as the steady model bounds it
+//! (CPU, storage, consumers, PCIe; the remote tier and several jobs are the steady model's
+//! alone: with either, every epoch is predicted at the steady rate). The policy chosen is the
+//! one with the least time over the epochs left: with one epoch left a region decode is
+//! cheaper; with more, keeping the pixels saves the region decode a second touch would pay.
+
+use super::prepfs::{self, A, D, E};
+use super::seneca::{PlanParams, Split};
+
+/// Predicted samples a second, epoch by epoch, under one first-touch policy.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Epochs {
+    /// Epoch 1, from an empty cache.
+    pub first: f64,
+    /// Epoch 2.
+    pub second: f64,
+    /// Epochs 3 on.
+    pub steady: f64,
+}
+
+impl Epochs {
+    /// Seconds a sample takes over `left` epochs from the start of epoch `from` (1-based).
+    fn seconds(&self, from: u64, left: u64) -> f64 {
+        (from..from + left)
+            .map(|e| match e {
+                1 => 1.0 / self.first,
+                2 => 1.0 / self.second,
+                _ => 1.0 / self.steady,
+            })
+            .sum()
+    }
+
+    /// The rate predicted for epoch `e` (1-based).
+    pub fn at(&self, e: u64) -> f64 {
+        match e {
+            0 | 1 => self.first,
+            2 => self.second,
+            _ => self.steady,
+        }
+    }
+}
+
+/// The plan over the run for one split.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RunPlan {
+    /// Whether a first touch decodes in full and keeps the pixels wherever decoded has room.
+    pub keep_pixels: bool,
+    pub epochs: Epochs,
+}
+
+/// The epochs of a run under `split`, with `t_full` the rate (samples/s, per node, on all its
+/// cores) of a full decode followed by an augment, and `keep` the first-touch policy.
+pub fn epochs(p: &PlanParams, split: Split, t_full: f64, keep: bool) -> Epochs {
+    let steady = prepfs::evaluate(p, split).samples_per_s;
+    if p.jobs > 1 || p.s_remote > 0.0 {
+        return Epochs { first: steady, second: steady, steady };
+    }
+    let held = prepfs::fill_fractions(p, split);
+    let (t_serve, t_a, t_da) = prepfs::cpu_rates(p);
+    let t_full = f64::from(p.nodes) * t_full;
+    let k_d = if keep || split.d() > 0 { held[D] } else { 0.0 };
+    let k_a = k_d.min(held[A]);
+    let k_e = held[E].min(1.0 - k_d).max(0.0);
+    let cpu_1 = 1.0 / t_serve + k_d / t_full + k_a / t_a + (1.0 - k_d) / t_da;
+    let first = prepfs::bounded(p, cpu_1, p.s_data, 0.0);
+    let promoted = k_e.min((held[D] - k_d).max(0.0));
+    let rest = (1.0 - k_d - k_e).max(0.0);
+    let cpu_2 = 1.0 / t_serve + k_d / t_a + promoted / t_full + (k_e - promoted) / t_da + rest / t_da;
+    let second = prepfs::bounded(p, cpu_2, rest * p.s_data, 0.0);
+    Epochs { first, second, steady }
+}
+
+/// The first-touch policy with the least time over the `left` epochs from epoch `from` on
+/// (1-based), and its epochs. A tie keeps the pixels.
+pub fn over_the_run(p: &PlanParams, split: Split, t_full: f64, from: u64, left: u64) -> RunPlan {
+    let keep = epochs(p, split, t_full, true);
+    let region = epochs(p, split, t_full, false);
+    let keep_pixels = left >= 2 && keep.seconds(from, left) <= region.seconds(from, left);
+    RunPlan { keep_pixels, epochs: if keep_pixels { keep } else { region } }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 1000 samples of 100 B encoded, 500 B decoded, 250 B augmented; region decode and augment
+    /// 1,000/s, full decode and augment 800/s, augment 5,000/s; served 4,000/s; storage 10,000
+    /// samples/s.
+    fn base() -> PlanParams {
+        PlanParams { t_serve: Some(4000.0), cores: 2, ..crate::planner::seneca::tests::base() }
+    }
+
+    fn split(s: &str) -> Split {
+        s.parse().expect("split")
+    }
+
+    #[track_caller]
+    fn assert_close(actual: f64, expected: f64) {
+        assert!((actual - expected).abs() <= 1e-9 * expected.abs().max(1.0), "expected {expected}, got {actual}");
+    }
+
+    #[test]
+    fn a_cache_that_holds_the_set_pays_the_full_decode_once_when_the_pixels_are_kept_at_first_touch() {
+        // Room for every sample in every form: all of it given to augmented, the rest flows on.
+        let p = PlanParams { s_cache: 1000.0 * (100.0 + 500.0 + 250.0), ..base() };
+        let keep = epochs(&p, split("0-0-100"), 800.0, true);
+        // Epoch 1: a full decode and augment plus a spare augment each.
+        assert_close(keep.first, 1.0 / (1.0 / 4000.0 + 1.0 / 800.0 + 1.0 / 5000.0));
+        // Epoch 2: the spares are taken and refilled from the pixels.
+        assert_close(keep.second, 1.0 / (1.0 / 4000.0 + 1.0 / 5000.0));
+        let region = epochs(&p, split("0-0-100"), 800.0, false);
+        // A region decode first, kept as bytes; at the second touch a full decode.
+        assert_close(region.first, 1.0 / (1.0 / 4000.0 + 1.0 / 1000.0));
+        assert_close(region.second, 1.0 / (1.0 / 4000.0 + 1.0 / 800.0));
+        assert_eq!(keep.steady, region.steady);
+        // Over one epoch the region decode wins; over two or more, keeping the pixels.
+        assert!(!over_the_run(&p, split("0-0-100"), 800.0, 1, 1).keep_pixels);
+        assert!(over_the_run(&p, split("0-0-100"), 800.0, 1, 3).keep_pixels);
+        assert!(over_the_run(&p, split("0-0-100"), 800.0, 1, 90).keep_pixels);
+    }
+
+    #[test]
+    fn with_no_cache_every_epoch_reads_and_decodes_a_region() {
+        let p = base();
+        let e = epochs(&p, split("0-100-0"), 800.0, true);
+        let cold = 1.0 / (1.0 / 4000.0 + 1.0 / 1000.0);
+        assert_close(e.first, cold);
+        assert_close(e.second, cold);
+        assert_close(e.steady, cold);
+    }
+
+    #[test]
+    fn a_split_that_gives_decoded_a_share_keeps_pixels_whatever_the_policy() {
+        // Half the set fits as pixels.
+        let p = PlanParams { s_cache: 500.0 * 500.0, ..base() };
+        assert_eq!(epochs(&p, split("0-100-0"), 800.0, true), epochs(&p, split("0-100-0"), 800.0, false));
+        let e = epochs(&p, split("0-100-0"), 800.0, true);
+        assert_close(e.first, 1.0 / (1.0 / 4000.0 + 0.5 / 800.0 + 0.5 / 1000.0));
+        // Epoch 2: half augmented from pixels, half read and region-decoded (storage is ample).
+        assert_close(e.second, 1.0 / (1.0 / 4000.0 + 0.5 / 5000.0 + 0.5 / 1000.0));
+    }
+
+    #[test]
+    fn predictions_of_an_epoch_follow_the_run() {
+        let e = Epochs { first: 1.0, second: 2.0, steady: 4.0 };
+        assert_eq!((e.at(1), e.at(2), e.at(3), e.at(90)), (1.0, 2.0, 4.0, 4.0));
+        assert_close(e.seconds(1, 3), 1.0 + 0.5 + 0.25);
+        assert_close(e.seconds(2, 2), 0.5 + 0.25);
+    }
+}
