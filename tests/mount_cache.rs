@@ -163,3 +163,54 @@ fn resident_memory_stays_within_the_budget_plus_the_documented_overhead() {
         overhead >> 20
     );
 }
+
+/// The pixel work counters: (full decodes, region decode-and-augments).
+fn decodes(mnt: &Mounted) -> (u64, u64) {
+    let work = &mnt.stats()["work"];
+    (work["full_decodes"].as_u64().expect("full_decodes"), work["decode_augments"].as_u64().expect("decode_augments"))
+}
+
+#[test]
+fn over_a_run_of_several_epochs_a_first_touch_keeps_the_pixels_so_the_second_epoch_decodes_nothing() {
+    // A cache that holds the set, all of it given to augmented: the decoded room only flowed
+    // there. Expecting many epochs (the default), the plan keeps each sample's pixels at its
+    // first touch; told the run is one epoch, it decodes only the crop's region, and the
+    // second epoch then pays a full decode of each sample.
+    for (epochs, keep) in [("", true), ("epochs: 1, ", false)] {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let source = make_dataset(tmp.path(), 2, 10, false);
+        let config = write_config(tmp.path(), &format!("seed: 2\ncache: {{ memory: 256MiB, split: 0-0-100, {epochs}refill: false }}\n"));
+        let mnt = Mounted::start(tmp.path(), &config, &source, LIMIT);
+        let plan = mnt.stats()["plan"].clone();
+        let policy = if keep { "full decode, pixels kept" } else { "region decode" };
+        assert_eq!(plan["first_touch"], policy, "{plan}");
+        assert_eq!(plan["epochs"]["current"], 1, "{plan}");
+        let files = augmented_files(&mnt);
+        let (full_0, region_0) = decodes(&mnt);
+        for f in &files {
+            fs::read(f).expect("read");
+        }
+        let (full_1, region_1) = decodes(&mnt);
+        for f in &files {
+            fs::read(f).expect("read");
+        }
+        let (full_2, region_2) = decodes(&mnt);
+        let n = files.len() as u64;
+        if keep {
+            assert_eq!((full_1 - full_0, region_1 - region_0), (n, 0), "epoch 1 decodes each sample in full once");
+            assert_eq!((full_2 - full_1, region_2 - region_1), (0, 0), "epoch 2 decodes nothing");
+        } else {
+            assert_eq!((full_1 - full_0, region_1 - region_0), (0, n), "epoch 1 decodes each crop's region");
+            // Each sample is decoded again, in full where the bytes were kept (one whose bytes
+            // did not fit the encoded room decodes its region again).
+            assert_eq!(full_2 - full_1 + region_2 - region_1, n, "epoch 2 decodes each sample again");
+            assert!(full_2 - full_1 >= n * 3 / 4, "epoch 2 decodes the samples kept as bytes in full: {}", full_2 - full_1);
+        }
+        let started = std::time::Instant::now();
+        while mnt.stats()["plan"]["epochs"]["current"] != 3 {
+            assert!(started.elapsed() < Duration::from_secs(10), "the plan does not count the epochs read: {}", mnt.stats()["plan"]);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(mnt.stop().success());
+    }
+}
