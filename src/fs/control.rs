@@ -35,7 +35,7 @@ impl Filesystem {
             "bad_samples": self.reader.bad_samples_json(),
             "catalog_bytes_per_sample": catalog.bytes_per_sample(),
             "cache": self.producer.cache_stats(),
-            "plan": self.plan.plan_json(),
+            "plan": self.plan.plan_json(self.epochs_done()),
             "jobs": self.jobs.stats(),
             "ods_metadata_bytes": self.ods_metadata_bytes(),
             "open_bytes": self.open_budget.held(),

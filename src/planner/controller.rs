@@ -382,13 +382,13 @@ impl PlanController {
             Some(PlanState { doc, params, timed, t_full, epochs: over_the_run.epochs, keep_pixels: over_the_run.keep_pixels });
     }
 
-    /// The plan in force, for stats, with its predictions for the epoch being read, the next
-    /// one and the steady state (epochs counted from 1).
-    pub(crate) fn plan_json(&self) -> serde_json::Value {
+    /// The plan in force, for stats, with its predictions for the epoch being read (after
+    /// `epochs_done`, as the mount counts them now), the next one and the steady state.
+    pub(crate) fn plan_json(&self, epochs_done: u64) -> serde_json::Value {
         let plan = self.plan.lock_or_recover();
         let Some(p) = plan.as_ref() else { return serde_json::Value::Null };
         let mut doc = p.doc.clone();
-        let current = self.epochs_done.load(Ordering::Relaxed) + 1;
+        let current = epochs_done + 1;
         if let Some(map) = doc.as_object_mut() {
             map.insert(
                 "epochs".into(),

@@ -14,8 +14,9 @@
 //!   decode and an augment), `k_A = min(k_D, h_A)` of them with a spare (`1 / t_a` more), and
 //!   the rest decode their region (`1 / t_da`), `k_E = min(h_E, 1 - k_D)` kept as bytes.
 //!   CPU `1 / t_serve + k_D / t_full + k_A / t_a + (1 - k_D) / t_da`, storage `s_data` a sample.
-//! - **Epoch 2**: a spare is an augmented hit whose refill is an augment (`k_A / t_a`); the
-//!   other pixels are augmented (`(k_D - k_A) / t_a`); samples kept as bytes are decoded in full
+//! - **Epoch 2**: a spare is an augmented hit; its refill, for the next epoch, waits while
+//!   readers take outputs from a full stock (the refill's marks, README's "The cache"), so it
+//!   is epoch 3's; the other pixels are augmented (`(k_D - k_A) / t_a`); samples kept as bytes are decoded in full
 //!   and kept as pixels while decoded has room (`p = min(k_E, h_D - k_D)` of them, `1 / t_full`)
 //!   or decode their region (`1 / t_da`); the rest are read and decode their region.
 //! - **Epochs 3 on**: the steady state (`prepfs::evaluate`).
@@ -87,7 +88,7 @@ pub fn epochs(p: &PlanParams, split: Split, t_full: f64, keep: bool) -> Epochs {
     let first = prepfs::bounded(p, cpu_1, p.s_data, 0.0);
     let promoted = k_e.min((held[D] - k_d).max(0.0));
     let rest = (1.0 - k_d - k_e).max(0.0);
-    let cpu_2 = 1.0 / t_serve + k_d / t_a + promoted / t_full + (k_e - promoted) / t_da + rest / t_da;
+    let cpu_2 = 1.0 / t_serve + (k_d - k_a) / t_a + promoted / t_full + (k_e - promoted) / t_da + rest / t_da;
     let second = prepfs::bounded(p, cpu_2, rest * p.s_data, 0.0);
     Epochs { first, second, steady }
 }
@@ -128,8 +129,8 @@ mod tests {
         let keep = epochs(&p, split("0-0-100"), 800.0, true);
         // Epoch 1: a full decode and augment plus a spare augment each.
         assert_close(keep.first, 1.0 / (1.0 / 4000.0 + 1.0 / 800.0 + 1.0 / 5000.0));
-        // Epoch 2: the spares are taken and refilled from the pixels.
-        assert_close(keep.second, 1.0 / (1.0 / 4000.0 + 1.0 / 5000.0));
+        // Epoch 2: the spares are taken (their refills are the next epoch's).
+        assert_close(keep.second, 4000.0);
         let region = epochs(&p, split("0-0-100"), 800.0, false);
         // A region decode first, kept as bytes; at the second touch a full decode.
         assert_close(region.first, 1.0 / (1.0 / 4000.0 + 1.0 / 1000.0));
