@@ -142,6 +142,8 @@ pub(crate) struct Stats {
     pub source_read_nanos: AtomicU64,
     /// Full decodes and their total time.
     pub full_decodes: AtomicU64,
+    /// Bytes of the pixels the full decodes made (their mean is the plan's decoded size).
+    pub full_decode_bytes: AtomicU64,
     pub full_decode_nanos: AtomicU64,
     /// Decode-and-augment from encoded bytes (the model's `t_da`) and their total time.
     pub decode_augments: AtomicU64,
@@ -173,6 +175,7 @@ impl Default for Stats {
             source_reads: AtomicU64::new(0),
             source_read_nanos: AtomicU64::new(0),
             full_decodes: AtomicU64::new(0),
+            full_decode_bytes: AtomicU64::new(0),
             full_decode_nanos: AtomicU64::new(0),
             decode_augments: AtomicU64::new(0),
             decode_augment_nanos: AtomicU64::new(0),

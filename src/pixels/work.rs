@@ -108,7 +108,9 @@ impl PixelWork {
 
     /// The full pixels of encoded bytes.
     pub(crate) fn decode_full(&self, bytes: &[u8]) -> Result<Rgb, PixelError> {
-        self.timed(Timing::Decode, || pipeline::decode_full(bytes, self.max_pixels))
+        let pixels = self.timed(Timing::Decode, || pipeline::decode_full(bytes, self.max_pixels))?;
+        bump(&self.stats.full_decode_bytes, pixels.pixels.len() as u64);
+        Ok(pixels)
     }
 
     /// Full pixels as the `decoded` view serves them.

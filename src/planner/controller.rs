@@ -236,7 +236,7 @@ impl PlanController {
         let s = &self.stats;
         let (da_n, da_ns) = (get(&s.decode_augments), get(&s.decode_augment_nanos));
         let (a_n, a_ns) = (get(&s.pixel_augments), get(&s.pixel_augment_nanos));
-        let (full_n, full_ns) = (get(&s.full_decodes), get(&s.full_decode_nanos));
+        let (full_n, full_ns, full_bytes) = (get(&s.full_decodes), get(&s.full_decode_nanos), get(&s.full_decode_bytes));
         let (reads, read_ns, read_bytes) = (get(&s.source_reads), get(&s.source_read_nanos), get(&s.source_bytes_read));
         let timed = da_n + a_n;
         let jobs = self.jobs_sharing.load(Ordering::Relaxed).max(1);
@@ -269,6 +269,11 @@ impl PlanController {
         }
         if a_n >= REPLAN_MIN_SAMPLES / 4 {
             params.t_a = threads * a_n as f64 / (a_ns as f64 / 1e9).max(1e-9);
+        }
+        if full_n >= REPLAN_MIN_SAMPLES / 4 {
+            // Sizes as this data set's decodes measure them, not calibration's dozen samples:
+            // a form planned to hold every sample's pixels must hold the set's mean, not theirs.
+            params.s_decoded = full_bytes as f64 / full_n as f64;
         }
         if full_n >= REPLAN_MIN_SAMPLES / 4 && a_n > 0 {
             // A first touch that keeps the pixels: a full decode, then an augment.
