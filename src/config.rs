@@ -1477,9 +1477,11 @@ mod tests {
     fn the_default_cache_is_on_with_a_quarter_of_available_memory_and_auto_settings() {
         let c = parse("").expect("valid");
         assert!(c.cache.memory > 0, "a cache by default");
-        assert_eq!(c.cache.memory, auto_cache_memory());
+        // Available memory moves between two readings while other tests run: within 10%.
+        let near = |bytes: u64| bytes.abs_diff(auto_cache_memory()) <= auto_cache_memory() / 10;
+        assert!(near(c.cache.memory), "{} against {}", c.cache.memory, auto_cache_memory());
         assert_eq!((c.cache.split, c.cache.policy), (SplitChoice::Auto, EvictionPolicy::Auto));
-        assert_eq!(parse("cache: { memory: auto }\n").expect("valid").cache.memory, auto_cache_memory());
+        assert!(near(parse("cache: { memory: auto }\n").expect("valid").cache.memory));
         assert_eq!(parse("cache: { memory: 0 }\n").expect("valid").cache.memory, 0, "0 turns it off");
         assert_eq!(parse("cache: { policy: auto }\n").expect("valid").cache.policy, EvictionPolicy::Auto);
     }
