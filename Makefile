@@ -4,7 +4,7 @@ CARGO ?= cargo
 PYTHON ?= python3
 QUICK ?=
 
-.PHONY: all build deps demo test python ptx bench bench-epochs bench-cold-epochs bench-jobs bench-floor fuzz clean install uninstall
+.PHONY: all build deps demo test python ptx bench bench-plan bench-epochs bench-cold-epochs bench-jobs bench-floor fuzz clean install uninstall
 
 all: build
 
@@ -68,6 +68,13 @@ test: deps python
 # and 3 concurrent jobs with the defaults against jobs decoding JPEGs themselves.
 bench-epochs: build
 	$(PYTHON) bench/epochs.py --prepfs target/release/prepfs --gen target/release/examples/make_dataset
+
+# The planner's acceptance matrix (issue 32): data sets x cache x storage, auto against every
+# fixed split over 3 epochs, each epoch's prediction against its measurement
+# (bench/results/<date>-plan-matrix.md). PLAN_ARGS narrows it, e.g. "--sets real --storage local".
+PLAN_ARGS ?=
+bench-plan: build
+	$(PYTHON) bench/plan_matrix.py --prepfs target/release/prepfs --gen target/release/examples/make_dataset $(PLAN_ARGS)
 
 bench-jobs: build
 	$(PYTHON) bench/jobs.py --prepfs target/release/prepfs --gen target/release/examples/make_dataset

@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""The planner's acceptance matrix: in each cell (data set x cache x storage), `split: auto`
+against every fixed split over three back-to-back epochs, and each epoch's prediction against
+its measurement.
+
+Data sets: the generator's at 500x375 and at 1600x1200, and JPEGs cut from real photographs
+(bench/real_photos.py). Cache: one that holds the set (6 GiB), and 50% and 20% of the set's
+decoded bytes.
+Storage: local (page cache warmed before each run), or 10 MB/s (`source.read_limit`). Reads:
+2 reader processes over augmented/ (bench/epochs.py's `run`), one job.
+
+Targets per cell (issue 32): auto within 10% of the best fixed split over the three epochs;
+every per-epoch prediction within 30%; epoch 2 at least 2x epoch 1 when the set fits in
+memory. A cell that misses is a finding for the model, not for this script.
+
+Usage: bench/plan_matrix.py --prepfs target/release/prepfs --gen target/release/examples/make_dataset
+                            [--sets real,gen500,gen1600] [--caches whole,half,fifth]
+                            [--storage local,10MBps] [--splits auto,100-0-0,...] [--out PREFIX]
+Writes PREFIX.json and PREFIX.md (default bench/results/DATE-plan-matrix).
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from epochs import run
+from jobs import write_report
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SPLITS = ["auto", "100-0-0", "0-100-0", "0-0-100", "34-33-33", "50-50-0", "0-50-50"]
+
+
+def make_set(kind, gen, root):
+    path = os.path.join(root, kind)
+    if os.path.isdir(path):
+        return path
+    if kind == "real":
+        subprocess.run([sys.executable, os.path.join(HERE, "real_photos.py"), "--out", path, "--classes", "20",
+                        "--per-class", "150"], check=True)
+    elif kind == "gen500":
+        subprocess.run([gen, "--out", path, "--classes", "20", "--per-class", "150", "--width", "500", "--height", "375",
+                        "--quiet"], check=True)
+    elif kind == "gen1600":
+        subprocess.run([gen, "--out", path, "--classes", "10", "--per-class", "40", "--width", "1600", "--height", "1200",
+                        "--quiet"], check=True)
+    else:
+        raise SystemExit(f"unknown set {kind}")
+    readme = os.path.join(path, "README.txt")
+    if os.path.exists(readme):
+        os.remove(readme)
+    return path
+
+
+def decoded_bytes(source):
+    """The set's decoded size (width x height x 3 summed), from the files' headers (PIL)."""
+    from PIL import Image
+    total = 0
+    for d, _, names in os.walk(source):
+        for n in names:
+            with Image.open(os.path.join(d, n)) as im:
+                total += im.size[0] * im.size[1] * 3
+    return total
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--prepfs", required=True)
+    ap.add_argument("--gen", required=True)
+    ap.add_argument("--sets", default="real,gen500,gen1600")
+    ap.add_argument("--caches", default="whole,half,fifth")
+    ap.add_argument("--storage", default="local,10MBps")
+    ap.add_argument("--splits", default=",".join(SPLITS))
+    ap.add_argument("--data", default=os.path.join(HERE, "..", "target", "plan-matrix-data"),
+                    help="where the data sets are made (kept between runs)")
+    ap.add_argument("--out", default=os.path.join(HERE, "results", time.strftime("%Y-%m-%d") + "-plan-matrix"))
+    args = ap.parse_args()
+    os.makedirs(args.data, exist_ok=True)
+    workdir = tempfile.mkdtemp(prefix="prepfs-plan-matrix-")
+    cells = []
+    try:
+        for kind in args.sets.split(","):
+            source = make_set(kind, args.gen, args.data)
+            whole = decoded_bytes(source)
+            for cache in args.caches.split(","):
+                memory = {"whole": "6GiB", "half": str(whole // 2), "fifth": str(whole // 5)}[cache]
+                for storage in args.storage.split(","):
+                    limit = "source: { path: /unused, read_limit: 10MB/s }\n" if storage == "10MBps" else ""
+                    rows = []
+                    for split in args.splits.split(","):
+                        yaml = f"{limit}cache: {{ memory: {memory}, split: {split} }}\n"
+                        name = f"{kind}-{cache}-{storage}-{split}"
+                        row = run(args.prepfs, source, workdir, name, yaml, 3)
+                        row["total_s"] = sum(row["samples"] / row[f"epoch{e}_samples_per_s"] for e in (1, 2, 3))
+                        row["split_config"] = split
+                        rows.append(row)
+                        print(json.dumps({k: row[k] for k in ("config", "split", "total_s")}), flush=True)
+                    auto = next(r for r in rows if r["split_config"] == "auto")
+                    fixed = [r for r in rows if r["split_config"] != "auto"]
+                    best = min(fixed, key=lambda r: r["total_s"]) if fixed else auto
+                    errors = [auto[f"epoch{e}_error"] for e in (1, 2, 3) if auto[f"epoch{e}_error"] is not None]
+                    cells.append({
+                        "set": kind, "cache": cache, "storage": storage, "rows": rows,
+                        "auto_total_s": auto["total_s"], "best_fixed": best["split_config"], "best_total_s": best["total_s"],
+                        "auto_over_best": auto["total_s"] / best["total_s"],
+                        "auto_epochs": [auto[f"epoch{e}_samples_per_s"] for e in (1, 2, 3)],
+                        "auto_predicted": [auto[f"epoch{e}_predicted"] for e in (1, 2, 3)],
+                        "worst_prediction_error": max((abs(e) for e in errors), default=None),
+                        "epoch2_over_epoch1": auto["epoch2_over_epoch1"],
+                    })
+        lines = ["The planner's matrix: 2 readers over augmented/, 3 back-to-back epochs per run; `auto` against each "
+                 "fixed split; predictions are the plan's for each epoch, read just before it starts.", "",
+                 "| set | cache | storage | auto split | auto total s | best fixed | best total s | auto/best | "
+                 "auto epochs /s (predicted) | worst error | e2/e1 |",
+                 "| --- | --- | --- | --- | ---: | --- | ---: | ---: | --- | ---: | ---: |"]
+        for c in cells:
+            auto = next(r for r in c["rows"] if r["split_config"] == "auto")
+            eps = ", ".join(f"{m:,.0f} ({p or 0:,.0f})" for m, p in zip(c["auto_epochs"], c["auto_predicted"]))
+            err = "-" if c["worst_prediction_error"] is None else f"{c['worst_prediction_error'] * 100:.0f}%"
+            lines.append(f"| {c['set']} | {c['cache']} | {c['storage']} | {auto['split']} | {c['auto_total_s']:.2f} | "
+                         f"{c['best_fixed']} | {c['best_total_s']:.2f} | {c['auto_over_best']:.2f}x | {eps} | {err} | "
+                         f"{c['epoch2_over_epoch1']:.2f}x |")
+        write_report(args.out, {"cells": cells}, lines)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
