@@ -259,23 +259,23 @@ pub(super) fn bounded(p: &PlanParams, cpu: f64, storage: f64, nic_bytes: f64) ->
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::planner::Model;
 
     /// Seneca's tests' set (1000 samples of 100 B encoded, 500 B decoded, 250 B augmented;
     /// decode and augment 1,000/s, augment 5,000/s; storage 10,000 samples/s), served at
     /// 4,000/s.
-    fn base() -> PlanParams {
+    pub(in crate::planner) fn base() -> PlanParams {
         PlanParams { t_serve: Some(4000.0), cores: 2, ..crate::planner::seneca::tests::base() }
     }
 
-    fn split(s: &str) -> Split {
+    pub(in crate::planner) fn split(s: &str) -> Split {
         s.parse().expect("split")
     }
 
     #[track_caller]
-    fn assert_close(actual: f64, expected: f64) {
+    pub(in crate::planner) fn assert_close(actual: f64, expected: f64) {
         assert!((actual - expected).abs() <= 1e-9 * expected.abs().max(1.0), "expected {expected}, got {actual}");
     }
 

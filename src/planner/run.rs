@@ -105,22 +105,10 @@ pub fn over_the_run(p: &PlanParams, split: Split, t_full: f64, from: u64, left: 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// 1000 samples of 100 B encoded, 500 B decoded, 250 B augmented; region decode and augment
-    /// 1,000/s, full decode and augment 800/s, augment 5,000/s; served 4,000/s; storage 10,000
-    /// samples/s.
-    fn base() -> PlanParams {
-        PlanParams { t_serve: Some(4000.0), cores: 2, ..crate::planner::seneca::tests::base() }
-    }
-
-    fn split(s: &str) -> Split {
-        s.parse().expect("split")
-    }
-
-    #[track_caller]
-    fn assert_close(actual: f64, expected: f64) {
-        assert!((actual - expected).abs() <= 1e-9 * expected.abs().max(1.0), "expected {expected}, got {actual}");
-    }
+    // 1000 samples of 100 B encoded, 500 B decoded, 250 B augmented; region decode and augment
+    // 1,000/s, augment 5,000/s; served 4,000/s; storage 10,000 samples/s (a full decode and
+    // augment is given as 800/s below).
+    use crate::planner::prepfs::tests::{assert_close, base, split};
 
     #[test]
     fn a_cache_that_holds_the_set_pays_the_full_decode_once_when_the_pixels_are_kept_at_first_touch() {

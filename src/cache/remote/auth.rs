@@ -80,26 +80,26 @@ impl ValueKey {
     /// The MAC of a value stored under `key` with `header` (the header's bytes before the MAC)
     /// and `payload`.
     pub(crate) fn mac(&self, key: &[u8], header: &[u8], payload: &[u8]) -> [u8; MAC_LEN] {
+        *self.hash(key, header, payload).as_bytes()
+    }
+
+    /// The one definition of what the MAC covers: the domain, the key name (length first),
+    /// the header, the payload.
+    fn hash(&self, key: &[u8], header: &[u8], payload: &[u8]) -> blake3::Hash {
         let mut h = blake3::Hasher::new_keyed(&self.0);
         h.update(DOMAIN);
         h.update(&(key.len() as u64).to_le_bytes());
         h.update(key);
         h.update(header);
         h.update(payload);
-        *h.finalize().as_bytes()
+        h.finalize()
     }
 
     /// Whether `tag` is the MAC of the value (compared in constant time).
     pub(crate) fn verify(&self, key: &[u8], header: &[u8], payload: &[u8], tag: &[u8]) -> bool {
         let Ok(tag) = <[u8; MAC_LEN]>::try_from(tag) else { return false };
-        let mut h = blake3::Hasher::new_keyed(&self.0);
-        h.update(DOMAIN);
-        h.update(&(key.len() as u64).to_le_bytes());
-        h.update(key);
-        h.update(header);
-        h.update(payload);
         // blake3::Hash's equality is constant time.
-        h.finalize() == blake3::Hash::from_bytes(tag)
+        self.hash(key, header, payload) == blake3::Hash::from_bytes(tag)
     }
 }
 
