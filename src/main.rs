@@ -307,6 +307,13 @@ fn stats(path: &Path, json: bool, watch: Option<f64>) -> ExitCode {
     loop {
         let text = match std::fs::read_to_string(&file) {
             Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                return fail(format!(
+                    "{}: {e}: the mount's figures are its owner's (they name the source's paths); \
+                     its owner may share them with every user by mounting with `control_public: true`",
+                    file.display()
+                ))
+            }
             Err(e) => return fail(format!("{}: {e} (has the mount stopped?)", file.display())),
         };
         let out = if json {
