@@ -241,6 +241,36 @@ fn mounting_source_and_mountpoint_with_no_config_serves_samples() {
     assert!(mounted.stop().success());
 }
 
+/// Mounts a small id-coded dataset at `dir/mnt` with no config; the mount and the source.
+fn mount_small(dir: &Path) -> (Mounted, PathBuf) {
+    let (source, _) = make_id_dataset(dir, 2, 2);
+    let mnt = dir.join("mnt");
+    std::fs::create_dir(&mnt).expect("mkdir");
+    (Mounted::start_command(prepfs(&[&"mount", &source, &mnt]), &mnt, &dir.join("prepfs.log"), LIMIT), source)
+}
+
+#[test]
+fn df_shows_the_size_and_inodes_of_the_sources_file_system() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mounted, source) = mount_small(dir.path());
+    let (shown, under) = (nix::sys::statvfs::statvfs(&mounted.mountpoint).expect("statvfs"), nix::sys::statvfs::statvfs(&source).expect("statvfs"));
+    let bytes = |s: &nix::sys::statvfs::Statvfs| s.blocks() as u64 * s.fragment_size() as u64;
+    assert!(bytes(&shown) > 0);
+    assert_eq!(bytes(&shown), bytes(&under), "the mount's size is the source's");
+    assert_eq!(shown.files(), under.files(), "the mount's inodes are the source's");
+    let df = run_limited(
+        {
+            let mut c = Command::new("df");
+            c.arg("--output=size").arg(&mounted.mountpoint);
+            c
+        },
+        Duration::from_secs(10),
+    );
+    let size = text(&df.stdout).lines().nth(1).and_then(|l| l.trim().parse::<u64>().ok());
+    assert!(size.is_some_and(|s| s > 0), "df shows a size: {}", text(&df.stdout));
+    assert!(mounted.stop().success());
+}
+
 #[test]
 fn background_returns_with_the_mount_serving_and_fusermount_ends_the_daemon() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -131,6 +131,12 @@ impl Filesystem {
         self.attr_of(node)
     }
 
+    /// The mount's size and use, for `statfs` (`df`): the source's file system's, free space
+    /// included (nothing can be written through the mount; `df` shows what the source has).
+    pub(crate) fn statfs(&self) -> Result<crate::source::Space> {
+        self.reader.space(&self.config().source)
+    }
+
     /// The attributes of an inode.
     pub(crate) fn getattr(&self, ino: u64) -> Result<Attr> {
         self.attr_of(Node::from_ino(ino).ok_or(Error::NotFound)?)
