@@ -20,7 +20,7 @@ use prepfs::mount::{Lifecycle, MountError, Ready};
 static ALLOCATOR: prepfs::alloc::MapLarge = prepfs::alloc::MapLarge;
 
 #[derive(Parser)]
-#[command(name = "prepfs", version, about = "A FUSE filesystem serving decoded and augmented training samples")]
+#[command(name = "prepfs", version = env!("PREPFS_VERSION"), about = "A FUSE filesystem serving decoded and augmented training samples")]
 struct Cli {
     #[command(subcommand)]
     command: Command,

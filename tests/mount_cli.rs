@@ -1,6 +1,7 @@
 //! Mounted tests of the command line and the mount's lifecycle, as a new user meets them: the
 //! `SOURCE MOUNTPOINT` form with no config, the mountpoint checks, the log options, the
-//! background mount, the mount(8) helper, and a clean unmount that logs no warning. Each test
+//! background mount, the mount(8) helper, a clean unmount that logs no warning, `df` and
+//! `--version`. Each test
 //! mounts in its own temporary directory, under a time limit, and unmounts on every way out.
 
 mod common;
@@ -459,4 +460,16 @@ fn uids_and_gids_of_2_to_the_31_and_up_are_refused_wherever_they_are_given() {
     // The largest accepted: 2^31 - 1.
     let out = run_limited(prepfs(&[&"check", &common::write_config(dir.path(), "uid: 2147483647\ngid: 2147483647\n"), &"--source", &source, &"--mountpoint", &mnt]), LIMIT);
     assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+#[test]
+fn version_names_the_package_version_and_the_commit_built() {
+    let out = run_limited(prepfs(&[&"--version"]), Duration::from_secs(10));
+    let shown = text(&out.stdout);
+    let head = Command::new("git").args(["rev-parse", "--short", "HEAD"]).current_dir(env!("CARGO_MANIFEST_DIR")).output();
+    let commit = match head {
+        Ok(h) if h.status.success() => text(&h.stdout).trim().to_owned(),
+        _ => "unknown".to_owned(),
+    };
+    assert_eq!(shown.trim(), format!("prepfs {} (commit {commit})", env!("CARGO_PKG_VERSION")));
 }
