@@ -16,7 +16,7 @@ deps:
 build: deps
 	$(CARGO) build --release --bin prepfs --examples
 
-# `make install` (as root, after `make build` or with cargo at hand): the release binary and the
+# `make install` (as root, after `make build` or with cargo at hand): the release binary (stripped) and the
 # mount(8) helper to $(BINDIR), and $(SBINDIR)/mount.fuse.prepfs linked to the helper, which
 # `mount -t fuse.prepfs` and /etc/fstab lines of type fuse.prepfs run. DESTDIR stages it; BIN
 # installs another build.
@@ -29,7 +29,7 @@ target/release/prepfs:
 	$(CARGO) build --release --bin prepfs
 
 install: $(BIN)
-	install -D -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/prepfs
+	install -D -s -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/prepfs
 	install -D -m 0755 scripts/mount.prepfs $(DESTDIR)$(BINDIR)/mount.prepfs
 	install -d $(DESTDIR)$(SBINDIR)
 	ln -sf $(BINDIR)/mount.prepfs $(DESTDIR)$(SBINDIR)/mount.fuse.prepfs
