@@ -57,12 +57,19 @@ enum Command {
         #[arg(long)]
         split: Option<String>,
     },
-    /// Validate a configuration and print it as prepfs will use it.
+    /// Validate a configuration and print it as prepfs will use it (the effective YAML a mount
+    /// serves as .prepfs/config.yaml). Nothing is made: a missing cache.disk.path is accepted,
+    /// as the mount would create it.
     Check {
+        /// The mount configuration (YAML; see mount-configs/).
         config: PathBuf,
-        #[arg(long)]
+        /// The dataset directory, in place of the config's `source` (as `prepfs mount --source`);
+        /// it must exist and be readable.
+        #[arg(long, value_name = "DIR")]
         source: Option<PathBuf>,
-        #[arg(long)]
+        /// The mountpoint, in place of the config's `mountpoint` (as `prepfs mount
+        /// --mountpoint`); the checks against it (the disk cache not inside it) use this one.
+        #[arg(long, value_name = "DIR")]
         mountpoint: Option<PathBuf>,
     },
 }
@@ -277,7 +284,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Check { config, source, mountpoint } => {
-            match Config::load(&config, &Overrides { source, mountpoint, seed: None }) {
+            match Config::check(&config, &Overrides { source, mountpoint, seed: None }) {
                 Ok(c) => {
                     print!("{}", c.to_yaml());
                     ExitCode::SUCCESS

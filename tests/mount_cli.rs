@@ -473,3 +473,26 @@ fn version_names_the_package_version_and_the_commit_built() {
     };
     assert_eq!(shown.trim(), format!("prepfs {} (commit {commit})", env!("CARGO_PKG_VERSION")));
 }
+
+#[test]
+fn check_accepts_every_shipped_mount_config_as_shipped_with_a_source_for_a_user_other_than_root_and_makes_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let configs = Path::new(env!("CARGO_MANIFEST_DIR")).join("mount-configs");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&configs).expect("mount-configs") {
+        let path = entry.expect("entry").path();
+        // plan-example.yaml holds `prepfs plan`'s parameters, not a mount.
+        if path.extension().is_none_or(|e| e != "yaml") || path.ends_with("plan-example.yaml") {
+            continue;
+        }
+        let out = run_limited(as_nobody(&[prepfs_bin().as_os_str(), std::ffi::OsStr::new("check"), path.as_os_str(), std::ffi::OsStr::new("--source"), dir.path().as_os_str()]), Duration::from_secs(10));
+        assert!(out.status.success(), "{}: {}", path.display(), text(&out.stderr));
+        checked += 1;
+    }
+    assert!(checked >= 3, "{checked} configs");
+    let help = run_limited(prepfs(&[&"check", &"--help"]), Duration::from_secs(10));
+    let help = text(&help.stdout);
+    assert!(help.contains("--source <DIR>") && help.contains("in place of the config's `source`"), "{help}");
+    assert!(help.contains("--mountpoint <DIR>") && help.contains("Nothing is made"), "{help}");
+}
