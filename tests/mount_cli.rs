@@ -255,7 +255,7 @@ fn df_shows_the_size_and_inodes_of_the_sources_file_system() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (mounted, source) = mount_small(dir.path());
     let (shown, under) = (nix::sys::statvfs::statvfs(&mounted.mountpoint).expect("statvfs"), nix::sys::statvfs::statvfs(&source).expect("statvfs"));
-    let bytes = |s: &nix::sys::statvfs::Statvfs| s.blocks() as u64 * s.fragment_size() as u64;
+    let bytes = |s: &nix::sys::statvfs::Statvfs| s.blocks() * s.fragment_size();
     assert!(bytes(&shown) > 0);
     assert_eq!(bytes(&shown), bytes(&under), "the mount's size is the source's");
     assert_eq!(shown.files(), under.files(), "the mount's inodes are the source's");

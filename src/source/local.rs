@@ -57,14 +57,14 @@ impl SourceIo for LocalSource {
         let st = nix::sys::statvfs::fstatvfs(&self.dir)?;
         let narrow = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
         Ok(Space {
-            blocks: st.blocks() as u64,
-            blocks_free: st.blocks_free() as u64,
-            blocks_available: st.blocks_available() as u64,
-            files: st.files() as u64,
-            files_free: st.files_free() as u64,
-            block_size: narrow(st.block_size() as u64),
-            fragment_size: narrow(st.fragment_size() as u64),
-            name_max: narrow(st.name_max() as u64),
+            blocks: st.blocks(),
+            blocks_free: st.blocks_free(),
+            blocks_available: st.blocks_available(),
+            files: st.files(),
+            files_free: st.files_free(),
+            block_size: narrow(st.block_size()),
+            fragment_size: narrow(st.fragment_size()),
+            name_max: narrow(st.name_max()),
         })
     }
 
