@@ -16,7 +16,7 @@ deps:
 build: deps
 	$(CARGO) build --release --bin prepfs --examples
 
-# `make install` (as root, after `make build` or with cargo at hand): the release binary and the
+# `make install` (as root, after `make build` or with cargo at hand): the release binary (stripped) and the
 # mount(8) helper to $(BINDIR), and $(SBINDIR)/mount.fuse.prepfs linked to the helper, which
 # `mount -t fuse.prepfs` and /etc/fstab lines of type fuse.prepfs run. DESTDIR stages it; BIN
 # installs another build.
@@ -29,7 +29,7 @@ target/release/prepfs:
 	$(CARGO) build --release --bin prepfs
 
 install: $(BIN)
-	install -D -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/prepfs
+	install -D -s -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/prepfs
 	install -D -m 0755 scripts/mount.prepfs $(DESTDIR)$(BINDIR)/mount.prepfs
 	install -d $(DESTDIR)$(SBINDIR)
 	ln -sf $(BINDIR)/mount.prepfs $(DESTDIR)$(SBINDIR)/mount.fuse.prepfs
@@ -43,8 +43,12 @@ demo: build
 
 # The Python module (`import prepfs`: prepfs.Loader, python/): built with maturin (pyo3) and
 # installed for $(PYTHON), with the GPU path (the `gpu` feature: libcuda is loaded at run time, so
-# it builds and imports on machines without CUDA).
+# it builds and imports on machines without CUDA). pip (ensurepip) and maturin are installed
+# into $(PYTHON)'s own environment where missing (a venv's python: `make python PYTHON=venv/bin/python`).
 python: deps
+	@$(PYTHON) -m pip --version >/dev/null 2>&1 || { echo "installing pip for $(PYTHON)"; $(PYTHON) -m ensurepip --upgrade; }
+	@$(PYTHON) -m maturin --version >/dev/null 2>&1 || { echo "installing maturin for $(PYTHON)"; \
+	  $(PYTHON) -m pip install -q maturin 2>/dev/null || $(PYTHON) -m pip install -q --break-system-packages maturin; }
 	rm -rf target/wheels
 	cd python && $(PYTHON) -m maturin build --release --features gpu -o ../target/wheels
 	$(PYTHON) -m pip install -q --force-reinstall --no-deps target/wheels/prepfs-*.whl 2>/dev/null \

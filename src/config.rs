@@ -883,9 +883,10 @@ impl Default for CacheConfig {
 /// Default [`CacheConfig::epochs`]: a run of many epochs (torchvision's ResNet recipe reads 90).
 pub const DEFAULT_EPOCHS: u64 = 90;
 
-/// Validates `cache.disk`: both keys given, the directory made if missing, and not inside the
-/// source (nor the mountpoint, which would hide it).
-fn disk_config(text: &str, raw: RawDisk, source: &Path, mountpoint: &Path) -> Result<DiskConfig, ConfigError> {
+/// Validates `cache.disk`: both keys given, the directory made if missing (`effects`; else
+/// only a file in its place is refused), and not inside the source (nor the mountpoint, which
+/// would hide it).
+fn disk_config(text: &str, raw: RawDisk, source: &Path, mountpoint: &Path, effects: Effects) -> Result<DiskConfig, ConfigError> {
     let path = raw.path.ok_or_else(|| ConfigError::at(text, "cache.disk", "`path` is missing"))?;
     let size = raw.size.ok_or_else(|| ConfigError::at(text, "cache.disk", "`size` is missing"))?;
     let size = positive_size_value(text, "cache.disk.size", &size)?;
@@ -897,6 +898,12 @@ fn disk_config(text: &str, raw: RawDisk, source: &Path, mountpoint: &Path) -> Re
     let mountpoint = resolve(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
     if resolved.starts_with(&mountpoint) {
         return Err(ConfigError::at(text, "cache.disk.path", "the disk cache must not lie inside the mountpoint"));
+    }
+    if effects == Effects::CheckOnly {
+        if resolved.exists() && !resolved.is_dir() {
+            return Err(ConfigError::at(text, "cache.disk.path", format!("{} is not a directory", resolved.display())));
+        }
+        return Ok(DiskConfig { path: resolved, size });
     }
     std::fs::create_dir_all(&resolved)
         .map_err(|e| ConfigError::at(text, "cache.disk.path", format!("cannot create {}: {e}", resolved.display())))?;
@@ -978,6 +985,7 @@ fn cache_config(
     source: &Path,
     mountpoint: &Path,
     machine: Option<u64>,
+    effects: Effects,
 ) -> Result<CacheConfig, ConfigError> {
     let mut cache = CacheConfig { memory: auto_cache_memory(), ..CacheConfig::default() };
     let Some(raw) = raw else { return Ok(cache) };
@@ -987,7 +995,7 @@ fn cache_config(
         None => {}
     }
     if let Some(disk) = raw.disk {
-        cache.disk = Some(disk_config(text, disk, source, mountpoint)?);
+        cache.disk = Some(disk_config(text, disk, source, mountpoint, effects)?);
     }
     if let Some(remote) = raw.remote {
         cache.remote = Some(remote_config(text, remote)?);
@@ -1072,17 +1080,40 @@ pub struct Overrides {
     pub seed: Option<u64>,
 }
 
+/// Whether validating a config may change the machine: a mount's makes the disk tier's
+/// directory; `prepfs check`'s makes nothing (and so accepts a directory its user could not
+/// make, such as the shipped `/var/cache/prepfs` for a user other than root).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Effects {
+    Mount,
+    CheckOnly,
+}
+
 impl Config {
     /// Reads, parses and validates a config file.
     pub fn load(path: &Path, overrides: &Overrides) -> Result<Config, ConfigError> {
+        Config::load_with(path, overrides, Effects::Mount)
+    }
+
+    /// [`Config::load`] making nothing (`prepfs check`): a missing disk tier directory is
+    /// accepted as the mount would make it.
+    pub fn check(path: &Path, overrides: &Overrides) -> Result<Config, ConfigError> {
+        Config::load_with(path, overrides, Effects::CheckOnly)
+    }
+
+    fn load_with(path: &Path, overrides: &Overrides, effects: Effects) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| ConfigError::plain(format!("cannot read {}: {e}", path.display())))?;
-        Config::parse(&text, overrides)
+        Config::parse_with(&text, overrides, effects)
             .map_err(|e| ConfigError { message: format!("{}: {}", path.display(), e.message), ..e })
     }
 
     /// Parses and validates YAML text.
     pub fn parse(text: &str, overrides: &Overrides) -> Result<Config, ConfigError> {
+        Config::parse_with(text, overrides, Effects::Mount)
+    }
+
+    fn parse_with(text: &str, overrides: &Overrides, effects: Effects) -> Result<Config, ConfigError> {
         let raw: RawConfig = if text.trim().is_empty() {
             serde_norway::from_str("{}")
         } else {
@@ -1154,7 +1185,7 @@ impl Config {
         };
         validate_output(text, &mut output, &augment)?;
         let machine = machine_memory();
-        let cache = cache_config(text, raw.cache, &source, &mountpoint, machine)?;
+        let cache = cache_config(text, raw.cache, &source, &mountpoint, machine, effects)?;
         let jobs = jobs_config(text, raw.jobs)?;
         let max_open_bytes = match &raw.max_open_bytes {
             Some(v) => memory_value(text, "max_open_bytes", v, machine)?,
@@ -1871,6 +1902,22 @@ mod tests {
             checked += 1;
         }
         assert!(checked >= 3, "{checked} configs");
+    }
+
+    #[test]
+    fn check_accepts_a_missing_disk_directory_and_makes_nothing_where_a_mount_makes_it() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let source = tmp.path().join("source");
+        std::fs::create_dir_all(&source).expect("source");
+        let disk = tmp.path().join("disk/tier");
+        let file = tmp.path().join("mount.yaml");
+        std::fs::write(&file, format!("mountpoint: /mnt/x\ncache:\n  disk: {{ path: {}, size: 1GiB }}\n", disk.display())).expect("write");
+        let overrides = Overrides { source: Some(source), mountpoint: None, seed: None };
+        let checked = Config::check(&file, &overrides).expect("check");
+        assert_eq!(checked.cache.disk.map(|d| d.path), Some(disk.clone()));
+        assert!(!tmp.path().join("disk").exists(), "check made the disk directory");
+        Config::load(&file, &overrides).expect("load");
+        assert!(disk.is_dir(), "a mount's load makes it");
     }
 
     #[test]

@@ -20,7 +20,7 @@ use prepfs::mount::{Lifecycle, MountError, Ready};
 static ALLOCATOR: prepfs::alloc::MapLarge = prepfs::alloc::MapLarge;
 
 #[derive(Parser)]
-#[command(name = "prepfs", version, about = "A FUSE filesystem serving decoded and augmented training samples")]
+#[command(name = "prepfs", version = env!("PREPFS_VERSION"), about = "A FUSE filesystem serving decoded and augmented training samples")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -65,12 +65,19 @@ enum Command {
         #[arg(long)]
         t_full: Option<f64>,
     },
-    /// Validate a configuration and print it as prepfs will use it.
+    /// Validate a configuration and print it as prepfs will use it (the effective YAML a mount
+    /// serves as .prepfs/config.yaml). Nothing is made: a missing cache.disk.path is accepted,
+    /// as the mount would create it.
     Check {
+        /// The mount configuration (YAML; see mount-configs/).
         config: PathBuf,
-        #[arg(long)]
+        /// The dataset directory, in place of the config's `source` (as `prepfs mount --source`);
+        /// it must exist and be readable.
+        #[arg(long, value_name = "DIR")]
         source: Option<PathBuf>,
-        #[arg(long)]
+        /// The mountpoint, in place of the config's `mountpoint` (as `prepfs mount
+        /// --mountpoint`); the checks against it (the disk cache not inside it) use this one.
+        #[arg(long, value_name = "DIR")]
         mountpoint: Option<PathBuf>,
     },
 }
@@ -313,7 +320,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Check { config, source, mountpoint } => {
-            match Config::load(&config, &Overrides { source, mountpoint, seed: None }) {
+            match Config::check(&config, &Overrides { source, mountpoint, seed: None }) {
                 Ok(c) => {
                     print!("{}", c.to_yaml());
                     ExitCode::SUCCESS
@@ -343,6 +350,13 @@ fn stats(path: &Path, json: bool, watch: Option<f64>) -> ExitCode {
     loop {
         let text = match std::fs::read_to_string(&file) {
             Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                return fail(format!(
+                    "{}: {e}: the mount's figures are its owner's (they name the source's paths); \
+                     its owner may share them with every user by mounting with `control_public: true`",
+                    file.display()
+                ))
+            }
             Err(e) => return fail(format!("{}: {e} (has the mount stopped?)", file.display())),
         };
         let out = if json {

@@ -1,6 +1,7 @@
 //! Mounted tests of the command line and the mount's lifecycle, as a new user meets them: the
 //! `SOURCE MOUNTPOINT` form with no config, the mountpoint checks, the log options, the
-//! background mount, the mount(8) helper, and a clean unmount that logs no warning. Each test
+//! background mount, the mount(8) helper, a clean unmount that logs no warning, `df` and
+//! `--version`. Each test
 //! mounts in its own temporary directory, under a time limit, and unmounts on every way out.
 
 mod common;
@@ -241,6 +242,50 @@ fn mounting_source_and_mountpoint_with_no_config_serves_samples() {
     assert!(mounted.stop().success());
 }
 
+/// Mounts a small id-coded dataset at `dir/mnt` with no config; the mount and the source.
+fn mount_small(dir: &Path) -> (Mounted, PathBuf) {
+    let (source, _) = make_id_dataset(dir, 2, 2);
+    let mnt = dir.join("mnt");
+    std::fs::create_dir(&mnt).expect("mkdir");
+    (Mounted::start_command(prepfs(&[&"mount", &source, &mnt]), &mnt, &dir.join("prepfs.log"), LIMIT), source)
+}
+
+#[test]
+fn df_shows_the_size_and_inodes_of_the_sources_file_system() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mounted, source) = mount_small(dir.path());
+    let (shown, under) = (nix::sys::statvfs::statvfs(&mounted.mountpoint).expect("statvfs"), nix::sys::statvfs::statvfs(&source).expect("statvfs"));
+    let bytes = |s: &nix::sys::statvfs::Statvfs| s.blocks() * s.fragment_size();
+    assert!(bytes(&shown) > 0);
+    assert_eq!(bytes(&shown), bytes(&under), "the mount's size is the source's");
+    assert_eq!(shown.files(), under.files(), "the mount's inodes are the source's");
+    let df = run_limited(
+        {
+            let mut c = Command::new("df");
+            c.arg("--output=size").arg(&mounted.mountpoint);
+            c
+        },
+        Duration::from_secs(10),
+    );
+    let size = text(&df.stdout).lines().nth(1).and_then(|l| l.trim().parse::<u64>().ok());
+    assert!(size.is_some_and(|s| s > 0), "df shows a size: {}", text(&df.stdout));
+    assert!(mounted.stop().success());
+}
+
+#[test]
+fn the_mount_table_names_the_type_fuse_prepfs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mounted, _) = mount_small(dir.path());
+    let canonical = mounted.mountpoint.canonicalize().expect("canonical");
+    let entry = prepfs::mount::mount_at(&canonical).expect("in the mount table");
+    assert_eq!(entry.fstype, "fuse.prepfs", "{entry:?}");
+    let mut findmnt = Command::new("findmnt");
+    findmnt.args(["-n", "-t", "fuse.prepfs", "-o", "TARGET"]).arg(&mounted.mountpoint);
+    let findmnt = run_limited(findmnt, Duration::from_secs(10));
+    assert_eq!(text(&findmnt.stdout).trim(), canonical.to_str().expect("path"), "findmnt -t fuse.prepfs finds it");
+    assert!(mounted.stop().success());
+}
+
 #[test]
 fn background_returns_with_the_mount_serving_and_fusermount_ends_the_daemon() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -429,4 +474,39 @@ fn uids_and_gids_of_2_to_the_31_and_up_are_refused_wherever_they_are_given() {
     // The largest accepted: 2^31 - 1.
     let out = run_limited(prepfs(&[&"check", &common::write_config(dir.path(), "uid: 2147483647\ngid: 2147483647\n"), &"--source", &source, &"--mountpoint", &mnt]), LIMIT);
     assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+#[test]
+fn version_names_the_package_version_and_the_commit_built() {
+    let out = run_limited(prepfs(&[&"--version"]), Duration::from_secs(10));
+    let shown = text(&out.stdout);
+    let head = Command::new("git").args(["rev-parse", "--short", "HEAD"]).current_dir(env!("CARGO_MANIFEST_DIR")).output();
+    let commit = match head {
+        Ok(h) if h.status.success() => text(&h.stdout).trim().to_owned(),
+        _ => "unknown".to_owned(),
+    };
+    assert_eq!(shown.trim(), format!("prepfs {} (commit {commit})", env!("CARGO_PKG_VERSION")));
+}
+
+#[test]
+fn check_accepts_every_shipped_mount_config_as_shipped_with_a_source_for_a_user_other_than_root_and_makes_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let configs = Path::new(env!("CARGO_MANIFEST_DIR")).join("mount-configs");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&configs).expect("mount-configs") {
+        let path = entry.expect("entry").path();
+        // plan-example.yaml holds `prepfs plan`'s parameters, not a mount.
+        if path.extension().is_none_or(|e| e != "yaml") || path.ends_with("plan-example.yaml") {
+            continue;
+        }
+        let out = run_limited(as_nobody(&[prepfs_bin().as_os_str(), std::ffi::OsStr::new("check"), path.as_os_str(), std::ffi::OsStr::new("--source"), dir.path().as_os_str()]), Duration::from_secs(10));
+        assert!(out.status.success(), "{}: {}", path.display(), text(&out.stderr));
+        checked += 1;
+    }
+    assert!(checked >= 3, "{checked} configs");
+    let help = run_limited(prepfs(&[&"check", &"--help"]), Duration::from_secs(10));
+    let help = text(&help.stdout);
+    assert!(help.contains("--source <DIR>") && help.contains("in place of the config's `source`"), "{help}");
+    assert!(help.contains("--mountpoint <DIR>") && help.contains("Nothing is made"), "{help}");
 }

@@ -189,6 +189,74 @@ fn nobody_is_never_served_roots_private_sample_through_the_socket() {
     assert!(mnt.stop().success());
 }
 
+/// Runs `program` with `args` as user `nobody` (uid and gid 65534, no other groups); its output.
+fn as_nobody(program: &str, args: &[&str]) -> std::process::Output {
+    Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", program])
+        .args(args)
+        .output()
+        .expect("setpriv")
+}
+
+/// tests/support/loader_find.py as nobody: the socket found from `mountpoint` as prepfs.Loader
+/// finds it, and one epoch of `job` over it.
+fn find_and_load_as_nobody(mountpoint: &Path, job: &str) -> serde_json::Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/loader_find.py");
+    let out = as_nobody("/usr/bin/python3", &[script.to_str().expect("path"), mountpoint.to_str().expect("path"), job]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text} {}", String::from_utf8_lossy(&out.stderr)))
+}
+
+#[test]
+fn nobody_finds_the_loader_socket_from_an_allow_other_mountpoint_and_no_more_of_the_owners_files() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).expect("chmod");
+    let (source, _) = make_id_dataset(tmp.path(), 2, 6);
+    fs::set_permissions(source.join("c1/s10.jpg"), fs::Permissions::from_mode(0o600)).expect("chmod");
+    let config = write_config(tmp.path(), &format!("seed: 1\nallow_other: true\naugment:\n{RANDOM}"));
+    let mnt = Mounted::start(tmp.path(), &config, &source, LIMIT);
+
+    let got = find_and_load_as_nobody(&mnt.mountpoint, "mine");
+    assert!(got["found_in"].as_str().is_some_and(|f| f.ends_with(".prepfs/loader.json")), "{got}");
+    let names: Vec<&str> = got["names"].as_array().unwrap_or_else(|| panic!("{got}")).iter().filter_map(|n| n.as_str()).collect();
+    assert_eq!(names.len(), 11, "nobody is served every sample but root's 0600 one: {names:?}");
+    assert!(!names.contains(&"c1/s10.jpg"), "{names:?}");
+
+    // loader.json holds the socket and nothing else.
+    let loader: serde_json::Value = serde_json::from_slice(&fs::read(mnt.path(".prepfs/loader.json")).expect("loader.json")).expect("json");
+    assert_eq!(loader["socket"], mnt.stats()["loader"]["socket"], "{loader}");
+    assert_eq!(loader.as_object().map(|o| o.len()), Some(2), "{loader}");
+
+    // The owner's files stay the owner's: stats.json, config.yaml, metrics, and the listing.
+    let cat = |rel: &str| as_nobody("/bin/cat", &[mnt.path(rel).to_str().expect("path")]);
+    for rel in [".prepfs/stats.json", ".prepfs/config.yaml", ".prepfs/metrics"] {
+        let out = cat(rel);
+        assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("Permission denied"), "nobody read {rel}");
+    }
+    let ls = as_nobody("/bin/ls", &[mnt.path(".prepfs").to_str().expect("path")]);
+    assert!(!ls.status.success(), "nobody listed .prepfs/: {}", String::from_utf8_lossy(&ls.stdout));
+
+    // `prepfs stats` tells nobody why, and how the owner would share the figures.
+    let bin = common::prepfs_bin();
+    let stats = as_nobody(bin.to_str().expect("path"), &["stats", mnt.mountpoint.to_str().expect("path")]);
+    let err = String::from_utf8_lossy(&stats.stderr);
+    assert!(!stats.status.success() && err.contains("control_public"), "{err}");
+    assert!(mnt.stop().success());
+}
+
+#[test]
+fn nobody_whom_the_source_root_shuts_out_finds_no_loader_socket_through_the_mount() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).expect("chmod");
+    let (source, _) = make_id_dataset(tmp.path(), 2, 2);
+    fs::set_permissions(&source, fs::Permissions::from_mode(0o700)).expect("chmod");
+    let config = write_config(tmp.path(), &format!("seed: 1\nallow_other: true\naugment:\n{RANDOM}"));
+    let mnt = Mounted::start(tmp.path(), &config, &source, LIMIT);
+    let got = find_and_load_as_nobody(&mnt.mountpoint, "mine");
+    assert!(got["error"].as_str().is_some_and(|e| e.contains("Permission denied")) && got.get("names").is_none(), "{got}");
+    assert!(mnt.stop().success());
+}
+
 /// Whether the NVIDIA driver's library is on this machine's library path.
 fn libcuda_here() -> bool {
     Command::new("sh").args(["-c", "ldconfig -p | grep -q 'libcuda\\.so'"]).status().is_ok_and(|s| s.success())

@@ -132,16 +132,34 @@ fn io_error(e: io::Error) -> PyErr {
     }
 }
 
-/// The loader socket of the mount at `mountpoint`, from its `.prepfs/stats.json`.
+/// The loader socket of the mount at `mountpoint`: from its `.prepfs/loader.json` (every
+/// user's on an `allow_other` mount), else from `.prepfs/stats.json` (a mount that has no
+/// loader.json, or whose loader.json this user may not read).
 fn socket_of(mountpoint: &Path) -> PyResult<PathBuf> {
+    let loader = mountpoint.join(".prepfs/loader.json");
     let stats = mountpoint.join(".prepfs/stats.json");
-    let text = std::fs::read_to_string(&stats)
-        .map_err(|e| PyOSError::new_err(format!("{}: {e} (is a prepfs mount there?)", stats.display())))?;
-    let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| PyOSError::new_err(format!("{}: {e}", stats.display())))?;
-    match json["loader"]["socket"].as_str() {
+    let (file, socket) = match std::fs::read_to_string(&loader) {
+        Ok(text) => (&loader, socket_in(&loader, &text, "/socket")?),
+        Err(_) => {
+            let text = std::fs::read_to_string(&stats)
+                .map_err(|e| PyOSError::new_err(format!("{}: {e} (is a prepfs mount there?)", stats.display())))?;
+            (&stats, socket_in(&stats, &text, "/loader/socket")?)
+        }
+    };
+    match socket {
         Some(path) => Ok(PathBuf::from(path)),
-        None => Err(PyOSError::new_err(format!("the mount at {} has no loader socket (loader: {{ enabled: false }}?)", mountpoint.display()))),
+        None => Err(PyOSError::new_err(format!(
+            "the mount at {} has no loader socket (loader: {{ enabled: false }}?; read {})",
+            mountpoint.display(),
+            file.display()
+        ))),
     }
+}
+
+/// The socket's path at `pointer` in the JSON document `text` read from `file`.
+fn socket_in(file: &Path, text: &str, pointer: &str) -> PyResult<Option<String>> {
+    let json: serde_json::Value = serde_json::from_str(text).map_err(|e| PyOSError::new_err(format!("{}: {e}", file.display())))?;
+    Ok(json.pointer(pointer).and_then(serde_json::Value::as_str).map(str::to_owned))
 }
 
 /// Reads the welcome frame and the ring's descriptor that rides with it.

@@ -1,4 +1,5 @@
-//! The `.prepfs/` control files: who may read them, `stats.json`'s content and what `metrics`
+//! The `.prepfs/` control files: who may read them, `stats.json`'s content, `loader.json`'s
+//! (what a loader needs, for every user an `allow_other` mount serves) and what `metrics`
 //! gathers for [`crate::metrics::exposition`] (`config.yaml` serves the effective
 //! configuration, [`crate::config::Config::to_yaml`]).
 
@@ -7,14 +8,46 @@ use crate::metrics::{exposition, Gauges};
 use crate::shared::Form;
 
 impl Filesystem {
-    /// `.prepfs/` and its files: the owner's only, unless `control_public`.
+    /// `.prepfs/` and its files: the owner's only, unless `control_public`. On an
+    /// `allow_other` mount every user may search `.prepfs/` (not list it), to reach
+    /// `loader.json`; `stats.json`, `config.yaml` and `metrics` stay the owner's (stats.json
+    /// names the bad samples' paths).
     pub(super) fn control_perm(&self, dir: bool) -> u16 {
-        match (self.config().access.control_public, dir) {
+        let access = &self.config().access;
+        match (access.control_public, dir) {
             (true, true) => 0o555,
             (true, false) => 0o444,
+            (false, true) if access.allow_other => 0o511,
             (false, true) => 0o500,
             (false, false) => 0o400,
         }
+    }
+
+    /// `.prepfs/loader.json`: every user's on an `allow_other` mount (the mount's root, the
+    /// source's, still decides who reaches it), else as the other control files.
+    pub(super) fn loader_file_perm(&self) -> u16 {
+        if self.config().access.allow_other {
+            0o444
+        } else {
+            self.control_perm(false)
+        }
+    }
+
+    /// Refuses `caller` `loader.json` when the source's root denies them search and the mount
+    /// shows another owner (`--uid`/`--gid`: else the kernel checked the root as the source
+    /// has it): whoever the source keeps out of the dataset learns nothing of the mount.
+    pub(super) fn check_loader_file_access(&self, caller: super::Caller) -> crate::error::Result<()> {
+        self.check_dir_access(0, caller, super::access::SEARCH)
+    }
+
+    /// What a loader needs to find the mount's loader socket, as served in
+    /// `.prepfs/loader.json`: `{"version": 1, "socket": PATH}` (`null` with the socket off).
+    /// Nothing else: the socket checks each sample against its caller.
+    pub(crate) fn loader_json(&self) -> String {
+        let doc = serde_json::json!({ "version": 1, "socket": self.stats().loader.socket.get() });
+        let mut text = doc.to_string();
+        text.push('\n');
+        text
     }
 
     /// Bytes of opportunistic-sampling metadata: the status byte per sample and every active

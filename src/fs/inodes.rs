@@ -32,6 +32,8 @@ pub(crate) enum Node {
     ConfigFile,
     /// `.prepfs/metrics` (Prometheus text format)
     MetricsFile,
+    /// `.prepfs/loader.json` (what a loader needs: the socket's path)
+    LoaderFile,
     /// `jobs/`
     JobsDir,
     /// `jobs/<job>/`, by the job's code (or a pending name's: [`PENDING_JOB`]).
@@ -40,7 +42,7 @@ pub(crate) enum Node {
     File(View, FileId),
 }
 
-// Inode numbers: the fixed nodes are 1 to 6; the others pack, from the top, the job code
+// Inode numbers: the fixed nodes are 1 to 7; the others pack, from the top, the job code
 // (24 bits, 0 for top-level views), a kind (4 bits), the form (2 bits) and a catalog index
 // (32 bits).
 pub(super) const ROOT_INO: u64 = 1;
@@ -49,6 +51,7 @@ const STATS_INO: u64 = 3;
 const CONFIG_INO: u64 = 4;
 pub(super) const JOBS_DIR_INO: u64 = 5;
 const METRICS_INO: u64 = 6;
+const LOADER_INO: u64 = 7;
 const JOB_SHIFT: u32 = 40;
 const KIND_SHIFT: u32 = 36;
 const FORM_SHIFT: u32 = 34;
@@ -72,6 +75,7 @@ impl Node {
             Node::StatsFile => STATS_INO,
             Node::ConfigFile => CONFIG_INO,
             Node::MetricsFile => METRICS_INO,
+            Node::LoaderFile => LOADER_INO,
             Node::JobsDir => JOBS_DIR_INO,
             Node::JobRoot(code) => pack(code, KIND_JOB_ROOT, Form::Encoded, 0),
             Node::Dir(view, d) => pack(view.job, KIND_DIR, view.form, d),
@@ -87,6 +91,7 @@ impl Node {
             STATS_INO => return Some(Node::StatsFile),
             CONFIG_INO => return Some(Node::ConfigFile),
             METRICS_INO => return Some(Node::MetricsFile),
+            LOADER_INO => return Some(Node::LoaderFile),
             JOBS_DIR_INO => return Some(Node::JobsDir),
             _ => {}
         }

@@ -52,6 +52,10 @@ impl Filesystem {
             Node::MetricsFile => {
                 (self.pin(HandleData::Control(self.metrics_text().into_bytes().into()), caller)?, CachePolicy::DirectIo)
             }
+            Node::LoaderFile => {
+                self.check_loader_file_access(caller)?;
+                (self.pin(HandleData::Control(self.loader_json().into_bytes().into()), caller)?, CachePolicy::DirectIo)
+            }
             Node::File(view, file) => {
                 if file as usize >= self.catalog().file_count() {
                     return Err(Error::NotFound);
@@ -129,7 +133,7 @@ impl Filesystem {
                         && self.jobs.by_code(view.job).is_some_and(|j| !j.has_seen(file) && !j.is_shared())
                 }
             },
-            Some(Node::StatsFile | Node::ConfigFile | Node::MetricsFile) => true,
+            Some(Node::StatsFile | Node::ConfigFile | Node::MetricsFile | Node::LoaderFile) => true,
             _ => false,
         }
     }

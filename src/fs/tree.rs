@@ -102,6 +102,7 @@ impl Filesystem {
                 Some("stats.json") => Node::StatsFile,
                 Some("config.yaml") => Node::ConfigFile,
                 Some("metrics") => Node::MetricsFile,
+                Some("loader.json") => Node::LoaderFile,
                 _ => return Err(Error::NotFound),
             },
             // A lookup makes no job: a name no job has yet answers as a pending one.
@@ -125,9 +126,15 @@ impl Filesystem {
                     Entry::File(f) => Node::File(view, f),
                 }
             }
-            Node::StatsFile | Node::ConfigFile | Node::MetricsFile | Node::File(..) => return Err(Error::NotADirectory),
+            Node::StatsFile | Node::ConfigFile | Node::MetricsFile | Node::LoaderFile | Node::File(..) => return Err(Error::NotADirectory),
         };
         self.attr_of(node)
+    }
+
+    /// The mount's size and use, for `statfs` (`df`): the source's file system's, free space
+    /// included (nothing can be written through the mount; `df` shows what the source has).
+    pub(crate) fn statfs(&self) -> Result<crate::source::Space> {
+        self.reader.space(&self.config().source)
     }
 
     /// The attributes of an inode.
@@ -170,6 +177,7 @@ impl Filesystem {
                 Ok(self.own_attr(node, Kind::File, self.config().to_yaml().len() as u64, self.control_perm(false)))
             }
             Node::MetricsFile => Ok(self.own_attr(node, Kind::File, self.metrics_text().len() as u64, self.control_perm(false))),
+            Node::LoaderFile => Ok(self.own_attr(node, Kind::File, self.loader_json().len() as u64, self.loader_file_perm())),
             Node::File(view, file) => {
                 if file as usize >= catalog.file_count() || self.job_gone(view) {
                     return Err(Error::NotFound);
@@ -225,6 +233,7 @@ impl Filesystem {
                 entries.push(file(Node::StatsFile, "stats.json".into()));
                 entries.push(file(Node::ConfigFile, "config.yaml".into()));
                 entries.push(file(Node::MetricsFile, "metrics".into()));
+                entries.push(file(Node::LoaderFile, "loader.json".into()));
             }
             Node::JobsDir => {
                 for job in self.jobs.active() {
@@ -283,7 +292,7 @@ impl Filesystem {
                     }
                 }
             }
-            Node::StatsFile | Node::ConfigFile | Node::MetricsFile | Node::File(..) => return Err(Error::NotADirectory),
+            Node::StatsFile | Node::ConfigFile | Node::MetricsFile | Node::LoaderFile | Node::File(..) => return Err(Error::NotADirectory),
         }
         let handle = self.pin(HandleData::Listing(entries), caller)?;
         Ok(self.handles.insert(handle))

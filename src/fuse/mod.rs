@@ -279,8 +279,10 @@ impl fuser::Filesystem for FuseAdapter {
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         bump(&self.fs.stats().requests.other, 1);
-        let files = self.fs.catalog().file_count() as u64;
-        reply.statfs(0, 0, 0, files, 0, 128 * 1024, 255, 128 * 1024);
+        match self.fs.statfs() {
+            Ok(s) => reply.statfs(s.blocks, s.blocks_free, s.blocks_available, s.files, s.files_free, s.block_size, s.name_max, s.fragment_size),
+            Err(e) => reply.error(errno(&e)),
+        }
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, mask: fuser::AccessFlags, reply: ReplyEmpty) {

@@ -60,6 +60,10 @@ impl FaultySource {
 }
 
 impl SourceIo for FaultySource {
+    fn space(&self) -> io::Result<super::Space> {
+        self.inner.space()
+    }
+
     fn metadata(&self, path: &Path) -> io::Result<FileMeta> {
         match self.fault(path) {
             Some(Fault::Error(kind)) => Err(io::Error::new(kind, "injected fault")),

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use nix::fcntl::{openat, AtFlags, OFlag};
 use nix::sys::stat::{fstatat, Mode};
 
-use super::{FileMeta, SourceFile, SourceIo};
+use super::{FileMeta, SourceFile, SourceIo, Space};
 
 /// The source directory on this machine's file system.
 pub struct LocalSource {
@@ -52,6 +52,22 @@ impl LocalSource {
 }
 
 impl SourceIo for LocalSource {
+    fn space(&self) -> io::Result<Space> {
+        // On the root held open: no walk from `/`.
+        let st = nix::sys::statvfs::fstatvfs(&self.dir)?;
+        let narrow = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+        Ok(Space {
+            blocks: st.blocks(),
+            blocks_free: st.blocks_free(),
+            blocks_available: st.blocks_available(),
+            files: st.files(),
+            files_free: st.files_free(),
+            block_size: narrow(st.block_size()),
+            fragment_size: narrow(st.fragment_size()),
+            name_max: narrow(st.name_max()),
+        })
+    }
+
     fn metadata(&self, path: &Path) -> io::Result<FileMeta> {
         // Symlinks followed, as `std::fs::metadata` does.
         let (dir, path) = self.lookup(path);

@@ -157,8 +157,24 @@ impl Identity {
     }
 }
 
+/// The size and use of the file system the source lies on (`statvfs`), which `df` shows for
+/// the mount.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Space {
+    pub blocks: u64,
+    pub blocks_free: u64,
+    pub blocks_available: u64,
+    pub files: u64,
+    pub files_free: u64,
+    pub block_size: u32,
+    pub fragment_size: u32,
+    pub name_max: u32,
+}
+
 /// The source's file system, as prepfs uses it.
 pub trait SourceIo: Send + Sync {
+    /// `statvfs` of the file system the source's root lies on.
+    fn space(&self) -> io::Result<Space>;
     /// `stat` of a path (symlinks followed).
     fn metadata(&self, path: &Path) -> io::Result<FileMeta>;
     /// Opens a regular file for reading. Refuses anything else (a FIFO, a device, a
@@ -226,6 +242,11 @@ impl Source {
     /// `stat` of a source path.
     pub fn metadata(&self, path: &Path) -> io::Result<FileMeta> {
         self.io.metadata(path)
+    }
+
+    /// `statvfs` of the source's file system.
+    pub fn space(&self) -> io::Result<Space> {
+        self.io.space()
     }
 
     /// Reads a whole file (at most `max_file_size` bytes, else refused unread), with the

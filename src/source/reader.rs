@@ -100,6 +100,11 @@ impl SampleReader {
         Ok((Sample { id, path, meta }, observed))
     }
 
+    /// `statvfs` of the source's file system (`root`: the source's root, named in an error).
+    pub(crate) fn space(&self, root: &Path) -> Result<crate::source::Space> {
+        self.source.space().map_err(|e| Error::source_io(root, e))
+    }
+
     /// `stat` of a source path (a directory's owner and mode, say).
     pub(crate) fn metadata(&self, path: &Path) -> Result<FileMeta> {
         self.source.metadata(path).map_err(|e| Error::source_io(path, e))
