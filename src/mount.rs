@@ -455,7 +455,7 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
         fs.shutdown();
         return Err(MountError::Stopped);
     }
-    let (session, self_mounted) = start_session(adapter, &mountpoint, &fuse_config, lifecycle.read_only)?;
+    let session = fuser::Session::new(adapter, &mountpoint, &fuse_config).map_err(MountError::Fuse)?;
     let notifier = session.notifier();
     let mut workers = Workers::default();
     let started = start_workers(&fs, &mut workers, notifier, loader_server).and_then(|()| match metrics_listener {
@@ -485,11 +485,6 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
         )),
     }
     let ran = end_session(session, &canonical_mountpoint, connection);
-    // A mount of prepfs's own has no fuser guard to take it down with a session that ended
-    // while it was still mounted (reading requests failed).
-    if self_mounted && fuse_connection(&canonical_mountpoint).is_some_and(|n| Some(n) == connection) {
-        let _ = try_unmount(&mountpoint).or_else(|_| lazy_unmount(&mountpoint));
-    }
     workers.stop_and_join(&fs);
     tracing::info!(mountpoint = %mountpoint.display(), "unmounted");
     ran.map_err(MountError::Fuse)
@@ -791,65 +786,6 @@ fn force_unmount(mountpoint: &Path, connection: Option<u64>) {
         tracing::warn!("the session did not end after the forced unmount; exiting");
         std::process::exit(1);
     });
-}
-
-/// Mounts and starts the FUSE session. As root, prepfs mounts itself with the type
-/// `fuse.prepfs` (fuser's own mount(2) says only `fuse`; fusermount3, which other users mount
-/// through, already names the subtype) and hands fuser the connection; where that mount is not
-/// permitted, or for any other user, fuser mounts. With it, whether prepfs mounted it itself.
-fn start_session(
-    adapter: FuseAdapter,
-    mountpoint: &Path,
-    fc: &fuser::Config,
-    read_only: bool,
-) -> Result<(fuser::Session<FuseAdapter>, bool), MountError> {
-    if nix::unistd::geteuid().is_root() {
-        match mount_typed(mountpoint, fc, read_only) {
-            Ok(fd) => {
-                return match fuser::Session::from_fd(adapter, fd, fc.acl, fc.clone()) {
-                    Ok(session) => Ok((session, true)),
-                    Err(e) => {
-                        let _ = try_unmount(mountpoint).or_else(|_| lazy_unmount(mountpoint));
-                        Err(MountError::Fuse(e))
-                    }
-                };
-            }
-            Err(nix::errno::Errno::EPERM) => {}
-            Err(e) => return Err(MountError::Fuse(e.into())),
-        }
-    }
-    Ok((fuser::Session::new(adapter, mountpoint, fc).map_err(MountError::Fuse)?, false))
-}
-
-/// mount(2) of a new FUSE connection at `mountpoint` with the type `fuse.prepfs`, the source
-/// (`fsname`) and the options fuser would give the kernel; the connection's `/dev/fuse`.
-fn mount_typed(mountpoint: &Path, fc: &fuser::Config, read_only: bool) -> nix::Result<std::os::fd::OwnedFd> {
-    use nix::mount::MsFlags;
-    use std::os::fd::AsRawFd;
-    let dev = std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse").map_err(|e| {
-        nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))
-    })?;
-    let fd = std::os::fd::OwnedFd::from(dev);
-    let rootmode = nix::sys::stat::stat(mountpoint)?.st_mode & libc::S_IFMT;
-    let mut options = format!(
-        "fd={},rootmode={rootmode:o},user_id={},group_id={},default_permissions",
-        fd.as_raw_fd(),
-        nix::unistd::getuid(),
-        nix::unistd::getgid()
-    );
-    if fc.acl != fuser::SessionACL::Owner {
-        options.push_str(",allow_other");
-    }
-    let mut flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOATIME;
-    if read_only {
-        flags |= MsFlags::MS_RDONLY;
-    }
-    let source = fc.mount_options.iter().find_map(|o| match o {
-        fuser::MountOption::FSName(name) => Some(name.clone()),
-        _ => None,
-    });
-    nix::mount::mount(source.as_deref().or(Some("prepfs")), mountpoint, Some("fuse.prepfs"), flags, Some(options.as_str()))?;
-    Ok(fd)
 }
 
 fn fuser_config(config: &Config, read_only: bool) -> fuser::Config {

@@ -273,20 +273,6 @@ fn df_shows_the_size_and_inodes_of_the_sources_file_system() {
 }
 
 #[test]
-fn the_mount_table_names_the_type_fuse_prepfs() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (mounted, _) = mount_small(dir.path());
-    let canonical = mounted.mountpoint.canonicalize().expect("canonical");
-    let entry = prepfs::mount::mount_at(&canonical).expect("in the mount table");
-    assert_eq!(entry.fstype, "fuse.prepfs", "{entry:?}");
-    let mut findmnt = Command::new("findmnt");
-    findmnt.args(["-n", "-t", "fuse.prepfs", "-o", "TARGET"]).arg(&mounted.mountpoint);
-    let findmnt = run_limited(findmnt, Duration::from_secs(10));
-    assert_eq!(text(&findmnt.stdout).trim(), canonical.to_str().expect("path"), "findmnt -t fuse.prepfs finds it");
-    assert!(mounted.stop().success());
-}
-
-#[test]
 fn background_returns_with_the_mount_serving_and_fusermount_ends_the_daemon() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (source, _) = make_id_dataset(dir.path(), 2, 3);
