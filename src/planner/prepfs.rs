@@ -64,10 +64,11 @@ use super::seneca::{Evaluation, PlanParams, Split};
 
 /// Cached outputs one core serves a second, FUSE round trips and a reader's copy included,
 /// until the mount has measured its own (`t_serve`). Measured on this project's 2-core test
-/// machine with passthrough on (the default): 2 Python readers took the second epoch of 3,000
-/// 224x224 PPM outputs, every one a cached spare, at 5,434-6,661 a second (median 5,601) over
-/// seven mounts (bench/plan_matrix.py, 2026-11-26); before passthrough it was 3,548.
-pub const DEFAULT_SERVE_PER_CORE: f64 = 2800.0;
+/// machine: 2 Python readers took 3,548 cached 224x224 PPM outputs a second from a warm mount.
+/// (With passthrough a fully cached epoch runs at about 5,600/s here, but the mount never
+/// measures `t_serve` while misses go on, and 2,800 a core made the predictions of every cell
+/// with a partial cache 36-47% high: bench/results/2026-11-26-plan-matrix-local.md.)
+pub const DEFAULT_SERVE_PER_CORE: f64 = 1800.0;
 
 /// The scale, in entries per directory, of how a window shares (see "Several jobs"). From a
 /// simulation of 3 jobs, each reading 30 directories of 40 samples in its own random order for 2
