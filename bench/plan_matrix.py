@@ -57,12 +57,15 @@ def make_set(kind, gen, root):
 
 def decoded_bytes(source):
     """The set's decoded size (width x height x 3 summed), from the files' headers (PIL)."""
-    from PIL import Image
+    from PIL import Image, UnidentifiedImageError
     total = 0
     for d, _, names in os.walk(source):
         for n in names:
-            with Image.open(os.path.join(d, n)) as im:
-                total += im.size[0] * im.size[1] * 3
+            try:
+                with Image.open(os.path.join(d, n)) as im:
+                    total += im.size[0] * im.size[1] * 3
+            except UnidentifiedImageError:
+                pass  # not an image (the generator's README): no sample
     return total
 
 
