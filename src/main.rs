@@ -237,30 +237,6 @@ fn parse_id(text: &str) -> Result<u32, String> {
 }
 
 /// The subcommands, and the flags clap answers itself.
-/// Adds the run model's epochs (`planner::run`) to `prepfs plan`'s output, for `split` (else
-/// the best one): `{"run": {"epochs", "first_touch", "epoch_1", "epoch_2", "steady"}}`.
-fn plan_over_the_run(out: &mut serde_json::Value, params: &prepfs::planner::PlanParams, split: Option<prepfs::planner::Split>, epochs: u64, t_full: f64) {
-    let best = out["split"].as_array().and_then(|a| {
-        let part = |i: usize| a.get(i).and_then(serde_json::Value::as_u64).and_then(|v| u32::try_from(v).ok());
-        prepfs::planner::Split::new(part(0)?, part(1)?, part(2)?).ok()
-    });
-    let Some(split) = split.or(best) else { return };
-    let run = prepfs::planner::run::over_the_run(params, split, t_full, 1, epochs);
-    if let Some(map) = out.as_object_mut() {
-        map.insert(
-            "run".into(),
-            serde_json::json!({
-                "split": split.as_array(),
-                "epochs": epochs,
-                "first_touch": if run.keep_pixels { "full decode, pixels kept" } else { "region decode" },
-                "epoch_1_samples_per_s": run.epochs.first,
-                "epoch_2_samples_per_s": run.epochs.second,
-                "steady_samples_per_s": run.epochs.steady,
-            }),
-        );
-    }
-}
-
 const SUBCOMMANDS: &[&str] = &["mount", "stats", "plan", "check", "help"];
 
 /// Rewrites a `mount.fuse`-style call, `prepfs SOURCE MOUNTPOINT [-o OPTIONS] [-f] [-n] [-s]
@@ -313,8 +289,8 @@ fn main() -> ExitCode {
                 Err(e) => return fail(e),
             };
             let mut out = model.plan_json(&params, split);
-            if model == prepfs::planner::Model::Prepfs {
-                plan_over_the_run(&mut out, &params, split, epochs.max(1), t_full.unwrap_or(params.t_da));
+            if let (prepfs::planner::Model::Prepfs, Some(map)) = (model, out.as_object_mut()) {
+                map.insert("run".into(), prepfs::planner::run::plan_json(&params, split, epochs, t_full.unwrap_or(params.t_da)));
             }
             println!("{out}");
             ExitCode::SUCCESS

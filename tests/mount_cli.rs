@@ -330,6 +330,26 @@ fn a_clean_unmount_logs_no_unmount_warning() {
     assert!(unmount_complaints(&log).is_empty(), "{log}");
 }
 
+/// The mount(8) helper, scripts/mount.prepfs, with prepfs found on PATH and stdin closed.
+fn mount_helper() -> Command {
+    let bin_dir = prepfs_bin().parent().expect("bin dir").to_path_buf();
+    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap_or_default());
+    let mut cmd = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/mount.prepfs"));
+    cmd.env("PATH", &path).stdin(Stdio::null());
+    cmd
+}
+
+/// Runs the helper `cmd`, which must mount at `mnt` in the background and serve a sample; the
+/// daemon it started, watched (killed and unmounted past the time limit).
+fn helper_mounted(cmd: Command, mnt: &Path) -> Daemon {
+    let out = run_limited(cmd, LIMIT);
+    assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
+    let daemon = Daemon { pid: daemon_pid(&text(&out.stdout)), mountpoint: mnt.to_path_buf(), done: Arc::new(AtomicBool::new(false)) };
+    watchdog(daemon.pid, mnt.to_path_buf(), Arc::clone(&daemon.done), LIMIT);
+    assert_eq!(read_a_sample(mnt), (224, 224));
+    daemon
+}
+
 #[test]
 fn the_mount_helper_mounts_in_the_background_with_fstab_options() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -338,20 +358,11 @@ fn the_mount_helper_mounts_in_the_background_with_fstab_options() {
     std::fs::create_dir(&mnt).expect("mkdir");
     let config = common::write_config(dir.path(), "seed: 7\n");
     let log_file = dir.path().join("prepfs.log");
-    // As mount(8) runs /sbin/mount.fuse.prepfs for an fstab line of type fuse.prepfs; prepfs
-    // found on PATH.
-    let helper = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/mount.prepfs");
-    let bin_dir = prepfs_bin().parent().expect("bin dir").to_path_buf();
-    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap_or_default());
-    let mut cmd = Command::new(&helper);
+    // As mount(8) runs /sbin/mount.fuse.prepfs for an fstab line of type fuse.prepfs.
+    let mut cmd = mount_helper();
     cmd.arg(&source).arg(&mnt).arg("-n").arg("-o");
     cmd.arg(format!("rw,nofail,_netdev,x-systemd.automount,config={},allow_other,ro,log_file={}", config.display(), log_file.display()));
-    cmd.env("PATH", &path).stdin(Stdio::null());
-    let out = run_limited(cmd, LIMIT);
-    assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
-    let daemon = Daemon { pid: daemon_pid(&text(&out.stdout)), mountpoint: mnt.clone(), done: Arc::new(AtomicBool::new(false)) };
-    watchdog(daemon.pid, mnt.clone(), Arc::clone(&daemon.done), LIMIT);
-    assert_eq!(read_a_sample(&mnt), (224, 224));
+    let daemon = helper_mounted(cmd, &mnt);
     let effective = std::fs::read_to_string(mnt.join(".prepfs/config.yaml")).expect("config.yaml");
     assert!(effective.contains("seed: 7") && effective.contains("allow_other: true"), "{effective}");
     let options = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
@@ -419,17 +430,9 @@ fn the_mount_helper_passes_a_source_named_like_an_option_as_a_path() {
     let mnt = dir.path().join("-mnt");
     std::fs::create_dir(&mnt).expect("mkdir");
     let log_file = dir.path().join("prepfs.log");
-    let helper = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/mount.prepfs");
-    let bin_dir = prepfs_bin().parent().expect("bin dir").to_path_buf();
-    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap_or_default());
-    let mut cmd = Command::new(&helper);
+    let mut cmd = mount_helper();
     cmd.current_dir(dir.path()).arg("--config=x").arg("-mnt").arg("-o").arg(format!("log_file={}", log_file.display()));
-    cmd.env("PATH", &path).stdin(Stdio::null());
-    let out = run_limited(cmd, LIMIT);
-    assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
-    let daemon = Daemon { pid: daemon_pid(&text(&out.stdout)), mountpoint: mnt.clone(), done: Arc::new(AtomicBool::new(false)) };
-    watchdog(daemon.pid, mnt.clone(), Arc::clone(&daemon.done), LIMIT);
-    assert_eq!(read_a_sample(&mnt), (224, 224));
+    let daemon = helper_mounted(cmd, &mnt);
     let effective = std::fs::read_to_string(mnt.join(".prepfs/config.yaml")).expect("config.yaml");
     assert!(effective.contains("--config=x"), "the source is the directory `--config=x`: {effective}");
     fusermount_u(&mnt);

@@ -161,22 +161,10 @@ fn nobody_is_never_served_roots_private_sample_through_the_socket() {
     let config = write_config(tmp.path(), &format!("seed: 1\nallow_other: true\naugment:\n{RANDOM}"));
     let mnt = Mounted::start(tmp.path(), &config, &source, LIMIT);
     let socket = mnt.stats()["loader"]["socket"].as_str().expect("socket").to_owned();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/loader_raw.py");
     let run = |as_nobody: bool, job: &str| -> BTreeMap<String, usize> {
-        let mut cmd = if as_nobody {
-            let mut c = Command::new("setpriv");
-            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3"]);
-            c
-        } else {
-            Command::new("/usr/bin/python3")
-        };
-        let out = cmd.arg(&script).args([socket.as_str(), job]).output().expect("python3");
-        let text = String::from_utf8_lossy(&out.stdout);
-        let got: serde_json::Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text} {}", String::from_utf8_lossy(&out.stderr)));
-        let names = got["names"].as_array().unwrap_or_else(|| panic!("{got}"));
         let mut counts = BTreeMap::new();
-        for n in names {
-            *counts.entry(n.as_str().expect("name").to_owned()).or_default() += 1;
+        for n in raw_epoch(&socket, as_nobody, job).unwrap_or_else(|e| panic!("{e}")) {
+            *counts.entry(n).or_default() += 1;
         }
         counts
     };
@@ -306,30 +294,28 @@ fn attack(as_nobody: bool, args: &[&str]) -> serde_json::Value {
 }
 
 fn attack_command(as_nobody: bool, args: &[&str]) -> Command {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/loader_attack.py");
-    let mut cmd = if as_nobody {
+    let mut cmd = python3(as_nobody);
+    cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/loader_attack.py")).args(args);
+    cmd
+}
+
+/// Debian's python3 (which any user may run) as `nobody` (uid and gid 65534, no other groups),
+/// or as root.
+fn python3(as_nobody: bool) -> Command {
+    if as_nobody {
         let mut c = Command::new("setpriv");
         c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3"]);
         c
     } else {
         Command::new("/usr/bin/python3")
-    };
-    cmd.arg(script).args(args);
-    cmd
+    }
 }
 
 /// One epoch of `job` through tests/support/loader_raw.py, as `nobody` or root: the names
 /// served, or the daemon's error.
 fn raw_epoch(socket: &str, as_nobody: bool, job: &str) -> Result<Vec<String>, String> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/loader_raw.py");
-    let mut cmd = if as_nobody {
-        let mut c = Command::new("setpriv");
-        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3"]);
-        c
-    } else {
-        Command::new("/usr/bin/python3")
-    };
-    let out = cmd.arg(&script).args([socket, job]).output().expect("python3");
+    let out = python3(as_nobody).arg(&script).args([socket, job]).output().expect("python3");
     let text = String::from_utf8_lossy(&out.stdout);
     let got: serde_json::Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text} {}", String::from_utf8_lossy(&out.stderr)));
     match got["names"].as_array() {
@@ -357,11 +343,7 @@ fn nobody_is_never_served_samples_of_a_class_directory_it_may_not_enter() {
         fs::set_permissions(source.join("c1"), fs::Permissions::from_mode(0o700)).expect("chmod");
     });
     // The kernel refuses nobody the directory through the mount...
-    let through_mount = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "ls"])
-        .arg(mnt.path("augmented/c1"))
-        .output()
-        .expect("ls");
+    let through_mount = as_nobody("ls", &[mnt.path("augmented/c1").to_str().expect("path")]);
     assert!(!through_mount.status.success(), "the kernel let nobody list a 0700 directory");
     // ... and so does the socket, although the files inside are 0644.
     let nobody = raw_epoch(&socket, true, "mine").expect("nobody's epoch");

@@ -295,12 +295,17 @@ impl Filesystem {
     /// Re-plans the cache split from the rates measured while serving, when enough samples were
     /// timed since the last plan.
     pub(crate) fn replan(&self) -> bool {
-        self.plan.tick(self.jobs.active().len(), self.epochs_done())
+        let jobs = self.jobs.active();
+        self.plan.tick(jobs.len(), self.epochs_done_by(&jobs))
     }
 
     /// Epochs read so far: the top-level readers' passes, or the furthest job's.
     pub(crate) fn epochs_done(&self) -> u64 {
-        self.jobs.active().iter().map(|j| j.epoch().saturating_sub(1)).max().unwrap_or(0).max(self.top_pass.number())
+        self.epochs_done_by(&self.jobs.active())
+    }
+
+    fn epochs_done_by(&self, jobs: &[Arc<crate::sampling::Job>]) -> u64 {
+        jobs.iter().map(|j| j.epoch().saturating_sub(1)).max().unwrap_or(0).max(self.top_pass.number())
     }
 
     fn counters(&self, form: Form) -> &ViewCounters {

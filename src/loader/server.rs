@@ -201,7 +201,7 @@ impl LoaderServer {
         let (fs, live, stopping) = (Arc::clone(fs), Arc::clone(&self.live), Arc::clone(&self.ending));
         let spawned = std::thread::Builder::new().name("prepfs-loader".into()).spawn(move || {
             bump(&fs.stats().loader.open_connections, 1);
-            if let Err(e) = Connection::serve(&fs, stream, caller, place, &stopping) {
+            if let Err(e) = Connection::serve(&fs, stream, (caller, privileged), place, &stopping) {
                 tracing::debug!(error = %e, "loader connection ended");
             }
             fs.stats().loader.open_connections.fetch_sub(1, Ordering::Relaxed);
@@ -293,7 +293,9 @@ impl Read for Deadline<'_> {
 struct Connection;
 
 impl Connection {
-    fn serve(fs: &Arc<Filesystem>, mut stream: UnixStream, caller: Caller, mut place: Reservation, stop: &AtomicBool) -> io::Result<()> {
+    /// Serves one connection of `caller` (`privileged`: root or the mount's owner), holding
+    /// `place`, until it ends or `stop`.
+    fn serve(fs: &Arc<Filesystem>, mut stream: UnixStream, (caller, privileged): (Caller, bool), mut place: Reservation, stop: &AtomicBool) -> io::Result<()> {
         let refuse = |stream: &mut UnixStream, message: String| {
             bump(&fs.stats().loader.refused, 1);
             wire::write_frame(stream, &Reply::Error { message })
@@ -324,7 +326,7 @@ impl Connection {
             Ok(job) => job,
             Err(e) => return refuse(&mut stream, format!("job `{job_name}`: {e}")),
         };
-        if let Err(e) = place.reserve(slot_bytes * u64::from(slots), fs.is_privileged(caller)) {
+        if let Err(e) = place.reserve(slot_bytes * u64::from(slots), privileged) {
             return refuse(&mut stream, e.to_string());
         }
         let mut ring = Ring::new(slots as usize, slot_bytes as usize)?;

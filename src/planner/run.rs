@@ -102,6 +102,21 @@ pub fn over_the_run(p: &PlanParams, split: Split, t_full: f64, from: u64, left: 
     RunPlan { keep_pixels, epochs: if keep_pixels { keep } else { region } }
 }
 
+/// What `prepfs plan` adds under `run` for prepfs's model: the epochs of a run of `epochs`
+/// under `split` (else the best split) and its first-touch policy.
+pub fn plan_json(p: &PlanParams, split: Option<Split>, epochs: u64, t_full: f64) -> serde_json::Value {
+    let split = split.unwrap_or_else(|| super::seneca::best_split_by(p, prepfs::evaluate).0);
+    let run = over_the_run(p, split, t_full, 1, epochs.max(1));
+    serde_json::json!({
+        "split": split.as_array(),
+        "epochs": epochs,
+        "first_touch": if run.keep_pixels { "full decode, pixels kept" } else { "region decode" },
+        "epoch_1_samples_per_s": run.epochs.first,
+        "epoch_2_samples_per_s": run.epochs.second,
+        "steady_samples_per_s": run.epochs.steady,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,28 +18,10 @@ import errno
 import json
 import os
 import socket
-import struct
 import sys
 import time
 
-
-def frame_of(s, head=b""):
-    def exact(n, have):
-        while len(have) < n:
-            chunk = s.recv(n - len(have))
-            if not chunk:
-                raise EOFError("closed")
-            have += chunk
-        return have
-
-    head = exact(4, head)
-    n = struct.unpack("<I", head[:4])[0]
-    return json.loads(exact(4 + n, head)[4:])
-
-
-def send(s, obj):
-    body = json.dumps(obj).encode()
-    s.sendall(struct.pack("<I", len(body)) + body)
+from loader_raw import frame as frame_of, send  # the protocol's framing, written once
 
 
 def hello(path, job, batch, slots):

@@ -11,15 +11,15 @@ import struct
 import sys
 
 
-def main(path, job):
-    s = socket.socket(socket.AF_UNIX)
-    s.connect(path)
+def send(s, obj):
+    """One request frame: a 4-byte little-endian length, then the JSON."""
+    body = json.dumps(obj).encode()
+    s.sendall(struct.pack("<I", len(body)) + body)
 
-    def send(obj):
-        body = json.dumps(obj).encode()
-        s.sendall(struct.pack("<I", len(body)) + body)
 
-    def exact(n, have=b""):
+def frame(s, head=b""):
+    """One reply frame, of which `head` holds the first bytes already received."""
+    def exact(n, have):
         while len(have) < n:
             chunk = s.recv(n - len(have))
             if not chunk:
@@ -27,22 +27,25 @@ def main(path, job):
             have += chunk
         return have
 
-    def frame(head=b""):
-        head = exact(4, head)
-        n = struct.unpack("<I", head[:4])[0]
-        return json.loads(exact(4 + n, head)[4:])
+    head = exact(4, head)
+    n = struct.unpack("<I", head[:4])[0]
+    return json.loads(exact(4 + n, head)[4:])
 
-    send({"op": "hello", "version": 1, "job": job, "batch_size": 4, "slots": 1})
+
+def main(path, job):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    send(s, {"op": "hello", "version": 1, "job": job, "batch_size": 4, "slots": 1})
     msg, anc, _, _ = s.recvmsg(1 << 16, socket.CMSG_LEN(4))
-    welcome = frame(msg)
+    welcome = frame(s, msg)
     if welcome["op"] == "error":
         return {"error": welcome["message"]}
-    send({"op": "begin"})
-    frame()
+    send(s, {"op": "begin"})
+    frame(s)
     names = []
     while True:
-        send({"op": "next", "slot": 0})
-        batch = frame()
+        send(s, {"op": "next", "slot": 0})
+        batch = frame(s)
         if batch["op"] == "error":
             return {"error": batch["message"]}
         names += batch["names"]
