@@ -252,14 +252,24 @@ impl<V: Clone + Weighed> FormStore<V> {
         self.entries.fetch_sub(1, Ordering::Relaxed);
     }
 
-    /// Reserves `bytes` of the budget if they fit.
+    /// Reserves `bytes` of the budget if they fit. A smaller budget set meanwhile (a new
+    /// split, [`FormStore::set_budget`]) may have missed this reservation in its eviction: the
+    /// budget is read again after it, and the reservation given back if it no longer fits.
     fn reserve(&self, bytes: u64) -> bool {
-        let budget = self.budget.load(Ordering::Relaxed);
-        self.used
-            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |used| {
-                (used + bytes <= budget).then_some(used + bytes)
-            })
-            .is_ok()
+        let budget = self.budget.load(Ordering::SeqCst);
+        let reserved = self
+            .used
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |used| (used + bytes <= budget).then_some(used + bytes))
+            .is_ok();
+        if !reserved {
+            return false;
+        }
+        let now = self.budget.load(Ordering::SeqCst);
+        if now < budget && self.used.load(Ordering::SeqCst) > now {
+            self.used.fetch_sub(bytes, Ordering::SeqCst);
+            return false;
+        }
+        true
     }
 
     /// Whether an entry of `payload` bytes would fit now.
@@ -369,9 +379,9 @@ impl<V: Clone + Weighed> FormStore<V> {
     /// returns, `used` is within the new budget (admissions meanwhile are held to it). Returns
     /// how many were evicted.
     pub(crate) fn set_budget(&self, budget: u64) -> u64 {
-        self.budget.store(budget, Ordering::Relaxed);
+        self.budget.store(budget, Ordering::SeqCst);
         let (mut evicted, mut empty_in_a_row, mut k) = (0, 0, 0);
-        while self.used() > budget && empty_in_a_row < SHARDS {
+        while self.used.load(Ordering::SeqCst) > budget && empty_in_a_row < SHARDS {
             let popped = {
                 let mut shard = self.shards[k].lock_or_recover();
                 let popped = shard.pop_lru();
