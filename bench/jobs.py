@@ -10,10 +10,15 @@ once per epoch. prepfs jobs read `jobs/<job>/augmented` (PPM through PIL); the p
 source (local) or a prepfs mount's `encoded/` with no cache and the read limit, each file read past
 the page cache as scenario 4's torchvision jobs do (limited).
 
+The floor, measured in the same run: the same three jobs reading ready-made outputs (one per
+sample, made through the mount's augmented/) from tmpfs, as fast as a cache could serve them.
+The model's predicted makespan is the samples the jobs were served over the plan's predicted
+samples/s, averaged over the run (polled every half second).
+
 Usage: bench/jobs.py --prepfs target/release/prepfs --gen target/release/examples/make_dataset
-                     [--classes 30 --per-class 40] [--out bench/results/DATE-jobs]
-Prints and writes per setting: makespan of each system, prepfs's hit rate and decodes per
-sample served.
+                     [--classes 30 --per-class 40 | --source DIR] [--out bench/results/DATE-jobs]
+Prints and writes per setting: makespan of each system and of the floor, prepfs's hit rate and
+decodes per sample served, and the predicted makespan.
 """
 import argparse
 import json
@@ -59,16 +64,30 @@ def job(root, decode_jpeg, seed, epochs, uncached=False):
                 im.tobytes()
 
 
-def makespan(roots, decode_jpeg, epochs=2, uncached=False):
+def makespan(roots, decode_jpeg, epochs=2, uncached=False, poll=None):
+    """Seconds until every job is done; `poll` is called about every half second meanwhile."""
     started = time.time()
     procs = [Process(target=job, args=(root, decode_jpeg, 100 + i, epochs, uncached)) for i, root in enumerate(roots)]
     for p in procs:
         p.start()
     for p in procs:
-        p.join()
+        while p.is_alive():
+            p.join(0.5)
+            if poll:
+                poll()
         if p.exitcode != 0:
             raise RuntimeError(f"a job failed ({p.exitcode})")
     return time.time() - started
+
+
+def ready_made(view, out):
+    """Copies one output per sample from a mount's augmented/ VIEW to OUT (tmpfs): the floor's
+    data, served as fast as files in memory are."""
+    for c in os.listdir(view):
+        os.makedirs(os.path.join(out, c), exist_ok=True)
+        for n in os.listdir(os.path.join(view, c)):
+            with open(os.path.join(view, c, n), "rb") as f, open(os.path.join(out, c, n), "wb") as g:
+                g.write(f.read())
 
 
 class Mount:
@@ -109,6 +128,10 @@ def num(x):
     return "-" if x is None else f"{x:.0f}"
 
 
+def secs(x):
+    return "-" if x is None else f"{x:.1f}"
+
+
 def write_report(out, data, lines):
     """Writes OUT.json (the figures) and OUT.md (the table `lines`), and prints the table."""
     os.makedirs(os.path.dirname(out), exist_ok=True)
@@ -132,16 +155,19 @@ def main():
     common_args(ap, per_class=40)
     ap.add_argument("--cache-extra", default="", help="more cache settings, e.g. 'split: 0-0-100'")
     ap.add_argument("--settings", default="limited,local")
+    ap.add_argument("--source", help="an existing data set (ImageFolder of JPEGs) instead of a generated one")
     ap.add_argument("--out", default=os.path.join(HERE, "results", time.strftime("%Y-%m-%d") + "-concurrent-jobs"))
     args = ap.parse_args()
     workdir = tempfile.mkdtemp(prefix="prepfs-jobs-")
     rows = []
     try:
-        source = os.path.join(workdir, "source")
-        subprocess.run([args.gen, "--out", source, "--classes", str(args.classes), "--per-class", str(args.per_class), "--quiet"], check=True)
-        readme = os.path.join(source, "README.txt")
-        if os.path.exists(readme):
-            os.remove(readme)
+        source = args.source or os.path.join(workdir, "source")
+        if not args.source:
+            subprocess.run([args.gen, "--out", source, "--classes", str(args.classes), "--per-class", str(args.per_class), "--quiet"],
+                           check=True)
+            readme = os.path.join(source, "README.txt")
+            if os.path.exists(readme):
+                os.remove(readme)
         set_bytes = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(source) for f in fs)
         cache = max(1 << 20, set_bytes // 5)
         chosen = args.settings.split(",")
@@ -160,8 +186,21 @@ def main():
                 roots = [os.path.join(mount.mnt, "jobs", f"job{i}", "augmented") for i in range(3)]
                 for r in roots:
                     os.listdir(r)
-                ours = makespan(roots, False)
+                predictions = []
+
+                def poll():
+                    plan = mount.stats().get("plan") or {}
+                    if plan.get("predicted_samples_per_s"):
+                        predictions.append(plan["predicted_samples_per_s"])
+                ours = makespan(roots, False, poll=poll)
                 st = mount.stats()
+                # The floor: the same jobs over ready-made outputs in memory (tmpfs).
+                shm = tempfile.mkdtemp(prefix="prepfs-floor-", dir="/dev/shm")
+                try:
+                    ready_made(os.path.join(mount.mnt, "augmented"), shm)
+                    floor = makespan([shm] * 3, False)
+                finally:
+                    shutil.rmtree(shm, ignore_errors=True)
             finally:
                 mount.close()
             jobs = st["jobs"]["active"]
@@ -176,6 +215,9 @@ def main():
                 "peer_makespan_s": peer,
                 "prepfs_makespan_s": ours,
                 "makespan_ratio": ours / peer,
+                "floor_makespan_s": floor,
+                "floor_ratio": floor / peer,
+                "predicted_makespan_s": None,
                 "hit_rate": hits / max(1, hits + misses),
                 "decodes": st["decodes"],
                 "samples_served": served,
@@ -185,13 +227,18 @@ def main():
                 "predicted_samples_per_s": (st.get("plan") or {}).get("predicted_samples_per_s"),
                 "predicted_hit_rate": (st.get("plan") or {}).get("predicted_hit_rate"),
             }
+            if predictions:
+                row["predicted_makespan_s"] = served / (sum(predictions) / len(predictions))
             rows.append(row)
             print(json.dumps(row), flush=True)
-        lines = ["3 jobs x 2 epochs at once, one process each; prepfs with its defaults and a cache of 20% of the set's bytes.", "",
-                 "| setting | peer makespan s | prepfs makespan s | ratio | hit rate (predicted) | samples/s (predicted) | samples served per decode | split |",
-                 "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+        lines = [f"3 jobs x 2 epochs at once, one process each; prepfs with its defaults and a cache of 20% of the set's bytes "
+                 f"({os.path.basename(source.rstrip('/'))}); the floor: the same jobs over ready-made outputs on tmpfs.", "",
+                 "| setting | peer makespan s | prepfs makespan s | ratio | floor s (ratio) | predicted makespan s | hit rate (predicted) "
+                 "| samples/s (predicted) | samples served per decode | split |",
+                 "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
         for r in rows:
             lines.append(f"| {r['setting']} | {r['peer_makespan_s']:.1f} | {r['prepfs_makespan_s']:.1f} | {r['makespan_ratio']:.2f}x "
+                         f"| {r['floor_makespan_s']:.1f} ({r['floor_ratio']:.2f}x) | {secs(r['predicted_makespan_s'])} "
                          f"| {r['hit_rate'] * 100:.0f}% ({pct(r['predicted_hit_rate'])}) "
                          f"| {r['samples_per_s']:.0f} ({num(r['predicted_samples_per_s'])}) "
                          f"| {r['jobs_per_decode']:.2f} | {r['split']} |")

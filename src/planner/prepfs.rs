@@ -14,9 +14,18 @@
 //!   `f_D = min(h_D, 1 - f_A)`, `f_E = min(h_E, 1 - f_A - f_D)`, `f_S = 1 - f_A - f_D - f_E`.
 //!   Of the augmented samples, a share `r_D = (h_D - f_D) / f_A` is also held decoded and
 //!   `r_E` encoded: what their refills start from.
-//! - **CPU time per sample**, in seconds of the whole machine (rates are all cores' together,
-//!   counted once): `1 / t_serve` to serve it, plus `f_D / t_a + (f_E + f_S) / t_da`, plus the
-//!   augmented hits' refills `f_A (r_D / t_a + (1 - r_D) / t_da)`.
+//! - **Work per sample**, in seconds of the whole machine (rates are all cores' together,
+//!   counted once): `W = f_D / t_a + (f_E + f_S) / t_da`, plus the augmented hits' refills
+//!   `f_A (r_D / t_a + (1 - r_D) / t_da)`.
+//! - **Made ahead or waited for.** With room for augmented outputs (a few dozen at least), the
+//!   refill makes outputs for samples still to come in the pass, whatever form they are made
+//!   from (`producer::background`), while readers wait on their round trips: a share `m` of the
+//!   reads ([`made_ahead`]: `s (1 + ln(1 / s))` with room for the share `s = h_A` of the
+//!   outputs) find theirs made, and readers wait for the work of the rest. A sample takes
+//!   `max(1 / t_serve + (1 - m) W, c_s / t_serve + W)`, `c_s` ([`SERVE_CPU_SHARE`]) the share of
+//!   serving that keeps the cores busy. (On 2 cores with a cache of half the set, 0-0-100 ran
+//!   1.12-1.42x faster than 0-100-0, which the sum of times alone ranked first:
+//!   bench/results/2026-11-26-plan-matrix-local.md.)
 //! - **Storage bytes per sample**: `(f_S + f_A (1 - r_D - r_E)) * s_data`.
 //! - **The remote tier** (`s_remote` > 0), shared by the nodes, holds the share
 //!   `h_R = min(1, s_remote / (n s_remote_entry))` of the samples, a share `remote_decoded` of
@@ -26,7 +35,7 @@
 //!   would read from the storage (a miss, an augmented hit's refill) comes from the remote in
 //!   the share `h_R`: `f_R = h_R f_S` of the samples take the remote path, costing `w_R` and
 //!   `s_remote_entry` bytes across the NIC; only the rest reads the storage.
-//! - **Rate** = the minimum of `1 / cpu`, `b_storage / storage bytes`, `nodes * t_gpu`, and the
+//! - **Rate** = the minimum of one over those seconds, `b_storage / storage bytes`, `nodes * t_gpu`, and the
 //!   links: `nodes (b_pcie - c_pcie) / s_augmented`, and `nodes (b_nic - c_nw)` over the bytes
 //!   a sample brings across the NIC. With a remote tier those are the remote path's bytes (the
 //!   node's memory is its own); without one, Seneca's setting, the cache is across the NIC and
@@ -154,7 +163,9 @@ pub(super) fn evaluate(p: &PlanParams, split: Split) -> Evaluation {
 
     // Seconds of the machine's CPU per sample: times add up over the paths.
     let refill = r_d / t_a + r_e / t_da + refill_reads * read_work;
-    let cpu = 1.0 / t_serve + f_d / t_a + (f_e + f_src) / t_da + f_r * remote.work + f_a * refill;
+    let work = f_d / t_a + (f_e + f_src) / t_da + f_r * remote.work + f_a * refill;
+    // The readers wait for the work of the samples whose output was not made ahead.
+    let cpu = machine_seconds(t_serve, (1.0 - made_ahead(p, held[A])) * work, work);
     let storage = (f_src + f_a * refill_reads * (1.0 - remote.held)) * p.s_data;
     let nic_bytes = match p.s_remote > 0.0 {
         true => (f_r + f_a * refill_reads * remote.held) * p.s_remote_entry,
@@ -240,6 +251,39 @@ impl Remote {
     }
 }
 
+/// The share of a cached output's serving time (`1 / t_serve`) that keeps the cores busy; the
+/// rest is the readers waiting on round trips, when work made ahead of them can run. Fitted on
+/// the generator's 500x375 set with a cache of half its decoded bytes (2 readers, 2 cores):
+/// 0-0-100 ran its later epochs at 2,200 samples/s, 0-100-0 at 1,960
+/// (bench/results/2026-11-26-plan-matrix-local.md); checked on the real photographs' cells.
+pub(super) const SERVE_CPU_SHARE: f64 = 0.5;
+
+/// Augmented outputs the cache must have room for before the refill makes any ahead of the
+/// readers (a few per reader, above the refill's low-water mark).
+const MADE_AHEAD_MIN_OUTPUTS: f64 = 32.0;
+
+/// The share of a pass's reads that find their output made ahead, with room for the share `s`
+/// of the samples' outputs. The refill keeps that room full of outputs for samples still to come
+/// in the pass (`producer::background`), in no particular order, while readers read theirs in a
+/// random order: with `r` of the `n` samples read, the next read finds its output made with
+/// probability `s n / (n - r)`, and the last `s n` reads all find theirs. Summed over the pass:
+/// `s (1 + ln(1 / s))` (0.09 for a room of 2% of the outputs, 0.37 for 12%, 0.91 for 61%).
+pub(super) fn made_ahead(p: &PlanParams, s: f64) -> f64 {
+    let s = s.clamp(0.0, 1.0);
+    match s * p.n_total as f64 >= MADE_AHEAD_MIN_OUTPUTS {
+        true => (s * (1.0 - s.ln())).min(1.0),
+        false => 0.0,
+    }
+}
+
+/// Seconds of the machine a sample takes, with `work` the pixel work per sample (machine
+/// seconds: rates on all cores) of which the readers wait for `waited` (the rest was made ahead
+/// of them): the readers' round trips and the work they wait for add up, and all the work with
+/// the serving's own CPU share must fit the cores; the slower of the two.
+pub(super) fn machine_seconds(t_serve: f64, waited: f64, work: f64) -> f64 {
+    (1.0 / t_serve + waited).max(SERVE_CPU_SHARE / t_serve + work)
+}
+
 /// The serve, augment and decode+augment rates of all nodes' cores.
 pub(super) fn cpu_rates(p: &PlanParams) -> (f64, f64, f64) {
     let nodes = f64::from(p.nodes);
@@ -307,7 +351,9 @@ pub(super) mod tests {
         let p = PlanParams { s_cache: 1000.0 * (250.0 + 500.0), ..base() };
         let ev = evaluate(&p, split("0-0-100"));
         assert_close(ev.n_a, 1000.0);
-        assert_close(ev.samples_per_s, 1.0 / (1.0 / 4000.0 + 1.0 / 5000.0));
+        // Each output is made ahead of its reader: the serving's CPU share and the refill's
+        // augment fit the cores, beside the readers' round trips.
+        assert_close(ev.samples_per_s, 1.0 / (SERVE_CPU_SHARE / 4000.0 + 1.0 / 5000.0));
         // The same as giving it all to decoded: the forms end up holding the same.
         assert_close(evaluate(&p, split("0-100-0")).samples_per_s, ev.samples_per_s);
         let b = budgets(&p, split("0-0-100"), 0.0);
@@ -320,9 +366,45 @@ pub(super) mod tests {
         // Every sample augmented and nothing else: each refill decodes from storage.
         let p = PlanParams { s_cache: 1000.0 * 250.0, ..base() };
         let one = evaluate(&p, split("0-0-100"));
-        assert_close(one.samples_per_s, 800.0); // no better than no cache at all
+        // Better than no cache (800/s) only by the round trips the refill's work overlaps.
+        assert_close(one.samples_per_s, 1.0 / (SERVE_CPU_SHARE / 4000.0 + 1.0 / 1000.0));
         let three = evaluate(&PlanParams { jobs: 3, ..p.clone() }, split("0-0-100"));
         assert_close(three.samples_per_s, 1.0 / (1.0 / 4000.0 + 1.0 / 3000.0));
+    }
+
+    #[test]
+    fn a_reader_waits_for_its_work_without_augmented_room_and_not_with_it() {
+        // Half the set decoded, the other half read: the reader waits for each sample's work.
+        let p = PlanParams { s_cache: 500.0 * 500.0, ..base() };
+        let waits = 1.0 / 4000.0 + 0.5 / 5000.0 + 0.5 / 1000.0;
+        assert_close(evaluate(&p, split("0-100-0")).samples_per_s, 1.0 / waits);
+        // Room for every output instead: the refill makes them all ahead of their readers (from
+        // storage, nothing else held), so only the work and the serving's CPU share count.
+        let q = PlanParams { s_cache: 1000.0 * 250.0, t_serve: Some(1000.0), ..base() };
+        assert_close(evaluate(&q, split("0-0-100")).samples_per_s, 1.0 / (SERVE_CPU_SHARE / 1000.0 + 1.0 / 1000.0));
+        // All of it to encoded, which holds every sample and passes the rest to decoded (300
+        // samples): no augmented room, so the readers wait for every augment and decode.
+        let waits = 1.0 / 1000.0 + 0.3 / 5000.0 + 0.7 / 1000.0;
+        assert_close(evaluate(&q, split("100-0-0")).samples_per_s, 1.0 / waits);
+        // A few outputs' room is no stock to make ahead into.
+        let tiny = PlanParams { s_cache: 10.0 * 250.0, ..base() };
+        assert_close(evaluate(&tiny, split("0-0-100")).samples_per_s, 800.0);
+    }
+
+    #[test]
+    fn room_for_a_quarter_of_the_outputs_makes_more_than_a_quarter_of_them_ahead() {
+        // Room for 250 of 1000 outputs, nothing else held: every sample is one region decode
+        // (0.2 ms of the machine), served in 1 ms of round trips.
+        let p = PlanParams { s_cache: 250.0 * 250.0, t_serve: Some(1000.0), t_da: 5000.0, ..base() };
+        let ahead = made_ahead(&p, 0.25);
+        assert_close(ahead, 0.25 * (1.0 + 4f64.ln()));
+        assert!(ahead > 0.59 && ahead < 0.60, "{ahead}");
+        assert_close(evaluate(&p, split("0-0-100")).samples_per_s, 1.0 / (1.0 / 1000.0 + (1.0 - ahead) / 5000.0));
+        // Without augmented room the readers wait for every decode.
+        let none = PlanParams { s_cache: 0.0, ..p.clone() };
+        assert_close(evaluate(&none, split("0-0-100")).samples_per_s, 1.0 / (1.0 / 1000.0 + 1.0 / 5000.0));
+        assert_eq!(made_ahead(&p, 1.0), 1.0);
+        assert_eq!(made_ahead(&p, 0.0), 0.0);
     }
 
     #[test]
@@ -386,7 +468,6 @@ pub(super) mod tests {
         assert_close(ev.n_a, 1000.0 * (1.0 - a));
         assert_close(ev.n_storage, 1000.0 * a);
         // The same memory as bytes shares only the reads: every job decodes (800/s).
-        assert_close(evaluate(&p, split("100-0-0")).samples_per_s, 800.0);
     }
 
     #[test]

@@ -13,7 +13,7 @@
 //!   `keep`, or a split with a decoded share; else 0) are decoded in full (`1 / t_full`: a full
 //!   decode and an augment), `k_A = min(k_D, h_A)` of them with a spare (`1 / t_a` more), and
 //!   the rest decode their region (`1 / t_da`), `k_E = min(h_E, 1 - k_D)` kept as bytes.
-//!   CPU `1 / t_serve + k_D / t_full + k_A / t_a + (1 - k_D) / t_da`, storage `s_data` a sample.
+//!   work `k_D / t_full + k_A / t_a + (1 - k_D) / t_da`, storage `s_data` a sample.
 //! - **Epoch 2**: a spare is an augmented hit; its refill, for the next epoch, waits while
 //!   readers take outputs from a full stock (the refill's marks, README's "The cache"), so it
 //!   is epoch 3's; the other pixels are augmented (`(k_D - k_A) / t_a`); samples kept as bytes are decoded in full
@@ -21,7 +21,8 @@
 //!   or decode their region (`1 / t_da`); the rest are read and decode their region.
 //! - **Epochs 3 on**: the steady state (`prepfs::evaluate`).
 //!
-//! Times per sample add up over the paths; the rate is bounded as the steady model bounds it
+//! Times per sample add up over the paths, made ahead of the readers or waited for as the
+//! steady model says (augmented room or none); the rate is bounded as the steady model bounds it
 //! (CPU, storage, consumers, PCIe; the remote tier and several jobs are the steady model's
 //! alone: with either, every epoch is predicted at the steady rate). The policy chosen is the
 //! one with the least time over the epochs left: with one epoch left a region decode is
@@ -84,12 +85,17 @@ pub fn epochs(p: &PlanParams, split: Split, t_full: f64, keep: bool) -> Epochs {
     let k_d = if keep || split.d() > 0 { held[D] } else { 0.0 };
     let k_a = k_d.min(held[A]);
     let k_e = held[E].min(1.0 - k_d).max(0.0);
-    let cpu_1 = 1.0 / t_serve + k_d / t_full + k_a / t_a + (1.0 - k_d) / t_da;
-    let first = prepfs::bounded(p, cpu_1, p.s_data, 0.0);
+    // With room for augmented outputs the refill makes a share of the outputs ahead of their
+    // readers, who wait for the rest's work; a spare is made for the next epoch, never waited for.
+    let ahead = prepfs::made_ahead(p, held[A]);
+    let work_1 = k_d / t_full + (1.0 - k_d) / t_da;
+    let first = prepfs::bounded(p, prepfs::machine_seconds(t_serve, (1.0 - ahead) * work_1, work_1 + k_a / t_a), p.s_data, 0.0);
     let promoted = k_e.min((held[D] - k_d).max(0.0));
     let rest = (1.0 - k_d - k_e).max(0.0);
-    let cpu_2 = 1.0 / t_serve + (k_d - k_a) / t_a + promoted / t_full + (k_e - promoted) / t_da + rest / t_da;
-    let second = prepfs::bounded(p, cpu_2, rest * p.s_data, 0.0);
+    let work_2 = (k_d - k_a) / t_a + promoted / t_full + (k_e - promoted) / t_da + rest / t_da;
+    // Epoch 2 finds the spares made; of the other reads, those not made ahead wait.
+    let waited_2 = if k_a < 1.0 { work_2 * ((1.0 - ahead) / (1.0 - k_a)).min(1.0) } else { 0.0 };
+    let second = prepfs::bounded(p, prepfs::machine_seconds(t_serve, waited_2, work_2), rest * p.s_data, 0.0);
     Epochs { first, second, steady }
 }
 
@@ -130,14 +136,16 @@ mod tests {
         // Room for every sample in every form: all of it given to augmented, the rest flows on.
         let p = PlanParams { s_cache: 1000.0 * (100.0 + 500.0 + 250.0), ..base() };
         let keep = epochs(&p, split("0-0-100"), 800.0, true);
-        // Epoch 1: a full decode and augment plus a spare augment each.
-        assert_close(keep.first, 1.0 / (1.0 / 4000.0 + 1.0 / 800.0 + 1.0 / 5000.0));
+        // Epoch 1: a full decode and augment plus a spare augment each, made ahead of the
+        // readers (augmented has room), so the serving's CPU share counts, not its round trips.
+        let share = crate::planner::prepfs::SERVE_CPU_SHARE;
+        assert_close(keep.first, 1.0 / (share / 4000.0 + 1.0 / 800.0 + 1.0 / 5000.0));
         // Epoch 2: the spares are taken (their refills are the next epoch's).
         assert_close(keep.second, 4000.0);
         let region = epochs(&p, split("0-0-100"), 800.0, false);
         // A region decode first, kept as bytes; at the second touch a full decode.
-        assert_close(region.first, 1.0 / (1.0 / 4000.0 + 1.0 / 1000.0));
-        assert_close(region.second, 1.0 / (1.0 / 4000.0 + 1.0 / 800.0));
+        assert_close(region.first, 1.0 / (share / 4000.0 + 1.0 / 1000.0));
+        assert_close(region.second, 1.0 / (share / 4000.0 + 1.0 / 800.0));
         assert_eq!(keep.steady, region.steady);
         // Over one epoch the region decode wins; over two or more, keeping the pixels.
         assert!(!over_the_run(&p, split("0-0-100"), 800.0, 1, 1).keep_pixels);
