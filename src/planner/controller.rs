@@ -341,16 +341,17 @@ impl PlanController {
     /// Makes the plan for `params` and applies it to the cache (logged when the split changes).
     fn apply(&self, mut params: PlanParams, t_full: f64, from: &str, timed: u64) {
         params.jobs = self.jobs_sharing.load(Ordering::Relaxed).max(1);
-        let (split, evaluation) = match self.split {
-            SplitChoice::Auto => Model::Prepfs.best_split(&params),
-            SplitChoice::Fixed(split) => (split, Model::Prepfs.evaluate(&params, split)),
+        let done = self.epochs_done.load(Ordering::Relaxed);
+        // The split and first-touch policy with the least time over the epochs left.
+        let (split, over_the_run) = match self.split {
+            SplitChoice::Auto => run::best_over_the_run(&params, t_full, done + 1, self.epochs_left()),
+            SplitChoice::Fixed(split) => (split, run::over_the_run(&params, split, t_full, done + 1, self.epochs_left())),
         };
+        let evaluation = Model::Prepfs.evaluate(&params, split);
         let previous = self.cache.split();
         // Memory a form cannot use (it holds every sample) flows to the next form.
         let budgets = crate::planner::budgets(&params, split, ENTRY_OVERHEAD as f64);
         let evicted = self.cache.set_split_budgets(split, budgets);
-        let done = self.epochs_done.load(Ordering::Relaxed);
-        let over_the_run = run::over_the_run(&params, split, t_full, done + 1, self.epochs_left());
         let keep_pixels = self.keep_pixels_at_first_touch(over_the_run.keep_pixels);
         self.cache.set_keep_pixels_at_first_touch(keep_pixels);
         if previous != split || from.starts_with("mount") {

@@ -47,8 +47,8 @@
 //!      or decode only the crop's region) with the least time over the epochs left
 //!      (`cache.epochs`, less those read).
 //!
-//! Both models share the search ([`best_split`]-style, all 5151 splits at 1% steps) and the
-//! parameter file.
+//! Both models share the search (all 5151 splits at 1% steps; the mount's `auto` picks prepfs's
+//! by the least time over the epochs left, `run::best_over_the_run`) and the parameter file.
 
 pub mod calibrate;
 mod controller;
@@ -94,7 +94,8 @@ impl Model {
         }
     }
 
-    /// The best split under this model and its evaluation.
+    /// The best split under this model in the steady state, and its evaluation.
+    #[cfg(test)]
     pub(crate) fn best_split(self, params: &PlanParams) -> (Split, Evaluation) {
         match self {
             Model::Seneca => seneca::best_split(params),

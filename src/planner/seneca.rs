@@ -5,7 +5,8 @@
 //! This module owns the model and its inputs: the parameter file (`prepfs plan --params`), the
 //! `E-D-A` split, the evaluation of one split, the search for the best one, and the JSON the
 //! `plan` subcommand prints. It reads no clock and measures nothing; whoever measures the machine
-//! (the `split: auto` path) builds a [`PlanParams`] and calls [`best_split`].
+//! (the `split: auto` path) builds a [`PlanParams`] and searches (`run::best_over_the_run` for
+//! prepfs's model, [`best_split`] for this one).
 //!
 //! # The model
 //!
@@ -223,6 +224,9 @@ pub enum PlanError {
 // Splits
 
 impl Split {
+    /// Everything to the augmented form: where a search with nothing to choose from falls back.
+    pub(crate) const AUGMENTED_ONLY: Split = Split { e: 0, d: 0, a: 100 };
+
     /// A split from whole percentages; they must sum to 100.
     pub fn new(e: u32, d: u32, a: u32) -> Result<Split, PlanError> {
         if u64::from(e) + u64::from(d) + u64::from(a) != 100 {
@@ -373,6 +377,7 @@ const TIE_TOLERANCE: f64 = 1e-9;
 /// order of [`Split::all`]). At equal predicted throughput that is the split whose hits need the
 /// least CPU work, and when the cache is larger than the data needs, it puts the spare bytes
 /// where the model is indifferent rather than inventing a preference.
+#[cfg(test)]
 pub(crate) fn best_split(params: &PlanParams) -> (Split, Evaluation) {
     best_split_by(params, evaluate)
 }
@@ -386,10 +391,7 @@ pub(crate) fn best_split_by(params: &PlanParams, evaluate: impl Fn(&PlanParams, 
         .find(|(_, ev)| ev.samples_per_s >= floor)
         .or_else(|| all.first())
         .copied()
-        .unwrap_or_else(|| {
-            let s = Split { e: 0, d: 0, a: 100 };
-            (s, evaluate(params, s))
-        })
+        .unwrap_or_else(|| (Split::AUGMENTED_ONLY, evaluate(params, Split::AUGMENTED_ONLY)))
 }
 
 /// What `prepfs plan` prints: `{"split": [E, D, A], "samples_per_s": X}` for the best split,
