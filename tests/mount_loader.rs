@@ -71,6 +71,28 @@ fn batches_hold_the_mounts_own_samples_pixel_for_pixel_with_imagefolders_labels(
 }
 
 #[test]
+fn a_loader_closed_by_its_with_block_gives_its_ring_back_and_refuses_to_iterate_while_kept_batches_stay_readable() {
+    if !module_ready() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mnt = mount(tmp.path(), CENTER, "");
+    let got = check("close", &mnt, "closing");
+    assert!(got["ring_bytes_open"].as_u64().is_some_and(|b| b > 0), "{got}");
+    assert_eq!(got["ring_bytes_closed"], 0, "{got}");
+    assert_eq!(got["closed"], true, "{got}");
+    assert_eq!(got["iter"], "ValueError", "{got}");
+    assert_eq!(got["next"], "ValueError", "{got}");
+    assert_eq!(got["kept_shape"], serde_json::json!([4, 224, 224, 3]), "{got}");
+    assert!(got["kept_sum"].as_i64().is_some_and(|s| s > 0), "{got}");
+    let open = got["repr_open"].as_str().unwrap_or("");
+    assert!(open.starts_with("prepfs.Loader(mountpoint=") && open.contains("job=\"closing\"") && open.ends_with(", open)"), "{open}");
+    assert!(open.contains("samples=24, classes=3"), "{open}");
+    assert!(got["repr_closed"].as_str().is_some_and(|r| r.ends_with(", closed)")), "{got}");
+    assert!(mnt.stop().success());
+}
+
+#[test]
 fn two_loaders_of_one_job_are_served_every_sample_once_per_epoch() {
     if !module_ready() {
         return;

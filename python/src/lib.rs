@@ -65,6 +65,9 @@ struct Conn {
     stream: UnixStream,
     in_epoch: bool,
     ended: bool,
+    /// `close()` was called: the connection is shut down, and the daemon has freed the ring's
+    /// pages (batches still alive keep their mapping).
+    closed: bool,
 }
 
 /// What the daemon said of the dataset.
@@ -93,9 +96,19 @@ struct Loader {
     mean: [f32; 3],
     std: [f32; 3],
     last_names: Mutex<Vec<String>>,
+    /// What it was made with, for `repr()`.
+    shown: Shown,
     /// `device="cuda..."`: the upload's state.
     #[cfg(feature = "gpu")]
     gpu: Option<Mutex<OnGpu>>,
+}
+
+/// The arguments `repr()` shows.
+struct Shown {
+    mountpoint: PathBuf,
+    job: String,
+    device: String,
+    dtype: String,
 }
 
 /// A batch the daemon wrote into a slot this loader holds.
@@ -193,6 +206,9 @@ fn read_welcome(stream: &UnixStream) -> io::Result<(Reply, OwnedFd)> {
 impl Loader {
     fn ask(&self, py: Python<'_>, request: Request) -> PyResult<Reply> {
         let mut conn = self.conn.lock().map_err(|_| PyRuntimeError::new_err("the loader's connection lock is poisoned"))?;
+        if conn.closed {
+            return Err(closed());
+        }
         let stream = &mut conn.stream;
         let reply = py.allow_threads(|| {
             wire::write_frame(stream, &request)?;
@@ -220,7 +236,10 @@ impl Loader {
     /// The loader's next batch in this epoch, written by the daemon into a slot now held; none
     /// once the epoch has ended (or only a short batch is left and `drop_last` is set).
     fn fetch(&self, py: Python<'_>) -> PyResult<Option<Fetched>> {
-        let ended = self.conn.lock().map(|c| c.ended || !c.in_epoch).unwrap_or(true);
+        let (ended, closed_now) = self.conn.lock().map(|c| (c.ended || !c.in_epoch, c.closed)).unwrap_or((true, false));
+        if closed_now {
+            return Err(closed());
+        }
         if ended {
             return Ok(None);
         }
@@ -404,7 +423,7 @@ impl Loader {
             }
         };
         Ok(Loader {
-            conn: Mutex::new(Conn { stream, in_epoch: false, ended: false }),
+            conn: Mutex::new(Conn { stream, in_epoch: false, ended: false, closed: false }),
             ring: Arc::new(ring),
             facts: Facts { samples, height, width, classes, batch_size },
             normalized,
@@ -412,6 +431,7 @@ impl Loader {
             mean,
             std,
             last_names: Mutex::new(Vec::new()),
+            shown: Shown { mountpoint, job: job.to_owned(), device: device.to_owned(), dtype: dtype.to_owned() },
             #[cfg(feature = "gpu")]
             gpu,
         })
@@ -475,6 +495,60 @@ impl Loader {
     fn names(&self) -> Vec<String> {
         self.last_names.lock().map(|n| n.clone()).unwrap_or_default()
     }
+
+    /// Whether `close()` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.conn.lock().map(|c| c.closed).unwrap_or(true)
+    }
+
+    /// Ends the connection now: the daemon gives the loader's places and ring memory back to
+    /// other loaders. Batches still alive stay readable (their mapping is theirs); iterating
+    /// afterwards raises ValueError. Closing twice does nothing.
+    fn close(&self) {
+        #[cfg(feature = "gpu")]
+        if let Some(Ok(mut on_gpu)) = self.gpu.as_ref().map(|g| g.try_lock()) {
+            on_gpu.pending = None;
+        }
+        if let Ok(mut conn) = self.conn.lock() {
+            if !conn.closed {
+                conn.closed = true;
+                conn.in_epoch = false;
+                conn.ended = true;
+                let _ = conn.stream.shutdown(std::net::Shutdown::Both);
+            }
+        }
+    }
+
+    /// `with prepfs.Loader(...) as batches:` closes the loader when the block ends.
+    fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close();
+        false
+    }
+
+    fn __repr__(&self) -> String {
+        let state = if self.closed() { "closed" } else { "open" };
+        format!(
+            "prepfs.Loader(mountpoint={:?}, job={:?}, batch_size={}, device={:?}, dtype={:?}, samples={}, classes={}, {state})",
+            self.shown.mountpoint.display().to_string(),
+            self.shown.job,
+            self.facts.batch_size,
+            self.shown.device,
+            self.shown.dtype,
+            self.facts.samples,
+            self.facts.classes.len(),
+        )
+    }
+}
+
+/// What iterating a closed loader raises (as a closed file does).
+fn closed() -> PyErr {
+    PyValueError::new_err("the prepfs.Loader is closed")
 }
 
 /// `device="cuda..."` in a build without the `gpu` feature.

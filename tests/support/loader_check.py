@@ -8,6 +8,10 @@
     loader_check.py torch MOUNT JOB      one batch into torch (skipped, saying so, without torch)
     loader_check.py unmount MOUNT JOB    one batch, "ready", waits for a line on stdin (the test
                                          unmounts), then asks for the next batch
+    loader_check.py close MOUNT JOB      a loader used as a context manager: its repr, one batch
+                                         kept past the block, what iterating after close() does,
+                                         and the daemon's ring bytes once it is closed (process
+                                         still alive)
     loader_check.py gpu MOUNT JOB        where a GPU and torch with CUDA are there: one epoch on
                                          "cuda" in uint8 (each sample against the mount's file)
                                          and in float32 (against the CPU path's normalisation);
@@ -166,7 +170,37 @@ def gpu(mnt, job):
     return out
 
 
+def close(mnt, job):
+    import time
+    out = {}
+    with prepfs.Loader(mnt, job=job, batch_size=4) as loader:
+        out["repr_open"] = repr(loader)
+        images, labels = next(iter(loader))
+        kept = np.from_dlpack(images)
+        out["ring_bytes_open"] = json.load(open(os.path.join(mnt, ".prepfs", "stats.json")))["loader"]["ring_bytes"]
+    out["closed"] = loader.closed
+    out["repr_closed"] = repr(loader)
+    # The batch kept past the block is still the mount's sample.
+    out["kept_sum"] = int(kept.astype(np.int64).sum())
+    out["kept_shape"] = list(kept.shape)
+    for what, call in (("iter", lambda: iter(loader)), ("next", lambda: next(loader))):
+        try:
+            call()
+            out[what] = None
+        except Exception as e:
+            out[what] = type(e).__name__
+    loader.close()  # twice: nothing happens
+    deadline = time.time() + 10
+    while True:
+        ring = json.load(open(os.path.join(mnt, ".prepfs", "stats.json")))["loader"]["ring_bytes"]
+        if ring == 0 or time.time() > deadline:
+            break
+        time.sleep(0.05)
+    out["ring_bytes_closed"] = ring
+    return out
+
+
 if __name__ == "__main__":
     mode, mnt, job = sys.argv[1:4]
-    result = {"pixels": pixels, "two": two, "torch": torch_batch, "unmount": unmount, "gpu": gpu}[mode](mnt, job)
+    result = {"pixels": pixels, "two": two, "torch": torch_batch, "unmount": unmount, "close": close, "gpu": gpu}[mode](mnt, job)
     print(json.dumps(result), flush=True)

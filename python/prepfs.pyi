@@ -1,0 +1,70 @@
+"""Type stubs of the prepfs module (python/src/lib.rs, python/src/dlpack.rs): batches of a prepfs
+job's preprocessed samples, straight from a running mount's cache over its loader socket."""
+
+from os import PathLike
+from types import TracebackType
+from typing import Any, Iterator, List, Optional, Tuple, Type, Union
+
+#: Whether this build has the GPU path (``device="cuda..."``).
+gpu_support: bool
+
+class Tensor:
+    """A batch's images or labels, handed on through DLPack (``torch.from_dlpack``,
+    ``np.from_dlpack``, ``cupy.from_dlpack``) without a copy."""
+
+    @property
+    def shape(self) -> List[int]: ...
+    @property
+    def dtype(self) -> str:
+        """``"uint8"``, ``"float32"`` or ``"int64"``."""
+    def __dlpack__(self, *, stream: Optional[int] = None, **kwargs: Any) -> Any: ...
+    def __dlpack_device__(self) -> Tuple[int, int]: ...
+    def __len__(self) -> int: ...
+
+class Loader:
+    """A job's samples in batches: ``for images, labels in prepfs.Loader("/mnt/prepfs", job="train")``.
+
+    Each iteration is one epoch of the loader; ``images`` is NHWC uint8 (a view of shared memory)
+    or, with ``dtype="float32-normalized"``, NCHW float32 normalised by ``mean`` and ``std``;
+    ``labels`` is int64, the class index in ImageFolder's sorted class order.
+    ``with prepfs.Loader(...) as batches:`` closes it when the block ends.
+    """
+
+    def __init__(
+        self,
+        mountpoint: Union[str, PathLike[str]],
+        job: str,
+        view: str = "augmented",
+        batch_size: int = 256,
+        device: str = "cpu",
+        dtype: str = "uint8",
+        drop_last: bool = False,
+        mean: Tuple[float, float, float] = (0.485, 0.456, 0.406),
+        std: Tuple[float, float, float] = (0.229, 0.224, 0.225),
+        slots: int = 4,
+        timeout: float = 600.0,
+    ) -> None: ...
+    def __iter__(self) -> Iterator[Tuple[Tensor, Tensor]]: ...
+    def __next__(self) -> Tuple[Tensor, Tensor]: ...
+    def __len__(self) -> int:
+        """Batches in one epoch of the whole job."""
+    def __enter__(self) -> "Loader": ...
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> bool: ...
+    def close(self) -> None:
+        """Ends the connection now; batches still alive stay readable. Closing twice does nothing."""
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def classes(self) -> List[str]:
+        """ImageFolder's classes: a label indexes this list."""
+    @property
+    def samples(self) -> int:
+        """Samples in the dataset."""
+    @property
+    def names(self) -> List[str]:
+        """The last batch's samples, as paths relative to the source."""
