@@ -14,10 +14,15 @@ use crate::metrics::Latencies;
 #[derive(Debug, Default)]
 pub(crate) struct ViewCounters {
     pub opens: AtomicU64,
-    pub bytes_served: AtomicU64,
-    /// Top-level opens served without reading the source (from a cache form) ...
+    /// Bytes the daemon's own reads served ...
+    pub read_bytes: AtomicU64,
+    /// ... and the sizes of the files it handed the kernel to read itself (passthrough): what
+    /// their readers could read, counted at the open (the daemon never sees those reads).
+    pub passthrough_bytes: AtomicU64,
+    /// Opens (top level and jobs' views of this form alike) served without reading the source
+    /// (from a cache form) ...
     pub hits: AtomicU64,
-    /// ... and those that read it (or the disk tier).
+    /// ... and those that read it (or the disk tier); an open that fails is neither.
     pub misses: AtomicU64,
 }
 
@@ -210,7 +215,14 @@ impl Stats {
     /// (catalog, configuration).
     pub(crate) fn to_json(&self, extra: serde_json::Value) -> serde_json::Value {
         let view = |v: &ViewCounters| {
-            json!({"opens": get(&v.opens), "bytes_served": get(&v.bytes_served), "hits": get(&v.hits), "misses": get(&v.misses)})
+            json!({
+                "opens": get(&v.opens),
+                "hits": get(&v.hits),
+                "misses": get(&v.misses),
+                "bytes_served": get(&v.read_bytes) + get(&v.passthrough_bytes),
+                "bytes_read_by_daemon": get(&v.read_bytes),
+                "bytes_passthrough": get(&v.passthrough_bytes),
+            })
         };
         let decodes = self.decodes();
         let decode_nanos = get(&self.full_decode_nanos) + get(&self.decode_augment_nanos) + get(&self.pixel_augment_nanos);

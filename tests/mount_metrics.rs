@@ -101,6 +101,33 @@ fn the_metrics_file_parses_and_its_open_counts_agree_with_stats_json() {
 }
 
 #[test]
+fn each_views_opens_are_its_hits_and_misses_with_the_jobs_views_counted_and_bytes_served_match_the_files_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mnt = mount(dir.path());
+    let mut read = HashMap::<&str, u64>::new();
+    for view in ["augmented", "jobs/a/augmented", "jobs/b/augmented", "decoded", "jobs/a/decoded", "encoded"] {
+        for class in ["c0", "c1"] {
+            for entry in std::fs::read_dir(mnt.path(&format!("{view}/{class}"))).expect("ls") {
+                let bytes = std::fs::read(entry.expect("entry").path()).expect("read");
+                *read.entry(view.rsplit('/').next().unwrap_or(view)).or_default() += bytes.len() as u64;
+            }
+        }
+    }
+    let stats = mnt.stats();
+    let m = metrics(&mnt);
+    for view in ["encoded", "decoded", "augmented"] {
+        let v = &stats["views"][view];
+        let (opens, hits, misses) = (v["opens"].as_u64(), v["hits"].as_u64().unwrap_or(0), v["misses"].as_u64().unwrap_or(0));
+        assert_eq!(opens, Some(hits + misses), "{view}: {v}");
+        assert_eq!(v["bytes_served"].as_u64(), read.get(view).copied(), "{view}: {v}");
+        assert_eq!(m[&format!("prepfs_open_hits_total{{view=\"{view}\"}}")], hits as f64, "{view}");
+        assert_eq!(m[&format!("prepfs_served_bytes_total{{view=\"{view}\"}}")], read[view] as f64, "{view}");
+    }
+    assert_eq!(stats["views"]["augmented"]["opens"], 18, "{stats}");
+    assert!(mnt.stop().success());
+}
+
+#[test]
 fn prepfs_stats_finds_the_mount_from_a_subdirectory_and_prints_a_summary_or_json() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mnt = mount(dir.path());

@@ -209,7 +209,7 @@ impl Filesystem {
                     Content::Memory(bytes) => {
                         let start = (offset as usize).min(bytes.len());
                         let end = start.saturating_add(size as usize).min(bytes.len());
-                        bump(&self.counters(*form).bytes_served, (end - start) as u64);
+                        bump(&self.counters(*form).read_bytes, (end - start) as u64);
                         reply(Ok(&bytes[start..end]))
                     }
                     // Read here only when the kernel refused the memory file as a backing file.
@@ -218,7 +218,7 @@ impl Filesystem {
                         let mut buf = vec![0; want];
                         match std::os::unix::fs::FileExt::read_exact_at(sealed.file(), &mut buf, offset) {
                             Ok(()) => {
-                                bump(&self.counters(*form).bytes_served, want as u64);
+                                bump(&self.counters(*form).read_bytes, want as u64);
                                 reply(Ok(&buf))
                             }
                             Err(e) => reply(Err(Error::MemoryFile(Arc::new(e)))),
@@ -233,7 +233,7 @@ impl Filesystem {
             }
             HandleData::Source { file } => match self.reader.read_at(file, offset, size) {
                 Ok(buf) => {
-                    bump(&self.stats().encoded.bytes_served, buf.len() as u64);
+                    bump(&self.stats().encoded.read_bytes, buf.len() as u64);
                     reply(Ok(&buf))
                 }
                 Err(e) => reply(Err(e)),

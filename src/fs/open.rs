@@ -73,6 +73,13 @@ impl Filesystem {
                 });
                 let outcome = opened.as_ref().map_or(Outcome::Error, |&(_, outcome)| outcome);
                 self.stats().latency.record_open(view.form, outcome, started.elapsed());
+                // The view's counters, top level and jobs' alike: opens = hits + misses + errors.
+                let counters = self.counters(view.form);
+                match outcome {
+                    Outcome::Hit => bump(&counters.hits, 1),
+                    Outcome::Miss => bump(&counters.misses, 1),
+                    Outcome::Error => {}
+                }
                 let (data, _) = opened?;
                 // What is the same at every open may stay in the page cache; a job's view (the
                 // served sample varies) and `augmented/` (a draw per open) may not.
@@ -88,8 +95,15 @@ impl Filesystem {
         bump(&self.stats().open_handles, 1);
         let backing = self.backing_of(&data);
         if backing.is_some() {
-            // The kernel reads it without asking us: served now.
+            // The kernel reads it without asking us: served now, all of it (what a reader of a
+            // passthrough file can read; the daemon never sees how much it did).
             self.count_served(&data);
+            let (form, len) = match &data.data {
+                HandleData::Bytes { content, form, .. } => (*form, content.len() as u64),
+                HandleData::Source { file } => (Form::Encoded, file.meta().identity.len),
+                _ => (Form::Encoded, 0),
+            };
+            bump(&self.counters(form).passthrough_bytes, len);
         }
         Ok(Opened { fh: self.handles.insert(data), cache, backing })
     }
@@ -168,8 +182,6 @@ impl Filesystem {
                 self.producer.augmented(sample, Consumer::TopLevel)?
             }
         };
-        let counters = self.counters(form);
-        bump(if origin.is_miss() { &counters.misses } else { &counters.hits }, 1);
         Ok((self.pin(HandleData::bytes(bytes, form, None), caller)?, Outcome::served(origin.is_miss())))
     }
 

@@ -262,17 +262,23 @@ pub(crate) fn exposition(stats: &Stats, gauges: &Gauges) -> String {
     w.single("prepfs_samples", "gauge", "Samples in the scanned source.", gauges.samples);
 
     let views = [(Form::Encoded, &stats.encoded), (Form::Decoded, &stats.decoded), (Form::Augmented, &stats.augmented)];
-    type Pick = fn(&crate::stats::ViewCounters) -> &AtomicU64;
-    let per_view: [(&str, &str, Pick); 4] = [
-        ("prepfs_opens_total", "Opens of files, by view (top-level and jobs').", |v| &v.opens),
-        ("prepfs_open_hits_total", "Top-level opens served from a cache form, by view.", |v| &v.hits),
-        ("prepfs_open_misses_total", "Top-level opens that read the disk tier or the source, by view.", |v| &v.misses),
-        ("prepfs_served_bytes_total", "Bytes the daemon's reads served, by view (kernel passthrough reads are not seen).", |v| &v.bytes_served),
+    type Pick = fn(&crate::stats::ViewCounters) -> u64;
+    let per_view: [(&str, &str, Pick); 6] = [
+        ("prepfs_opens_total", "Opens of files, by view (top-level and jobs').", |v| get(&v.opens)),
+        ("prepfs_open_hits_total", "Opens served from a cache form, by view (top-level and jobs').", |v| get(&v.hits)),
+        ("prepfs_open_misses_total", "Opens that read the disk tier or the source, by view (top-level and jobs').", |v| get(&v.misses)),
+        ("prepfs_served_bytes_total", "Bytes served, by view: the daemon's reads and the passthrough files' sizes.", |v| {
+            get(&v.read_bytes) + get(&v.passthrough_bytes)
+        }),
+        ("prepfs_daemon_read_bytes_total", "Bytes the daemon's own reads served, by view.", |v| get(&v.read_bytes)),
+        ("prepfs_passthrough_bytes_total", "Sizes of the files handed to the kernel to read (passthrough), at their opens, by view.", |v| {
+            get(&v.passthrough_bytes)
+        }),
     ];
     for (name, help, pick) in per_view {
         w.family(name, "counter", help);
         for (form, counters) in views {
-            w.sample(name, &[("view", form.dir_name())], get(pick(counters)));
+            w.sample(name, &[("view", form.dir_name())], pick(counters));
         }
     }
 
