@@ -124,6 +124,18 @@ fn each_views_opens_are_its_hits_and_misses_with_the_jobs_views_counted_and_byte
         assert_eq!(m[&format!("prepfs_served_bytes_total{{view=\"{view}\"}}")], read[view] as f64, "{view}");
     }
     assert_eq!(stats["views"]["augmented"]["opens"], 18, "{stats}");
+    // Per-job series: what each job was served, its hits and misses summing to it.
+    // (6 samples: job a has read two whole epochs and is in its third, job b in its second.)
+    for (job, served, epoch) in [("a", 12.0, 3.0), ("b", 6.0, 2.0)] {
+        let series = |name: &str| m[&format!("{name}{{job=\"{job}\"}}")];
+        assert_eq!(series("prepfs_job_samples_served_total"), served, "{job}: {}", stats["jobs"]);
+        assert_eq!(series("prepfs_job_hits_total") + series("prepfs_job_misses_total"), served, "{job}");
+        assert_eq!(series("prepfs_job_epoch"), epoch, "{job}");
+    }
+    // A job's name is the label (names are [A-Za-z0-9._-], so nothing in one needs escaping).
+    std::fs::read(mnt.path("jobs/run-7.b_x/augmented/c0/s00.ppm")).expect("read in job run-7.b_x");
+    let m = metrics(&mnt);
+    assert_eq!(m["prepfs_job_samples_served_total{job=\"run-7.b_x\"}"], 1.0, "{m:?}");
     assert!(mnt.stop().success());
 }
 

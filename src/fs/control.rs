@@ -4,7 +4,7 @@
 //! configuration, [`crate::config::Config::to_yaml`]).
 
 use super::Filesystem;
-use crate::metrics::{exposition, Gauges};
+use crate::metrics::{exposition, Gauges, JobFigures};
 use crate::shared::Form;
 
 impl Filesystem {
@@ -103,6 +103,22 @@ impl Filesystem {
             jobs_active: self.jobs.active().len() as u64,
             passthrough_on: self.passthrough_on(),
             remote_forged: cache["remote"]["forged"].as_u64(),
+            jobs: self
+                .jobs
+                .active()
+                .iter()
+                .map(|j| {
+                    let c = &j.counters;
+                    let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+                    JobFigures {
+                        name: j.name().to_owned(),
+                        epoch: j.epoch(),
+                        served: get(&c.served),
+                        hits: get(&c.hits_augmented) + get(&c.hits_decoded) + get(&c.hits_encoded),
+                        misses: get(&c.misses),
+                    }
+                })
+                .collect(),
         };
         exposition(self.stats(), &gauges)
     }

@@ -199,6 +199,18 @@ pub(crate) struct Gauges {
     pub passthrough_on: bool,
     /// Remote values dropped for failing their MAC (`cache.remote.forged`); `None`: no remote tier.
     pub remote_forged: Option<u64>,
+    /// Each active job's figures.
+    pub jobs: Vec<JobFigures>,
+}
+
+/// One job's series: `job` labels them with its name.
+#[derive(Debug, Default)]
+pub(crate) struct JobFigures {
+    pub name: String,
+    pub epoch: u64,
+    pub served: u64,
+    pub hits: u64,
+    pub misses: u64,
 }
 
 /// Writes metric families in the text format.
@@ -220,7 +232,9 @@ impl Writer {
                 if i > 0 {
                     self.out.push(',');
                 }
-                // Label values here are fixed names, never user text: nothing to escape.
+                // Escaped as the format says (\\, \", \n), though job names, the only label
+                // values from users, are [A-Za-z0-9._-] already.
+                let v = v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
                 let _ = write!(self.out, "{k}=\"{v}\"");
             }
             self.out.push('}');
@@ -307,6 +321,19 @@ pub(crate) fn exposition(stats: &Stats, gauges: &Gauges) -> String {
     if let Some(forged) = gauges.remote_forged {
         w.single("prepfs_remote_forged_total", "counter", "Remote tier values dropped for failing their MAC (forged, or another secret's).", forged);
     }
+    type JobPick = fn(&JobFigures) -> u64;
+    let per_job: [(&str, &str, &str, JobPick); 4] = [
+        ("prepfs_job_samples_served_total", "counter", "Samples a job's readers were served, by job.", |j| j.served),
+        ("prepfs_job_hits_total", "counter", "A job's opens served from a cache form, by job.", |j| j.hits),
+        ("prepfs_job_misses_total", "counter", "A job's opens that read the disk tier or the source, by job.", |j| j.misses),
+        ("prepfs_job_epoch", "gauge", "The epoch a job is in (1 for its first), by job.", |j| j.epoch),
+    ];
+    for (name, kind, help, pick) in per_job {
+        w.family(name, kind, help);
+        for job in &gauges.jobs {
+            w.sample(name, &[("job", &job.name)], pick(job));
+        }
+    }
     w.family("prepfs_cache_used_bytes", "gauge", "Bytes held by each cache form (disk: the disk tier).");
     for &(form, used, _) in &gauges.cache {
         w.sample("prepfs_cache_used_bytes", &[("form", form)], used);
@@ -334,6 +361,13 @@ pub(crate) fn exposition(stats: &Stats, gauges: &Gauges) -> String {
 mod tests {
     use super::*;
     use std::collections::{HashMap, HashSet};
+
+    #[test]
+    fn a_label_value_is_escaped_as_the_text_format_says() {
+        let mut w = Writer { out: String::new() };
+        w.sample("m", &[("job", "a\\b\"c\nd")], 1);
+        assert_eq!(w.out, "m{job=\"a\\\\b\\\"c\\nd\"} 1\n");
+    }
 
     /// A parsed sample line: name, labels, value.
     fn parse(line: &str) -> (String, HashMap<String, String>, f64) {
@@ -369,7 +403,7 @@ mod tests {
     }
 
     fn gauges() -> Gauges {
-        Gauges { samples: 7, cache: vec![("augmented", 10, 100), ("disk", 0, 0)], jobs_active: 1, passthrough_on: true, remote_forged: Some(3) }
+        Gauges { samples: 7, cache: vec![("augmented", 10, 100), ("disk", 0, 0)], jobs_active: 1, passthrough_on: true, remote_forged: Some(3), jobs: Vec::new() }
     }
 
     #[test]
