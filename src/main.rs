@@ -166,11 +166,12 @@ struct MountArgs {
     validate: Option<Validate>,
     /// On SIGTERM, SIGINT, SIGHUP or `prepfs unmount`, keep serving until no open, lookup or
     /// read has come for SECONDS and no file is open, then unmount (default 3; 0: unmount as
-    /// soon as no file is open). A second signal stops at once.
+    /// soon as no file is open; same as `stop: {drain: ...}`). A second signal stops at once.
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
     drain: Option<f64>,
     /// The longest a drain lasts, from the signal (default 60): then the mount stops as a
-    /// second signal stops it, so a scheduler's SIGTERM ends it in bounded time.
+    /// second signal stops it, so a scheduler's SIGTERM ends it in bounded time (same as
+    /// `stop: {drain_max: ...}`).
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
     drain_max: Option<f64>,
     /// Mount options, comma-separated, as mount(8) and /etc/fstab give them: config=FILE,
@@ -472,7 +473,7 @@ fn mount(args: MountArgs) -> ExitCode {
         read_only: args.read_only || options.read_only.unwrap_or(false),
         metrics_addr: args.metrics_addr.clone(),
         on_ready: None,
-        drain: drain_config(args.drain.or(options.drain), args.drain_max.or(options.drain_max)),
+        drain: drain_config(config.stop, args.drain.or(options.drain), args.drain_max.or(options.drain_max)),
     };
     if args.background && !args.foreground {
         return background(config, lifecycle, logs_to_file);
@@ -480,12 +481,11 @@ fn mount(args: MountArgs) -> ExitCode {
     finish(prepfs::mount::run(config, lifecycle))
 }
 
-/// The drain's settings: the defaults, less what the command line gives.
-fn drain_config(quiet: Option<f64>, max: Option<f64>) -> prepfs::drain::DrainConfig {
-    let defaults = prepfs::drain::DrainConfig::default();
+/// The drain's settings: the config's (`stop:`), less what the command line gives.
+fn drain_config(config: prepfs::drain::DrainConfig, quiet: Option<f64>, max: Option<f64>) -> prepfs::drain::DrainConfig {
     prepfs::drain::DrainConfig {
-        quiet: quiet.map_or(defaults.quiet, std::time::Duration::from_secs_f64),
-        max: max.map_or(defaults.max, std::time::Duration::from_secs_f64),
+        quiet: quiet.map_or(config.quiet, std::time::Duration::from_secs_f64),
+        max: max.map_or(config.max, std::time::Duration::from_secs_f64),
     }
 }
 
@@ -718,5 +718,9 @@ mod tests {
             assert!(parse_mount_options(&[opt.into()]).expect_err(opt).contains("2147483647"), "{opt}");
         }
         assert!(parse_mount_options(&["validate=sometimes".into()]).expect_err("bad mode").contains("first-touch"));
+        let o = parse_mount_options(&["drain=1.5,drain_max=30s".into()]).expect("parse");
+        assert_eq!((o.drain, o.drain_max), (Some(1.5), Some(30.0)));
+        assert!(parse_mount_options(&["drain=-1".into()]).is_err());
+        assert!(parse_mount_options(&["drain_max=soon".into()]).is_err());
     }
 }
