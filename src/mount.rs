@@ -462,7 +462,7 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
         None => Ok(()),
     });
     let connection = fuse_connection(&canonical_mountpoint);
-    waiter.mounted(connection, activity);
+    waiter.mounted(connection, activity, canonical_mountpoint.clone());
     // The session's own thread reads requests from here on (its drop no longer unmounts: see
     // `end_session`).
     let session = match started.and_then(|()| session.spawn()) {

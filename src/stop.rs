@@ -55,6 +55,8 @@ pub(crate) struct SignalWaiter {
 struct Watched {
     connection: Option<u64>,
     activity: Arc<Activity>,
+    /// The mountpoint as the kernel names it (symlinks resolved), to find who holds files.
+    canonical: PathBuf,
 }
 
 #[derive(Default)]
@@ -76,9 +78,10 @@ impl SignalWaiter {
         Ok(SignalWaiter { stopping, state, thread: Some(thread) })
     }
 
-    /// The FUSE session is up: its connection number, and the requests a drain waits out.
-    pub(crate) fn mounted(&self, connection: Option<u64>, activity: Arc<Activity>) {
-        self.state.lock_or_recover().mounted = Some(Watched { connection, activity });
+    /// The FUSE session is up: its connection number, the requests a drain waits out, and the
+    /// mountpoint made canonical before mounting.
+    pub(crate) fn mounted(&self, connection: Option<u64>, activity: Arc<Activity>, canonical: PathBuf) {
+        self.state.lock_or_recover().mounted = Some(Watched { connection, activity, canonical });
     }
 
     /// Ends the waiter (the mount is gone) and joins it.
@@ -110,7 +113,7 @@ struct Draining {
 }
 
 impl Draining {
-    fn start(config: DrainConfig, mountpoint: &Path, activity: &Activity, signal: Option<i32>) -> Draining {
+    fn start(config: DrainConfig, canonical: &Path, activity: &Activity, signal: Option<i32>) -> Draining {
         let now = Instant::now();
         let recent = activity.recent(now, config.quiet.max(Duration::from_secs(1)));
         tracing::info!(
@@ -118,14 +121,14 @@ impl Draining {
             drain_s = config.quiet.as_secs_f64(),
             drain_max_s = config.max.as_secs_f64(),
             readers = %describe(&recent),
-            holding = %describe(&holders(mountpoint)),
+            holding = %describe(&holders(canonical)),
             "draining: serving until no open or read has come for the drain period and no file is open, then unmounting (at most the drain maximum; signal again to stop now)"
         );
         Draining { drain: Drain::start(config, now), busy_said: false, next_report: now + REPORT_EVERY }
     }
 
     /// Says, every [`REPORT_EVERY`], whom the drain still waits for.
-    fn report(&mut self, now: Instant, mountpoint: &Path, activity: &Activity) {
+    fn report(&mut self, now: Instant, canonical: &Path, activity: &Activity) {
         if now < self.next_report {
             return;
         }
@@ -133,7 +136,7 @@ impl Draining {
         tracing::info!(
             seconds = format!("{:.0}", now.duration_since(self.drain.started).as_secs_f64()),
             readers = %describe(&activity.recent(now, REPORT_EVERY)),
-            holding = %describe(&holders(mountpoint)),
+            holding = %describe(&holders(canonical)),
             "still draining"
         );
     }
@@ -172,11 +175,11 @@ fn wait_for_signals(signals: SigSet, mountpoint: &Path, config: DrainConfig, sto
             }
         }
         let Some(m) = mounted.filter(|_| received > 0) else { continue };
-        let d = draining.get_or_insert_with(|| Draining::start(config, mountpoint, &m.activity, signal));
+        let d = draining.get_or_insert_with(|| Draining::start(config, &m.canonical, &m.activity, signal));
         let now = Instant::now();
         match d.drain.step(now, m.activity.quiet_for(now)) {
             Step::Wait(left) => {
-                d.report(now, mountpoint, &m.activity);
+                d.report(now, &m.canonical, &m.activity);
                 // Woken early by a signal; never a spin (the waits are whole milliseconds).
                 wait = left.clamp(Duration::from_millis(10), IDLE_WAIT);
             }
@@ -184,7 +187,7 @@ fn wait_for_signals(signals: SigSet, mountpoint: &Path, config: DrainConfig, sto
                 tracing::warn!(
                     drain_max_s = config.max.as_secs_f64(),
                     readers = %describe(&m.activity.recent(now, config.quiet.max(Duration::from_secs(1)))),
-                    holding = %describe(&holders(mountpoint)),
+                    holding = %describe(&holders(&m.canonical)),
                     "the drain reached its maximum with readers still active: forcing the unmount; open files get errors"
                 );
                 force_unmount(mountpoint, m.connection);
@@ -203,11 +206,11 @@ fn wait_for_signals(signals: SigSet, mountpoint: &Path, config: DrainConfig, sto
                         d.busy_said = true;
                         tracing::warn!(
                             mountpoint = %mountpoint.display(),
-                            holding = %describe(&holders(mountpoint)),
+                            holding = %describe(&holders(&m.canonical)),
                             "the mount is busy (files open, or a process inside it): serving until they are released; signal again to force"
                         );
                     }
-                    d.report(now, mountpoint, &m.activity);
+                    d.report(now, &m.canonical, &m.activity);
                     wait = BUSY_RETRY;
                 }
                 Err(e) => {
