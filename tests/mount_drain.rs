@@ -8,7 +8,7 @@
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -108,7 +108,7 @@ fn signal(pid: i32, signal: i32) {
 }
 
 /// Waits until the reader has read a few files (it writes `mark` then).
-fn wait_reading(mark: &PathBuf) {
+fn wait_reading(mark: &Path) {
     assert!(wait_for(Duration::from_secs(30), || mark.exists()), "the reader did not start reading");
 }
 
