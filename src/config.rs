@@ -491,6 +491,47 @@ struct RawConfig {
     bad_samples: Option<RawBadSamples>,
     #[serde(default)]
     loader: Option<RawLoader>,
+    #[serde(default)]
+    stop: Option<RawStop>,
+}
+
+/// `stop:` as written.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawStop {
+    drain: Option<Value>,
+    drain_max: Option<Value>,
+}
+
+/// A duration that may be 0 (`stop.drain: 0`: no drain), else as [`duration_value`].
+fn duration_or_zero(text: &str, key: &str, value: &Value) -> Result<f64, ConfigError> {
+    let zero = match value {
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::String(s) => {
+            let (num, _) = split_number(s);
+            !num.starts_with('-') && num.parse::<f64>().is_ok_and(|n| n == 0.0)
+        }
+        _ => false,
+    };
+    if zero {
+        Ok(0.0)
+    } else {
+        duration_value(text, key, value)
+    }
+}
+
+/// `stop:`: the drain of a stopping mount (`crate::drain`), from the YAML; the defaults where
+/// it says nothing.
+fn stop_config(text: &str, raw: Option<RawStop>) -> Result<crate::drain::DrainConfig, ConfigError> {
+    let mut stop = crate::drain::DrainConfig::default();
+    let raw = raw.unwrap_or_default();
+    if let Some(drain) = raw.drain {
+        stop.quiet = std::time::Duration::from_secs_f64(duration_or_zero(text, "stop.drain", &drain)?);
+    }
+    if let Some(max) = raw.drain_max {
+        stop.max = std::time::Duration::from_secs_f64(duration_value(text, "stop.drain_max", &max)?);
+    }
+    Ok(stop)
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -1070,6 +1111,8 @@ pub struct Config {
     pub bad_samples: BadSamplesConfig,
     /// The loader socket.
     pub loader: LoaderConfig,
+    /// How a stop drains the mount (`stop:`; `--drain`, `--drain-max` win).
+    pub stop: crate::drain::DrainConfig,
 }
 
 /// Overrides given on the command line; each wins over the YAML.
@@ -1230,8 +1273,10 @@ impl Config {
                 LoaderConfig { enabled: l.enabled.unwrap_or(true), socket: l.socket, ring_memory, ring_memory_per_user }
             }
         };
+        let stop = stop_config(text, raw.stop)?;
         Ok(Config {
             loader,
+            stop,
             bad_samples,
             source_limits,
             access,
@@ -1293,6 +1338,14 @@ struct WrittenConfig<'a> {
     max_open_bytes: u64,
     bad_samples: BadSamplesConfig,
     loader: &'a LoaderConfig,
+    stop: WrittenStop,
+}
+
+/// `stop:`, in seconds.
+#[derive(Serialize)]
+struct WrittenStop {
+    drain: f64,
+    drain_max: f64,
 }
 
 /// `source` in its mapping form.
@@ -1376,6 +1429,7 @@ impl<'a> From<&'a Config> for WrittenConfig<'a> {
             max_open_bytes: c.access.max_open_bytes,
             bad_samples: c.bad_samples,
             loader: &c.loader,
+            stop: WrittenStop { drain: c.stop.quiet.as_secs_f64(), drain_max: c.stop.max.as_secs_f64() },
         }
     }
 }
@@ -1666,6 +1720,23 @@ mod tests {
         assert!(err.contains("limit") && err.contains("line 3"), "{err}");
         assert_eq!(parse_rate("1.5GiB/s"), Ok(1_610_612_736));
         assert_eq!(parse_duration("500ms"), Ok(0.5));
+    }
+
+    #[test]
+    fn the_stop_drain_parses_takes_zero_and_is_printed() {
+        let d = parse("seed: 1\n").expect("valid").stop;
+        assert_eq!(d, crate::drain::DrainConfig::default());
+        let c = parse("stop: { drain: 500ms, drain_max: 2m }\n").expect("valid");
+        assert_eq!((c.stop.quiet.as_secs_f64(), c.stop.max.as_secs_f64()), (0.5, 120.0));
+        for zero in ["0", "0s", "\"0\""] {
+            assert_eq!(parse(&format!("stop: {{ drain: {zero} }}\n")).expect(zero).stop.quiet, std::time::Duration::ZERO, "{zero}");
+        }
+        let err = parse("stop:\n  drain_max: 0\n").unwrap_err().to_string();
+        assert!(err.contains("stop.drain_max") && err.contains("line 2"), "{err}");
+        assert!(parse("stop: { drain: -1s }\n").is_err());
+        assert!(parse("stop: { linger: 1s }\n").is_err());
+        let printed = c.to_yaml();
+        assert!(printed.contains("drain: 0.5") && printed.contains("drain_max: 120"), "{printed}");
     }
 
     #[test]

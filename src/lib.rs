@@ -20,7 +20,10 @@
 //! - [`fs`]: the filesystem core (inodes, views, handles, job views, control files), called by
 //!   tests directly, and the bound on what open handles pin ([`fs::open_budget`]).
 //! - [`fuse`]: the thin adapter from `fuser` callbacks onto the core.
-//! - [`mount`]: mounting, stale-mount recovery, signals, the background workers.
+//! - [`mount`]: mounting, stale-mount recovery, the background workers; `stop`: the signals,
+//!   the drain before an unmount, the forced unmount.
+//! - [`drain`]: the drain of a stopping mount: its readers' requests, who holds files, when it
+//!   ends.
 //! - [`config`]: the one typed configuration, validated once.
 //! - [`served`]: a produced output's bytes as kept and served: in memory, or in a sealed memory
 //!   file the kernel reads directly (passthrough).
@@ -29,6 +32,7 @@
 //! - [`stats`]: live counters served as `.prepfs/stats.json`.
 //! - `metrics`: latency histograms, and the counters in Prometheus's text format
 //!   (`.prepfs/metrics`).
+//! - [`unmount`]: `prepfs unmount`: a mount's daemon asked to drain and stop, and waited for.
 //! - [`summary`]: `prepfs stats`: the mount found from a path inside it, its figures as a
 //!   readable summary.
 //! - [`error`]: the core's error type, and [`error::ToErrno`], by which each layer's typed error
@@ -44,6 +48,7 @@
 pub mod alloc;
 pub mod cache;
 pub mod config;
+pub mod drain;
 pub(crate) mod error;
 pub(crate) mod fs;
 pub(crate) mod fuse;
@@ -59,8 +64,10 @@ pub mod sampling;
 pub mod served;
 pub mod source;
 pub mod shared;
+mod stop;
 pub(crate) mod stats;
 pub(crate) mod metrics;
 pub mod summary;
+pub mod unmount;
 mod sync;
 mod yaml;

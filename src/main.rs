@@ -30,8 +30,18 @@ struct Cli {
 enum Command {
     /// Mount a dataset: `prepfs mount SOURCE MOUNTPOINT [--config FILE]` (or the older
     /// `prepfs mount CONFIG --source DIR --mountpoint DIR`). Runs in the foreground (Ctrl-C,
-    /// SIGTERM, SIGHUP or `fusermount3 -u MOUNTPOINT` unmount) unless --background.
+    /// SIGTERM, SIGHUP or `prepfs unmount MOUNTPOINT` drain and unmount; `fusermount3 -u
+    /// MOUNTPOINT` unmounts at once) unless --background.
     Mount(Box<MountArgs>),
+    /// Stop a mount as SIGTERM does: its daemon drains (serves until its readers stop, at most
+    /// its --drain-max) and unmounts; waits until the mount and its daemon are gone.
+    Unmount {
+        /// The mountpoint of a prepfs mount.
+        mountpoint: PathBuf,
+        /// Stop at once, without the drain (as a second signal does: open files get errors).
+        #[arg(long)]
+        now: bool,
+    },
     /// Print the live figures of a mounted prepfs: a readable summary, or the raw JSON.
     Stats {
         /// The mountpoint, or any path inside the mount (default: the current directory).
@@ -154,9 +164,20 @@ struct MountArgs {
     /// `bad_samples.validate`).
     #[arg(long, value_name = "MODE")]
     validate: Option<Validate>,
+    /// On SIGTERM, SIGINT, SIGHUP or `prepfs unmount`, keep serving until no open, lookup or
+    /// read has come for SECONDS and no file is open, then unmount (default 3; 0: unmount as
+    /// soon as no file is open; same as `stop: {drain: ...}`). A second signal stops at once.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    drain: Option<f64>,
+    /// The longest a drain lasts, from the signal (default 60): then the mount stops as a
+    /// second signal stops it, so a scheduler's SIGTERM ends it in bounded time (same as
+    /// `stop: {drain_max: ...}`).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    drain_max: Option<f64>,
     /// Mount options, comma-separated, as mount(8) and /etc/fstab give them: config=FILE,
     /// allow_other, ro, rw, nonempty, nopassthrough, x-mount.mkdir, log_level=LEVEL,
-    /// log_file=PATH, seed=N, uid=N, gid=N, hide_bad=WHERE, validate=MODE;
+    /// log_file=PATH, seed=N, uid=N, gid=N, hide_bad=WHERE, validate=MODE, drain=SECONDS,
+    /// drain_max=SECONDS;
     /// mount(8)'s generic options (defaults, nofail, _netdev, noauto, x-*, ...) are ignored.
     #[arg(short = 'o', value_name = "OPTIONS")]
     options: Vec<String>,
@@ -178,6 +199,8 @@ struct MountOptions {
     validate: Option<Validate>,
     uid: Option<u32>,
     gid: Option<u32>,
+    drain: Option<f64>,
+    drain_max: Option<f64>,
 }
 
 /// mount(8)'s own options and FUSE's that prepfs always sets: accepted and ignored.
@@ -214,18 +237,29 @@ fn parse_mount_options(lists: &[String]) -> Result<MountOptions, String> {
             "gid" => o.gid = Some(parse_id(need(key, value)?).map_err(|e| format!("mount option `gid={}`: {e}", value.unwrap_or("")))?),
             "hide_bad" => o.hide_bad = Some(need(key, value)?.parse().map_err(|e| format!("mount option `hide_bad`: {e}"))?),
             "validate" => o.validate = Some(need(key, value)?.parse().map_err(|e| format!("mount option `validate`: {e}"))?),
+            "drain" => o.drain = Some(parse_seconds(need(key, value)?).map_err(|e| format!("mount option `drain`: {e}"))?),
+            "drain_max" => o.drain_max = Some(parse_seconds(need(key, value)?).map_err(|e| format!("mount option `drain_max`: {e}"))?),
             "seed" => o.seed = Some(need(key, value)?.parse().map_err(|_| format!("mount option `seed={}`: not a number", value.unwrap_or("")))?),
             // mount(8) and fuse pass these; the values say nothing prepfs uses.
             "fsname" | "subtype" | "comment" | "context" | "fscontext" | "defcontext" | "rootcontext" => {}
             _ if IGNORED_OPTIONS.contains(&key) || key.starts_with("x-") => {}
             _ => {
                 return Err(format!(
-                    "unknown mount option `{opt}` (prepfs takes config=FILE, allow_other, ro, rw, nonempty, nopassthrough, x-mount.mkdir, log_level=LEVEL, log_file=PATH, seed=N, uid=N, gid=N, hide_bad=WHERE, validate=MODE)"
+                    "unknown mount option `{opt}` (prepfs takes config=FILE, allow_other, ro, rw, nonempty, nopassthrough, x-mount.mkdir, log_level=LEVEL, log_file=PATH, seed=N, uid=N, gid=N, hide_bad=WHERE, validate=MODE, drain=SECONDS, drain_max=SECONDS)"
                 ))
             }
         }
     }
     Ok(o)
+}
+
+/// Seconds, 0 or more (fractions too), at most a day.
+fn parse_seconds(text: &str) -> Result<f64, String> {
+    match text.trim().trim_end_matches('s').parse::<f64>() {
+        Ok(secs) if secs.is_finite() && (0.0..=86_400.0).contains(&secs) => Ok(secs),
+        Ok(_) => Err(format!("{text}: give seconds from 0 to 86400")),
+        Err(_) => Err(format!("{text}: not a number of seconds")),
+    }
 }
 
 /// A uid or gid: a whole number, 0 to [`prepfs::config::MAX_ID`] (2^31 - 1; see there why).
@@ -237,7 +271,7 @@ fn parse_id(text: &str) -> Result<u32, String> {
 }
 
 /// The subcommands, and the flags clap answers itself.
-const SUBCOMMANDS: &[&str] = &["mount", "stats", "plan", "check", "help"];
+const SUBCOMMANDS: &[&str] = &["mount", "unmount", "stats", "plan", "check", "help"];
 
 /// Rewrites a `mount.fuse`-style call, `prepfs SOURCE MOUNTPOINT [-o OPTIONS] [-f] [-n] [-s]
 /// [-v] [-t TYPE]`, into `prepfs mount SOURCE MOUNTPOINT --background -o OPTIONS` (`-f`:
@@ -278,6 +312,10 @@ fn main() -> ExitCode {
     }
     match command {
         Command::Mount(args) => mount(*args),
+        Command::Unmount { mountpoint, now } => match prepfs::unmount::unmount(&mountpoint, now) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(e),
+        },
         Command::Stats { path, json, watch } => stats(&path, json, watch),
         Command::Plan { params, split, model, epochs, t_full } => {
             let params = match prepfs::planner::load_params(&params) {
@@ -435,11 +473,20 @@ fn mount(args: MountArgs) -> ExitCode {
         read_only: args.read_only || options.read_only.unwrap_or(false),
         metrics_addr: args.metrics_addr.clone(),
         on_ready: None,
+        drain: drain_config(config.stop, args.drain.or(options.drain), args.drain_max.or(options.drain_max)),
     };
     if args.background && !args.foreground {
         return background(config, lifecycle, logs_to_file);
     }
     finish(prepfs::mount::run(config, lifecycle))
+}
+
+/// The drain's settings: the config's (`stop:`), less what the command line gives.
+fn drain_config(config: prepfs::drain::DrainConfig, quiet: Option<f64>, max: Option<f64>) -> prepfs::drain::DrainConfig {
+    prepfs::drain::DrainConfig {
+        quiet: quiet.map_or(config.quiet, std::time::Duration::from_secs_f64),
+        max: max.map_or(config.max, std::time::Duration::from_secs_f64),
+    }
 }
 
 fn finish(ran: Result<(), MountError>) -> ExitCode {
@@ -545,7 +592,7 @@ fn background(config: Config, mut lifecycle: Lifecycle, logs_to_file: bool) -> E
             let _ = std::fs::File::from(read_end).read_to_string(&mut said);
             match said.split_at_checked(1) {
                 Some(("R", line)) => {
-                    println!("prepfs: {line} (in the background, pid {child}; `fusermount3 -u` the mountpoint to unmount)");
+                    println!("prepfs: {line} (in the background, pid {child}; `prepfs unmount` the mountpoint to unmount)");
                     if !logs_to_file && std::env::var_os("JOURNAL_STREAM").is_none() {
                         prepfs::log::say("prepfs: its log is discarded: pass --log-file FILE (-o log_file=FILE) to keep it");
                     }
@@ -671,5 +718,9 @@ mod tests {
             assert!(parse_mount_options(&[opt.into()]).expect_err(opt).contains("2147483647"), "{opt}");
         }
         assert!(parse_mount_options(&["validate=sometimes".into()]).expect_err("bad mode").contains("first-touch"));
+        let o = parse_mount_options(&["drain=1.5,drain_max=30s".into()]).expect("parse");
+        assert_eq!((o.drain, o.drain_max), (Some(1.5), Some(30.0)));
+        assert!(parse_mount_options(&["drain=-1".into()]).is_err());
+        assert!(parse_mount_options(&["drain_max=soon".into()]).is_err());
     }
 }

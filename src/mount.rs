@@ -1,8 +1,7 @@
 //! Mounting: preparing the mountpoint (clearing a dead mount a killed prepfs left behind),
 //! scanning the source with progress, starting the FUSE session and the mount's background
 //! threads (owned by [`Workers`], stopped and joined at unmount), and unmounting cleanly on
-//! SIGINT, SIGTERM or SIGHUP (a busy mount keeps serving until released; a second signal
-//! forces it).
+//! SIGINT, SIGTERM or SIGHUP (the signal waiter and its drain: `crate::stop`).
 
 use std::io;
 use std::path::Path;
@@ -11,13 +10,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::progress::Progress;
-use nix::sys::signal::{SigSet, Signal};
 
 use crate::source::catalog::Catalog;
 use crate::config::Config;
 use crate::fs::Filesystem;
+use crate::drain::{Activity, DrainConfig};
 use crate::fuse::{FuseAdapter, OpenPool};
-use crate::sync::{LockExt, Mutex};
+use crate::stop::SignalWaiter;
 
 /// Why a mount could not start.
 #[derive(Debug, thiserror::Error)]
@@ -134,6 +133,8 @@ pub struct Lifecycle {
     /// Called once the mount serves (the FUSE session reads requests); by default prepfs says
     /// `prepfs: serving ...` on stderr.
     pub on_ready: Option<OnReady>,
+    /// How a signal's unmount waits for the readers (`--drain`, `--drain-max`).
+    pub drain: DrainConfig,
 }
 
 /// What [`Lifecycle::on_ready`] calls.
@@ -395,12 +396,9 @@ fn validate_with_progress(fs: &Filesystem, stop: &AtomicBool) -> Result<(), Moun
 pub fn run(config: Config, lifecycle: Lifecycle) -> Result<(), MountError> {
     // Block the stop signals before any thread starts, so that only the waiter sees them; the
     // waiter runs from the start, so a signal during a long scan stops it.
-    let mut signals = SigSet::empty();
-    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
-        signals.add(s);
-    }
+    let signals = crate::stop::signal_set();
     signals.thread_block().map_err(|e| MountError::Fuse(e.into()))?;
-    let waiter = SignalWaiter::start(signals, config.mountpoint.clone()).map_err(MountError::Fuse)?;
+    let waiter = SignalWaiter::start(signals, config.mountpoint.clone(), lifecycle.drain).map_err(MountError::Fuse)?;
     let served = serve(config, lifecycle, &waiter);
     waiter.finish();
     served
@@ -449,7 +447,8 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
         fs.shutdown();
         return Err(e);
     }
-    let adapter = FuseAdapter::new(Arc::clone(&fs), pool);
+    let activity = Arc::new(Activity::default());
+    let adapter = FuseAdapter::new(Arc::clone(&fs), pool, Arc::clone(&activity));
     fs.plan_cache();
     if waiter.stopping.load(Ordering::SeqCst) {
         fs.shutdown();
@@ -463,7 +462,7 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
         None => Ok(()),
     });
     let connection = fuse_connection(&canonical_mountpoint);
-    waiter.mounted(connection);
+    waiter.mounted(connection, activity, canonical_mountpoint.clone());
     // The session's own thread reads requests from here on (its drop no longer unmounts: see
     // `end_session`).
     let session = match started.and_then(|()| session.spawn()) {
@@ -503,7 +502,7 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
 /// a /dev/fuse descriptor whose connection has ended, and the process exits moments later.
 fn end_session(mut session: fuser::BackgroundSession, canonical: &Path, connection: Option<u64>) -> io::Result<()> {
     while !session.guard.is_finished() {
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(10));
     }
     let still_mounted = match (mount_at(canonical), connection) {
         (None, _) => false,
@@ -672,120 +671,6 @@ fn lower_priority(nice: i32) {
 /// session does not run yet.
 fn fuse_connection(canonical: &Path) -> Option<u64> {
     mount_at(canonical).map(|m| m.minor)
-}
-
-/// The thread that waits for SIGINT, SIGTERM and SIGHUP. Before the mount is up, a signal stops
-/// the scan. Once it is up, the first signal unmounts; if the mount is busy (files open, a
-/// shell inside), it says so and keeps serving, retrying until the users let go; a second
-/// signal forces the unmount (detached, the connection aborted) and the process exits.
-struct SignalWaiter {
-    stopping: Arc<AtomicBool>,
-    state: Arc<Mutex<WaiterState>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-#[derive(Default)]
-struct WaiterState {
-    /// Set once the FUSE session is up: `Some(connection)`.
-    mounted: Option<Option<u64>>,
-    finished: bool,
-}
-
-impl SignalWaiter {
-    fn start(signals: SigSet, mountpoint: std::path::PathBuf) -> io::Result<SignalWaiter> {
-        let stopping = Arc::new(AtomicBool::new(false));
-        let state = Arc::new(Mutex::new(WaiterState::default()));
-        let (stop, st) = (Arc::clone(&stopping), Arc::clone(&state));
-        let thread = std::thread::Builder::new()
-            .name("prepfs-signals".into())
-            .spawn(move || wait_for_signals(signals, &mountpoint, &stop, &st))?;
-        Ok(SignalWaiter { stopping, state, thread: Some(thread) })
-    }
-
-    fn mounted(&self, connection: Option<u64>) {
-        self.state.lock_or_recover().mounted = Some(connection);
-    }
-
-    fn finish(mut self) {
-        self.state.lock_or_recover().finished = true;
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// Waits `d` for one of `signals`.
-fn wait_signal(signals: &SigSet, d: Duration) -> Option<i32> {
-    let timeout = libc::timespec { tv_sec: d.as_secs() as libc::time_t, tv_nsec: d.subsec_nanos() as libc::c_long };
-    // SAFETY: sigtimedwait with a valid set, no siginfo wanted, and a valid timeout.
-    let sig = unsafe { libc::sigtimedwait(signals.as_ref(), std::ptr::null_mut(), &timeout) };
-    (sig > 0).then_some(sig)
-}
-
-fn wait_for_signals(signals: SigSet, mountpoint: &Path, stopping: &AtomicBool, state: &Mutex<WaiterState>) {
-    let mut received = 0;
-    let mut busy_said = false;
-    loop {
-        let (mounted, finished) = {
-            let st = state.lock_or_recover();
-            (st.mounted, st.finished)
-        };
-        if finished {
-            return;
-        }
-        let signal = wait_signal(&signals, Duration::from_millis(200));
-        if let Some(sig) = signal {
-            received += 1;
-            stopping.store(true, Ordering::SeqCst);
-            match (mounted, received) {
-                (None, 1) => tracing::info!(signal = sig, "stopping before the mount is ready"),
-                (None, _) => {
-                    tracing::warn!(signal = sig, "second signal: exiting now");
-                    std::process::exit(1);
-                }
-                (Some(_), 1) => tracing::info!(signal = sig, "unmounting"),
-                (Some(connection), _) => {
-                    tracing::warn!(signal = sig, "second signal: forcing the unmount; open files get errors");
-                    force_unmount(mountpoint, connection);
-                    return;
-                }
-            }
-        }
-        if mounted.is_none() || received == 0 {
-            continue;
-        }
-        match try_unmount(mountpoint) {
-            Ok(()) => return,
-            Err(e) if e.kind() == io::ErrorKind::ResourceBusy => {
-                if !busy_said {
-                    busy_said = true;
-                    tracing::warn!(
-                        mountpoint = %mountpoint.display(),
-                        "the mount is busy (files open, or a process inside it): serving until they are released; signal again to force"
-                    );
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "unmount failed; detaching");
-                let _ = lazy_unmount(mountpoint);
-                return;
-            }
-        }
-    }
-}
-
-/// Detaches the mount and aborts its FUSE connection, so the session ends and every user of
-/// the mount gets an error at once; exits the process if the session does not end soon.
-fn force_unmount(mountpoint: &Path, connection: Option<u64>) {
-    let _ = lazy_unmount(mountpoint);
-    if let Some(n) = connection {
-        let _ = std::fs::write(format!("/sys/fs/fuse/connections/{n}/abort"), "1");
-    }
-    std::thread::spawn(|| {
-        std::thread::sleep(Duration::from_secs(5));
-        tracing::warn!("the session did not end after the forced unmount; exiting");
-        std::process::exit(1);
-    });
 }
 
 fn fuser_config(config: &Config, read_only: bool) -> fuser::Config {

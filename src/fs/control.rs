@@ -60,6 +60,8 @@ impl Filesystem {
     pub(crate) fn stats_json(&self) -> String {
         let catalog = self.catalog();
         let extra = serde_json::json!({
+            // The daemon's, for `prepfs unmount`.
+            "pid": std::process::id(),
             "source": self.config().source,
             "samples": catalog.sample_count(),
             "files": catalog.file_count(),

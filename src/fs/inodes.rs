@@ -63,6 +63,11 @@ const KIND_DIR: u64 = 1;
 const KIND_FILE: u64 = 2;
 const KIND_JOB_ROOT: u64 = 3;
 
+/// Whether `ino` is `.prepfs/` or one of its files.
+pub(crate) fn is_control(ino: u64) -> bool {
+    matches!(ino, CONTROL_DIR_INO | STATS_INO | CONFIG_INO | METRICS_INO | LOADER_INO)
+}
+
 impl Node {
     /// The inode number of this node.
     pub(crate) fn ino(self) -> u64 {

@@ -31,6 +31,12 @@ pub(super) struct PrefetchQueue {
 const PREFETCH_QUEUE_MAX: usize = 4096;
 
 impl PrefetchQueue {
+    /// Wakes every prefetch worker waiting for work (at unmount: they see the stop at once).
+    pub(super) fn wake(&self) {
+        let _pending = self.pending.lock_or_recover();
+        self.ready.notify_all();
+    }
+
     fn push(&self, sample: FileId, form: Form, job: &Arc<Job>) {
         let mut pending = self.pending.lock_or_recover();
         if pending.0.len() < PREFETCH_QUEUE_MAX && pending.1.insert(sample) {

@@ -47,7 +47,7 @@ mod tests;
 pub(crate) use handles::{CachePolicy, Opened};
 pub(crate) use loader::Walk;
 pub(crate) use passthrough::Backing;
-pub(crate) use inodes::{Node, View};
+pub(crate) use inodes::{is_control, Node, View};
 pub(crate) use stale::StaleInodes;
 pub(crate) use tree::{Attr, DirEntry, Kind};
 
@@ -224,9 +224,12 @@ impl Filesystem {
         })
     }
 
-    /// Makes throttled source reads give up at once (the start of an unmount).
+    /// Makes throttled source reads give up at once (the start of an unmount), and wakes the
+    /// prefetch workers and the notifier waiting for work, so they see the stop at once.
     pub(crate) fn interrupt(&self) {
         self.reader.interrupt();
+        self.prefetch.wake();
+        self.stale.wake();
     }
 
     /// Ends the mount's work: the outputs no reader here used offered to the other mounts

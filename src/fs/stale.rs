@@ -24,6 +24,12 @@ impl StaleInodes {
         self.ready.notify_one();
     }
 
+    /// Wakes the notifier if it waits (at unmount: it sees the stop at once).
+    pub(crate) fn wake(&self) {
+        let _queue = self.queue.lock_or_recover();
+        self.ready.notify_all();
+    }
+
     /// The inodes queued so far, waiting up to `wait` for one.
     pub(crate) fn drain(&self, wait: Duration) -> Vec<u64> {
         let mut queue = self.queue.lock_or_recover();

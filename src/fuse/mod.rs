@@ -33,6 +33,7 @@ use fuser::{
 use backings::Backings;
 pub(crate) use pool::OpenPool;
 
+use crate::drain::Activity;
 use crate::error::{Error, ToErrno};
 use crate::stats::bump;
 use crate::fs::{Attr, CachePolicy, Caller, Filesystem, Kind, Opened};
@@ -49,6 +50,8 @@ pub(crate) struct FuseAdapter {
     fs: Arc<Filesystem>,
     pool: OpenPool,
     backings: Arc<Backings>,
+    /// The readers' requests, for a drain (`crate::drain`).
+    activity: Arc<Activity>,
 }
 
 /// Who sent a request.
@@ -59,9 +62,17 @@ fn caller(req: &Request) -> Caller {
 impl FuseAdapter {
     /// An adapter running opens' pixel work on `pool` (its threads joined when the adapter is
     /// dropped, at unmount).
-    pub(crate) fn new(fs: Arc<Filesystem>, pool: OpenPool) -> Self {
+    pub(crate) fn new(fs: Arc<Filesystem>, pool: OpenPool, activity: Arc<Activity>) -> Self {
         let backings = Arc::new(Backings::new(Arc::clone(&fs)));
-        FuseAdapter { fs, pool, backings }
+        FuseAdapter { fs, pool, backings, activity }
+    }
+
+    /// A reader's request on `ino`: what a drain waits out. The control files' (`prepfs stats`,
+    /// `prepfs unmount`, a monitor) are none.
+    fn reader_came(&self, req: &Request, ino: u64) {
+        if !crate::fs::is_control(ino) {
+            self.activity.touch(req.pid());
+        }
     }
 
     fn attr(&self, a: &Attr) -> FileAttr {
@@ -157,6 +168,9 @@ impl fuser::Filesystem for FuseAdapter {
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         bump(&self.fs.stats().requests.lookup, 1);
+        if !(parent.0 == fuser::INodeNo::ROOT.0 && name == ".prepfs") {
+            self.reader_came(req, parent.0);
+        }
         match self.fs.lookup(parent.0, name, caller(req)) {
             Ok(a) => reply.entry(&ttl(&a), &self.attr(&a), Generation(0)),
             Err(e) => reply.error(errno(&e)),
@@ -173,6 +187,7 @@ impl fuser::Filesystem for FuseAdapter {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         bump(&self.fs.stats().requests.open, 1);
+        self.reader_came(req, ino.0);
         let write = !matches!(flags.acc_mode(), OpenAccMode::O_RDONLY)
             || flags.0 & (libc::O_TRUNC | libc::O_APPEND) != 0;
         let fs = Arc::clone(&self.fs);
@@ -192,8 +207,8 @@ impl fuser::Filesystem for FuseAdapter {
 
     fn read(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -202,6 +217,7 @@ impl fuser::Filesystem for FuseAdapter {
         reply: ReplyData,
     ) {
         bump(&self.fs.stats().requests.read, 1);
+        self.reader_came(req, ino.0);
         self.fs.read(fh.0, offset, size, |data| match data {
             Ok(bytes) => reply.data(bytes),
             Err(e) => reply.error(errno(&e)),
@@ -233,6 +249,7 @@ impl fuser::Filesystem for FuseAdapter {
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         bump(&self.fs.stats().requests.opendir, 1);
+        self.reader_came(req, ino.0);
         match self.fs.opendir(ino.0, caller(req)) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(errno(&e)),

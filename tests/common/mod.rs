@@ -17,9 +17,17 @@ pub fn prepfs_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_prepfs"))
 }
 
-/// `prepfs mount CONFIG --source SOURCE --mountpoint MOUNTPOINT`, stdin closed; the caller picks
-/// stdout, stderr and how to run it.
+/// `prepfs mount CONFIG --source SOURCE --mountpoint MOUNTPOINT --drain 0.2`, stdin closed; the
+/// caller picks stdout, stderr and how to run it. The short drain: a test's last read is just
+/// before its stop, and a stop waits out the drain after it (tests/mount_drain.rs tests it).
 pub fn mount_command(config: &Path, source: &Path, mountpoint: &Path) -> Command {
+    let mut cmd = mount_command_without_drain(config, source, mountpoint);
+    cmd.arg("--drain").arg("0.2");
+    cmd
+}
+
+/// [`mount_command`] without `--drain`: the caller gives it, or the default applies.
+pub fn mount_command_without_drain(config: &Path, source: &Path, mountpoint: &Path) -> Command {
     let mut cmd = Command::new(prepfs_bin());
     cmd.arg("mount").arg(config).arg("--source").arg(source).arg("--mountpoint").arg(mountpoint).stdin(Stdio::null());
     cmd
