@@ -1,8 +1,9 @@
 //! Kernel FUSE passthrough, the core's half: whether it is on, and what an open file's reads
-//! may go to instead of the daemon ([`Backing`]): the source file itself (`encoded/`), or a
-//! sealed anonymous memory file holding the served bytes (every produced output).
+//! may go to instead of the daemon ([`Backing`]): the source file itself (`encoded/`), or the
+//! file of its own holding a produced output's bytes (`crate::served`: an unnamed file in the
+//! process's own tmpfs, or a sealed memfd where that cannot be made).
 //!
-//! The adapter (`fuse.rs`) owns the other half: it registers a backing file with the kernel
+//! The adapter (`fuse/mod.rs`, `fuse/backings.rs`) owns the other half: it registers a backing file with the kernel
 //! (`FUSE_DEV_IOC_BACKING_OPEN`), answers the open with the id, and closes the id at release.
 //!
 //! The kernel keeps one backing file per inode while any passthrough open of it lasts, and
