@@ -143,6 +143,20 @@ pub fn summary(doc: &Value, previous: Option<&Value>) -> String {
         })
         .collect();
     out.push(format!("cache        {}", forms.join(", ")));
+    if doc.pointer("/memory").is_some_and(|m| !m.is_null()) {
+        let m = |key: &str| dash(num(doc, &format!("/memory/{key}")), &human_bytes);
+        out.push(format!(
+            "memory       {} resident (peak {}): cache {} + {} + {}, loader rings {}, catalog {}, jobs {}",
+            m("resident"),
+            m("peak_resident"),
+            m("cache_encoded"),
+            m("cache_decoded"),
+            m("cache_augmented"),
+            m("loader_rings"),
+            m("catalog"),
+            m("jobs_state")
+        ));
+    }
     if doc.pointer("/cache/disk").is_some_and(|d| !d.is_null()) {
         out.push(format!(
             "disk cache   {} / {}",
@@ -226,6 +240,8 @@ mod tests {
             "passthrough": {"on": false, "off_because": "the kernel does not offer it"},
             "fuse_requests_per_open": 3.25,
             "open_handles": 1,
+            "memory": {"cache_encoded": 1_048_576, "cache_decoded": 0, "cache_augmented": 512, "loader_rings": 0,
+                       "catalog": 65_536, "jobs_state": 100, "open_handles": 0, "resident": 52_428_800, "peak_resident": 104_857_600},
         })
     }
 
@@ -242,6 +258,7 @@ mod tests {
         assert!(encoded.contains(" - "), "no opens, no hit rate: {encoded}");
         assert!(text.contains("encoded 1.0 MiB / 2.0 MiB"), "{text}");
         assert!(text.contains("10.0 MiB read"), "{text}");
+        assert!(text.contains("memory       50.0 MiB resident (peak 100.0 MiB): cache 1.0 MiB + 0 B + 512 B"), "{text}");
         assert!(text.contains("decode_augment 1 × 3.0 ms"), "{text}");
         assert!(text.contains("1 active: train"), "{text}");
         assert!(text.contains("off (the kernel does not offer it)"), "{text}");

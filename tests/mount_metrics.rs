@@ -132,6 +132,15 @@ fn each_views_opens_are_its_hits_and_misses_with_the_jobs_views_counted_and_byte
         assert_eq!(series("prepfs_job_hits_total") + series("prepfs_job_misses_total"), served, "{job}");
         assert_eq!(series("prepfs_job_epoch"), epoch, "{job}");
     }
+    // Where the memory is: each form's bytes as the cache counts them, and the process's own.
+    let memory = &stats["memory"];
+    for form in ["encoded", "decoded", "augmented"] {
+        assert_eq!(memory[&format!("cache_{form}")], stats["cache"][form]["bytes_used"], "{memory}");
+    }
+    let resident = memory["resident"].as_u64().unwrap_or(0);
+    assert!(resident > 1 << 20 && memory["peak_resident"].as_u64() >= Some(resident), "{memory}");
+    assert!(memory["catalog"].as_u64().is_some_and(|b| b > 0), "{memory}");
+    assert!(m["prepfs_memory_bytes{part=\"resident\"}"] > 0.0, "{m:?}");
     // A job's name is the label (names are [A-Za-z0-9._-], so nothing in one needs escaping).
     std::fs::read(mnt.path("jobs/run-7.b_x/augmented/c0/s00.ppm")).expect("read in job run-7.b_x");
     let m = metrics(&mnt);

@@ -56,9 +56,33 @@ impl Filesystem {
         self.cache().status.bytes() + self.jobs.active().iter().map(|j| j.state_bytes()).sum::<usize>()
     }
 
+    /// Where the daemon's memory is: each cache form's bytes, the loader's rings, the catalog
+    /// and the jobs' state, beside the process's resident and peak resident set (what `ps`
+    /// shows; decode buffers and the allocator's slack are the rest).
+    fn memory_json(&self, cache: &serde_json::Value) -> serde_json::Value {
+        let used = |form: &str| cache[form]["bytes_used"].as_u64().unwrap_or(0);
+        let catalog = self.catalog();
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let kb = |key: &str| {
+            status.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        };
+        serde_json::json!({
+            "cache_encoded": used("encoded"),
+            "cache_decoded": used("decoded"),
+            "cache_augmented": used("augmented"),
+            "loader_rings": self.stats().loader.ring_bytes.load(std::sync::atomic::Ordering::Relaxed),
+            "catalog": (catalog.bytes_per_sample() * catalog.sample_count().max(1) as f64) as u64,
+            "jobs_state": self.ods_metadata_bytes(),
+            "open_handles": self.open_budget.held(),
+            "resident": kb("VmRSS:").map(|k| k * 1024),
+            "peak_resident": kb("VmHWM:").map(|k| k * 1024),
+        })
+    }
+
     /// The live figures, as served in `.prepfs/stats.json`.
     pub(crate) fn stats_json(&self) -> String {
         let catalog = self.catalog();
+        let cache = self.producer.cache_stats();
         let extra = serde_json::json!({
             // The daemon's, for `prepfs unmount`.
             "pid": std::process::id(),
@@ -69,7 +93,8 @@ impl Filesystem {
             "stem_collisions": catalog.stem_collisions,
             "bad_samples": self.reader.bad_samples_json(),
             "catalog_bytes_per_sample": catalog.bytes_per_sample(),
-            "cache": self.producer.cache_stats(),
+            "memory": self.memory_json(&cache),
+            "cache": cache,
             "plan": self.plan.plan_json(self.epochs_done()),
             "jobs": self.jobs.stats(),
             "ods_metadata_bytes": self.ods_metadata_bytes(),
@@ -99,7 +124,10 @@ impl Filesystem {
         if !disk.is_null() {
             forms.push(("disk", figure(disk, "bytes_used"), figure(disk, "size")));
         }
+        let memory = self.memory_json(&cache);
+        let memory = memory.as_object().map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_u64()?))).collect()).unwrap_or_default();
         let gauges = Gauges {
+            memory,
             samples: self.catalog().sample_count() as u64,
             cache: forms,
             jobs_active: self.jobs.active().len() as u64,

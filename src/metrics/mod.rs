@@ -201,6 +201,8 @@ pub(crate) struct Gauges {
     pub remote_forged: Option<u64>,
     /// Each active job's figures.
     pub jobs: Vec<JobFigures>,
+    /// The daemon's memory by part (`stats.json`'s `memory`).
+    pub memory: Vec<(String, u64)>,
 }
 
 /// One job's series: `job` labels them with its name.
@@ -334,6 +336,10 @@ pub(crate) fn exposition(stats: &Stats, gauges: &Gauges) -> String {
             w.sample(name, &[("job", &job.name)], pick(job));
         }
     }
+    w.family("prepfs_memory_bytes", "gauge", "The daemon's memory by part (resident: the whole process, as ps shows it).");
+    for (part, bytes) in &gauges.memory {
+        w.sample("prepfs_memory_bytes", &[("part", part)], bytes);
+    }
     w.family("prepfs_cache_used_bytes", "gauge", "Bytes held by each cache form (disk: the disk tier).");
     for &(form, used, _) in &gauges.cache {
         w.sample("prepfs_cache_used_bytes", &[("form", form)], used);
@@ -403,7 +409,7 @@ mod tests {
     }
 
     fn gauges() -> Gauges {
-        Gauges { samples: 7, cache: vec![("augmented", 10, 100), ("disk", 0, 0)], jobs_active: 1, passthrough_on: true, remote_forged: Some(3), jobs: Vec::new() }
+        Gauges { samples: 7, cache: vec![("augmented", 10, 100), ("disk", 0, 0)], jobs_active: 1, passthrough_on: true, remote_forged: Some(3), jobs: Vec::new(), memory: vec![("resident".into(), 5)] }
     }
 
     #[test]
