@@ -4,6 +4,8 @@
 //! - `tiers` (private; its types re-exported here): the three memory forms (encoded bytes,
 //!   decoded pixels, augmented outputs) with their byte budgets, eviction, the per-sample status
 //!   byte opportunistic sampling reads, and single-flight for concurrent misses.
+//! - `entry` (crate-private): the entry codec of the tiers below memory (the header, its CRC, the
+//!   damage rules), shared by the disk and remote tiers.
 //! - [`disk`]: the disk tier (encoded and decoded entries, checked on read).
 //! - `remote` (crate-private): the remote tier on Redis, shared by every mount naming it
 //!   (encoded, decoded and augmented entries keyed by the dataset's fingerprint, checked on
@@ -16,6 +18,7 @@
 //! memory each form gets is the planner's (`crate::planner`).
 
 pub mod disk;
+pub(crate) mod entry;
 mod fill;
 pub mod lower;
 pub(crate) mod remote;

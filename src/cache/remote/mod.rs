@@ -11,16 +11,15 @@
 //!   `K` the form (`e` encoded, `d` decoded, `a` augmented). So mounts of the same dataset share,
 //!   different datasets never collide, and a changed file never finds its stale entries. The
 //!   braces are a Redis Cluster hash tag: a sample's forms live in one slot (one `MGET`).
-//! - **Values**: a 72-byte header then the payload: `0..4` magic `PFRM`, `4..6` version (2),
-//!   `6` kind (1 encoded, 2 decoded, 3 augmented), `7` zero, `8..16` FNV-1a 64 of the key,
-//!   `16..24` payload length, `24..28` width, `28..32` height (decoded; else 0), `32..36` CRC-32
-//!   over header bytes `0..32` and the payload, `36..40` zero, `40..72` the value's MAC: keyed
-//!   BLAKE3 under the deployment's secret (`cache.remote.secret_file`) over the key, header
-//!   bytes `0..40` and the payload (`auth.rs`). Every read checks them all: a damaged value (or
-//!   one stored under another key) is deleted, counted (`damaged_dropped`) and answered as a
-//!   miss; one intact but failing its MAC (forged by someone who can write to the server, or
-//!   written with another secret) is deleted (else its `SET NX` squat would keep the true
-//!   value out), counted (`forged`) and answered as a miss. Neither is ever served.
+//! - **Values**: a 72-byte header then the payload: the entry codec's 40-byte header
+//!   (`super::entry`: magic `PFRM`, version 2, kinds encoded, decoded and augmented, the FNV-1a 64
+//!   of the Redis key in the key field), then `40..72` the value's MAC: keyed BLAKE3 under the
+//!   deployment's secret (`cache.remote.secret_file`) over the key, header bytes `0..40` and the
+//!   payload (`auth.rs`). Every read checks them all, by the codec's damage rules: a damaged
+//!   value (or one stored under another key) is deleted, counted (`damaged_dropped`) and
+//!   answered as a miss; one intact but failing its MAC (forged by someone who can write to the
+//!   server, or written with another secret) is deleted (else its `SET NX` squat would keep the
+//!   true value out), counted (`forged`) and answered as a miss. Neither is ever served.
 //! - **Access**: the URL's `USER:PASSWORD@` (Redis AUTH / ACL user), or a password read from
 //!   `cache.remote.password_file`; `rediss://` for TLS, trusting the system's roots or
 //!   `cache.remote.tls_ca_file`. Passwords are never logged or shown: see [`redacted`].
@@ -78,6 +77,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::json;
 
+use crate::cache::entry::{self, Damage, Dropped, Format};
 use crate::cache::lower::{LowerHit, Payload};
 use crate::cache::SampleStatus;
 use crate::shared::{fnv1a64, Rgb};
@@ -91,12 +91,12 @@ pub(crate) const TIMEOUT: Duration = Duration::from_millis(200);
 /// While down, one probe at most this often.
 pub(crate) const RETRY_EVERY: Duration = Duration::from_secs(1);
 /// Bytes of the header before every payload.
-pub(crate) const HEADER_LEN: usize = 40 + auth::MAC_LEN;
-/// Bytes of the header before its MAC (what the MAC covers of it).
-const CHECKED_LEN: usize = 40;
-const MAGIC: [u8; 4] = *b"PFRM";
-/// 2: the MAC (version 1 values, unauthenticated, are refused as damaged).
-const VERSION: u16 = 2;
+pub(crate) const HEADER_LEN: usize = CHECKED_LEN + auth::MAC_LEN;
+/// Bytes of the header before its MAC (the entry codec's header: what the MAC covers of it).
+const CHECKED_LEN: usize = entry::HEADER_LEN;
+/// The remote tier's header. Version 2: the MAC (version 1 values, unauthenticated, are refused
+/// as damaged).
+const FORMAT: Format = Format { magic: *b"PFRM", version: 2 };
 /// The writer's queue: at most this many jobs ...
 const QUEUE_JOBS: usize = 256;
 /// ... holding at most this many payload bytes.
@@ -337,11 +337,12 @@ pub(crate) enum RemoteKind {
 }
 
 impl RemoteKind {
-    fn code(self) -> u8 {
+    /// Its kind in the entry header.
+    fn entry(self) -> entry::Kind {
         match self {
-            RemoteKind::Encoded => 1,
-            RemoteKind::Decoded => 2,
-            RemoteKind::Augmented => 3,
+            RemoteKind::Encoded => entry::Kind::Encoded,
+            RemoteKind::Decoded => entry::Kind::Decoded,
+            RemoteKind::Augmented => entry::Kind::Augmented,
         }
     }
     fn letter(self) -> u8 {
@@ -351,28 +352,6 @@ impl RemoteKind {
             RemoteKind::Augmented => b'a',
         }
     }
-}
-
-/// Why a value is refused.
-#[derive(Debug, thiserror::Error)]
-enum Damage {
-    #[error("shorter than its header")]
-    Short,
-    #[error("bad magic or version")]
-    Magic,
-    #[error("kind byte {0}, expected {1}")]
-    Kind(u8, u8),
-    #[error("stored under another key")]
-    Key,
-    #[error("{actual} payload bytes, the header says {expected}")]
-    Length { actual: u64, expected: u64 },
-    #[error("{width}x{height} pixels do not fill {len} payload bytes")]
-    Dims { width: u32, height: u32, len: u64 },
-    #[error("checksum mismatch")]
-    Checksum,
-    /// Intact, but not written with this deployment's secret: forged, or another deployment's.
-    #[error("its MAC fails: forged, or written with another secret")]
-    Forged,
 }
 
 /// The dataset's fingerprint: the catalog's relative paths (directories and files, in the
@@ -430,34 +409,13 @@ pub(crate) fn key_of(fingerprint: u64, recipe: u64, rel_path: &Path, version: &I
 }
 
 /// A value for `key`: the header (its MAC under `mac`), then `payload`.
-pub(crate) fn encode_value(mac: &ValueKey, kind: RemoteKind, key: &[u8], payload: &[u8], (width, height): (u32, u32)) -> Vec<u8> {
+pub(crate) fn encode_value(mac: &ValueKey, kind: RemoteKind, key: &[u8], payload: &[u8], dims: (u32, u32)) -> Vec<u8> {
+    let head = entry::header(FORMAT, kind.entry(), fnv1a64(&[key]), payload, dims);
     let mut v = Vec::with_capacity(HEADER_LEN + payload.len());
-    v.extend_from_slice(&MAGIC);
-    v.extend_from_slice(&VERSION.to_le_bytes());
-    v.push(kind.code());
-    v.push(0);
-    v.extend_from_slice(&fnv1a64(&[key]).to_le_bytes());
-    v.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-    v.extend_from_slice(&width.to_le_bytes());
-    v.extend_from_slice(&height.to_le_bytes());
-    let mut crc = crc32fast::Hasher::new();
-    crc.update(&v[0..32]);
-    crc.update(payload);
-    v.extend_from_slice(&crc.finalize().to_le_bytes());
-    v.extend_from_slice(&[0; 4]);
-    let tag = mac.mac(key, &v[..CHECKED_LEN], payload);
-    v.extend_from_slice(&tag);
+    v.extend_from_slice(&head);
+    v.extend_from_slice(&mac.mac(key, &head, payload));
     v.extend_from_slice(payload);
     v
-}
-
-fn le_u32(b: &[u8]) -> u32 {
-    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
-}
-fn le_u64(b: &[u8]) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[..8]);
-    u64::from_le_bytes(a)
 }
 
 /// Checks a value read under `key`, its MAC under `mac` last; returns its (width, height) and
@@ -466,40 +424,14 @@ fn decode_value(mac: &ValueKey, kind: RemoteKind, key: &[u8], mut value: Vec<u8>
     if value.len() < HEADER_LEN {
         return Err(Damage::Short);
     }
-    let h = &value[..HEADER_LEN];
-    if h[0..4] != MAGIC || u16::from_le_bytes([h[4], h[5]]) != VERSION {
-        return Err(Damage::Magic);
-    }
-    if h[6] != kind.code() || h[7] != 0 || h[36..40] != [0; 4] {
-        return Err(Damage::Kind(h[6], kind.code()));
-    }
-    if le_u64(&h[8..16]) != fnv1a64(&[key]) {
-        return Err(Damage::Key);
-    }
-    let len = le_u64(&h[16..24]);
-    let actual = (value.len() - HEADER_LEN) as u64;
-    if actual != len {
-        return Err(Damage::Length { actual, expected: len });
-    }
-    let (width, height) = (le_u32(&h[24..28]), le_u32(&h[28..32]));
-    let dims_ok = match kind {
-        RemoteKind::Decoded => u64::from(width) * u64::from(height) * 3 == len,
-        RemoteKind::Encoded | RemoteKind::Augmented => width == 0 && height == 0,
-    };
-    if !dims_ok {
-        return Err(Damage::Dims { width, height, len });
-    }
-    let mut crc = crc32fast::Hasher::new();
-    crc.update(&h[0..32]);
-    crc.update(&value[HEADER_LEN..]);
-    if crc.finalize() != le_u32(&h[32..36]) {
-        return Err(Damage::Checksum);
-    }
-    if !mac.verify(key, &h[..CHECKED_LEN], &value[HEADER_LEN..], &h[CHECKED_LEN..HEADER_LEN]) {
+    let (h, payload) = value.split_at(HEADER_LEN);
+    let head = entry::head_of(h)?;
+    let header = entry::check(head, payload, FORMAT, kind.entry(), fnv1a64(&[key]))?;
+    if !mac.verify(key, head, payload, &h[CHECKED_LEN..]) {
         return Err(Damage::Forged);
     }
     value.drain(..HEADER_LEN);
-    Ok(((width, height), value))
+    Ok(((header.width, header.height), value))
 }
 
 struct WriteJob {
@@ -579,9 +511,9 @@ struct Inner {
     claims: AtomicU64,
     errors: AtomicU64,
     outages: AtomicU64,
-    damaged_dropped: AtomicU64,
-    /// Values intact but failing their MAC (forged, or another secret's): dropped.
-    forged: AtomicU64,
+    /// Values dropped as damaged, and apart those intact but failing their MAC (forged, or
+    /// another secret's).
+    dropped: Dropped,
     dropped_writes: AtomicU64,
     over_size: AtomicU64,
     queued_jobs: AtomicU64,
@@ -719,15 +651,14 @@ impl Inner {
         match decode_value(&self.value_key, kind, key, value) {
             Ok(v) => Some(v),
             Err(why) => {
+                self.dropped.count(&why);
                 if matches!(why, Damage::Forged) {
-                    self.forged.fetch_add(1, Ordering::Relaxed);
                     crate::warn_limited!(
                         "remote-forged",
                         key = %String::from_utf8_lossy(key),
                         "value in the remote cache tier fails its MAC (forged, or written with another secret_file); dropped, not served"
                     );
                 } else {
-                    self.damaged_dropped.fetch_add(1, Ordering::Relaxed);
                     crate::warn_limited!(
                         "remote-damaged",
                         key = %String::from_utf8_lossy(key),
@@ -1013,8 +944,7 @@ impl RemoteTier {
             claims: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             outages: AtomicU64::new(0),
-            damaged_dropped: AtomicU64::new(0),
-            forged: AtomicU64::new(0),
+            dropped: Dropped::default(),
             dropped_writes: AtomicU64::new(0),
             over_size: AtomicU64::new(0),
             queued_jobs: AtomicU64::new(0),
@@ -1220,9 +1150,9 @@ impl RemoteTier {
             "server_used_memory": get(&i.server_used),
             "errors": get(&i.errors),
             "outages": get(&i.outages),
-            "damaged_dropped": get(&i.damaged_dropped),
+            "damaged_dropped": i.dropped.damaged(),
             // Values that failed their MAC (forged, or written with another secret): dropped.
-            "forged": get(&i.forged),
+            "forged": i.dropped.forged(),
             "dropped_writes": get(&i.dropped_writes),
             "over_size": get(&i.over_size),
             "pending_writes": get(&i.queued_jobs),
@@ -1321,7 +1251,7 @@ mod tests {
         let ((w, h), payload) = decode_value(&test_key(), RemoteKind::Decoded, &key, v.clone()).expect("intact");
         assert_eq!(((w, h), payload), ((4, 3), pixels(4, 3).pixels.clone()));
         assert!(matches!(decode_value(&test_key(), RemoteKind::Decoded, b"other", v.clone()), Err(Damage::Key)));
-        assert!(matches!(decode_value(&test_key(), RemoteKind::Encoded, &key, v.clone()), Err(Damage::Kind(2, 1))));
+        assert!(matches!(decode_value(&test_key(), RemoteKind::Encoded, &key, v.clone()), Err(Damage::Kind { found: 2, expected: 1 })));
         assert!(matches!(decode_value(&test_key(), RemoteKind::Decoded, &key, v[..HEADER_LEN - 1].to_vec()), Err(Damage::Short)));
         assert!(matches!(decode_value(&test_key(), RemoteKind::Decoded, &key, v[..v.len() - 1].to_vec()), Err(Damage::Length { .. })));
         let mut flipped = v.clone();
