@@ -17,8 +17,9 @@
 //!   is deleted, counted (`corrupt_dropped`), logged, and answered as a miss: never served.
 //! - **Writes** go to a temporary name beside the entry, then `rename` (atomic): a crash leaves
 //!   a temporary file (removed by the next scan), never a half entry under a real name. They run
-//!   on one background writer thread fed by a bounded queue (by jobs and by bytes); a write that
-//!   does not fit the queue is dropped (counted), never waited for.
+//!   on the tier's write queue (`super::queue`: bounded by jobs and by bytes, one writer thread,
+//!   `prepfs-disk-writer`); a write that does not fit the queue is dropped (counted), never
+//!   waited for.
 //! - **Budget.** Each entry is charged its file length rounded up to 4 KiB blocks, reserved
 //!   atomically before the write is queued, so `used` never passes `size`. Entries stay once
 //!   written (Seneca's keep rule). Any write error (`ENOSPC` included) stops admission for the
@@ -34,15 +35,14 @@ use std::io::{self, Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 
 use crate::cache::entry::{self, Damage, Dropped, Format, Header};
 use crate::cache::lower::{LowerHit, Payload};
+use crate::cache::queue::{self, Jobs, WriteQueue};
 use crate::shared::{fnv1a64, Rgb};
 use crate::sync::{LockExt, Mutex, MutexGuard};
 
@@ -124,6 +124,12 @@ struct WriteJob {
     payload: Payload,
 }
 
+impl queue::Job for WriteJob {
+    fn bytes(&self) -> u64 {
+        self.payload.data().len() as u64
+    }
+}
+
 /// One index entry: its charge, whether its file is written, and a generation that tells a
 /// later entry for the same key from this one.
 #[derive(Clone, Copy)]
@@ -149,15 +155,12 @@ struct Inner {
     write_errors: AtomicU64,
     dropped_writes: AtomicU64,
     admitting: AtomicBool,
-    queued_jobs: AtomicU64,
-    queued_bytes: AtomicU64,
 }
 
 /// The disk tier: see the module documentation.
 pub struct DiskCache {
     inner: Arc<Inner>,
-    sender: Mutex<Option<SyncSender<WriteJob>>>,
-    writer: Mutex<Option<JoinHandle<()>>>,
+    queue: WriteQueue<WriteJob>,
 }
 
 fn charge_of(file_len: u64) -> u64 {
@@ -260,9 +263,8 @@ impl Inner {
         result
     }
 
-    fn run_writer(&self, jobs: Receiver<WriteJob>) {
-        for job in jobs {
-            let len = job.payload.data().len() as u64;
+    fn run_writer(&self, jobs: Jobs<WriteJob>) {
+        while let Some(job) = jobs.recv() {
             match self.write(&job) {
                 Ok(()) => {
                     let mut shard = self.shard(job.kind, job.key);
@@ -283,8 +285,6 @@ impl Inner {
                     }
                 }
             }
-            self.queued_bytes.fetch_sub(len, Ordering::AcqRel);
-            self.queued_jobs.fetch_sub(1, Ordering::AcqRel);
         }
     }
 
@@ -354,8 +354,6 @@ impl DiskCache {
             write_errors: AtomicU64::new(0),
             dropped_writes: AtomicU64::new(0),
             admitting: AtomicBool::new(true),
-            queued_jobs: AtomicU64::new(0),
-            queued_bytes: AtomicU64::new(0),
         });
         let started = Instant::now();
         inner.scan()?;
@@ -368,13 +366,10 @@ impl DiskCache {
             scan_ms = started.elapsed().as_millis() as u64,
             "disk cache ready"
         );
-        let (sender, jobs) = sync_channel(QUEUE_JOBS);
         let for_writer = Arc::clone(&inner);
-        let writer = std::thread::Builder::new()
-            .name("prepfs-disk-writer".into())
-            .spawn(move || for_writer.run_writer(jobs))
+        let queue = WriteQueue::start("prepfs-disk-writer", QUEUE_JOBS, QUEUE_BYTES, move |jobs| for_writer.run_writer(jobs))
             .map_err(|source| DiskError::Io { path: dir.to_path_buf(), source })?;
-        Ok(DiskCache { inner, sender: Mutex::new(Some(sender)), writer: Mutex::new(Some(writer)) })
+        Ok(DiskCache { inner, queue })
     }
 
     /// The entry for `key`, decoded pixels first, then encoded bytes; counts one hit or miss.
@@ -437,12 +432,6 @@ impl DiskCache {
         if charge > inner.size {
             return false;
         }
-        let queued = inner.queued_bytes.fetch_add(len, Ordering::AcqRel);
-        if queued > 0 && queued + len > QUEUE_BYTES {
-            inner.queued_bytes.fetch_sub(len, Ordering::AcqRel);
-            inner.dropped_writes.fetch_add(1, Ordering::Relaxed);
-            return false;
-        }
         let gen = inner.next_gen.fetch_add(1, Ordering::Relaxed);
         let reserved = {
             let mut shard = inner.shard(kind, key);
@@ -453,18 +442,11 @@ impl DiskCache {
             fits
         };
         if !reserved {
-            inner.queued_bytes.fetch_sub(len, Ordering::AcqRel);
             return false;
         }
-        inner.queued_jobs.fetch_add(1, Ordering::AcqRel);
-        let sent = match &*self.sender.lock_or_recover() {
-            Some(sender) => sender.try_send(WriteJob { kind, key, gen, payload }).is_ok(),
-            None => false,
-        };
+        let sent = self.queue.push(WriteJob { kind, key, gen, payload }).is_ok();
         if !sent {
             inner.forget(kind, key, gen);
-            inner.queued_bytes.fetch_sub(len, Ordering::AcqRel);
-            inner.queued_jobs.fetch_sub(1, Ordering::AcqRel);
             inner.dropped_writes.fetch_add(1, Ordering::Relaxed);
         }
         sent
@@ -472,14 +454,7 @@ impl DiskCache {
 
     /// Waits (up to `limit`) until every queued write is done; returns whether it is.
     pub fn flush(&self, limit: Duration) -> bool {
-        let started = Instant::now();
-        while self.inner.queued_jobs.load(Ordering::Acquire) > 0 {
-            if started.elapsed() > limit {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        true
+        self.queue.flush(limit)
     }
 
     /// Bytes charged now (entries written and being written).
@@ -526,19 +501,9 @@ impl DiskCache {
             "corrupt_dropped": i.corrupt_dropped.damaged(),
             "write_errors": get(&i.write_errors),
             "dropped_writes": get(&i.dropped_writes),
-            "pending_writes": get(&i.queued_jobs),
+            "pending_writes": self.queue.pending(),
             "admitting": self.admitting(),
         })
-    }
-}
-
-impl Drop for DiskCache {
-    /// Finishes the queued writes: closing the queue ends the writer once it drains it.
-    fn drop(&mut self) {
-        self.sender.lock_or_recover().take();
-        if let Some(writer) = self.writer.lock_or_recover().take() {
-            let _ = writer.join();
-        }
     }
 }
 

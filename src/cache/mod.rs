@@ -6,6 +6,8 @@
 //!   byte opportunistic sampling reads, and single-flight for concurrent misses.
 //! - `entry` (crate-private): the entry codec of the tiers below memory (the header, its CRC, the
 //!   damage rules), shared by the disk and remote tiers.
+//! - `queue` (private): the bounded write queue and writer thread both tiers below memory write
+//!   through.
 //! - [`disk`]: the disk tier (encoded and decoded entries, checked on read).
 //! - `remote` (crate-private): the remote tier on Redis, shared by every mount naming it
 //!   (encoded, decoded and augmented entries keyed by the dataset's fingerprint, checked on
@@ -21,6 +23,7 @@ pub mod disk;
 pub(crate) mod entry;
 mod fill;
 pub mod lower;
+mod queue;
 pub(crate) mod remote;
 mod tiers;
 

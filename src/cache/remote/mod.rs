@@ -35,9 +35,9 @@
 //!   success brings the tier back (logged). A server's error reply
 //!   (for example `OOM` past its `maxmemory`) is counted, not an outage. Requests never fail for
 //!   the remote tier.
-//! - **Writes** never wait on the request path: a bounded queue (by jobs and by bytes; a write
-//!   that does not fit is dropped and counted) feeds one writer thread, which sends what is
-//!   queued in one pipeline (`SET NX` each). [`RemoteTier::close`] (the end of a mount) writes
+//! - **Writes** never wait on the request path: the tier's write queue (`super::queue`: bounded
+//!   by jobs and by bytes; a write that does not fit is dropped and counted) feeds one writer
+//!   thread (`prepfs-remote-writer`), which sends what is queued in one pipeline (`SET NX` each). [`RemoteTier::close`] (the end of a mount) writes
 //!   out what is queued within the timeouts and joins the writer.
 //! - **Budget**: the writer stops writing while the bytes this mount wrote, less what it deleted
 //!   or claimed, or the server's `used_memory` (sampled at most once a second) would pass `size`.
@@ -70,15 +70,14 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::json;
 
 use crate::cache::entry::{self, Damage, Dropped, Format};
 use crate::cache::lower::{LowerHit, Payload};
+use crate::cache::queue::{self, Jobs, Taken, WriteQueue};
 use crate::cache::SampleStatus;
 use crate::shared::{fnv1a64, Rgb};
 use crate::source::catalog::FileId;
@@ -442,6 +441,12 @@ struct WriteJob {
     payload: Payload,
 }
 
+impl queue::Job for WriteJob {
+    fn bytes(&self) -> u64 {
+        self.payload.data().len() as u64
+    }
+}
+
 /// Whether an error is the connection's (an outage) rather than the server's reply.
 fn is_outage(e: &redis::RedisError) -> bool {
     e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_unrecoverable_error()
@@ -516,8 +521,6 @@ struct Inner {
     dropped: Dropped,
     dropped_writes: AtomicU64,
     over_size: AtomicU64,
-    queued_jobs: AtomicU64,
-    queued_bytes: AtomicU64,
     /// The server's `used_memory`, and when it was sampled (ms since `epoch`; 0: never).
     server_used: AtomicU64,
     server_used_at_ms: AtomicU64,
@@ -708,12 +711,12 @@ impl Inner {
     }
 
     /// Writes one batch in one pipeline: `SET key value NX` each, within the budget.
-    fn write_batch(&self, batch: Vec<WriteJob>) {
+    fn write_batch(&self, batch: &[Taken<WriteJob>]) {
         let mut items = Vec::with_capacity(batch.len());
         let mut lens = Vec::with_capacity(batch.len());
         let mut ids = Vec::with_capacity(batch.len());
         let mut kinds = Vec::with_capacity(batch.len());
-        for job in &batch {
+        for job in batch {
             let data = job.payload.data();
             let len = (HEADER_LEN + data.len()) as u64;
             if !self.fits(len + lens.iter().sum::<u64>()) {
@@ -827,7 +830,7 @@ impl Inner {
     /// The writer: sends what is queued, in batches; while the tier is down and nothing is
     /// queued it probes (PING) once per [`RETRY_EVERY`], so the tier comes back by itself even
     /// while every request hits memory. Ends when the queue is closed and drained.
-    fn run_writer(&self, jobs: Receiver<WriteJob>) {
+    fn run_writer(&self, jobs: Jobs<WriteJob>) {
         use std::sync::mpsc::RecvTimeoutError;
         loop {
             let first = match jobs.recv_timeout(RETRY_EVERY) {
@@ -846,22 +849,17 @@ impl Inner {
             let mut batch = vec![first];
             let mut bytes = batch[0].payload.data().len() as u64;
             while bytes < BATCH_BYTES {
-                match jobs.try_recv() {
-                    Ok(job) => {
-                        bytes += job.payload.data().len() as u64;
-                        batch.push(job);
-                    }
-                    Err(_) => break,
-                }
+                let Some(job) = jobs.try_recv() else { break };
+                bytes += job.payload.data().len() as u64;
+                batch.push(job);
             }
-            let n = batch.len() as u64;
-            self.write_batch(batch);
+            self.write_batch(&batch);
             if !self.down.load(Ordering::Acquire) {
                 self.read_held();
                 self.tick_network();
             }
-            self.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
-            self.queued_jobs.fetch_sub(n, Ordering::AcqRel);
+            // The batch is pending until here (a flush waits for the index it updated too).
+            drop(batch);
         }
     }
 }
@@ -908,8 +906,7 @@ pub(crate) struct RemoteTier {
     fingerprint: u64,
     /// What this mount's augmented outputs are ([`recipe_fingerprint`]).
     recipe: u64,
-    sender: Mutex<Option<SyncSender<WriteJob>>>,
-    writer: Mutex<Option<JoinHandle<()>>>,
+    queue: WriteQueue<WriteJob>,
 }
 
 impl RemoteTier {
@@ -947,8 +944,6 @@ impl RemoteTier {
             dropped: Dropped::default(),
             dropped_writes: AtomicU64::new(0),
             over_size: AtomicU64::new(0),
-            queued_jobs: AtomicU64::new(0),
-            queued_bytes: AtomicU64::new(0),
             server_used: AtomicU64::new(0),
             server_used_at_ms: AtomicU64::new(0),
             held_key: held_key_of(fingerprint),
@@ -959,13 +954,10 @@ impl RemoteTier {
             waiting: status.as_ref().map(|s| crate::sampling::Bitset::new(s.len())),
             network: network::NetworkState::new(url, fingerprint, size),
         });
-        let (sender, receiver) = sync_channel(QUEUE_JOBS);
         let for_writer = Arc::clone(&inner);
-        let writer = std::thread::Builder::new()
-            .name("prepfs-remote-writer".into())
-            .spawn(move || for_writer.run_writer(receiver))
+        let queue = WriteQueue::start("prepfs-remote-writer", QUEUE_JOBS, QUEUE_BYTES, move |jobs| for_writer.run_writer(jobs))
             .map_err(RemoteError::Writer)?;
-        Ok(RemoteTier { inner, fingerprint, recipe, sender: Mutex::new(Some(sender)), writer: Mutex::new(Some(writer)) })
+        Ok(RemoteTier { inner, fingerprint, recipe, queue })
     }
 
     /// The store of the dataset's jobs shared by the mounts on this tier's server; a job's keys
@@ -1073,21 +1065,9 @@ impl RemoteTier {
             inner.over_size.fetch_add(1, Ordering::Relaxed);
             return false;
         }
-        let queued = inner.queued_bytes.fetch_add(len, Ordering::AcqRel);
-        if queued > 0 && queued + len > QUEUE_BYTES {
-            inner.queued_bytes.fetch_sub(len, Ordering::AcqRel);
-            inner.dropped_writes.fetch_add(1, Ordering::Relaxed);
-            return false;
-        }
-        inner.queued_jobs.fetch_add(1, Ordering::AcqRel);
         let job = WriteJob { id, kind, key: self.key(rel_path, version, kind), payload };
-        let sent = match &*self.sender.lock_or_recover() {
-            Some(sender) => sender.try_send(job).is_ok(),
-            None => false,
-        };
+        let sent = self.queue.push(job).is_ok();
         if !sent {
-            inner.queued_bytes.fetch_sub(len, Ordering::AcqRel);
-            inner.queued_jobs.fetch_sub(1, Ordering::AcqRel);
             inner.dropped_writes.fetch_add(1, Ordering::Relaxed);
         }
         sent
@@ -1096,23 +1076,13 @@ impl RemoteTier {
     /// Waits (up to `limit`) until every queued write is sent; returns whether it is.
     #[cfg(test)]
     pub(crate) fn flush(&self, limit: Duration) -> bool {
-        let started = Instant::now();
-        while self.inner.queued_jobs.load(Ordering::Acquire) > 0 {
-            if started.elapsed() > limit {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        true
+        self.queue.flush(limit)
     }
 
     /// The end of a mount: closes the queue, lets the writer send what is queued (each call
     /// within the timeouts; nothing while down) and joins it.
     pub(crate) fn close(&self) {
-        self.sender.lock_or_recover().take();
-        let writer = self.writer.lock_or_recover().take();
-        if let Some(writer) = writer {
-            let _ = writer.join();
+        if self.queue.close() {
             self.inner.leave_network();
         }
     }
@@ -1155,7 +1125,7 @@ impl RemoteTier {
             "forged": i.dropped.forged(),
             "dropped_writes": get(&i.dropped_writes),
             "over_size": get(&i.over_size),
-            "pending_writes": get(&i.queued_jobs),
+            "pending_writes": self.queue.pending(),
             // Samples this mount knows the tier holds (the shared index): what opportunistic
             // sampling prefers after the local forms.
             "samples_known_held": i.status.as_ref().map_or(0, |s| s.count_held(crate::cache::HELD_REMOTE)),
