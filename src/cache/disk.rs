@@ -41,7 +41,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::cache::entry::{self, Damage, Dropped, Format, Header};
-use crate::cache::lower::{LowerHit, Payload};
+use crate::cache::fill::Origin;
+use crate::cache::lower::{LowerHit, LowerKey, LowerTier, Payload, Put};
 use crate::cache::queue::{self, Jobs, WriteQueue};
 use crate::shared::{fnv1a64, Rgb};
 use crate::sync::{LockExt, Mutex, MutexGuard};
@@ -414,42 +415,67 @@ impl DiskCache {
     /// Queues the source bytes of `key` for writing if the budget allows. Returns whether they
     /// were queued.
     pub fn admit_encoded(&self, key: u64, bytes: Arc<[u8]>) -> bool {
-        self.admit(DiskKind::Encoded, key, Payload::Bytes(bytes))
+        self.admit(key, Payload::Bytes(bytes)) == Put::Queued
     }
 
     /// Queues the decoded pixels of `key` for writing if the budget allows.
     pub fn admit_decoded(&self, key: u64, pixels: Arc<Rgb>) -> bool {
-        self.admit(DiskKind::Decoded, key, Payload::Pixels(pixels))
+        self.admit(key, Payload::Pixels(pixels)) == Put::Queued
     }
 
-    fn admit(&self, kind: DiskKind, key: u64, payload: Payload) -> bool {
+    /// Queues `payload` (pixels: a decoded entry; bytes: an encoded one) for `key`.
+    fn admit(&self, key: u64, payload: Payload) -> Put {
         let inner = &self.inner;
+        let kind = match payload {
+            Payload::Bytes(_) => DiskKind::Encoded,
+            Payload::Pixels(_) => DiskKind::Decoded,
+        };
         if !inner.admitting.load(Ordering::Acquire) {
-            return false;
+            return Put::Off;
         }
         let len = payload.data().len() as u64;
         let charge = charge_of(HEADER_LEN as u64 + len);
         if charge > inner.size {
-            return false;
+            return Put::NoRoom;
         }
         let gen = inner.next_gen.fetch_add(1, Ordering::Relaxed);
         let reserved = {
             let mut shard = inner.shard(kind, key);
-            let fits = !shard.contains_key(&key) && inner.reserve(charge);
-            if fits {
+            if shard.contains_key(&key) {
+                Put::Held
+            } else if inner.reserve(charge) {
                 shard.insert(key, Slot { charge, ready: false, gen });
+                Put::Queued
+            } else {
+                Put::NoRoom
             }
-            fits
         };
-        if !reserved {
-            return false;
+        if reserved != Put::Queued {
+            return reserved;
         }
-        let sent = self.queue.push(WriteJob { kind, key, gen, payload }).is_ok();
-        if !sent {
-            inner.forget(kind, key, gen);
-            inner.dropped_writes.fetch_add(1, Ordering::Relaxed);
+        match self.queue.push(WriteJob { kind, key, gen, payload }) {
+            Ok(()) => Put::Queued,
+            Err(why) => {
+                inner.forget(kind, key, gen);
+                inner.dropped_writes.fetch_add(1, Ordering::Relaxed);
+                match why {
+                    queue::Refused::Full => Put::NoRoom,
+                    queue::Refused::Closed => Put::Off,
+                }
+            }
         }
-        sent
+    }
+
+    /// Drops the entries of `key` (both kinds): out of the index, their files deleted.
+    pub fn remove(&self, key: u64) {
+        for kind in DiskKind::ALL {
+            let slot = self.inner.shard(kind, key).get(&key).copied();
+            if let Some(slot) = slot {
+                if self.inner.forget(kind, key, slot.gen) {
+                    let _ = fs::remove_file(self.inner.entry_path(kind, key));
+                }
+            }
+        }
     }
 
     /// Waits (up to `limit`) until every queued write is done; returns whether it is.
@@ -504,6 +530,46 @@ impl DiskCache {
             "pending_writes": self.queue.pending(),
             "admitting": self.admitting(),
         })
+    }
+}
+
+/// The disk tier in the chain below memory: keyed by the sample's relative path and version
+/// ([`key_of`]); a sample it holds as pixels is not also written as bytes.
+impl LowerTier for DiskCache {
+    fn origin(&self) -> Origin {
+        Origin::Disk
+    }
+
+    fn name(&self) -> &'static str {
+        "disk"
+    }
+
+    fn get(&self, key: &LowerKey<'_>) -> Option<LowerHit> {
+        DiskCache::get(self, key_of(key.rel, key.version))
+    }
+
+    fn put(&self, key: &LowerKey<'_>, payload: Payload) -> Put {
+        let key = key_of(key.rel, key.version);
+        if matches!(payload, Payload::Bytes(_)) && self.contains(DiskKind::Decoded, key) {
+            return Put::Held;
+        }
+        self.admit(key, payload)
+    }
+
+    fn remove(&self, key: &LowerKey<'_>) {
+        DiskCache::remove(self, key_of(key.rel, key.version));
+    }
+
+    fn flush(&self, limit: Duration) -> bool {
+        DiskCache::flush(self, limit)
+    }
+
+    fn close(&self) {
+        self.queue.close();
+    }
+
+    fn stats(&self) -> serde_json::Value {
+        DiskCache::stats(self)
     }
 }
 

@@ -216,8 +216,10 @@ impl SampleProducer {
         made.map_err(|why| self.bad(sample, why))
     }
 
-    /// A sample the pixel work failed on: marked bad, the reader's error.
+    /// A sample the pixel work failed on: marked bad, the reader's error; what the tiers below
+    /// memory hold of it is dropped.
     fn bad(&self, sample: &Sample, why: PixelError) -> crate::error::Error {
+        self.tiers.forget_lower(sample);
         self.reader.mark_bad(sample.id, &sample.path, why.into())
     }
 

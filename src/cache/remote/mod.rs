@@ -76,7 +76,8 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::json;
 
 use crate::cache::entry::{self, Damage, Dropped, Format};
-use crate::cache::lower::{LowerHit, Payload};
+use crate::cache::fill::Origin;
+use crate::cache::lower::{LowerHit, LowerKey, LowerTier, Payload, Put};
 use crate::cache::queue::{self, Jobs, Taken, WriteQueue};
 use crate::cache::SampleStatus;
 use crate::shared::{fnv1a64, Rgb};
@@ -1035,13 +1036,15 @@ impl RemoteTier {
     }
 
     /// Queues the sample's source bytes for writing; returns whether they were queued.
+    #[cfg(test)]
     pub(crate) fn put_encoded(&self, id: FileId, rel_path: &Path, version: &Identity, bytes: Arc<[u8]>) -> bool {
-        self.enqueue(id, RemoteKind::Encoded, rel_path, version, Payload::Bytes(bytes))
+        self.enqueue(id, RemoteKind::Encoded, rel_path, version, Payload::Bytes(bytes)) == Put::Queued
     }
 
     /// Queues the sample's decoded pixels (uint8 RGB) for writing.
+    #[cfg(test)]
     pub(crate) fn put_decoded(&self, id: FileId, rel_path: &Path, version: &Identity, pixels: Arc<Rgb>) -> bool {
-        self.enqueue(id, RemoteKind::Decoded, rel_path, version, Payload::Pixels(pixels))
+        self.enqueue(id, RemoteKind::Decoded, rel_path, version, Payload::Pixels(pixels)) == Put::Queued
     }
 
     /// Queues a fresh augmented output for the next claimer anywhere (kept only when none waits;
@@ -1050,31 +1053,43 @@ impl RemoteTier {
         if self.inner.waiting.is_none() {
             return false;
         }
-        self.enqueue(id, RemoteKind::Augmented, rel_path, version, Payload::Bytes(out))
+        self.enqueue(id, RemoteKind::Augmented, rel_path, version, Payload::Bytes(out)) == Put::Queued
     }
 
-    fn enqueue(&self, id: FileId, kind: RemoteKind, rel_path: &Path, version: &Identity, payload: Payload) -> bool {
+    fn enqueue(&self, id: FileId, kind: RemoteKind, rel_path: &Path, version: &Identity, payload: Payload) -> Put {
         let inner = &self.inner;
         // Down: dropped at no cost (the probe belongs to lookups and the writer's batches).
         if inner.down.load(Ordering::Acquire) {
             inner.skipped.fetch_add(1, Ordering::Relaxed);
-            return false;
+            return Put::Off;
         }
         let len = payload.data().len() as u64;
         if (HEADER_LEN as u64 + len) > inner.size {
             inner.over_size.fetch_add(1, Ordering::Relaxed);
-            return false;
+            return Put::NoRoom;
         }
         let job = WriteJob { id, kind, key: self.key(rel_path, version, kind), payload };
-        let sent = self.queue.push(job).is_ok();
-        if !sent {
-            inner.dropped_writes.fetch_add(1, Ordering::Relaxed);
+        match self.queue.push(job) {
+            Ok(()) => Put::Queued,
+            Err(why) => {
+                inner.dropped_writes.fetch_add(1, Ordering::Relaxed);
+                match why {
+                    queue::Refused::Full => Put::NoRoom,
+                    queue::Refused::Closed => Put::Off,
+                }
+            }
         }
-        sent
+    }
+
+    /// Deletes the sample's encoded and decoded values (not a waiting output: that is a
+    /// claimer's). Nothing while down.
+    pub(crate) fn remove(&self, rel_path: &Path, version: &Identity) {
+        let (dkey, ekey) = (self.key(rel_path, version, RemoteKind::Decoded), self.key(rel_path, version, RemoteKind::Encoded));
+        // One call: the hash tag puts both keys in one slot of a cluster.
+        self.inner.with_conn(|c| redis::cmd("DEL").arg(&dkey[..]).arg(&ekey[..]).query::<u64>(c));
     }
 
     /// Waits (up to `limit`) until every queued write is sent; returns whether it is.
-    #[cfg(test)]
     pub(crate) fn flush(&self, limit: Duration) -> bool {
         self.queue.flush(limit)
     }
@@ -1135,6 +1150,46 @@ impl RemoteTier {
             "outputs_waiting": i.waiting.as_ref().map_or(0, |w| w.count()),
             "network": i.network_stats(),
         })
+    }
+}
+
+/// The remote tier in the chain below memory (its augmented outputs, use-once, are not: they
+/// are offered and claimed through [`RemoteTier`] itself).
+impl LowerTier for RemoteTier {
+    fn origin(&self) -> Origin {
+        Origin::Remote
+    }
+
+    fn name(&self) -> &'static str {
+        "remote"
+    }
+
+    fn get(&self, key: &LowerKey<'_>) -> Option<LowerHit> {
+        RemoteTier::get(self, key.id, key.rel, key.version)
+    }
+
+    fn put(&self, key: &LowerKey<'_>, payload: Payload) -> Put {
+        let kind = match payload {
+            Payload::Bytes(_) => RemoteKind::Encoded,
+            Payload::Pixels(_) => RemoteKind::Decoded,
+        };
+        self.enqueue(key.id, kind, key.rel, key.version, payload)
+    }
+
+    fn remove(&self, key: &LowerKey<'_>) {
+        RemoteTier::remove(self, key.rel, key.version);
+    }
+
+    fn flush(&self, limit: Duration) -> bool {
+        RemoteTier::flush(self, limit)
+    }
+
+    fn close(&self) {
+        RemoteTier::close(self);
+    }
+
+    fn stats(&self) -> serde_json::Value {
+        RemoteTier::stats(self)
     }
 }
 
