@@ -17,9 +17,8 @@ use crate::cache::lower::{LowerKey, LowerTier, LowerTiers, Payload};
 use crate::cache::remote::RemoteTier;
 use crate::cache::{AugmentedEntry, SampleCache, SingleFlight};
 use crate::error::Result;
-use crate::pixels::pipeline;
 use crate::served::ServedBytes;
-use crate::shared::Rgb;
+use crate::shared::{Rgb, Size2};
 use crate::source::catalog::FileId;
 use crate::source::{FileMeta, Sample};
 
@@ -47,8 +46,16 @@ impl Origin {
 pub(crate) enum Loaded {
     /// Full-resolution pixels: augmenting is a crop and a resize.
     Pixels(Arc<Rgb>),
-    /// Source bytes: augmenting decodes (the fast path).
-    Bytes(Arc<[u8]>),
+    /// Source bytes: augmenting decodes (the fast path). `size`: the image's width and height
+    /// where the caller probed its header already (the cache never parses an image).
+    Bytes { bytes: Arc<[u8]>, size: Option<Size2> },
+}
+
+impl Loaded {
+    /// Source bytes whose header nobody probed yet.
+    pub(crate) fn bytes(bytes: Arc<[u8]>) -> Loaded {
+        Loaded::Bytes { bytes, size: None }
+    }
 }
 
 /// What a miss should admit besides what it returns.
@@ -118,7 +125,7 @@ impl Tiers {
             return Ok((Loaded::Pixels(p), Origin::Decoded));
         }
         if let Some(b) = self.memory.encoded.get(sample.id) {
-            return Ok((Loaded::Bytes(b), Origin::Encoded));
+            return Ok((Loaded::bytes(b), Origin::Encoded));
         }
         self.loads.run(sample.id, || match self.from_lower(sample) {
             Some(hit) => Ok(hit),
@@ -153,7 +160,7 @@ impl Tiers {
             }
             Payload::Bytes(bytes) => {
                 self.memory.encoded.admit(sample.id, Arc::clone(&bytes));
-                Loaded::Bytes(bytes)
+                Loaded::bytes(bytes)
             }
         };
         Some((loaded, origin))
@@ -183,15 +190,15 @@ impl Tiers {
         self.remote.as_ref().is_some_and(|r| r.is_up())
     }
 
-    /// What a read of `bytes` should make for `want`, given the room each form has now (and
-    /// `out_len`, the bytes of one augmented output). A version older than one seen meanwhile
-    /// (`current` false), or a mount without a cache, keeps nothing.
-    pub(crate) fn admission(&self, bytes: &[u8], want: Admit, current: bool, out_len: u64) -> Admission {
+    /// What a read of a sample should make for `want`, given the room each form has now,
+    /// `decoded_len` (the bytes of its full pixels, from the header the caller probed; 0:
+    /// unknown, never kept as pixels) and `out_len` (the bytes of one augmented output). A
+    /// version older than one seen meanwhile (`current` false), or a mount without a cache,
+    /// keeps nothing.
+    pub(crate) fn admission(&self, decoded_len: u64, want: Admit, current: bool, out_len: u64) -> Admission {
         if !self.memory.enabled() || !current {
             return Admission { decode: false, spare: false };
         }
-        // The header is in hand: no second read of the file for its size.
-        let decoded_len = pipeline::probe_size(std::io::Cursor::new(bytes)).map_or(0, |s| s.area() * 3);
         // A full decode (rather than the region fast path) only when the pixels are kept; a spare
         // augmentation only when the pixels are in hand anyway (it then costs a resample, not a
         // second decode). Otherwise the refill fills augmented room, off the request path.

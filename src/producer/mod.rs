@@ -123,7 +123,7 @@ impl SampleProducer {
         let (loaded, origin) = self.load_promoting(sample, Admit::Pixels)?;
         let out = match loaded {
             Loaded::Pixels(p) => self.pixels.encode(&p),
-            Loaded::Bytes(b) => {
+            Loaded::Bytes { bytes: b, .. } => {
                 let pixels = self.pixels.decode_full(&b).map_err(|why| self.bad(sample, why))?;
                 self.pixels.encode(&pixels)
             }
@@ -156,7 +156,7 @@ impl SampleProducer {
     /// as a miss of `decoded/` would. A sample that does not decode is marked bad.
     pub(crate) fn check_decodes(&self, sample: &Sample) -> Result<()> {
         self.reader.refuse_known_bad(sample)?;
-        if let (Loaded::Bytes(bytes), _) = self.load(sample, Admit::Pixels)? {
+        if let (Loaded::Bytes { bytes, .. }, _) = self.load(sample, Admit::Pixels)? {
             self.pixels.decode_full(&bytes).map_err(|why| self.bad(sample, why))?;
         }
         Ok(())
@@ -180,12 +180,17 @@ impl SampleProducer {
     /// share).
     fn load_promoting(&self, sample: &Sample, want: Admit) -> Result<(Loaded, Origin)> {
         let (loaded, origin) = self.load(sample, want)?;
-        let Loaded::Bytes(bytes) = &loaded else { return Ok((loaded, origin)) };
-        let current = self.reader.is_current(sample.id, &sample.meta);
-        if origin != Origin::Encoded || !self.tiers.admission(bytes, Admit::Fill, current, self.pixels.out_len()).decode {
-            return Ok((loaded, origin));
+        let Loaded::Bytes { bytes, size } = loaded else { return Ok((loaded, origin)) };
+        if origin != Origin::Encoded {
+            return Ok((Loaded::Bytes { bytes, size }, origin));
         }
-        let pixels = Arc::new(self.pixels.decode_full(bytes).map_err(|why| self.bad(sample, why))?);
+        // Probed once: what admission reads of the header, augmenting reuses.
+        let size = size.or_else(|| self.pixels.probe(&bytes));
+        let current = self.reader.is_current(sample.id, &sample.meta);
+        if !self.tiers.admission(decoded_len(size), Admit::Fill, current, self.pixels.out_len()).decode {
+            return Ok((Loaded::Bytes { bytes, size }, origin));
+        }
+        let pixels = Arc::new(self.pixels.decode_full(&bytes).map_err(|why| self.bad(sample, why))?);
         self.tiers.promote(sample, Arc::clone(&pixels));
         Ok((Loaded::Pixels(pixels), origin))
     }
@@ -195,10 +200,12 @@ impl SampleProducer {
     fn read_and_keep(&self, sample: &Sample, want: Admit) -> Result<Loaded> {
         let (bytes, meta) = self.reader.read(sample)?;
         let current = self.reader.is_current(sample.id, &meta);
-        let admission = self.tiers.admission(&bytes, want, current, self.pixels.out_len());
+        // The header is in hand: probed once here, for admission and for augmenting.
+        let size = self.pixels.probe(&bytes);
+        let admission = self.tiers.admission(decoded_len(size), want, current, self.pixels.out_len());
         if !admission.decode {
             self.tiers.keep(sample, &meta, current, Made { bytes: Arc::clone(&bytes), pixels: None, spare: None });
-            return Ok(Loaded::Bytes(bytes));
+            return Ok(Loaded::Bytes { bytes, size });
         }
         let pixels = Arc::new(self.pixels.decode_full(&bytes).map_err(|why| self.bad(sample, why))?);
         // A spare that fails is no loss: the pixels decoded, and the request is served.
@@ -211,7 +218,7 @@ impl SampleProducer {
     fn augment(&self, sample: &Sample, loaded: &Loaded) -> Result<ServedBytes> {
         let made = match loaded {
             Loaded::Pixels(p) => self.pixels.augment_pixels(sample.id, p),
-            Loaded::Bytes(b) => self.pixels.decode_augment(sample.id, b),
+            Loaded::Bytes { bytes, size } => self.pixels.decode_augment(sample.id, bytes, *size),
         };
         made.map_err(|why| self.bad(sample, why))
     }
@@ -263,4 +270,9 @@ impl SampleProducer {
     pub(crate) fn flush(&self) {
         self.tiers.flush();
     }
+}
+
+/// The bytes of an image's full pixels (RGB) from its probed size; 0 where none was read.
+fn decoded_len(size: Option<Size2>) -> u64 {
+    size.map_or(0, |s| s.area() * 3)
 }
