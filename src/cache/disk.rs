@@ -29,6 +29,7 @@
 //!
 //! No lock is held across I/O: index shards are locked only to find, insert or remove a key.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
@@ -441,13 +442,13 @@ impl DiskCache {
         let gen = inner.next_gen.fetch_add(1, Ordering::Relaxed);
         let reserved = {
             let mut shard = inner.shard(kind, key);
-            if shard.contains_key(&key) {
-                Put::Held
-            } else if inner.reserve(charge) {
-                shard.insert(key, Slot { charge, ready: false, gen });
-                Put::Queued
-            } else {
-                Put::NoRoom
+            match shard.entry(key) {
+                Entry::Occupied(_) => Put::Held,
+                Entry::Vacant(slot) if inner.reserve(charge) => {
+                    slot.insert(Slot { charge, ready: false, gen });
+                    Put::Queued
+                }
+                Entry::Vacant(_) => Put::NoRoom,
             }
         };
         if reserved != Put::Queued {

@@ -127,7 +127,7 @@ impl Tiers {
         if let Some(b) = self.memory.encoded.get(sample.id) {
             return Ok((Loaded::bytes(b), Origin::Encoded));
         }
-        self.loads.run(sample.id, || match self.from_lower(sample) {
+        self.loads.run(sample.id, || match self.lower_hit(sample) {
             Some(hit) => Ok(hit),
             None => from_source().map(|l| (l, Origin::Source)),
         })
@@ -151,7 +151,7 @@ impl Tiers {
     /// The sample from the first tier below memory that holds the version resolved (decoded
     /// pixels first, then encoded bytes; promoted into the tiers above that one), promoted into
     /// memory while it has room. A damaged entry, or a tier down, reads as a miss.
-    fn from_lower(&self, sample: &Sample) -> Option<(Loaded, Origin)> {
+    fn lower_hit(&self, sample: &Sample) -> Option<(Loaded, Origin)> {
         let (payload, origin) = self.lower.get(&self.lower_key(sample, &sample.meta))?;
         let loaded = match payload {
             Payload::Pixels(pixels) => {
