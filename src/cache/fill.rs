@@ -1,7 +1,9 @@
 //! The tiers behind one another and their fill order: a sample looked up in memory (decoded
-//! pixels, then encoded bytes), else in the tiers below memory (`lower::LowerTiers`: disk, then
-//! remote), else made from the source by the caller, once however many requests miss together;
-//! and what a read from the source is kept as.
+//! pixels, then encoded bytes: [`Tiers::in_memory`]), else in the tiers below memory
+//! (`lower::LowerTiers`: disk, then remote: [`Tiers::below_memory`]); a miss in all is the
+//! caller's to fill (it reads the source, once however many requests miss together, and hands
+//! back what it made); and what a read from the source is kept as. Nothing here calls back into
+//! the caller.
 //!
 //! The fill order is Seneca's: a spare fresh augmentation while augmented has room (when the
 //! pixels are in hand anyway), the pixels while decoded has room, else the bytes while encoded
@@ -15,11 +17,9 @@ use std::sync::Arc;
 use crate::cache::disk::DiskCache;
 use crate::cache::lower::{LowerKey, LowerTier, LowerTiers, Payload};
 use crate::cache::remote::RemoteTier;
-use crate::cache::{AugmentedEntry, SampleCache, SingleFlight};
-use crate::error::Result;
+use crate::cache::{AugmentedEntry, SampleCache};
 use crate::served::ServedBytes;
 use crate::shared::{Rgb, Size2};
-use crate::source::catalog::FileId;
 use crate::source::{FileMeta, Sample};
 
 /// Where an output came from: the cache form that held the sample, the disk tier, the remote
@@ -78,7 +78,7 @@ pub(crate) struct Admission {
     pub(crate) spare: bool,
 }
 
-/// The memory tiers, the tiers below memory (disk, remote), and the single flight of misses.
+/// The memory tiers and the tiers below memory (disk, remote).
 pub(crate) struct Tiers {
     memory: Arc<SampleCache>,
     /// The tiers below memory in lookup order.
@@ -87,15 +87,12 @@ pub(crate) struct Tiers {
     remote: Option<Arc<RemoteTier>>,
     /// The source's root: disk keys name files by their path relative to it.
     root: PathBuf,
-    /// Concurrent misses of one sample read and decode it once; they all get its result, a
-    /// failure as the typed error it is (cheap to clone).
-    loads: SingleFlight<Result<(Loaded, Origin)>>,
 }
 
 impl Tiers {
     pub(crate) fn new(memory: Arc<SampleCache>, disk: Option<DiskCache>, root: PathBuf) -> Tiers {
         let lower = LowerTiers::default().then(disk.map(|d| Arc::new(d) as Arc<dyn LowerTier>));
-        Tiers { memory, lower, remote: None, root, loads: SingleFlight::default() }
+        Tiers { memory, lower, remote: None, root }
     }
 
     /// The same tiers with a remote tier behind the disk tier.
@@ -111,26 +108,12 @@ impl Tiers {
         &self.memory
     }
 
-    /// Whether a miss of `id` is being loaded now.
-    pub(crate) fn loading(&self, id: FileId) -> bool {
-        self.loads.in_flight(id)
-    }
-
-    /// The sample in the cheapest form held, else from the disk tier, else from the remote tier
-    /// (both promoted into memory while it has room), else made by `from_source`; the last three
-    /// once, however many requests miss together. A disk or remote hit is a miss outside memory
-    /// that read no source; the tiers' own hits are in their stats.
-    pub(crate) fn load(&self, sample: &Sample, from_source: impl FnOnce() -> Result<Loaded>) -> Result<(Loaded, Origin)> {
+    /// The sample in the cheapest form memory holds: decoded pixels, then encoded bytes.
+    pub(crate) fn in_memory(&self, sample: &Sample) -> Option<(Loaded, Origin)> {
         if let Some(p) = self.memory.decoded.get(sample.id) {
-            return Ok((Loaded::Pixels(p), Origin::Decoded));
+            return Some((Loaded::Pixels(p), Origin::Decoded));
         }
-        if let Some(b) = self.memory.encoded.get(sample.id) {
-            return Ok((Loaded::bytes(b), Origin::Encoded));
-        }
-        self.loads.run(sample.id, || match self.lower_hit(sample) {
-            Some(hit) => Ok(hit),
-            None => from_source().map(|l| (l, Origin::Source)),
-        })
+        self.memory.encoded.get(sample.id).map(|b| (Loaded::bytes(b), Origin::Encoded))
     }
 
     /// The encoded bytes held in memory.
@@ -150,8 +133,9 @@ impl Tiers {
 
     /// The sample from the first tier below memory that holds the version resolved (decoded
     /// pixels first, then encoded bytes; promoted into the tiers above that one), promoted into
-    /// memory while it has room. A damaged entry, or a tier down, reads as a miss.
-    fn lower_hit(&self, sample: &Sample) -> Option<(Loaded, Origin)> {
+    /// memory while it has room. A damaged entry, or a tier down, reads as a miss. A hit is a
+    /// miss outside memory that read no source; the tiers' own hits are in their stats.
+    pub(crate) fn below_memory(&self, sample: &Sample) -> Option<(Loaded, Origin)> {
         let (payload, origin) = self.lower.get(&self.lower_key(sample, &sample.meta))?;
         let loaded = match payload {
             Payload::Pixels(pixels) => {

@@ -3,8 +3,9 @@
 //!
 //! - the source ([`SampleReader`]): the sample was resolved once by the open (its path and
 //!   version, a [`Sample`]); reads, bad-sample marks;
-//! - the tiers ([`Tiers`]): memory, then disk, then a read of the source made here, once however
-//!   many requests miss together, and kept in Seneca's fill order;
+//! - the tiers ([`Tiers`]): memory, then the tiers below memory (disk, remote); a miss in all
+//!   is read from the source here, once however many requests miss together (the single flight
+//!   is the producer's: the tiers never call back into it), and kept in Seneca's fill order;
 //! - the pixel work ([`PixelWork`]): fresh draws, decodes and augmentations, timed;
 //! - background work (`background.rs`): refill and prefetch, through the same path.
 //!
@@ -23,7 +24,7 @@ pub(crate) use background::RefillScope;
 
 use std::sync::Arc;
 
-use crate::cache::{Admit, AugmentedEntry, Loaded, Made, Origin, Tiers};
+use crate::cache::{Admit, AugmentedEntry, Loaded, Made, Origin, SingleFlight, Tiers};
 use crate::error::Result;
 use crate::pixels::pipeline::{self, PixelError};
 use crate::pixels::work::PixelWork;
@@ -55,6 +56,9 @@ pub(crate) struct SampleProducer {
     stats: Arc<Stats>,
     /// When the background refill works (`background.rs`).
     pacer: background::RefillPacer,
+    /// Concurrent misses of one sample look below memory and read and decode it once; they
+    /// all get its result, a failure as the typed error it is (cheap to clone).
+    loads: SingleFlight<Result<(Loaded, Origin)>>,
 }
 
 impl SampleProducer {
@@ -65,7 +69,12 @@ impl SampleProducer {
         pixels: PixelWork,
         stats: Arc<Stats>,
     ) -> SampleProducer {
-        SampleProducer { catalog, reader, tiers, pixels, stats, pacer: background::RefillPacer::default() }
+        SampleProducer { catalog, reader, tiers, pixels, stats, pacer: background::RefillPacer::default(), loads: SingleFlight::default() }
+    }
+
+    /// Whether a miss of `id` is being loaded now.
+    pub(crate) fn loading(&self, id: FileId) -> bool {
+        self.loads.in_flight(id)
     }
 
     /// The size of every augmented output.
@@ -164,10 +173,17 @@ impl SampleProducer {
 
     // ---- the work ----------------------------------------------------------------------------
 
-    /// The sample as the tiers hold it, else read from the source and kept (see
-    /// [`SampleProducer::read_and_keep`]).
+    /// The sample as memory holds it, else as a tier below memory does, else read from the
+    /// source and kept (see [`SampleProducer::read_and_keep`]); the last two once, however many
+    /// requests miss together.
     fn load(&self, sample: &Sample, want: Admit) -> Result<(Loaded, Origin)> {
-        self.tiers.load(sample, || self.read_and_keep(sample, want))
+        if let Some(hit) = self.tiers.in_memory(sample) {
+            return Ok(hit);
+        }
+        self.loads.run(sample.id, || match self.tiers.below_memory(sample) {
+            Some(hit) => Ok(hit),
+            None => self.read_and_keep(sample, want).map(|loaded| (loaded, Origin::Source)),
+        })
     }
 
     /// [`SampleProducer::load`], and a sample memory holds only as bytes is also decoded in full
