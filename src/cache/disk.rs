@@ -9,18 +9,17 @@
 //!   source file's path relative to the source root and its version (inode, size, mtime and
 //!   ctime), so it is the same after a remount and a changed source file never finds its stale
 //!   entry, even when a replacement keeps the size and the mtime.
-//! - **File format** (little-endian), a 40-byte header then the payload:
-//!   `0..4` magic `PFDC`, `4..6` version (1), `6` kind (1 encoded, 2 decoded), `7` zero,
-//!   `8..16` key, `16..24` payload length, `24..28` width, `28..32` height (decoded; 0 for
-//!   encoded), `32..36` CRC-32 (IEEE) over header bytes `0..32` and the payload, `36..40` zero.
-//!   The payload is the source bytes (encoded) or packed RGB rows (decoded).
+//! - **File format**: the entry codec's 40-byte header (`super::entry`: magic `PFDC`,
+//!   version 1, the key itself in the key field) then the payload, the source bytes (encoded)
+//!   or packed RGB rows (decoded).
 //! - **Reads** check the header against the file's name and length and the CRC over the whole
-//!   payload, every time. A damaged, truncated or unreadable file is deleted, counted
-//!   (`corrupt_dropped`), logged, and answered as a miss: never served.
+//!   payload, every time, by the codec's damage rules. A damaged, truncated or unreadable file
+//!   is deleted, counted (`corrupt_dropped`), logged, and answered as a miss: never served.
 //! - **Writes** go to a temporary name beside the entry, then `rename` (atomic): a crash leaves
 //!   a temporary file (removed by the next scan), never a half entry under a real name. They run
-//!   on one background writer thread fed by a bounded queue (by jobs and by bytes); a write that
-//!   does not fit the queue is dropped (counted), never waited for.
+//!   on the tier's write queue (`super::queue`: bounded by jobs and by bytes, one writer thread,
+//!   `prepfs-disk-writer`); a write that does not fit the queue is dropped (counted), never
+//!   waited for.
 //! - **Budget.** Each entry is charged its file length rounded up to 4 KiB blocks, reserved
 //!   atomically before the write is queued, so `used` never passes `size`. Entries stay once
 //!   written (Seneca's keep rule). Any write error (`ENOSPC` included) stops admission for the
@@ -30,27 +29,29 @@
 //!
 //! No lock is held across I/O: index shards are locked only to find, insert or remove a key.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::cache::lower::{LowerHit, Payload};
+use crate::cache::entry::{self, Damage, Dropped, Format, Header};
+use crate::cache::fill::Origin;
+use crate::cache::lower::{LowerHit, LowerKey, LowerTier, Payload, Put};
+use crate::cache::queue::{self, Jobs, WriteQueue};
 use crate::shared::{fnv1a64, Rgb};
 use crate::sync::{LockExt, Mutex, MutexGuard};
 
 /// Bytes of the header before every payload.
-pub const HEADER_LEN: usize = 40;
-const MAGIC: [u8; 4] = *b"PFDC";
-const VERSION: u16 = 1;
+pub const HEADER_LEN: usize = entry::HEADER_LEN;
+/// The disk tier's header: magic and format version.
+const FORMAT: Format = Format { magic: *b"PFDC", version: 1 };
 /// Entries are charged in whole blocks of this many bytes (what a filesystem allocates).
 pub const BLOCK: u64 = 4096;
 const SHARDS: usize = 16;
@@ -70,29 +71,6 @@ pub enum DiskError {
     },
 }
 
-/// Why an entry file is refused.
-#[derive(Debug, thiserror::Error)]
-enum Damage {
-    #[error("shorter than its header")]
-    Short,
-    #[error("bad magic")]
-    Magic,
-    #[error("format version {0}, expected {VERSION}")]
-    Version(u16),
-    #[error("kind byte {0} in the {1} directory")]
-    Kind(u8, &'static str),
-    #[error("key in the header does not match the file name")]
-    Key,
-    #[error("{actual} bytes, the header says {expected}")]
-    Length { actual: u64, expected: u64 },
-    #[error("{width}x{height} pixels do not fill {len} payload bytes")]
-    Dims { width: u32, height: u32, len: u64 },
-    #[error("checksum mismatch")]
-    Checksum,
-    #[error("unreadable: {0}")]
-    Io(io::Error),
-}
-
 /// The two forms the disk tier holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DiskKind {
@@ -103,14 +81,18 @@ pub enum DiskKind {
 impl DiskKind {
     pub const ALL: [DiskKind; 2] = [DiskKind::Encoded, DiskKind::Decoded];
 
-    fn code(self) -> u8 {
+    /// Its kind in the entry header.
+    fn entry(self) -> entry::Kind {
         match self {
-            DiskKind::Encoded => 1,
-            DiskKind::Decoded => 2,
+            DiskKind::Encoded => entry::Kind::Encoded,
+            DiskKind::Decoded => entry::Kind::Decoded,
         }
     }
     fn index(self) -> usize {
-        self.code() as usize - 1
+        match self {
+            DiskKind::Encoded => 0,
+            DiskKind::Decoded => 1,
+        }
     }
     /// The subdirectory of the store holding this kind.
     pub fn dir_name(self) -> &'static str {
@@ -137,22 +119,17 @@ pub(crate) fn key_of(rel_path: &Path, version: &crate::source::Identity) -> u64 
     ])
 }
 
-/// CRC-32 (IEEE 802.3, reflected, as zlib's `crc32`).
-type Crc32 = crc32fast::Hasher;
-
-/// CRC-32 of `data`.
-#[cfg(test)]
-fn crc32(data: &[u8]) -> u32 {
-    let mut c = Crc32::new();
-    c.update(data);
-    c.finalize()
-}
-
 struct WriteJob {
     kind: DiskKind,
     key: u64,
     gen: u64,
     payload: Payload,
+}
+
+impl queue::Job for WriteJob {
+    fn bytes(&self) -> u64 {
+        self.payload.data().len() as u64
+    }
 }
 
 /// One index entry: its charge, whether its file is written, and a generation that tells a
@@ -176,19 +153,16 @@ struct Inner {
     next_gen: AtomicU64,
     hits: AtomicU64,
     misses: AtomicU64,
-    corrupt_dropped: AtomicU64,
+    corrupt_dropped: Dropped,
     write_errors: AtomicU64,
     dropped_writes: AtomicU64,
     admitting: AtomicBool,
-    queued_jobs: AtomicU64,
-    queued_bytes: AtomicU64,
 }
 
 /// The disk tier: see the module documentation.
 pub struct DiskCache {
     inner: Arc<Inner>,
-    sender: Mutex<Option<SyncSender<WriteJob>>>,
-    writer: Mutex<Option<JoinHandle<()>>>,
+    queue: WriteQueue<WriteJob>,
 }
 
 fn charge_of(file_len: u64) -> u64 {
@@ -200,69 +174,14 @@ fn parse_key(name: &str) -> Option<u64> {
     (hex.len() == 16).then(|| u64::from_str_radix(hex, 16).ok()).flatten()
 }
 
-/// The header for an entry (with its CRC filled in over `payload`).
-fn header(kind: DiskKind, key: u64, payload: &[u8], (width, height): (u32, u32)) -> [u8; HEADER_LEN] {
+/// Reads an entry's header and checks it against where the file lies (kind, key) and the
+/// file's length.
+fn read_header(f: &mut File, kind: DiskKind, key: u64) -> Result<([u8; HEADER_LEN], Header), Damage> {
+    let file_len = f.metadata().map_err(Damage::Io)?.len();
     let mut h = [0u8; HEADER_LEN];
-    h[0..4].copy_from_slice(&MAGIC);
-    h[4..6].copy_from_slice(&VERSION.to_le_bytes());
-    h[6] = kind.code();
-    h[8..16].copy_from_slice(&key.to_le_bytes());
-    h[16..24].copy_from_slice(&(payload.len() as u64).to_le_bytes());
-    h[24..28].copy_from_slice(&width.to_le_bytes());
-    h[28..32].copy_from_slice(&height.to_le_bytes());
-    let mut crc = Crc32::new();
-    crc.update(&h[0..32]);
-    crc.update(payload);
-    h[32..36].copy_from_slice(&crc.finalize().to_le_bytes());
-    h
-}
-
-/// The fields of a header that passed its checks: payload length, width, height, CRC.
-struct Header {
-    len: u64,
-    width: u32,
-    height: u32,
-    crc: u32,
-}
-
-fn le_u32(b: &[u8]) -> u32 {
-    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
-}
-fn le_u64(b: &[u8]) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[..8]);
-    u64::from_le_bytes(a)
-}
-
-/// Checks a header against where the file lies (kind, key) and its length.
-fn check_header(h: &[u8; HEADER_LEN], kind: DiskKind, key: u64, file_len: u64) -> Result<Header, Damage> {
-    if h[0..4] != MAGIC {
-        return Err(Damage::Magic);
-    }
-    let version = u16::from_le_bytes([h[4], h[5]]);
-    if version != VERSION {
-        return Err(Damage::Version(version));
-    }
-    if h[6] != kind.code() || h[7] != 0 || h[36..40] != [0; 4] {
-        return Err(Damage::Kind(h[6], kind.dir_name()));
-    }
-    if le_u64(&h[8..16]) != key {
-        return Err(Damage::Key);
-    }
-    let len = le_u64(&h[16..24]);
-    let expected = len.saturating_add(HEADER_LEN as u64);
-    if file_len != expected {
-        return Err(Damage::Length { actual: file_len, expected });
-    }
-    let (width, height) = (le_u32(&h[24..28]), le_u32(&h[28..32]));
-    let dims_ok = match kind {
-        DiskKind::Encoded => width == 0 && height == 0,
-        DiskKind::Decoded => u64::from(width) * u64::from(height) * 3 == len,
-    };
-    if !dims_ok {
-        return Err(Damage::Dims { width, height, len });
-    }
-    Ok(Header { len, width, height, crc: le_u32(&h[32..36]) })
+    f.read_exact(&mut h).map_err(|e| if e.kind() == io::ErrorKind::UnexpectedEof { Damage::Short } else { Damage::Io(e) })?;
+    let header = entry::check_header(&h, FORMAT, kind.entry(), key, file_len.saturating_sub(HEADER_LEN as u64))?;
+    Ok((h, header))
 }
 
 /// Reads one entry file whole and checks it. `Ok(None)`: the file is gone.
@@ -272,32 +191,18 @@ fn read_entry(path: &Path, kind: DiskKind, key: u64) -> Result<Option<(Header, V
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(Damage::Io(e)),
     };
-    let file_len = f.metadata().map_err(Damage::Io)?.len();
-    let mut h = [0u8; HEADER_LEN];
-    f.read_exact(&mut h).map_err(|e| if e.kind() == io::ErrorKind::UnexpectedEof { Damage::Short } else { Damage::Io(e) })?;
-    let header = check_header(&h, kind, key, file_len)?;
+    let (h, header) = read_header(&mut f, kind, key)?;
     let mut payload = Vec::with_capacity(header.len as usize);
     f.take(header.len + 1).read_to_end(&mut payload).map_err(Damage::Io)?;
-    if payload.len() as u64 != header.len {
-        return Err(Damage::Length { actual: HEADER_LEN as u64 + payload.len() as u64, expected: HEADER_LEN as u64 + header.len });
-    }
-    let mut crc = Crc32::new();
-    crc.update(&h[0..32]);
-    crc.update(&payload);
-    if crc.finalize() != header.crc {
-        return Err(Damage::Checksum);
-    }
+    header.check_payload(&h, &payload)?;
     Ok(Some((header, payload)))
 }
 
 /// Checks an entry's header and length only (the scan at open; reads check the payload).
 fn probe_entry(path: &Path, kind: DiskKind, key: u64) -> Result<u64, Damage> {
     let mut f = File::open(path).map_err(Damage::Io)?;
-    let file_len = f.metadata().map_err(Damage::Io)?.len();
-    let mut h = [0u8; HEADER_LEN];
-    f.read_exact(&mut h).map_err(|e| if e.kind() == io::ErrorKind::UnexpectedEof { Damage::Short } else { Damage::Io(e) })?;
-    check_header(&h, kind, key, file_len)?;
-    Ok(file_len)
+    let (_, header) = read_header(&mut f, kind, key)?;
+    Ok(HEADER_LEN as u64 + header.len)
 }
 
 impl Inner {
@@ -347,7 +252,7 @@ impl Inner {
         fs::create_dir_all(parent)?;
         let tmp = parent.join(format!(".{:016x}.{}.tmp", job.key, job.gen));
         let data = job.payload.data();
-        let head = header(job.kind, job.key, data, job.payload.dims());
+        let head = entry::header(FORMAT, job.kind.entry(), job.key, data, job.payload.dims());
         let written = File::create(&tmp).and_then(|mut f| {
             f.write_all(&head)?;
             f.write_all(data)?;
@@ -360,9 +265,8 @@ impl Inner {
         result
     }
 
-    fn run_writer(&self, jobs: Receiver<WriteJob>) {
-        for job in jobs {
-            let len = job.payload.data().len() as u64;
+    fn run_writer(&self, jobs: Jobs<WriteJob>) {
+        while let Some(job) = jobs.recv() {
             match self.write(&job) {
                 Ok(()) => {
                     let mut shard = self.shard(job.kind, job.key);
@@ -383,8 +287,6 @@ impl Inner {
                     }
                 }
             }
-            self.queued_bytes.fetch_sub(len, Ordering::AcqRel);
-            self.queued_jobs.fetch_sub(1, Ordering::AcqRel);
         }
     }
 
@@ -424,7 +326,7 @@ impl Inner {
                         }
                         Err(why) => {
                             tracing::warn!(file = %path.display(), "disk cache entry dropped at scan: {why}");
-                            self.corrupt_dropped.fetch_add(1, Ordering::Relaxed);
+                            self.corrupt_dropped.count(&why);
                             let _ = fs::remove_file(&path);
                         }
                     }
@@ -450,12 +352,10 @@ impl DiskCache {
             next_gen: AtomicU64::new(0),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
-            corrupt_dropped: AtomicU64::new(0),
+            corrupt_dropped: Dropped::default(),
             write_errors: AtomicU64::new(0),
             dropped_writes: AtomicU64::new(0),
             admitting: AtomicBool::new(true),
-            queued_jobs: AtomicU64::new(0),
-            queued_bytes: AtomicU64::new(0),
         });
         let started = Instant::now();
         inner.scan()?;
@@ -468,13 +368,10 @@ impl DiskCache {
             scan_ms = started.elapsed().as_millis() as u64,
             "disk cache ready"
         );
-        let (sender, jobs) = sync_channel(QUEUE_JOBS);
         let for_writer = Arc::clone(&inner);
-        let writer = std::thread::Builder::new()
-            .name("prepfs-disk-writer".into())
-            .spawn(move || for_writer.run_writer(jobs))
+        let queue = WriteQueue::start("prepfs-disk-writer", QUEUE_JOBS, QUEUE_BYTES, move |jobs| for_writer.run_writer(jobs))
             .map_err(|source| DiskError::Io { path: dir.to_path_buf(), source })?;
-        Ok(DiskCache { inner, sender: Mutex::new(Some(sender)), writer: Mutex::new(Some(writer)) })
+        Ok(DiskCache { inner, queue })
     }
 
     /// The entry for `key`, decoded pixels first, then encoded bytes; counts one hit or miss.
@@ -500,7 +397,7 @@ impl DiskCache {
                 }
                 Err(why) => {
                     if self.inner.forget(kind, key, slot.gen) {
-                        self.inner.corrupt_dropped.fetch_add(1, Ordering::Relaxed);
+                        self.inner.corrupt_dropped.count(&why);
                         tracing::warn!(file = %path.display(), "disk cache entry dropped: {why}");
                         let _ = fs::remove_file(&path);
                     }
@@ -519,67 +416,72 @@ impl DiskCache {
     /// Queues the source bytes of `key` for writing if the budget allows. Returns whether they
     /// were queued.
     pub fn admit_encoded(&self, key: u64, bytes: Arc<[u8]>) -> bool {
-        self.admit(DiskKind::Encoded, key, Payload::Bytes(bytes))
+        self.admit(key, Payload::Bytes(bytes)) == Put::Queued
     }
 
     /// Queues the decoded pixels of `key` for writing if the budget allows.
     pub fn admit_decoded(&self, key: u64, pixels: Arc<Rgb>) -> bool {
-        self.admit(DiskKind::Decoded, key, Payload::Pixels(pixels))
+        self.admit(key, Payload::Pixels(pixels)) == Put::Queued
     }
 
-    fn admit(&self, kind: DiskKind, key: u64, payload: Payload) -> bool {
+    /// Queues `payload` (pixels: a decoded entry; bytes: an encoded one) for `key`.
+    fn admit(&self, key: u64, payload: Payload) -> Put {
         let inner = &self.inner;
+        let kind = match payload {
+            Payload::Bytes(_) => DiskKind::Encoded,
+            Payload::Pixels(_) => DiskKind::Decoded,
+        };
         if !inner.admitting.load(Ordering::Acquire) {
-            return false;
+            return Put::Off;
         }
         let len = payload.data().len() as u64;
         let charge = charge_of(HEADER_LEN as u64 + len);
         if charge > inner.size {
-            return false;
-        }
-        let queued = inner.queued_bytes.fetch_add(len, Ordering::AcqRel);
-        if queued > 0 && queued + len > QUEUE_BYTES {
-            inner.queued_bytes.fetch_sub(len, Ordering::AcqRel);
-            inner.dropped_writes.fetch_add(1, Ordering::Relaxed);
-            return false;
+            return Put::NoRoom;
         }
         let gen = inner.next_gen.fetch_add(1, Ordering::Relaxed);
         let reserved = {
             let mut shard = inner.shard(kind, key);
-            let fits = !shard.contains_key(&key) && inner.reserve(charge);
-            if fits {
-                shard.insert(key, Slot { charge, ready: false, gen });
+            match shard.entry(key) {
+                Entry::Occupied(_) => Put::Held,
+                Entry::Vacant(slot) if inner.reserve(charge) => {
+                    slot.insert(Slot { charge, ready: false, gen });
+                    Put::Queued
+                }
+                Entry::Vacant(_) => Put::NoRoom,
             }
-            fits
         };
-        if !reserved {
-            inner.queued_bytes.fetch_sub(len, Ordering::AcqRel);
-            return false;
+        if reserved != Put::Queued {
+            return reserved;
         }
-        inner.queued_jobs.fetch_add(1, Ordering::AcqRel);
-        let sent = match &*self.sender.lock_or_recover() {
-            Some(sender) => sender.try_send(WriteJob { kind, key, gen, payload }).is_ok(),
-            None => false,
-        };
-        if !sent {
-            inner.forget(kind, key, gen);
-            inner.queued_bytes.fetch_sub(len, Ordering::AcqRel);
-            inner.queued_jobs.fetch_sub(1, Ordering::AcqRel);
-            inner.dropped_writes.fetch_add(1, Ordering::Relaxed);
+        match self.queue.push(WriteJob { kind, key, gen, payload }) {
+            Ok(()) => Put::Queued,
+            Err(why) => {
+                inner.forget(kind, key, gen);
+                inner.dropped_writes.fetch_add(1, Ordering::Relaxed);
+                match why {
+                    queue::Refused::Full => Put::NoRoom,
+                    queue::Refused::Closed => Put::Off,
+                }
+            }
         }
-        sent
+    }
+
+    /// Drops the entries of `key` (both kinds): out of the index, their files deleted.
+    pub fn remove(&self, key: u64) {
+        for kind in DiskKind::ALL {
+            let slot = self.inner.shard(kind, key).get(&key).copied();
+            if let Some(slot) = slot {
+                if self.inner.forget(kind, key, slot.gen) {
+                    let _ = fs::remove_file(self.inner.entry_path(kind, key));
+                }
+            }
+        }
     }
 
     /// Waits (up to `limit`) until every queued write is done; returns whether it is.
     pub fn flush(&self, limit: Duration) -> bool {
-        let started = Instant::now();
-        while self.inner.queued_jobs.load(Ordering::Acquire) > 0 {
-            if started.elapsed() > limit {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        true
+        self.queue.flush(limit)
     }
 
     /// Bytes charged now (entries written and being written).
@@ -604,7 +506,7 @@ impl DiskCache {
 
     /// Damaged entries dropped so far (at scan and on reads).
     pub fn corrupt_dropped(&self) -> u64 {
-        self.inner.corrupt_dropped.load(Ordering::Relaxed)
+        self.inner.corrupt_dropped.damaged()
     }
 
     /// The path of the file that holds (or would hold) an entry.
@@ -623,22 +525,52 @@ impl DiskCache {
             "entries": { "encoded": self.entries(DiskKind::Encoded), "decoded": self.entries(DiskKind::Decoded) },
             "hits": get(&i.hits),
             "misses": get(&i.misses),
-            "corrupt_dropped": get(&i.corrupt_dropped),
+            "corrupt_dropped": i.corrupt_dropped.damaged(),
             "write_errors": get(&i.write_errors),
             "dropped_writes": get(&i.dropped_writes),
-            "pending_writes": get(&i.queued_jobs),
+            "pending_writes": self.queue.pending(),
             "admitting": self.admitting(),
         })
     }
 }
 
-impl Drop for DiskCache {
-    /// Finishes the queued writes: closing the queue ends the writer once it drains it.
-    fn drop(&mut self) {
-        self.sender.lock_or_recover().take();
-        if let Some(writer) = self.writer.lock_or_recover().take() {
-            let _ = writer.join();
+/// The disk tier in the chain below memory: keyed by the sample's relative path and version
+/// ([`key_of`]); a sample it holds as pixels is not also written as bytes.
+impl LowerTier for DiskCache {
+    fn origin(&self) -> Origin {
+        Origin::Disk
+    }
+
+    fn name(&self) -> &'static str {
+        "disk"
+    }
+
+    fn get(&self, key: &LowerKey<'_>) -> Option<LowerHit> {
+        DiskCache::get(self, key_of(key.rel, key.version))
+    }
+
+    fn put(&self, key: &LowerKey<'_>, payload: Payload) -> Put {
+        let key = key_of(key.rel, key.version);
+        if matches!(payload, Payload::Bytes(_)) && self.contains(DiskKind::Decoded, key) {
+            return Put::Held;
         }
+        self.admit(key, payload)
+    }
+
+    fn remove(&self, key: &LowerKey<'_>) {
+        DiskCache::remove(self, key_of(key.rel, key.version));
+    }
+
+    fn flush(&self, limit: Duration) -> bool {
+        DiskCache::flush(self, limit)
+    }
+
+    fn close(&self) {
+        self.queue.close();
+    }
+
+    fn stats(&self) -> serde_json::Value {
+        DiskCache::stats(self)
     }
 }
 
@@ -663,9 +595,7 @@ mod tests {
     }
 
     #[test]
-    fn checksums_and_keys_are_the_standard_ones() {
-        assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
-        assert_eq!(crc32(b""), 0);
+    fn keys_hash_the_path_and_the_version_with_the_standard_fnv1a() {
         // FNV-1a 64 reference values.
         assert_eq!(fnv1a64(&[b""]), 0xcbf2_9ce4_8422_2325);
         assert_eq!(fnv1a64(&[b"a"]), 0xaf63_dc4c_8601_ec8c);

@@ -1,7 +1,9 @@
 //! The tiers behind one another and their fill order: a sample looked up in memory (decoded
-//! pixels, then encoded bytes), else in the disk tier, else in the remote tier, else made from
-//! the source by the caller, once however many requests miss together; and what a read from the
-//! source is kept as.
+//! pixels, then encoded bytes: [`Tiers::in_memory`]), else in the tiers below memory
+//! (`lower::LowerTiers`: disk, then remote: [`Tiers::below_memory`]); a miss in all is the
+//! caller's to fill (it reads the source, once however many requests miss together, and hands
+//! back what it made); and what a read from the source is kept as. Nothing here calls back into
+//! the caller.
 //!
 //! The fill order is Seneca's: a spare fresh augmentation while augmented has room (when the
 //! pixels are in hand anyway), the pixels while decoded has room, else the bytes while encoded
@@ -11,17 +13,13 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
-use crate::cache::disk::{self, DiskCache, DiskKind};
-use crate::cache::lower::LowerHit;
+use crate::cache::disk::DiskCache;
+use crate::cache::lower::{LowerKey, LowerTier, LowerTiers, Payload};
 use crate::cache::remote::RemoteTier;
-use crate::cache::{AugmentedEntry, SampleCache, SingleFlight};
-use crate::error::Result;
-use crate::pixels::pipeline;
+use crate::cache::{AugmentedEntry, SampleCache};
 use crate::served::ServedBytes;
-use crate::shared::Rgb;
-use crate::source::catalog::FileId;
+use crate::shared::{Rgb, Size2};
 use crate::source::{FileMeta, Sample};
 
 /// Where an output came from: the cache form that held the sample, the disk tier, the remote
@@ -48,8 +46,16 @@ impl Origin {
 pub(crate) enum Loaded {
     /// Full-resolution pixels: augmenting is a crop and a resize.
     Pixels(Arc<Rgb>),
-    /// Source bytes: augmenting decodes (the fast path).
-    Bytes(Arc<[u8]>),
+    /// Source bytes: augmenting decodes (the fast path). `size`: the image's width and height
+    /// where the caller probed its header already (the cache never parses an image).
+    Bytes { bytes: Arc<[u8]>, size: Option<Size2> },
+}
+
+impl Loaded {
+    /// Source bytes whose header nobody probed yet.
+    pub(crate) fn bytes(bytes: Arc<[u8]>) -> Loaded {
+        Loaded::Bytes { bytes, size: None }
+    }
 }
 
 /// What a miss should admit besides what it returns.
@@ -72,25 +78,27 @@ pub(crate) struct Admission {
     pub(crate) spare: bool,
 }
 
-/// The memory tiers, the disk tier, the remote tier and the single flight of misses.
+/// The memory tiers and the tiers below memory (disk, remote).
 pub(crate) struct Tiers {
     memory: Arc<SampleCache>,
-    disk: Option<DiskCache>,
-    remote: Option<RemoteTier>,
+    /// The tiers below memory in lookup order.
+    lower: LowerTiers,
+    /// The remote tier again, for what only it does: augmented outputs offered and claimed.
+    remote: Option<Arc<RemoteTier>>,
     /// The source's root: disk keys name files by their path relative to it.
     root: PathBuf,
-    /// Concurrent misses of one sample read and decode it once; they all get its result, a
-    /// failure as the typed error it is (cheap to clone).
-    loads: SingleFlight<Result<(Loaded, Origin)>>,
 }
 
 impl Tiers {
     pub(crate) fn new(memory: Arc<SampleCache>, disk: Option<DiskCache>, root: PathBuf) -> Tiers {
-        Tiers { memory, disk, remote: None, root, loads: SingleFlight::default() }
+        let lower = LowerTiers::default().then(disk.map(|d| Arc::new(d) as Arc<dyn LowerTier>));
+        Tiers { memory, lower, remote: None, root }
     }
 
     /// The same tiers with a remote tier behind the disk tier.
     pub(crate) fn with_remote(mut self, remote: Option<RemoteTier>) -> Tiers {
+        let remote = remote.map(Arc::new);
+        self.lower = std::mem::take(&mut self.lower).then(remote.clone().map(|r| r as Arc<dyn LowerTier>));
         self.remote = remote;
         self
     }
@@ -100,29 +108,12 @@ impl Tiers {
         &self.memory
     }
 
-    /// Whether a miss of `id` is being loaded now.
-    pub(crate) fn loading(&self, id: FileId) -> bool {
-        self.loads.in_flight(id)
-    }
-
-    /// The sample in the cheapest form held, else from the disk tier, else from the remote tier
-    /// (both promoted into memory while it has room), else made by `from_source`; the last three
-    /// once, however many requests miss together. A disk or remote hit is a miss outside memory
-    /// that read no source; the tiers' own hits are in their stats.
-    pub(crate) fn load(&self, sample: &Sample, from_source: impl FnOnce() -> Result<Loaded>) -> Result<(Loaded, Origin)> {
+    /// The sample in the cheapest form memory holds: decoded pixels, then encoded bytes.
+    pub(crate) fn in_memory(&self, sample: &Sample) -> Option<(Loaded, Origin)> {
         if let Some(p) = self.memory.decoded.get(sample.id) {
-            return Ok((Loaded::Pixels(p), Origin::Decoded));
+            return Some((Loaded::Pixels(p), Origin::Decoded));
         }
-        if let Some(b) = self.memory.encoded.get(sample.id) {
-            return Ok((Loaded::Bytes(b), Origin::Encoded));
-        }
-        self.loads.run(sample.id, || {
-            let lower = self.from_disk(sample).map(|l| (l, Origin::Disk)).or_else(|| self.remote_hit(sample).map(|l| (l, Origin::Remote)));
-            match lower {
-                Some(hit) => Ok(hit),
-                None => from_source().map(|l| (l, Origin::Source)),
-            }
-        })
+        self.memory.encoded.get(sample.id).map(|b| (Loaded::bytes(b), Origin::Encoded))
     }
 
     /// The encoded bytes held in memory.
@@ -135,35 +126,34 @@ impl Tiers {
         sample.path.strip_prefix(&self.root).unwrap_or(&sample.path)
     }
 
-    /// The disk tier's key for a version of a sample's file: its relative path and identity.
-    fn disk_key(&self, sample: &Sample, meta: &FileMeta) -> u64 {
-        disk::key_of(self.rel(sample), &meta.identity)
+    /// What the tiers below memory are asked about: the sample, the version `meta`.
+    fn lower_key<'a>(&self, sample: &'a Sample, meta: &'a FileMeta) -> LowerKey<'a> {
+        LowerKey { id: sample.id, rel: self.rel(sample), version: &meta.identity }
     }
 
-    /// The sample from the remote tier (decoded pixels first, then encoded bytes, one round
-    /// trip) for the version resolved, promoted into memory while it has room and spilled to the
-    /// disk tier. A damaged value, or the tier down, reads as a miss.
-    fn remote_hit(&self, sample: &Sample) -> Option<Loaded> {
-        let remote = self.remote.as_ref()?;
-        let key = self.disk.as_ref().map(|_| self.disk_key(sample, &sample.meta));
-        match remote.get(sample.id, self.rel(sample), &sample.meta.identity)? {
-            LowerHit::Pixels(pixels) => {
-                let pixels = Arc::new(pixels);
+    /// The sample from the first tier below memory that holds the version resolved (decoded
+    /// pixels first, then encoded bytes; promoted into the tiers above that one), promoted into
+    /// memory while it has room. A damaged entry, or a tier down, reads as a miss. A hit is a
+    /// miss outside memory that read no source; the tiers' own hits are in their stats.
+    pub(crate) fn below_memory(&self, sample: &Sample) -> Option<(Loaded, Origin)> {
+        let (payload, origin) = self.lower.get(&self.lower_key(sample, &sample.meta))?;
+        let loaded = match payload {
+            Payload::Pixels(pixels) => {
                 self.memory.decoded.admit(sample.id, Arc::clone(&pixels));
-                if let (Some(disk), Some(key)) = (self.disk.as_ref(), key) {
-                    disk.admit_decoded(key, Arc::clone(&pixels));
-                }
-                Some(Loaded::Pixels(pixels))
+                Loaded::Pixels(pixels)
             }
-            LowerHit::Bytes(bytes) => {
-                let bytes: Arc<[u8]> = bytes.into();
+            Payload::Bytes(bytes) => {
                 self.memory.encoded.admit(sample.id, Arc::clone(&bytes));
-                if let (Some(disk), Some(key)) = (self.disk.as_ref(), key) {
-                    disk.admit_encoded(key, Arc::clone(&bytes));
-                }
-                Some(Loaded::Bytes(bytes))
+                Loaded::bytes(bytes)
             }
-        }
+        };
+        Some((loaded, origin))
+    }
+
+    /// Drops what the tiers below memory hold of the sample's version resolved (a sample the
+    /// pixel work cannot use: its entries would only fill their budgets).
+    pub(crate) fn forget_lower(&self, sample: &Sample) {
+        self.lower.remove(&self.lower_key(sample, &sample.meta));
     }
 
     /// Takes the sample's augmented output waiting in the remote tier, if one waits (use-once
@@ -181,37 +171,18 @@ impl Tiers {
 
     /// Whether outputs can be offered to other mounts (a remote tier is up).
     pub(crate) fn offers_outputs(&self) -> bool {
-        self.remote.as_ref().is_some_and(RemoteTier::is_up)
+        self.remote.as_ref().is_some_and(|r| r.is_up())
     }
 
-    /// The sample from the disk tier (decoded pixels first, then encoded bytes) for the version
-    /// resolved, promoted into the memory form while it has room. A damaged entry reads as a
-    /// miss (the tier drops it).
-    fn from_disk(&self, sample: &Sample) -> Option<Loaded> {
-        let disk = self.disk.as_ref()?;
-        match disk.get(self.disk_key(sample, &sample.meta))? {
-            LowerHit::Pixels(pixels) => {
-                let pixels = Arc::new(pixels);
-                self.memory.decoded.admit(sample.id, Arc::clone(&pixels));
-                Some(Loaded::Pixels(pixels))
-            }
-            LowerHit::Bytes(bytes) => {
-                let bytes: Arc<[u8]> = bytes.into();
-                self.memory.encoded.admit(sample.id, Arc::clone(&bytes));
-                Some(Loaded::Bytes(bytes))
-            }
-        }
-    }
-
-    /// What a read of `bytes` should make for `want`, given the room each form has now (and
-    /// `out_len`, the bytes of one augmented output). A version older than one seen meanwhile
-    /// (`current` false), or a mount without a cache, keeps nothing.
-    pub(crate) fn admission(&self, bytes: &[u8], want: Admit, current: bool, out_len: u64) -> Admission {
+    /// What a read of a sample should make for `want`, given the room each form has now,
+    /// `decoded_len` (the bytes of its full pixels, from the header the caller probed; 0:
+    /// unknown, never kept as pixels) and `out_len` (the bytes of one augmented output). A
+    /// version older than one seen meanwhile (`current` false), or a mount without a cache,
+    /// keeps nothing.
+    pub(crate) fn admission(&self, decoded_len: u64, want: Admit, current: bool, out_len: u64) -> Admission {
         if !self.memory.enabled() || !current {
             return Admission { decode: false, spare: false };
         }
-        // The header is in hand: no second read of the file for its size.
-        let decoded_len = pipeline::probe_size(std::io::Cursor::new(bytes)).map_or(0, |s| s.area() * 3);
         // A full decode (rather than the region fast path) only when the pixels are kept; a spare
         // augmentation only when the pixels are in hand anyway (it then costs a resample, not a
         // second decode). Otherwise the refill fills augmented room, off the request path.
@@ -229,10 +200,10 @@ impl Tiers {
 
     /// Keeps what a read of `sample` (the version `meta`) made: a spare output in augmented, the
     /// pixels in decoded while it has room, else the bytes in encoded; the pixels, or else the
-    /// bytes, spill to the disk tier and go to the remote tier. A version older than one seen
-    /// meanwhile (`current` false) goes to the disk and remote tiers only, under its own key.
+    /// bytes, go to each tier below memory (queued, not written, here; augmented outputs never
+    /// do). A version older than one seen meanwhile (`current` false) goes to the tiers below
+    /// memory only, under its own key.
     pub(crate) fn keep(&self, sample: &Sample, meta: &FileMeta, current: bool, made: Made) {
-        let key = self.disk.as_ref().map(|_| self.disk_key(sample, meta));
         if current && self.memory.enabled() {
             if let Some(spare) = made.spare {
                 self.memory.augmented.admit(sample.id, AugmentedEntry::fresh(spare));
@@ -242,14 +213,7 @@ impl Tiers {
                 self.memory.encoded.admit(sample.id, Arc::clone(&made.bytes));
             }
         }
-        self.spill(key, made.pixels.as_ref(), &made.bytes);
-        if let Some(remote) = &self.remote {
-            let rel = self.rel(sample);
-            match made.pixels {
-                Some(pixels) => remote.put_decoded(sample.id, rel, &meta.identity, pixels),
-                None => remote.put_encoded(sample.id, rel, &meta.identity, made.bytes),
-            };
-        }
+        self.lower.keep(&self.lower_key(sample, meta), made.pixels.as_ref(), &made.bytes);
     }
 
     /// Keeps `pixels` of a sample memory held as bytes (background work decoded them while
@@ -261,36 +225,20 @@ impl Tiers {
         }
     }
 
-    /// Spills what a miss produced to the disk tier: the pixels, or the source bytes when the
-    /// pixels do not fit (augmented outputs never go to disk). Queued, not written, here.
-    fn spill(&self, key: Option<u64>, pixels: Option<&Arc<Rgb>>, bytes: &Arc<[u8]>) {
-        let (Some(disk), Some(key)) = (self.disk.as_ref(), key) else { return };
-        let pixels_spilled = pixels.is_some_and(|p| disk.admit_decoded(key, Arc::clone(p)));
-        if !pixels_spilled && !disk.contains(DiskKind::Decoded, key) {
-            disk.admit_encoded(key, Arc::clone(bytes));
-        }
-    }
-
-    /// Writes out the disk tier's queued entries and the remote tier's (each remote call within
-    /// its timeout; nothing while it is down), and joins the remote writer: the end of a mount.
+    /// Writes out the queued entries of the tiers below memory (each within its bounds) and
+    /// joins their writers: the end of a mount.
     pub(crate) fn flush(&self) {
-        if let Some(disk) = &self.disk {
-            if !disk.flush(Duration::from_secs(10)) {
-                tracing::warn!("the disk tier's queued writes did not finish within 10 s; some are lost");
-            }
-        }
-        if let Some(remote) = &self.remote {
-            remote.close();
-        }
+        self.lower.close();
     }
 
-    /// The memory tiers' figures, with the disk tier's under `disk` and the remote tier's under
-    /// `remote` (null without one).
+    /// The memory tiers' figures, with each tier's below memory under its name (`disk`,
+    /// `remote`; null without one).
     pub(crate) fn stats(&self) -> serde_json::Value {
         let mut stats = self.memory.stats();
         if let Some(obj) = stats.as_object_mut() {
-            obj.insert("disk".into(), self.disk.as_ref().map_or(serde_json::Value::Null, DiskCache::stats));
-            obj.insert("remote".into(), self.remote.as_ref().map_or(serde_json::Value::Null, RemoteTier::stats));
+            obj.insert("disk".into(), serde_json::Value::Null);
+            obj.insert("remote".into(), serde_json::Value::Null);
+            self.lower.stats_into(obj);
         }
         stats
     }

@@ -1,23 +1,32 @@
 //! The sample cache: the memory tiers every view, job and reader of the mount shares, and the
-//! disk tier behind them.
+//! tiers below memory (disk, remote) behind them.
 //!
 //! - `tiers` (private; its types re-exported here): the three memory forms (encoded bytes,
 //!   decoded pixels, augmented outputs) with their byte budgets, eviction, the per-sample status
 //!   byte opportunistic sampling reads, and single-flight for concurrent misses.
+//! - `entry` (crate-private): the entry codec of the tiers below memory (the header, its CRC, the
+//!   damage rules), shared by the disk and remote tiers.
+//! - `queue` (private): the bounded write queue and writer thread both tiers below memory write
+//!   through.
+//! - [`lower`]: the tiers below memory as one abstraction: the `LowerTier` trait (get, put,
+//!   remove, flush, close) the disk and remote tiers implement, and `LowerTiers`, the chain of
+//!   them in lookup order with its one lookup-and-promote.
 //! - [`disk`]: the disk tier (encoded and decoded entries, checked on read).
 //! - `remote` (crate-private): the remote tier on Redis, shared by every mount naming it
 //!   (encoded, decoded and augmented entries keyed by the dataset's fingerprint, checked on
 //!   read; down, it is a miss at no cost and reconnects by itself).
-//! - `fill` (private): the tiers behind one another ([`Tiers`]): lookup in memory, then disk,
-//!   then remote, then the caller's read of the source, single-flighted; and Seneca's fill order for what a
+//! - `fill` (private): the tiers behind one another ([`Tiers`]): lookup in memory, then the
+//!   tiers below memory, then the caller's read of the source, single-flighted; and Seneca's fill order for what a
 //!   read is kept as.
 //!
 //! Reading the source and pixel work are the serving path's (`crate::producer`); how much
 //! memory each form gets is the planner's (`crate::planner`).
 
 pub mod disk;
+pub(crate) mod entry;
 mod fill;
 pub mod lower;
+mod queue;
 pub(crate) mod remote;
 mod tiers;
 

@@ -66,7 +66,7 @@ impl MissProfiler {
     /// Draw `draw` of sample `sample`, through the served path, untimed inside.
     pub fn serve(&self, sample: u64, draw: u64, bytes: &[u8]) -> Result<ServedBytes, PixelError> {
         let mut rng = draw_rng(self.seed, 0, draw, sample);
-        work::decode_augment_served(bytes, &self.ops, &mut rng, self.max_pixels, &self.output, self.dest)
+        work::decode_augment_served(bytes, None, &self.ops, &mut rng, self.max_pixels, &self.output, self.dest)
     }
 
     /// Draw `draw` of sample `sample` from its full pixels (a decoded-cache hit, or a miss that

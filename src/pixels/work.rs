@@ -96,13 +96,19 @@ impl PixelWork {
         self.timed(Timing::AugmentPixels, || augment_pixels_served(pixels, &self.augment, &mut rng, &self.output, dest))
     }
 
+    /// The image's width and height from its header; `None` when it has none this reads.
+    pub(crate) fn probe(&self, bytes: &[u8]) -> Option<Size2> {
+        pipeline::probe_size(std::io::Cursor::new(bytes)).ok()
+    }
+
     /// A fresh augmentation of `id` from its encoded bytes: only what the crop needs is decoded.
-    /// The time taken includes writing the served bytes.
-    pub(crate) fn decode_augment(&self, id: FileId, bytes: &[u8]) -> Result<ServedBytes, PixelError> {
+    /// `size`: the image's, when its header was probed already (else it is probed here). The
+    /// time taken includes writing the served bytes.
+    pub(crate) fn decode_augment(&self, id: FileId, bytes: &[u8], size: Option<Size2>) -> Result<ServedBytes, PixelError> {
         let mut rng = self.next_draw(id);
         let dest = self.dest();
         self.timed(Timing::DecodeAugment, || {
-            decode_augment_served(bytes, &self.augment, &mut rng, self.max_pixels, &self.output, dest)
+            decode_augment_served(bytes, size, &self.augment, &mut rng, self.max_pixels, &self.output, dest)
         })
     }
 
@@ -155,17 +161,22 @@ impl PixelWork {
 }
 
 /// A fresh augmentation of encoded bytes with the draws of `rng`, as served: the cold
-/// `augmented/` miss's pixel work from source bytes to the bytes a reader gets.
+/// `augmented/` miss's pixel work from source bytes to the bytes a reader gets (the header
+/// probed here unless `size` says it was).
 /// [`PixelWork::decode_augment`] times it; `pixels::profile` runs it too.
 pub(crate) fn decode_augment_served(
     bytes: &[u8],
+    size: Option<Size2>,
     ops: &[AugmentOp],
     rng: &mut impl rand::Rng,
     max_pixels: u64,
     out: &OutputConfig,
     dest: Dest,
 ) -> Result<ServedBytes, PixelError> {
-    let size = pipeline::probe_size(std::io::Cursor::new(bytes))?;
+    let size = match size {
+        Some(size) => size,
+        None => pipeline::probe_size(std::io::Cursor::new(bytes))?,
+    };
     pipeline::check_pixels(size, max_pixels)?;
     let plan = plan_sample(ops, size, rng);
     pipeline::augment_served(bytes, &plan, max_pixels, out, dest)

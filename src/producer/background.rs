@@ -110,7 +110,7 @@ impl SampleProducer {
             if cache.status.held(file) & HELD_AUGMENTED != 0 || !self.catalog.is_image(file) {
                 continue;
             }
-            if self.reader.known_bad(file) || !wanted(file) || self.tiers.loading(file) {
+            if self.reader.known_bad(file) || !wanted(file) || self.loading(file) {
                 continue;
             }
             let Ok((sample, _)) = self.reader.resolve(file) else { return true };

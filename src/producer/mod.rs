@@ -3,8 +3,9 @@
 //!
 //! - the source ([`SampleReader`]): the sample was resolved once by the open (its path and
 //!   version, a [`Sample`]); reads, bad-sample marks;
-//! - the tiers ([`Tiers`]): memory, then disk, then a read of the source made here, once however
-//!   many requests miss together, and kept in Seneca's fill order;
+//! - the tiers ([`Tiers`]): memory, then the tiers below memory (disk, remote); a miss in all
+//!   is read from the source here, once however many requests miss together (the single flight
+//!   is the producer's: the tiers never call back into it), and kept in Seneca's fill order;
 //! - the pixel work ([`PixelWork`]): fresh draws, decodes and augmentations, timed;
 //! - background work (`background.rs`): refill and prefetch, through the same path.
 //!
@@ -23,7 +24,7 @@ pub(crate) use background::RefillScope;
 
 use std::sync::Arc;
 
-use crate::cache::{Admit, AugmentedEntry, Loaded, Made, Origin, Tiers};
+use crate::cache::{Admit, AugmentedEntry, Loaded, Made, Origin, SingleFlight, Tiers};
 use crate::error::Result;
 use crate::pixels::pipeline::{self, PixelError};
 use crate::pixels::work::PixelWork;
@@ -55,6 +56,9 @@ pub(crate) struct SampleProducer {
     stats: Arc<Stats>,
     /// When the background refill works (`background.rs`).
     pacer: background::RefillPacer,
+    /// Concurrent misses of one sample look below memory and read and decode it once; they
+    /// all get its result, a failure as the typed error it is (cheap to clone).
+    loads: SingleFlight<Result<(Loaded, Origin)>>,
 }
 
 impl SampleProducer {
@@ -65,7 +69,12 @@ impl SampleProducer {
         pixels: PixelWork,
         stats: Arc<Stats>,
     ) -> SampleProducer {
-        SampleProducer { catalog, reader, tiers, pixels, stats, pacer: background::RefillPacer::default() }
+        SampleProducer { catalog, reader, tiers, pixels, stats, pacer: background::RefillPacer::default(), loads: SingleFlight::default() }
+    }
+
+    /// Whether a miss of `id` is being loaded now.
+    pub(crate) fn loading(&self, id: FileId) -> bool {
+        self.loads.in_flight(id)
     }
 
     /// The size of every augmented output.
@@ -123,7 +132,7 @@ impl SampleProducer {
         let (loaded, origin) = self.load_promoting(sample, Admit::Pixels)?;
         let out = match loaded {
             Loaded::Pixels(p) => self.pixels.encode(&p),
-            Loaded::Bytes(b) => {
+            Loaded::Bytes { bytes: b, .. } => {
                 let pixels = self.pixels.decode_full(&b).map_err(|why| self.bad(sample, why))?;
                 self.pixels.encode(&pixels)
             }
@@ -156,7 +165,7 @@ impl SampleProducer {
     /// as a miss of `decoded/` would. A sample that does not decode is marked bad.
     pub(crate) fn check_decodes(&self, sample: &Sample) -> Result<()> {
         self.reader.refuse_known_bad(sample)?;
-        if let (Loaded::Bytes(bytes), _) = self.load(sample, Admit::Pixels)? {
+        if let (Loaded::Bytes { bytes, .. }, _) = self.load(sample, Admit::Pixels)? {
             self.pixels.decode_full(&bytes).map_err(|why| self.bad(sample, why))?;
         }
         Ok(())
@@ -164,10 +173,17 @@ impl SampleProducer {
 
     // ---- the work ----------------------------------------------------------------------------
 
-    /// The sample as the tiers hold it, else read from the source and kept (see
-    /// [`SampleProducer::read_and_keep`]).
+    /// The sample as memory holds it, else as a tier below memory does, else read from the
+    /// source and kept (see [`SampleProducer::read_and_keep`]); the last two once, however many
+    /// requests miss together.
     fn load(&self, sample: &Sample, want: Admit) -> Result<(Loaded, Origin)> {
-        self.tiers.load(sample, || self.read_and_keep(sample, want))
+        if let Some(hit) = self.tiers.in_memory(sample) {
+            return Ok(hit);
+        }
+        self.loads.run(sample.id, || match self.tiers.below_memory(sample) {
+            Some(hit) => Ok(hit),
+            None => self.read_and_keep(sample, want).map(|loaded| (loaded, Origin::Source)),
+        })
     }
 
     /// [`SampleProducer::load`], and a sample memory holds only as bytes is also decoded in full
@@ -180,12 +196,17 @@ impl SampleProducer {
     /// share).
     fn load_promoting(&self, sample: &Sample, want: Admit) -> Result<(Loaded, Origin)> {
         let (loaded, origin) = self.load(sample, want)?;
-        let Loaded::Bytes(bytes) = &loaded else { return Ok((loaded, origin)) };
-        let current = self.reader.is_current(sample.id, &sample.meta);
-        if origin != Origin::Encoded || !self.tiers.admission(bytes, Admit::Fill, current, self.pixels.out_len()).decode {
-            return Ok((loaded, origin));
+        let Loaded::Bytes { bytes, size } = loaded else { return Ok((loaded, origin)) };
+        if origin != Origin::Encoded {
+            return Ok((Loaded::Bytes { bytes, size }, origin));
         }
-        let pixels = Arc::new(self.pixels.decode_full(bytes).map_err(|why| self.bad(sample, why))?);
+        // Probed once: what admission reads of the header, augmenting reuses.
+        let size = size.or_else(|| self.pixels.probe(&bytes));
+        let current = self.reader.is_current(sample.id, &sample.meta);
+        if !self.tiers.admission(decoded_len(size), Admit::Fill, current, self.pixels.out_len()).decode {
+            return Ok((Loaded::Bytes { bytes, size }, origin));
+        }
+        let pixels = Arc::new(self.pixels.decode_full(&bytes).map_err(|why| self.bad(sample, why))?);
         self.tiers.promote(sample, Arc::clone(&pixels));
         Ok((Loaded::Pixels(pixels), origin))
     }
@@ -195,10 +216,12 @@ impl SampleProducer {
     fn read_and_keep(&self, sample: &Sample, want: Admit) -> Result<Loaded> {
         let (bytes, meta) = self.reader.read(sample)?;
         let current = self.reader.is_current(sample.id, &meta);
-        let admission = self.tiers.admission(&bytes, want, current, self.pixels.out_len());
+        // The header is in hand: probed once here, for admission and for augmenting.
+        let size = self.pixels.probe(&bytes);
+        let admission = self.tiers.admission(decoded_len(size), want, current, self.pixels.out_len());
         if !admission.decode {
             self.tiers.keep(sample, &meta, current, Made { bytes: Arc::clone(&bytes), pixels: None, spare: None });
-            return Ok(Loaded::Bytes(bytes));
+            return Ok(Loaded::Bytes { bytes, size });
         }
         let pixels = Arc::new(self.pixels.decode_full(&bytes).map_err(|why| self.bad(sample, why))?);
         // A spare that fails is no loss: the pixels decoded, and the request is served.
@@ -211,13 +234,15 @@ impl SampleProducer {
     fn augment(&self, sample: &Sample, loaded: &Loaded) -> Result<ServedBytes> {
         let made = match loaded {
             Loaded::Pixels(p) => self.pixels.augment_pixels(sample.id, p),
-            Loaded::Bytes(b) => self.pixels.decode_augment(sample.id, b),
+            Loaded::Bytes { bytes, size } => self.pixels.decode_augment(sample.id, bytes, *size),
         };
         made.map_err(|why| self.bad(sample, why))
     }
 
-    /// A sample the pixel work failed on: marked bad, the reader's error.
+    /// A sample the pixel work failed on: marked bad, the reader's error; what the tiers below
+    /// memory hold of it is dropped.
     fn bad(&self, sample: &Sample, why: PixelError) -> crate::error::Error {
+        self.tiers.forget_lower(sample);
         self.reader.mark_bad(sample.id, &sample.path, why.into())
     }
 
@@ -261,4 +286,9 @@ impl SampleProducer {
     pub(crate) fn flush(&self) {
         self.tiers.flush();
     }
+}
+
+/// The bytes of an image's full pixels (RGB) from its probed size; 0 where none was read.
+fn decoded_len(size: Option<Size2>) -> u64 {
+    size.map_or(0, |s| s.area() * 3)
 }

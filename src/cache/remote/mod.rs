@@ -11,16 +11,15 @@
 //!   `K` the form (`e` encoded, `d` decoded, `a` augmented). So mounts of the same dataset share,
 //!   different datasets never collide, and a changed file never finds its stale entries. The
 //!   braces are a Redis Cluster hash tag: a sample's forms live in one slot (one `MGET`).
-//! - **Values**: a 72-byte header then the payload: `0..4` magic `PFRM`, `4..6` version (2),
-//!   `6` kind (1 encoded, 2 decoded, 3 augmented), `7` zero, `8..16` FNV-1a 64 of the key,
-//!   `16..24` payload length, `24..28` width, `28..32` height (decoded; else 0), `32..36` CRC-32
-//!   over header bytes `0..32` and the payload, `36..40` zero, `40..72` the value's MAC: keyed
-//!   BLAKE3 under the deployment's secret (`cache.remote.secret_file`) over the key, header
-//!   bytes `0..40` and the payload (`auth.rs`). Every read checks them all: a damaged value (or
-//!   one stored under another key) is deleted, counted (`damaged_dropped`) and answered as a
-//!   miss; one intact but failing its MAC (forged by someone who can write to the server, or
-//!   written with another secret) is deleted (else its `SET NX` squat would keep the true
-//!   value out), counted (`forged`) and answered as a miss. Neither is ever served.
+//! - **Values**: a 72-byte header then the payload: the entry codec's 40-byte header
+//!   (`super::entry`: magic `PFRM`, version 2, kinds encoded, decoded and augmented, the FNV-1a 64
+//!   of the Redis key in the key field), then `40..72` the value's MAC: keyed BLAKE3 under the
+//!   deployment's secret (`cache.remote.secret_file`) over the key, header bytes `0..40` and the
+//!   payload (`auth.rs`). Every read checks them all, by the codec's damage rules: a damaged
+//!   value (or one stored under another key) is deleted, counted (`damaged_dropped`) and
+//!   answered as a miss; one intact but failing its MAC (forged by someone who can write to the
+//!   server, or written with another secret) is deleted (else its `SET NX` squat would keep the
+//!   true value out), counted (`forged`) and answered as a miss. Neither is ever served.
 //! - **Access**: the URL's `USER:PASSWORD@` (Redis AUTH / ACL user), or a password read from
 //!   `cache.remote.password_file`; `rediss://` for TLS, trusting the system's roots or
 //!   `cache.remote.tls_ca_file`. Passwords are never logged or shown: see [`redacted`].
@@ -36,9 +35,9 @@
 //!   success brings the tier back (logged). A server's error reply
 //!   (for example `OOM` past its `maxmemory`) is counted, not an outage. Requests never fail for
 //!   the remote tier.
-//! - **Writes** never wait on the request path: a bounded queue (by jobs and by bytes; a write
-//!   that does not fit is dropped and counted) feeds one writer thread, which sends what is
-//!   queued in one pipeline (`SET NX` each). [`RemoteTier::close`] (the end of a mount) writes
+//! - **Writes** never wait on the request path: the tier's write queue (`super::queue`: bounded
+//!   by jobs and by bytes; a write that does not fit is dropped and counted) feeds one writer
+//!   thread (`prepfs-remote-writer`), which sends what is queued in one pipeline (`SET NX` each). [`RemoteTier::close`] (the end of a mount) writes
 //!   out what is queued within the timeouts and joins the writer.
 //! - **Budget**: the writer stops writing while the bytes this mount wrote, less what it deleted
 //!   or claimed, or the server's `used_memory` (sampled at most once a second) would pass `size`.
@@ -71,14 +70,15 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::json;
 
-use crate::cache::lower::{LowerHit, Payload};
+use crate::cache::entry::{self, Damage, Dropped, Format};
+use crate::cache::fill::Origin;
+use crate::cache::lower::{LowerHit, LowerKey, LowerTier, Payload, Put};
+use crate::cache::queue::{self, Jobs, Taken, WriteQueue};
 use crate::cache::SampleStatus;
 use crate::shared::{fnv1a64, Rgb};
 use crate::source::catalog::FileId;
@@ -91,12 +91,12 @@ pub(crate) const TIMEOUT: Duration = Duration::from_millis(200);
 /// While down, one probe at most this often.
 pub(crate) const RETRY_EVERY: Duration = Duration::from_secs(1);
 /// Bytes of the header before every payload.
-pub(crate) const HEADER_LEN: usize = 40 + auth::MAC_LEN;
-/// Bytes of the header before its MAC (what the MAC covers of it).
-const CHECKED_LEN: usize = 40;
-const MAGIC: [u8; 4] = *b"PFRM";
-/// 2: the MAC (version 1 values, unauthenticated, are refused as damaged).
-const VERSION: u16 = 2;
+pub(crate) const HEADER_LEN: usize = CHECKED_LEN + auth::MAC_LEN;
+/// Bytes of the header before its MAC (the entry codec's header: what the MAC covers of it).
+const CHECKED_LEN: usize = entry::HEADER_LEN;
+/// The remote tier's header. Version 2: the MAC (version 1 values, unauthenticated, are refused
+/// as damaged).
+const FORMAT: Format = Format { magic: *b"PFRM", version: 2 };
 /// The writer's queue: at most this many jobs ...
 const QUEUE_JOBS: usize = 256;
 /// ... holding at most this many payload bytes.
@@ -337,11 +337,12 @@ pub(crate) enum RemoteKind {
 }
 
 impl RemoteKind {
-    fn code(self) -> u8 {
+    /// Its kind in the entry header.
+    fn entry(self) -> entry::Kind {
         match self {
-            RemoteKind::Encoded => 1,
-            RemoteKind::Decoded => 2,
-            RemoteKind::Augmented => 3,
+            RemoteKind::Encoded => entry::Kind::Encoded,
+            RemoteKind::Decoded => entry::Kind::Decoded,
+            RemoteKind::Augmented => entry::Kind::Augmented,
         }
     }
     fn letter(self) -> u8 {
@@ -351,28 +352,6 @@ impl RemoteKind {
             RemoteKind::Augmented => b'a',
         }
     }
-}
-
-/// Why a value is refused.
-#[derive(Debug, thiserror::Error)]
-enum Damage {
-    #[error("shorter than its header")]
-    Short,
-    #[error("bad magic or version")]
-    Magic,
-    #[error("kind byte {0}, expected {1}")]
-    Kind(u8, u8),
-    #[error("stored under another key")]
-    Key,
-    #[error("{actual} payload bytes, the header says {expected}")]
-    Length { actual: u64, expected: u64 },
-    #[error("{width}x{height} pixels do not fill {len} payload bytes")]
-    Dims { width: u32, height: u32, len: u64 },
-    #[error("checksum mismatch")]
-    Checksum,
-    /// Intact, but not written with this deployment's secret: forged, or another deployment's.
-    #[error("its MAC fails: forged, or written with another secret")]
-    Forged,
 }
 
 /// The dataset's fingerprint: the catalog's relative paths (directories and files, in the
@@ -430,34 +409,13 @@ pub(crate) fn key_of(fingerprint: u64, recipe: u64, rel_path: &Path, version: &I
 }
 
 /// A value for `key`: the header (its MAC under `mac`), then `payload`.
-pub(crate) fn encode_value(mac: &ValueKey, kind: RemoteKind, key: &[u8], payload: &[u8], (width, height): (u32, u32)) -> Vec<u8> {
+pub(crate) fn encode_value(mac: &ValueKey, kind: RemoteKind, key: &[u8], payload: &[u8], dims: (u32, u32)) -> Vec<u8> {
+    let head = entry::header(FORMAT, kind.entry(), fnv1a64(&[key]), payload, dims);
     let mut v = Vec::with_capacity(HEADER_LEN + payload.len());
-    v.extend_from_slice(&MAGIC);
-    v.extend_from_slice(&VERSION.to_le_bytes());
-    v.push(kind.code());
-    v.push(0);
-    v.extend_from_slice(&fnv1a64(&[key]).to_le_bytes());
-    v.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-    v.extend_from_slice(&width.to_le_bytes());
-    v.extend_from_slice(&height.to_le_bytes());
-    let mut crc = crc32fast::Hasher::new();
-    crc.update(&v[0..32]);
-    crc.update(payload);
-    v.extend_from_slice(&crc.finalize().to_le_bytes());
-    v.extend_from_slice(&[0; 4]);
-    let tag = mac.mac(key, &v[..CHECKED_LEN], payload);
-    v.extend_from_slice(&tag);
+    v.extend_from_slice(&head);
+    v.extend_from_slice(&mac.mac(key, &head, payload));
     v.extend_from_slice(payload);
     v
-}
-
-fn le_u32(b: &[u8]) -> u32 {
-    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
-}
-fn le_u64(b: &[u8]) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[..8]);
-    u64::from_le_bytes(a)
 }
 
 /// Checks a value read under `key`, its MAC under `mac` last; returns its (width, height) and
@@ -466,40 +424,14 @@ fn decode_value(mac: &ValueKey, kind: RemoteKind, key: &[u8], mut value: Vec<u8>
     if value.len() < HEADER_LEN {
         return Err(Damage::Short);
     }
-    let h = &value[..HEADER_LEN];
-    if h[0..4] != MAGIC || u16::from_le_bytes([h[4], h[5]]) != VERSION {
-        return Err(Damage::Magic);
-    }
-    if h[6] != kind.code() || h[7] != 0 || h[36..40] != [0; 4] {
-        return Err(Damage::Kind(h[6], kind.code()));
-    }
-    if le_u64(&h[8..16]) != fnv1a64(&[key]) {
-        return Err(Damage::Key);
-    }
-    let len = le_u64(&h[16..24]);
-    let actual = (value.len() - HEADER_LEN) as u64;
-    if actual != len {
-        return Err(Damage::Length { actual, expected: len });
-    }
-    let (width, height) = (le_u32(&h[24..28]), le_u32(&h[28..32]));
-    let dims_ok = match kind {
-        RemoteKind::Decoded => u64::from(width) * u64::from(height) * 3 == len,
-        RemoteKind::Encoded | RemoteKind::Augmented => width == 0 && height == 0,
-    };
-    if !dims_ok {
-        return Err(Damage::Dims { width, height, len });
-    }
-    let mut crc = crc32fast::Hasher::new();
-    crc.update(&h[0..32]);
-    crc.update(&value[HEADER_LEN..]);
-    if crc.finalize() != le_u32(&h[32..36]) {
-        return Err(Damage::Checksum);
-    }
-    if !mac.verify(key, &h[..CHECKED_LEN], &value[HEADER_LEN..], &h[CHECKED_LEN..HEADER_LEN]) {
+    let (h, payload) = value.split_at(HEADER_LEN);
+    let head = entry::head_of(h)?;
+    let header = entry::check(head, payload, FORMAT, kind.entry(), fnv1a64(&[key]))?;
+    if !mac.verify(key, head, payload, &h[CHECKED_LEN..]) {
         return Err(Damage::Forged);
     }
     value.drain(..HEADER_LEN);
-    Ok(((width, height), value))
+    Ok(((header.width, header.height), value))
 }
 
 struct WriteJob {
@@ -508,6 +440,12 @@ struct WriteJob {
     kind: RemoteKind,
     key: Vec<u8>,
     payload: Payload,
+}
+
+impl queue::Job for WriteJob {
+    fn bytes(&self) -> u64 {
+        self.payload.data().len() as u64
+    }
 }
 
 /// Whether an error is the connection's (an outage) rather than the server's reply.
@@ -579,13 +517,11 @@ struct Inner {
     claims: AtomicU64,
     errors: AtomicU64,
     outages: AtomicU64,
-    damaged_dropped: AtomicU64,
-    /// Values intact but failing their MAC (forged, or another secret's): dropped.
-    forged: AtomicU64,
+    /// Values dropped as damaged, and apart those intact but failing their MAC (forged, or
+    /// another secret's).
+    dropped: Dropped,
     dropped_writes: AtomicU64,
     over_size: AtomicU64,
-    queued_jobs: AtomicU64,
-    queued_bytes: AtomicU64,
     /// The server's `used_memory`, and when it was sampled (ms since `epoch`; 0: never).
     server_used: AtomicU64,
     server_used_at_ms: AtomicU64,
@@ -719,15 +655,14 @@ impl Inner {
         match decode_value(&self.value_key, kind, key, value) {
             Ok(v) => Some(v),
             Err(why) => {
+                self.dropped.count(&why);
                 if matches!(why, Damage::Forged) {
-                    self.forged.fetch_add(1, Ordering::Relaxed);
                     crate::warn_limited!(
                         "remote-forged",
                         key = %String::from_utf8_lossy(key),
                         "value in the remote cache tier fails its MAC (forged, or written with another secret_file); dropped, not served"
                     );
                 } else {
-                    self.damaged_dropped.fetch_add(1, Ordering::Relaxed);
                     crate::warn_limited!(
                         "remote-damaged",
                         key = %String::from_utf8_lossy(key),
@@ -777,12 +712,12 @@ impl Inner {
     }
 
     /// Writes one batch in one pipeline: `SET key value NX` each, within the budget.
-    fn write_batch(&self, batch: Vec<WriteJob>) {
+    fn write_batch(&self, batch: &[Taken<WriteJob>]) {
         let mut items = Vec::with_capacity(batch.len());
         let mut lens = Vec::with_capacity(batch.len());
         let mut ids = Vec::with_capacity(batch.len());
         let mut kinds = Vec::with_capacity(batch.len());
-        for job in &batch {
+        for job in batch {
             let data = job.payload.data();
             let len = (HEADER_LEN + data.len()) as u64;
             if !self.fits(len + lens.iter().sum::<u64>()) {
@@ -896,7 +831,7 @@ impl Inner {
     /// The writer: sends what is queued, in batches; while the tier is down and nothing is
     /// queued it probes (PING) once per [`RETRY_EVERY`], so the tier comes back by itself even
     /// while every request hits memory. Ends when the queue is closed and drained.
-    fn run_writer(&self, jobs: Receiver<WriteJob>) {
+    fn run_writer(&self, jobs: Jobs<WriteJob>) {
         use std::sync::mpsc::RecvTimeoutError;
         loop {
             let first = match jobs.recv_timeout(RETRY_EVERY) {
@@ -915,22 +850,17 @@ impl Inner {
             let mut batch = vec![first];
             let mut bytes = batch[0].payload.data().len() as u64;
             while bytes < BATCH_BYTES {
-                match jobs.try_recv() {
-                    Ok(job) => {
-                        bytes += job.payload.data().len() as u64;
-                        batch.push(job);
-                    }
-                    Err(_) => break,
-                }
+                let Some(job) = jobs.try_recv() else { break };
+                bytes += job.payload.data().len() as u64;
+                batch.push(job);
             }
-            let n = batch.len() as u64;
-            self.write_batch(batch);
+            self.write_batch(&batch);
             if !self.down.load(Ordering::Acquire) {
                 self.read_held();
                 self.tick_network();
             }
-            self.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
-            self.queued_jobs.fetch_sub(n, Ordering::AcqRel);
+            // The batch is pending until here (a flush waits for the index it updated too).
+            drop(batch);
         }
     }
 }
@@ -977,8 +907,7 @@ pub(crate) struct RemoteTier {
     fingerprint: u64,
     /// What this mount's augmented outputs are ([`recipe_fingerprint`]).
     recipe: u64,
-    sender: Mutex<Option<SyncSender<WriteJob>>>,
-    writer: Mutex<Option<JoinHandle<()>>>,
+    queue: WriteQueue<WriteJob>,
 }
 
 impl RemoteTier {
@@ -1013,12 +942,9 @@ impl RemoteTier {
             claims: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             outages: AtomicU64::new(0),
-            damaged_dropped: AtomicU64::new(0),
-            forged: AtomicU64::new(0),
+            dropped: Dropped::default(),
             dropped_writes: AtomicU64::new(0),
             over_size: AtomicU64::new(0),
-            queued_jobs: AtomicU64::new(0),
-            queued_bytes: AtomicU64::new(0),
             server_used: AtomicU64::new(0),
             server_used_at_ms: AtomicU64::new(0),
             held_key: held_key_of(fingerprint),
@@ -1029,13 +955,10 @@ impl RemoteTier {
             waiting: status.as_ref().map(|s| crate::sampling::Bitset::new(s.len())),
             network: network::NetworkState::new(url, fingerprint, size),
         });
-        let (sender, receiver) = sync_channel(QUEUE_JOBS);
         let for_writer = Arc::clone(&inner);
-        let writer = std::thread::Builder::new()
-            .name("prepfs-remote-writer".into())
-            .spawn(move || for_writer.run_writer(receiver))
+        let queue = WriteQueue::start("prepfs-remote-writer", QUEUE_JOBS, QUEUE_BYTES, move |jobs| for_writer.run_writer(jobs))
             .map_err(RemoteError::Writer)?;
-        Ok(RemoteTier { inner, fingerprint, recipe, sender: Mutex::new(Some(sender)), writer: Mutex::new(Some(writer)) })
+        Ok(RemoteTier { inner, fingerprint, recipe, queue })
     }
 
     /// The store of the dataset's jobs shared by the mounts on this tier's server; a job's keys
@@ -1113,13 +1036,15 @@ impl RemoteTier {
     }
 
     /// Queues the sample's source bytes for writing; returns whether they were queued.
+    #[cfg(test)]
     pub(crate) fn put_encoded(&self, id: FileId, rel_path: &Path, version: &Identity, bytes: Arc<[u8]>) -> bool {
-        self.enqueue(id, RemoteKind::Encoded, rel_path, version, Payload::Bytes(bytes))
+        self.enqueue(id, RemoteKind::Encoded, rel_path, version, Payload::Bytes(bytes)) == Put::Queued
     }
 
     /// Queues the sample's decoded pixels (uint8 RGB) for writing.
+    #[cfg(test)]
     pub(crate) fn put_decoded(&self, id: FileId, rel_path: &Path, version: &Identity, pixels: Arc<Rgb>) -> bool {
-        self.enqueue(id, RemoteKind::Decoded, rel_path, version, Payload::Pixels(pixels))
+        self.enqueue(id, RemoteKind::Decoded, rel_path, version, Payload::Pixels(pixels)) == Put::Queued
     }
 
     /// Queues a fresh augmented output for the next claimer anywhere (kept only when none waits;
@@ -1128,61 +1053,51 @@ impl RemoteTier {
         if self.inner.waiting.is_none() {
             return false;
         }
-        self.enqueue(id, RemoteKind::Augmented, rel_path, version, Payload::Bytes(out))
+        self.enqueue(id, RemoteKind::Augmented, rel_path, version, Payload::Bytes(out)) == Put::Queued
     }
 
-    fn enqueue(&self, id: FileId, kind: RemoteKind, rel_path: &Path, version: &Identity, payload: Payload) -> bool {
+    fn enqueue(&self, id: FileId, kind: RemoteKind, rel_path: &Path, version: &Identity, payload: Payload) -> Put {
         let inner = &self.inner;
         // Down: dropped at no cost (the probe belongs to lookups and the writer's batches).
         if inner.down.load(Ordering::Acquire) {
             inner.skipped.fetch_add(1, Ordering::Relaxed);
-            return false;
+            return Put::Off;
         }
         let len = payload.data().len() as u64;
         if (HEADER_LEN as u64 + len) > inner.size {
             inner.over_size.fetch_add(1, Ordering::Relaxed);
-            return false;
+            return Put::NoRoom;
         }
-        let queued = inner.queued_bytes.fetch_add(len, Ordering::AcqRel);
-        if queued > 0 && queued + len > QUEUE_BYTES {
-            inner.queued_bytes.fetch_sub(len, Ordering::AcqRel);
-            inner.dropped_writes.fetch_add(1, Ordering::Relaxed);
-            return false;
-        }
-        inner.queued_jobs.fetch_add(1, Ordering::AcqRel);
         let job = WriteJob { id, kind, key: self.key(rel_path, version, kind), payload };
-        let sent = match &*self.sender.lock_or_recover() {
-            Some(sender) => sender.try_send(job).is_ok(),
-            None => false,
-        };
-        if !sent {
-            inner.queued_bytes.fetch_sub(len, Ordering::AcqRel);
-            inner.queued_jobs.fetch_sub(1, Ordering::AcqRel);
-            inner.dropped_writes.fetch_add(1, Ordering::Relaxed);
+        match self.queue.push(job) {
+            Ok(()) => Put::Queued,
+            Err(why) => {
+                inner.dropped_writes.fetch_add(1, Ordering::Relaxed);
+                match why {
+                    queue::Refused::Full => Put::NoRoom,
+                    queue::Refused::Closed => Put::Off,
+                }
+            }
         }
-        sent
+    }
+
+    /// Deletes the sample's encoded and decoded values (not a waiting output: that is a
+    /// claimer's). Nothing while down.
+    pub(crate) fn remove(&self, rel_path: &Path, version: &Identity) {
+        let (dkey, ekey) = (self.key(rel_path, version, RemoteKind::Decoded), self.key(rel_path, version, RemoteKind::Encoded));
+        // One call: the hash tag puts both keys in one slot of a cluster.
+        self.inner.with_conn(|c| redis::cmd("DEL").arg(&dkey[..]).arg(&ekey[..]).query::<u64>(c));
     }
 
     /// Waits (up to `limit`) until every queued write is sent; returns whether it is.
-    #[cfg(test)]
     pub(crate) fn flush(&self, limit: Duration) -> bool {
-        let started = Instant::now();
-        while self.inner.queued_jobs.load(Ordering::Acquire) > 0 {
-            if started.elapsed() > limit {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        true
+        self.queue.flush(limit)
     }
 
     /// The end of a mount: closes the queue, lets the writer send what is queued (each call
     /// within the timeouts; nothing while down) and joins it.
     pub(crate) fn close(&self) {
-        self.sender.lock_or_recover().take();
-        let writer = self.writer.lock_or_recover().take();
-        if let Some(writer) = writer {
-            let _ = writer.join();
+        if self.queue.close() {
             self.inner.leave_network();
         }
     }
@@ -1220,12 +1135,12 @@ impl RemoteTier {
             "server_used_memory": get(&i.server_used),
             "errors": get(&i.errors),
             "outages": get(&i.outages),
-            "damaged_dropped": get(&i.damaged_dropped),
+            "damaged_dropped": i.dropped.damaged(),
             // Values that failed their MAC (forged, or written with another secret): dropped.
-            "forged": get(&i.forged),
+            "forged": i.dropped.forged(),
             "dropped_writes": get(&i.dropped_writes),
             "over_size": get(&i.over_size),
-            "pending_writes": get(&i.queued_jobs),
+            "pending_writes": self.queue.pending(),
             // Samples this mount knows the tier holds (the shared index): what opportunistic
             // sampling prefers after the local forms.
             "samples_known_held": i.status.as_ref().map_or(0, |s| s.count_held(crate::cache::HELD_REMOTE)),
@@ -1235,6 +1150,46 @@ impl RemoteTier {
             "outputs_waiting": i.waiting.as_ref().map_or(0, |w| w.count()),
             "network": i.network_stats(),
         })
+    }
+}
+
+/// The remote tier in the chain below memory (its augmented outputs, use-once, are not: they
+/// are offered and claimed through [`RemoteTier`] itself).
+impl LowerTier for RemoteTier {
+    fn origin(&self) -> Origin {
+        Origin::Remote
+    }
+
+    fn name(&self) -> &'static str {
+        "remote"
+    }
+
+    fn get(&self, key: &LowerKey<'_>) -> Option<LowerHit> {
+        RemoteTier::get(self, key.id, key.rel, key.version)
+    }
+
+    fn put(&self, key: &LowerKey<'_>, payload: Payload) -> Put {
+        let kind = match payload {
+            Payload::Bytes(_) => RemoteKind::Encoded,
+            Payload::Pixels(_) => RemoteKind::Decoded,
+        };
+        self.enqueue(key.id, kind, key.rel, key.version, payload)
+    }
+
+    fn remove(&self, key: &LowerKey<'_>) {
+        RemoteTier::remove(self, key.rel, key.version);
+    }
+
+    fn flush(&self, limit: Duration) -> bool {
+        RemoteTier::flush(self, limit)
+    }
+
+    fn close(&self) {
+        RemoteTier::close(self);
+    }
+
+    fn stats(&self) -> serde_json::Value {
+        RemoteTier::stats(self)
     }
 }
 
@@ -1321,7 +1276,7 @@ mod tests {
         let ((w, h), payload) = decode_value(&test_key(), RemoteKind::Decoded, &key, v.clone()).expect("intact");
         assert_eq!(((w, h), payload), ((4, 3), pixels(4, 3).pixels.clone()));
         assert!(matches!(decode_value(&test_key(), RemoteKind::Decoded, b"other", v.clone()), Err(Damage::Key)));
-        assert!(matches!(decode_value(&test_key(), RemoteKind::Encoded, &key, v.clone()), Err(Damage::Kind(2, 1))));
+        assert!(matches!(decode_value(&test_key(), RemoteKind::Encoded, &key, v.clone()), Err(Damage::Kind { found: 2, expected: 1 })));
         assert!(matches!(decode_value(&test_key(), RemoteKind::Decoded, &key, v[..HEADER_LEN - 1].to_vec()), Err(Damage::Short)));
         assert!(matches!(decode_value(&test_key(), RemoteKind::Decoded, &key, v[..v.len() - 1].to_vec()), Err(Damage::Length { .. })));
         let mut flipped = v.clone();
