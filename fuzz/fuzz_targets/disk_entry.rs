@@ -27,7 +27,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
-use prepfs::cache::disk::{DiskCache, DiskHit, DiskKind};
+use prepfs::cache::disk::{DiskCache, DiskKind};
+use prepfs::cache::lower::LowerHit;
 use prepfs::shared::Rgb;
 
 const KEY: u64 = 0x0123_4567_89ab_cdef;
@@ -172,7 +173,7 @@ fuzz_target!(|data: &[u8]| {
     let hit = cache.get(KEY);
 
     match &hit {
-        Some(DiskHit::Pixels(p)) => assert_eq!(
+        Some(LowerHit::Pixels(p)) => assert_eq!(
             p.pixels.len() as u64,
             u64::from(p.width) * u64::from(p.height) * 3,
             "a {}x{} hit with {} bytes",
@@ -180,7 +181,7 @@ fuzz_target!(|data: &[u8]| {
             p.height,
             p.pixels.len()
         ),
-        Some(DiskHit::Bytes(_)) => {}
+        Some(LowerHit::Bytes(_)) => {}
         None => {
             assert!(!with_other, "the intact entry of the other kind was not found");
             assert!(!path.exists(), "a refused entry was left on disk");
@@ -191,18 +192,18 @@ fuzz_target!(|data: &[u8]| {
     let other_pixels = other_pixels();
     match (kind, with_other, damaged, &written, &hit) {
         (DiskKind::Encoded, true, _, _, hit) => match hit {
-            Some(DiskHit::Pixels(p)) => assert_eq!(p, &other_pixels, "the other kind's entry changed"),
+            Some(LowerHit::Pixels(p)) => assert_eq!(p, &other_pixels, "the other kind's entry changed"),
             _ => panic!("the intact decoded entry was not returned"),
         },
-        (DiskKind::Decoded, true, true, _, Some(DiskHit::Bytes(b))) => {
+        (DiskKind::Decoded, true, true, _, Some(LowerHit::Bytes(b))) => {
             assert_eq!(b.as_slice(), OTHER_BYTES, "the other kind's entry changed")
         }
         (_, _, false, Some(Written::Bytes(w)), hit) => match hit {
-            Some(DiskHit::Bytes(b)) => assert_eq!(w, b, "encoded entry changed"),
+            Some(LowerHit::Bytes(b)) => assert_eq!(w, b, "encoded entry changed"),
             _ => panic!("an intact encoded entry was not returned"),
         },
         (_, _, false, Some(Written::Pixels(w)), hit) => match hit {
-            Some(DiskHit::Pixels(p)) => assert_eq!(w, p, "decoded entry changed"),
+            Some(LowerHit::Pixels(p)) => assert_eq!(w, p, "decoded entry changed"),
             _ => panic!("an intact decoded entry was not returned"),
         },
         _ => {}

@@ -26,7 +26,7 @@ fn fnv(data: &[u8]) -> u64 {
     h
 }
 
-fn check_rgb(what: &str, rgb: &jpeg::Rgb, max_w: u32, max_h: u32) {
+fn check_rgb(what: &str, rgb: &prepfs::shared::Rgb, max_w: u32, max_h: u32) {
     assert_eq!(
         rgb.pixels.len() as u64,
         u64::from(rgb.width) * u64::from(rgb.height) * 3,
