@@ -71,7 +71,7 @@ fn batches_hold_the_mounts_own_samples_pixel_for_pixel_with_imagefolders_labels(
 }
 
 #[test]
-fn a_loader_closed_by_its_with_block_gives_its_ring_back_and_refuses_to_iterate_while_kept_batches_stay_readable() {
+fn a_loader_closed_by_its_with_block_refuses_to_iterate_keeps_live_batches_intact_and_gives_its_ring_back_after_them() {
     if !module_ready() {
         return;
     }
@@ -85,6 +85,10 @@ fn a_loader_closed_by_its_with_block_gives_its_ring_back_and_refuses_to_iterate_
     assert_eq!(got["next"], "ValueError", "{got}");
     assert_eq!(got["kept_shape"], serde_json::json!([4, 224, 224, 3]), "{got}");
     assert!(got["kept_sum"].as_i64().is_some_and(|s| s > 0), "{got}");
+    // A batch kept past close() stays the same pixels while it lives (the ring is not freed
+    // under it), and the ring is given back once it is dropped.
+    assert_eq!(got["kept_sum_later"], got["kept_sum"], "{got}");
+    assert_eq!(got["ring_bytes_while_kept"], got["ring_bytes_open"], "{got}");
     let open = got["repr_open"].as_str().unwrap_or("");
     assert!(open.starts_with("prepfs.Loader(mountpoint=") && open.contains("job=\"closing\"") && open.ends_with(", open)"), "{open}");
     assert!(open.contains("samples=24, classes=3"), "{open}");

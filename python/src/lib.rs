@@ -34,6 +34,22 @@ struct Ring {
     /// Whether each slot is held by a live batch.
     held: Vec<AtomicBool>,
     _fd: OwnedFd,
+    /// The connection, kept open while any batch views the ring (the daemon frees the ring's
+    /// pages when the connection ends, which would zero a batch still in use) ...
+    keepalive: Mutex<Option<UnixStream>>,
+    /// ... and ended by the last batch released once `close()` was called.
+    closing: AtomicBool,
+}
+
+impl Ring {
+    /// After `close()`, ends the connection once no batch holds a slot.
+    fn end_if_idle(&self) {
+        if self.closing.load(Ordering::Acquire) && self.held.iter().all(|h| !h.load(Ordering::Acquire)) {
+            if let Some(stream) = self.keepalive.lock().ok().and_then(|mut k| k.take()) {
+                let _ = stream.shutdown(std::net::Shutdown::Both);
+            }
+        }
+    }
 }
 
 // SAFETY: the mapping is shared memory valid until Drop; slots are written by the daemon only
@@ -57,6 +73,7 @@ struct Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         self.ring.held[self.slot].store(false, Ordering::Release);
+        self.ring.end_if_idle();
     }
 }
 
@@ -405,7 +422,15 @@ impl Loader {
         if ptr == libc::MAP_FAILED {
             return Err(PyOSError::new_err(format!("cannot map the loader's ring: {}", io::Error::last_os_error())));
         }
-        let ring = Ring { ptr: ptr.cast(), len, slot_bytes: slot_bytes as usize, held: (0..slots).map(|_| AtomicBool::new(false)).collect(), _fd: fd };
+        let ring = Ring {
+            ptr: ptr.cast(),
+            len,
+            slot_bytes: slot_bytes as usize,
+            held: (0..slots).map(|_| AtomicBool::new(false)).collect(),
+            _fd: fd,
+            keepalive: Mutex::new(stream.try_clone().ok()),
+            closing: AtomicBool::new(false),
+        };
         let (mean, std) = ([mean.0, mean.1, mean.2], [std.0, std.1, std.2]);
         #[cfg(feature = "gpu")]
         let gpu = match on_gpu {
@@ -502,22 +527,21 @@ impl Loader {
         self.conn.lock().map(|c| c.closed).unwrap_or(true)
     }
 
-    /// Ends the connection now: the daemon gives the loader's places and ring memory back to
-    /// other loaders. Batches still alive stay readable (their mapping is theirs); iterating
-    /// afterwards raises ValueError. Closing twice does nothing.
+    /// Ends the connection: the daemon gives the loader's place and ring memory back to other
+    /// loaders, at once, or when the last batch still alive is dropped (until then it stays
+    /// readable). Iterating afterwards raises ValueError. Closing twice does nothing.
     fn close(&self) {
         #[cfg(feature = "gpu")]
         if let Some(Ok(mut on_gpu)) = self.gpu.as_ref().map(|g| g.try_lock()) {
             on_gpu.pending = None;
         }
         if let Ok(mut conn) = self.conn.lock() {
-            if !conn.closed {
-                conn.closed = true;
-                conn.in_epoch = false;
-                conn.ended = true;
-                let _ = conn.stream.shutdown(std::net::Shutdown::Both);
-            }
+            conn.closed = true;
+            conn.in_epoch = false;
+            conn.ended = true;
         }
+        self.ring.closing.store(true, Ordering::Release);
+        self.ring.end_if_idle();
     }
 
     /// `with prepfs.Loader(...) as batches:` closes the loader when the block ends.

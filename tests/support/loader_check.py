@@ -190,6 +190,11 @@ def close(mnt, job):
         except Exception as e:
             out[what] = type(e).__name__
     loader.close()  # twice: nothing happens
+    # The ring stays while a batch views it; dropping the last one ends the connection.
+    time.sleep(0.3)
+    out["ring_bytes_while_kept"] = json.load(open(os.path.join(mnt, ".prepfs", "stats.json")))["loader"]["ring_bytes"]
+    out["kept_sum_later"] = int(kept.astype(np.int64).sum())
+    del kept, images, labels
     deadline = time.time() + 10
     while True:
         ring = json.load(open(os.path.join(mnt, ".prepfs", "stats.json")))["loader"]["ring_bytes"]
