@@ -56,7 +56,7 @@ class Loader:
         traceback: Optional[TracebackType],
     ) -> bool: ...
     def close(self) -> None:
-        """Ends the connection now; batches still alive stay readable. Closing twice does nothing."""
+        """Ends the connection, once the batches still alive are dropped (they stay intact until then). Closing twice does nothing."""
     @property
     def closed(self) -> bool: ...
     @property
