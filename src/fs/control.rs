@@ -3,6 +3,8 @@
 //! gathers for [`crate::metrics::exposition`] (`config.yaml` serves the effective
 //! configuration, [`crate::config::Config::to_yaml`]).
 
+use std::sync::atomic::Ordering;
+
 use super::Filesystem;
 use crate::metrics::{exposition, Gauges, JobFigures};
 use crate::shared::Form;
@@ -70,7 +72,7 @@ impl Filesystem {
             "cache_encoded": used("encoded"),
             "cache_decoded": used("decoded"),
             "cache_augmented": used("augmented"),
-            "loader_rings": self.stats().loader.ring_bytes.load(std::sync::atomic::Ordering::Relaxed),
+            "loader_rings": self.stats().loader.ring_bytes.load(Ordering::Relaxed),
             "catalog": (catalog.bytes_per_sample() * catalog.sample_count().max(1) as f64) as u64,
             "jobs_state": self.ods_metadata_bytes(),
             "open_handles": self.open_budget.held(),
@@ -139,13 +141,12 @@ impl Filesystem {
                 .iter()
                 .map(|j| {
                     let c = &j.counters;
-                    let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
                     JobFigures {
                         name: j.name().to_owned(),
                         epoch: j.epoch(),
-                        served: get(&c.served),
-                        hits: get(&c.hits_augmented) + get(&c.hits_decoded) + get(&c.hits_encoded),
-                        misses: get(&c.misses),
+                        served: c.served.load(Ordering::Relaxed),
+                        hits: c.hits(),
+                        misses: c.misses.load(Ordering::Relaxed),
                     }
                 })
                 .collect(),

@@ -59,6 +59,13 @@ pub struct JobCounters {
     pub decided_alone: AtomicU64,
 }
 
+impl JobCounters {
+    /// Opens served from any cache form.
+    pub fn hits(&self) -> u64 {
+        [&self.hits_augmented, &self.hits_decoded, &self.hits_encoded].iter().map(|h| h.load(Ordering::Relaxed)).sum()
+    }
+}
+
 /// One directory's listing as handed to the job, kept for prefetch.
 struct Listing {
     order: Arc<[FileId]>,

@@ -180,7 +180,7 @@ impl Jobs {
             .iter()
             .map(|j| {
                 let c = &j.counters;
-                let hits = get(&c.hits_augmented) + get(&c.hits_decoded) + get(&c.hits_encoded);
+                let hits = c.hits();
                 let looked = hits + get(&c.misses);
                 serde_json::json!({
                     "name": j.name,
