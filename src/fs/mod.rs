@@ -287,11 +287,16 @@ impl Filesystem {
         }
         let samples = crate::planner::calibrate::PROBE_SAMPLES.min(self.catalog.sample_count()) as u64;
         let progress = crate::progress::Progress::start("calibrating the cache model", "samples", Some(samples));
-        self.plan.plan_at_mount(&self.catalog, &self.config, |f| {
-            let read = self.reader.read_uncounted(f);
-            progress.add(1);
-            read
-        });
+        self.plan.plan_at_mount(
+            &self.catalog,
+            &self.config,
+            |f| {
+                let read = self.reader.read_uncounted(f);
+                progress.add(1);
+                read
+            },
+            |f| self.reader.metadata(&self.catalog.file_path(f)).ok().map(|meta| meta.len()),
+        );
         progress.finish();
     }
 

@@ -159,7 +159,9 @@ pub(crate) fn decode_other(bytes: &[u8], max_pixels: u64) -> Result<Rgb, PixelEr
     Ok(Rgb { width: rgb.width(), height: rgb.height(), pixels: rgb.into_raw() })
 }
 
-/// The augmented pixels of one sample for `plan`, by the fast path.
+/// The augmented pixels of one sample for `plan`, by the fast path (the tests' view of it; the
+/// mount serves [`augment_served`]).
+#[cfg(test)]
 pub(crate) fn augment(bytes: &[u8], plan: &SamplePlan, max_pixels: u64) -> Result<Rgb, PixelError> {
     let mut pixels = vec![0u8; plan.out.area() as usize * 3];
     augment_into(bytes, plan, max_pixels, &mut pixels)?;
@@ -201,7 +203,9 @@ pub(crate) fn augment_into(bytes: &[u8], plan: &SamplePlan, max_pixels: u64, dst
     Ok(())
 }
 
-/// Augments already-decoded full-resolution pixels (a decoded-cache hit): crop, resize, mirror.
+/// Augments already-decoded full-resolution pixels (a decoded-cache hit): crop, resize, mirror
+/// (the tests' view; the mount serves [`augment_pixels_served`]).
+#[cfg(test)]
 pub(crate) fn augment_pixels(full: &Rgb, plan: &SamplePlan) -> Result<Rgb, PixelError> {
     finish(full, (0, 0), plan.crop, plan)
 }
@@ -299,6 +303,7 @@ thread_local! {
 
 /// Resamples `crop` (in the coordinates of the image `image` is a part of, `image` sitting at
 /// `origin`) to the plan's output size, then mirrors if the plan says so.
+#[cfg(test)]
 fn finish(image: &Rgb, origin: (u32, u32), crop: Rect, plan: &SamplePlan) -> Result<Rgb, PixelError> {
     let mut pixels = vec![0u8; plan.out.area() as usize * 3];
     resample_into(RgbRef::of(image), origin, crop, plan.out, &mut pixels)?;

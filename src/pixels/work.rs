@@ -197,7 +197,7 @@ pub(crate) fn augment_pixels_served(
 }
 
 /// CPU time the calling thread has used, nanoseconds.
-fn thread_cpu_nanos() -> u64 {
+pub(crate) fn thread_cpu_nanos() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes one timespec we own.
     let ok = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } == 0;

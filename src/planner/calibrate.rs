@@ -1,22 +1,34 @@
 //! Measures the planner's inputs on the running machine, for `split: auto`.
 //!
-//! A handful of samples spread over the catalog are read, decoded and augmented at mount; their
-//! sizes and timings, a memory-copy rate for the cache's bandwidth, the decode pool's thread
-//! count (at most one per core) and the configured consumer rate become a [`PlanParams`] for Seneca's model. Nothing
-//! is taken from an offline profile.
+//! A couple of dozen samples spread over the catalog are read, decoded and augmented at mount,
+//! on the decode threads at once; their timings, the mean file size of a few hundred, a
+//! memory-copy rate for the cache's bandwidth, the decode pool's thread count (at most one per
+//! core) and the configured consumer rate become a [`PlanParams`] for the models. Nothing is
+//! taken from an offline profile.
 
 use std::time::Instant;
 
-use crate::pixels::augment::plan_sample;
 use crate::shared::{draw_rng, Size2};
 use crate::source::catalog::{Catalog, DirId};
 use crate::config::Config;
 use crate::pixels::output;
 use crate::pixels::pipeline;
+use crate::pixels::output::Dest;
+use crate::pixels::work::{self, thread_cpu_nanos};
 use crate::planner::PlanParams;
 
-/// Samples timed at mount.
-pub(crate) const PROBE_SAMPLES: usize = 12;
+/// Samples timed at mount, on all the decode threads at once: the pixel work of one image can
+/// take twice or half the mean of a set (the crop drawn, the image), so a dozen left the cold
+/// epoch's prediction 30% off by chance alone.
+pub(crate) const PROBE_SAMPLES: usize = 48;
+
+/// Each calibration thread starts no sample after this long (a slow source, large images), once
+/// it has timed [`PROBE_MIN_PER_THREAD`].
+const PROBE_BUDGET: std::time::Duration = std::time::Duration::from_millis(1500);
+const PROBE_MIN_PER_THREAD: usize = 4;
+
+/// Files whose size is looked up at mount for the mean sample size (a lookup each, no read).
+const SIZE_SAMPLES: usize = 512;
 
 /// What was measured, for logs and stats.
 #[derive(Debug, Clone)]
@@ -27,61 +39,93 @@ pub struct Calibration {
     pub t_full: f64,
 }
 
+/// One thread's sums over the samples it timed.
+#[derive(Default)]
+struct Timed {
+    n: usize,
+    bytes: u64,
+    read_s: f64,
+    pixels: u64,
+    da_s: f64,
+    a_s: f64,
+    full_s: f64,
+}
+
+impl Timed {
+    fn add(&mut self, other: Timed) {
+        self.n += other.n;
+        self.bytes += other.bytes;
+        self.read_s += other.read_s;
+        self.pixels += other.pixels;
+        self.da_s += other.da_s;
+        self.a_s += other.a_s;
+        self.full_s += other.full_s;
+    }
+}
+
 /// Times up to [`PROBE_SAMPLES`] samples (their bytes from `read`, the source's bounded
 /// reads) and the memory copy rate; `None` when no sample could be timed (an empty or
-/// unreadable dataset).
-pub(crate) fn measure(catalog: &Catalog, config: &Config, read: impl Fn(u32) -> Option<Vec<u8>>) -> Option<Calibration> {
+/// unreadable dataset). The samples are timed on as many threads at once as decodes run while
+/// serving, so each time includes what decodes running side by side cost each other (the
+/// memory bus, the kernel's page faults and unmaps; on this project's 2-core machine a region
+/// decode took 1.4x as long beside another as alone: a single thread's rates predicted the
+/// cold epoch of 1600x1200 JPEGs up to 2.1x too fast, bench/results/2026-11-26-plan-matrix-run-gen1600.md).
+/// The mean sample size comes from `size` (the source's lookup, no read) over up to
+/// [`SIZE_SAMPLES`] files spread over the set: a dozen timed samples can miss it (the
+/// generator's 500x375 set: 28.6 KB against 37.6 KB, which put the cold epoch at 10 MB/s 31% high).
+pub(crate) fn measure(
+    catalog: &Catalog,
+    config: &Config,
+    read: impl Fn(u32) -> Option<Vec<u8>> + Sync,
+    size: impl Fn(u32) -> Option<u64>,
+) -> Option<Calibration> {
     let images: Vec<u32> = (0..catalog.file_count() as u32).filter(|&f| catalog.is_image(f)).collect();
     if images.is_empty() {
         return None;
     }
-    let stride = (images.len() / PROBE_SAMPLES).max(1);
-    let (mut bytes, mut read_s, mut pixels, mut da_s, mut a_s, mut timed) = (0u64, 0f64, 0u64, 0f64, 0f64, 0usize);
-    let mut full_s = 0f64;
-    for &file in images.iter().step_by(stride).take(PROBE_SAMPLES) {
-        let started = Instant::now();
-        let Some(data) = read(file) else { continue };
-        let read = started.elapsed().as_secs_f64();
-        let Ok(size) = pipeline::probe_size(std::io::Cursor::new(&data)) else { continue };
-        let plan = plan_sample(&config.augment, size, &mut draw_rng(config.seed, u64::MAX, 0, u64::from(file)));
-        let started = Instant::now();
-        if pipeline::augment(&data, &plan, config.max_pixels).is_err() {
-            continue;
+    let probes = spread(&images, PROBE_SAMPLES);
+    let threads = config.decode_parallelism().max(1);
+    let mut sum = Timed::default();
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads.min(probes.len()))
+            .filter_map(|t| {
+                let mine: Vec<u32> = probes.iter().copied().skip(t).step_by(threads).collect();
+                let read = &read;
+                std::thread::Builder::new()
+                    .name(format!("prepfs-calibrate-{t}"))
+                    .spawn_scoped(scope, move || time_samples(&mine, config, read))
+                    .ok()
+            })
+            .collect();
+        for worker in workers {
+            if let Ok(timed) = worker.join() {
+                sum.add(timed);
+            }
         }
-        let da = started.elapsed().as_secs_f64();
-        let started = Instant::now();
-        let Ok(full) = pipeline::decode_full(&data, config.max_pixels) else { continue };
-        let full_decode = started.elapsed().as_secs_f64();
-        let started = Instant::now();
-        let Ok(out) = pipeline::augment_pixels(&full, &plan) else { continue };
-        let _ = output::encode(&config.output, &out);
-        let a = started.elapsed().as_secs_f64();
-        bytes += data.len() as u64;
-        read_s += read;
-        pixels += Size2::new(full.width, full.height).area();
-        da_s += da;
-        a_s += a;
-        full_s += full_decode + a;
-        timed += 1;
-    }
-    if timed == 0 {
+    });
+    if sum.n == 0 {
         return None;
     }
-    let n = timed as f64;
-    let threads = config.decode_parallelism() as f64;
+    let n = sum.n as f64;
+    let sizes: Vec<u64> = spread(&images, SIZE_SAMPLES).into_iter().filter_map(&size).collect();
+    let s_data = match sizes.is_empty() {
+        true => sum.bytes as f64 / n,
+        false => sizes.iter().sum::<u64>() as f64 / sizes.len() as f64,
+    };
+    let threads = threads as f64;
     let params = PlanParams {
         n_total: catalog.sample_count() as u64,
-        s_data: bytes as f64 / n,
-        s_decoded: pixels as f64 * 3.0 / n,
+        s_data,
+        s_decoded: sum.pixels as f64 * 3.0 / n,
         s_augmented: output::encoded_len(&config.output, config.augmented_size().unwrap_or(Size2::new(224, 224))) as f64,
         s_cache: config.cache.memory as f64,
         b_cache: memory_copy_rate(),
         b_nic: f64::INFINITY,
         b_pcie: f64::INFINITY,
-        b_storage: (bytes as f64 / read_s.max(1e-6)).min(1e12),
+        b_storage: (sum.bytes as f64 / sum.read_s.max(1e-6)).min(1e12),
         t_gpu: config.cache.consumer_samples_per_s,
-        t_da: threads * n / da_s.max(1e-9),
-        t_a: threads * n / a_s.max(1e-9),
+        t_da: threads * n / sum.da_s.max(1e-9),
+        t_a: threads * n / sum.a_s.max(1e-9),
         nodes: 1,
         c_nw: 0.0,
         c_pcie: 0.0,
@@ -92,11 +136,65 @@ pub(crate) fn measure(catalog: &Catalog, config: &Config, read: impl Fn(u32) -> 
         dirs: (0..catalog.dir_count()).filter(|&d| !catalog.images(d as DirId).is_empty()).count().max(1) as u32,
         // Measured while serving, from the remote tier (the controller's `tick`).
         s_remote: 0.0,
-        s_remote_entry: bytes as f64 / n,
+        s_remote_entry: s_data,
         remote_decoded: 0.0,
         t_remote: 0.0,
     };
-    Some(Calibration { params, samples_timed: timed, t_full: threads * n / full_s.max(1e-9) })
+    Some(Calibration { params, samples_timed: sum.n, t_full: threads * n / sum.full_s.max(1e-9) })
+}
+
+/// Up to `k` of `items`, evenly spread, starting half a stride in (a set's first file of each
+/// stride is no more typical than any other, and a class's first is often a generator's).
+fn spread(items: &[u32], k: usize) -> Vec<u32> {
+    let stride = (items.len() / k.max(1)).max(1);
+    items.iter().skip(stride / 2).step_by(stride).take(k).copied().collect()
+}
+
+/// Reads and times `files` one after another through the served pixel work (`pixels::work`,
+/// outputs in memory): a region decode and augment, then a full decode and an augment of its
+/// pixels. The pixel work is timed in the
+/// thread's CPU time, as the mount times it while serving (`pixels::work`); the read in wall
+/// time (the storage's rate).
+fn time_samples(files: &[u32], config: &Config, read: &(impl Fn(u32) -> Option<Vec<u8>> + Sync)) -> Timed {
+    let mut t = Timed::default();
+    let began = Instant::now();
+    for &file in files {
+        if t.n >= PROBE_MIN_PER_THREAD && began.elapsed() > PROBE_BUDGET {
+            break;
+        }
+        let started = Instant::now();
+        let Some(data) = read(file) else { continue };
+        let read_s = started.elapsed().as_secs_f64();
+        let Ok(size) = pipeline::probe_size(std::io::Cursor::new(&data)) else { continue };
+        // The same draw for both ways of making the output.
+        let rng = || draw_rng(config.seed, u64::MAX, 0, u64::from(file));
+        let started = thread_cpu_nanos();
+        if work::decode_augment_served(&data, Some(size), &config.augment, &mut rng(), config.max_pixels, &config.output, Dest::Memory).is_err() {
+            continue;
+        }
+        let da = seconds_since(started);
+        let started = thread_cpu_nanos();
+        let Ok(full) = pipeline::decode_full(&data, config.max_pixels) else { continue };
+        let full_decode = seconds_since(started);
+        let started = thread_cpu_nanos();
+        if work::augment_pixels_served(&full, &config.augment, &mut rng(), &config.output, Dest::Memory).is_err() {
+            continue;
+        }
+        let a = seconds_since(started);
+        t.n += 1;
+        t.bytes += data.len() as u64;
+        t.read_s += read_s;
+        t.pixels += Size2::new(full.width, full.height).area();
+        t.da_s += da;
+        t.a_s += a;
+        t.full_s += full_decode + a;
+    }
+    t
+}
+
+/// This thread's CPU seconds since `started` (nanoseconds of [`thread_cpu_nanos`]).
+fn seconds_since(started: u64) -> f64 {
+    thread_cpu_nanos().saturating_sub(started) as f64 / 1e9
 }
 
 /// Seconds the machine's cores have been busy (all of them added up) since boot, from

@@ -189,14 +189,21 @@ impl PlanController {
         })
     }
 
-    /// Measures the model's inputs on a few samples (their bytes from `read`) and applies the
+    /// Measures the model's inputs on a few samples (their bytes from `read`, the sizes of more
+    /// from `size`) and applies the
     /// split: the best one for `split: auto`, else the configured one, with the model's
     /// prediction for it in stats either way.
-    pub(crate) fn plan_at_mount(&self, catalog: &Catalog, config: &Config, read: impl Fn(FileId) -> Option<Vec<u8>>) {
+    pub(crate) fn plan_at_mount(
+        &self,
+        catalog: &Catalog,
+        config: &Config,
+        read: impl Fn(FileId) -> Option<Vec<u8>> + Sync,
+        size: impl Fn(FileId) -> Option<u64>,
+    ) {
         if !self.cache.enabled() {
             return;
         }
-        let Some(calibration) = calibrate::measure(catalog, config, read) else {
+        let Some(calibration) = calibrate::measure(catalog, config, read, size) else {
             tracing::warn!("no sample could be timed; keeping split {}", self.cache.split());
             return;
         };

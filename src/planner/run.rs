@@ -10,7 +10,8 @@
 //! and keep the bytes, the mount's choice where the split gives decoded no share of its own):
 //!
 //! - **Epoch 1**, every sample a miss read from the storage: of the samples, `k_D = h_D` (with
-//!   `keep`, or a split with a decoded share; else 0) are decoded in full (`1 / t_full`: a full
+//!   `keep`, a split with a decoded share, or room for augmented outputs, whose refill keeps the
+//!   pixels of what it decodes; else 0) are decoded in full (`1 / t_full`: a full
 //!   decode and an augment), `k_A = min(k_D, h_A)` of them with a spare (`1 / t_a` more), and
 //!   the rest decode their region (`1 / t_da`), `k_E = min(h_E, 1 - k_D)` kept as bytes.
 //!   work `k_D / t_full + k_A / t_a + (1 - k_D) / t_da`, storage `s_data` a sample.
@@ -82,12 +83,14 @@ pub fn epochs(p: &PlanParams, split: Split, t_full: f64, keep: bool) -> Epochs {
     let held = prepfs::fill_fractions(p, split);
     let (t_serve, t_a, t_da) = prepfs::cpu_rates(p);
     let t_full = f64::from(p.nodes) * t_full;
-    let k_d = if keep || split.d() > 0 { held[D] } else { 0.0 };
-    let k_a = k_d.min(held[A]);
-    let k_e = held[E].min(1.0 - k_d).max(0.0);
     // With room for augmented outputs the refill makes a share of the outputs ahead of their
     // readers, who wait for the rest's work; a spare is made for the next epoch, never waited for.
     let ahead = prepfs::made_ahead(p, held[A]);
+    // The refill keeps the pixels of what it decodes while decoded has room, whatever the
+    // policy for a reader's miss (`Admit::Fill`).
+    let k_d = if keep || split.d() > 0 || ahead > 0.0 { held[D] } else { 0.0 };
+    let k_a = k_d.min(held[A]);
+    let k_e = held[E].min(1.0 - k_d).max(0.0);
     let work_1 = k_d / t_full + (1.0 - k_d) / t_da;
     let first = prepfs::bounded(p, prepfs::machine_seconds(t_serve, (1.0 - ahead) * work_1, work_1 + k_a / t_a), p.s_data, 0.0);
     let promoted = k_e.min((held[D] - k_d).max(0.0));
@@ -152,25 +155,38 @@ mod tests {
     use crate::planner::prepfs::tests::{assert_close, base, split};
 
     #[test]
-    fn a_cache_that_holds_the_set_pays_the_full_decode_once_when_the_pixels_are_kept_at_first_touch() {
+    fn a_cache_that_holds_the_set_as_pixels_pays_the_full_decode_once_when_they_are_kept_at_first_touch() {
+        // Room for every sample as bytes and as pixels, none for outputs: no refill runs ahead.
+        let p = PlanParams { s_cache: 1000.0 * (100.0 + 500.0), ..base() };
+        let keep = epochs(&p, split("100-0-0"), 800.0, true);
+        // Epoch 1: a full decode and augment each, waited for.
+        assert_close(keep.first, 1.0 / (1.0 / 4000.0 + 1.0 / 800.0));
+        // Epoch 2: an augment of the pixels kept.
+        assert_close(keep.second, 1.0 / (1.0 / 4000.0 + 1.0 / 5000.0));
+        let region = epochs(&p, split("100-0-0"), 800.0, false);
+        // A region decode first, kept as bytes; at the second touch a full decode.
+        assert_close(region.first, 1.0 / (1.0 / 4000.0 + 1.0 / 1000.0));
+        assert_close(region.second, 1.0 / (1.0 / 4000.0 + 1.0 / 800.0));
+        assert_eq!(keep.steady, region.steady);
+        // Over one epoch the region decode wins; over two or more, keeping the pixels.
+        assert!(!over_the_run(&p, split("100-0-0"), 800.0, 1, 1).keep_pixels);
+        assert!(over_the_run(&p, split("100-0-0"), 800.0, 1, 3).keep_pixels);
+        assert!(over_the_run(&p, split("100-0-0"), 800.0, 1, 90).keep_pixels);
+    }
+
+    #[test]
+    fn with_room_for_outputs_the_first_epoch_keeps_the_pixels_whatever_the_policy() {
         // Room for every sample in every form: all of it given to augmented, the rest flows on.
+        // The refill, making outputs ahead of the readers, keeps the pixels of what it decodes.
         let p = PlanParams { s_cache: 1000.0 * (100.0 + 500.0 + 250.0), ..base() };
         let keep = epochs(&p, split("0-0-100"), 800.0, true);
+        assert_eq!(keep, epochs(&p, split("0-0-100"), 800.0, false));
         // Epoch 1: a full decode and augment plus a spare augment each, made ahead of the
         // readers (augmented has room), so the serving's CPU share counts, not its round trips.
         let share = crate::planner::prepfs::SERVE_CPU_SHARE;
         assert_close(keep.first, 1.0 / (share / 4000.0 + 1.0 / 800.0 + 1.0 / 5000.0));
         // Epoch 2: the spares are taken (their refills are the next epoch's).
         assert_close(keep.second, 4000.0);
-        let region = epochs(&p, split("0-0-100"), 800.0, false);
-        // A region decode first, kept as bytes; at the second touch a full decode.
-        assert_close(region.first, 1.0 / (share / 4000.0 + 1.0 / 1000.0));
-        assert_close(region.second, 1.0 / (share / 4000.0 + 1.0 / 800.0));
-        assert_eq!(keep.steady, region.steady);
-        // Over one epoch the region decode wins; over two or more, keeping the pixels.
-        assert!(!over_the_run(&p, split("0-0-100"), 800.0, 1, 1).keep_pixels);
-        assert!(over_the_run(&p, split("0-0-100"), 800.0, 1, 3).keep_pixels);
-        assert!(over_the_run(&p, split("0-0-100"), 800.0, 1, 90).keep_pixels);
     }
 
     #[test]
