@@ -71,13 +71,23 @@
 
 use super::seneca::{Evaluation, PlanParams, Split};
 
-/// Cached outputs one core serves a second, FUSE round trips and a reader's copy included,
-/// until the mount has measured its own (`t_serve`). Measured on this project's 2-core test
+/// Cached outputs one core serves a second, FUSE round trips and a reader's copy included, with
+/// an output made for each one served ([`PURE_HIT_SPEEDUP`]), until the mount has measured its
+/// own (`t_serve`). Measured on this project's 2-core test
 /// machine: 2 Python readers took 3,548 cached 224x224 PPM outputs a second from a warm mount.
 /// (With passthrough a fully cached epoch runs at about 5,600/s here, but the mount never
 /// measures `t_serve` while misses go on, and 2,800 a core made the predictions of every cell
 /// with a partial cache 36-47% high: bench/results/2026-11-26-plan-matrix-local.md.)
 pub const DEFAULT_SERVE_PER_CORE: f64 = 1800.0;
+
+/// How much faster cached outputs are served when no output is being made meanwhile (the
+/// refill idle, no miss): `t_serve` and [`DEFAULT_SERVE_PER_CORE`] are the rate with an output
+/// made for each one served, as in every epoch but a second one that finds every sample's
+/// spare made (its refills wait for the next epoch). With a cache that holds the set, such
+/// epochs ran at 5,562-6,449 samples/s on 2 cores (bench/results/2026-11-26-plan-matrix-run-local.md),
+/// 1.65x the 3,600 of the default; the mount's own probe of `t_serve` (intervals with no
+/// pixel work) measures pure serving and divides by this.
+pub(super) const PURE_HIT_SPEEDUP: f64 = 1.65;
 
 /// The scale, in entries per directory, of how a window shares (see "Several jobs"). From a
 /// simulation of 3 jobs, each reading 30 directories of 40 samples in its own random order for 2

@@ -17,7 +17,8 @@
 //!   work `k_D / t_full + k_A / t_a + (1 - k_D) / t_da`, storage `s_data` a sample.
 //! - **Epoch 2**: a spare is an augmented hit; its refill, for the next epoch, waits while
 //!   readers take outputs from a full stock (the refill's marks, README's "The cache"), so it
-//!   is epoch 3's; the other pixels are augmented (`(k_D - k_A) / t_a`); samples kept as bytes are decoded in full
+//!   is epoch 3's (with a spare for every sample nothing is made meanwhile, and serving runs at
+//!   the pure-hit rate, `prepfs::PURE_HIT_SPEEDUP` times `t_serve`); the other pixels are augmented (`(k_D - k_A) / t_a`); samples kept as bytes are decoded in full
 //!   and kept as pixels while decoded has room (`p = min(k_E, h_D - k_D)` of them, `1 / t_full`)
 //!   or decode their region (`1 / t_da`); the rest are read and decode their region.
 //! - **Epochs 3 on**: the steady state (`prepfs::evaluate`).
@@ -98,7 +99,10 @@ pub fn epochs(p: &PlanParams, split: Split, t_full: f64, keep: bool) -> Epochs {
     let work_2 = (k_d - k_a) / t_a + promoted / t_full + (k_e - promoted) / t_da + rest / t_da;
     // Epoch 2 finds the spares made; of the other reads, those not made ahead wait.
     let waited_2 = if k_a < 1.0 { work_2 * ((1.0 - ahead) / (1.0 - k_a)).min(1.0) } else { 0.0 };
-    let second = prepfs::bounded(p, prepfs::machine_seconds(t_serve, waited_2, work_2), rest * p.s_data, 0.0);
+    // With every sample's spare made, the refill waits for the next epoch: nothing is made
+    // while the readers take them.
+    let serve_2 = if k_a >= 1.0 { t_serve * prepfs::PURE_HIT_SPEEDUP } else { t_serve };
+    let second = prepfs::bounded(p, prepfs::machine_seconds(serve_2, waited_2, work_2), rest * p.s_data, 0.0);
     Epochs { first, second, steady }
 }
 
@@ -185,8 +189,9 @@ mod tests {
         // readers (augmented has room), so the serving's CPU share counts, not its round trips.
         let share = crate::planner::prepfs::SERVE_CPU_SHARE;
         assert_close(keep.first, 1.0 / (share / 4000.0 + 1.0 / 800.0 + 1.0 / 5000.0));
-        // Epoch 2: the spares are taken (their refills are the next epoch's).
-        assert_close(keep.second, 4000.0);
+        // Epoch 2: the spares are taken (their refills are the next epoch's): nothing is made
+        // meanwhile, and serving runs at the pure-hit rate.
+        assert_close(keep.second, 4000.0 * crate::planner::prepfs::PURE_HIT_SPEEDUP);
     }
 
     #[test]
