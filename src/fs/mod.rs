@@ -43,6 +43,8 @@ mod stale;
 mod tree;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod reftests;
 
 pub(crate) use handles::{CachePolicy, Opened};
 pub(crate) use loader::Walk;
