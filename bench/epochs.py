@@ -21,7 +21,8 @@ import tempfile
 import time
 from multiprocessing import Pool
 
-from jobs import Mount, common_args, write_report  # mounting a config (unmounted on every way out); the report
+from jobs import common_args, write_report  # the report
+from prepfs_bench.mount import Mount  # mounting a config (unmounted on every way out)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -31,6 +31,8 @@ import tempfile
 import time
 from multiprocessing import Process
 
+from prepfs_bench.mount import Mount
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -88,36 +90,6 @@ def ready_made(view, out):
         for n in os.listdir(os.path.join(view, c)):
             with open(os.path.join(view, c, n), "rb") as f, open(os.path.join(out, c, n), "wb") as g:
                 g.write(f.read())
-
-
-class Mount:
-    def __init__(self, prepfs, source, workdir, name, yaml):
-        self.mnt = os.path.join(workdir, "mnt-" + name)
-        cfg = os.path.join(workdir, name + ".yaml")
-        with open(cfg, "w") as f:
-            f.write(yaml)
-        self.log = open(os.path.join(workdir, name + ".log"), "w")
-        self.proc = subprocess.Popen([prepfs, "mount", cfg, "--source", source, "--mountpoint", self.mnt], stderr=self.log)
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                self.stats()
-                return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("prepfs did not come up")
-
-    def stats(self):
-        with open(os.path.join(self.mnt, ".prepfs", "stats.json")) as f:
-            return json.load(f)
-
-    def close(self):
-        subprocess.run(["fusermount3", "-u", self.mnt], stderr=subprocess.DEVNULL)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            subprocess.run(["fusermount3", "-u", "-z", self.mnt], stderr=subprocess.DEVNULL)
 
 
 def pct(x):

@@ -13,7 +13,6 @@ Unmounts and stops what it started on every way out.
 import argparse
 import json
 import os
-import subprocess
 import tempfile
 import time
 
@@ -22,44 +21,25 @@ import torch
 import torchvision
 
 import prepfs
+from prepfs_bench.mount import Mount
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-class Mount:
-    def __init__(self, binary, data, work):
-        self.mnt = os.path.join(work, "mnt")
-        os.makedirs(self.mnt, exist_ok=True)
-        cfg = os.path.join(work, "mount.yaml")
-        with open(cfg, "w") as f:
-            f.write("seed: 1\naugment:\n  - random_resized_crop: { size: 224 }\n  - random_horizontal_flip: { p: 0.5 }\n"
-                    "output: { format: ppm }\ncache: { memory: 1GiB }\nloader: { socket: %s/loader.sock }\n" % work)
-        self.log = open(os.path.join(work, "log"), "w")
-        self.proc = subprocess.Popen(["timeout", "900", binary, "mount", data, self.mnt, "--config", cfg, "--read-only", "--foreground"],
-                                     stderr=self.log)
-        for _ in range(600):
-            if os.path.exists(self.mnt + "/.prepfs/stats.json"):
-                return
-            time.sleep(0.1)
-        raise SystemExit("mount not ready")
+def mount(binary, data, work):
+    """A fresh mount of DATA with the bench's config (read-only at the kernel, the loader's
+    socket in WORK)."""
+    yaml = ("seed: 1\naugment:\n  - random_resized_crop: { size: 224 }\n  - random_horizontal_flip: { p: 0.5 }\n"
+            "output: { format: ppm }\ncache: { memory: 1GiB }\nloader: { socket: %s/loader.sock }\n" % work)
+    return Mount(binary, data, work, "bench", yaml, read_only=True)
 
-    def stats(self):
-        with open(self.mnt + "/.prepfs/stats.json") as f:
-            return json.load(f)
 
-    def wait_refilled(self, n):
-        for _ in range(1200):
-            if self.stats()["cache"]["augmented"]["entries"] >= n:
-                return
-            time.sleep(0.1)
-
-    def stop(self):
-        subprocess.call(["fusermount3", "-u", self.mnt])
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            subprocess.call(["fusermount3", "-u", "-z", self.mnt])
-            self.proc.kill()
+def wait_refilled(m, n):
+    """Waits (up to 2 minutes) until the refill has made `n` outputs."""
+    for _ in range(1200):
+        if m.stats()["cache"]["augmented"]["entries"] >= n:
+            return
+        time.sleep(0.1)
 
 
 def with_loader(m, job, batch):
@@ -95,11 +75,11 @@ def main():
         row = {}
         for name, run in (("loader", with_loader), ("dataloader", with_dataloader)):
             with tempfile.TemporaryDirectory(prefix="prepfs-loader-bench-") as work:
-                m = Mount(a.bin, a.data, work)
+                m = mount(a.bin, a.data, work)
                 try:
                     n, cold = run(m, "cold", a.batch)
                     total = m.stats()["samples"]
-                    m.wait_refilled(total)
+                    wait_refilled(m, total)
                     n2, warm = run(m, "warm", a.batch)
                     row[name] = {"cold_samples_per_s": round(n / cold), "warm_samples_per_s": round(n2 / warm), "samples": n}
                 finally:

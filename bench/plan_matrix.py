@@ -30,7 +30,8 @@ import tempfile
 import time
 
 from epochs import run, warm
-from jobs import Mount, makespan, write_report
+from jobs import makespan, write_report
+from prepfs_bench.mount import Mount
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SPLITS = ["auto", "100-0-0", "0-100-0", "0-0-100", "34-33-33", "50-50-0", "0-50-50"]

@@ -17,7 +17,6 @@ import json
 import random
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -28,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 from read_tree import read_all as read_files  # noqa: E402  (the raw reader: whole files, in order)
+from prepfs_bench.mount import Mount  # noqa: E402
 
 
 def free_port():
@@ -66,40 +66,6 @@ class Redis:
         self.proc.wait(10)
 
 
-class Mount:
-    def __init__(self, binary, data, work, name, yaml):
-        self.dir = os.path.join(work, name)
-        os.makedirs(self.dir + "/mnt", exist_ok=True)
-        cfg = os.path.join(self.dir, "mount.yaml")
-        with open(cfg, "w") as f:
-            f.write(yaml)
-        self.mnt = self.dir + "/mnt"
-        self.log = open(self.dir + "/log", "w")
-        self.proc = subprocess.Popen(["timeout", "900", binary, "mount", data, self.mnt, "--config", cfg, "--read-only",
-                                      "--foreground"], stderr=self.log)
-        for _ in range(600):
-            if os.path.exists(self.mnt + "/.prepfs/stats.json"):
-                return
-            if self.proc.poll() is not None:
-                raise SystemExit("mount %s failed: see %s/log" % (name, self.dir))
-            time.sleep(0.1)
-        raise SystemExit("mount %s not ready" % name)
-
-    def stats(self):
-        with open(self.mnt + "/.prepfs/stats.json") as f:
-            return json.load(f)
-
-    def stop(self):
-        subprocess.call(["fusermount3", "-u", self.mnt])
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            subprocess.call(["fusermount3", "-u", "-z", self.mnt])
-            self.proc.kill()
-
-
-
-
 def epoch(mount, job, seed, readers=2, part=(0, 1)):
     """One epoch of `job` through `mount`'s job view by `readers` threads, in an order shuffled
     by `seed` (as a training loader shuffles); `part` (k, n): this rank's k-th of n shares of
@@ -128,22 +94,22 @@ def two_mounts(binary, data, work, shared, across):
     try:
         for name in ("a", "b"):
             tag = ("-shared" if shared else "-alone") + ("-across" if across else "-each")
-            mounts.append(Mount(binary, data, work, name + tag, config(redis, "64MiB")))
+            mounts.append(Mount(binary, data, work, name + tag, config(redis, "64MiB"), read_only=True))
         started = time.perf_counter()
-        times = {os.path.basename(m.dir): [] for m in mounts}
+        times = {m.name: [] for m in mounts}
         with ThreadPoolExecutor(2) as pool:
             if across:
                 # One job: each epoch both mounts read their half of one shuffled listing, then meet.
                 for e in range(2):
                     runs = pool.map(lambda km: epoch(km[1], "train", "epoch:%d" % e, part=(km[0], 2))[0], enumerate(mounts))
                     for m, t in zip(mounts, runs):
-                        times[os.path.basename(m.dir)].append(t)
+                        times[m.name].append(t)
             else:
                 def run(km):
                     k, m = km
-                    return [epoch(m, "train-" + "ab"[k], "%s:%d" % (m.dir, e))[0] for e in range(2)]
+                    return [epoch(m, "train-" + "ab"[k], "%s:%d" % (m.name, e))[0] for e in range(2)]
                 for m, t in zip(mounts, pool.map(run, enumerate(mounts))):
-                    times[os.path.basename(m.dir)] = t
+                    times[m.name] = t
         makespan = time.perf_counter() - started
         out = {"makespan_s": round(makespan, 2), "epochs_s": times, "mounts": {}}
         for m in mounts:
@@ -151,7 +117,7 @@ def two_mounts(binary, data, work, shared, across):
             active = s.get("jobs", {}).get("active") or [{}]
             job = active[0]
             remote = s["cache"].get("remote") or {}
-            out["mounts"][os.path.basename(m.dir)] = {
+            out["mounts"][m.name] = {
                 "source_bytes_read": s["source_bytes_read"],
                 "job": {k: job.get(k) for k in ("name", "epoch", "opens", "samples_served", "hits", "misses", "hit_rate",
                                                  "shared", "shared_claims", "taken_elsewhere", "decided_alone")},
@@ -163,7 +129,7 @@ def two_mounts(binary, data, work, shared, across):
                          "inputs": {k: s["plan"]["inputs"].get(k) for k in
                                     ("nodes", "b_nic", "c_nw", "s_remote", "s_remote_entry", "remote_decoded", "b_storage")}},
                 "second_epoch_samples_per_s": round(len(files_under(os.path.join(m.mnt, "jobs", job.get("name") or "train", "augmented")))
-                                                    / (2 if across else 1) / times[os.path.basename(m.dir)][1]),
+                                                    / (2 if across else 1) / times[m.name][1]),
             }
         out["source_bytes_read"] = sum(v["source_bytes_read"] for v in out["mounts"].values())
         out["second_epoch_samples_per_s_both"] = sum(v["second_epoch_samples_per_s"] for v in out["mounts"].values())
@@ -184,7 +150,7 @@ def hit_cost(binary, data, work):
     try:
         for name, memory in (("local", "1GiB"), ("remote", "1MiB")):
             m = Mount(binary, data, work, "cost-" + name, config(redis, memory, read_limit="null",
-                                                                 extra="  refill: false\n"))
+                                                                 extra="  refill: false\n"), read_only=True)
             try:
                 paths = files_under(m.mnt + "/decoded")
                 read_files(paths)  # fills memory (local) or the remote (remote)

@@ -2,7 +2,7 @@
 
 Owns the `prepfs mount` daemon's lifetime (`mount_prepfs`, `PrepfsMount`: started pinned to the
 cases' cores, waited for until `.prepfs/stats.json` exists, ended by SIGTERM, the mount point
-released), the mount-table probe `is_mounted`, `lazy_unmount`, `find_mount_daemon`, the
+released; `Mount`, the scripts' one way to mount a config and unmount it at once), the mount-table probe `is_mounted`, `lazy_unmount`, `find_mount_daemon`, the
 daemon's CPU (`proc_cpu_seconds`) and RSS, and `PrepfsSource`: where a case's prepfs views come
 from (a mount the driver starts and can restart empty, one mounted by someone else, or a plain
 directory standing in for `augmented/`).
@@ -130,12 +130,14 @@ class PrepfsMount:
 
 def mount_prepfs(binary: str, config_yaml: str, source: str, mountpoint: str,
                  timeout: float = 60.0, cpus: Optional[Sequence[int]] = None,
-                 log_path: Optional[str] = None, extra_args: Sequence[str] = ()) -> PrepfsMount:
+                 log_path: Optional[str] = None, extra_args: Sequence[str] = (),
+                 read_only: bool = True) -> PrepfsMount:
     """Start `BINARY mount CONFIG --source SRC --mountpoint MNT` (pinned to `cpus`) and wait
     until MNT/.prepfs/stats.json exists. Raises PrepfsError (with the end of its log) if the
     process exits or `timeout` passes first. A mount left behind at MNT is released first.
     The daemon's output goes to `log_path` (appended), or to a temporary file deleted when the
-    mount is closed."""
+    mount is closed. `read_only`: mounted read-only at the kernel (the default, as a training
+    mount would be)."""
     if not os.path.isfile(binary):
         raise PrepfsError(f"{binary} not found: build it first (cargo build --release)")
     if is_mounted(mountpoint):
@@ -149,7 +151,7 @@ def mount_prepfs(binary: str, config_yaml: str, source: str, mountpoint: str,
     # kernel ask the daemon for attributes at every open of a file read before (atime), one
     # round trip per sample more (README, "What a sample costs"). Jobs still start by name.
     cmd = [binary, "mount", config_yaml, "--source", source, "--mountpoint", mountpoint,
-           "--read-only", *extra_args]
+           *(["--read-only"] if read_only else []), *extra_args]
     pin = (lambda: os.sched_setaffinity(0, set(cpus))) if cpus else None
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
@@ -172,6 +174,44 @@ def mount_prepfs(binary: str, config_yaml: str, source: str, mountpoint: str,
     tail = handle.log_tail()
     handle.close()
     raise PrepfsError(f"{stats} did not appear within {timeout:.0f} s:\n" + tail)
+
+
+class Mount(PrepfsMount):
+    """The scripts' mount (bench/jobs.py, epochs.py, plan_matrix.py, loader.py,
+    remote_two_mounts.py): SOURCE mounted at WORKDIR/mnt-NAME with the config YAML written to
+    WORKDIR/NAME.yaml and the daemon's log at WORKDIR/NAME.log. close() (or stop()) unmounts at
+    once, without the drain a signal would start, and waits for the daemon."""
+
+    def __init__(self, binary: str, source: str, workdir: str, name: str, yaml: str,
+                 read_only: bool = False, timeout: float = 60.0):
+        cfg = os.path.join(workdir, name + ".yaml")
+        with open(cfg, "w") as f:
+            f.write(yaml)
+        started = mount_prepfs(binary, cfg, source, os.path.join(workdir, "mnt-" + name), timeout=timeout,
+                               log_path=os.path.join(workdir, name + ".log"), read_only=read_only)
+        super().__init__(started.proc, started.mountpoint, started.log_path)
+        self.name = name
+
+    @property
+    def mnt(self) -> str:
+        return self.mountpoint
+
+    def stats(self) -> dict:
+        """.prepfs/stats.json now (raises if the mount does not answer)."""
+        with open(os.path.join(self.mountpoint, ".prepfs", "stats.json")) as f:
+            return json.load(f)
+
+    def close(self, timeout: float = 30.0) -> None:
+        subprocess.run(["fusermount3", "-u", self.mountpoint], stderr=subprocess.DEVNULL)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if is_mounted(self.mountpoint):
+            lazy_unmount(self.mountpoint)
+
+    stop = close
 
 
 def find_mount_daemon(mountpoint: str) -> Optional[int]:
