@@ -133,15 +133,34 @@ pub(super) fn fill_fractions(p: &PlanParams, split: Split) -> [f64; 3] {
 }
 
 /// The bytes the mount gives each form (encoded, decoded, augmented) for `split`: what each
-/// holds after the spill, each entry charged `overhead` bytes more, with 5% slack for samples
-/// larger than the mean; never more than `s_cache` in all.
+/// holds after the spill, each entry charged `overhead` bytes more; a form that holds every
+/// sample gets 5% more, for a set whose samples are larger than the mean measured; never more
+/// than `s_cache` in all. Where that is more than the cache, the forms that hold every sample
+/// are served first, so a form planned to hold every sample does (cut alike, the real
+/// photographs' decoded form, planned to hold all 3,000 samples in a cache 10% larger than
+/// their pixels, held 2,999), and the forms that hold part of the set share what is left.
 pub fn budgets(p: &PlanParams, split: Split, overhead: f64) -> [u64; 3] {
     let f = fill(p, split);
     let size = [p.s_data, p.s_decoded, p.s_augmented];
-    let want = [E, D, A].map(|i| f.bytes[i] * (1.0 + overhead / size[i]) * 1.05);
-    let total: f64 = want.iter().sum();
-    let scale = if total > p.s_cache { p.s_cache / total } else { 1.0 };
-    want.map(|w| (w * scale) as u64)
+    let whole = [E, D, A].map(|i| f.held[i] >= 1.0);
+    let want = [E, D, A].map(|i| f.bytes[i] * (1.0 + overhead / size[i]) * if whole[i] { 1.05 } else { 1.0 });
+    // The forms that hold every sample first: those the split gives a share, in its fill order,
+    // then those the spill reached, in its order.
+    let share = [split.e(), split.d(), split.a()];
+    let order = [A, D, E].into_iter().filter(|&i| share[i] > 0).chain([E, D, A].into_iter().filter(|&i| share[i] == 0));
+    let mut budget = [0.0; 3];
+    let mut left = p.s_cache;
+    for i in order.filter(|&i| whole[i]) {
+        budget[i] = want[i].min(left);
+        left -= budget[i];
+    }
+    // The rest share what is left as the split shares it.
+    let part: f64 = [E, D, A].iter().filter(|&&i| !whole[i]).map(|&i| want[i]).sum();
+    let scale = if part > left { left / part } else { 1.0 };
+    for i in [E, D, A].into_iter().filter(|&i| !whole[i]) {
+        budget[i] = want[i] * scale;
+    }
+    budget.map(|b| b as u64)
 }
 
 /// Evaluates one split (see the module documentation).
@@ -374,6 +393,24 @@ pub(super) mod tests {
         let b = budgets(&p, split("0-0-100"), 0.0);
         assert!(b[1] > 0 && b[2] > 0 && b[0] == 0, "{b:?}");
         assert!(b.iter().sum::<u64>() as f64 <= p.s_cache);
+    }
+
+    #[test]
+    fn a_form_planned_to_hold_every_sample_keeps_its_slack_and_what_only_flowed_on_gives_way() {
+        // Room for every sample's pixels and 20% more: decoded holds the set, with 5% to spare
+        // for samples larger than the mean; the rest flowed to encoded (part of the set).
+        let p = PlanParams { s_cache: 1000.0 * 500.0 * 1.2, ..base() };
+        let [e, d, a] = budgets(&p, split("0-100-0"), 0.0);
+        assert_eq!(d, (1000.0 * 500.0 * 1.05) as u64);
+        assert_eq!((e, a), ((1000.0 * 500.0 * 0.15) as u64, 0));
+        // Just room for the pixels: decoded still holds the set; encoded gets nothing.
+        let p = PlanParams { s_cache: 1000.0 * 500.0 * 1.02, ..base() };
+        let [e, d, _] = budgets(&p, split("0-100-0"), 0.0);
+        assert_eq!((e, d), (0, (1000.0 * 500.0 * 1.02) as u64));
+        // Every form holds part of the set: the budgets are the split's.
+        let p = PlanParams { s_cache: 1000.0 * 100.0, ..base() };
+        let b = budgets(&p, split("50-50-0"), 0.0);
+        assert_eq!(b, [50_000, 50_000, 0]);
     }
 
     #[test]
