@@ -139,6 +139,9 @@ pub(crate) fn measure(
         s_remote_entry: s_data,
         remote_decoded: 0.0,
         t_remote: 0.0,
+        // A read's wall time: on local storage its CPU (the controller zeroes it behind a read
+        // limit, where a read waits for the link).
+        t_read: sum.read_s / n,
     };
     Some(Calibration { params, samples_timed: sum.n, t_full: threads * n / sum.full_s.max(1e-9) })
 }

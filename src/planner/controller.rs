@@ -210,6 +210,8 @@ impl PlanController {
         let mut params = calibration.params;
         if let Some(limit) = self.read_limit {
             params.b_storage = params.b_storage.min(limit as f64);
+            // A read waits for the link, not the CPU.
+            params.t_read = 0.0;
         }
         self.apply(params, calibration.t_full, "mount-time calibration", calibration.samples_timed as u64);
     }
@@ -300,6 +302,10 @@ impl PlanController {
             params.b_storage = rate.min(1e12);
             // The mean file as read while serving: calibration's dozen samples can miss it.
             params.s_data = read_bytes as f64 / reads as f64;
+            // Without a read limit a read's time is its CPU (the page cache's copy, fresh pages).
+            if self.read_limit.is_none() {
+                params.t_read = read_ns as f64 / 1e9 / reads as f64;
+            }
         }
         self.apply(params, t_full, "rates measured while serving", timed);
         true

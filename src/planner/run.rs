@@ -14,13 +14,14 @@
 //!   pixels of what it decodes; else 0) are decoded in full (`1 / t_full`: a full
 //!   decode and an augment), `k_A = min(k_D, h_A)` of them with a spare (`1 / t_a` more), and
 //!   the rest decode their region (`1 / t_da`), `k_E = min(h_E, 1 - k_D)` kept as bytes.
-//!   work `k_D / t_full + k_A / t_a + (1 - k_D) / t_da`, storage `s_data` a sample.
+//!   work `k_D / t_full + k_A / t_a + (1 - k_D) / t_da + c_r` (`c_r`, a storage read's CPU:
+//!   `prepfs::read_seconds`), storage `s_data` a sample.
 //! - **Epoch 2**: a spare is an augmented hit; its refill, for the next epoch, waits while
 //!   readers take outputs from a full stock (the refill's marks, README's "The cache"), so it
 //!   is epoch 3's (with a spare for every sample nothing is made meanwhile, and serving runs at
 //!   the pure-hit rate, `prepfs::PURE_HIT_SPEEDUP` times `t_serve`); the other pixels are augmented (`(k_D - k_A) / t_a`); samples kept as bytes are decoded in full
 //!   and kept as pixels while decoded has room (`p = min(k_E, h_D - k_D)` of them, `1 / t_full`)
-//!   or decode their region (`1 / t_da`); the rest are read and decode their region.
+//!   or decode their region (`1 / t_da`); the rest are read (`c_r`) and decode their region.
 //! - **Epochs 3 on**: the steady state (`prepfs::evaluate`).
 //!
 //! Times per sample add up over the paths, made ahead of the readers or waited for as the
@@ -92,11 +93,13 @@ pub fn epochs(p: &PlanParams, split: Split, t_full: f64, keep: bool) -> Epochs {
     let k_d = if keep || split.d() > 0 || ahead > 0.0 { held[D] } else { 0.0 };
     let k_a = k_d.min(held[A]);
     let k_e = held[E].min(1.0 - k_d).max(0.0);
-    let work_1 = k_d / t_full + (1.0 - k_d) / t_da;
+    // Every sample is read from the storage once, its read's CPU included.
+    let read_cpu = prepfs::read_seconds(p);
+    let work_1 = k_d / t_full + (1.0 - k_d) / t_da + read_cpu;
     let first = prepfs::bounded(p, prepfs::machine_seconds(t_serve, (1.0 - ahead) * work_1, work_1 + k_a / t_a), p.s_data, 0.0);
     let promoted = k_e.min((held[D] - k_d).max(0.0));
     let rest = (1.0 - k_d - k_e).max(0.0);
-    let work_2 = (k_d - k_a) / t_a + promoted / t_full + (k_e - promoted) / t_da + rest / t_da;
+    let work_2 = (k_d - k_a) / t_a + promoted / t_full + (k_e - promoted) / t_da + rest * (1.0 / t_da + read_cpu);
     // Epoch 2 finds the spares made; of the other reads, those not made ahead wait.
     let waited_2 = if k_a < 1.0 { work_2 * ((1.0 - ahead) / (1.0 - k_a)).min(1.0) } else { 0.0 };
     // With every sample's spare made, the refill waits for the next epoch: nothing is made

@@ -138,6 +138,9 @@ pub struct PlanParams {
     /// prepfs's model only: seconds a read from the remote tier takes (its round trip and the
     /// transfer), charged to the node's time per sample read from it.
     pub t_remote: f64,
+    /// prepfs's model only: core-seconds a read from the storage costs the node's CPU (the
+    /// system call, the copy, the buffer's pages; 0: free, as behind a slow link).
+    pub t_read: f64,
 }
 
 
@@ -485,6 +488,9 @@ impl PlanParams {
         if !(self.t_remote.is_finite() && self.t_remote >= 0.0) {
             return Err(invalid("t_remote", format!("must be a number of seconds, 0 or more, got {}", self.t_remote)));
         }
+        if !(self.t_read.is_finite() && self.t_read >= 0.0) {
+            return Err(invalid("t_read", format!("must be a number of seconds, 0 or more, got {}", self.t_read)));
+        }
         if !(0.0..=1.0).contains(&self.remote_decoded) {
             return Err(invalid("remote_decoded", format!("must be a share from 0 to 1, got {}", self.remote_decoded)));
         }
@@ -559,6 +565,8 @@ struct RawPlanParams {
     remote_decoded: Option<f64>,
     #[serde(default)]
     t_remote: Option<f64>,
+    #[serde(default)]
+    t_read: Option<f64>,
 }
 
 /// A key that is present deserialises to `Some(value or None for null)`; `#[serde(default)]`
@@ -639,6 +647,7 @@ impl RawPlanParams {
             s_remote_entry: self.s_remote_entry.unwrap_or(s_data),
             remote_decoded: self.remote_decoded.unwrap_or(0.0),
             t_remote: self.t_remote.unwrap_or(0.0),
+            t_read: self.t_read.unwrap_or(0.0),
         };
         params.validate_in(text)?;
         Ok(params)
@@ -702,6 +711,7 @@ pub(crate) mod tests {
             s_remote_entry: 100.0,
             remote_decoded: 0.0,
             t_remote: 0.0,
+            t_read: 0.0,
         }
     }
 
