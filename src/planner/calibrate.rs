@@ -122,7 +122,8 @@ pub(crate) fn measure(
         b_cache: memory_copy_rate(),
         b_nic: f64::INFINITY,
         b_pcie: f64::INFINITY,
-        b_storage: (sum.bytes as f64 / sum.read_s.max(1e-6)).min(1e12),
+        // The threads read side by side: their rate together.
+        b_storage: (threads * sum.bytes as f64 / sum.read_s.max(1e-6)).min(1e12),
         t_gpu: config.cache.consumer_samples_per_s,
         t_da: threads * n / sum.da_s.max(1e-9),
         t_a: threads * n / sum.a_s.max(1e-9),
