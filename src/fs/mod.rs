@@ -70,6 +70,7 @@ use crate::source::catalog::Catalog;
 use crate::source::{LocalSource, SampleReader, Source, SourceIo};
 use crate::stats::{Stats, ViewCounters};
 use crate::sync::Mutex;
+use crate::tasks::{self, Parallel};
 use handles::{Handle, HandleTable};
 use jobs::{PendingNames, PrefetchQueue};
 use open_budget::{OpenBudget, OPEN_WAIT};
@@ -123,6 +124,9 @@ pub(crate) struct Filesystem {
     /// refill prepares the others first.
     top_pass: Pass,
     mounted_at: SystemTime,
+    /// The threads a loader's batch and the mount's validation are produced on in parallel
+    /// (`prepfs-fill-<i>`), joined when the filesystem drops.
+    fill: Parallel,
 }
 
 impl Filesystem {
@@ -201,7 +205,9 @@ impl Filesystem {
         let producer = SampleProducer::new(Arc::clone(&catalog), Arc::clone(&reader), tiers, pixels, Arc::clone(&stats));
         let plan = PlanController::new(&config, reader.read_limit(), Arc::clone(&cache), Arc::clone(&stats), remote_gauge);
         let passthrough = passthrough::PassthroughState::new(config.passthrough);
+        let fill = Parallel::start("prepfs-fill", config.threads, tasks::REQUEST)?;
         Ok(Filesystem {
+            fill,
             passthrough,
             top_pass,
             config,
