@@ -25,8 +25,9 @@
 //! - [`drain`]: the drain of a stopping mount: its readers' requests, who holds files, when it
 //!   ends.
 //! - [`config`]: the one typed configuration, validated once.
-//! - [`served`]: a produced output's bytes as kept and served: in memory, or in a sealed memory
-//!   file the kernel reads directly (passthrough).
+//! - [`served`]: a produced output's bytes as kept and served: in memory, or in an output file
+//!   the kernel reads directly (passthrough); the mount's `OutputFiles` makes them and closes
+//!   them when spent.
 //! - [`shared`]: the few types and helpers several subsystems use (`Form`, `Size2`, `Rgb`,
 //!   the stable hash, the augmentation draw).
 //! - [`stats`]: live counters served as `.prepfs/stats.json`.

@@ -579,8 +579,9 @@ fn start_workers(
         }
     })?;
     // The closer: memory files of outputs served and released, closed (their pages freed) off
-    // the request path, below the priority of requests (`served::run_closer`).
-    workers.spawn("prepfs-closer".into(), tasks::BACKGROUND, crate::served::run_closer)?;
+    // the request path, below the priority of requests (`served::OutputFiles::run_closer`).
+    let files = Arc::clone(fs.output_files());
+    workers.spawn("prepfs-closer".into(), tasks::BACKGROUND, move |stop| files.run_closer(stop))?;
     // Prefetch workers: prepare the samples queued ahead of jobs, below the priority of requests.
     for i in 0..fs.config().threads {
         let fs = Arc::clone(fs);

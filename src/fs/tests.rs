@@ -495,7 +495,7 @@ fn stats_show_each_form() {
 }
 
 #[test]
-fn with_passthrough_on_outputs_move_into_a_sealed_memory_file_and_read_back_the_same() {
+fn with_passthrough_on_outputs_move_into_an_output_file_and_read_back_the_same() {
     let (_dir, plain) = core(2, "cache: { memory: 64MiB, refill: false }\n");
     let (_dir2, fs) = core(2, "cache: { memory: 64MiB, refill: false }\n");
     fs.enable_passthrough();
@@ -554,7 +554,7 @@ fn with_passthrough_on_the_refill_makes_outputs_into_memory_files_that_opens_han
         let ino = ino_of(&fs, "augmented", &name);
         let Some(Node::File(_, file)) = Node::from_ino(ino) else { panic!("{name}: not a file") };
         let cached = fs.cache().augmented.peek(file, |e| e.bytes.clone()).expect("cached");
-        let crate::served::ServedBytes::Sealed(sealed) = cached else { panic!("{name}: the cached output is not in a memory file") };
+        let crate::served::ServedBytes::File(sealed) = cached else { panic!("{name}: the cached output is not in an output file") };
         let opened = fs.open(ino, false, Caller::ROOT).expect("open");
         let file = opened.backing.as_ref().and_then(|b| b.file()).expect("a backing file");
         // The very file the cache held, not a copy made at open.
