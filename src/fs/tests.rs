@@ -105,6 +105,22 @@ fn a_hung_source_fails_its_open_within_the_timeout_and_the_rest_still_serve() {
 }
 
 #[test]
+fn a_source_stat_that_hangs_fails_its_open_with_eio_within_the_timeout_and_the_rest_still_serve() {
+    let (dir, fs, faulty) = faulty_core(3, "source: { path: /x, timeout: 1s }\ncache: { memory: 64MiB, refill: false }\n");
+    let ino = ino_of(&fs, "augmented", "s001.ppm");
+    faulty.inject(&dir.path().join("src/c0/s001.jpg"), Fault::HangStat);
+    let started = std::time::Instant::now();
+    let err = fs.open(ino, false, Caller::ROOT).expect_err("hung stat");
+    assert_eq!(err.to_errno(), libc::EIO, "{err}");
+    assert!(started.elapsed() < Duration::from_secs(5), "waited {:?}", started.elapsed());
+    for name in ["s000.ppm", "s002.ppm"] {
+        assert!(!read_file(&fs, ino_of(&fs, "augmented", name)).is_empty(), "{name} is served meanwhile");
+    }
+    faulty.release_hangs();
+    fs.shutdown();
+}
+
+#[test]
 fn a_source_error_reaches_the_reader_as_its_errno_and_is_not_remembered() {
     let (dir, fs, faulty) = faulty_core(2, "cache: { memory: 64MiB, refill: false }\n");
     let path = dir.path().join("src/c0/s000.jpg");
