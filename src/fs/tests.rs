@@ -252,28 +252,30 @@ fn a_refill_in_a_room_larger_than_the_set_leaves_readers_the_cores_until_half_th
     let mut cursor = 0;
     while fs.refill_once(&mut cursor) {}
     assert_eq!(fs.cache().augmented.entries(), 8);
-    fs.refill_scope(); // sees the stock full
+    // The refill's clock is passed in: every look at `t0` but the one after the readers pause.
+    let t0 = Duration::from_secs(1);
+    fs.refill_scope_at(t0); // sees the stock full
     let take = |names: std::ops::Range<usize>| {
         for i in names {
             read_file(&fs, ino_of(&fs, "augmented", &format!("s{i:03}.ppm")));
         }
     };
     take(0..2);
-    assert_eq!(fs.refill_scope(), None, "6 of 8 left while readers take: the refill waits");
+    assert_eq!(fs.refill_scope_at(t0), None, "6 of 8 left while readers take: the refill waits");
     take(2..5);
-    assert_eq!(fs.refill_scope(), Some(RefillScope::ThisPass), "3 of 8 left: below half, it works alongside the readers");
+    assert_eq!(fs.refill_scope_at(t0), Some(RefillScope::ThisPass), "3 of 8 left: below half, it works alongside the readers");
     // But the 3 samples still to come in this pass have their outputs: the next pass's would
     // only take the readers' cores.
     assert!(!fs.refill_lane_once(&mut cursor, (0, 1), RefillScope::ThisPass));
     assert_eq!(fs.cache().augmented.entries(), 3);
-    // Readers pause: it makes the next pass's outputs.
-    std::thread::sleep(Duration::from_millis(30));
-    assert_eq!(fs.refill_scope(), Some(RefillScope::Any), "readers paused: it tops the stock up");
+    // Readers pause (30 ms without a hit): it makes the next pass's outputs.
+    let paused = t0 + Duration::from_millis(30);
+    assert_eq!(fs.refill_scope_at(paused), Some(RefillScope::Any), "readers paused: it tops the stock up");
     while fs.refill_lane_once(&mut cursor, (0, 1), RefillScope::Any) {}
     assert_eq!(fs.cache().augmented.entries(), 8);
-    fs.refill_scope();
+    fs.refill_scope_at(paused);
     take(5..6);
-    assert_eq!(fs.refill_scope(), None);
+    assert_eq!(fs.refill_scope_at(paused), None);
 }
 
 #[test]
@@ -281,7 +283,8 @@ fn below_half_the_stock_the_refill_makes_outputs_of_the_samples_readers_have_yet
     let (_dir, fs) = core(8, "cache: { memory: 256MiB, split: 0-50-50 }\n");
     let mut cursor = 0;
     while fs.refill_once(&mut cursor) {}
-    fs.refill_scope(); // sees the stock full
+    let t0 = Duration::from_secs(1); // the refill's clock, passed in: the readers never pause
+    fs.refill_scope_at(t0); // sees the stock full
     let take = |names: std::ops::Range<usize>| {
         for i in names {
             read_file(&fs, ino_of(&fs, "augmented", &format!("s{i:03}.ppm")));
@@ -291,7 +294,7 @@ fn below_half_the_stock_the_refill_makes_outputs_of_the_samples_readers_have_yet
     take(0..8);
     assert_eq!(fs.cache().augmented.entries(), 0);
     take(0..1);
-    assert_eq!(fs.refill_scope(), Some(RefillScope::ThisPass));
+    assert_eq!(fs.refill_scope_at(t0), Some(RefillScope::ThisPass));
     while fs.refill_lane_once(&mut cursor, (0, 1), RefillScope::ThisPass) {}
     // The 7 still to come have one; the one already read in this pass waits for a pause.
     let held = |f: u32| fs.cache().status.held(f) & crate::cache::HELD_AUGMENTED != 0;
