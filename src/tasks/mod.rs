@@ -1,7 +1,8 @@
-//! Every thread a mount runs, started here: named `prepfs-<what>[-<i>]`, at the priority its
-//! work is given (a nice value of its own: Linux threads have one each), and owned by a value
-//! whose close (or drop) stops and joins it. Nothing runs on a pool nobody owns: rayon's global
-//! pool is never built.
+//! Every thread prepfs starts, started here (fuser's session threads aside): named
+//! `prepfs-<what>[-<i>]`, at the priority its work is given (a nice value of its own: Linux
+//! threads have one each), and owned by a value whose close (or drop) stops and joins it; the
+//! one exception is `prepfs-force-exit` (`stop.rs`), the exit of last resort, never joined.
+//! Nothing runs on a pool nobody owns: rayon's global pool is never built.
 //!
 //! - [`TaskQueue`] (`queue.rs`): threads taking boxed tasks off one queue: the decode threads
 //!   (`prepfs-decode-<i>`, `fuse::OpenPool`) and the source's I/O threads (`prepfs-io-<i>`,
@@ -10,8 +11,8 @@
 //!   the loader's batch fills and the mount's sample validation (`prepfs-fill-<i>`).
 //! - [`Workers`] (`workers.rs`): the mount's loops that run until unmount (refill, prefetch,
 //!   closer, housekeeping, notifier, loader socket, metrics endpoint).
-//! - [`spawn`]: one named thread; the lower tiers' writers (`cache::queue`) and the loader
-//!   socket's connections are started by it.
+//! - [`spawn`]: one named thread; the lower tiers' writers (`cache::queue`), the loader
+//!   socket's connections and the signal waiter (`stop.rs`) are started by it.
 //!
 //! The priorities: requests' work (decode, I/O, batch fills, writers) at the daemon's own;
 //! work that only prepares what may be read next (refill, prefetch, the closer) at
