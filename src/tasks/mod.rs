@@ -1,6 +1,6 @@
 //! Every thread prepfs starts, started here (fuser's session threads aside): named
-//! `prepfs-<what>[-<i>]`, at the priority its work is given (a nice value of its own: Linux
-//! threads have one each), and owned by a value whose close (or drop) stops and joins it; the
+//! `prepfs-<what>[-<i>]`, at the priority its work is given (a nice value of its own, counted
+//! from the daemon's: Linux threads have one each), and owned by a value whose close (or drop) stops and joins it; the
 //! one exception is `prepfs-force-exit` (`stop.rs`), the exit of last resort, never joined.
 //! Nothing runs on a pool nobody owns: rayon's global pool is never built.
 //!
@@ -29,26 +29,41 @@ pub(crate) use parallel::Parallel;
 pub(crate) use queue::{Task, TaskQueue};
 pub(crate) use workers::Workers;
 
-/// The nice value of work a request waits for: the daemon's own.
+/// How much nicer than the daemon work a request waits for runs: not at all.
 pub(crate) const REQUEST: i32 = 0;
 
-/// The nice value of work that only prepares what may be read next.
+/// How much nicer than the daemon work that only prepares what may be read next runs (at most
+/// 19, the nicest): below requests however the daemon was started (`nice -n 19 prepfs` too,
+/// where an absolute 10 would put it above them).
 pub(crate) const BACKGROUND: i32 = 10;
 
-/// Starts a thread named `name` at nice `nice` ([`REQUEST`]: left as it is) running `work`.
+/// The nicest value a thread can have.
+const NICEST: i32 = 19;
+
+/// Starts a thread named `name`, `nice` nicer than the thread starting it ([`REQUEST`]: left
+/// as it is), running `work`.
 pub(crate) fn spawn<T: Send + 'static>(name: String, nice: i32, work: impl FnOnce() -> T + Send + 'static) -> io::Result<JoinHandle<T>> {
+    let base = thread_nice();
     std::thread::Builder::new().name(name).spawn(move || {
-        set_nice(nice);
+        if nice != REQUEST {
+            set_thread_nice((base + nice).min(NICEST));
+        }
         work()
     })
 }
 
-/// Sets the calling thread's nice value (Linux threads have their own); nothing for
-/// [`REQUEST`].
-fn set_nice(nice: i32) {
-    if nice == REQUEST {
-        return;
+/// The calling thread's nice value (Linux threads have their own).
+fn thread_nice() -> i32 {
+    // SAFETY: getpriority on this thread's own id; -1 is a valid answer, and nothing here
+    // fails (the id is ours).
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::getpriority(libc::PRIO_PROCESS, tid)
     }
+}
+
+/// Sets the calling thread's nice value.
+fn set_thread_nice(nice: i32) {
     // SAFETY: setpriority on this thread's own id.
     unsafe {
         let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
@@ -61,22 +76,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_spawned_thread_has_its_name_and_its_nice_value() {
-        let seen = spawn("prepfs-test-nice".into(), BACKGROUND, || {
-            let name = std::thread::current().name().map(str::to_string);
-            // SAFETY: getpriority on this thread's own id.
-            let nice = unsafe {
-                let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-                libc::getpriority(libc::PRIO_PROCESS, tid)
-            };
-            (name, nice)
-        })
-        .expect("spawn")
-        .join()
-        .expect("join");
-        assert_eq!(seen.0.as_deref(), Some("prepfs-test-nice"));
-        // A process already niced past BACKGROUND stays where it is (an unprivileged thread
-        // cannot raise its priority): the thread is at least as nice as asked.
-        assert!(seen.1 >= BACKGROUND, "nice {}", seen.1);
+    fn a_spawned_thread_has_its_name_and_runs_as_much_nicer_than_its_starter_as_asked() {
+        let base = thread_nice();
+        let seen = |nice| {
+            spawn("prepfs-test-nice".into(), nice, || (std::thread::current().name().map(str::to_string), thread_nice()))
+                .expect("spawn")
+                .join()
+                .expect("join")
+        };
+        assert_eq!(seen(BACKGROUND), (Some("prepfs-test-nice".to_string()), (base + BACKGROUND).min(NICEST)));
+        assert_eq!(seen(REQUEST).1, base, "requests' work at the starter's own");
     }
 }
