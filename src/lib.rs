@@ -25,8 +25,9 @@
 //! - [`drain`]: the drain of a stopping mount: its readers' requests, who holds files, when it
 //!   ends.
 //! - [`config`]: the one typed configuration, validated once.
-//! - [`served`]: a produced output's bytes as kept and served: in memory, or in a sealed memory
-//!   file the kernel reads directly (passthrough).
+//! - [`served`]: a produced output's bytes as kept and served: in memory, or in an output file
+//!   the kernel reads directly (passthrough); the mount's `OutputFiles` makes them and closes
+//!   them when spent.
 //! - [`shared`]: the few types and helpers several subsystems use (`Form`, `Size2`, `Rgb`,
 //!   the stable hash, the augmentation draw).
 //! - [`stats`]: live counters served as `.prepfs/stats.json`.
@@ -38,8 +39,8 @@
 //! - [`error`]: the core's error type, and [`error::ToErrno`], by which each layer's typed error
 //!   (source, sampling, jpeg, pipeline) says its errno beside it.
 //! - [`log`]: log lines that cannot flood or fail.
-//! - `job_threads`: the loop of the decode threads and the source's I/O threads (a queue of
-//!   jobs, asleep when idle, a panic caught per job).
+//! - `tasks`: every thread of a mount, named, at its priority, owned and joined: the task
+//!   queues of the decode and I/O threads, the pool of batch fills, the mount's workers.
 
 // The public API is what the binary, the integration tests and the fuzz targets use; everything
 // else is `pub(crate)`, and this lint keeps it so.
@@ -52,7 +53,6 @@ pub mod drain;
 pub(crate) mod error;
 pub(crate) mod fs;
 pub(crate) mod fuse;
-mod job_threads;
 pub mod loader;
 pub mod log;
 pub mod mount;
@@ -70,4 +70,5 @@ pub(crate) mod metrics;
 pub mod summary;
 pub mod unmount;
 mod sync;
+mod tasks;
 mod yaml;

@@ -17,6 +17,7 @@ use crate::fs::Filesystem;
 use crate::drain::{Activity, DrainConfig};
 use crate::fuse::{FuseAdapter, OpenPool};
 use crate::stop::SignalWaiter;
+use crate::tasks::{self, Workers};
 
 /// Why a mount could not start.
 #[derive(Debug, thiserror::Error)]
@@ -366,24 +367,19 @@ pub(crate) fn scan_with_progress(source: &Path, stop: &AtomicBool) -> Result<Cat
     catalog
 }
 
-/// Checks the samples at mount as `bad_samples.validate` says (`headers`, `scan`), on a rayon
-/// pool of the decode threads' number (gone when done), its progress shown; nothing for
+/// Checks the samples at mount as `bad_samples.validate` says (`headers`, `scan`), on the
+/// filesystem's pool of batch fills (`prepfs-fill-<i>`), its progress shown; nothing for
 /// `first-touch`.
 fn validate_with_progress(fs: &Filesystem, stop: &AtomicBool) -> Result<(), MountError> {
     let mode = fs.config().bad_samples.validate;
     if mode == crate::config::Validate::FirstTouch {
         return Ok(());
     }
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(fs.config().threads)
-        .thread_name(|i| format!("prepfs-validate-{i}"))
-        .build()
-        .map_err(|e| MountError::Pool(e.to_string()))?;
     let what = if mode == crate::config::Validate::Scan { "validating (full decode)" } else { "validating (headers)" };
     let total = fs.catalog().sample_count() as u64;
     let progress = Progress::start(what, "samples", Some(total));
     let started = std::time::Instant::now();
-    let bad = pool.install(|| fs.validate_samples(|| progress.add(1), stop));
+    let bad = fs.validate_samples(|| progress.add(1), stop);
     progress.finish();
     let seconds = format!("{:.1}", started.elapsed().as_secs_f64());
     tracing::info!(samples = total, bad, seconds, "{what}: done; the bad samples are listed in .prepfs/stats.json");
@@ -469,7 +465,7 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
         Ok(session) => session,
         Err(e) => {
             let _ = try_unmount(&mountpoint).or_else(|_| lazy_unmount(&mountpoint));
-            workers.stop_and_join(&fs);
+            stop_and_join(workers, &fs);
             return Err(MountError::Fuse(e));
         }
     };
@@ -484,7 +480,7 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
         )),
     }
     let ran = end_session(session, &canonical_mountpoint, connection);
-    workers.stop_and_join(&fs);
+    stop_and_join(workers, &fs);
     tracing::info!(mountpoint = %mountpoint.display(), "unmounted");
     ran.map_err(MountError::Fuse)
 }
@@ -520,30 +516,13 @@ fn end_session(mut session: fuser::BackgroundSession, canonical: &Path, connecti
     guard.join().map_err(|_| io::Error::other("the FUSE session thread panicked"))?
 }
 
-/// The background threads of a mount, stopped and joined at unmount.
-#[derive(Default)]
-struct Workers {
-    stop: Arc<AtomicBool>,
-    threads: Vec<std::thread::JoinHandle<()>>,
-}
-
-impl Workers {
-    fn spawn(&mut self, name: String, work: impl FnOnce(&AtomicBool) + Send + 'static) -> io::Result<()> {
-        let stop = Arc::clone(&self.stop);
-        self.threads.push(std::thread::Builder::new().name(name).spawn(move || work(&stop))?);
-        Ok(())
-    }
-
-    /// Stops every worker (throttled source reads give up at once), joins them, then ends the
-    /// source's I/O and writes out the disk tier's queue.
-    fn stop_and_join(self, fs: &Filesystem) {
-        self.stop.store(true, Ordering::SeqCst);
-        fs.interrupt();
-        for t in self.threads {
-            let _ = t.join();
-        }
-        fs.shutdown();
-    }
+/// Stops every worker (throttled source reads give up at once), joins them, then ends the
+/// source's I/O and writes out the disk tier's queue.
+fn stop_and_join(workers: Workers, fs: &Filesystem) {
+    workers.stop();
+    fs.interrupt();
+    workers.join();
+    fs.shutdown();
 }
 
 /// The `--metrics-addr` endpoint: a worker answering `GET /metrics` until unmount.
@@ -551,7 +530,7 @@ fn start_metrics_endpoint(fs: &Arc<Filesystem>, workers: &mut Workers, listener:
     let url = format!("http://{}/metrics", listener.local_addr()?);
     tracing::info!(url = %url, "metrics endpoint");
     let fs = Arc::clone(fs);
-    workers.spawn("prepfs-metrics".into(), move |stop| crate::metrics::http::serve(listener, stop, || fs.metrics_text()))
+    workers.spawn("prepfs-metrics".into(), tasks::REQUEST, move |stop| crate::metrics::http::serve(listener, stop, || fs.metrics_text()))
 }
 
 /// Sleeps `d` unless `stop` is set meanwhile; returns whether to go on.
@@ -578,8 +557,7 @@ fn start_workers(
         let lanes = fs.config().decode_parallelism();
         for lane in 0..lanes {
             let fs = Arc::clone(fs);
-            workers.spawn(format!("prepfs-refill-{lane}"), move |stop| {
-                lower_priority(10);
+            workers.spawn(format!("prepfs-refill-{lane}"), tasks::BACKGROUND, move |stop| {
                 let mut cursor = 0usize;
                 while !stop.load(Ordering::Relaxed) {
                     let worked = fs.refill_scope().is_some_and(|scope| fs.refill_lane_once(&mut cursor, (lane, lanes), scope));
@@ -593,7 +571,7 @@ fn start_workers(
     // Once a second: retire idle jobs, drop shared outputs no job needs this epoch, and re-plan
     // the cache split from the rates measured while serving.
     let housekeeping = Arc::clone(fs);
-    workers.spawn("prepfs-housekeeping".into(), move |stop| {
+    workers.spawn("prepfs-housekeeping".into(), tasks::REQUEST, move |stop| {
         while nap(stop, Duration::from_secs(1)) {
             housekeeping.retire_idle_jobs();
             housekeeping.drop_outputs_no_job_needs();
@@ -601,16 +579,13 @@ fn start_workers(
         }
     })?;
     // The closer: memory files of outputs served and released, closed (their pages freed) off
-    // the request path, below the priority of requests (`served::run_closer`).
-    workers.spawn("prepfs-closer".into(), |stop| {
-        lower_priority(10);
-        crate::served::run_closer(stop);
-    })?;
+    // the request path, below the priority of requests (`served::OutputFiles::run_closer`).
+    let files = Arc::clone(fs.output_files());
+    workers.spawn("prepfs-closer".into(), tasks::BACKGROUND, move |stop| files.run_closer(stop))?;
     // Prefetch workers: prepare the samples queued ahead of jobs, below the priority of requests.
     for i in 0..fs.config().threads {
         let fs = Arc::clone(fs);
-        workers.spawn(format!("prepfs-prefetch-{i}"), move |stop| {
-            lower_priority(10);
+        workers.spawn(format!("prepfs-prefetch-{i}"), tasks::BACKGROUND, move |stop| {
             while !stop.load(Ordering::Relaxed) {
                 fs.run_prefetch(Duration::from_millis(200), stop);
             }
@@ -621,11 +596,11 @@ fn start_workers(
         let _ = fs.stats().loader.socket.set(server.path().display().to_string());
         tracing::info!(socket = %server.path().display(), "loader socket");
         let fs = Arc::clone(fs);
-        workers.spawn("prepfs-loader".into(), move |stop| server.serve(&fs, stop))?;
+        workers.spawn("prepfs-loader".into(), tasks::REQUEST, move |stop| server.serve(&fs, stop))?;
     }
     // Tells the kernel to drop what it cached of files whose source changed.
     let stale = Arc::clone(fs);
-    workers.spawn("prepfs-notifier".into(), move |stop| {
+    workers.spawn("prepfs-notifier".into(), tasks::REQUEST, move |stop| {
         while !stop.load(Ordering::Relaxed) {
             for ino in stale.stale.drain(Duration::from_millis(200)) {
                 // ENOENT: the kernel holds nothing of it. Nothing to do either way.
@@ -653,15 +628,6 @@ fn bind_loader_socket(config: &Config) -> Result<Option<crate::loader::LoaderSer
             tracing::warn!("{e}; serving without the loader socket");
             Ok(None)
         }
-    }
-}
-
-/// Sets the calling thread's nice value (Linux threads have their own).
-fn lower_priority(nice: i32) {
-    // SAFETY: setpriority on this thread's own id.
-    unsafe {
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        libc::setpriority(libc::PRIO_PROCESS, tid, nice);
     }
 }
 

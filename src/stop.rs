@@ -72,9 +72,9 @@ impl SignalWaiter {
         let stopping = Arc::new(AtomicBool::new(false));
         let state = Arc::new(Mutex::new(WaiterState::default()));
         let (stop, st) = (Arc::clone(&stopping), Arc::clone(&state));
-        let thread = std::thread::Builder::new()
-            .name("prepfs-signals".into())
-            .spawn(move || wait_for_signals(signals, &mountpoint, drain, &stop, &st))?;
+        let thread = crate::tasks::spawn("prepfs-signals".into(), crate::tasks::REQUEST, move || {
+            wait_for_signals(signals, &mountpoint, drain, &stop, &st)
+        })?;
         Ok(SignalWaiter { stopping, state, thread: Some(thread) })
     }
 
@@ -231,7 +231,7 @@ fn force_unmount(mountpoint: &Path, connection: Option<u64>) {
         let _ = std::fs::write(format!("/sys/fs/fuse/connections/{n}/abort"), "1");
     }
     // Detached: this thread is the process's exit of last resort, never joined.
-    let _ = std::thread::Builder::new().name("prepfs-force-exit".into()).spawn(|| {
+    let _ = crate::tasks::spawn("prepfs-force-exit".into(), crate::tasks::REQUEST, || {
         std::thread::sleep(Duration::from_secs(5));
         tracing::warn!("the session did not end after the forced unmount; exiting");
         std::process::exit(1);

@@ -111,7 +111,7 @@ impl<J: Job> WriteQueue<J> {
         let (sender, receiver) = sync_channel(max_jobs);
         let pending = Arc::new(Pending::default());
         let jobs = Jobs { receiver, pending: Arc::clone(&pending) };
-        let worker = std::thread::Builder::new().name(name.to_string()).spawn(move || work(jobs))?;
+        let worker = crate::tasks::spawn(name.to_string(), crate::tasks::REQUEST, move || work(jobs))?;
         Ok(WriteQueue { sender: Mutex::new(Some(sender)), worker: Mutex::new(Some(worker)), pending, max_bytes })
     }
 

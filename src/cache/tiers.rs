@@ -127,7 +127,7 @@ impl SampleStatus {
     }
 }
 
-/// An augmented output in the cache (in memory, or sealed in a memory file ready to pass
+/// An augmented output in the cache (in memory, or in an output file ready to pass
 /// through), and the jobs (one bit per job slot) that have used it.
 #[derive(Clone)]
 pub struct AugmentedEntry {

@@ -82,8 +82,8 @@ impl Filesystem {
     }
 
     /// Checks every sample at mount, as `bad_samples.validate` says (nothing for `first-touch`):
-    /// the header of each (`headers`), or each read and fully decoded (`scan`), on the decode
-    /// pool the caller runs this in. Those found bad are marked (one log line each, listed in
+    /// the header of each (`headers`), or each read and fully decoded (`scan`), on the fill
+    /// pool (`prepfs-fill-<i>`). Those found bad are marked (one log line each, listed in
     /// `stats.json`). `done` is told of every sample checked; `stop` ends the work early.
     /// Returns how many samples are known bad afterwards.
     pub(crate) fn validate_samples(&self, done: impl Fn() + Sync, stop: &AtomicBool) -> usize {
@@ -94,7 +94,7 @@ impl Filesystem {
         let catalog = self.catalog();
         let max_pixels = self.config().max_pixels;
         let samples: Vec<FileId> = (0..catalog.dir_count() as u32).flat_map(|d| catalog.images(d).to_vec()).collect();
-        samples.par_iter().for_each(|&id| {
+        self.fill.install(|| samples.par_iter().for_each(|&id| {
             if stop.load(Ordering::Relaxed) {
                 return;
             }
@@ -105,7 +105,7 @@ impl Filesystem {
                 _ => self.resolve(id).and_then(|sample| self.producer.check_decodes(&sample)),
             };
             done();
-        });
+        }));
         samples.iter().filter(|&&id| self.reader.known_bad(id)).count()
     }
 }

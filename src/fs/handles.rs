@@ -61,7 +61,7 @@ pub(super) enum HandleData {
     Control(Arc<[u8]>),
 }
 
-/// Where a handle's produced bytes are: in memory, or in a sealed memory file the kernel reads
+/// Where a handle's produced bytes are: in memory, or in an output file the kernel reads
 /// them from (passthrough), shared with the cache while it keeps them.
 pub(super) type Content = ServedBytes;
 
@@ -173,8 +173,8 @@ impl Filesystem {
         // output the pixel work made sealed is there already).
         let data = match data {
             HandleData::Bytes { content: Content::Memory(bytes), form, served } => {
-                let content = match self.memfd_for(&bytes) {
-                    Some(file) => Content::Sealed(Arc::new(file)),
+                let content = match self.output_file_for(&bytes) {
+                    Some(file) => Content::File(Arc::new(file)),
                     None => Content::Memory(bytes),
                 };
                 HandleData::Bytes { content, form, served }
@@ -213,10 +213,10 @@ impl Filesystem {
                         reply(Ok(&bytes[start..end]))
                     }
                     // Read here only when the kernel refused the memory file as a backing file.
-                    Content::Sealed(sealed) => {
-                        let want = sealed.len().saturating_sub(offset).min(u64::from(size)) as usize;
+                    Content::File(file) => {
+                        let want = file.len().saturating_sub(offset).min(u64::from(size)) as usize;
                         let mut buf = vec![0; want];
-                        match std::os::unix::fs::FileExt::read_exact_at(sealed.file(), &mut buf, offset) {
+                        match std::os::unix::fs::FileExt::read_exact_at(file.file(), &mut buf, offset) {
                             Ok(()) => {
                                 bump(&self.counters(*form).read_bytes, want as u64);
                                 reply(Ok(&buf))

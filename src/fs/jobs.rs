@@ -220,6 +220,12 @@ impl Filesystem {
         self.producer.refill_scope()
     }
 
+    /// [`Filesystem::refill_scope`] at `now` on the refill's clock (tests pass time in).
+    #[cfg(test)]
+    pub(crate) fn refill_scope_at(&self, now: std::time::Duration) -> Option<RefillScope> {
+        self.producer.refill_scope_at(now)
+    }
+
     /// [`Filesystem::refill_once`] for one of several refill workers: the samples of `lane`.
     /// First the samples still to come in this pass: with jobs, those some job has not seen this
     /// epoch; without, those top-level readers have not read in this pass (so the refill works
@@ -273,7 +279,7 @@ impl Filesystem {
     /// Retires the jobs idle past `jobs.idle_timeout`; returns how many.
     pub(crate) fn retire_idle_jobs(&self) -> usize {
         let idle_ms = (self.config().jobs.idle_timeout_s * 1000.0) as u64;
-        let retired = self.jobs.retire_idle(idle_ms);
+        let retired = self.jobs.retire_idle(self.jobs.now_ms(), idle_ms);
         for job in &retired {
             self.forget_job(job);
         }

@@ -200,9 +200,10 @@ impl Filesystem {
                 }
                 reachable
             });
-            // Produced in parallel (the pool's threads), each into its own place.
+            // Produced in parallel (the fill pool's threads), each into its own place.
             let room = &mut slot[have * pixels..(have + chosen.len()) * pixels];
-            let produced: Vec<Result<bool>> = chosen
+            let produced: Vec<Result<bool>> = self.fill.install(|| {
+                chosen
                 .par_iter()
                 .zip(room.par_chunks_mut(pixels))
                 .map(|(choice, place)| {
@@ -213,7 +214,8 @@ impl Filesystem {
                     bytes.copy_tail_into(place).map_err(|e| Error::source_io(&sample.path, e))?;
                     Ok(origin.is_miss())
                 })
-                .collect();
+                .collect()
+            });
             for (k, (choice, result)) in chosen.iter().zip(produced).enumerate() {
                 let miss = match result {
                     Ok(miss) => miss,

@@ -72,6 +72,8 @@ use crate::source::catalog::Catalog;
 use crate::source::{LocalSource, SampleReader, Source, SourceIo};
 use crate::stats::{Stats, ViewCounters};
 use crate::sync::Mutex;
+use crate::served::OutputFiles;
+use crate::tasks::{self, Parallel};
 use handles::{Handle, HandleTable};
 use jobs::{PendingNames, PrefetchQueue};
 use open_budget::{OpenBudget, OPEN_WAIT};
@@ -125,6 +127,11 @@ pub(crate) struct Filesystem {
     /// refill prepares the others first.
     top_pass: Pass,
     mounted_at: SystemTime,
+    /// The threads a loader's batch and the mount's validation are produced on in parallel
+    /// (`prepfs-fill-<i>`), joined when the filesystem drops.
+    fill: Parallel,
+    /// The files outputs are served from with passthrough: made, counted, closed when spent.
+    output_files: Arc<OutputFiles>,
 }
 
 impl Filesystem {
@@ -199,11 +206,15 @@ impl Filesystem {
             .with_shared(job_store);
         let remote_gauge = remote.as_ref().map(RemoteTier::gauge);
         let tiers = Tiers::new(Arc::clone(&cache), disk, catalog.root().to_path_buf()).with_remote(remote);
-        let pixels = PixelWork::new(&config, catalog.file_count(), Arc::clone(&stats));
+        let output_files = OutputFiles::new();
+        let pixels = PixelWork::new(&config, catalog.file_count(), Arc::clone(&stats), Arc::clone(&output_files));
         let producer = SampleProducer::new(Arc::clone(&catalog), Arc::clone(&reader), tiers, pixels, Arc::clone(&stats));
         let plan = PlanController::new(&config, reader.read_limit(), Arc::clone(&cache), Arc::clone(&stats), remote_gauge);
         let passthrough = passthrough::PassthroughState::new(config.passthrough);
+        let fill = Parallel::start("prepfs-fill", config.threads, tasks::REQUEST)?;
         Ok(Filesystem {
+            fill,
+            output_files,
             passthrough,
             top_pass,
             config,

@@ -1,7 +1,7 @@
 //! Kernel FUSE passthrough, the core's half: whether it is on, and what an open file's reads
 //! may go to instead of the daemon ([`Backing`]): the source file itself (`encoded/`), or the
-//! file of its own holding a produced output's bytes (`crate::served`: an unnamed file in the
-//! process's own tmpfs, or a sealed memfd where that cannot be made).
+//! file of its own holding a produced output's bytes (`crate::served::OutputFile`: an unnamed file
+//! in the mount's own tmpfs, or a sealed memfd where that cannot be made).
 //!
 //! The adapter (`fuse/mod.rs`, `fuse/backings.rs`) owns the other half: it registers a backing file with the kernel
 //! (`FUSE_DEV_IOC_BACKING_OPEN`), answers the open with the id, and closes the id at release.
@@ -22,7 +22,7 @@ use std::sync::{Arc, OnceLock};
 
 use super::handles::{Content, Handle, HandleData};
 use super::Filesystem;
-use crate::served::SealedFile;
+use crate::served::{OutputFile, OutputFiles};
 
 /// Whether opens are answered with backing files, and why not when they are not.
 pub(super) struct PassthroughState {
@@ -69,7 +69,7 @@ impl Handle {
     pub(super) fn backing_file(&self) -> Option<&File> {
         match &self.data {
             HandleData::Source { file } => file.as_file(),
-            HandleData::Bytes { content: Content::Sealed(sealed), .. } => Some(sealed.file()),
+            HandleData::Bytes { content: Content::File(file), .. } => Some(file.file()),
             HandleData::Bytes { content: Content::Memory(_), .. } => None,
             HandleData::Listing(_) | HandleData::Control(_) => None,
         }
@@ -122,8 +122,8 @@ impl Filesystem {
             "backing_ids_opened": get(&p.backing_ids_opened),
             // Outputs held in files of their own: in the cache, ready to pass through, and
             // those of open handles; and where those files are made.
-            "memory_files": crate::served::live(),
-            "output_files_in": crate::served::OutputFs::kind(),
+            "memory_files": self.output_files.live(),
+            "output_files_in": self.output_files.kind(),
         })
     }
 
@@ -134,12 +134,17 @@ impl Filesystem {
         (self.passthrough_on() && !throttled && handle.backing_file().is_some()).then(|| Backing(Arc::clone(handle)))
     }
 
-    /// A sealed memory file holding `bytes`, when passthrough is on (`None` otherwise, or when
-    /// the memory file cannot be made: the handle is then served by the daemon).
-    pub(super) fn memfd_for(&self, bytes: &[u8]) -> Option<SealedFile> {
+    /// An output file holding `bytes`, when passthrough is on (`None` otherwise, or when the
+    /// file cannot be made: the handle is then served by the daemon).
+    pub(super) fn output_file_for(&self, bytes: &[u8]) -> Option<OutputFile> {
         if !self.passthrough_on() {
             return None;
         }
-        crate::served::seal(bytes)
+        self.output_files.try_make(bytes)
+    }
+
+    /// The mount's output files (the mount runs their closer).
+    pub(crate) fn output_files(&self) -> &Arc<OutputFiles> {
+        &self.output_files
     }
 }

@@ -105,6 +105,22 @@ fn a_hung_source_fails_its_open_within_the_timeout_and_the_rest_still_serve() {
 }
 
 #[test]
+fn a_source_stat_that_hangs_fails_its_open_with_eio_within_the_timeout_and_the_rest_still_serve() {
+    let (dir, fs, faulty) = faulty_core(3, "source: { path: /x, timeout: 1s }\ncache: { memory: 64MiB, refill: false }\n");
+    let ino = ino_of(&fs, "augmented", "s001.ppm");
+    faulty.inject(&dir.path().join("src/c0/s001.jpg"), Fault::HangStat);
+    let started = std::time::Instant::now();
+    let err = fs.open(ino, false, Caller::ROOT).expect_err("hung stat");
+    assert_eq!(err.to_errno(), libc::EIO, "{err}");
+    assert!(started.elapsed() < Duration::from_secs(5), "waited {:?}", started.elapsed());
+    for name in ["s000.ppm", "s002.ppm"] {
+        assert!(!read_file(&fs, ino_of(&fs, "augmented", name)).is_empty(), "{name} is served meanwhile");
+    }
+    faulty.release_hangs();
+    fs.shutdown();
+}
+
+#[test]
 fn a_source_error_reaches_the_reader_as_its_errno_and_is_not_remembered() {
     let (dir, fs, faulty) = faulty_core(2, "cache: { memory: 64MiB, refill: false }\n");
     let path = dir.path().join("src/c0/s000.jpg");
@@ -236,28 +252,30 @@ fn a_refill_in_a_room_larger_than_the_set_leaves_readers_the_cores_until_half_th
     let mut cursor = 0;
     while fs.refill_once(&mut cursor) {}
     assert_eq!(fs.cache().augmented.entries(), 8);
-    fs.refill_scope(); // sees the stock full
+    // The refill's clock is passed in: every look at `t0` but the one after the readers pause.
+    let t0 = Duration::from_secs(1);
+    fs.refill_scope_at(t0); // sees the stock full
     let take = |names: std::ops::Range<usize>| {
         for i in names {
             read_file(&fs, ino_of(&fs, "augmented", &format!("s{i:03}.ppm")));
         }
     };
     take(0..2);
-    assert_eq!(fs.refill_scope(), None, "6 of 8 left while readers take: the refill waits");
+    assert_eq!(fs.refill_scope_at(t0), None, "6 of 8 left while readers take: the refill waits");
     take(2..5);
-    assert_eq!(fs.refill_scope(), Some(RefillScope::ThisPass), "3 of 8 left: below half, it works alongside the readers");
+    assert_eq!(fs.refill_scope_at(t0), Some(RefillScope::ThisPass), "3 of 8 left: below half, it works alongside the readers");
     // But the 3 samples still to come in this pass have their outputs: the next pass's would
     // only take the readers' cores.
     assert!(!fs.refill_lane_once(&mut cursor, (0, 1), RefillScope::ThisPass));
     assert_eq!(fs.cache().augmented.entries(), 3);
-    // Readers pause: it makes the next pass's outputs.
-    std::thread::sleep(Duration::from_millis(30));
-    assert_eq!(fs.refill_scope(), Some(RefillScope::Any), "readers paused: it tops the stock up");
+    // Readers pause (30 ms without a hit): it makes the next pass's outputs.
+    let paused = t0 + Duration::from_millis(30);
+    assert_eq!(fs.refill_scope_at(paused), Some(RefillScope::Any), "readers paused: it tops the stock up");
     while fs.refill_lane_once(&mut cursor, (0, 1), RefillScope::Any) {}
     assert_eq!(fs.cache().augmented.entries(), 8);
-    fs.refill_scope();
+    fs.refill_scope_at(paused);
     take(5..6);
-    assert_eq!(fs.refill_scope(), None);
+    assert_eq!(fs.refill_scope_at(paused), None);
 }
 
 #[test]
@@ -265,7 +283,8 @@ fn below_half_the_stock_the_refill_makes_outputs_of_the_samples_readers_have_yet
     let (_dir, fs) = core(8, "cache: { memory: 256MiB, split: 0-50-50 }\n");
     let mut cursor = 0;
     while fs.refill_once(&mut cursor) {}
-    fs.refill_scope(); // sees the stock full
+    let t0 = Duration::from_secs(1); // the refill's clock, passed in: the readers never pause
+    fs.refill_scope_at(t0); // sees the stock full
     let take = |names: std::ops::Range<usize>| {
         for i in names {
             read_file(&fs, ino_of(&fs, "augmented", &format!("s{i:03}.ppm")));
@@ -275,7 +294,7 @@ fn below_half_the_stock_the_refill_makes_outputs_of_the_samples_readers_have_yet
     take(0..8);
     assert_eq!(fs.cache().augmented.entries(), 0);
     take(0..1);
-    assert_eq!(fs.refill_scope(), Some(RefillScope::ThisPass));
+    assert_eq!(fs.refill_scope_at(t0), Some(RefillScope::ThisPass));
     while fs.refill_lane_once(&mut cursor, (0, 1), RefillScope::ThisPass) {}
     // The 7 still to come have one; the one already read in this pass waits for a pause.
     let held = |f: u32| fs.cache().status.held(f) & crate::cache::HELD_AUGMENTED != 0;
@@ -495,7 +514,7 @@ fn stats_show_each_form() {
 }
 
 #[test]
-fn with_passthrough_on_outputs_move_into_a_sealed_memory_file_and_read_back_the_same() {
+fn with_passthrough_on_outputs_move_into_an_output_file_and_read_back_the_same() {
     let (_dir, plain) = core(2, "cache: { memory: 64MiB, refill: false }\n");
     let (_dir2, fs) = core(2, "cache: { memory: 64MiB, refill: false }\n");
     fs.enable_passthrough();
@@ -554,7 +573,7 @@ fn with_passthrough_on_the_refill_makes_outputs_into_memory_files_that_opens_han
         let ino = ino_of(&fs, "augmented", &name);
         let Some(Node::File(_, file)) = Node::from_ino(ino) else { panic!("{name}: not a file") };
         let cached = fs.cache().augmented.peek(file, |e| e.bytes.clone()).expect("cached");
-        let crate::served::ServedBytes::Sealed(sealed) = cached else { panic!("{name}: the cached output is not in a memory file") };
+        let crate::served::ServedBytes::File(sealed) = cached else { panic!("{name}: the cached output is not in an output file") };
         let opened = fs.open(ino, false, Caller::ROOT).expect("open");
         let file = opened.backing.as_ref().and_then(|b| b.file()).expect("a backing file");
         // The very file the cache held, not a copy made at open.

@@ -5,46 +5,30 @@
 //! a loop of `sched_yield` calls before they slept, after every job: on 2 cores, during a cold
 //! pass, about 6% of the daemon's CPU samples were decode threads yielding, taken from the misses
 //! and the refill. The threads are stopped and joined when the pool is dropped (with the FUSE
-//! adapter, at unmount), after the opens already handed over are answered.
+//! adapter, at unmount: `TaskQueue`'s drop), after the opens already handed over are answered.
 
 use std::io;
-use std::sync::mpsc;
 
-use crate::job_threads::{self, Job, JobThread};
+use crate::tasks::{self, TaskQueue};
 
 /// See the module documentation.
 pub(crate) struct OpenPool {
-    tx: Option<mpsc::Sender<Job>>,
-    threads: Vec<JobThread>,
+    queue: TaskQueue,
 }
 
 impl OpenPool {
-    /// `threads` threads (at least one), named `prepfs-decode-<i>`. A job that panics has dropped
-    /// its reply (the kernel gets EIO); its thread goes on serving (`job_threads`).
+    /// `threads` threads (at least one), named `prepfs-decode-<i>`, at the priority of requests.
+    /// A job that panics has dropped its reply (the kernel gets EIO); its thread goes on serving
+    /// (`tasks::TaskQueue`).
     pub(crate) fn new(threads: usize) -> io::Result<OpenPool> {
-        let (tx, threads) = job_threads::start("prepfs-decode", threads)?;
-        Ok(OpenPool { tx: Some(tx), threads })
+        Ok(OpenPool { queue: TaskQueue::start("prepfs-decode", threads, tasks::REQUEST)? })
     }
 
-    /// Runs `job` on one of the threads; on the caller's own thread should the pool be gone
+    /// Runs `job` on one of the threads; on the caller's own thread should the pool be closed
     /// (the job carries a reply, which must be answered either way).
     pub(crate) fn spawn(&self, job: impl FnOnce() + Send + 'static) {
-        let job: Job = Box::new(job);
-        let refused = match &self.tx {
-            Some(tx) => tx.send(job).err().map(|e| e.0),
-            None => Some(job),
-        };
-        if let Some(job) = refused {
+        if let Err(job) = self.queue.submit(Box::new(job)) {
             job();
-        }
-    }
-}
-
-impl Drop for OpenPool {
-    fn drop(&mut self) {
-        drop(self.tx.take());
-        for t in self.threads.drain(..) {
-            t.join();
         }
     }
 }

@@ -199,7 +199,7 @@ impl LoaderServer {
         self.live.lock_or_recover().push((id, handle));
         // The connection ends at unmount by its stream's shutdown; `ending` ends its waits.
         let (fs, live, stopping) = (Arc::clone(fs), Arc::clone(&self.live), Arc::clone(&self.ending));
-        let spawned = std::thread::Builder::new().name("prepfs-loader".into()).spawn(move || {
+        let spawned = crate::tasks::spawn("prepfs-loader".into(), crate::tasks::REQUEST, move || {
             bump(&fs.stats().loader.open_connections, 1);
             if let Err(e) = Connection::serve(&fs, stream, (caller, privileged), place, &stopping) {
                 tracing::debug!(error = %e, "loader connection ended");

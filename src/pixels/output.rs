@@ -4,23 +4,23 @@
 //! without decoding anything; [`encode`] writes exactly that many bytes. [`served`] builds the
 //! shared buffer a reader is served from in one allocation: the header, then the pixels written
 //! by the caller straight into place (8-bit formats), with no copy between. [`served_to`] makes
-//! them in memory or, for passthrough, in a sealed memory file ([`Dest`]).
+//! them in memory or, for passthrough, in an output file ([`Dest`]).
 
 use std::cell::RefCell;
 use std::sync::Arc;
 
 use crate::config::{Dtype, Format, OutputConfig};
-use crate::served::{self, ServedBytes};
+use crate::served::{OutputFiles, ServedBytes};
 use crate::shared::{Rgb, Size2};
 
 /// Where served bytes are made.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Dest {
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Dest<'a> {
     /// A shared buffer in memory.
     Memory,
-    /// A sealed memory file (kernel passthrough), written from a per-thread buffer; in memory
-    /// when no memory file can be made (said in the log).
-    Sealed,
+    /// A file of the mount's output files (kernel passthrough), written from a per-thread
+    /// buffer; in memory when no file can be made (said in the log).
+    File(&'a Arc<OutputFiles>),
 }
 
 /// Numpy's format alignment: magic, version and header length padded to 64 bytes.
@@ -100,19 +100,20 @@ pub(crate) fn served<E>(
 pub(crate) fn served_to<E>(
     output: &OutputConfig,
     size: Size2,
-    dest: Dest,
+    dest: Dest<'_>,
     fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
 ) -> Result<ServedBytes, E> {
-    if dest == Dest::Memory {
-        return served(output, size, fill).map(ServedBytes::Memory);
-    }
+    let files = match dest {
+        Dest::Memory => return served(output, size, fill).map(ServedBytes::Memory),
+        Dest::File(files) => files,
+    };
     SEAL_SCRATCH.with(|cell| {
         let mut bytes = cell.borrow_mut();
         bytes.clear();
         bytes.resize(encoded_len(output, size) as usize, 0);
         write_served(output, &header(output, size), size.area() as usize * 3, &mut bytes, fill)?;
-        let made = match served::seal(&bytes) {
-            Some(file) => ServedBytes::Sealed(Arc::new(file)),
+        let made = match files.try_make(&bytes) {
+            Some(file) => ServedBytes::File(Arc::new(file)),
             None => ServedBytes::Memory(Arc::from(&bytes[..])),
         };
         if bytes.capacity() > KEEP_SCRATCH_BYTES {
@@ -229,6 +230,7 @@ mod tests {
 
     #[test]
     fn served_bytes_are_encodes_in_every_format() {
+        let files = OutputFiles::new();
         for (format, dtype) in [(Format::Ppm, Dtype::Uint8), (Format::Npy, Dtype::Uint8), (Format::Npy, Dtype::Float32)] {
             let out = OutputConfig { format, dtype, mean: [0.4, 0.5, 0.6], std: [0.2, 0.3, 0.25] };
             let img = image();
@@ -239,12 +241,12 @@ mod tests {
             })
             .expect("served");
             assert_eq!(&served[..], encode(&out, &img).as_slice(), "{format:?} {dtype:?}");
-            let sealed = served_to(&out, Size2::new(3, 2), Dest::Sealed, |px| {
+            let sealed = served_to(&out, Size2::new(3, 2), Dest::File(&files), |px| {
                 px.copy_from_slice(&img.pixels);
                 Ok::<(), ()>(())
             })
             .expect("sealed");
-            assert!(matches!(sealed, ServedBytes::Sealed(_)), "made in a memory file");
+            assert!(matches!(sealed, ServedBytes::File(_)), "made in an output file");
             assert_eq!(sealed.to_vec().expect("read back"), encode(&out, &img), "{format:?} {dtype:?} sealed");
         }
         let refused = served(&OutputConfig::default(), Size2::new(3, 2), |_| Err("no"));

@@ -176,7 +176,7 @@ pub(crate) fn augment_served(
     plan: &SamplePlan,
     max_pixels: u64,
     output: &OutputConfig,
-    dest: Dest,
+    dest: Dest<'_>,
 ) -> Result<ServedBytes, PixelError> {
     output::served_to(output, plan.out, dest, |dst| augment_into(bytes, plan, max_pixels, dst))
 }
@@ -211,7 +211,7 @@ pub(crate) fn augment_pixels(full: &Rgb, plan: &SamplePlan) -> Result<Rgb, Pixel
 }
 
 /// [`augment_pixels`] as served bytes, resampled straight into the served buffer.
-pub(crate) fn augment_pixels_served(full: &Rgb, plan: &SamplePlan, output: &OutputConfig, dest: Dest) -> Result<ServedBytes, PixelError> {
+pub(crate) fn augment_pixels_served(full: &Rgb, plan: &SamplePlan, output: &OutputConfig, dest: Dest<'_>) -> Result<ServedBytes, PixelError> {
     output::served_to(output, plan.out, dest, |dst| {
         resample_into(RgbRef::of(full), (0, 0), plan.crop, plan.out, dst)?;
         if plan.flip {
@@ -437,6 +437,7 @@ pub(crate) mod tests {
     fn served_bytes_are_the_allocating_paths_bytes() {
         use crate::config::{Dtype, Format};
         let ops = AugmentOp::imagenet_train();
+        let files = crate::served::OutputFiles::new();
         let outputs = [
             OutputConfig::default(),
             OutputConfig { format: Format::Npy, ..OutputConfig::default() },
@@ -456,7 +457,7 @@ pub(crate) mod tests {
                 let decoded = jpeg::decode(&jpeg, cut.scale, Some(cut.region)).expect("decode");
                 let separate = finish(&decoded.image, decoded.origin, cut.crop, &plan).expect("finish");
                 let output = &outputs[sample as usize % outputs.len()];
-                let dest = if sample % 2 == 0 { Dest::Memory } else { Dest::Sealed };
+                let dest = if sample % 2 == 0 { Dest::Memory } else { Dest::File(&files) };
                 let served = augment_served(&jpeg, &plan, 64_000_000, output, dest).expect("served");
                 assert_eq!(served.to_vec().expect("bytes"), output::encode(output, &separate), "jpeg {i} draw {sample}");
                 let from_pixels = augment_pixels_served(&full, &plan, output, dest).expect("pixels served");

@@ -13,7 +13,7 @@ use crate::pixels::augment::{plan_sample, AugmentOp};
 use crate::pixels::pipeline::{self, Codec, PixelError, RgbRef};
 use crate::pixels::output::Dest;
 use crate::pixels::{jpeg, output, work};
-use crate::served::ServedBytes;
+use crate::served::{OutputFiles, ServedBytes};
 use crate::shared::{draw_rng, Rgb};
 
 /// Nanoseconds spent in each stage of a miss's pixel work, summed over the misses timed.
@@ -47,33 +47,41 @@ pub struct MissProfiler {
     output: OutputConfig,
     max_pixels: u64,
     seed: u64,
-    dest: Dest,
+    /// Where outputs are made: in memory (`None`), or in output files of the profiler's own.
+    files: Option<Arc<OutputFiles>>,
 }
 
 impl MissProfiler {
     /// A profiler for the ImageNet training pipeline (RandomResizedCrop 224, flip, normalize),
     /// writing `output`.
     pub fn imagenet(output: OutputConfig, max_pixels: u64, seed: u64) -> MissProfiler {
-        MissProfiler { ops: AugmentOp::imagenet_train(), output, max_pixels, seed, dest: Dest::Memory }
+        MissProfiler { ops: AugmentOp::imagenet_train(), output, max_pixels, seed, files: None }
     }
 
-    /// Serves into sealed memory files (as a mount with kernel passthrough does), not memory.
+    /// Serves into output files (as a mount with kernel passthrough does), not memory.
     pub fn sealed(mut self) -> MissProfiler {
-        self.dest = Dest::Sealed;
+        self.files = Some(OutputFiles::new());
         self
+    }
+
+    fn dest(&self) -> Dest<'_> {
+        match &self.files {
+            Some(files) => Dest::File(files),
+            None => Dest::Memory,
+        }
     }
 
     /// Draw `draw` of sample `sample`, through the served path, untimed inside.
     pub fn serve(&self, sample: u64, draw: u64, bytes: &[u8]) -> Result<ServedBytes, PixelError> {
         let mut rng = draw_rng(self.seed, 0, draw, sample);
-        work::decode_augment_served(bytes, None, &self.ops, &mut rng, self.max_pixels, &self.output, self.dest)
+        work::decode_augment_served(bytes, None, &self.ops, &mut rng, self.max_pixels, &self.output, self.dest())
     }
 
     /// Draw `draw` of sample `sample` from its full pixels (a decoded-cache hit, or a miss that
     /// keeps pixels), through the served path.
     pub fn serve_from_pixels(&self, sample: u64, draw: u64, full: &Rgb) -> Result<ServedBytes, PixelError> {
         let mut rng = draw_rng(self.seed, 0, draw, sample);
-        work::augment_pixels_served(full, &self.ops, &mut rng, &self.output, self.dest)
+        work::augment_pixels_served(full, &self.ops, &mut rng, &self.output, self.dest())
     }
 
     /// The same miss as [`MissProfiler::serve`], its stages timed into `times`.

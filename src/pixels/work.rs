@@ -13,7 +13,7 @@ use crate::pixels::augment::AugmentOp;
 use crate::pixels::augment::plan_sample;
 use crate::pixels::output::{self, Dest};
 use crate::pixels::pipeline::{self, PixelError};
-use crate::served::{self, ServedBytes};
+use crate::served::{OutputFiles, ServedBytes};
 use crate::shared::{draw_rng, Rgb, Size2};
 use crate::source::catalog::FileId;
 use crate::metrics::PixelKind;
@@ -30,9 +30,11 @@ pub(crate) struct PixelWork {
     augmented_size: Size2,
     /// Bytes of one augmented output.
     out_len: u64,
-    /// Whether outputs are made into sealed memory files (kernel passthrough is on), while the
-    /// descriptor budget has room ([`served::may_seal_ahead`]).
+    /// Whether outputs are made into output files (kernel passthrough is on), while the
+    /// descriptor budget has room ([`OutputFiles::may_make_ahead`]).
     seal: AtomicBool,
+    /// The mount's output files.
+    files: Arc<OutputFiles>,
     stats: Arc<Stats>,
 }
 
@@ -48,7 +50,7 @@ enum Timing {
 }
 
 impl PixelWork {
-    pub(crate) fn new(config: &Config, files: usize, stats: Arc<Stats>) -> PixelWork {
+    pub(crate) fn new(config: &Config, files: usize, stats: Arc<Stats>, output_files: Arc<OutputFiles>) -> PixelWork {
         let augmented_size = config.augmented_size().unwrap_or(Size2::new(224, 224));
         PixelWork {
             draws: (0..files).map(|_| AtomicU32::new(0)).collect(),
@@ -59,6 +61,7 @@ impl PixelWork {
             augmented_size,
             out_len: output::encoded_len(&config.output, augmented_size),
             seal: AtomicBool::new(false),
+            files: output_files,
             stats,
         }
     }
@@ -73,17 +76,17 @@ impl PixelWork {
         self.out_len
     }
 
-    /// Makes outputs into sealed memory files from now on (`true`: passthrough is on), or in
+    /// Makes outputs into output files from now on (`true`: passthrough is on), or in
     /// memory.
     pub(crate) fn seal_outputs(&self, seal: bool) {
         self.seal.store(seal, Ordering::Relaxed);
     }
 
-    /// Where the next output is made: a sealed memory file while passthrough is on and the
+    /// Where the next output is made: an output file while passthrough is on and the
     /// descriptor budget has room, else memory.
-    fn dest(&self) -> Dest {
-        if self.seal.load(Ordering::Relaxed) && served::may_seal_ahead() {
-            Dest::Sealed
+    fn dest(&self) -> Dest<'_> {
+        if self.seal.load(Ordering::Relaxed) && self.files.may_make_ahead() {
+            Dest::File(&self.files)
         } else {
             Dest::Memory
         }
@@ -171,7 +174,7 @@ pub(crate) fn decode_augment_served(
     rng: &mut impl rand::Rng,
     max_pixels: u64,
     out: &OutputConfig,
-    dest: Dest,
+    dest: Dest<'_>,
 ) -> Result<ServedBytes, PixelError> {
     let size = match size {
         Some(size) => size,
@@ -190,7 +193,7 @@ pub(crate) fn augment_pixels_served(
     ops: &[AugmentOp],
     rng: &mut impl rand::Rng,
     out: &OutputConfig,
-    dest: Dest,
+    dest: Dest<'_>,
 ) -> Result<ServedBytes, PixelError> {
     let plan = plan_sample(ops, Size2::new(pixels.width, pixels.height), rng);
     pipeline::augment_pixels_served(pixels, &plan, out, dest)

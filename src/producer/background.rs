@@ -56,10 +56,10 @@ impl Default for RefillPacer {
 }
 
 impl RefillPacer {
-    /// What the refill may work on now, if anything, given the readers' hits so far, the
-    /// stock's share of its budget and whether it is full.
-    fn scope(&self, hits: u64, stock: f64, full: bool) -> Option<RefillScope> {
-        let now = self.start.elapsed().as_micros() as u64;
+    /// What the refill may work on at `now` (since `start`), if anything, given the readers'
+    /// hits so far, the stock's share of its budget and whether it is full.
+    fn scope(&self, now: Duration, hits: u64, stock: f64, full: bool) -> Option<RefillScope> {
+        let now = now.as_micros() as u64;
         if self.hits_seen.swap(hits, Ordering::Relaxed) != hits {
             self.changed_at.store(now, Ordering::Relaxed);
         }
@@ -82,12 +82,17 @@ impl SampleProducer {
     /// The stock is measured against what the room can hold of this data set: one output per
     /// sample at most, so a room larger than the set is full once every sample has one.
     pub(crate) fn refill_scope(&self) -> Option<RefillScope> {
+        self.refill_scope_at(self.pacer.start.elapsed())
+    }
+
+    /// [`SampleProducer::refill_scope`] at `now`, the time since the pacer began.
+    pub(crate) fn refill_scope_at(&self, now: Duration) -> Option<RefillScope> {
         let store = &self.tiers.memory().augmented;
         let entry = self.pixels.out_len() + ENTRY_OVERHEAD;
         let room = store.budget().min(self.catalog.sample_count() as u64 * entry);
         let stock = if room == 0 { 1.0 } else { store.used() as f64 / room as f64 };
         let full = stock >= FULL || !store.has_room_for(self.pixels.out_len());
-        self.pacer.scope(store.hit_count(), stock, full)
+        self.pacer.scope(now, store.hit_count(), stock, full)
     }
 
     /// One unit of background refill: a fresh augmentation into free augmented room of a sample
@@ -159,35 +164,41 @@ impl SampleProducer {
 mod tests {
     use super::*;
 
+    /// The time of the looks that come at once (the pacer's clock is passed in).
+    const T0: Duration = Duration::from_secs(1);
+
     #[test]
     fn while_readers_take_outputs_the_refill_fills_to_full_then_waits_until_the_stock_is_below_half_and_makes_only_what_their_pass_needs() {
         let pacer = RefillPacer::default();
         // From the start it fills, readers or not, until the stock is full.
-        assert_eq!(pacer.scope(1, 0.0, false), Some(RefillScope::ThisPass));
-        assert_eq!(pacer.scope(2, 0.6, false), Some(RefillScope::ThisPass));
-        assert_eq!(pacer.scope(3, 0.99, false), Some(RefillScope::ThisPass));
+        assert_eq!(pacer.scope(T0, 1, 0.0, false), Some(RefillScope::ThisPass));
+        assert_eq!(pacer.scope(T0, 2, 0.6, false), Some(RefillScope::ThisPass));
+        assert_eq!(pacer.scope(T0, 3, 0.99, false), Some(RefillScope::ThisPass));
         // Full: while readers take outputs (hits change at every look) and the stock is above
         // the low-water mark, it waits.
-        assert_eq!(pacer.scope(4, 1.0, true), None);
-        assert_eq!(pacer.scope(5, 0.8, false), None);
-        assert_eq!(pacer.scope(6, 0.5, false), None);
+        assert_eq!(pacer.scope(T0, 4, 1.0, true), None);
+        assert_eq!(pacer.scope(T0, 5, 0.8, false), None);
+        assert_eq!(pacer.scope(T0, 6, 0.5, false), None);
         // Below the mark it works alongside the readers, and on until full again.
-        assert_eq!(pacer.scope(7, 0.49, false), Some(RefillScope::ThisPass));
-        assert_eq!(pacer.scope(8, 0.7, false), Some(RefillScope::ThisPass));
-        assert_eq!(pacer.scope(9, 0.95, false), Some(RefillScope::ThisPass));
-        assert_eq!(pacer.scope(10, 1.0, true), None);
-        assert_eq!(pacer.scope(11, 0.9, false), None);
+        assert_eq!(pacer.scope(T0, 7, 0.49, false), Some(RefillScope::ThisPass));
+        assert_eq!(pacer.scope(T0, 8, 0.7, false), Some(RefillScope::ThisPass));
+        assert_eq!(pacer.scope(T0, 9, 0.95, false), Some(RefillScope::ThisPass));
+        assert_eq!(pacer.scope(T0, 10, 1.0, true), None);
+        assert_eq!(pacer.scope(T0, 11, 0.9, false), None);
     }
 
     #[test]
     fn readers_that_pause_let_the_refill_top_the_stock_up_with_the_next_passs_outputs_too() {
         let pacer = RefillPacer::default();
-        assert_eq!(pacer.scope(1, 1.0, true), None);
-        assert_eq!(pacer.scope(2, 0.9, false), None);
-        // No output taken since the last look, for longer than the pause.
-        std::thread::sleep(READERS_PAUSED + Duration::from_millis(5));
-        assert_eq!(pacer.scope(2, 0.9, false), Some(RefillScope::Any));
+        assert_eq!(pacer.scope(T0, 1, 1.0, true), None);
+        assert_eq!(pacer.scope(T0, 2, 0.9, false), None);
+        // No output taken since the last look, for less than the pause: it waits.
+        let almost = T0 + READERS_PAUSED - Duration::from_millis(1);
+        assert_eq!(pacer.scope(almost, 2, 0.9, false), None);
+        // For longer than the pause: it tops up.
+        let later = T0 + READERS_PAUSED + Duration::from_millis(5);
+        assert_eq!(pacer.scope(later, 2, 0.9, false), Some(RefillScope::Any));
         // Taking again: it waits again.
-        assert_eq!(pacer.scope(3, 0.9, false), None);
+        assert_eq!(pacer.scope(later, 3, 0.9, false), None);
     }
 }

@@ -82,7 +82,7 @@ impl SampleProducer {
         self.pixels.augmented_size()
     }
 
-    /// Makes outputs into sealed memory files from now on (kernel passthrough is on), so the
+    /// Makes outputs into output files from now on (kernel passthrough is on), so the
     /// cache holds them ready for the kernel; `false`: in memory.
     pub(crate) fn seal_outputs(&self, seal: bool) {
         self.pixels.seal_outputs(seal);

@@ -159,9 +159,9 @@ impl Jobs {
         job
     }
 
-    /// Retires every job idle for at least `idle_ms`; returns them.
-    pub(crate) fn retire_idle(&self, idle_ms: u64) -> Vec<Arc<Job>> {
-        let now = self.now_ms();
+    /// Retires every job idle for at least `idle_ms` at `now` (ms of [`Jobs::now_ms`]'s clock);
+    /// returns them.
+    pub(crate) fn retire_idle(&self, now: u64, idle_ms: u64) -> Vec<Arc<Job>> {
         let idle: Vec<String> = self
             .active()
             .iter()

@@ -81,9 +81,10 @@ fn idle_jobs_retire() {
     let reg = jobs(4);
     reg.get_or_create(b"busy", Requester::OWNER).expect("busy");
     reg.get_or_create(b"idle", Requester::OWNER).expect("idle");
-    std::thread::sleep(std::time::Duration::from_millis(30));
-    reg.by_name("busy").expect("busy").touch(reg.now_ms());
-    let retired = reg.retire_idle(20);
+    // 30 ms later by the registry's clock: "busy" was used then, "idle" not since it began.
+    let later = reg.now_ms() + 30;
+    reg.by_name("busy").expect("busy").touch(later);
+    let retired = reg.retire_idle(later, 20);
     assert_eq!(retired.iter().map(|j| j.name()).collect::<Vec<_>>(), ["idle"]);
     assert!(reg.by_name("busy").is_some() && reg.by_name("idle").is_none());
 }

@@ -18,6 +18,8 @@ pub enum Fault {
     Delay(Duration),
     /// Opening blocks until [`FaultySource::release_hangs`] (a hung network share).
     Hang,
+    /// `stat` blocks until [`FaultySource::release_hangs`] (a hung share's metadata).
+    HangStat,
     /// Reads deliver this many bytes more than the file's length (a file being appended to).
     Grow(u64),
 }
@@ -54,6 +56,14 @@ impl FaultySource {
         self.released.notify_all();
     }
 
+    /// Blocks until [`FaultySource::release_hangs`].
+    fn wait_for_release(&self) {
+        let mut hung = self.hung.lock_or_recover();
+        while *hung {
+            hung = self.released.wait_or_recover(hung);
+        }
+    }
+
     fn fault(&self, path: &Path) -> Option<Fault> {
         self.faults.lock_or_recover().get(path).copied()
     }
@@ -67,6 +77,10 @@ impl SourceIo for FaultySource {
     fn metadata(&self, path: &Path) -> io::Result<FileMeta> {
         match self.fault(path) {
             Some(Fault::Error(kind)) => Err(io::Error::new(kind, "injected fault")),
+            Some(Fault::HangStat) => {
+                self.wait_for_release();
+                self.inner.metadata(path)
+            }
             _ => self.inner.metadata(path),
         }
     }
@@ -76,12 +90,7 @@ impl SourceIo for FaultySource {
         match fault {
             Some(Fault::Error(kind)) => return Err(io::Error::new(kind, "injected fault")),
             Some(Fault::Delay(d)) => std::thread::sleep(d),
-            Some(Fault::Hang) => {
-                let mut hung = self.hung.lock_or_recover();
-                while *hung {
-                    hung = self.released.wait_or_recover(hung);
-                }
-            }
+            Some(Fault::Hang) => self.wait_for_release(),
             _ => {}
         }
         let inner = self.inner.open(path)?;

@@ -6,7 +6,8 @@
 //!   [`FaultySource`] wraps it for tests and injects errors, delays, hangs and growth.
 //! - [`Source`] is what the rest of prepfs calls: whole-file reads bounded by
 //!   `source.max_file_size`, run on [`IoPool`]'s own threads with a timeout (never on the
-//!   decode pool, so a hung file costs one I/O thread, not a decoder), within the read limit.
+//!   decode pool, so a hung file costs one I/O thread, not a decoder), within the read limit;
+//!   every `stat` and `statvfs` of the source too, with the same timeout.
 //! - [`SampleReader`] is the serving path's view of it: a sample resolved once per open
 //!   ([`Sample`]: id, path, version), read, its size probed, and the marks of bad samples.
 //! - [`Freshness`] remembers each file's [`Identity`] (device, inode, size, mtime, ctime) so an
@@ -239,14 +240,19 @@ impl Source {
         self.max_file_size
     }
 
-    /// `stat` of a source path.
+    /// `stat` of a source path, on an I/O thread within the timeout, as reads are: a `stat`
+    /// that hangs (a hung network share) costs one I/O thread, never the FUSE or decode thread
+    /// that asked, and fails its caller with `TimedOut` (`EIO`).
     pub fn metadata(&self, path: &Path) -> io::Result<FileMeta> {
-        self.io.metadata(path)
+        let io = Arc::clone(&self.io);
+        let path = path.to_path_buf();
+        self.pool.run(move || io.metadata(&path))
     }
 
-    /// `statvfs` of the source's file system.
+    /// `statvfs` of the source's file system, bounded as [`Source::metadata`] is.
     pub fn space(&self) -> io::Result<Space> {
-        self.io.space()
+        let io = Arc::clone(&self.io);
+        self.pool.run(move || io.space())
     }
 
     /// Reads a whole file (at most `max_file_size` bytes, else refused unread), with the
@@ -501,6 +507,27 @@ mod tests {
         assert_eq!(err.kind(), io::ErrorKind::TimedOut, "{err}");
         assert_eq!(source.read_whole(&dir.path().join("b.jpg")).expect("b").0, b"bbbb");
         faulty.release_hangs();
+        source.shutdown(Duration::from_secs(2));
+    }
+
+    #[test]
+    fn a_hung_stat_times_out_and_later_stats_and_reads_still_work() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("a.jpg"), b"aaaa").expect("write");
+        std::fs::write(dir.path().join("b.jpg"), b"bbbb").expect("write");
+        let faulty = Arc::new(FaultySource::new(LocalSource::new(dir.path()).expect("root")));
+        faulty.inject(&dir.path().join("a.jpg"), Fault::HangStat);
+        let source = source_over(dir.path(), faulty.clone(), 1 << 20);
+        let err = source.metadata(&dir.path().join("a.jpg")).expect_err("hung");
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut, "{err}");
+        assert_eq!(err.to_errno(), libc::EIO);
+        let err = source.read_whole(&dir.path().join("a.jpg")).expect_err("its read stats it first");
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut, "{err}");
+        // Two threads are stuck in the hung stats; the pool has two: the next call waits for
+        // one of them to be let go.
+        faulty.release_hangs();
+        assert_eq!(source.metadata(&dir.path().join("b.jpg")).expect("b").len(), 4);
+        assert_eq!(source.read_whole(&dir.path().join("b.jpg")).expect("b").0, b"bbbb");
         source.shutdown(Duration::from_secs(2));
     }
 

@@ -4,37 +4,31 @@
 
 use std::io;
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::job_threads::{self, Job, JobThread};
-use crate::sync::{LockExt, Mutex};
+use crate::tasks::{self, Task, TaskQueue};
 
 /// See the module documentation.
 pub struct IoPool {
-    tx: Mutex<Option<mpsc::Sender<Job>>>,
-    threads: Mutex<Vec<JobThread>>,
+    queue: TaskQueue,
     timeout: Duration,
 }
 
 impl IoPool {
     /// `threads` I/O threads (`prepfs-io-<i>`); a call not answered within `timeout` fails with
-    /// `TimedOut`, and one whose read panicked fails at once (its thread goes on, `job_threads`).
+    /// `TimedOut`, and one whose read panicked fails at once (its thread goes on,
+    /// `tasks::TaskQueue`).
     pub fn new(threads: usize, timeout: Duration) -> io::Result<IoPool> {
-        let (tx, threads) = job_threads::start("prepfs-io", threads)?;
-        Ok(IoPool { tx: Mutex::new(Some(tx)), threads: Mutex::new(threads), timeout })
+        Ok(IoPool { queue: TaskQueue::start("prepfs-io", threads, tasks::REQUEST)?, timeout })
     }
 
     /// Runs `work` on an I/O thread and waits for its answer, at most the timeout.
     pub fn run<T: Send + 'static>(&self, work: impl FnOnce() -> io::Result<T> + Send + 'static) -> io::Result<T> {
         let (answer, answered) = mpsc::sync_channel(1);
-        let task: Job = Box::new(move || {
+        let task: Task = Box::new(move || {
             let _ = answer.send(work());
         });
-        let sent = match self.tx.lock_or_recover().as_ref() {
-            Some(tx) => tx.send(task).is_ok(),
-            None => false,
-        };
-        if !sent {
+        if self.queue.submit(task).is_err() {
             return Err(io::Error::new(io::ErrorKind::Interrupted, "unmounting: source I/O stopped"));
         }
         match answered.recv_timeout(self.timeout) {
@@ -50,23 +44,7 @@ impl IoPool {
     /// Stops taking work and joins the threads; one stuck in a hung read past `grace` is left
     /// behind (said in the log), since nothing can interrupt it.
     pub fn shutdown(&self, grace: Duration) {
-        drop(self.tx.lock_or_recover().take());
-        let threads = std::mem::take(&mut *self.threads.lock_or_recover());
-        let deadline = Instant::now() + grace;
-        let mut stuck = 0;
-        for thread in threads {
-            while !thread.finished() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            if thread.finished() {
-                thread.join();
-            } else {
-                stuck += 1;
-            }
-        }
-        if stuck > 0 {
-            tracing::warn!(threads = stuck, "source I/O threads are stuck in reads that never returned; leaving them");
-        }
+        self.queue.close(Some(grace));
     }
 }
 
@@ -79,6 +57,7 @@ impl Drop for IoPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     #[test]
     fn a_read_that_panics_fails_its_caller_and_its_thread_serves_the_next_read() {
