@@ -393,6 +393,11 @@ pub enum Format {
     Ppm,
     /// A numpy `.npy` array: uint8 HWC, or float32 CHW.
     Npy,
+    /// PNG, uncompressed (stored deflate blocks): `torchvision.io.decode_image` and PIL read it.
+    Png,
+    /// Baseline JPEG at `quality`, padded to a size fixed by the image's size and the quality
+    /// (src/pixels/encode_jpeg.rs): nvJPEG, DALI and `decode_jpeg` read it.
+    Jpeg,
 }
 
 /// Element type of an `npy` output.
@@ -417,6 +422,9 @@ pub struct OutputConfig {
     pub mean: [f32; 3],
     #[serde(default = "OutputConfig::default_std")]
     pub std: [f32; 3],
+    /// JPEG quality, 1 to 100 (`format: jpeg` only); [`OutputConfig::DEFAULT_QUALITY`] when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quality: Option<u8>,
 }
 
 impl OutputConfig {
@@ -432,12 +440,20 @@ impl OutputConfig {
     fn default_std() -> [f32; 3] {
         [1.0; 3]
     }
+    /// The JPEG quality when `quality` is unset.
+    pub const DEFAULT_QUALITY: u8 = 90;
     /// The file name extension of this format.
     pub fn extension(&self) -> &'static str {
         match self.format {
             Format::Ppm => "ppm",
             Format::Npy => "npy",
+            Format::Png => "png",
+            Format::Jpeg => "jpg",
         }
+    }
+    /// The JPEG quality asked for.
+    pub fn jpeg_quality(&self) -> u8 {
+        self.quality.unwrap_or(Self::DEFAULT_QUALITY)
     }
 }
 
@@ -448,6 +464,7 @@ impl Default for OutputConfig {
             dtype: Dtype::Uint8,
             mean: Self::default_mean(),
             std: Self::default_std(),
+            quality: None,
         }
     }
 }
@@ -1467,8 +1484,18 @@ fn validate_output(
             "mean/std apply to `format: npy` with `dtype: float32` only",
         ));
     }
-    if output.format == Format::Ppm && output.dtype != Dtype::Uint8 {
-        return Err(ConfigError::at(text, "dtype", "ppm output is uint8; use `format: npy`"));
+    if output.format != Format::Npy && output.dtype != Dtype::Uint8 {
+        let why = format!("{} output is uint8; use `format: npy`", output.extension());
+        return Err(ConfigError::at(text, "dtype", &why));
+    }
+    match output.quality {
+        Some(_) if output.format != Format::Jpeg => {
+            return Err(ConfigError::at(text, "quality", "applies to `format: jpeg` only"));
+        }
+        Some(q) if !(1..=100).contains(&q) => {
+            return Err(ConfigError::at(text, "quality", "must be 1 to 100"));
+        }
+        _ => {}
     }
     if fixed_size_missing(augment) {
         return Err(ConfigError::at(
@@ -1524,8 +1551,17 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("random_resized_crop") && err.contains("scale"), "{err}");
-        let err = parse("output: { format: jpeg }\n").unwrap_err().to_string();
-        assert!(err.contains("jpeg"), "{err}");
+        let err = parse("output: { format: webp }\n").unwrap_err().to_string();
+        assert!(err.contains("webp"), "{err}");
+        let err = parse("output: { format: png, quality: 90 }\n").unwrap_err().to_string();
+        assert!(err.contains("quality") && err.contains("jpeg` only"), "{err}");
+        let err = parse("output: { format: jpeg, quality: 0 }\n").unwrap_err().to_string();
+        assert!(err.contains("quality") && err.contains("1 to 100"), "{err}");
+        let err = parse("output: { format: png, dtype: float32 }\n").unwrap_err().to_string();
+        assert!(err.contains("png output is uint8"), "{err}");
+        let jpeg = parse("output: { format: jpeg, quality: 75 }\n").expect("jpeg at 75");
+        assert_eq!((jpeg.output.jpeg_quality(), jpeg.output.extension()), (75, "jpg"));
+        assert_eq!(parse("output: { format: jpeg }\n").expect("jpeg").output.jpeg_quality(), 90);
         let err = parse("output: { format: ppm, mean: [0.5, 0.5, 0.5] }\n").unwrap_err().to_string();
         assert!(err.contains("mean"), "{err}");
         let err = parse("max_pixels: 0\n").unwrap_err().to_string();
