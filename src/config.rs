@@ -906,8 +906,10 @@ pub enum EvictionPolicy {
 #[derive(Debug, Clone, PartialEq)]
 pub struct CacheConfig {
     /// Bytes of memory for cached samples (all three forms); 0 disables the cache. Default
-    /// (`auto`): a quarter of the available memory ([`auto_cache_memory`]).
+    /// (`auto`): a share of the machine's budget for prepfs mounts ([`auto_cache_memory`]).
     pub memory: u64,
+    /// How `auto` decided `memory`, with its figures; `None` when `memory` was set.
+    pub auto: Option<crate::machine_memory::AutoMemory>,
     pub split: SplitChoice,
     pub policy: EvictionPolicy,
     /// Refill free augmented room in the background with fresh augmentations.
@@ -927,6 +929,7 @@ impl Default for CacheConfig {
     fn default() -> Self {
         CacheConfig {
             memory: 0,
+            auto: None,
             split: SplitChoice::Auto,
             policy: EvictionPolicy::Auto,
             refill: true,
@@ -1024,17 +1027,13 @@ fn resolve(path: &Path) -> std::io::Result<PathBuf> {
     Ok(out)
 }
 
-/// `cache.memory: auto` (the default): a quarter of the memory available now. The planner
-/// gives each form no more than the set needs in it, so a small set takes only what it needs.
+/// `cache.memory: auto` (the default): this mount's share of the machine-wide budget of all
+/// prepfs mounts (src/machine_memory.rs; a quarter of the memory available now when no other
+/// mount runs). The planner gives each form no more than the set needs in it, so a small set
+/// takes only what it needs.
+#[cfg(test)]
 pub(crate) fn auto_cache_memory() -> u64 {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let available_kib = meminfo
-        .lines()
-        .find(|l| l.starts_with("MemAvailable:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(0);
-    available_kib * 1024 / 4
+    crate::machine_memory::auto_share().memory
 }
 
 fn cache_config(
@@ -1045,11 +1044,15 @@ fn cache_config(
     machine: Option<u64>,
     effects: Effects,
 ) -> Result<CacheConfig, ConfigError> {
-    let mut cache = CacheConfig { memory: auto_cache_memory(), ..CacheConfig::default() };
+    let auto = crate::machine_memory::auto_share();
+    let mut cache = CacheConfig { memory: auto.memory, auto: Some(auto), ..CacheConfig::default() };
     let Some(raw) = raw else { return Ok(cache) };
     match raw.memory {
         Some(Value::String(s)) if s.trim() == "auto" => {}
-        Some(memory) => cache.memory = memory_value(text, "cache.memory", &memory, machine)?,
+        Some(memory) => {
+            cache.memory = memory_value(text, "cache.memory", &memory, machine)?;
+            cache.auto = None;
+        }
         None => {}
     }
     if let Some(disk) = raw.disk {
@@ -1987,6 +1990,9 @@ mod tests {
         assert!(!printed.contains("read_limit") && !printed.contains("disk") && !printed.contains("remote"), "unset keys are left out: {printed}");
         assert!(printed.contains("split: auto") && printed.contains("idle_timeout: 600"), "{printed}");
         let again = Config::parse(&printed, &Overrides::default()).unwrap_or_else(|e| panic!("{e}\n{printed}"));
+        // `memory: auto` is printed as the figure it chose, which reads back as a set memory.
+        assert!(first.cache.auto.is_some() && again.cache.auto.is_none());
+        let first = Config { cache: CacheConfig { auto: None, ..first.cache.clone() }, ..first };
         assert_eq!(again, first, "{printed}");
     }
 
