@@ -2,17 +2,20 @@
 //! in a file of a machine-wide directory while it serves, and `cache.memory: auto` takes its
 //! share of one machine-wide budget given what the others hold.
 //!
-//! The directory is `$PREPFS_RUN_DIR`, else `/run/prepfs` as root, else `/tmp/prepfs-mounts`
-//! (made sticky and world-writable, like /tmp, so every user's mounts register there). Each
-//! mount's entry is `<pid>.json`; [`Registration`] removes it when dropped (at unmount); the
-//! entry of a process that is gone is ignored (and removed where allowed).
+//! The directory is `$PREPFS_RUN_DIR`, else `/run/prepfs-mounts` as root (only root writes it),
+//! else `/tmp/prepfs-mounts` (made sticky and world-writable, like /tmp, so every user's mounts
+//! register there). Each mount's entry is `<pid>.json`; [`Registration`] removes it when dropped
+//! (at unmount); the entry of a process that is gone is ignored (and removed where allowed).
+//! Only entries of this user or root count (another user could plant entries to shrink ours),
+//! read without following links, at most 4 KiB, regular files only.
 //!
 //! The rule ([`auto_share`]): the machine budget is half of the memory available now plus what
 //! the other mounts hold (their budgets count as memory they hold or will); a mount set to
 //! `auto` takes half of what the others leave of it. Alone it takes a quarter of available
 //! memory, as before; with others, less, and all mounts together never more than the budget.
 
-use std::io;
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -45,7 +48,7 @@ fn dir() -> PathBuf {
     }
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
-        PathBuf::from("/run/prepfs")
+        PathBuf::from("/run/prepfs-mounts")
     } else {
         PathBuf::from("/tmp/prepfs-mounts")
     }
@@ -57,9 +60,7 @@ fn others() -> (usize, u64) {
     let Ok(entries) = std::fs::read_dir(dir()) else { return (0, 0) };
     let mut found = (0, 0u64);
     for path in entries.flatten().map(|e| e.path()) {
-        let Some(entry) = std::fs::read(&path).ok().and_then(|b| serde_json::from_slice::<Entry>(&b).ok()) else {
-            continue;
-        };
+        let Some(entry) = read_entry(&path) else { continue };
         if entry.pid == me {
             continue;
         }
@@ -72,6 +73,25 @@ fn others() -> (usize, u64) {
         found.1 = found.1.saturating_add(entry.memory);
     }
     found
+}
+
+/// An entry of this user or root: a regular file, not through a link, at most 4 KiB, that
+/// parses; `None` otherwise.
+fn read_entry(path: &Path) -> Option<Entry> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    let meta = file.metadata().ok()?;
+    // SAFETY: getuid has no preconditions.
+    let me = unsafe { libc::getuid() };
+    if !meta.is_file() || meta.len() > 4096 || (meta.uid() != me && meta.uid() != 0) {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    file.take(4096).read_to_end(&mut bytes).ok()?;
+    serde_json::from_slice(&bytes).ok()
 }
 
 fn alive(pid: u32) -> bool {
@@ -122,16 +142,21 @@ pub(crate) fn register(mountpoint: &Path, memory: u64) -> io::Result<Registratio
     let dir = dir();
     if !dir.exists() {
         std::fs::create_dir_all(&dir)?;
-        // Every user's mounts register here; the sticky bit keeps each one's entries its own.
-        use std::os::unix::fs::PermissionsExt;
-        let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777));
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            // Every user's mounts register here; the sticky bit keeps each one's entries its own.
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777));
+        }
     }
     let path = dir.join(format!("{}.json", std::process::id()));
     let entry = Entry { pid: std::process::id(), mountpoint: mountpoint.to_path_buf(), memory };
     let text = serde_json::to_vec(&entry).map_err(io::Error::other)?;
     // Written whole under a temporary name, then renamed: a reader never sees half an entry.
+    // Made new (O_EXCL: never through a link another user planted there).
     let tmp = dir.join(format!(".{}.json.tmp", std::process::id()));
-    std::fs::write(&tmp, text)?;
+    let _ = std::fs::remove_file(&tmp);
+    std::fs::OpenOptions::new().write(true).create_new(true).mode(0o644).open(&tmp)?.write_all(&text)?;
     std::fs::rename(&tmp, &path)?;
     Ok(Registration { path })
 }
@@ -139,6 +164,23 @@ pub(crate) fn register(mountpoint: &Path, memory: u64) -> io::Result<Registratio
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn planted_links_fifos_and_big_files_are_not_read_as_entries() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let good = tmp.path().join("1.json");
+        std::fs::write(&good, br#"{"pid":1,"mountpoint":"/m","memory":5}"#).expect("entry");
+        assert_eq!(read_entry(&good).map(|e| e.memory), Some(5));
+        let link = tmp.path().join("2.json");
+        std::os::unix::fs::symlink(&good, &link).expect("link");
+        assert!(read_entry(&link).is_none(), "a link is not followed");
+        let fifo = tmp.path().join("3.json");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).expect("fifo");
+        assert!(read_entry(&fifo).is_none(), "a FIFO is neither waited on nor read");
+        let big = tmp.path().join("4.json");
+        std::fs::write(&big, vec![b' '; 5000]).expect("big");
+        assert!(read_entry(&big).is_none());
+    }
 
     #[test]
     fn alone_a_mount_takes_a_quarter_of_available_memory() {
