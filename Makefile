@@ -4,7 +4,7 @@ CARGO ?= cargo
 PYTHON ?= python3
 QUICK ?=
 
-.PHONY: all build deps demo test python ptx bench bench-plan bench-epochs bench-cold-epochs bench-jobs bench-floor fuzz clean install uninstall
+.PHONY: all build deps demo test python gpu-check ptx bench bench-plan bench-epochs bench-cold-epochs bench-jobs bench-floor fuzz clean install uninstall
 
 all: build
 
@@ -53,6 +53,12 @@ python: deps
 	cd python && $(PYTHON) -m maturin build --release --features gpu -o ../target/wheels
 	$(PYTHON) -m pip install -q --force-reinstall --no-deps target/wheels/prepfs-*.whl 2>/dev/null \
 	  || $(PYTHON) -m pip install -q --force-reinstall --no-deps --break-system-packages target/wheels/prepfs-*.whl
+
+# The GPU path on a machine with an NVIDIA GPU: the module with the `gpu` feature, the mounted GPU
+# test, and samples/s and upload throughput with device="cuda" against the CPU path (scripts/
+# gpu-check.sh; a few minutes). Without a GPU it says "skipped: no GPU" and succeeds.
+gpu-check: deps
+	PYTHON=$(PYTHON) sh scripts/gpu-check.sh
 
 # The GPU path's kernel as PTX (needs clang; the PTX is committed, so only after editing the .cu).
 ptx:

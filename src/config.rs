@@ -393,6 +393,11 @@ pub enum Format {
     Ppm,
     /// A numpy `.npy` array: uint8 HWC, or float32 CHW.
     Npy,
+    /// PNG, uncompressed (stored deflate blocks): `torchvision.io.decode_image` and PIL read it.
+    Png,
+    /// Baseline JPEG at `quality`, padded to a size fixed by the image's size and the quality
+    /// (src/pixels/encode_jpeg.rs): nvJPEG, DALI and `decode_jpeg` read it.
+    Jpeg,
 }
 
 /// Element type of an `npy` output.
@@ -417,6 +422,9 @@ pub struct OutputConfig {
     pub mean: [f32; 3],
     #[serde(default = "OutputConfig::default_std")]
     pub std: [f32; 3],
+    /// JPEG quality, 1 to 100 (`format: jpeg` only); [`OutputConfig::DEFAULT_QUALITY`] when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quality: Option<u8>,
 }
 
 impl OutputConfig {
@@ -432,12 +440,20 @@ impl OutputConfig {
     fn default_std() -> [f32; 3] {
         [1.0; 3]
     }
+    /// The JPEG quality when `quality` is unset.
+    pub const DEFAULT_QUALITY: u8 = 90;
     /// The file name extension of this format.
     pub fn extension(&self) -> &'static str {
         match self.format {
             Format::Ppm => "ppm",
             Format::Npy => "npy",
+            Format::Png => "png",
+            Format::Jpeg => "jpg",
         }
+    }
+    /// The JPEG quality asked for.
+    pub fn jpeg_quality(&self) -> u8 {
+        self.quality.unwrap_or(Self::DEFAULT_QUALITY)
     }
 }
 
@@ -448,6 +464,7 @@ impl Default for OutputConfig {
             dtype: Dtype::Uint8,
             mean: Self::default_mean(),
             std: Self::default_std(),
+            quality: None,
         }
     }
 }
@@ -889,8 +906,10 @@ pub enum EvictionPolicy {
 #[derive(Debug, Clone, PartialEq)]
 pub struct CacheConfig {
     /// Bytes of memory for cached samples (all three forms); 0 disables the cache. Default
-    /// (`auto`): a quarter of the available memory ([`auto_cache_memory`]).
+    /// (`auto`): a share of the machine's budget for prepfs mounts ([`auto_cache_memory`]).
     pub memory: u64,
+    /// How `auto` decided `memory`, with its figures; `None` when `memory` was set.
+    pub auto: Option<crate::machine_memory::AutoMemory>,
     pub split: SplitChoice,
     pub policy: EvictionPolicy,
     /// Refill free augmented room in the background with fresh augmentations.
@@ -910,6 +929,7 @@ impl Default for CacheConfig {
     fn default() -> Self {
         CacheConfig {
             memory: 0,
+            auto: None,
             split: SplitChoice::Auto,
             policy: EvictionPolicy::Auto,
             refill: true,
@@ -1007,17 +1027,13 @@ fn resolve(path: &Path) -> std::io::Result<PathBuf> {
     Ok(out)
 }
 
-/// `cache.memory: auto` (the default): a quarter of the memory available now. The planner
-/// gives each form no more than the set needs in it, so a small set takes only what it needs.
+/// `cache.memory: auto` (the default): this mount's share of the machine-wide budget of all
+/// prepfs mounts (src/machine_memory.rs; a quarter of the memory available now when no other
+/// mount runs). The planner gives each form no more than the set needs in it, so a small set
+/// takes only what it needs.
+#[cfg(test)]
 pub(crate) fn auto_cache_memory() -> u64 {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let available_kib = meminfo
-        .lines()
-        .find(|l| l.starts_with("MemAvailable:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(0);
-    available_kib * 1024 / 4
+    crate::machine_memory::auto_share().memory
 }
 
 fn cache_config(
@@ -1028,11 +1044,15 @@ fn cache_config(
     machine: Option<u64>,
     effects: Effects,
 ) -> Result<CacheConfig, ConfigError> {
-    let mut cache = CacheConfig { memory: auto_cache_memory(), ..CacheConfig::default() };
+    let auto = crate::machine_memory::auto_share();
+    let mut cache = CacheConfig { memory: auto.memory, auto: Some(auto), ..CacheConfig::default() };
     let Some(raw) = raw else { return Ok(cache) };
     match raw.memory {
         Some(Value::String(s)) if s.trim() == "auto" => {}
-        Some(memory) => cache.memory = memory_value(text, "cache.memory", &memory, machine)?,
+        Some(memory) => {
+            cache.memory = memory_value(text, "cache.memory", &memory, machine)?;
+            cache.auto = None;
+        }
         None => {}
     }
     if let Some(disk) = raw.disk {
@@ -1467,8 +1487,18 @@ fn validate_output(
             "mean/std apply to `format: npy` with `dtype: float32` only",
         ));
     }
-    if output.format == Format::Ppm && output.dtype != Dtype::Uint8 {
-        return Err(ConfigError::at(text, "dtype", "ppm output is uint8; use `format: npy`"));
+    if output.format != Format::Npy && output.dtype != Dtype::Uint8 {
+        let why = format!("{} output is uint8; use `format: npy`", output.extension());
+        return Err(ConfigError::at(text, "dtype", &why));
+    }
+    match output.quality {
+        Some(_) if output.format != Format::Jpeg => {
+            return Err(ConfigError::at(text, "quality", "applies to `format: jpeg` only"));
+        }
+        Some(q) if !(1..=100).contains(&q) => {
+            return Err(ConfigError::at(text, "quality", "must be 1 to 100"));
+        }
+        _ => {}
     }
     if fixed_size_missing(augment) {
         return Err(ConfigError::at(
@@ -1524,8 +1554,17 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("random_resized_crop") && err.contains("scale"), "{err}");
-        let err = parse("output: { format: jpeg }\n").unwrap_err().to_string();
-        assert!(err.contains("jpeg"), "{err}");
+        let err = parse("output: { format: webp }\n").unwrap_err().to_string();
+        assert!(err.contains("webp"), "{err}");
+        let err = parse("output: { format: png, quality: 90 }\n").unwrap_err().to_string();
+        assert!(err.contains("quality") && err.contains("jpeg` only"), "{err}");
+        let err = parse("output: { format: jpeg, quality: 0 }\n").unwrap_err().to_string();
+        assert!(err.contains("quality") && err.contains("1 to 100"), "{err}");
+        let err = parse("output: { format: png, dtype: float32 }\n").unwrap_err().to_string();
+        assert!(err.contains("png output is uint8"), "{err}");
+        let jpeg = parse("output: { format: jpeg, quality: 75 }\n").expect("jpeg at 75");
+        assert_eq!((jpeg.output.jpeg_quality(), jpeg.output.extension()), (75, "jpg"));
+        assert_eq!(parse("output: { format: jpeg }\n").expect("jpeg").output.jpeg_quality(), 90);
         let err = parse("output: { format: ppm, mean: [0.5, 0.5, 0.5] }\n").unwrap_err().to_string();
         assert!(err.contains("mean"), "{err}");
         let err = parse("max_pixels: 0\n").unwrap_err().to_string();
@@ -1951,6 +1990,9 @@ mod tests {
         assert!(!printed.contains("read_limit") && !printed.contains("disk") && !printed.contains("remote"), "unset keys are left out: {printed}");
         assert!(printed.contains("split: auto") && printed.contains("idle_timeout: 600"), "{printed}");
         let again = Config::parse(&printed, &Overrides::default()).unwrap_or_else(|e| panic!("{e}\n{printed}"));
+        // `memory: auto` is printed as the figure it chose, which reads back as a set memory.
+        assert!(first.cache.auto.is_some() && again.cache.auto.is_none());
+        let first = Config { cache: CacheConfig { auto: None, ..first.cache.clone() }, ..first };
         assert_eq!(again, first, "{printed}");
     }
 

@@ -25,6 +25,8 @@
 //! - [`drain`]: the drain of a stopping mount: its readers' requests, who holds files, when it
 //!   ends.
 //! - [`config`]: the one typed configuration, validated once.
+//! - [`machine_memory`]: the machine-wide registry of the mounts' cache memory, from which
+//!   `cache.memory: auto` takes its share.
 //! - [`served`]: a produced output's bytes as kept and served: in memory, or in an output file
 //!   the kernel reads directly (passthrough); the mount's `OutputFiles` makes them and closes
 //!   them when spent.
@@ -55,6 +57,7 @@ pub(crate) mod fs;
 pub(crate) mod fuse;
 pub mod loader;
 pub mod log;
+pub mod machine_memory;
 pub mod mount;
 pub mod pixels;
 pub mod planner;

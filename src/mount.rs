@@ -406,6 +406,8 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
     let created = prepare_mountpoint(&config.mountpoint, lifecycle.create_mountpoint, lifecycle.allow_non_empty)?;
     // Before anything mounts (a created mountpoint is removed again as `created` drops).
     check_no_overlap(&config.source, &config.mountpoint)?;
+    // Held while serving: the other mounts' `memory: auto` counts this one's cache.
+    let _registered = register_memory(&config);
     if let Some(created) = created.as_ref().filter(|_| lifecycle.create_mountpoint) {
         tracing::info!(mountpoint = %config.mountpoint.display(), dirs = created.dirs.len(), "created the mountpoint");
     }
@@ -483,6 +485,28 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
     stop_and_join(workers, &fs);
     tracing::info!(mountpoint = %mountpoint.display(), "unmounted");
     ran.map_err(MountError::Fuse)
+}
+
+/// Registers the mount's cache memory machine-wide (src/machine_memory.rs) and logs how
+/// `memory: auto` was decided; a registry that cannot be written is said in the log.
+fn register_memory(config: &Config) -> Option<crate::machine_memory::Registration> {
+    if let Some(auto) = config.cache.auto {
+        tracing::info!(
+            memory = auto.memory,
+            machine_budget = auto.machine_budget,
+            other_mounts = auto.others,
+            others_hold = auto.others_hold,
+            "cache memory auto: half of what the other prepfs mounts leave of the machine budget \
+             (half of available memory plus what they hold)"
+        );
+    }
+    match crate::machine_memory::register(&config.mountpoint, config.cache.memory) {
+        Ok(registration) => Some(registration),
+        Err(e) => {
+            tracing::warn!("cannot register the cache memory machine-wide ({e}): other mounts' `memory: auto` will not count this one");
+            None
+        }
+    }
 }
 
 /// Waits until the FUSE session ends (the mount went away: `umount`, `fusermount3 -u`, the

@@ -96,6 +96,7 @@ impl Filesystem {
             "bad_samples": self.reader.bad_samples_json(),
             "catalog_bytes_per_sample": catalog.bytes_per_sample(),
             "memory": self.memory_json(&cache),
+            "memory_auto": self.config().cache.auto,
             "cache": cache,
             "plan": self.plan.plan_json(self.epochs_done()),
             "jobs": self.jobs.stats(),

@@ -4,11 +4,14 @@
 //! - [`jpeg`]: TurboJPEG header probing and the region / DCT-scaled decode.
 //! - [`augment`]: torchvision's operations, their random draws, the geometry they fold into.
 //! - [`pipeline`]: source bytes to output pixels (the fast path and the reference path).
-//! - [`output`]: PPM / npy encoding, with sizes known up front.
+//! - [`output`]: the served file in the configured format, with sizes known up front; PNG and
+//!   JPEG are encoded by `encode_png` and [`encode_jpeg`].
 //! - `work`: the mount's pixel work (`PixelWork`): fresh draws, timed decodes and augmentations.
 //! - [`profile`]: a cold miss's pixel work stage by stage, for `examples/miss_profile.rs`.
 
 pub mod augment;
+pub mod encode_jpeg;
+mod encode_png;
 pub mod jpeg;
 pub mod output;
 pub mod pipeline;

@@ -57,6 +57,9 @@ pub enum PixelError {
     /// The resampler refused the crop or the sizes.
     #[error("resample: {0}")]
     Resample(#[from] fast_image_resize::ResizeError),
+    /// The output format's encoder could not make the file (`format: jpeg`).
+    #[error(transparent)]
+    Encode(#[from] crate::pixels::encode_jpeg::EncodeError),
 }
 
 impl ToErrno for PixelError {
@@ -459,10 +462,10 @@ pub(crate) mod tests {
                 let output = &outputs[sample as usize % outputs.len()];
                 let dest = if sample % 2 == 0 { Dest::Memory } else { Dest::File(&files) };
                 let served = augment_served(&jpeg, &plan, 64_000_000, output, dest).expect("served");
-                assert_eq!(served.to_vec().expect("bytes"), output::encode(output, &separate), "jpeg {i} draw {sample}");
+                assert_eq!(served.to_vec().expect("bytes"), output::encode(output, &separate).expect("encodes"), "jpeg {i} draw {sample}");
                 let from_pixels = augment_pixels_served(&full, &plan, output, dest).expect("pixels served");
                 let pixels = augment_pixels(&full, &plan).expect("pixels");
-                assert_eq!(from_pixels.to_vec().expect("bytes"), output::encode(output, &pixels), "pixels {i} draw {sample}");
+                assert_eq!(from_pixels.to_vec().expect("bytes"), output::encode(output, &pixels).expect("encodes"), "pixels {i} draw {sample}");
             }
         }
     }

@@ -122,18 +122,15 @@ impl PixelWork {
         Ok(pixels)
     }
 
-    /// Full pixels as the `decoded` view serves them.
-    pub(crate) fn encode(&self, pixels: &Rgb) -> ServedBytes {
+    /// Full pixels as the `decoded` view serves them. Fails only where the format's encoder
+    /// does (`format: jpeg`).
+    pub(crate) fn encode(&self, pixels: &Rgb) -> Result<ServedBytes, PixelError> {
         let size = Size2::new(pixels.width, pixels.height);
-        let copied = output::served_to(&self.output, size, self.dest(), |dst| {
+        output::served_to(&self.output, size, self.dest(), |dst| {
             let n = dst.len().min(pixels.pixels.len());
             dst[..n].copy_from_slice(&pixels.pixels[..n]);
-            Ok::<(), std::convert::Infallible>(())
-        });
-        match copied {
-            Ok(bytes) => bytes,
-            Err(never) => match never {},
-        }
+            Ok::<(), PixelError>(())
+        })
     }
 
     /// The random source of `id`'s next augmentation: (seed, 0, draw, sample), a new draw each

@@ -131,10 +131,10 @@ impl SampleProducer {
         self.reader.refuse_known_bad(sample)?;
         let (loaded, origin) = self.load_promoting(sample, Admit::Pixels)?;
         let out = match loaded {
-            Loaded::Pixels(p) => self.pixels.encode(&p),
+            Loaded::Pixels(p) => self.pixels.encode(&p).map_err(|why| self.bad(sample, why))?,
             Loaded::Bytes { bytes: b, .. } => {
                 let pixels = self.pixels.decode_full(&b).map_err(|why| self.bad(sample, why))?;
-                self.pixels.encode(&pixels)
+                self.pixels.encode(&pixels).map_err(|why| self.bad(sample, why))?
             }
         };
         Ok((out, origin))

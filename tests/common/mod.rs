@@ -27,9 +27,13 @@ pub fn mount_command(config: &Path, source: &Path, mountpoint: &Path) -> Command
 }
 
 /// [`mount_command`] without `--drain`: the caller gives it, or the default applies.
+/// Each test mount registers its cache memory in a registry of its own (beside its config), so
+/// test mounts running in parallel do not shrink each other's `memory: auto` (tests/
+/// mount_memory_auto.rs shares one on purpose).
 pub fn mount_command_without_drain(config: &Path, source: &Path, mountpoint: &Path) -> Command {
     let mut cmd = Command::new(prepfs_bin());
     cmd.arg("mount").arg(config).arg("--source").arg(source).arg("--mountpoint").arg(mountpoint).stdin(Stdio::null());
+    cmd.env("PREPFS_RUN_DIR", config.parent().unwrap_or(Path::new(".")).join("prepfs-run"));
     cmd
 }
 
