@@ -77,7 +77,7 @@ pub(crate) use network::Network;
 pub(crate) use gauge::RemoteGauge;
 pub(crate) use server::{redacted, server_urls};
 pub(crate) use value::{
-    dataset_fingerprint, encode_value, held_key_of, key_of, recipe_fingerprint, waiting_key_of, RemoteKind, HEADER_LEN,
+    dataset_fingerprint, held_key_of, key_of, recipe_fingerprint, waiting_key_of, RemoteKind, HEADER_LEN,
 };
 
 use std::path::Path;

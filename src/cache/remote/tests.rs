@@ -3,7 +3,7 @@
 use super::redis_server::{RedisCluster, RedisServer};
 use super::*;
 use super::health::utc;
-use super::value::decode_value;
+use super::value::{decode_value, encode_value};
 
 const WAIT: Duration = Duration::from_secs(10);
 
