@@ -400,7 +400,7 @@ fn outputs_one_mount_made_and_never_served_are_taken_by_another_once_it_unmounts
     assert!(second.stop().success());
 }
 
-/// Bytes of a remote value's header (the codec's layout: `src/cache/remote/mod.rs`).
+/// Bytes of a remote value's header (the codec's layout: `src/cache/remote/value.rs`).
 const VALUE_HEADER: usize = 72;
 
 /// The value under `key` (a whole bulk reply, however long); `None` when there is none.

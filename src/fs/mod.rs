@@ -35,6 +35,7 @@ mod bad;
 mod control;
 mod handles;
 mod inodes;
+mod job_open;
 mod jobs;
 mod loader;
 mod open;

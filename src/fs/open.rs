@@ -1,17 +1,14 @@
 //! Opening a file, the hot path, read top to bottom: resolve the inode, then the sample once
 //! (its path and the version `stat` finds: a [`Sample`] every later step takes); in a top-level view produce the requested sample, in a job's view let opportunistic
 //! sampling choose the sample to serve (and queue prefetch along the job's listing); pin the
-//! bytes to a handle. Each open of a file is timed, by view and outcome (`crate::metrics`).
+//! bytes to a handle (a job view's open is `job_open.rs`). Each open of a file is timed, by view and outcome (`crate::metrics`).
 
-use std::borrow::Cow;
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
-use super::handles::{Handle, HandleData, Served};
-use super::{CachePolicy, Caller, Filesystem, Node, Opened, View};
+use super::handles::{Handle, HandleData};
+use super::{CachePolicy, Caller, Filesystem, Node, Opened};
 use crate::error::{Error, Result};
-use crate::cache::Origin;
 use crate::metrics::Outcome;
 use crate::producer::Consumer;
 use crate::shared::Form;
@@ -110,7 +107,7 @@ impl Filesystem {
 
     /// The handle of another open of `ino` still open, if one shares its content; taken for
     /// this open (it joins the handle).
-    fn shared(&self, ino: u64) -> Option<Arc<Handle>> {
+    pub(super) fn shared(&self, ino: u64) -> Option<Arc<Handle>> {
         let shares = self.shares.lock_or_recover();
         let live = shares.get(&ino).and_then(Weak::upgrade).filter(|h| h.is_open())?;
         live.join();
@@ -119,7 +116,7 @@ impl Filesystem {
 
     /// Makes `handle` the one later opens of `ino` share while it is open; if another open of
     /// `ino` got there first, its handle is shared instead (and `handle` dropped).
-    fn share(&self, ino: u64, handle: Arc<Handle>) -> Arc<Handle> {
+    pub(super) fn share(&self, ino: u64, handle: Arc<Handle>) -> Arc<Handle> {
         let mut shares = self.shares.lock_or_recover();
         if let Some(live) = shares.get(&ino).and_then(Weak::upgrade).filter(|h| h.is_open()) {
             live.join();
@@ -183,92 +180,5 @@ impl Filesystem {
             }
         };
         Ok((self.pin(HandleData::bytes(bytes, form, None), caller)?, Outcome::served(origin.is_miss())))
-    }
-
-    /// An open in a job's view: opportunistic sampling chooses the sample (the requested one, or
-    /// an unseen one of the same directory that is cached), prefetch is queued along the job's
-    /// listing, and the chosen sample's bytes are pinned to the handle (with whether it was a hit).
-    fn open_in_job(&self, ino: u64, view: View, requested: Sample, caller: Caller) -> Result<(Arc<Handle>, Outcome)> {
-        // An open inside a pending name's view makes its job.
-        let job = self.job_for(view.job, caller, true)?.ok_or(Error::NotFound)?;
-        bump(&job.counters.opens, 1);
-        // PIL's second open of a path it holds open (to try mmap) sees the same content.
-        if let Some(live) = self.shared(ino) {
-            return Ok((live, Outcome::Hit));
-        }
-        let catalog = self.catalog();
-        if !catalog.is_image(requested.id) {
-            // Not a sample (a README in encoded/): served as it is, outside the job's epochs.
-            let (bytes, origin) = self.producer.encoded(&requested)?;
-            let handle = self.pin(HandleData::bytes(bytes, view.form, None), caller)?;
-            return Ok((self.share(ino, handle), Outcome::served(origin.is_miss())));
-        }
-        let dir = catalog.file_dir(requested.id);
-        let samples = catalog.images(dir);
-        self.queue_prefetch(&job, view.form, dir, requested.id);
-        // A substitute that cannot be served is replaced, once, rather than fail the request; a
-        // sample found bad (where the view hides them) or a substitute the caller may not read
-        // is passed over (`fs::bad`).
-        let (mut retried, mut bad_skips) = (false, 0);
-        loop {
-            let choice = self.choose_in_job(&job, view, requested.id, samples);
-            let served = Served { job: Arc::clone(&job), sample: choice.sample, claimed: choice.claimed, read: AtomicBool::new(false) };
-            // A substitute is resolved like the requested sample: nothing stale is served.
-            // and only what the caller may read (the kernel checked the requested file).
-            let resolved = if choice.substituted {
-                self.resolve(choice.sample).and_then(|s| self.check_substitute(&s.meta, caller).map(|()| Cow::Owned(s)))
-            } else {
-                Ok(Cow::Borrowed(&requested))
-            };
-            // The other active jobs that still need this sample this epoch.
-            let others = self.jobs_needing(choice.sample) & !job.bit();
-            let produced = resolved.and_then(|sample| match view.form {
-                Form::Augmented => {
-                    // Shared with the jobs that still need this sample this epoch: an output kept
-                    // for a job that has seen the sample would wait an epoch, clogging the room.
-                    let consumer = Consumer::Job { bit: job.bit(), active: others | job.bit() };
-                    self.producer.augmented(&sample, consumer)
-                }
-                Form::Decoded => self.producer.decoded(&sample),
-                Form::Encoded => self.producer.encoded(&sample).map(|(bytes, origin)| (bytes.into(), origin)),
-            });
-            let (bytes, origin) = match produced {
-                Ok(out) => out,
-                Err(e) => {
-                    // A sample that cannot be served counts as the job's (its epoch can end).
-                    job.mark_served(choice.sample, choice.claimed);
-                    drop(served);
-                    if self.choose_again_after(&job, view, &e, choice.substituted, &mut bad_skips) {
-                        continue;
-                    }
-                    if !choice.substituted || retried {
-                        return Err(e);
-                    }
-                    retried = true;
-                    continue;
-                }
-            };
-            let c = &job.counters;
-            bump(
-                match origin {
-                    Origin::Augmented => &c.hits_augmented,
-                    Origin::Decoded => &c.hits_decoded,
-                    Origin::Encoded => &c.hits_encoded,
-                    Origin::Disk | Origin::Remote | Origin::Source => &c.misses,
-                },
-                1,
-            );
-            if choice.substituted {
-                bump(&c.substitutions, 1);
-            }
-            // The cache is the jobs' window: bytes and pixels no other job needs this epoch
-            // make room first, however this job was served (an augmented output is dropped
-            // once its jobs have used it).
-            if others == 0 {
-                self.cache().done_with(choice.sample);
-            }
-            let handle = self.pin(HandleData::bytes(bytes, view.form, Some(served)), caller)?;
-            return Ok((self.share(ino, handle), Outcome::served(origin.is_miss())));
-        }
     }
 }

@@ -1,7 +1,7 @@
 //! The `--metrics-addr` HTTP endpoint: `GET /metrics` answered with the exposition.
 //!
 //! Owns: the listening socket and every connection it accepted, multiplexed with poll(2) on the
-//! one thread that runs [`serve`] (the `prepfs-metrics` worker `mount::Workers` starts, stops by
+//! one thread that runs [`serve`] (the `prepfs-metrics` worker `tasks::Workers` starts, stops by
 //! its `stop` flag and joins at unmount). No client can starve a scrape: each connection has a
 //! deadline for its whole request (from accept to the end of its head) and another for its whole
 //! answer, a head is capped in size, at most [`LIMITS`]`.max_connections` are held (when full, the

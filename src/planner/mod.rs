@@ -52,15 +52,19 @@
 
 pub mod calibrate;
 mod controller;
+mod params;
 mod prepfs;
 pub mod run;
+mod search;
 mod seneca;
+mod split;
 
 pub(crate) use controller::{initial_split, PlanController};
 pub use prepfs::{budgets, DEFAULT_SERVE_PER_CORE};
-pub use seneca::{
-    evaluate, load_params, plan_json, Evaluation, Line, PlanError, PlanParams, Split,
-};
+pub use params::{load_params, Line, PlanError, PlanParams};
+pub use search::Evaluation;
+pub use seneca::{evaluate, plan_json};
+pub use split::Split;
 
 use std::str::FromStr;
 
@@ -99,7 +103,7 @@ impl Model {
     pub(crate) fn best_split(self, params: &PlanParams) -> (Split, Evaluation) {
         match self {
             Model::Seneca => seneca::best_split(params),
-            Model::Prepfs => seneca::best_split_by(params, prepfs::evaluate),
+            Model::Prepfs => search::best_split_by(params, prepfs::evaluate),
         }
     }
 
@@ -107,7 +111,7 @@ impl Model {
     pub fn plan_json(self, params: &PlanParams, split: Option<Split>) -> serde_json::Value {
         match self {
             Model::Seneca => seneca::plan_json(params, split),
-            Model::Prepfs => seneca::plan_json_by(params, split, prepfs::evaluate),
+            Model::Prepfs => search::plan_json_by(params, split, prepfs::evaluate),
         }
     }
 }

@@ -71,7 +71,9 @@
 //!   `r (1 - h_R)` read the storage;
 //! - the predicted hit rate (served without reading the source) is `1 - r (1 - h_R)`.
 
-use super::seneca::{Evaluation, PlanParams, Split};
+use super::params::PlanParams;
+use super::search::Evaluation;
+use super::split::Split;
 
 /// Cached outputs one core serves a second, FUSE round trips and a reader's copy included, with
 /// an output made for each one served ([`PURE_HIT_SPEEDUP`]), until the mount has measured its
@@ -642,11 +644,11 @@ pub(super) mod tests {
     #[test]
     fn without_a_remote_tier_the_model_is_unchanged_by_the_remote_inputs_defaults() {
         let text = "n_total: 1000\ns_data: 100\nm: 5\ns_cache: 0\nb_cache: 1e9\nb_nic: .inf\nb_pcie: .inf\nb_storage: 1e6\nt_da: 1000\nt_a: 5000\nnodes: 1\nc_nw: 0\nc_pcie: 0\n";
-        let p = crate::planner::seneca::parse_params(text).expect("parses");
+        let p = crate::planner::params::parse_params(text).expect("parses");
         assert_eq!((p.s_remote, p.s_remote_entry, p.remote_decoded), (0.0, 100.0, 0.0));
-        let with = crate::planner::seneca::parse_params(&format!("{text}s_remote: 5e4\nremote_decoded: 0.5\n")).expect("parses");
+        let with = crate::planner::params::parse_params(&format!("{text}s_remote: 5e4\nremote_decoded: 0.5\n")).expect("parses");
         assert_eq!((with.s_remote, with.remote_decoded), (5e4, 0.5));
-        let bad = crate::planner::seneca::parse_params(&format!("{text}remote_decoded: 2\n")).expect_err("refused");
+        let bad = crate::planner::params::parse_params(&format!("{text}remote_decoded: 2\n")).expect_err("refused");
         assert!(bad.to_string().contains("remote_decoded"), "{bad}");
     }
 }

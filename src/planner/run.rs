@@ -32,7 +32,8 @@
 //! cheaper; with more, keeping the pixels saves the region decode a second touch would pay.
 
 use super::prepfs::{self, A, D, E};
-use super::seneca::{PlanParams, Split};
+use super::params::PlanParams;
+use super::split::Split;
 
 /// Predicted samples a second, epoch by epoch, under one first-touch policy.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -212,7 +213,7 @@ mod tests {
         }
         // From epoch 3 on only the steady state is left: the steady model's best split.
         let (late, _) = best_over_the_run(&p, 800.0, 3, 10);
-        let steady_best = crate::planner::seneca::best_split_by(&p, prepfs::evaluate).1.samples_per_s;
+        let steady_best = crate::planner::search::best_split_by(&p, prepfs::evaluate).1.samples_per_s;
         assert_close(prepfs::evaluate(&p, late).samples_per_s, steady_best);
     }
 

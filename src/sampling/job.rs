@@ -15,7 +15,7 @@ use crate::shared::draw_rng;
 use crate::stats::bump;
 use crate::source::catalog::{DirId, FileId};
 
-use super::shared::SharedJob;
+use super::shared_jobs::SharedJob;
 use super::{Bitset, Pass, Rank, SCAN_LIMIT};
 
 /// Listing orders remembered per job for prefetch.

@@ -39,19 +39,19 @@
 //!
 //! Where things are: [`Job`] and its decisions in `job.rs`, the registry of jobs ([`Jobs`]) in
 //! `registry.rs`, the bit sets both keep in `pass.rs`, the seam to a shared job's store in
-//! `shared.rs`; here the limits, names and errors.
+//! `shared_jobs.rs`; here the limits, names and errors.
 
 mod job;
 mod pass;
 mod registry;
-mod shared;
+mod shared_jobs;
 #[cfg(test)]
 mod tests;
 
 pub use job::{Choice, Job, JobCounters};
 pub use pass::{Bitset, Pass};
 pub use registry::Jobs;
-pub use shared::{ClaimReply, SharedJob, SharedJobs};
+pub use shared_jobs::{ClaimReply, SharedJob, SharedJobs};
 
 /// Jobs that can be active at once (each is a bit of an augmented output's used-by mask).
 pub const MAX_JOBS: usize = 64;

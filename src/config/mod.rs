@@ -1,0 +1,325 @@
+//! The mount configuration: one typed struct, parsed from YAML and validated once.
+//!
+//! Everything that reads configuration reads a [`Config`]; nothing re-parses YAML. Unknown keys,
+//! bad values and a missing source are refused before mounting, with the key (and, where the
+//! YAML has it, the line) named in the message.
+//!
+//! One concern per file: [`error`] (refusals), [`units`] (sizes, rates, durations as written),
+//! [`values`] (a YAML value read as one), [`machine`] (memory probing), [`output`], [`cache`],
+//! [`sections`] (stop, loader, bad samples, jobs, source, access), [`write`] (the YAML writer);
+//! this file holds [`Config`] itself and the parse that builds it.
+
+mod cache;
+mod error;
+mod machine;
+mod output;
+mod sections;
+#[cfg(test)]
+mod tests;
+mod units;
+mod values;
+mod write;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_norway::Value;
+
+pub use cache::{CacheConfig, DiskConfig, EvictionPolicy, RemoteConfig, SplitChoice, DEFAULT_EPOCHS};
+pub use error::{ConfigError, Quantity, ValueError};
+pub use output::{Dtype, Format, OutputConfig};
+pub use sections::{
+    AccessConfig, BadSamplesConfig, HideBad, JobsConfig, LoaderConfig, SourceLimits, Validate, DEFAULT_MAX_FILE_SIZE,
+    DEFAULT_MAX_OPEN_BYTES, DEFAULT_RING_MEMORY, DEFAULT_RING_MEMORY_PER_USER, MAX_ID, MIN_MAX_OPEN_BYTES,
+};
+pub use units::{parse_bytes, parse_duration, parse_rate, DURATION_UNITS, MAX_DURATION_S, SIZE_UNITS};
+
+use cache::{cache_config, RawCache};
+use machine::machine_memory;
+use output::validate_output;
+use sections::{jobs_config, source_value, stop_config, RawBadSamples, RawJobs, RawLoader, RawStop};
+use values::memory_value;
+use crate::pixels::augment::AugmentOp;
+use crate::shared::Size2;
+use crate::yaml;
+
+/// Default limit on the pixels a sample's header may claim (64 megapixels).
+pub const DEFAULT_MAX_PIXELS: u64 = 64_000_000;
+
+/// The YAML as written, before validation.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    /// A path, or `{ path: DIR, read_limit: 200MB/s }`.
+    source: Option<Value>,
+    mountpoint: Option<PathBuf>,
+    #[serde(default)]
+    seed: u64,
+    #[serde(default)]
+    threads: usize,
+    #[serde(default)]
+    fuse_threads: usize,
+    #[serde(default)]
+    passthrough: Option<bool>,
+    #[serde(default)]
+    max_pixels: Option<u64>,
+    #[serde(default)]
+    augment: Option<Vec<BTreeMap<String, Value>>>,
+    #[serde(default)]
+    output: Option<OutputConfig>,
+    #[serde(default)]
+    cache: Option<RawCache>,
+    #[serde(default)]
+    jobs: Option<RawJobs>,
+    #[serde(default)]
+    allow_other: Option<bool>,
+    #[serde(default)]
+    uid: Option<u32>,
+    #[serde(default)]
+    gid: Option<u32>,
+    #[serde(default)]
+    control_public: Option<bool>,
+    #[serde(default)]
+    max_open_bytes: Option<Value>,
+    #[serde(default)]
+    bad_samples: Option<RawBadSamples>,
+    #[serde(default)]
+    loader: Option<RawLoader>,
+    #[serde(default)]
+    stop: Option<RawStop>,
+}
+
+/// The validated configuration of one mount.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// The dataset directory served (never written).
+    pub source: PathBuf,
+    /// Bytes per second the source may be read at (shared storage); `None`: unlimited.
+    pub source_read_limit: Option<u64>,
+    /// Where the filesystem is mounted.
+    pub mountpoint: PathBuf,
+    /// Seed of every random draw: a draw is a pure function of (seed, job, epoch, sample).
+    pub seed: u64,
+    /// Threads of the decode/augment pool (they also read the source).
+    pub threads: usize,
+    /// Threads reading FUSE requests.
+    pub fuse_threads: usize,
+    /// Kernel FUSE passthrough (Linux 6.9+, the daemon with CAP_SYS_ADMIN): reads of an open
+    /// file go to a backing file (the source's, or a memory file of the output), not to the
+    /// daemon. Default on; where the kernel refuses, the mount says so and serves reads itself.
+    pub passthrough: bool,
+    /// Samples whose header claims more pixels than this are refused (EIO).
+    pub max_pixels: u64,
+    /// The augmentation pipeline, in order.
+    pub augment: Vec<AugmentOp>,
+    /// How pixels are written out.
+    pub output: OutputConfig,
+    /// The sample cache.
+    pub cache: CacheConfig,
+    /// Concurrent jobs.
+    pub jobs: JobsConfig,
+    /// Bounds on reading the source.
+    pub source_limits: SourceLimits,
+    /// Who may use the mount, and what open files may pin.
+    pub access: AccessConfig,
+    /// Hiding and skipping samples known bad, and when they are found.
+    pub bad_samples: BadSamplesConfig,
+    /// The loader socket.
+    pub loader: LoaderConfig,
+    /// How a stop drains the mount (`stop:`; `--drain`, `--drain-max` win).
+    pub stop: crate::drain::DrainConfig,
+}
+
+/// Overrides given on the command line; each wins over the YAML.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    pub source: Option<PathBuf>,
+    pub mountpoint: Option<PathBuf>,
+    pub seed: Option<u64>,
+}
+
+/// Whether validating a config may change the machine: a mount's makes the disk tier's
+/// directory; `prepfs check`'s makes nothing (and so accepts a directory its user could not
+/// make, such as the shipped `/var/cache/prepfs` for a user other than root).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Effects {
+    Mount,
+    CheckOnly,
+}
+
+impl Config {
+    /// Reads, parses and validates a config file.
+    pub fn load(path: &Path, overrides: &Overrides) -> Result<Config, ConfigError> {
+        Config::load_with(path, overrides, Effects::Mount)
+    }
+
+    /// [`Config::load`] making nothing (`prepfs check`): a missing disk tier directory is
+    /// accepted as the mount would make it.
+    pub fn check(path: &Path, overrides: &Overrides) -> Result<Config, ConfigError> {
+        Config::load_with(path, overrides, Effects::CheckOnly)
+    }
+
+    fn load_with(path: &Path, overrides: &Overrides, effects: Effects) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::plain(format!("cannot read {}: {e}", path.display())))?;
+        Config::parse_with(&text, overrides, effects)
+            .map_err(|e| ConfigError { message: format!("{}: {}", path.display(), e.message), ..e })
+    }
+
+    /// Parses and validates YAML text.
+    pub fn parse(text: &str, overrides: &Overrides) -> Result<Config, ConfigError> {
+        Config::parse_with(text, overrides, Effects::Mount)
+    }
+
+    fn parse_with(text: &str, overrides: &Overrides, effects: Effects) -> Result<Config, ConfigError> {
+        let raw: RawConfig = if text.trim().is_empty() {
+            serde_norway::from_str("{}")
+        } else {
+            serde_norway::from_str(text)
+        }
+        .map_err(|e| ConfigError::plain(yaml::describe_error(&e)))?;
+
+        let (yaml_source, source_read_limit, source_limits) = match raw.source {
+            Some(v) => {
+                let (path, limit, limits) = source_value(text, v)?;
+                (Some(path), limit, limits)
+            }
+            None => (None, None, SourceLimits::default()),
+        };
+        let source = overrides
+            .source
+            .clone()
+            .or(yaml_source)
+            .ok_or_else(|| ConfigError::at(text, "source", "missing (set it or pass --source)"))?;
+        if !source.is_dir() {
+            return Err(ConfigError::at(
+                text,
+                "source",
+                format!("{} is not a readable directory", source.display()),
+            ));
+        }
+        let mountpoint = overrides.mountpoint.clone().or(raw.mountpoint).ok_or_else(|| {
+            ConfigError::at(text, "mountpoint", "missing (set it or pass --mountpoint)")
+        })?;
+        let source = source.canonicalize().map_err(|e| ConfigError::at(text, "source", e))?;
+        if mountpoint.starts_with(&source) {
+            let why = format!("{} is inside source {}: the source would hold its own mount", mountpoint.display(), source.display());
+            return Err(ConfigError::at(text, "mountpoint", why));
+        }
+
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // Twice the cores by default: a thread waiting on the source (network storage, a read
+        // limit) leaves its core to another thread's decode.
+        let threads = if raw.threads == 0 { 2 * cores } else { raw.threads };
+        if threads > 1024 {
+            return Err(ConfigError::value(text, "threads", ValueError::OutOfRange { min: 0, max: 1024 }));
+        }
+        // One per core by default (at least 2, at most 16): more threads than cores contend
+        // for the kernel's FUSE queue (docs/COLD_PATH.md). Decodes, source reads and a shared
+        // job's round trips to its store run on the pools, not on these.
+        let fuse_threads = if raw.fuse_threads == 0 { cores.clamp(2, 16) } else { raw.fuse_threads };
+        if fuse_threads > 256 {
+            return Err(ConfigError::value(text, "fuse_threads", ValueError::OutOfRange { min: 0, max: 256 }));
+        }
+        let max_pixels = raw.max_pixels.unwrap_or(DEFAULT_MAX_PIXELS);
+        if max_pixels == 0 {
+            return Err(ConfigError::value(text, "max_pixels", ValueError::NotPositive));
+        }
+
+        let mut output = raw.output.unwrap_or_default();
+        let augment = match raw.augment {
+            None => AugmentOp::imagenet_train(),
+            Some(list) => {
+                let mut ops = Vec::with_capacity(list.len());
+                for (i, entry) in list.iter().enumerate() {
+                    let op = AugmentOp::from_yaml(entry).map_err(|why| {
+                        let key = entry.keys().next().map_or("augment", String::as_str);
+                        ConfigError::at(text, key, format!("augment[{i}]: {why}"))
+                    })?;
+                    ops.push(op);
+                }
+                ops
+            }
+        };
+        validate_output(text, &mut output, &augment)?;
+        let machine = machine_memory();
+        let cache = cache_config(text, raw.cache, &source, &mountpoint, machine, effects)?;
+        let jobs = jobs_config(text, raw.jobs)?;
+        let max_open_bytes = match &raw.max_open_bytes {
+            Some(v) => memory_value(text, "max_open_bytes", v, machine)?,
+            None => DEFAULT_MAX_OPEN_BYTES,
+        };
+        if max_open_bytes < MIN_MAX_OPEN_BYTES {
+            return Err(ConfigError::value(text, "max_open_bytes", ValueError::TooSmall { min: MIN_MAX_OPEN_BYTES }));
+        }
+        for (key, id) in [("uid", raw.uid), ("gid", raw.gid)] {
+            if id.is_some_and(|id| id > MAX_ID) {
+                return Err(ConfigError::value(text, key, ValueError::OutOfRange { min: 0, max: u64::from(MAX_ID) }));
+            }
+        }
+        let access = AccessConfig {
+            allow_other: raw.allow_other.unwrap_or(false),
+            uid: raw.uid,
+            gid: raw.gid,
+            control_public: raw.control_public.unwrap_or(false),
+            max_open_bytes,
+        };
+        let bad_samples = match raw.bad_samples {
+            None => BadSamplesConfig::default(),
+            Some(b) => BadSamplesConfig { hide: b.hide.unwrap_or_default(), validate: b.validate.unwrap_or_default() },
+        };
+        let loader = match raw.loader {
+            None => LoaderConfig::default(),
+            Some(l) => {
+                if l.socket.as_ref().is_some_and(|p| !p.is_absolute()) {
+                    return Err(ConfigError::at(text, "loader.socket", "give an absolute path"));
+                }
+                let ring_memory = match &l.ring_memory {
+                    Some(v) => memory_value(text, "loader.ring_memory", v, machine)?,
+                    None => DEFAULT_RING_MEMORY,
+                };
+                let ring_memory_per_user = match &l.ring_memory_per_user {
+                    Some(v) => memory_value(text, "loader.ring_memory_per_user", v, machine)?,
+                    None => DEFAULT_RING_MEMORY_PER_USER.min(ring_memory),
+                };
+                if ring_memory_per_user > ring_memory {
+                    return Err(ConfigError::at(text, "loader.ring_memory_per_user", "must not be more than loader.ring_memory"));
+                }
+                LoaderConfig { enabled: l.enabled.unwrap_or(true), socket: l.socket, ring_memory, ring_memory_per_user }
+            }
+        };
+        let stop = stop_config(text, raw.stop)?;
+        Ok(Config {
+            loader,
+            stop,
+            bad_samples,
+            source_limits,
+            access,
+            source,
+            source_read_limit,
+            jobs,
+            mountpoint,
+            seed: overrides.seed.unwrap_or(raw.seed),
+            threads,
+            fuse_threads,
+            passthrough: raw.passthrough.unwrap_or(true),
+            max_pixels,
+            augment,
+            output,
+            cache,
+        })
+    }
+
+    /// How many decodes can run at once: the pool's threads, at most one per core. The model's
+    /// compute rates are one thread's rate times this.
+    pub fn decode_parallelism(&self) -> usize {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        self.threads.clamp(1, cores)
+    }
+
+    /// The size of every `augmented` output, if the pipeline fixes it.
+    pub fn augmented_size(&self) -> Option<Size2> {
+        crate::pixels::augment::fixed_output_size(&self.augment)
+    }
+}

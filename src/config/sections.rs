@@ -1,0 +1,298 @@
+//! The smaller sections of the config, each as written (`Raw*`), validated, and its defaults:
+//! `stop:` (the drain), `loader:` (the socket), `bad_samples:`, `jobs:`, `source:` (its path and
+//! read bounds) and the access keys (`allow_other`, `uid`/`gid`, `max_open_bytes`).
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use serde_norway::Value;
+
+use super::error::{ConfigError, Quantity, ValueError};
+use super::values::{bytes_of, duration_or_zero, duration_value, positive_size_value};
+
+/// `stop:` as written.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawStop {
+    pub(super) drain: Option<Value>,
+    pub(super) drain_max: Option<Value>,
+}
+
+
+/// `stop:`: the drain of a stopping mount (`crate::drain`), from the YAML; the defaults where
+/// it says nothing.
+pub(super) fn stop_config(text: &str, raw: Option<RawStop>) -> Result<crate::drain::DrainConfig, ConfigError> {
+    let mut stop = crate::drain::DrainConfig::default();
+    let raw = raw.unwrap_or_default();
+    if let Some(drain) = raw.drain {
+        stop.quiet = std::time::Duration::from_secs_f64(duration_or_zero(text, "stop.drain", &drain)?);
+    }
+    if let Some(max) = raw.drain_max {
+        stop.max = std::time::Duration::from_secs_f64(duration_value(text, "stop.drain_max", &max)?);
+    }
+    Ok(stop)
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLoader {
+    pub(super) enabled: Option<bool>,
+    pub(super) socket: Option<PathBuf>,
+    pub(super) ring_memory: Option<Value>,
+    pub(super) ring_memory_per_user: Option<Value>,
+}
+
+/// The loader socket (`prepfs.Loader`, `crate::loader`): batches of a job's samples over a
+/// Unix socket and shared memory, for frameworks that do not read files.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LoaderConfig {
+    /// Whether the mount opens the socket.
+    pub enabled: bool,
+    /// Where; `None`: `/run/prepfs/<mount>.sock`, else under the temporary directory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub socket: Option<PathBuf>,
+    /// The shared memory every connection's ring may take together, in bytes.
+    pub ring_memory: u64,
+    /// What the rings of one user other than root and the mount's owner may take; as much again
+    /// of `ring_memory` is kept for root and the owner.
+    pub ring_memory_per_user: u64,
+}
+
+/// Default [`LoaderConfig::ring_memory`].
+pub const DEFAULT_RING_MEMORY: u64 = 2 << 30;
+/// Default [`LoaderConfig::ring_memory_per_user`].
+pub const DEFAULT_RING_MEMORY_PER_USER: u64 = 512 << 20;
+
+impl Default for LoaderConfig {
+    fn default() -> Self {
+        LoaderConfig { enabled: true, socket: None, ring_memory: DEFAULT_RING_MEMORY, ring_memory_per_user: DEFAULT_RING_MEMORY_PER_USER }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawBadSamples {
+    pub(super) hide: Option<HideBad>,
+    pub(super) validate: Option<Validate>,
+}
+
+/// Which views hide the samples known bad from their listings and never hand one out
+/// (`bad_samples.hide`, `--hide-bad-samples`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum HideBad {
+    /// Job views (`jobs/<name>/...`) only: the default. A job's open of a bad sample is served
+    /// another sample of the directory instead, so an epoch never dies on `EIO`.
+    #[default]
+    Jobs,
+    /// Job views and the top-level views (whose opens never substitute: a sample first found
+    /// bad at its open still gets `EIO`, and is hidden from the next listing).
+    All,
+    /// No view: a bad sample stays listed and gets `EIO` at every open.
+    None,
+}
+
+impl std::str::FromStr for HideBad {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "jobs" => Ok(HideBad::Jobs),
+            "all" => Ok(HideBad::All),
+            "none" => Ok(HideBad::None),
+            _ => Err(format!("`{s}`: one of jobs, all, none")),
+        }
+    }
+}
+
+/// When samples are checked for being decodable (`bad_samples.validate`, `--validate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Validate {
+    /// At their first open (the default): found bad, remembered until the file changes.
+    #[default]
+    FirstTouch,
+    /// At mount, each sample's header (size and `max_pixels`): cheap, finds unreadable and
+    /// oversized ones; damage further in is still found at first touch.
+    Headers,
+    /// At mount, each sample read and fully decoded (its pixels and bytes kept while the
+    /// cache has room): every undecodable sample is known before the first epoch.
+    Scan,
+}
+
+impl std::str::FromStr for Validate {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "first-touch" => Ok(Validate::FirstTouch),
+            "headers" => Ok(Validate::Headers),
+            "scan" => Ok(Validate::Scan),
+            _ => Err(format!("`{s}`: one of first-touch, headers, scan")),
+        }
+    }
+}
+
+/// What the mount does with samples that cannot be decoded (`bad_samples`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+pub struct BadSamplesConfig {
+    pub hide: HideBad,
+    pub validate: Validate,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawJobs {
+    pub(super) max: Option<usize>,
+    pub(super) idle_timeout: Option<Value>,
+    pub(super) prefetch_window: Option<usize>,
+    pub(super) ods: Option<bool>,
+    pub(super) per_user: Option<usize>,
+    pub(super) shared: Option<bool>,
+}
+
+/// Concurrent jobs under `jobs/` (opportunistic sampling).
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobsConfig {
+    /// Jobs active at once (at most 64).
+    pub max: usize,
+    /// A job idle this long is retired (its state freed), seconds.
+    pub idle_timeout_s: f64,
+    /// Samples prepared ahead of a job along its listing order.
+    pub prefetch_window: usize,
+    /// Substitution at open and cached-first listings; off, job views serve what is asked.
+    pub ods: bool,
+    /// Jobs one user (uid) may hold at once; root and the mount's owner are not limited, and
+    /// one slot is always kept for them.
+    pub per_user: usize,
+    /// With `cache.remote`: a job name is one job on every mount sharing the remote (its seen
+    /// and claimed bits and its epoch in Redis). Off: each mount's jobs are its own.
+    pub shared: bool,
+}
+
+impl Default for JobsConfig {
+    fn default() -> Self {
+        JobsConfig { max: 16, idle_timeout_s: 600.0, prefetch_window: 16, ods: true, per_user: 4, shared: true }
+    }
+}
+
+pub(super) fn jobs_config(text: &str, raw: Option<RawJobs>) -> Result<JobsConfig, ConfigError> {
+    let mut jobs = JobsConfig::default();
+    let Some(raw) = raw else { return Ok(jobs) };
+    if let Some(max) = raw.max {
+        if !(1..=crate::sampling::MAX_JOBS).contains(&max) {
+            let range = ValueError::OutOfRange { min: 1, max: crate::sampling::MAX_JOBS as u64 };
+            return Err(ConfigError::value(text, "jobs.max", range));
+        }
+        jobs.max = max;
+    }
+    if let Some(idle) = raw.idle_timeout {
+        jobs.idle_timeout_s = duration_value(text, "jobs.idle_timeout", &idle)?;
+    }
+    if let Some(window) = raw.prefetch_window {
+        if window > 1024 {
+            return Err(ConfigError::value(text, "jobs.prefetch_window", ValueError::OutOfRange { min: 0, max: 1024 }));
+        }
+        jobs.prefetch_window = window;
+    }
+    if let Some(ods) = raw.ods {
+        jobs.ods = ods;
+    }
+    if let Some(shared) = raw.shared {
+        jobs.shared = shared;
+    }
+    jobs.per_user = match raw.per_user {
+        Some(0) => return Err(ConfigError::value(text, "jobs.per_user", ValueError::NotPositive)),
+        Some(n) => n.min(jobs.max),
+        None => (jobs.max / 4).max(1),
+    };
+    Ok(jobs)
+}
+
+/// How the source is read: bounds that keep one file from taking the daemon down.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceLimits {
+    /// Files larger than this are refused (EIO, one log line) without being read.
+    pub max_file_size: u64,
+    /// A source read not answered within this many seconds fails (EIO) instead of hanging.
+    pub timeout_s: f64,
+}
+
+/// Default [`SourceLimits::max_file_size`]: far above any training image, far below memory.
+pub const DEFAULT_MAX_FILE_SIZE: u64 = 256 << 20;
+
+impl Default for SourceLimits {
+    fn default() -> Self {
+        SourceLimits { max_file_size: DEFAULT_MAX_FILE_SIZE, timeout_s: 30.0 }
+    }
+}
+
+/// The largest uid or gid prepfs shows: 2^31 - 1. Larger ones are refused wherever they are
+/// given (`--uid`/`--gid`, `-o uid=`/`gid=`, `uid:`/`gid:`): many tools and kernel paths hold
+/// ids in signed 32-bit integers, and 4294967295 is `(uid_t)-1`, which chown(2) and setuid(2)
+/// read as "no change", not as a user.
+pub const MAX_ID: u32 = i32::MAX as u32;
+
+/// Who may use the mount.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct AccessConfig {
+    /// Let users other than the one mounting use the mount (FUSE `allow_other`). The kernel
+    /// checks every access against the source's owners and modes either way.
+    pub allow_other: bool,
+    /// The owner every node is shown with (`--uid`/`--gid`, `uid:`/`gid:`), as mount-s3 and
+    /// gcsfuse do, instead of each source file's own. The core then checks each access against
+    /// the source's own owner and mode as well as the kernel's check against the shown ones
+    /// (`fs::access`), so nothing the source denies a user is served to them.
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    /// `.prepfs/` (stats, config) readable by every user, not only the mount's owner.
+    pub control_public: bool,
+    /// Bytes of served output that open files may pin at once; opens past it wait for
+    /// releases, then fail with ENFILE. One user may take at most half of it.
+    pub max_open_bytes: u64,
+}
+
+/// Default [`AccessConfig::max_open_bytes`]: about 1,700 open augmented files.
+pub const DEFAULT_MAX_OPEN_BYTES: u64 = 256 << 20;
+
+/// The least [`AccessConfig::max_open_bytes`] accepted.
+pub const MIN_MAX_OPEN_BYTES: u64 = 1 << 20;
+
+/// `source` as written: a path, or a mapping with `path`, `read_limit`, `max_file_size` and
+/// `timeout`.
+pub(super) fn source_value(text: &str, value: Value) -> Result<(PathBuf, Option<u64>, SourceLimits), ConfigError> {
+    let mut limits = SourceLimits::default();
+    match value {
+        Value::String(s) => Ok((PathBuf::from(s), None, limits)),
+        Value::Mapping(map) => {
+            let (mut path, mut limit) = (None, None);
+            for (k, v) in map {
+                match (k.as_str(), v) {
+                    (Some("path"), Value::String(p)) => path = Some(PathBuf::from(p)),
+                    (Some("path"), _) => return Err(ConfigError::at(text, "source.path", "must be a directory path")),
+                    (Some("read_limit"), Value::Null) => {}
+                    (Some("read_limit"), v) => {
+                        let rate = bytes_of(&v, Quantity::Rate).map_err(|e| ConfigError::value(text, "source.read_limit", e))?;
+                        if rate == 0 {
+                            return Err(ConfigError::value(text, "source.read_limit", ValueError::NotPositive));
+                        }
+                        limit = Some(rate);
+                    }
+                    (Some("max_file_size"), v) => {
+                        limits.max_file_size = positive_size_value(text, "source.max_file_size", &v)?;
+                    }
+                    (Some("timeout"), v) => limits.timeout_s = duration_value(text, "source.timeout", &v)?,
+                    (Some(other), _) => {
+                        return Err(ConfigError::at(
+                            text,
+                            other,
+                            format!("unknown key `{other}` in `source`; known: path, read_limit, max_file_size, timeout"),
+                        ))
+                    }
+                    (None, _) => return Err(ConfigError::at(text, "source", "keys are names")),
+                }
+            }
+            let path = path.ok_or_else(|| ConfigError::at(text, "source", "`path` is missing"))?;
+            Ok((path, limit, limits))
+        }
+        _ => Err(ConfigError::at(text, "source", "a directory path, or { path: DIR, read_limit: 200MB/s }")),
+    }
+}
