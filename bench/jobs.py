@@ -82,6 +82,21 @@ def makespan(roots, decode_jpeg, epochs=2, uncached=False, poll=None):
     return time.time() - started
 
 
+def three_jobs(mount, epochs):
+    """Three jobs at once over `mount`, one process each over jobs/job<i>/augmented, `epochs`
+    epochs each: their makespan, and the plan's predicted rates for several jobs seen meanwhile."""
+    roots = [os.path.join(mount.mnt, "jobs", f"job{i}", "augmented") for i in range(3)]
+    for r in roots:
+        os.listdir(r)
+    predictions = []
+
+    def poll():
+        plan = mount.stats().get("plan") or {}
+        if (plan.get("inputs") or {}).get("jobs", 1) > 1 and plan.get("predicted_samples_per_s"):
+            predictions.append(plan["predicted_samples_per_s"])
+    return makespan(roots, False, epochs=epochs, poll=poll), predictions
+
+
 def ready_made(view, out):
     """Copies one output per sample from a mount's augmented/ VIEW to OUT (tmpfs): the floor's
     data, served as fast as files in memory are."""
@@ -155,16 +170,7 @@ def main():
                     peer_mount.close()
             mount = Mount(args.prepfs, source, workdir, "prepfs", src_yaml + f"cache: {{ memory: {cache}{', ' + args.cache_extra if args.cache_extra else ''} }}\n")
             try:
-                roots = [os.path.join(mount.mnt, "jobs", f"job{i}", "augmented") for i in range(3)]
-                for r in roots:
-                    os.listdir(r)
-                predictions = []
-
-                def poll():
-                    plan = mount.stats().get("plan") or {}
-                    if plan.get("predicted_samples_per_s"):
-                        predictions.append(plan["predicted_samples_per_s"])
-                ours = makespan(roots, False, poll=poll)
+                ours, predictions = three_jobs(mount, 2)
                 st = mount.stats()
                 # The floor: the same jobs over ready-made outputs in memory (tmpfs).
                 shm = tempfile.mkdtemp(prefix="prepfs-floor-", dir="/dev/shm")

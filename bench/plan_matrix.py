@@ -30,7 +30,7 @@ import tempfile
 import time
 
 from epochs import run, warm
-from jobs import makespan, write_report
+from jobs import three_jobs, write_report
 from prepfs_bench.mount import Mount
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -65,16 +65,7 @@ def run_jobs(prepfs, source, workdir, name, yaml, epochs):
     warm(source)
     mount = Mount(prepfs, source, workdir, name, yaml)
     try:
-        roots = [os.path.join(mount.mnt, "jobs", f"job{i}", "augmented") for i in range(3)]
-        for r in roots:
-            os.listdir(r)
-        predictions = []
-
-        def poll():
-            plan = mount.stats().get("plan") or {}
-            if (plan.get("inputs") or {}).get("jobs", 1) > 1 and plan.get("predicted_samples_per_s"):
-                predictions.append(plan["predicted_samples_per_s"])
-        took = makespan(roots, False, epochs=epochs, poll=poll)
+        took, predictions = three_jobs(mount, epochs)
         st = mount.stats()
     finally:
         mount.close()

@@ -25,7 +25,7 @@ from typing import Dict, List, Optional, Sequence
 
 import loaders  # bench/loaders.py (standard library only at import time)
 
-from .mount import is_mounted, lazy_unmount, proc_cpu_seconds
+from .mount import is_mounted, lazy_unmount, proc_cpu_seconds, reap
 from .plan import FLOOR_ROWS, floor_flags
 
 # prepfs's FUSE threads when its config does not set `fuse_threads` (src/config/mod.rs: 0 -> one
@@ -154,15 +154,7 @@ class FloorMount:
         return passthrough_refusal(self.read_log()) if self.mode.startswith("passthrough") else None
 
     def close(self, timeout: float = 10.0) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)  # floorfs unmounts, prints its counts
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if is_mounted(self.mountpoint):
-            lazy_unmount(self.mountpoint)
+        reap(self.proc, self.mountpoint, timeout, signal.SIGTERM)  # floorfs unmounts, prints its counts
         self.log_text = self.read_log()
         if self.own_log:
             try:

@@ -65,6 +65,20 @@ def proc_cpu_seconds(pid: int) -> float:
         return 0.0
 
 
+def reap(proc: subprocess.Popen, mountpoint: str, timeout: float, signum: Optional[int] = None) -> None:
+    """Ends a mount's daemon: `signum` sent first if given and it still runs, waited for up to
+    `timeout` (then killed), and the mount point released if it is still mounted."""
+    if signum is not None and proc.poll() is None:
+        proc.send_signal(signum)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    if is_mounted(mountpoint):
+        lazy_unmount(mountpoint)
+
+
 class PrepfsMount:
     """A running `prepfs mount`. close() ends it (SIGTERM, then SIGKILL) and makes sure the
     mount point is released (lazy unmount as a fallback); it also deletes the log when the log
@@ -106,15 +120,7 @@ class PrepfsMount:
             return ""
 
     def close(self, timeout: float = 20.0) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if is_mounted(self.mountpoint):
-            lazy_unmount(self.mountpoint)
+        reap(self.proc, self.mountpoint, timeout, signal.SIGTERM)
         if self.own_log:
             try:
                 os.remove(self.log_path)
@@ -203,13 +209,7 @@ class Mount(PrepfsMount):
 
     def close(self, timeout: float = 30.0) -> None:
         subprocess.run(["fusermount3", "-u", self.mountpoint], stderr=subprocess.DEVNULL)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        if is_mounted(self.mountpoint):
-            lazy_unmount(self.mountpoint)
+        reap(self.proc, self.mountpoint, timeout)
 
     stop = close
 
