@@ -687,6 +687,18 @@ fn fuser_config(config: &Config, read_only: bool) -> fuser::Config {
         // choice, never the default.
         fc.acl = fuser::SessionACL::All;
     }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        // As root, mounted through fusermount3 too (fuser does for this option), as every other
+        // user's mount is: the mount table shows type `fuse.prepfs` (fuser's own mount(2) as
+        // root says `fuse`), and a daemon that dies without unmounting (SIGKILL, a crash) leaves
+        // no dead mount behind: fusermount3 unmounts when the daemon's connection closes. fuser
+        // asks for more than the owner's access with it: root's (`allow_root`), the owner here.
+        fc.mount_options.push(fuser::MountOption::AutoUnmount);
+        if fc.acl == fuser::SessionACL::Owner {
+            fc.acl = fuser::SessionACL::RootAndOwner;
+        }
+    }
     fc.n_threads = Some(config.fuse_threads);
     fc.clone_fd = true;
     fc

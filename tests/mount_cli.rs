@@ -251,6 +251,30 @@ fn mount_small(dir: &Path) -> (Mounted, PathBuf) {
 }
 
 #[test]
+fn the_mount_table_shows_type_fuse_prepfs_and_a_killed_daemon_leaves_no_dead_mount() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mounted, _source) = mount_small(dir.path());
+    let canonical = mounted.mountpoint.canonicalize().expect("canonical");
+    let entry = prepfs::mount::mount_at(&canonical).expect("in the mount table");
+    assert_eq!((entry.fstype.as_str(), entry.source.starts_with("prepfs:")), ("fuse.prepfs", true), "{entry:?}");
+    let findmnt = run_limited(
+        {
+            let mut c = Command::new("findmnt");
+            c.args(["-n", "-t", "fuse.prepfs", "-o", "TARGET"]);
+            c
+        },
+        Duration::from_secs(10),
+    );
+    assert!(text(&findmnt.stdout).lines().any(|l| Path::new(l.trim()) == canonical), "findmnt -t fuse.prepfs: {}", text(&findmnt.stdout));
+    // A daemon that dies without unmounting (SIGKILL): fusermount3 unmounts after it.
+    let mountpoint = mounted.mountpoint.clone();
+    // SAFETY: kill(2) on the test's own child.
+    unsafe { libc::kill(mounted.pid(), libc::SIGKILL) };
+    assert!(wait_for(Duration::from_secs(10), || !is_mounted(&mountpoint)), "a dead mount was left at {}", mountpoint.display());
+    drop(mounted);
+}
+
+#[test]
 fn df_shows_the_size_and_inodes_of_the_sources_file_system() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (mounted, source) = mount_small(dir.path());

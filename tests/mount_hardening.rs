@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{force_unmount, id_of_pixels, is_mounted, make_id_dataset, parse_ppm, write_config, Mounted};
+use common::{force_unmount, id_of_pixels, is_mounted, kill_leaving_a_dead_mount, make_id_dataset, parse_ppm, write_config, Mounted};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -367,8 +367,7 @@ fn a_dead_mount_is_cleared_however_old_it_is() {
     let mnt = Mounted::start(dir.path(), &config, &source, LIMIT).forget_mount();
     std::fs::read(mnt.path("encoded/c0/s00.jpg")).expect("read");
     let mountpoint = mnt.mountpoint.clone();
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(mnt.pid(), libc::SIGKILL) };
+    kill_leaving_a_dead_mount(mnt.pid());
     drop(mnt);
     // Whatever happens below, the dead mount does not outlive the test.
     let _dead = DetachOnDrop(mountpoint.clone());

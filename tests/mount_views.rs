@@ -278,11 +278,11 @@ fn sigterm_unmounts_and_a_dead_mount_is_recovered() {
     assert!(status.success(), "prepfs exited with {status}");
     assert!(!is_mounted(&mountpoint));
 
-    // SIGKILL leaves a dead mount (ENOTCONN); the next mount clears it and serves.
+    // A daemon killed with its fusermount3 helper leaves a dead mount (ENOTCONN); the next
+    // mount clears it and serves.
     let mnt = Mounted::start(tmp.path(), &config, &source, LIMIT);
     let mnt = mnt.forget_mount();
-    // SAFETY: kill(2) on the test's own child process.
-    unsafe { libc::kill(mnt.pid(), libc::SIGKILL) };
+    common::kill_leaving_a_dead_mount(mnt.pid());
     std::thread::sleep(Duration::from_millis(300));
     // statfs reaches the (dead) daemon; stat may be answered from cached attributes.
     let err = nix::sys::statfs::statfs(&mountpoint).expect_err("dead mount");
