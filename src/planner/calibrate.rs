@@ -66,10 +66,11 @@ impl Timed {
 /// Times up to [`PROBE_SAMPLES`] samples (their bytes from `read`, the source's bounded
 /// reads) and the memory copy rate; `None` when no sample could be timed (an empty or
 /// unreadable dataset). The samples are timed on as many threads at once as decodes run while
-/// serving, so each time includes what decodes running side by side cost each other (the
-/// memory bus, the kernel's page faults and unmaps; on this project's 2-core machine a region
-/// decode took 1.4x as long beside another as alone: a single thread's rates predicted the
-/// cold epoch of 1600x1200 JPEGs up to 2.1x too fast, bench/results/2026-11-26-plan-matrix-run-gen1600.md).
+/// serving (so each time includes what decodes side by side cost each other), in thread CPU
+/// time through the served pixel work, as the mount times it while serving. A dozen samples
+/// timed on one thread through another path put a region decode of 1600x1200 JPEGs at 3.3 ms
+/// against 4.7 ms while serving (one image's work can be half or twice the mean), and the cold
+/// epoch up to 2.1x too fast (bench/results/2026-11-26-plan-matrix-run-gen1600.md).
 /// The mean sample size comes from `size` (the source's lookup, no read) over up to
 /// [`SIZE_SAMPLES`] files spread over the set: a dozen timed samples can miss it (the
 /// generator's 500x375 set: 28.6 KB against 37.6 KB, which put the cold epoch at 10 MB/s 31% high).
