@@ -208,11 +208,7 @@ impl PlanController {
             return;
         };
         let mut params = calibration.params;
-        if let Some(limit) = self.read_limit {
-            params.b_storage = params.b_storage.min(limit as f64);
-            // A read waits for the link, not the CPU.
-            params.t_read = 0.0;
-        }
+        self.behind_read_limit(&mut params);
         self.apply(params, calibration.t_full, "mount-time calibration", calibration.samples_timed as u64);
     }
 
@@ -302,13 +298,21 @@ impl PlanController {
             params.b_storage = rate.min(1e12);
             // The mean file as read while serving: calibration's dozen samples can miss it.
             params.s_data = read_bytes as f64 / reads as f64;
-            // Without a read limit a read's time is its CPU (the page cache's copy, fresh pages).
-            if self.read_limit.is_none() {
-                params.t_read = read_ns as f64 / 1e9 / reads as f64;
-            }
+            // A read's time is its CPU (the page cache's copy, fresh pages), but behind a limit.
+            params.t_read = read_ns as f64 / 1e9 / reads as f64;
         }
+        self.behind_read_limit(&mut params);
         self.apply(params, t_full, "rates measured while serving", timed);
         true
+    }
+
+    /// The storage's terms behind the source's read limit, if one is set: no faster than the
+    /// limit, and a read waits for the link, not the CPU.
+    fn behind_read_limit(&self, params: &mut PlanParams) {
+        if let Some(limit) = self.read_limit {
+            params.b_storage = params.b_storage.min(limit as f64);
+            params.t_read = 0.0;
+        }
     }
 
     /// One step of the serving-rate probe (called about once a second); the rate found so far.
