@@ -32,13 +32,21 @@ def read_file(path):
         return len(f.read())
 
 
+def started(_):
+    return os.getpid()
+
+
 def epoch(files, seed):
+    """Samples/s of one pass over `files` in a shuffled order by 2 reader processes. The clock
+    starts once both readers are up: starting them (12-50 ms here) is the client's, not the
+    mount's, and is a fifth to a third of a 400-sample epoch at 5,000 samples/s."""
     order = list(files)
     random.Random(seed).shuffle(order)
-    started = time.time()
     with Pool(2) as pool:
+        pool.map(started, range(2), chunksize=1)
+        begun = time.time()
         n = sum(1 for _ in pool.imap_unordered(read_file, order, chunksize=4))
-    return n / (time.time() - started)
+        return n / (time.time() - begun)
 
 
 def warm(source):
