@@ -37,7 +37,8 @@
 //!   would read from the storage (a miss, an augmented hit's refill) comes from the remote in
 //!   the share `h_R`: `f_R = h_R f_S` of the samples take the remote path, costing `w_R` and
 //!   `s_remote_entry` bytes across the NIC; only the rest reads the storage.
-//! - **Rate** = the minimum of one over those seconds, `b_storage / storage bytes`, `nodes * t_gpu`, and the
+//! - **Rate** = the minimum of the cores' and storage's rate together ([`cores_and_storage`]: the
+//!   threads wait on reads, so it is below both `1 / seconds` and `b_storage / storage bytes`), `nodes * t_gpu`, and the
 //!   links: `nodes (b_pcie - c_pcie) / s_augmented`, and `nodes (b_nic - c_nw)` over the bytes
 //!   a sample brings across the NIC. With a remote tier those are the remote path's bytes (the
 //!   node's memory is its own); without one, Seneca's setting, the cache is across the NIC and
@@ -338,18 +339,47 @@ pub(super) fn cpu_rates(p: &PlanParams) -> (f64, f64, f64) {
     (t_serve, nodes * p.t_a, nodes * p.t_da)
 }
 
-/// The rate given CPU seconds, storage bytes and NIC bytes per sample: the least of the CPU,
-/// storage, consumer and link bounds.
+/// The rate given CPU seconds, storage bytes and NIC bytes per sample: the least of the cores
+/// and storage together ([`cores_and_storage`]), the consumer and the link bounds.
 pub(super) fn bounded(p: &PlanParams, cpu: f64, storage: f64, nic_bytes: f64) -> f64 {
     let nodes = f64::from(p.nodes);
+    // The storage's own time: what a read takes beyond its CPU, which the cores' time already
+    // counts (a read from the page cache is CPU alone; behind a read limit `t_read` is 0).
+    let reads = if p.s_data > 0.0 { storage / p.s_data } else { 0.0 };
+    let storage_seconds = if storage > 0.0 { (storage / p.b_storage - reads * read_seconds(p)).max(0.0) } else { 0.0 };
     let bounds = [
-        1.0 / cpu,
-        if storage > 0.0 { p.b_storage / storage } else { f64::INFINITY },
+        cores_and_storage(cpu, storage_seconds, p.nodes.max(1) * p.cores.max(1)),
         p.t_gpu.map_or(f64::INFINITY, |t| nodes * t),
         nodes * (p.b_pcie - p.c_pcie) / p.s_augmented,
         if nic_bytes > 0.0 { nodes * (p.b_nic - p.c_nw).max(0.0) / nic_bytes } else { f64::INFINITY },
     ];
     bounds.into_iter().fold(f64::INFINITY, f64::min)
+}
+
+/// Samples a second through the cores and the storage at once, each sample taking `cpu`
+/// seconds of the whole machine and `storage` seconds of the storage (one device serving one
+/// read at a time, as a read limit does), with the work done by `threads` threads, one a core,
+/// each taking a sample through both in turn.
+///
+/// Neither bound alone: a thread waiting on a read leaves its core idle, so with few threads
+/// the rate falls short of the lesser of `1 / cpu` and `1 / storage`, most where the two are
+/// close. This is mean value analysis of that closed network (Reiser and Lavenberg,
+/// "Mean-value analysis of closed multichain queuing networks", JACM 27(2), 1980): the cores a
+/// delay of `threads * cpu` a sample (no thread waits for a core), the storage a queue. With
+/// the generator's 500x375 set at 10 MB/s and a fifth of it cached, epoch 2 took 0.95 ms of
+/// the machine and 0.4 ms of the storage a sample on 2 cores: 1,357 samples/s measured, where
+/// the lesser bound said 2,100 and this says 1,360.
+pub(super) fn cores_and_storage(cpu: f64, storage: f64, threads: u32) -> f64 {
+    let threads = threads.max(1);
+    let at_cpu = f64::from(threads) * cpu;
+    let mut queued = 0.0;
+    let mut rate = 1.0 / cpu;
+    for n in 1..=threads {
+        let at_storage = storage * (1.0 + queued);
+        rate = f64::from(n) / (at_cpu + at_storage);
+        queued = rate * at_storage;
+    }
+    rate
 }
 
 #[cfg(test)]
@@ -360,12 +390,22 @@ pub(super) mod tests {
     /// Seneca's tests' set (1000 samples of 100 B encoded, 500 B decoded, 250 B augmented;
     /// decode and augment 1,000/s, augment 5,000/s; storage 10,000 samples/s), served at
     /// 4,000/s.
+    /// Seneca's tests' set on 2 cores; no storage limit (the storage's 10,000 reads a second
+    /// of that set would take a few percent off every rate here: [`cores_and_storage`]), unless
+    /// a test brings one in.
     pub(in crate::planner) fn base() -> PlanParams {
-        PlanParams { t_serve: Some(4000.0), cores: 2, ..crate::planner::seneca::tests::base() }
+        PlanParams { t_serve: Some(4000.0), cores: 2, b_storage: f64::INFINITY, ..crate::planner::seneca::tests::base() }
     }
 
     pub(in crate::planner) fn split(s: &str) -> Split {
         s.parse().expect("split")
+    }
+
+    /// A rate the storage bounds: at most `bound`, and less only by the cores' time the threads
+    /// spend on each sample beside its read (within 20% in these tests' sets).
+    #[track_caller]
+    fn assert_storage_bound(rate: f64, bound: f64) {
+        assert!(rate <= bound * (1.0 + 1e-9) && rate > 0.8 * bound, "expected a rate just under the storage's {bound}, got {rate}");
     }
 
     #[track_caller]
@@ -498,10 +538,40 @@ pub(super) mod tests {
     fn slow_storage_bounds_the_misses_and_the_refills_it_must_feed() {
         // 10 kB/s: 100 samples/s from storage. Half held decoded: 200/s.
         let p = PlanParams { b_storage: 1e4, s_cache: 500.0 * 500.0, ..base() };
-        assert_close(evaluate(&p, split("0-100-0")).samples_per_s, 200.0);
+        assert_storage_bound(evaluate(&p, split("0-100-0")).samples_per_s, 200.0);
         // Held augmented with nothing behind them, the refills read storage too.
         let p = PlanParams { b_storage: 1e4, s_cache: 500.0 * 250.0, ..base() };
-        assert_close(evaluate(&p, split("0-0-100")).samples_per_s, 100.0);
+        assert_storage_bound(evaluate(&p, split("0-0-100")).samples_per_s, 100.0);
+    }
+
+    #[test]
+    fn a_read_that_is_all_cpu_is_counted_once_on_the_cores_and_never_again_as_storage_time() {
+        // 2 threads each reading a 100-byte sample in 1 ms of a core, as from the page cache:
+        // the storage's measured rate is 2e5 B/s, all of it the reads' CPU.
+        let p = PlanParams { t_read: 1e-3, b_storage: 2.0 * 100.0 / 1e-3, ..base() };
+        let unlimited = PlanParams { b_storage: f64::INFINITY, ..p.clone() };
+        assert_close(evaluate(&p, split("100-0-0")).samples_per_s, evaluate(&unlimited, split("100-0-0")).samples_per_s);
+        // Behind a limit the read's CPU is not counted (`t_read` 0) and all its time is the storage's.
+        let limited = PlanParams { t_read: 0.0, ..p };
+        let cores_alone = PlanParams { b_storage: f64::INFINITY, ..limited.clone() };
+        assert!(evaluate(&limited, split("100-0-0")).samples_per_s < 0.95 * evaluate(&cores_alone, split("100-0-0")).samples_per_s);
+    }
+
+    #[test]
+    fn one_thread_adds_its_cpu_and_storage_times_and_more_threads_overlap_them() {
+        // One thread: a sample is 1 ms of CPU then 1 ms of storage.
+        assert_close(cores_and_storage(1e-3, 1e-3, 1), 500.0);
+        // Two threads, the machine 1 ms a sample (2 ms of one core), storage 1 ms: by hand, one
+        // thread alone runs 1/3 samples a ms and keeps 1/3 of a read queued, so with two a
+        // read waits 4/3 ms: 2 samples in 2 + 4/3 ms.
+        assert_close(cores_and_storage(1e-3, 1e-3, 2), 2.0 / (2e-3 + 4.0 / 3.0 * 1e-3));
+        // More threads come to the lesser bound from below.
+        let rates: Vec<f64> = [1, 2, 4, 16, 64].iter().map(|&t| cores_and_storage(1e-3, 1e-3, t)).collect();
+        assert!(rates.windows(2).all(|w| w[0] < w[1]) && rates[4] < 1000.0 && rates[4] > 850.0, "{rates:?}");
+        // Storage far faster than the cores leaves the cores' rate; none at all is exactly it.
+        let fast = cores_and_storage(1e-3, 1e-6, 2);
+        assert!(fast < 1000.0 && fast > 999.0, "{fast}");
+        assert_close(cores_and_storage(1e-3, 0.0, 2), 1000.0);
     }
 
     #[test]
@@ -524,18 +594,17 @@ pub(super) mod tests {
         // 100 directories, 250 samples' bytes cached (a quarter of the set), storage 100
         // samples/s. One job reads the three quarters the cache does not hold: 133.3/s.
         let p = PlanParams { b_storage: 1e4, s_cache: 250.0 * 100.0, dirs: 100, ..base() };
-        assert_close(evaluate(&p, split("100-0-0")).samples_per_s, 1e4 / 75.0);
+        assert_storage_bound(evaluate(&p, split("100-0-0")).samples_per_s, 1e4 / 75.0);
         // Three jobs: a window of 250 entries for 100 directories (scale 300) lets each read
         // serve 1 + 2 (1 - e^(-250/300)) = 1.87 jobs: 187/s, and 53% of the samples served
         // are hits. (Nothing stays from one epoch to the next: the window is not the set.)
         let three = evaluate(&PlanParams { jobs: 3, ..p.clone() }, split("100-0-0"));
         let g = serves(250.0, 100.0);
-        assert_close(three.samples_per_s, 100.0 * g);
+        assert_storage_bound(three.samples_per_s, 100.0 * g);
         assert_close(three.n_storage, 1000.0 / g);
         // Ten directories: the window covers them and each read serves nearly all three jobs.
         let ten = evaluate(&PlanParams { jobs: 3, dirs: 10, ..p }, split("100-0-0"));
-        assert_close(ten.samples_per_s, 100.0 * serves(250.0, 10.0));
-        assert!(ten.samples_per_s > 299.9, "{}", ten.samples_per_s);
+        assert_storage_bound(ten.samples_per_s, 100.0 * serves(250.0, 10.0));
     }
 
     #[test]
@@ -584,7 +653,7 @@ pub(super) mod tests {
     #[test]
     fn a_remote_tier_holding_every_sample_replaces_the_storage_and_its_link_bounds_the_rate() {
         let alone = evaluate(&remote_base(), Split::new(0, 0, 100).expect("split"));
-        assert!((alone.samples_per_s - 100.0).abs() < 1e-9, "the storage bounds it: {alone:?}");
+        assert_storage_bound(alone.samples_per_s, 100.0);
         let p = PlanParams { s_remote: 1000.0 * 100.0, s_remote_entry: 100.0, b_nic: 5e4, ..remote_base() };
         let ev = evaluate(&p, Split::new(0, 0, 100).expect("split"));
         assert!((ev.n_remote - 1000.0).abs() < 1e-9 && ev.n_storage.abs() < 1e-9, "{ev:?}");
@@ -601,7 +670,7 @@ pub(super) mod tests {
         let ev = evaluate(&p, Split::new(0, 0, 100).expect("split"));
         assert!((ev.n_remote - 500.0).abs() < 1e-9 && (ev.n_storage - 500.0).abs() < 1e-9, "{ev:?}");
         // 1e4 B/s over 50 B of storage a sample.
-        assert!((ev.samples_per_s - 200.0).abs() < 1e-9, "{ev:?}");
+        assert_storage_bound(ev.samples_per_s, 200.0);
     }
 
     #[test]
