@@ -436,7 +436,6 @@ impl Loader {
         let gpu = match on_gpu {
             false => None,
             true => {
-                let gpu = gpu::open(device, slot_bytes as usize, batch_size as usize).map_err(|e| PyRuntimeError::new_err(e.0))?;
                 let form = match normalized {
                     false => gpu::Form::Uint8,
                     true => gpu::Form::Normalized {
@@ -444,6 +443,7 @@ impl Loader {
                         shift: std::array::from_fn(|c| -mean[c] / std[c]),
                     },
                 };
+                let gpu = gpu::open(device, slot_bytes as usize, batch_size as usize, &form).map_err(|e| PyRuntimeError::new_err(e.0))?;
                 Some(Mutex::new(OnGpu { gpu, form, pending: None }))
             }
         };
