@@ -1,12 +1,18 @@
 //! The GPU path of `prepfs.Loader` (`device="cuda[:N]"`, cargo feature `gpu`).
 //!
-//! Each batch is copied once from its ring slot into one of two pinned staging buffers (the
-//! slot is free again at once), uploaded from there on the loader's own stream while the
-//! trainer still works on the batch before it, and, for `float32-normalized`, normalised on the
-//! device by the one kernel in `kernels/normalize.cu`. It all runs in the trainer's process on
-//! the device's primary context, the one PyTorch and JAX use, so memory handed over through
-//! DLPack is valid for them; a consumer's stream is made to wait on the upload (DLPack's
-//! `stream` argument) rather than the host.
+//! Each batch is uploaded straight from its ring slot on the loader's own stream while the
+//! trainer still works on the batch before it: the ring's mapping is registered with the driver
+//! once per loader (page-locked, `cuMemHostRegister`, unregistered before it is unmapped), so the
+//! copy is a DMA out of the slot, and the slot is handed back to the daemon only once that copy is
+//! done (an event recorded behind it, see [`SlotCopy`]). Where the driver refuses to register the
+//! mapping (a memory-lock limit, a mapping type it does not take), or `PREPFS_LOADER_STAGING=1`
+//! asks for it, each batch is instead copied on the host into one of two pinned staging buffers
+//! (the slot is free again at once) and uploaded from there; [`Gpu::path`] says which. For
+//! `float32-normalized` the uint8 pixels go to a device buffer and are normalised there by the
+//! one kernel in `kernels/normalize.cu`. It all runs in the trainer's process on the device's
+//! primary context, the one PyTorch and JAX use, so memory handed over through DLPack is valid
+//! for them; a consumer's stream is made to wait on the upload (DLPack's `stream` argument)
+//! rather than the host.
 //!
 //! A batch's device memory comes from the loader's own memory pool, allocated on the upload
 //! stream (`cuMemAllocFromPoolAsync`), and goes back when the last view of it is gone, without
@@ -245,12 +251,14 @@ impl Drop for Context {
     }
 }
 
-/// A pinned host buffer a batch passes through, and the event recorded once the upload out of
-/// it has been made (so it is not overwritten before).
+/// A pinned host buffer a batch's labels (and, on the staging path, its pixels) pass through,
+/// and the event recorded once the upload out of it has been made (so it is not overwritten
+/// before).
 struct Staging {
     host: *mut u8,
     len: usize,
-    /// The batch's uint8 pixels on the device, read by the normalising kernel.
+    /// For `float32-normalized`, the batch's uint8 pixels on the device, read by the kernel (0
+    /// for uint8).
     device_u8: sys::CUdeviceptr,
     uploaded: sys::CUevent,
 }
@@ -349,6 +357,91 @@ impl Drop for DeviceBuffer {
 pub struct Uploaded {
     pub images: Arc<DeviceBuffer>,
     pub labels: Arc<DeviceBuffer>,
+    /// Uploaded straight from its ring slot: the copy the slot must outlive.
+    pub from_slot: Option<SlotCopy>,
+}
+
+/// How batches reach the device.
+pub enum UploadPath {
+    /// Straight from their ring slot, registered with the driver.
+    Direct,
+    /// Copied on the host into a pinned staging buffer first: the driver refused the ring (why),
+    /// or `PREPFS_LOADER_STAGING=1` asked for it.
+    Staged(String),
+}
+
+/// Set to `1`, batches go through the staging buffers even where the ring can be registered
+/// (to compare the two paths, or test the fallback on a machine where registering works).
+const FORCE_STAGING: &str = "PREPFS_LOADER_STAGING";
+
+/// The loader's ring, registered with the driver (page-locked) so uploads read its slots
+/// directly; unregistered when dropped, which must come before the ring is unmapped.
+pub struct Pinned {
+    ptr: *mut c_void,
+    ctx: Arc<Context>,
+}
+
+// SAFETY: a registered range's address; the driver's calls on it may come from any thread.
+unsafe impl Send for Pinned {}
+unsafe impl Sync for Pinned {}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        let _ = guarded("unregistering the loader's ring", || {
+            self.ctx.enter()?;
+            // SAFETY: registered in `open`, unregistered once here, after every copy queued on the
+            // loader's stream (the only one reading it).
+            unsafe {
+                result::stream::synchronize(self.ctx.upload)?;
+                sys::cuMemHostUnregister(self.ptr).result()
+            }
+        });
+    }
+}
+
+/// The upload out of a ring slot, queued on the loader's stream: the slot must not be handed
+/// back to the daemon, which writes the next batch into it, before the copy is done.
+pub struct SlotCopy {
+    done: sys::CUevent,
+    ctx: Arc<Context>,
+}
+
+// SAFETY: an event of the loader's context, usable from any thread.
+unsafe impl Send for SlotCopy {}
+
+impl SlotCopy {
+    /// Whether the copy out of the slot is done (without waiting). A driver error counts as
+    /// done: a context in error runs no more copies.
+    pub fn finished(&self) -> bool {
+        guarded("asking whether a slot's upload is done", || {
+            self.ctx.enter()?;
+            // SAFETY: the event lives as long as self.
+            match unsafe { result::event::query(self.done) } {
+                Ok(()) => Ok(true),
+                Err(DriverError(sys::CUresult::CUDA_ERROR_NOT_READY)) => Ok(false),
+                Err(e) => Err(e),
+            }
+        })
+        .unwrap_or(true)
+    }
+
+    /// Waits until the copy out of the slot is done (a driver error, as in `finished`, ends the
+    /// wait).
+    pub fn wait(&self) {
+        let _ = guarded("waiting for a slot's upload", || {
+            self.ctx.enter()?;
+            // SAFETY: the event lives as long as self.
+            unsafe { result::event::synchronize(self.done) }
+        });
+    }
+}
+
+impl Drop for SlotCopy {
+    fn drop(&mut self) {
+        // An event destroyed before it completes is released by the driver once it does.
+        // SAFETY: made in `upload`, destroyed once here.
+        let _ = guarded("destroying a slot's upload event", || unsafe { result::event::destroy(self.done) });
+    }
 }
 
 /// How the pixels arrive: as they are (uint8) or normalised to float32 NCHW.
@@ -357,13 +450,17 @@ pub enum Form {
     Normalized { scale: [f32; 3], shift: [f32; 3] },
 }
 
-/// The loader's device, kernel and two staging buffers.
+/// The loader's device, kernel and two staging buffers (for the labels only where uploads read
+/// the ring directly).
 pub struct Gpu {
     ctx: Arc<Context>,
     module: sys::CUmodule,
     kernel: sys::CUfunction,
     staging: Vec<Staging>,
     turn: usize,
+    path: UploadPath,
+    /// The registered ring's first address and length, on the direct path.
+    ring: Option<(usize, usize)>,
 }
 
 // SAFETY: used behind the loader's mutex, one thread at a time.
@@ -388,15 +485,29 @@ pub fn probe(device: &str) -> Result<i32, GpuError> {
 }
 
 /// Opens `device` for batches of up to `pixel_bytes` pixels and `label_count` labels, arriving
-/// in `form`.
-pub fn open(device: &str, pixel_bytes: usize, label_count: usize, form: &Form) -> Result<Gpu, GpuError> {
+/// in `form` in the slots of the ring mapped at `ring` (`ring_len` bytes). Registers the ring
+/// with the driver where it can: the [`Pinned`] returned then must be dropped before the ring is
+/// unmapped; where it cannot, batches go through staging buffers ([`Gpu::path`] says why).
+///
+/// # Safety
+/// `ring` is the start of a mapping of `ring_len` bytes that stays mapped until the `Pinned`
+/// returned is dropped.
+pub unsafe fn open(device: &str, ring: *mut u8, ring_len: usize, pixel_bytes: usize, label_count: usize, form: &Form) -> Result<(Gpu, Option<Pinned>), GpuError> {
     let ordinal = probe(device)?;
     let image_bytes = match form {
         Form::Uint8 => pixel_bytes,
         Form::Normalized { .. } => pixel_bytes * 4,
     };
     let ctx = Arc::new(Context::open(ordinal, KEPT_BATCHES * (image_bytes + label_count * 8))?);
-    let mut gpu = Gpu { ctx, module: std::ptr::null_mut(), kernel: std::ptr::null_mut(), staging: Vec::new(), turn: 0 };
+    let mut gpu = Gpu {
+        ctx,
+        module: std::ptr::null_mut(),
+        kernel: std::ptr::null_mut(),
+        staging: Vec::new(),
+        turn: 0,
+        path: UploadPath::Direct,
+        ring: None,
+    };
     // From here on, Gpu's Drop frees whatever was made when a step fails.
     guarded("loading the loader's kernel", || {
         gpu.ctx.enter()?;
@@ -407,14 +518,37 @@ pub fn open(device: &str, pixel_bytes: usize, label_count: usize, form: &Form) -
         gpu.kernel = unsafe { result::module::get_function(gpu.module, name)? };
         Ok(())
     })?;
-    let len = pixel_bytes.next_multiple_of(8) + label_count * 8;
+    let pinned = if std::env::var(FORCE_STAGING).is_ok_and(|v| v == "1") {
+        gpu.path = UploadPath::Staged(format!("{FORCE_STAGING}=1 asks for the staging copy"));
+        None
+    } else {
+        let ctx = &gpu.ctx;
+        // SAFETY: the caller keeps the range mapped until the registration is dropped.
+        let registered = guarded("registering the loader's ring with the driver (cuMemHostRegister)", || {
+            ctx.enter()?;
+            unsafe { sys::cuMemHostRegister_v2(ring.cast(), ring_len, sys::CU_MEMHOSTREGISTER_PORTABLE).result() }
+        });
+        match registered {
+            Ok(()) => {
+                gpu.ring = Some((ring as usize, ring_len));
+                Some(Pinned { ptr: ring.cast(), ctx: Arc::clone(ctx) })
+            }
+            Err(e) => {
+                gpu.path = UploadPath::Staged(e.0);
+                None
+            }
+        }
+    };
+    let host_len = match gpu.path {
+        UploadPath::Direct => label_count * 8,
+        UploadPath::Staged(_) => pixel_bytes.next_multiple_of(8) + label_count * 8,
+    };
     for _ in 0..2 {
         let staging = guarded("allocating pinned staging memory", || {
-            // SAFETY: sizes are non-zero; each is freed in Gpu's Drop.
+            // SAFETY: the size is non-zero; each is freed in Gpu's Drop.
             unsafe {
-                let host = result::malloc_host(len, 0)?.cast::<u8>();
-                let staging = Staging { host, len, device_u8: 0, uploaded: std::ptr::null_mut() };
-                Ok(staging)
+                let host = result::malloc_host(host_len.max(8), 0)?.cast::<u8>();
+                Ok(Staging { host, len: host_len.max(8), device_u8: 0, uploaded: std::ptr::null_mut() })
             }
         })?;
         gpu.staging.push(staging);
@@ -422,22 +556,40 @@ pub fn open(device: &str, pixel_bytes: usize, label_count: usize, form: &Form) -
         guarded("allocating device staging memory", || {
             let staging = &mut gpu.staging[last];
             staging.uploaded = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)?;
-            // SAFETY: freed in Gpu's Drop.
-            staging.device_u8 = unsafe { result::malloc_sync(pixel_bytes.max(1))? };
+            if let Form::Normalized { .. } = form {
+                // SAFETY: freed in Gpu's Drop.
+                staging.device_u8 = unsafe { result::malloc_sync(pixel_bytes.max(1))? };
+            }
             Ok(())
         })?;
     }
-    Ok(gpu)
+    Ok((gpu, pinned))
 }
 
 impl Gpu {
-    /// Starts uploading one batch: `pixels` (NHWC uint8, `n` images of `plane` pixels) and its
-    /// labels. Returns at once; the buffers' `ready` events mark when the work is done.
+    /// How batches reach the device.
+    pub fn path(&self) -> &UploadPath {
+        &self.path
+    }
+
+    /// Starts uploading one batch: `pixels` (NHWC uint8, `n` images of `plane` pixels, in a
+    /// slot of the ring) and its labels. Returns at once; the buffers' `ready` events mark when
+    /// the work is done, and on the direct path `from_slot` when the slot may be written again.
     pub fn upload(&mut self, pixels: &[u8], labels: &[i64], plane: usize, form: &Form) -> Result<Uploaded, GpuError> {
         let n = labels.len();
         let turn = self.turn;
         self.turn = (self.turn + 1) % self.staging.len();
-        let label_at = pixels.len().next_multiple_of(8);
+        let direct = match self.ring {
+            Some((start, len)) => {
+                let at = pixels.as_ptr() as usize;
+                if at < start || at + pixels.len() > start + len {
+                    return Err(GpuError("a batch's pixels lie outside the loader's registered ring".to_owned()));
+                }
+                true
+            }
+            None => false,
+        };
+        let label_at = if direct { 0 } else { pixels.len().next_multiple_of(8) };
         let staging = &self.staging[turn];
         if label_at + n * 8 > staging.len {
             return Err(GpuError(format!("a batch of {} bytes is larger than the staging buffer ({} bytes)", pixels.len(), staging.len)));
@@ -451,11 +603,14 @@ impl Gpu {
             // stay inside the buffer (checked above).
             unsafe {
                 result::event::synchronize(staging.uploaded)?;
-                std::ptr::copy_nonoverlapping(pixels.as_ptr(), staging.host, pixels.len());
+                if !direct {
+                    std::ptr::copy_nonoverlapping(pixels.as_ptr(), staging.host, pixels.len());
+                }
                 std::ptr::copy_nonoverlapping(labels.as_ptr().cast::<u8>(), staging.host.add(label_at), n * 8);
             }
-            // SAFETY: inside the staging buffer (checked above).
-            let host_pixels = unsafe { std::slice::from_raw_parts(staging.host, pixels.len()) };
+            // SAFETY: inside the staging buffer (checked above); on the direct path the pixels
+            // are read where they are, in the registered ring.
+            let host_pixels = if direct { pixels } else { unsafe { std::slice::from_raw_parts(staging.host, pixels.len()) } };
             let host_labels = unsafe { std::slice::from_raw_parts(staging.host.add(label_at), n * 8) };
             let image_bytes = match form {
                 Form::Uint8 => pixels.len(),
@@ -464,39 +619,48 @@ impl Gpu {
             // Dropped on an error below, each is freed after what was queued.
             let images = DeviceBuffer::new(ctx, image_bytes)?;
             let labels_dev = DeviceBuffer::new(ctx, n * 8)?;
+            let from_slot = match direct {
+                true => Some(SlotCopy { done: result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)?, ctx: Arc::clone(ctx) }),
+                false => None,
+            };
             // SAFETY: the copies' sizes are their buffers' (allocated above, or the staging
-            // buffers made in `open` for a slot's bytes); the kernel writes `plane * n` pixels
+            // buffers made in `open`, or the slot's bytes); the kernel writes `plane * n` pixels
             // of 3 floats into `images`.
             let queued = unsafe {
                 (|| {
                     result::memcpy_htod_async(labels_dev.ptr, host_labels, stream)?;
                     match form {
-                        Form::Uint8 => result::memcpy_htod_async(images.ptr, host_pixels, stream),
-                        Form::Normalized { scale, shift } => {
-                            result::memcpy_htod_async(staging.device_u8, host_pixels, stream)?;
-                            let mut input = staging.device_u8;
-                            let mut output = images.ptr;
-                            let mut plane32 = plane as u32;
-                            let mut images32 = n as u32;
-                            let [mut s0, mut s1, mut s2] = *scale;
-                            let [mut b0, mut b1, mut b2] = *shift;
-                            let mut params: [*mut c_void; 10] = [
-                                (&mut input as *mut u64).cast(),
-                                (&mut output as *mut u64).cast(),
-                                (&mut plane32 as *mut u32).cast(),
-                                (&mut images32 as *mut u32).cast(),
-                                (&mut s0 as *mut f32).cast(),
-                                (&mut s1 as *mut f32).cast(),
-                                (&mut s2 as *mut f32).cast(),
-                                (&mut b0 as *mut f32).cast(),
-                                (&mut b1 as *mut f32).cast(),
-                                (&mut b2 as *mut f32).cast(),
-                            ];
-                            let pixels_total = (plane * n) as u64;
-                            let blocks = pixels_total.div_ceil(256).clamp(1, 65_535) as u32;
-                            result::launch_kernel(kernel, (blocks, 1, 1), (256, 1, 1), 0, stream, &mut params)
-                        }
+                        Form::Uint8 => result::memcpy_htod_async(images.ptr, host_pixels, stream)?,
+                        Form::Normalized { .. } => result::memcpy_htod_async(staging.device_u8, host_pixels, stream)?,
                     }
+                    // The slot is read by now: it may go back before the kernel has run.
+                    if let Some(copy) = &from_slot {
+                        result::event::record(copy.done, stream)?;
+                    }
+                    let Form::Normalized { scale, shift } = form else {
+                        return Ok(());
+                    };
+                    let mut input = staging.device_u8;
+                    let mut output = images.ptr;
+                    let mut plane32 = plane as u32;
+                    let mut images32 = n as u32;
+                    let [mut s0, mut s1, mut s2] = *scale;
+                    let [mut b0, mut b1, mut b2] = *shift;
+                    let mut params: [*mut c_void; 10] = [
+                        (&mut input as *mut u64).cast(),
+                        (&mut output as *mut u64).cast(),
+                        (&mut plane32 as *mut u32).cast(),
+                        (&mut images32 as *mut u32).cast(),
+                        (&mut s0 as *mut f32).cast(),
+                        (&mut s1 as *mut f32).cast(),
+                        (&mut s2 as *mut f32).cast(),
+                        (&mut b0 as *mut f32).cast(),
+                        (&mut b1 as *mut f32).cast(),
+                        (&mut b2 as *mut f32).cast(),
+                    ];
+                    let pixels_total = (plane * n) as u64;
+                    let blocks = pixels_total.div_ceil(256).clamp(1, 65_535) as u32;
+                    result::launch_kernel(kernel, (blocks, 1, 1), (256, 1, 1), 0, stream, &mut params)
                 })()
             };
             // The events mark the end of whatever was queued, on success or not, so that a
@@ -507,8 +671,13 @@ impl Gpu {
                     .and_then(|()| result::event::record(labels_dev.ready, stream))
                     .and_then(|()| result::event::record(staging.uploaded, stream))
             };
-            queued.and(marked)?;
-            Ok(Uploaded { images: Arc::new(images), labels: Arc::new(labels_dev) })
+            if let Err(e) = queued.and(marked) {
+                // The slot goes back to the daemon when this returns: no copy may still read it.
+                // SAFETY: the loader's own stream.
+                let _ = unsafe { result::stream::synchronize(stream) };
+                return Err(e);
+            }
+            Ok(Uploaded { images: Arc::new(images), labels: Arc::new(labels_dev), from_slot })
         })
     }
 }
@@ -523,7 +692,9 @@ impl Drop for Gpu {
             unsafe {
                 result::stream::synchronize(self.ctx.upload)?;
                 for staging in self.staging.drain(..) {
-                    result::free_host(staging.host.cast())?;
+                    if !staging.host.is_null() {
+                        result::free_host(staging.host.cast())?;
+                    }
                     if staging.device_u8 != 0 {
                         result::memory_free(staging.device_u8)?;
                     }
