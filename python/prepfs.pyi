@@ -60,6 +60,11 @@ class Loader:
     @property
     def closed(self) -> bool: ...
     @property
+    def gpu_upload(self) -> Optional[str]:
+        """On the GPU path, how batches reach the device: ``"direct"`` (straight from the ring,
+        registered with the driver) or ``"staged"`` (through a pinned staging copy: the driver
+        refused the ring, or ``PREPFS_LOADER_STAGING=1``); ``None`` on the CPU."""
+    @property
     def classes(self) -> List[str]:
         """ImageFolder's classes: a label indexes this list."""
     @property

@@ -1,5 +1,6 @@
 """Samples/s and upload throughput of prepfs.Loader with device="cuda" against the CPU path, over
 one mount (run by scripts/gpu-check.sh). usage: gpu_throughput.py MOUNT [EPOCHS]
+(PREPFS_LOADER_STAGING=1 in the environment measures the CUDA cases through the staging copy.)
 
 Each case reads EPOCHS epochs as a new job (batch 64, uint8 and float32-normalized); the CUDA
 cases synchronise before the clock stops, so uploads are counted whole. Prints one JSON line."""
@@ -27,8 +28,12 @@ def run(mnt, job, device, dtype, epochs):
     if device != "cpu":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - started
+    upload = loader.gpu_upload
     loader.close()
-    return {"samples_per_s": round(samples / seconds, 1), "mb_per_s": round(nbytes / seconds / 1e6, 1), "samples": samples}
+    out = {"samples_per_s": round(samples / seconds, 1), "mb_per_s": round(nbytes / seconds / 1e6, 1), "samples": samples}
+    if upload is not None:
+        out["upload"] = upload
+    return out
 
 
 def main():

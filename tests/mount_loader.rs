@@ -304,6 +304,16 @@ fn the_gpu_path_uploads_the_mounts_own_samples_or_says_what_is_missing() {
         assert_eq!(got["mismatches"], serde_json::json!([]), "{got}");
         assert_eq!(got["label_errors"], serde_json::json!([]), "{got}");
         assert_eq!(got["devices"], serde_json::json!(["cuda:0"]), "{got}");
+        // Uploaded straight from the ring (a memfd the driver registers), saying so; the staging
+        // copy, the fallback, asked for, serves the same pixels.
+        assert_eq!(got["gpu_upload"], "direct", "the driver refused the ring (the warning says why): {got}");
+        assert_eq!(got["warnings"], serde_json::json!([]), "{got}");
+        assert_eq!(got["staged_upload"], "staged", "{got}");
+        assert_eq!(got["staged"]["samples"], 24, "{got}");
+        assert_eq!(got["staged"]["mismatches"], serde_json::json!([]), "{got}");
+        assert_eq!(got["staged"]["label_errors"], serde_json::json!([]), "{got}");
+        assert_eq!(got["f32_upload"], "direct", "{got}");
+        assert_eq!(got["cpu_upload"], serde_json::Value::Null, "{got}");
         assert_eq!(got["f32_samples"], 24, "{got}");
         assert!(got["f32_max_diff"].as_f64().is_some_and(|d| d < 1e-5), "the GPU's normalisation differs from the CPU's: {got}");
     }

@@ -3,7 +3,8 @@
 //!
 //! The daemon writes each batch's pixels into a slot of a ring of shared memory this module
 //! maps; the images tensor views that slot (no copy), and the slot is not asked for again until
-//! every view of it is gone. The protocol is the daemon's own (`src/loader/wire.rs`).
+//! every view of it is gone. The protocol is the daemon's own (`src/loader/wire.rs`). On the GPU
+//! path (`gpu.rs`) a batch is uploaded out of its slot, which is held until that copy is done.
 
 #[path = "../../src/loader/wire.rs"]
 #[allow(dead_code)]
@@ -12,6 +13,8 @@ mod dlpack;
 #[cfg(feature = "gpu")]
 mod gpu;
 
+#[cfg(feature = "gpu")]
+use std::collections::VecDeque;
 use std::io::{self, IoSliceMut};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
@@ -39,16 +42,35 @@ struct Ring {
     keepalive: Mutex<Option<UnixStream>>,
     /// ... and ended by the last batch released once `close()` was called.
     closing: AtomicBool,
+    /// On the GPU path, the mapping's registration with the driver (uploads read the slots
+    /// directly); given up before the mapping goes, and when the connection ends.
+    #[cfg(feature = "gpu")]
+    pinned: Mutex<Option<gpu::Pinned>>,
 }
 
 impl Ring {
     /// After `close()`, ends the connection once no batch holds a slot.
     fn end_if_idle(&self) {
         if self.closing.load(Ordering::Acquire) && self.held.iter().all(|h| !h.load(Ordering::Acquire)) {
+            // No upload reads a slot that is not held: the pages may be unpinned, so that the
+            // daemon's freeing them when the connection ends frees them.
+            self.unpin();
             if let Some(stream) = self.keepalive.lock().ok().and_then(|mut k| k.take()) {
                 let _ = stream.shutdown(std::net::Shutdown::Both);
             }
         }
+    }
+
+    /// Whether some slot is free for the next batch.
+    #[cfg(feature = "gpu")]
+    fn has_free_slot(&self) -> bool {
+        self.held.iter().any(|h| !h.load(Ordering::Acquire))
+    }
+
+    /// Ends the mapping's registration with the driver, if it has one.
+    fn unpin(&self) {
+        #[cfg(feature = "gpu")]
+        drop(self.pinned.lock().ok().and_then(|mut p| p.take()));
     }
 }
 
@@ -59,6 +81,7 @@ unsafe impl Sync for Ring {}
 
 impl Drop for Ring {
     fn drop(&mut self) {
+        self.unpin();
         // SAFETY: the mapping made in `Loader::connect`.
         unsafe { libc::munmap(self.ptr.cast(), self.len) };
     }
@@ -115,6 +138,8 @@ struct Loader {
     last_names: Mutex<Vec<String>>,
     /// What it was made with, for `repr()`.
     shown: Shown,
+    /// On the GPU path, how batches reach the device: `"direct"` or `"staged"`.
+    upload_path: Option<&'static str>,
     /// `device="cuda..."`: the upload's state.
     #[cfg(feature = "gpu")]
     gpu: Option<Mutex<OnGpu>>,
@@ -135,13 +160,14 @@ struct Fetched {
     names: Vec<String>,
 }
 
-/// The GPU path's state: the device, and the batch uploading while the trainer works on the
-/// one before it.
+/// The GPU path's state: the device, the batch uploading while the trainer works on the one
+/// before it, and the slots of batches already handed out whose uploads may still read them.
 #[cfg(feature = "gpu")]
 struct OnGpu {
     gpu: gpu::Gpu,
     form: gpu::Form,
     pending: Option<OnDevice>,
+    releasing: VecDeque<Reading>,
 }
 
 /// A batch on the device (or on its way there).
@@ -150,6 +176,24 @@ struct OnDevice {
     batch: gpu::Uploaded,
     count: usize,
     names: Vec<String>,
+    /// Uploaded straight from its slot: the slot, held until the copy is done.
+    reading: Option<Reading>,
+}
+
+/// A slot a batch is uploaded from: handed back to the daemon (which writes the next batch into
+/// it) only once the copy out of it is done.
+#[cfg(feature = "gpu")]
+struct Reading {
+    copy: gpu::SlotCopy,
+    _lease: Lease,
+}
+
+#[cfg(feature = "gpu")]
+impl Drop for Reading {
+    fn drop(&mut self) {
+        // Before the lease, dropped after this, frees the slot.
+        self.copy.wait();
+    }
 }
 
 fn io_error(e: io::Error) -> PyErr {
@@ -322,13 +366,36 @@ impl Loader {
 
 #[cfg(feature = "gpu")]
 impl Loader {
-    /// Starts a fetched batch's upload; its slot is free again once this returns.
+    /// Starts a fetched batch's upload; its slot is free again once this returns (staging
+    /// path) or once the copy out of it is done (the `Reading` returned).
     fn upload(&self, on_gpu: &mut OnGpu, fetched: Fetched) -> PyResult<OnDevice> {
         let count = fetched.labels.len();
         let plane = self.facts.height as usize * self.facts.width as usize;
         let pixels = self.pixels(&fetched.lease, count);
-        let batch = on_gpu.gpu.upload(pixels, &fetched.labels, plane, &on_gpu.form).map_err(|e| PyRuntimeError::new_err(e.0))?;
-        Ok(OnDevice { batch, count, names: fetched.names })
+        let mut batch = on_gpu.gpu.upload(pixels, &fetched.labels, plane, &on_gpu.form).map_err(|e| PyRuntimeError::new_err(e.0))?;
+        let reading = batch.from_slot.take().map(|copy| Reading { copy, _lease: fetched.lease });
+        Ok(OnDevice { batch, count, names: fetched.names, reading })
+    }
+
+    /// Hands back the slots whose uploads are done and, while no slot is free for the next
+    /// batch, waits for the oldest upload still reading one.
+    fn make_room(&self, on_gpu: &mut OnGpu) {
+        on_gpu.releasing.retain(|r| !r.copy.finished());
+        while !self.ring.has_free_slot() {
+            match on_gpu.releasing.pop_front() {
+                Some(reading) => drop(reading),
+                None => break,
+            }
+        }
+    }
+
+    /// The loader's next batch, its upload started; none at the epoch's end.
+    fn fetch_on_gpu(&self, py: Python<'_>, on_gpu: &mut OnGpu) -> PyResult<Option<OnDevice>> {
+        self.make_room(on_gpu);
+        match self.fetch(py)? {
+            Some(fetched) => self.upload(on_gpu, fetched).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// The next batch on the device; the one after it starts uploading before this returns.
@@ -337,15 +404,15 @@ impl Loader {
         let mut on_gpu = on_gpu.try_lock().map_err(|_| PyRuntimeError::new_err("a Loader is iterated by one thread at a time"))?;
         let current = match on_gpu.pending.take() {
             Some(batch) => batch,
-            None => match self.fetch(py)? {
-                Some(fetched) => self.upload(&mut on_gpu, fetched)?,
+            None => match self.fetch_on_gpu(py, &mut on_gpu)? {
+                Some(batch) => batch,
                 None => return Err(PyStopIteration::new_err(())),
             },
         };
-        if let Some(fetched) = self.fetch(py)? {
-            on_gpu.pending = Some(self.upload(&mut on_gpu, fetched)?);
-        }
-        let OnDevice { batch, count, names } = current;
+        let OnDevice { batch, count, names, reading } = current;
+        // Its slot goes back once its upload is done, not waited for here.
+        on_gpu.releasing.extend(reading);
+        on_gpu.pending = self.fetch_on_gpu(py, &mut on_gpu)?;
         self.set_names(names);
         let (n, h, w) = (count as i64, i64::from(self.facts.height), i64::from(self.facts.width));
         let images = match on_gpu.form {
@@ -422,7 +489,8 @@ impl Loader {
         if ptr == libc::MAP_FAILED {
             return Err(PyOSError::new_err(format!("cannot map the loader's ring: {}", io::Error::last_os_error())));
         }
-        let ring = Ring {
+        #[allow(unused_mut)]
+        let mut ring = Ring {
             ptr: ptr.cast(),
             len,
             slot_bytes: slot_bytes as usize,
@@ -430,13 +498,16 @@ impl Loader {
             _fd: fd,
             keepalive: Mutex::new(stream.try_clone().ok()),
             closing: AtomicBool::new(false),
+            #[cfg(feature = "gpu")]
+            pinned: Mutex::new(None),
         };
+        #[allow(unused_mut)]
+        let mut upload_path = None;
         let (mean, std) = ([mean.0, mean.1, mean.2], [std.0, std.1, std.2]);
         #[cfg(feature = "gpu")]
         let gpu = match on_gpu {
             false => None,
             true => {
-                let gpu = gpu::open(device, slot_bytes as usize, batch_size as usize).map_err(|e| PyRuntimeError::new_err(e.0))?;
                 let form = match normalized {
                     false => gpu::Form::Uint8,
                     true => gpu::Form::Normalized {
@@ -444,7 +515,22 @@ impl Loader {
                         shift: std::array::from_fn(|c| -mean[c] / std[c]),
                     },
                 };
-                Some(Mutex::new(OnGpu { gpu, form, pending: None }))
+                // SAFETY: the ring's mapping; `ring` keeps it until it drops the registration.
+                let (gpu, pinned) = unsafe { gpu::open(device, ring.ptr, ring.len, slot_bytes as usize, batch_size as usize, &form) }
+                    .map_err(|e| PyRuntimeError::new_err(e.0))?;
+                ring.pinned = Mutex::new(pinned);
+                upload_path = Some(match gpu.path() {
+                    gpu::UploadPath::Direct => "direct",
+                    gpu::UploadPath::Staged(why) => {
+                        if std::env::var_os("PREPFS_LOADER_STAGING").is_none() {
+                            let message = format!("prepfs.Loader: batches go through a staging copy (slower): {why}");
+                            let message = std::ffi::CString::new(message).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+                            PyErr::warn(py, &py.get_type::<pyo3::exceptions::PyRuntimeWarning>(), &message, 1)?;
+                        }
+                        "staged"
+                    }
+                });
+                Some(Mutex::new(OnGpu { gpu, form, pending: None, releasing: VecDeque::new() }))
             }
         };
         Ok(Loader {
@@ -457,6 +543,7 @@ impl Loader {
             std,
             last_names: Mutex::new(Vec::new()),
             shown: Shown { mountpoint, job: job.to_owned(), device: device.to_owned(), dtype: dtype.to_owned() },
+            upload_path,
             #[cfg(feature = "gpu")]
             gpu,
         })
@@ -521,6 +608,14 @@ impl Loader {
         self.last_names.lock().map(|n| n.clone()).unwrap_or_default()
     }
 
+    /// On the GPU path, how batches reach the device: `"direct"` (uploaded straight from the
+    /// ring, registered with the driver) or `"staged"` (copied through a pinned staging buffer
+    /// first: the driver refused the ring, or `PREPFS_LOADER_STAGING=1`); `None` on the CPU.
+    #[getter]
+    fn gpu_upload(&self) -> Option<&'static str> {
+        self.upload_path
+    }
+
     /// Whether `close()` was called.
     #[getter]
     fn closed(&self) -> bool {
@@ -534,6 +629,7 @@ impl Loader {
         #[cfg(feature = "gpu")]
         if let Some(Ok(mut on_gpu)) = self.gpu.as_ref().map(|g| g.try_lock()) {
             on_gpu.pending = None;
+            on_gpu.releasing.clear();
         }
         if let Ok(mut conn) = self.conn.lock() {
             conn.closed = true;

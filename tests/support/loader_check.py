@@ -13,7 +13,8 @@
                                          and the daemon's ring bytes once it is closed (process
                                          still alive)
     loader_check.py gpu MOUNT JOB        where a GPU and torch with CUDA are there: one epoch on
-                                         "cuda" in uint8 (each sample against the mount's file)
+                                         "cuda" in uint8 (each sample against the mount's file),
+                                         uploaded from the ring and through the staging copy,
                                          and in float32 (against the CPU path's normalisation);
                                          elsewhere the error device="cuda" gives
 """
@@ -123,19 +124,9 @@ def unmount(mnt, job):
         return {"error": type(e).__name__, "message": str(e)}
 
 
-def gpu(mnt, job):
-    out = {"gpu_support": prepfs.gpu_support}
-    try:
-        loader = prepfs.Loader(mnt, job=job, batch_size=5, device="cuda")
-    except RuntimeError as e:
-        out["error"] = str(e)
-        return out
-    try:
-        import torch
-    except ImportError:
-        out["skipped"] = "a GPU is here but torch is not installed for this python3"
-        return out
-    out.update({"samples": 0, "mismatches": [], "label_errors": [], "devices": set()})
+def gpu_epoch(torch, loader, mnt):
+    """One epoch of a uint8 loader on "cuda": each sample against the mount's file."""
+    out = {"samples": 0, "mismatches": [], "label_errors": [], "devices": set()}
     for images, labels in loader:
         t, l = torch.from_dlpack(images), torch.from_dlpack(labels)
         out["devices"].add(str(t.device))
@@ -148,11 +139,43 @@ def gpu(mnt, job):
             if labs[i] != loader.classes.index(name.split("/")[0]):
                 out["label_errors"].append(name)
         del images, labels, t, l
-    # float32: the GPU's normalisation against the CPU path's, sample by sample (the second
-    # job sees the same center-cropped pixels).
     out["devices"] = sorted(out["devices"])
+    return out
+
+
+def gpu(mnt, job):
+    import warnings
+    out = {"gpu_support": prepfs.gpu_support}
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        try:
+            loader = prepfs.Loader(mnt, job=job, batch_size=5, device="cuda")
+        except RuntimeError as e:
+            out["error"] = str(e)
+            return out
+    out["warnings"] = [str(w.message) for w in said]
+    try:
+        import torch
+    except ImportError:
+        out["skipped"] = "a GPU is here but torch is not installed for this python3"
+        return out
+    # Uploads straight from the ring where the driver registers it (the path said).
+    out["gpu_upload"] = loader.gpu_upload
+    out.update(gpu_epoch(torch, loader, mnt))
+    loader.close()
+    # The staging copy, the fallback where the driver refuses the ring, asked for here; with 2
+    # slots (one uploading, one handed out).
+    os.environ["PREPFS_LOADER_STAGING"] = "1"
+    staged = prepfs.Loader(mnt, job=job + "-staged", batch_size=5, device="cuda", slots=2)
+    del os.environ["PREPFS_LOADER_STAGING"]
+    out["staged_upload"] = staged.gpu_upload
+    out["staged"] = gpu_epoch(torch, staged, mnt)
+    staged.close()
+    # float32: the GPU's normalisation against the CPU path's, sample by sample (the second
+    # job sees the same center-cropped pixels); 2 slots, so a slot is waited for while its upload
+    # still reads it.
     cpu = {}
-    gpu_loader = prepfs.Loader(mnt, job=job + "-f32", batch_size=5, device="cuda", dtype="float32-normalized")
+    gpu_loader = prepfs.Loader(mnt, job=job + "-f32", batch_size=5, device="cuda", dtype="float32-normalized", slots=2)
     cpu_loader = prepfs.Loader(mnt, job=job + "-cpu", batch_size=5, dtype="float32-normalized")
     for images, _ in cpu_loader:
         arr = np.from_dlpack(images)
@@ -160,6 +183,7 @@ def gpu(mnt, job):
             cpu[name] = arr[i].copy()
     out["f32_max_diff"] = 0.0
     out["f32_samples"] = 0
+    out["f32_upload"] = gpu_loader.gpu_upload
     for images, _ in gpu_loader:
         t = torch.from_dlpack(images)
         assert t.dtype == torch.float32 and tuple(t.shape[1:]) == (3, 224, 224), t.shape
@@ -167,6 +191,7 @@ def gpu(mnt, job):
         for i, name in enumerate(gpu_loader.names):
             out["f32_samples"] += 1
             out["f32_max_diff"] = max(out["f32_max_diff"], float(np.abs(arr[i] - cpu[name]).max()))
+    out["cpu_upload"] = cpu_loader.gpu_upload
     return out
 
 
