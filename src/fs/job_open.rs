@@ -48,7 +48,11 @@ impl Filesystem {
         }
         let dir = catalog.file_dir(requested.id);
         let samples = catalog.images(dir);
-        self.queue_prefetch(&job, view.form, dir, requested.id);
+        // In a recipe's view the job samples with its state there (its own epoch); its figures
+        // stay the job's.
+        let parent = Arc::clone(&job);
+        let job = self.job_in_view(&job, view);
+        self.queue_prefetch(&job, view.cached_form(), dir, requested.id);
         // A substitute that cannot be served is replaced, once, rather than fail the request; a
         // sample found bad (where the view hides them) or a substitute the caller may not read
         // is passed over ([`Filesystem::choose_again_after`]).
@@ -64,8 +68,9 @@ impl Filesystem {
                 Ok(Cow::Borrowed(&requested))
             };
             // The other active jobs that still need this sample this epoch.
-            let others = self.jobs_needing(choice.sample) & !job.bit();
+            let others = self.jobs_needing_in(view, choice.sample) & !job.bit();
             let produced = resolved.and_then(|sample| match view.form {
+                Form::Augmented if view.recipe != 0 => self.producer.recipe(&sample, view.recipe),
                 Form::Augmented => {
                     // Shared with the jobs that still need this sample this epoch: an output kept
                     // for a job that has seen the sample would wait an epoch, clogging the room.
@@ -91,7 +96,7 @@ impl Filesystem {
                     continue;
                 }
             };
-            let c = &job.counters;
+            let c = &parent.counters;
             bump(
                 match origin {
                     Origin::Augmented => &c.hits_augmented,
@@ -118,12 +123,12 @@ impl Filesystem {
     /// What an open of `requested` in `job`'s `view` serves (ODS's choice), never a sample
     /// known bad where the view hides them.
     pub(super) fn choose_in_job(&self, job: &Job, view: View, requested: FileId, dir_samples: &[FileId]) -> Choice {
-        let rank = |c: FileId| if self.reader.known_bad(c) { 0 } else { self.cache.preference(c, view.form, job.bit()) };
+        let rank = |c: FileId| if self.reader.known_bad(c) { 0 } else { self.cache.preference(c, view.cached_form(), job.bit()) };
         if self.hidden(view, requested) {
             bump(&job.counters.bad_skipped, 1);
         }
         let start = Jobs::scan_start(dir_samples.len());
-        let top = SampleCache::top_preference(view.form);
+        let top = SampleCache::top_preference(view.cached_form());
         let ods = self.config().jobs.ods;
         job.choose_usable(requested, dir_samples, rank, top, start, ods, |c| self.hidden(view, c))
     }
