@@ -3,5 +3,4 @@ extension ``prepfs.prepfs``, python/src/) and a torchvision transform moved to a
 (``prepfs.recipe``, pure Python: ``_recipe.py``)."""
 
 from .prepfs import *  # noqa: F401,F403  (Loader, Tensor, gpu_support)
-from .prepfs import __doc__ as _extension_doc  # noqa: F401
 from ._recipe import UnsupportedOp, recipe  # noqa: F401

@@ -68,7 +68,7 @@ impl Filesystem {
                 Ok(Cow::Borrowed(&requested))
             };
             // The other active jobs that still need this sample this epoch.
-            let others = self.jobs_needing_in(view, choice.sample) & !job.bit();
+            let others = self.jobs_needing(choice.sample) & !job.bit();
             let produced = resolved.and_then(|sample| match view.form {
                 Form::Augmented if view.recipe != 0 => self.producer.recipe(&sample, view.recipe),
                 Form::Augmented => {
@@ -109,10 +109,10 @@ impl Filesystem {
             if choice.substituted {
                 bump(&c.substitutions, 1);
             }
-            // The cache is the jobs' window: bytes and pixels no other job needs this epoch
-            // make room first, however this job was served (an augmented output is dropped
-            // once its jobs have used it).
-            if others == 0 {
+            // The cache is the jobs' window: bytes and pixels no other job needs this epoch (in
+            // any view it reads: the recipes share them) make room first, however this job was
+            // served (an augmented output is dropped once its jobs have used it).
+            if !self.needed_elsewhere(&parent, view, choice.sample) {
                 self.cache().done_with(choice.sample);
             }
             let handle = self.pin(HandleData::bytes(bytes, view.form, Some(served)), caller)?;

@@ -44,14 +44,16 @@ impl Filesystem {
         self.jobs.in_recipe(job, view.recipe)
     }
 
-    /// The used-by bits of the active jobs that still need `sample` this epoch in `view`: in a
-    /// recipe's view, those whose state there has not been served it (a job that never read
-    /// the recipe needs nothing of it).
-    pub(super) fn jobs_needing_in(&self, view: View, sample: FileId) -> u64 {
-        if view.recipe == 0 {
-            return self.jobs_needing(sample);
-        }
-        let needing = |j: &Arc<Job>| j.recipe_state(view.recipe).is_some_and(|r| !r.has_seen(sample));
-        self.jobs.active().iter().filter(|j| needing(j)).fold(0, |m, j| m | j.bit())
+    /// Whether `sample` is still needed this epoch by an active job in any view it reads (its
+    /// own views, or a recipe's), other than `job` (the job itself, not its state in a recipe)
+    /// in `view`: the encoded bytes and decoded pixels every view shares may make room only
+    /// once none does.
+    pub(super) fn needed_elsewhere(&self, job: &Job, view: View, sample: FileId) -> bool {
+        let recipes = self.config().recipes.len() as u8;
+        self.jobs.active().iter().any(|j| {
+            let this = |recipe: u8| j.code() == job.code() && view.recipe == recipe;
+            let own = !this(0) && !j.has_seen(sample);
+            own || (1..=recipes).any(|r| !this(r) && j.recipe_state(r).is_some_and(|s| !s.has_seen(sample)))
+        })
     }
 }
