@@ -80,13 +80,16 @@ fn what_the_source_denies_a_user_no_view_of_the_mount_gives_them() {
     std::os::unix::fs::symlink(&outside, source.join("c0/leak.jpg")).expect("symlink");
     std::os::unix::fs::symlink("/etc/shadow", source.join("c0/shadow.jpg")).expect("symlink");
 
-    let config = write_config(dir.path(), "allow_other: true\ncache: { memory: 64MiB }\n");
+    // A recipe's view too (`val/`, beside augmented/).
+    let yaml = "allow_other: true\ncache: { memory: 64MiB }\nrecipes: { val: { augment: [ {resize: {size: 40}}, {center_crop: {size: 32}} ] } }\n";
+    let config = write_config(dir.path(), yaml);
     let mnt = Mounted::start(dir.path(), &config, &source, LIMIT);
 
     // Root (the mount's owner) reads everything the source holds.
     assert!(std::fs::read(mnt.path("encoded/c0/s00.jpg")).is_ok());
     // The unprivileged user: refused what the source refuses them, in every view.
-    for denied in ["encoded/c0/s00.jpg", "decoded/c0/s00.ppm", "augmented/c0/s00.ppm", "encoded/c1/s03.jpg", "augmented/c1/s03.ppm"] {
+    let denied_paths = ["encoded/c0/s00.jpg", "decoded/c0/s00.ppm", "augmented/c0/s00.ppm", "encoded/c1/s03.jpg", "augmented/c1/s03.ppm"];
+    for denied in denied_paths.into_iter().chain(["val/c0/s00.ppm", "val/c1/s03.ppm"]) {
         let err = nobody_reads(&mnt.path(denied)).expect_err(denied);
         assert!(err.contains("Permission denied"), "{denied}: {err}");
     }
@@ -94,6 +97,7 @@ fn what_the_source_denies_a_user_no_view_of_the_mount_gives_them() {
     let open = nobody_reads(&mnt.path("encoded/c0/s01.jpg")).expect("a world-readable sample");
     assert_eq!(open, std::fs::read(source.join("c0/s01.jpg")).expect("source"));
     assert_eq!(id_of_ppm(&nobody_reads(&mnt.path("augmented/c0/s01.ppm")).expect("its pixels")), 1);
+    assert_eq!(id_of_ppm(&nobody_reads(&mnt.path("val/c0/s01.ppm")).expect("its pixels through a recipe")), 1);
     // Links leading out of the source are not served to anyone.
     for leak in ["encoded/c0/leak.jpg", "encoded/c0/shadow.jpg", "decoded/c0/leak.ppm"] {
         assert!(!mnt.path(leak).exists(), "{leak} is served");
@@ -453,7 +457,9 @@ fn uid_and_gid_change_the_owner_shown_but_not_what_the_source_allows() {
     // Root's: s00 private to root, c1 closed to others.
     chmod(&source.join("c0/s00.jpg"), 0o600);
     chmod(&source.join("c1"), 0o700);
-    let config = write_config(dir.path(), "allow_other: true\ncache: { memory: 64MiB }\n");
+    // A recipe's view too (`val/`, beside augmented/), which the core checks the same way.
+    let yaml = "allow_other: true\ncache: { memory: 64MiB }\nrecipes: { val: { augment: [ {resize: {size: 40}}, {center_crop: {size: 32}} ] } }\n";
+    let config = write_config(dir.path(), yaml);
     let mnt_dir = dir.path().join("mnt");
     let mut cmd = common::mount_command(&config, &source, &mnt_dir);
     cmd.args(["--uid", "65534", "-o", "gid=65534"]);
@@ -465,7 +471,8 @@ fn uid_and_gid_change_the_owner_shown_but_not_what_the_source_allows() {
     }
     assert_eq!(std::fs::metadata(mnt.path("decoded/c0/s00.ppm")).expect("stat").permissions().mode() & 0o777, 0o400);
     // The shown owner, nobody, is still refused what the source refuses it, in every view...
-    for denied in ["encoded/c0/s00.jpg", "decoded/c0/s00.ppm", "augmented/c0/s00.ppm", "encoded/c1/s03.jpg", "augmented/c1/s03.ppm"] {
+    let denied_paths = ["encoded/c0/s00.jpg", "decoded/c0/s00.ppm", "augmented/c0/s00.ppm", "encoded/c1/s03.jpg", "augmented/c1/s03.ppm"];
+    for denied in denied_paths.into_iter().chain(["val/c0/s00.ppm", "val/c1/s03.ppm"]) {
         let err = nobody_reads(&mnt.path(denied)).expect_err(denied);
         assert!(err.contains("Permission denied"), "{denied}: {err}");
     }
@@ -473,6 +480,7 @@ fn uid_and_gid_change_the_owner_shown_but_not_what_the_source_allows() {
     assert!(!out.status.success(), "nobody listed c1: {}", String::from_utf8_lossy(&out.stdout));
     // ... and given what it allows.
     assert_eq!(id_of_ppm(&nobody_reads(&mnt.path("augmented/c0/s01.ppm")).expect("its pixels")), 1);
+    assert_eq!(id_of_ppm(&nobody_reads(&mnt.path("val/c0/s01.ppm")).expect("its pixels through a recipe")), 1);
     assert_eq!(nobody_reads(&mnt.path("encoded/c0/s02.jpg")).expect("world-readable"), std::fs::read(source.join("c0/s02.jpg")).expect("source"));
     // Root reads everything.
     assert!(std::fs::read(mnt.path("augmented/c1/s03.ppm")).is_ok());

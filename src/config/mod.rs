@@ -13,6 +13,7 @@ mod cache;
 mod error;
 mod machine;
 mod output;
+mod recipes;
 mod sections;
 #[cfg(test)]
 mod tests;
@@ -29,6 +30,7 @@ use serde_norway::Value;
 pub use cache::{CacheConfig, DiskConfig, EvictionPolicy, RemoteConfig, SplitChoice, DEFAULT_EPOCHS};
 pub use error::{ConfigError, Quantity, ValueError};
 pub use output::{Dtype, Format, OutputConfig};
+pub use recipes::{refuse_name as refuse_recipe_name, Recipe, MAX_RECIPES};
 pub use sections::{
     AccessConfig, BadSamplesConfig, HideBad, JobsConfig, LoaderConfig, SourceLimits, Validate, DEFAULT_MAX_FILE_SIZE,
     DEFAULT_MAX_OPEN_BYTES, DEFAULT_RING_MEMORY, DEFAULT_RING_MEMORY_PER_USER, MAX_ID, MIN_MAX_OPEN_BYTES,
@@ -38,6 +40,7 @@ pub use units::{parse_bytes, parse_duration, parse_rate, DURATION_UNITS, MAX_DUR
 use cache::{cache_config, RawCache};
 use machine::machine_memory;
 use output::validate_output;
+use recipes::{augment_ops, recipes_config, RawRecipe};
 use sections::{jobs_config, source_value, stop_config, RawBadSamples, RawJobs, RawLoader, RawStop};
 use values::memory_value;
 use crate::pixels::augment::AugmentOp;
@@ -68,6 +71,8 @@ struct RawConfig {
     augment: Option<Vec<BTreeMap<String, Value>>>,
     #[serde(default)]
     output: Option<OutputConfig>,
+    #[serde(default)]
+    recipes: Option<BTreeMap<String, RawRecipe>>,
     #[serde(default)]
     cache: Option<RawCache>,
     #[serde(default)]
@@ -115,6 +120,8 @@ pub struct Config {
     pub augment: Vec<AugmentOp>,
     /// How pixels are written out.
     pub output: OutputConfig,
+    /// Named pipelines, each a view beside `augmented/` (`recipes:`), in name order.
+    pub recipes: Vec<Recipe>,
     /// The sample cache.
     pub cache: CacheConfig,
     /// Concurrent jobs.
@@ -230,18 +237,9 @@ impl Config {
         let mut output = raw.output.unwrap_or_default();
         let augment = match raw.augment {
             None => AugmentOp::imagenet_train(),
-            Some(list) => {
-                let mut ops = Vec::with_capacity(list.len());
-                for (i, entry) in list.iter().enumerate() {
-                    let op = AugmentOp::from_yaml(entry).map_err(|why| {
-                        let key = entry.keys().next().map_or("augment", String::as_str);
-                        ConfigError::at(text, key, format!("augment[{i}]: {why}"))
-                    })?;
-                    ops.push(op);
-                }
-                ops
-            }
+            Some(list) => augment_ops(text, "augment", &list)?,
         };
+        let recipes = recipes_config(text, raw.recipes, &output)?;
         validate_output(text, &mut output, &augment)?;
         let machine = machine_memory();
         let cache = cache_config(text, raw.cache, &source, &mountpoint, machine, effects)?;
@@ -307,6 +305,7 @@ impl Config {
             max_pixels,
             augment,
             output,
+            recipes,
             cache,
         })
     }

@@ -1,12 +1,13 @@
 //! The YAML writer: a [`Config`] printed in the keys and units [`Config::parse`] reads, so that
 //! what `prepfs check` prints and `.prepfs/config.yaml` serves is a config file itself.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Serialize;
 
 use super::{
-    BadSamplesConfig, Config, DiskConfig, EvictionPolicy, LoaderConfig, OutputConfig, RemoteConfig, SplitChoice,
+    BadSamplesConfig, Config, DiskConfig, EvictionPolicy, LoaderConfig, OutputConfig, Recipe, RemoteConfig, SplitChoice,
 };
 use crate::pixels::augment::AugmentOp;
 
@@ -31,6 +32,8 @@ struct WrittenConfig<'a> {
     max_pixels: u64,
     augment: &'a [AugmentOp],
     output: &'a OutputConfig,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    recipes: BTreeMap<&'a str, &'a Recipe>,
     cache: WrittenCache<'a>,
     jobs: WrittenJobs,
     allow_other: bool,
@@ -105,6 +108,7 @@ impl<'a> From<&'a Config> for WrittenConfig<'a> {
             max_pixels: c.max_pixels,
             augment: &c.augment,
             output: &c.output,
+            recipes: c.recipes.iter().map(|r| (r.name.as_str(), r)).collect(),
             cache: WrittenCache {
                 memory: c.cache.memory,
                 split: match c.cache.split {

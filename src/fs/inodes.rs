@@ -11,12 +11,30 @@ pub(crate) struct View {
     /// 0 for the top-level views, else the code of the job (see [`crate::sampling::Job::code`]),
     /// or a pending job name's ([`PENDING_JOB`]).
     pub job: u32,
+    /// 0, else (with `form` augmented) the number of the recipe whose view this is: the
+    /// config's `recipes[recipe - 1]`, at most [`crate::config::MAX_RECIPES`].
+    pub recipe: u8,
 }
 
 impl View {
-    /// A top-level view.
-    pub(crate) fn top(form: Form) -> View {
-        View { form, job: 0 }
+    /// A view of one form (no recipe's) in `job`'s directory (0: at the top).
+    pub(crate) fn of(form: Form, job: u32) -> View {
+        View { form, job, recipe: 0 }
+    }
+
+    /// Recipe `recipe`'s view (its number, from 1) in `job`'s directory (0: at the top).
+    pub(crate) fn recipe(recipe: u8, job: u32) -> View {
+        View { form: Form::Augmented, job, recipe }
+    }
+
+    /// The form whose cached entries this view serves from, for ranking: a recipe's view makes
+    /// every output fresh from what decoded (or encoded) holds.
+    pub(crate) fn cached_form(self) -> Form {
+        if self.recipe == 0 {
+            self.form
+        } else {
+            Form::Decoded
+        }
     }
 }
 
@@ -43,8 +61,8 @@ pub(crate) enum Node {
 }
 
 // Inode numbers: the fixed nodes are 1 to 7; the others pack, from the top, the job code
-// (24 bits, 0 for top-level views), a kind (4 bits), the form (2 bits) and a catalog index
-// (32 bits).
+// (24 bits, 0 for top-level views), a kind (2 bits), the form (2 bits), the recipe (4 bits, 0
+// but in a recipe's view) and a catalog index (32 bits).
 pub(super) const ROOT_INO: u64 = 1;
 const CONTROL_DIR_INO: u64 = 2;
 const STATS_INO: u64 = 3;
@@ -53,8 +71,9 @@ pub(super) const JOBS_DIR_INO: u64 = 5;
 const METRICS_INO: u64 = 6;
 const LOADER_INO: u64 = 7;
 const JOB_SHIFT: u32 = 40;
-const KIND_SHIFT: u32 = 36;
-const FORM_SHIFT: u32 = 34;
+const KIND_SHIFT: u32 = 38;
+const FORM_SHIFT: u32 = 36;
+const RECIPE_SHIFT: u32 = 32;
 /// Set in the job code of the inodes of a name under `jobs/` that was no job when looked up
 /// (`fs::jobs::PendingNames`): its directory and the views under it resolve without a job, and
 /// the first open inside makes it. Real job codes stay below it.
@@ -71,8 +90,12 @@ pub(crate) fn is_control(ino: u64) -> bool {
 impl Node {
     /// The inode number of this node.
     pub(crate) fn ino(self) -> u64 {
-        let pack = |job: u32, kind: u64, form: Form, index: u32| {
-            u64::from(job) << JOB_SHIFT | kind << KIND_SHIFT | form.index() << FORM_SHIFT | u64::from(index)
+        let pack = |view: View, kind: u64, index: u32| {
+            u64::from(view.job) << JOB_SHIFT
+                | kind << KIND_SHIFT
+                | view.form.index() << FORM_SHIFT
+                | u64::from(view.recipe & 0xf) << RECIPE_SHIFT
+                | u64::from(index)
         };
         match self {
             Node::Root => ROOT_INO,
@@ -82,9 +105,9 @@ impl Node {
             Node::MetricsFile => METRICS_INO,
             Node::LoaderFile => LOADER_INO,
             Node::JobsDir => JOBS_DIR_INO,
-            Node::JobRoot(code) => pack(code, KIND_JOB_ROOT, Form::Encoded, 0),
-            Node::Dir(view, d) => pack(view.job, KIND_DIR, view.form, d),
-            Node::File(view, f) => pack(view.job, KIND_FILE, view.form, f),
+            Node::JobRoot(code) => pack(View::of(Form::Encoded, code), KIND_JOB_ROOT, 0),
+            Node::Dir(view, d) => pack(view, KIND_DIR, d),
+            Node::File(view, f) => pack(view, KIND_FILE, f),
         }
     }
 
@@ -103,12 +126,39 @@ impl Node {
         let job = (ino >> JOB_SHIFT) as u32;
         let form = Form::from_index((ino >> FORM_SHIFT) & 3)?;
         let index = ino as u32;
-        let view = View { form, job };
-        match (ino >> KIND_SHIFT) & 0xf {
+        let recipe = ((ino >> RECIPE_SHIFT) & 0xf) as u8;
+        if recipe != 0 && form != Form::Augmented {
+            return None;
+        }
+        let view = View { form, job, recipe };
+        match (ino >> KIND_SHIFT) & 3 {
             KIND_DIR => Some(Node::Dir(view, index)),
             KIND_FILE => Some(Node::File(view, index)),
-            KIND_JOB_ROOT if job != 0 => Some(Node::JobRoot(job)),
+            KIND_JOB_ROOT if job != 0 && recipe == 0 => Some(Node::JobRoot(job)),
             _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_recipe_view_has_inodes_of_its_own_that_decode_back() {
+        let mut seen = std::collections::HashSet::new();
+        for job in [0, 1, 0x3f_ffff, PENDING_JOB | 5] {
+            let views = Form::ALL.map(|f| View::of(f, job)).into_iter().chain((1..=15).map(|r| View::recipe(r, job)));
+            for view in views {
+                for node in [Node::Dir(view, 0), Node::Dir(view, 7), Node::File(view, 0), Node::File(view, u32::MAX)] {
+                    assert!(seen.insert(node.ino()), "{node:?} shares an inode");
+                    assert_eq!(Node::from_ino(node.ino()), Some(node));
+                }
+            }
+            if job != 0 {
+                assert!(seen.insert(Node::JobRoot(job).ino()));
+                assert_eq!(Node::from_ino(Node::JobRoot(job).ino()), Some(Node::JobRoot(job)));
+            }
         }
     }
 }

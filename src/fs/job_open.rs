@@ -48,7 +48,11 @@ impl Filesystem {
         }
         let dir = catalog.file_dir(requested.id);
         let samples = catalog.images(dir);
-        self.queue_prefetch(&job, view.form, dir, requested.id);
+        // In a recipe's view the job samples with its state there (its own epoch); its figures
+        // stay the job's.
+        let parent = Arc::clone(&job);
+        let job = self.job_in_view(&job, view);
+        self.queue_prefetch(&job, view.cached_form(), dir, requested.id);
         // A substitute that cannot be served is replaced, once, rather than fail the request; a
         // sample found bad (where the view hides them) or a substitute the caller may not read
         // is passed over ([`Filesystem::choose_again_after`]).
@@ -66,6 +70,7 @@ impl Filesystem {
             // The other active jobs that still need this sample this epoch.
             let others = self.jobs_needing(choice.sample) & !job.bit();
             let produced = resolved.and_then(|sample| match view.form {
+                Form::Augmented if view.recipe != 0 => self.producer.recipe(&sample, view.recipe),
                 Form::Augmented => {
                     // Shared with the jobs that still need this sample this epoch: an output kept
                     // for a job that has seen the sample would wait an epoch, clogging the room.
@@ -91,7 +96,7 @@ impl Filesystem {
                     continue;
                 }
             };
-            let c = &job.counters;
+            let c = &parent.counters;
             bump(
                 match origin {
                     Origin::Augmented => &c.hits_augmented,
@@ -104,10 +109,10 @@ impl Filesystem {
             if choice.substituted {
                 bump(&c.substitutions, 1);
             }
-            // The cache is the jobs' window: bytes and pixels no other job needs this epoch
-            // make room first, however this job was served (an augmented output is dropped
-            // once its jobs have used it).
-            if others == 0 {
+            // The cache is the jobs' window: bytes and pixels no other job needs this epoch (in
+            // any view it reads: the recipes share them) make room first, however this job was
+            // served (an augmented output is dropped once its jobs have used it).
+            if !self.needed_elsewhere(&parent, view, choice.sample) {
                 self.cache().done_with(choice.sample);
             }
             let handle = self.pin(HandleData::bytes(bytes, view.form, Some(served)), caller)?;
@@ -118,12 +123,12 @@ impl Filesystem {
     /// What an open of `requested` in `job`'s `view` serves (ODS's choice), never a sample
     /// known bad where the view hides them.
     pub(super) fn choose_in_job(&self, job: &Job, view: View, requested: FileId, dir_samples: &[FileId]) -> Choice {
-        let rank = |c: FileId| if self.reader.known_bad(c) { 0 } else { self.cache.preference(c, view.form, job.bit()) };
+        let rank = |c: FileId| if self.reader.known_bad(c) { 0 } else { self.cache.preference(c, view.cached_form(), job.bit()) };
         if self.hidden(view, requested) {
             bump(&job.counters.bad_skipped, 1);
         }
         let start = Jobs::scan_start(dir_samples.len());
-        let top = SampleCache::top_preference(view.form);
+        let top = SampleCache::top_preference(view.cached_form());
         let ods = self.config().jobs.ods;
         job.choose_usable(requested, dir_samples, rank, top, start, ods, |c| self.hidden(view, c))
     }

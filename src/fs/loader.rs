@@ -83,7 +83,7 @@ impl Filesystem {
     /// [`Filesystem::loader_fill`]).
     fn loader_choose(&self, job: &Job, walk: &mut Walk, want: usize) -> Vec<Choice> {
         let catalog = self.catalog();
-        let view = View { job: job.code(), form: Form::Augmented };
+        let view = View::of(Form::Augmented, job.code());
         let mut chosen = Vec::with_capacity(want);
         while chosen.len() < want && walk.next < walk.order.len() {
             if job.epoch() != walk.epoch {

@@ -7,7 +7,7 @@ use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use super::handles::{Handle, HandleData};
-use super::{CachePolicy, Caller, Filesystem, Node, Opened};
+use super::{CachePolicy, Caller, Filesystem, Node, Opened, View};
 use crate::error::{Error, Result};
 use crate::metrics::Outcome;
 use crate::producer::Consumer;
@@ -54,7 +54,7 @@ impl Filesystem {
                 (self.pin(HandleData::Control(self.loader_json().into_bytes().into()), caller)?, CachePolicy::DirectIo)
             }
             Node::File(view, file) => {
-                if file as usize >= self.catalog().file_count() {
+                if file as usize >= self.catalog().file_count() || !self.view_exists(view) {
                     return Err(Error::NotFound);
                 }
                 bump(&self.counters(view.form).opens, 1);
@@ -65,7 +65,7 @@ impl Filesystem {
                     if view.job != 0 {
                         self.open_in_job(ino, view, sample, caller)
                     } else {
-                        self.open_top_level(ino, view.form, &sample, caller)
+                        self.open_top_level(ino, view, &sample, caller)
                     }
                 });
                 let outcome = opened.as_ref().map_or(Outcome::Error, |&(_, outcome)| outcome);
@@ -135,6 +135,8 @@ impl Filesystem {
     /// taken meanwhile, and the open then does the work itself.
     pub(crate) fn open_is_cheap(&self, ino: u64) -> bool {
         match Node::from_ino(ino) {
+            // A recipe's output is made at every open.
+            Some(Node::File(view, _)) if view.recipe != 0 => false,
             Some(Node::File(view, file)) if (file as usize) < self.catalog().file_count() => match (view.job, view.form) {
                 // Opening a source file is I/O (it may be a network share).
                 (0, Form::Encoded) => false,
@@ -152,18 +154,19 @@ impl Filesystem {
     /// An open in a top-level view: the requested sample, always (while passthrough is on,
     /// the content of another open of the same file still open: see [`super::passthrough`]).
     /// With the handle, whether it was a hit (a shared handle is one).
-    fn open_top_level(&self, ino: u64, form: Form, sample: &Sample, caller: Caller) -> Result<(Arc<Handle>, Outcome)> {
+    fn open_top_level(&self, ino: u64, view: View, sample: &Sample, caller: Caller) -> Result<(Arc<Handle>, Outcome)> {
         let share = self.passthrough_on();
         if let Some(live) = share.then(|| self.shared(ino)).flatten() {
             return Ok((live, Outcome::Hit));
         }
-        let (handle, outcome) = self.produce_top_level(form, sample, caller)?;
+        let (handle, outcome) = self.produce_top_level(view, sample, caller)?;
         Ok((if share { self.share(ino, handle) } else { handle }, outcome))
     }
 
     /// A new handle on `sample` in a top-level view (the source file itself in `encoded/`, or
     /// the bytes the producer makes of it), and whether the cache answered it.
-    fn produce_top_level(&self, form: Form, sample: &Sample, caller: Caller) -> Result<(Arc<Handle>, Outcome)> {
+    fn produce_top_level(&self, view: View, sample: &Sample, caller: Caller) -> Result<(Arc<Handle>, Outcome)> {
+        let form = view.form;
         if form == Form::Encoded {
             // The source file itself: a miss, for the latency figures.
             let (opened, observed) = self.reader.open(sample)?;
@@ -174,6 +177,7 @@ impl Filesystem {
         }
         let (bytes, origin) = match form {
             Form::Decoded => self.producer.decoded(sample)?,
+            _ if view.recipe != 0 => self.producer.recipe(sample, view.recipe)?,
             _ => {
                 self.top_pass.mark(sample.id);
                 self.producer.augmented(sample, Consumer::TopLevel)?

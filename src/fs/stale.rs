@@ -4,8 +4,7 @@
 
 use std::time::Duration;
 
-use super::{Filesystem, Node, View};
-use crate::shared::Form;
+use super::{Filesystem, Node};
 use crate::source::catalog::FileId;
 use crate::sync::{Condvar, CondvarExt, LockExt, Mutex};
 
@@ -44,6 +43,7 @@ impl Filesystem {
     pub(super) fn queue_stale(&self, file: FileId) {
         self.refresh.set(file);
         let codes: Vec<u32> = std::iter::once(0).chain(self.jobs.active().iter().map(|j| j.code())).collect();
-        self.stale.push(codes.into_iter().flat_map(|job| Form::ALL.map(|form| Node::File(View { form, job }, file).ino())));
+        let inos: Vec<u64> = codes.into_iter().flat_map(|job| self.views_in(job)).map(|(view, _)| Node::File(view, file).ino()).collect();
+        self.stale.push(inos);
     }
 }

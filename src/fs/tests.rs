@@ -670,3 +670,34 @@ fn a_lookup_under_jobs_makes_no_job_and_the_first_open_inside_does() {
     let nobody = Caller { uid: 65534, gid: 65534 };
     assert_eq!(fs.opendir(view, nobody).expect_err("root's job").to_errno(), libc::EACCES);
 }
+
+/// The inode of `jobs/<job>/<view>/c0/<name>`.
+fn job_view_file_ino(fs: &Filesystem, job: &str, view: &str, name: &str) -> u64 {
+    let mut ino = ROOT_INO;
+    for part in ["jobs", job, view, "c0", name] {
+        ino = fs.lookup(ino, OsStr::new(part), Caller::ROOT).expect(part).ino;
+    }
+    ino
+}
+
+#[test]
+fn the_forms_every_view_shares_are_needed_until_each_view_a_job_reads_was_served_the_sample() {
+    let (_dir, fs) = core(2, "cache: { memory: 64MiB, refill: false }\nrecipes: { val: { augment: [ {center_crop: {size: 8}} ] } }\n");
+    read_file(&fs, job_file_ino(&fs, "a", "s000.ppm"));
+    let a = fs.jobs().by_name("a").expect("a");
+    let (own, val) = (View::of(Form::Augmented, a.code()), View::recipe(1, a.code()));
+    let seen = (0..2).find(|&f| a.has_seen(f)).expect("a was served a sample");
+    assert!(!fs.needed_elsewhere(&a, own, seen), "a reads no recipe yet, and no other job is there");
+    // Job a reads val: its state there has seen one sample, the other it still needs.
+    let bytes = read_file(&fs, job_view_file_ino(&fs, "a", "val", "s000.ppm"));
+    assert_eq!(bytes.len(), "P6\n8 8\n255\n".len() + 8 * 8 * 3);
+    let state = a.recipe_state(1).expect("a's state in val");
+    assert_eq!(state.served_this_epoch(), 1);
+    let unseen_in_val = (0..2).find(|&f| !state.has_seen(f)).expect("one sample left in val");
+    assert!(fs.needed_elsewhere(&a, own, unseen_in_val), "val still needs it");
+    let seen_in_both = (0..2).find(|&f| state.has_seen(f) && a.has_seen(f));
+    if let Some(f) = seen_in_both {
+        assert!(!fs.needed_elsewhere(&a, val, f) && !fs.needed_elsewhere(&a, own, f));
+    }
+    assert_eq!(a.served_this_epoch(), 1, "val's read is not the job's own epoch's");
+}

@@ -91,12 +91,11 @@ impl Filesystem {
     /// Finds `name` in the directory `parent` for `caller`. Under `jobs/`, a name no job has
     /// yet is found as a pending name (nothing is made: see `fs::jobs::PendingNames`).
     pub(crate) fn lookup(&self, parent: u64, name: &OsStr, caller: Caller) -> Result<Attr> {
-        let form_named = |name: &OsStr| Form::ALL.into_iter().find(|f| f.dir_name().as_bytes() == name.as_bytes());
         let node = match Node::from_ino(parent).ok_or(Error::NotFound)? {
             Node::Root => match name.to_str() {
                 Some(".prepfs") => Node::ControlDir,
                 Some("jobs") => Node::JobsDir,
-                _ => Node::Dir(View::top(form_named(name).ok_or(Error::NotFound)?), 0),
+                _ => Node::Dir(self.view_named(name, 0).ok_or(Error::NotFound)?, 0),
             },
             Node::ControlDir => match name.to_str() {
                 Some("stats.json") => Node::StatsFile,
@@ -109,7 +108,7 @@ impl Filesystem {
             Node::JobsDir => self.job_root_named(name)?,
             Node::JobRoot(code) => {
                 self.job_for(code, caller, false)?;
-                Node::Dir(View { form: form_named(name).ok_or(Error::NotFound)?, job: code }, 0)
+                Node::Dir(self.view_named(name, code).ok_or(Error::NotFound)?, 0)
             }
             Node::Dir(view, dir) => {
                 if view.job != 0 {
@@ -119,7 +118,7 @@ impl Filesystem {
                 let catalog = self.catalog();
                 let entry = match view.form {
                     Form::Encoded => catalog.lookup(dir, name),
-                    Form::Decoded | Form::Augmented => catalog.lookup_image(dir, name, self.config().output.extension()),
+                    Form::Decoded | Form::Augmented => catalog.lookup_image(dir, name, self.view_output(view).extension()),
                 };
                 match entry.ok_or(Error::NotFound)? {
                     Entry::Dir(d) => Node::Dir(view, d),
@@ -167,7 +166,7 @@ impl Filesystem {
                 }
             }
             Node::Dir(view, d) => {
-                if d as usize >= catalog.dir_count() || self.job_gone(view) {
+                if d as usize >= catalog.dir_count() || self.job_gone(view) || !self.view_exists(view) {
                     return Err(Error::NotFound);
                 }
                 self.source_dir_attr(node, d)
@@ -179,7 +178,7 @@ impl Filesystem {
             Node::MetricsFile => Ok(self.own_attr(node, Kind::File, self.metrics_text().len() as u64, self.control_perm(false))),
             Node::LoaderFile => Ok(self.own_attr(node, Kind::File, self.loader_json().len() as u64, self.loader_file_perm())),
             Node::File(view, file) => {
-                if file as usize >= catalog.file_count() || self.job_gone(view) {
+                if file as usize >= catalog.file_count() || self.job_gone(view) || !self.view_exists(view) {
                     return Err(Error::NotFound);
                 }
                 let meta = self.resolve(file)?.meta;
@@ -192,7 +191,7 @@ impl Filesystem {
                         let decodable = |s: &Size2| pipeline::check_pixels(*s, config.max_pixels).is_ok();
                         self.reader.size(file).ok().filter(decodable).map_or(0, |s| output::encoded_len(&config.output, s))
                     }
-                    Form::Augmented => output::encoded_len(&self.config().output, self.producer.augmented_size()),
+                    Form::Augmented => self.producer.recipe_out_len(view.recipe),
                 };
                 Ok(self.made_of(node, Kind::File, size, &meta))
             }
@@ -222,7 +221,7 @@ impl Filesystem {
         ];
         let dir = |node: Node, name: &OsStr| DirEntry { ino: node.ino(), kind: Kind::Dir, name: name.to_owned() };
         let file = |node: Node, name: OsString| DirEntry { ino: node.ino(), kind: Kind::File, name };
-        let views = |job: u32| Form::ALL.map(|form| dir(Node::Dir(View { form, job }, 0), OsStr::new(form.dir_name())));
+        let views = |job: u32| self.views_in(job).into_iter().map(|(view, name)| dir(Node::Dir(view, 0), OsStr::new(name)));
         match node {
             Node::Root => {
                 entries.extend(views(0));
@@ -247,7 +246,7 @@ impl Filesystem {
                 }
             }
             Node::Dir(view, d) => {
-                if d as usize >= catalog.dir_count() {
+                if d as usize >= catalog.dir_count() || !self.view_exists(view) {
                     return Err(Error::NotFound);
                 }
                 self.check_dir_access(d, caller, access::READ)?;
@@ -267,10 +266,11 @@ impl Filesystem {
                 } else {
                     // Listing a job's view is a use: a pending name's job is made here.
                     let job = self.job_for(view.job, caller, true)?.ok_or(Error::NotFound)?;
-                    let rank = |c: FileId| self.cache.preference(c, view.form, job.bit());
+                    let job = self.job_in_view(&job, view);
+                    let rank = |c: FileId| self.cache.preference(c, view.cached_form(), job.bit());
                     job.listing_order(d, images, rank, self.config().jobs.ods)
                 };
-                let ext = self.config().output.extension();
+                let ext = self.view_output(view).extension();
                 match view.form {
                     Form::Encoded => {
                         for &f in samples.iter() {

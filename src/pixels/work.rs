@@ -24,18 +24,32 @@ pub(crate) struct PixelWork {
     /// Augmentations drawn so far of each sample: the next draw's index, so no draw repeats.
     draws: Vec<AtomicU32>,
     seed: u64,
-    augment: Vec<AugmentOp>,
-    output: OutputConfig,
+    /// `augmented/`'s pipeline (0), then each recipe's (its number): never empty.
+    pipelines: Vec<Pipeline>,
     max_pixels: u64,
-    augmented_size: Size2,
-    /// Bytes of one augmented output.
-    out_len: u64,
     /// Whether outputs are made into output files (kernel passthrough is on), while the
     /// descriptor budget has room ([`OutputFiles::may_make_ahead`]).
     seal: AtomicBool,
     /// The mount's output files.
     files: Arc<OutputFiles>,
     stats: Arc<Stats>,
+}
+
+/// One pipeline the mount serves and how its outputs are written: `augmented/`'s, or a
+/// recipe's (`recipes:`).
+struct Pipeline {
+    augment: Vec<AugmentOp>,
+    output: OutputConfig,
+    size: Size2,
+    /// Bytes of one output.
+    out_len: u64,
+}
+
+impl Pipeline {
+    fn new(augment: &[AugmentOp], output: &OutputConfig) -> Pipeline {
+        let size = crate::pixels::augment::fixed_output_size(augment).unwrap_or(Size2::new(224, 224));
+        Pipeline { augment: augment.to_vec(), output: output.clone(), size, out_len: output::encoded_len(output, size) }
+    }
 }
 
 /// Which rate a timed piece of pixel work feeds.
@@ -51,15 +65,13 @@ enum Timing {
 
 impl PixelWork {
     pub(crate) fn new(config: &Config, files: usize, stats: Arc<Stats>, output_files: Arc<OutputFiles>) -> PixelWork {
-        let augmented_size = config.augmented_size().unwrap_or(Size2::new(224, 224));
+        let top = std::iter::once(Pipeline::new(&config.augment, &config.output));
+        let recipes = config.recipes.iter().map(|r| Pipeline::new(&r.augment, &r.output));
         PixelWork {
             draws: (0..files).map(|_| AtomicU32::new(0)).collect(),
             seed: config.seed,
-            augment: config.augment.clone(),
-            output: config.output.clone(),
+            pipelines: top.chain(recipes).collect(),
             max_pixels: config.max_pixels,
-            augmented_size,
-            out_len: output::encoded_len(&config.output, augmented_size),
             seal: AtomicBool::new(false),
             files: output_files,
             stats,
@@ -68,12 +80,24 @@ impl PixelWork {
 
     /// The size of every augmented output.
     pub(crate) fn augmented_size(&self) -> Size2 {
-        self.augmented_size
+        self.pipeline(0).size
     }
 
     /// Bytes of one augmented output.
     pub(crate) fn out_len(&self) -> u64 {
-        self.out_len
+        self.pipeline(0).out_len
+    }
+
+    /// Bytes of one output of pipeline `recipe` (0: `augmented/`'s; else the recipe's number).
+    pub(crate) fn recipe_out_len(&self, recipe: u8) -> u64 {
+        self.pipeline(recipe).out_len
+    }
+
+    /// Pipeline `recipe`; `augmented/`'s for a number no recipe has (the filesystem refuses
+    /// such inodes before asking).
+    fn pipeline(&self, recipe: u8) -> &Pipeline {
+        let top = &self.pipelines[0]; // never empty: made with augmented/'s first
+        self.pipelines.get(usize::from(recipe)).unwrap_or(top)
     }
 
     /// Makes outputs into output files from now on (`true`: passthrough is on), or in
@@ -92,11 +116,14 @@ impl PixelWork {
         }
     }
 
-    /// A fresh augmentation of `id` from its full pixels.
-    pub(crate) fn augment_pixels(&self, id: FileId, pixels: &Rgb) -> Result<ServedBytes, PixelError> {
+    /// A fresh augmentation of `id` from its full pixels through pipeline `recipe` (0:
+    /// `augmented/`'s). Every pipeline's work is timed into the same rates, so the plan's
+    /// augment cost is the mean over what readers read.
+    pub(crate) fn augment_pixels(&self, recipe: u8, id: FileId, pixels: &Rgb) -> Result<ServedBytes, PixelError> {
         let mut rng = self.next_draw(id);
         let dest = self.dest();
-        self.timed(Timing::AugmentPixels, || augment_pixels_served(pixels, &self.augment, &mut rng, &self.output, dest))
+        let p = self.pipeline(recipe);
+        self.timed(Timing::AugmentPixels, || augment_pixels_served(pixels, &p.augment, &mut rng, &p.output, dest))
     }
 
     /// The image's width and height from its header; `None` when it has none this reads.
@@ -104,14 +131,16 @@ impl PixelWork {
         pipeline::probe_size(std::io::Cursor::new(bytes)).ok()
     }
 
-    /// A fresh augmentation of `id` from its encoded bytes: only what the crop needs is decoded.
+    /// A fresh augmentation of `id` from its encoded bytes through pipeline `recipe` (0:
+    /// `augmented/`'s): only what the crop needs is decoded.
     /// `size`: the image's, when its header was probed already (else it is probed here). The
     /// time taken includes writing the served bytes.
-    pub(crate) fn decode_augment(&self, id: FileId, bytes: &[u8], size: Option<Size2>) -> Result<ServedBytes, PixelError> {
+    pub(crate) fn decode_augment(&self, recipe: u8, id: FileId, bytes: &[u8], size: Option<Size2>) -> Result<ServedBytes, PixelError> {
         let mut rng = self.next_draw(id);
         let dest = self.dest();
+        let p = self.pipeline(recipe);
         self.timed(Timing::DecodeAugment, || {
-            decode_augment_served(bytes, size, &self.augment, &mut rng, self.max_pixels, &self.output, dest)
+            decode_augment_served(bytes, size, &p.augment, &mut rng, self.max_pixels, &p.output, dest)
         })
     }
 
@@ -126,7 +155,7 @@ impl PixelWork {
     /// does (`format: jpeg`).
     pub(crate) fn encode(&self, pixels: &Rgb) -> Result<ServedBytes, PixelError> {
         let size = Size2::new(pixels.width, pixels.height);
-        output::served_to(&self.output, size, self.dest(), |dst| {
+        output::served_to(&self.pipeline(0).output, size, self.dest(), |dst| {
             let n = dst.len().min(pixels.pixels.len());
             dst[..n].copy_from_slice(&pixels.pixels[..n]);
             Ok::<(), PixelError>(())

@@ -124,7 +124,7 @@ impl SampleProducer {
             // encoded while they have room).
             let refilled = self
                 .load_promoting(&sample, Admit::Fill)
-                .and_then(|(loaded, _)| self.augment(&sample, &loaded))
+                .and_then(|(loaded, _)| self.augment(0, &sample, &loaded))
                 .map(|out| cache.augmented.admit(file, AugmentedEntry::fresh(out)));
             if matches!(refilled, Ok(true)) {
                 bump(&self.stats.refills, 1);

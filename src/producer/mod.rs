@@ -112,7 +112,7 @@ impl SampleProducer {
         let shared = matches!(consumer, Consumer::Job { bit, active } if active & !bit != 0);
         let spare = !shared && consumer != Consumer::Prefetch;
         let (loaded, origin) = self.load_promoting(sample, Admit::Augmented { spare })?;
-        let out = self.augment(sample, &loaded)?;
+        let out = self.augment(0, sample, &loaded)?;
         match consumer {
             // Shared with the other active jobs (Seneca): dropped once they all used it.
             Consumer::Job { bit, .. } if shared => {
@@ -124,6 +124,23 @@ impl SampleProducer {
             _ => {}
         }
         Ok((out, origin))
+    }
+
+    /// The bytes of one file of recipe `recipe`'s view (its number, from 1) of `sample`, and
+    /// where they came from: a fresh draw of the recipe's pipeline from what the encoded and
+    /// decoded forms hold (which every view shares), else from the source, kept in the fill
+    /// order of an augmented read. A recipe's outputs are made per read and never kept: the
+    /// augmented form holds `augmented/`'s alone, so no view is ever served another's output.
+    pub(crate) fn recipe(&self, sample: &Sample, recipe: u8) -> Result<(ServedBytes, Origin)> {
+        self.reader.refuse_known_bad(sample)?;
+        let (loaded, origin) = self.load_promoting(sample, Admit::Augmented { spare: false })?;
+        let out = self.augment(recipe, sample, &loaded)?;
+        Ok((out, origin))
+    }
+
+    /// Bytes of one file of pipeline `recipe` (0: `augmented/`'s; else the recipe's number).
+    pub(crate) fn recipe_out_len(&self, recipe: u8) -> u64 {
+        self.pixels.recipe_out_len(recipe)
     }
 
     /// The bytes of `sample`'s `decoded` file, and where they came from.
@@ -225,16 +242,17 @@ impl SampleProducer {
         }
         let pixels = Arc::new(self.pixels.decode_full(&bytes).map_err(|why| self.bad(sample, why))?);
         // A spare that fails is no loss: the pixels decoded, and the request is served.
-        let spare = admission.spare.then(|| self.pixels.augment_pixels(sample.id, &pixels).ok()).flatten();
+        let spare = admission.spare.then(|| self.pixels.augment_pixels(0, sample.id, &pixels).ok()).flatten();
         self.tiers.keep(sample, &meta, current, Made { bytes, pixels: Some(Arc::clone(&pixels)), spare });
         Ok(Loaded::Pixels(pixels))
     }
 
-    /// One fresh augmentation of a loaded sample (a new draw: never a crop served before).
-    fn augment(&self, sample: &Sample, loaded: &Loaded) -> Result<ServedBytes> {
+    /// One fresh augmentation of a loaded sample through pipeline `recipe` (0: `augmented/`'s;
+    /// a new draw: never a crop served before).
+    fn augment(&self, recipe: u8, sample: &Sample, loaded: &Loaded) -> Result<ServedBytes> {
         let made = match loaded {
-            Loaded::Pixels(p) => self.pixels.augment_pixels(sample.id, p),
-            Loaded::Bytes { bytes, size } => self.pixels.decode_augment(sample.id, bytes, *size),
+            Loaded::Pixels(p) => self.pixels.augment_pixels(recipe, sample.id, p),
+            Loaded::Bytes { bytes, size } => self.pixels.decode_augment(recipe, sample.id, bytes, *size),
         };
         made.map_err(|why| self.bad(sample, why))
     }

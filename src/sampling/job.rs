@@ -103,6 +103,10 @@ pub struct Job {
     pub(super) shared: Option<Box<dyn SharedJob>>,
     claimed: Bitset,
     state: Mutex<JobState>,
+    /// The job's own sampling state in each recipe's view it reads (`jobs/<job>/<recipe>/`),
+    /// by recipe number, made at first use: a job reading two recipes has an epoch and
+    /// seen/claimed bits in each, as if each were a job of its own with the job's slot.
+    recipes: Mutex<HashMap<u8, Arc<Job>>>,
     last_active_ms: AtomicU64,
     pub counters: JobCounters,
 }
@@ -120,9 +124,30 @@ impl Job {
             shared: None,
             claimed: Bitset::new(files),
             state: Mutex::new(JobState::default()),
+            recipes: Mutex::new(HashMap::new()),
             last_active_ms: AtomicU64::new(now_ms),
             counters: JobCounters::default(),
         }
+    }
+
+    /// The job's sampling state in recipe `recipe`'s view (its number, from 1): its own epoch
+    /// and seen and claimed bits, with the job's name, owner, slot and code; made at first use,
+    /// kept until the job is retired. Not shared with other mounts:
+    /// a recipe's view of a shared job samples on this mount alone.
+    pub(super) fn in_recipe(&self, recipe: u8, files: usize, samples: u64) -> Arc<Job> {
+        let mut recipes = self.recipes.lock_or_recover();
+        let job = recipes.entry(recipe).or_insert_with(|| {
+            let mut job = Job::new(&self.name, self.slot, self.code, files, samples, self.seed, self.last_active_ms());
+            job.owner = self.owner;
+            job.key = self.key ^ u64::from(recipe);
+            Arc::new(job)
+        });
+        Arc::clone(job)
+    }
+
+    /// The job's sampling state in recipe `recipe`'s view, if it has read it.
+    pub(crate) fn recipe_state(&self, recipe: u8) -> Option<Arc<Job>> {
+        self.recipes.lock_or_recover().get(&recipe).cloned()
     }
 
     /// The job's name (its directory under `jobs/`).

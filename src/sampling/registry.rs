@@ -126,6 +126,15 @@ impl Jobs {
         Ok(job)
     }
 
+    /// `job`'s sampling state in recipe `recipe`'s view (its number, from 1): see
+    /// [`Job::in_recipe`].
+    pub(crate) fn in_recipe(&self, job: &Arc<Job>, recipe: u8) -> Arc<Job> {
+        if recipe == 0 {
+            return Arc::clone(job);
+        }
+        job.in_recipe(recipe, self.files, self.samples)
+    }
+
     /// The active job named `name`.
     pub(crate) fn by_name(&self, name: &str) -> Option<Arc<Job>> {
         self.read().iter().filter_map(|s| s.job.as_ref()).find(|j| j.name == name).cloned()

@@ -1,5 +1,7 @@
-"""Type stubs of the prepfs module (python/src/lib.rs, python/src/dlpack.rs): batches of a prepfs
-job's preprocessed samples, straight from a running mount's cache over its loader socket."""
+"""Type stubs of the prepfs module: batches of a prepfs job's preprocessed samples, straight from
+a running mount's cache over its loader socket (the extension: python/src/lib.rs,
+python/src/dlpack.rs), and a torchvision transform moved to a mount as a recipe
+(python/prepfs/_recipe.py)."""
 
 from os import PathLike
 from types import TracebackType
@@ -73,3 +75,19 @@ class Loader:
     @property
     def names(self) -> List[str]:
         """The last batch's samples, as paths relative to the source."""
+
+class UnsupportedOp(ValueError):
+    """An op of the transform the mount cannot serve: keep it, and every op after it, in the
+    DataLoader."""
+
+    op: str
+    """Its class name (with the setting refused, where one is)."""
+    index: int
+    """Its place in the ``Compose``."""
+    served: Optional[str]
+    """The YAML of the ops before it (``None`` where those end in no fixed size)."""
+
+def recipe(transform: Any, name: Optional[str] = None) -> str:
+    """The YAML of a prepfs recipe doing what a torchvision (v2 or v1) ``Compose`` does per
+    sample: ``augment:`` and ``output:``, or with ``name`` a ``recipes:`` mapping holding them.
+    Raises :class:`UnsupportedOp` naming an op the mount cannot serve."""

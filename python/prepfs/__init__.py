@@ -1,0 +1,6 @@
+"""prepfs: batches of a prepfs job's preprocessed samples (``prepfs.Loader``, the compiled
+extension ``prepfs.prepfs``, python/src/) and a torchvision transform moved to a mount
+(``prepfs.recipe``, pure Python: ``_recipe.py``)."""
+
+from .prepfs import *  # noqa: F401,F403  (Loader, Tensor, gpu_support)
+from ._recipe import UnsupportedOp, recipe  # noqa: F401

@@ -1,0 +1,180 @@
+"""``prepfs.recipe(transform)``: a torchvision (v2 or v1) ``Compose`` as the YAML of a prepfs
+recipe (its ``augment:`` list and ``output:``), for the ops the mount serves.
+
+The transform's objects are read by class name and attributes (duck typing): torchvision is
+not imported, so this works wherever the transform was built, and the YAML is the mount's to
+validate. An op the mount cannot serve raises :class:`UnsupportedOp`, naming it: the user keeps
+that op, and every op after it, in the DataLoader.
+"""
+
+from typing import Any, List, Optional, Sequence, Tuple
+
+__all__ = ["recipe", "UnsupportedOp"]
+
+
+class UnsupportedOp(ValueError):
+    """An op of the transform the mount cannot serve.
+
+    ``op`` is its class name (with the setting refused, where one is), ``index`` its place in
+    the ``Compose``, and ``served`` the YAML of the ops before it, which the mount can serve
+    (``None`` when those end in no fixed size)."""
+
+    def __init__(self, op: str, index: int, why: str, served: Optional[str]):
+        self.op, self.index, self.served = op, index, served
+        super().__init__(
+            f"prepfs cannot serve {op} (op {index} of the transform): {why}. Keep {op} and every op "
+            f"after it in your DataLoader's transform, and move only the ops before it to the mount "
+            f"(prepfs.recipe(Compose(transforms[:{index}])))"
+        )
+
+
+def _name(op: Any) -> str:
+    return type(op).__name__
+
+
+def _interpolation(op: Any) -> str:
+    mode = getattr(op, "interpolation", "bilinear")
+    mode = getattr(mode, "value", mode)  # torchvision's InterpolationMode
+    if mode == 2:  # PIL.Image.BILINEAR
+        mode = "bilinear"
+    return str(mode).lower()
+
+
+def _size(value: Any, op: str) -> List[int]:
+    """torchvision's size: an int, or a sequence of one int (a side) or two (h, w)."""
+    if isinstance(value, int):
+        return [value, value]
+    if isinstance(value, (list, tuple)) and len(value) in (1, 2) and all(isinstance(v, int) for v in value):
+        return [value[0], value[0]] if len(value) == 1 else [value[0], value[1]]
+    raise ValueError(f"{op}: size {value!r} is not an int or (h, w)")
+
+
+def _pair(value: Any) -> List[float]:
+    return [float(value[0]), float(value[1])]
+
+
+def _yaml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_yaml_value(x) for x in v) + "]"
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def _yaml(augment: Sequence[Tuple[str, dict]], output: Optional[dict], name: Optional[str]) -> str:
+    def mapping(d: dict) -> str:
+        return "{" + ", ".join(f"{k}: {_yaml_value(v)}" for k, v in d.items()) + "}"
+
+    lines = ["augment:"] + [f"  - {op}: {mapping(args)}" for op, args in augment]
+    if output is not None:
+        lines.append(f"output: {mapping(output)}")
+    if name is None:
+        return "\n".join(lines) + "\n"
+    return "recipes:\n  " + name + ":\n" + "".join(f"    {line}\n" for line in lines)
+
+
+def _is_float32(dtype: Any) -> bool:
+    if isinstance(dtype, dict):  # v2's ToDtype({tv_tensors.Image: torch.float32, ...})
+        return any(_is_float32(d) for k, d in dtype.items() if "Image" in str(k))
+    return str(dtype) in ("torch.float32", "torch.float", "float32")
+
+
+def _fixed_size(augment: Sequence[Tuple[str, dict]]) -> bool:
+    size = False
+    for op, args in augment:
+        if op in ("random_resized_crop", "center_crop"):
+            size = True
+        elif op == "resize":
+            size = isinstance(args["size"], list)
+    return size
+
+
+def recipe(transform: Any, name: Optional[str] = None) -> str:
+    """The YAML of a prepfs recipe doing what ``transform`` does per sample.
+
+    ``transform``: a torchvision ``Compose`` (v2 or v1), a list of transforms, or one transform.
+    Served: ``RandomResizedCrop`` (size, scale, ratio; bilinear, antialiased),
+    ``RandomHorizontalFlip`` (p), ``Resize`` (an int: the shorter side, or (h, w); bilinear,
+    antialiased, no ``max_size``), ``CenterCrop``, and the conversion to float with ``Normalize``
+    (``ToTensor``, or ``ToImage``/``PILToTensor`` then ``ToDtype(torch.float32, scale=True)`` or
+    ``ConvertImageDtype(torch.float32)``): the output is then ``npy`` float32 CHW, normalized.
+    Without a conversion to float the output is the mount's (``output:`` left out).
+
+    Returns ``augment:`` and ``output:`` (which are top-level keys of a config too, for
+    ``augmented/``), or with ``name`` a ``recipes:`` mapping holding them under that name.
+    Raises :class:`UnsupportedOp` for an op the mount cannot serve, and ``ValueError`` when the
+    ops end in no fixed size (every file of a view has one size, known before it is read).
+    """
+    ops = list(getattr(transform, "transforms", transform if isinstance(transform, (list, tuple)) else [transform]))
+    augment: List[Tuple[str, dict]] = []
+    to_float = False  # a conversion to float (0-1) has been met
+    pending_tensor: Optional[int] = None  # a ToImage/PILToTensor not yet followed by a float conversion
+    normalized = False
+
+    def refuse(i: int, op: str, why: str) -> UnsupportedOp:
+        served = _yaml(augment, None, name) if _fixed_size(augment) else None
+        return UnsupportedOp(op, i, why, served)
+
+    for i, op in enumerate(ops):
+        kind = _name(op)
+        if to_float and kind not in ("Normalize", "ToDtype", "ConvertImageDtype", "Identity"):
+            raise refuse(i, kind, "the mount serves no op after the conversion to float")
+        if normalized and kind != "Identity":
+            raise refuse(i, kind, "the mount serves no op after Normalize")
+        if kind in ("RandomResizedCrop", "Resize"):
+            if _interpolation(op) != "bilinear":
+                raise refuse(i, f"{kind}(interpolation={_interpolation(op)})", "the mount's resizes are bilinear")
+            if getattr(op, "antialias", True) is False:
+                raise refuse(i, f"{kind}(antialias=False)", "the mount's resizes are antialiased")
+        if kind == "RandomResizedCrop":
+            args = {"size": _size(op.size, kind), "scale": _pair(op.scale), "ratio": _pair(op.ratio)}
+            augment.append(("random_resized_crop", args))
+        elif kind == "RandomHorizontalFlip":
+            augment.append(("random_horizontal_flip", {"p": float(getattr(op, "p", 0.5))}))
+        elif kind == "Resize":
+            if getattr(op, "max_size", None) is not None:
+                raise refuse(i, f"Resize(max_size={op.max_size})", "the mount's Resize has no max_size")
+            size = op.size
+            if size is None:
+                raise refuse(i, "Resize(size=None)", "the mount's Resize needs a size")
+            one = isinstance(size, int) or (isinstance(size, (list, tuple)) and len(size) == 1)
+            side = size if isinstance(size, int) else size[0]
+            augment.append(("resize", {"size": side if one else _size(size, kind)}))
+        elif kind == "CenterCrop":
+            augment.append(("center_crop", {"size": _size(op.size, kind)}))
+        elif kind in ("PILToTensor", "ToImage", "ToImageTensor"):
+            pending_tensor = i if pending_tensor is None else pending_tensor
+        elif kind == "ToTensor":
+            to_float = True
+        elif kind == "ToDtype" or kind == "ConvertImageDtype":
+            if not _is_float32(getattr(op, "dtype", None)):
+                raise refuse(i, f"{kind}(dtype={getattr(op, 'dtype', None)})", "the mount serves uint8 or float32")
+            if kind == "ToDtype" and not getattr(op, "scale", False):
+                raise refuse(i, "ToDtype(scale=False)", "the mount's float32 is scaled to 0-1 (scale=True)")
+            if pending_tensor is None and not to_float:
+                raise refuse(i, kind, "it needs ToImage or PILToTensor before it")
+            to_float, pending_tensor = True, None
+        elif kind == "Normalize":
+            if not to_float:
+                raise refuse(i, kind, "it needs a conversion to float32 (ToTensor, or ToDtype(torch.float32, scale=True)) before it")
+            mean, std = [float(m) for m in op.mean], [float(s) for s in op.std]
+            if len(mean) != 3 or len(std) != 3:
+                raise refuse(i, kind, "the mount normalizes three channels (RGB)")
+            augment.append(("normalize", {"mean": mean, "std": std}))
+            normalized = True
+        elif kind == "Identity":
+            pass
+        else:
+            raise refuse(i, kind, "it is not one of the ops the mount serves")
+    if pending_tensor is not None:
+        # A uint8 tensor is the DataLoader's: the mount serves images PIL decodes.
+        raise refuse(pending_tensor, _name(ops[pending_tensor]), "the mount serves a uint8 tensor only as an image file (the DataLoader makes the tensor)")
+    if not _fixed_size(augment):
+        raise ValueError(
+            "prepfs serves one size per view: the transform must end in RandomResizedCrop, CenterCrop "
+            "or Resize to (h, w) before any conversion"
+        )
+    output = {"format": "npy", "dtype": "float32"} if to_float else None
+    return _yaml(augment, output, name)
