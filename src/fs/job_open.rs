@@ -136,11 +136,11 @@ impl Filesystem {
     /// [`Filesystem::choose_in_job`] for a reader that walks the epoch itself (the loader
     /// socket): never begins the job's next epoch; an unclaimed choice says the request's
     /// directory has nothing left.
-    pub(super) fn choose_within_epoch(&self, job: &Job, view: View, requested: FileId, dir_samples: &[FileId]) -> Choice {
+    pub(super) fn choose_within_epoch(&self, job: &Job, epoch: u64, view: View, requested: FileId, dir_samples: &[FileId]) -> Choice {
         let rank = |c: FileId| if self.reader.known_bad(c) { 0 } else { self.cache.preference(c, view.form, job.bit()) };
         let start = Jobs::scan_start(dir_samples.len());
         let top = SampleCache::top_preference(view.form);
-        job.choose_within_epoch(requested, dir_samples, rank, top, start, |c| self.hidden(view, c))
+        job.choose_within_epoch(epoch, requested, dir_samples, rank, top, start, |c| self.hidden(view, c))
     }
 
     /// Whether an open in `job`'s `view` whose chosen sample failed with `err` chooses again

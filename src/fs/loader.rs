@@ -97,7 +97,7 @@ impl Filesystem {
                 continue;
             }
             let dir = catalog.file_dir(requested);
-            let choice = self.choose_within_epoch(job, view, requested, catalog.images(dir));
+            let choice = self.choose_within_epoch(job, walk.epoch, view, requested, catalog.images(dir));
             if !choice.claimed {
                 continue;
             }

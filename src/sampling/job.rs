@@ -276,9 +276,13 @@ impl Job {
 
     /// [`Job::choose_usable`] with opportunistic sampling on, never beginning the next epoch:
     /// a reader that walks the epoch itself (the loader socket) passes over a request whose
-    /// directory has nothing free, told so by an unclaimed choice.
+    /// directory has nothing free, told so by an unclaimed choice. `epoch` is the epoch the
+    /// reader walks ([`Job::epoch`]): once the job is past it (another reader served its last
+    /// sample), nothing is claimed, so no sample of the next epoch is served as the walk's.
+    #[allow(clippy::too_many_arguments)]
     pub fn choose_within_epoch(
         &self,
+        epoch: u64,
         requested: FileId,
         dir_samples: &[FileId],
         rank: impl Fn(FileId) -> Rank,
@@ -286,19 +290,26 @@ impl Job {
         start: usize,
         unusable: impl Fn(FileId) -> bool,
     ) -> Choice {
+        let unclaimed = Choice { sample: requested, substituted: false, claimed: false };
         if let Some(shared) = &self.shared {
+            if self.epoch() != epoch {
+                return unclaimed;
+            }
             match self.choose_shared(shared.as_ref(), requested, dir_samples, &rank, start, &unusable, false) {
                 Some(choice) => return choice,
                 None => bump(&self.counters.decided_alone, 1),
             }
         }
         let _state = self.lock();
+        if self.epoch() != epoch {
+            return unclaimed;
+        }
         match self.pick_substitute(requested, dir_samples, &rank, top, start, &unusable) {
             Some(sample) => {
                 self.claimed.set(sample);
                 Choice { sample, substituted: sample != requested, claimed: true }
             }
-            None => Choice { sample: requested, substituted: false, claimed: false },
+            None => unclaimed,
         }
     }
 

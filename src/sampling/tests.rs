@@ -143,6 +143,28 @@ fn an_open_that_is_never_read_gives_its_claim_back() {
 }
 
 #[test]
+fn a_walk_of_an_epoch_the_job_has_ended_claims_nothing_of_the_next() {
+    // Two loaders walk epoch 1 of a 2-sample job; one serves the last sample, which ends it.
+    let reg = jobs(2);
+    let job = reg.get_or_create(b"walks", Requester::OWNER).expect("job");
+    let dir = [0, 1];
+    let none = |_c: FileId| 0u8;
+    let walked = job.epoch();
+    for s in [0, 1] {
+        let c = job.choose_within_epoch(walked, s, &dir, none, 2, 0, |_| false);
+        assert!(c.claimed);
+        job.mark_served(c.sample, true);
+    }
+    assert_eq!(job.epoch(), walked + 1, "every sample served: the next epoch");
+    // The other loader, still walking epoch 1, asks again: nothing is claimed for it.
+    let late = job.choose_within_epoch(walked, 0, &dir, none, 2, 0, |_| false);
+    assert!(!late.claimed, "{late:?}");
+    assert!(!job.has_seen(0) && !job.has_seen(1));
+    // A walk of the new epoch claims as usual.
+    assert!(job.choose_within_epoch(job.epoch(), 0, &dir, none, 2, 0, |_| false).claimed);
+}
+
+#[test]
 fn reopening_an_exhausted_directory_starts_the_next_pass() {
     // Two directories; the job reads one of them twice before touching the other.
     let reg = jobs(4);
