@@ -51,30 +51,35 @@ pub(crate) fn blur(pixels: &mut [u8], width: usize, height: usize, kernel: (u32,
     let kx = kernel1d(kernel.0, sigma);
     let ky = kernel1d(kernel.1, sigma);
     let (hx, hy) = ((kernel.0 / 2) as isize, (kernel.1 / 2) as isize);
+    // The reflected source column and row of every tap, computed once.
+    let cols: Vec<usize> = (0..width).flat_map(|x| (0..kx.len()).map(move |t| reflect(x as isize + t as isize - hx, width))).collect();
     // Horizontal pass into floats, then vertical pass back to uint8.
     let mut rows = vec![0f32; pixels.len()];
     for y in 0..height {
         let row = &pixels[y * width * 3..][..width * 3];
         let out = &mut rows[y * width * 3..][..width * 3];
-        for x in 0..width {
+        for (x, taps) in cols.chunks_exact(kx.len()).enumerate() {
             let mut acc = [0f32; 3];
-            for (t, w) in kx.iter().enumerate() {
-                let sx = reflect(x as isize + t as isize - hx, width);
-                for c in 0..3 {
-                    acc[c] += w * f32::from(row[sx * 3 + c]);
-                }
+            for (w, &sx) in kx.iter().zip(taps) {
+                let px = &row[sx * 3..][..3];
+                acc[0] += w * f32::from(px[0]);
+                acc[1] += w * f32::from(px[1]);
+                acc[2] += w * f32::from(px[2]);
             }
             out[x * 3..][..3].copy_from_slice(&acc);
         }
     }
+    let mut acc = vec![0f32; width * 3];
     for y in 0..height {
-        for x in 0..width * 3 {
-            let mut acc = 0f32;
-            for (t, w) in ky.iter().enumerate() {
-                let sy = reflect(y as isize + t as isize - hy, height);
-                acc += w * rows[sy * width * 3 + x];
+        acc.fill(0.0);
+        for (t, w) in ky.iter().enumerate() {
+            let sy = reflect(y as isize + t as isize - hy, height);
+            for (a, v) in acc.iter_mut().zip(&rows[sy * width * 3..][..width * 3]) {
+                *a += w * v;
             }
-            pixels[y * width * 3 + x] = acc.round().clamp(0.0, 255.0) as u8;
+        }
+        for (out, a) in pixels[y * width * 3..][..width * 3].iter_mut().zip(&acc) {
+            *out = a.round().clamp(0.0, 255.0) as u8;
         }
     }
 }

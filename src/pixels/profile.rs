@@ -58,6 +58,11 @@ impl MissProfiler {
         MissProfiler { ops: AugmentOp::imagenet_train(), output, max_pixels, seed, files: None }
     }
 
+    /// A profiler for any pipeline `ops` (a parsed config's `augment`), writing `output`.
+    pub fn with_ops(ops: Vec<AugmentOp>, output: OutputConfig, max_pixels: u64, seed: u64) -> MissProfiler {
+        MissProfiler { ops, output, max_pixels, seed, files: None }
+    }
+
     /// Serves into output files (as a mount with kernel passthrough does), not memory.
     pub fn sealed(mut self) -> MissProfiler {
         self.files = Some(OutputFiles::new());
