@@ -4,7 +4,7 @@ CARGO ?= cargo
 PYTHON ?= python3
 QUICK ?=
 
-.PHONY: all build deps demo test python gpu-check ptx bench bench-plan bench-epochs bench-cold-epochs bench-jobs bench-floor fuzz clean install uninstall
+.PHONY: all build deps demo test compare-torchvision python gpu-check ptx bench bench-plan bench-epochs bench-cold-epochs bench-jobs bench-floor fuzz clean install uninstall
 
 all: build
 
@@ -77,6 +77,15 @@ test: deps python
 	$(CARGO) test --features shuttle --test shuttle
 	$(CARGO) check --manifest-path fuzz/Cargo.toml --bins
 	$(PYTHON) bench/test_harness.py
+
+# Each augment op against torchvision v2 on real photographs (tests/mount_torchvision.rs: KS tests
+# of per-image statistics). Installs torch and torchvision from PyPI for $(PYTHON) where missing:
+# with their CUDA libraries that is a 2.9 GB download and 5.5 GB installed (7.4 min on the 2-core
+# build machine), too heavy for `make test`, which runs the test as "skipped" without them.
+compare-torchvision: deps
+	@$(PYTHON) -c "import torchvision" 2>/dev/null || { echo "installing torch and torchvision for $(PYTHON)"; \
+	  $(PYTHON) -m pip install -q torch torchvision 2>/dev/null || $(PYTHON) -m pip install -q --break-system-packages torch torchvision; }
+	PREPFS_REQUIRE_TORCHVISION=1 PREPFS_TORCH_PYTHON=$(PYTHON) $(CARGO) test --test mount_torchvision -- --nocapture
 
 # Back-to-back epochs with the plan's predictions beside them (bench/results/<date>-epochs.md),
 # and 3 concurrent jobs with the defaults against jobs decoding JPEGs themselves.

@@ -5,25 +5,16 @@
 //! usage: cargo run --release --example format_cost -- DIR [--size 224] [--reps 200]
 //! (DIR: searched recursively for .jpg/.jpeg/.png; target/photos has real photographs.)
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use prepfs::config::{Dtype, Format, OutputConfig};
 use prepfs::pixels::output;
 use prepfs::shared::Rgb;
 
-fn photos(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
-    entries.sort();
-    for p in entries {
-        if p.is_dir() {
-            photos(&p, out);
-        } else if p.extension().and_then(|e| e.to_str()).is_some_and(|e| ["jpg", "jpeg", "png"].contains(&e.to_lowercase().as_str())) {
-            out.push(p);
-        }
-    }
-}
+#[path = "support/photos.rs"]
+mod support_photos;
+use support_photos::photos;
 
 fn arg(args: &[String], name: &str, default: u32) -> u32 {
     args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)

@@ -96,6 +96,10 @@ pub(super) fn validate_output(
     output: &mut OutputConfig,
     augment: &[AugmentOp],
 ) -> Result<(), ConfigError> {
+    if let Err((i, why)) = crate::pixels::pixel_ops::check_order(augment) {
+        let name = augment.get(i).map_or("augment", AugmentOp::name);
+        return Err(ConfigError::at(text, name, format!("augment[{i}]: {why}")));
+    }
     for op in augment {
         if let AugmentOp::Normalize { mean, std } = op {
             if output.format != Format::Npy || output.dtype != Dtype::Float32 {

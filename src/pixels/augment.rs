@@ -14,6 +14,9 @@ use std::collections::BTreeMap;
 use rand::Rng;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_norway::Value;
+use crate::pixels::interpolation::{Filter, Interpolation};
+use crate::pixels::pixel_ops::{PixelOp, PixelStep};
+use crate::pixels::erasing::Erase;
 use crate::shared::Size2;
 
 /// `resize`'s target: torchvision's `Resize(int)` (shorter side) or `Resize((h, w))`.
@@ -26,16 +29,19 @@ pub enum ResizeTo {
 /// One operation of the pipeline, with torchvision's semantics.
 #[derive(Debug, Clone, PartialEq)]
 pub enum AugmentOp {
-    /// `RandomResizedCrop(size, scale, ratio)`, bilinear with antialiasing.
-    RandomResizedCrop { size: Size2, scale: (f64, f64), ratio: (f64, f64) },
+    /// `RandomResizedCrop(size, scale, ratio, interpolation)`, antialiased.
+    RandomResizedCrop { size: Size2, scale: (f64, f64), ratio: (f64, f64), interpolation: Interpolation },
     /// `RandomHorizontalFlip(p)`.
     RandomHorizontalFlip { p: f64 },
-    /// `Resize(size)`, bilinear with antialiasing.
-    Resize { to: ResizeTo },
+    /// `Resize(size, interpolation)`, antialiased.
+    Resize { to: ResizeTo, interpolation: Interpolation },
     /// `CenterCrop(size)`.
     CenterCrop { size: Size2 },
     /// `Normalize(mean, std)` on `ToTensor`'s 0-1 values; npy float32 output only.
     Normalize { mean: [f32; 3], std: [f32; 3] },
+    /// An op on the output's pixels (colour, blur, erasing, the auto-augment policies):
+    /// `pixel_ops`.
+    Pixel(PixelOp),
 }
 
 impl AugmentOp {
@@ -46,6 +52,7 @@ impl AugmentOp {
                 size: Size2::new(224, 224),
                 scale: (0.08, 1.0),
                 ratio: (3.0 / 4.0, 4.0 / 3.0),
+                interpolation: Interpolation::Bilinear,
             },
             AugmentOp::RandomHorizontalFlip { p: 0.5 },
         ]
@@ -59,6 +66,7 @@ impl AugmentOp {
             AugmentOp::Resize { .. } => "resize",
             AugmentOp::CenterCrop { .. } => "center_crop",
             AugmentOp::Normalize { .. } => "normalize",
+            AugmentOp::Pixel(op) => op.name(),
         }
     }
 
@@ -75,9 +83,9 @@ impl AugmentOp {
                     size: args.size("size")?.ok_or_else(|| args.missing("size"))?,
                     scale: args.range("scale", (0.08, 1.0))?,
                     ratio: args.range("ratio", (3.0 / 4.0, 4.0 / 3.0))?,
+                    interpolation: args.interpolation()?,
                 };
                 args.only(&["size", "scale", "ratio", "interpolation", "antialias"])?;
-                args.bilinear_antialiased()?;
                 op
             }
             "random_horizontal_flip" => {
@@ -95,8 +103,7 @@ impl AugmentOp {
                     None => return Err(args.missing("size")),
                 };
                 args.only(&["size", "interpolation", "antialias"])?;
-                args.bilinear_antialiased()?;
-                AugmentOp::Resize { to }
+                AugmentOp::Resize { to, interpolation: args.interpolation()? }
             }
             "center_crop" => {
                 let size = args.size("size")?.ok_or_else(|| args.missing("size"))?;
@@ -109,7 +116,10 @@ impl AugmentOp {
                 args.only(&["mean", "std"])?;
                 AugmentOp::Normalize { mean, std }
             }
-            other => return Err(OpError::UnknownOperation(other.to_string())),
+            other => match PixelOp::from_args(other, &args)? {
+                Some(op) => AugmentOp::Pixel(op),
+                None => return Err(OpError::UnknownOperation(other.to_string())),
+            },
         };
         Ok(op)
     }
@@ -120,24 +130,31 @@ impl Serialize for AugmentOp {
         let mut args: BTreeMap<&str, serde_json::Value> = BTreeMap::new();
         let size = |s: &Size2| serde_json::json!([s.height, s.width]);
         match self {
-            AugmentOp::RandomResizedCrop { size: s, scale, ratio } => {
+            AugmentOp::RandomResizedCrop { size: s, scale, ratio, interpolation } => {
                 args.insert("size", size(s));
                 args.insert("scale", serde_json::json!([scale.0, scale.1]));
                 args.insert("ratio", serde_json::json!([ratio.0, ratio.1]));
+                args.insert("interpolation", serde_json::json!(interpolation.name()));
             }
             AugmentOp::RandomHorizontalFlip { p } => {
                 args.insert("p", serde_json::json!(p));
             }
-            AugmentOp::Resize { to: ResizeTo::ShorterSide(n) } => {
-                args.insert("size", serde_json::json!(n));
+            AugmentOp::Resize { to, interpolation } => {
+                let n = match to {
+                    ResizeTo::ShorterSide(n) => serde_json::json!(n),
+                    ResizeTo::Exact(s) => size(s),
+                };
+                args.insert("size", n);
+                args.insert("interpolation", serde_json::json!(interpolation.name()));
             }
-            AugmentOp::Resize { to: ResizeTo::Exact(s) } | AugmentOp::CenterCrop { size: s } => {
+            AugmentOp::CenterCrop { size: s } => {
                 args.insert("size", size(s));
             }
             AugmentOp::Normalize { mean, std } => {
                 args.insert("mean", serde_json::json!(mean));
                 args.insert("std", serde_json::json!(std));
             }
+            AugmentOp::Pixel(op) => op.args(&mut args),
         }
         let mut map = serializer.serialize_map(Some(1))?;
         map.serialize_entry(self.name(), &args)?;
@@ -154,7 +171,8 @@ pub enum OpError {
     NotOneOperation,
     /// An operation prepfs does not know.
     #[error(
-        "unknown operation `{0}`; known: random_resized_crop, random_horizontal_flip, resize, center_crop, normalize"
+        "unknown operation `{0}`; known: random_resized_crop, random_horizontal_flip, resize, center_crop, normalize, {known}",
+        known = crate::pixels::pixel_ops::NAMES.join(", ")
     )]
     UnknownOperation(String),
     /// The arguments are not a mapping.
@@ -172,13 +190,16 @@ pub enum OpError {
     /// An argument's value is out of range or of the wrong shape; `rule` says what it must be.
     #[error("{op}: `{arg}` must {rule}")]
     BadValue { op: String, arg: String, rule: String },
-    /// A setting other than the one prepfs implements (bilinear, antialiased).
+    /// A setting other than the ones prepfs implements.
     #[error("{op}: only `{setting}` is supported")]
     Unsupported { op: String, setting: &'static str },
+    /// A pixel op placed where it cannot run with torchvision's result (`pixel_ops`' rules).
+    #[error("{op}: {why}")]
+    Placement { op: String, why: &'static str },
 }
 
 /// The arguments of one operation, read with errors that name the argument.
-struct Args<'a> {
+pub(crate) struct Args<'a> {
     op: &'a str,
     map: BTreeMap<String, &'a Value>,
 }
@@ -199,23 +220,23 @@ impl<'a> Args<'a> {
         Ok(Args { op, map })
     }
     /// `key` is required and missing.
-    fn missing(&self, key: &str) -> OpError {
+    pub(crate) fn missing(&self, key: &str) -> OpError {
         OpError::Missing { op: self.op.to_string(), arg: key.to_string() }
     }
     /// `key`'s value breaks `rule` ("be a number").
-    fn bad(&self, key: &str, rule: impl Into<String>) -> OpError {
+    pub(crate) fn bad(&self, key: &str, rule: impl Into<String>) -> OpError {
         OpError::BadValue { op: self.op.to_string(), arg: key.to_string(), rule: rule.into() }
     }
-    fn get(&self, key: &str) -> Option<&'a Value> {
+    pub(crate) fn get(&self, key: &str) -> Option<&'a Value> {
         self.map.get(key).copied()
     }
-    fn only(&self, known: &[&str]) -> Result<(), OpError> {
+    pub(crate) fn only(&self, known: &[&str]) -> Result<(), OpError> {
         match self.map.keys().find(|k| !known.contains(&k.as_str())) {
             Some(k) => Err(OpError::UnknownArgument { op: self.op.to_string(), arg: k.clone(), known: known.join(", ") }),
             None => Ok(()),
         }
     }
-    fn float(&self, key: &str) -> Result<Option<f64>, OpError> {
+    pub(crate) fn float(&self, key: &str) -> Result<Option<f64>, OpError> {
         match self.get(key) {
             None => Ok(None),
             Some(v) => v
@@ -233,7 +254,7 @@ impl<'a> Args<'a> {
         Ok(v as u32)
     }
     /// torchvision's size: `n` for a square, or `[h, w]`.
-    fn size(&self, key: &str) -> Result<Option<Size2>, OpError> {
+    pub(crate) fn size(&self, key: &str) -> Result<Option<Size2>, OpError> {
         let bad = || self.bad(key, "be n or [h, w], whole numbers from 1 to 16384");
         match self.get(key) {
             None => Ok(None),
@@ -248,7 +269,7 @@ impl<'a> Args<'a> {
             Some(_) => Err(bad()),
         }
     }
-    fn range(&self, key: &str, default: (f64, f64)) -> Result<(f64, f64), OpError> {
+    pub(crate) fn range(&self, key: &str, default: (f64, f64)) -> Result<(f64, f64), OpError> {
         let bad = || self.bad(key, "be [low, high] with 0 < low <= high");
         match self.get(key) {
             None => Ok(default),
@@ -264,7 +285,7 @@ impl<'a> Args<'a> {
             Some(_) => Err(bad()),
         }
     }
-    fn triple(&self, key: &str) -> Result<Option<[f32; 3]>, OpError> {
+    pub(crate) fn triple(&self, key: &str) -> Result<Option<[f32; 3]>, OpError> {
         let bad = || self.bad(key, "be three numbers, one per RGB channel");
         match self.get(key) {
             None => Ok(None),
@@ -278,20 +299,26 @@ impl<'a> Args<'a> {
             Some(_) => Err(bad()),
         }
     }
-    /// We resample bilinear with antialiasing only; say so if a config asks for another.
-    fn bilinear_antialiased(&self) -> Result<(), OpError> {
+    /// The operation's name, for errors built elsewhere.
+    pub(crate) fn op(&self) -> &str {
+        self.op
+    }
+    /// `interpolation` (bilinear by default) with antialiasing, the only resampling prepfs does;
+    /// say so if a config asks for another.
+    fn interpolation(&self) -> Result<Interpolation, OpError> {
         let unsupported = |setting| OpError::Unsupported { op: self.op.to_string(), setting };
-        if let Some(v) = self.get("interpolation") {
-            if v.as_str() != Some("bilinear") {
-                return Err(unsupported("interpolation: bilinear"));
-            }
-        }
         if let Some(v) = self.get("antialias") {
             if v.as_bool() != Some(true) {
                 return Err(unsupported("antialias: true"));
             }
         }
-        Ok(())
+        match self.get("interpolation") {
+            None => Ok(Interpolation::Bilinear),
+            Some(v) => v
+                .as_str()
+                .and_then(Interpolation::parse)
+                .ok_or_else(|| unsupported("interpolation: bilinear, bicubic or random")),
+        }
     }
 }
 
@@ -305,22 +332,57 @@ pub struct Rect {
 }
 
 /// Everything one sample's augmentation does, after the random draws: resample `crop` of the
-/// source to `out`, then mirror if `flip`.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// source to `out` with `filter`, then each of `then` in turn, mirror if `flip`, then the pixel
+/// ops' `pixels` and the `erase` (which the output applies: after normalising on float32).
+///
+/// Geometry folds into one resample where that keeps torchvision's result: a crop after a resize
+/// is a crop of the source, exactly. A resample after a resample (`resize` then
+/// `random_resized_crop`) is not folded: upscaling a small crop of the source is sharper than
+/// torchvision's crop of the resized image, so it becomes a second resample in `then`.
+#[derive(Debug, Clone, PartialEq)]
 pub struct SamplePlan {
     pub crop: Rect,
     pub out: Size2,
+    pub filter: Filter,
+    pub then: Vec<Resample>,
     pub flip: bool,
+    pub pixels: Vec<PixelStep>,
+    pub erase: Option<Erase>,
+}
+
+/// One resample after the first: `crop` of the previous resample's output to `out`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Resample {
+    pub crop: Rect,
+    pub out: Size2,
+    pub filter: Filter,
 }
 
 impl SamplePlan {
-    /// The identity plan: the whole image at full resolution (the `decoded` view).
+    /// The identity plan: the whole image at full resolution.
+    #[cfg(test)]
     pub(crate) fn identity(source: Size2) -> SamplePlan {
         SamplePlan {
-            crop: Rect { x: 0.0, y: 0.0, width: source.width.into(), height: source.height.into() },
+            crop: Rect::whole(source),
             out: source,
+            filter: Filter::Bilinear,
+            then: Vec::new(),
             flip: false,
+            pixels: Vec::new(),
+            erase: None,
         }
+    }
+
+    /// The size of the served image (the last resample's output).
+    pub fn size(&self) -> Size2 {
+        self.then.last().map_or(self.out, |r| r.out)
+    }
+}
+
+impl Rect {
+    /// All of an image of `size`.
+    pub(crate) fn whole(size: Size2) -> Rect {
+        Rect { x: 0.0, y: 0.0, width: size.width.into(), height: size.height.into() }
     }
 }
 
@@ -333,22 +395,28 @@ pub(crate) fn fixed_output_size(ops: &[AugmentOp]) -> Option<Size2> {
             AugmentOp::RandomResizedCrop { size: s, .. } | AugmentOp::CenterCrop { size: s } => {
                 size = Some(*s)
             }
-            AugmentOp::Resize { to: ResizeTo::Exact(s) } => size = Some(*s),
-            AugmentOp::Resize { to: ResizeTo::ShorterSide(_) } => size = None,
-            AugmentOp::RandomHorizontalFlip { .. } | AugmentOp::Normalize { .. } => {}
+            AugmentOp::Resize { to: ResizeTo::Exact(s), .. } => size = Some(*s),
+            AugmentOp::Resize { to: ResizeTo::ShorterSide(_), .. } => size = None,
+            AugmentOp::RandomHorizontalFlip { .. } | AugmentOp::Normalize { .. } | AugmentOp::Pixel(_) => {}
         }
     }
     size
 }
 
-
 /// Draws every random parameter of the pipeline for a source of size `source` and folds the
-/// geometry into one plan. Follows torchvision's order of draws and its integer rounding.
+/// geometry into as few resamples as keep torchvision's result. Follows torchvision's order of
+/// draws and its integer rounding.
 pub(crate) fn plan_sample(ops: &[AugmentOp], source: Size2, rng: &mut impl Rng) -> SamplePlan {
     let mut cur = source;
-    let mut crop = SamplePlan::identity(source).crop;
+    // Every resample, the first of the source; each crop in its input's pixels.
+    let mut stages = vec![Resample { crop: Rect::whole(source), out: source, filter: Filter::Bilinear }];
+    // Whether the last resample already changes the scale (then a new one is not folded in).
+    let mut scaled = false;
     let mut flip = false;
-    // Maps a crop of the current image (x, y, w, h in its pixels) back onto the source.
+    let mut pixels = Vec::new();
+    let mut erase = None;
+    // Maps a crop of the current image (x, y, w, h in its pixels) back onto the last resample's
+    // input; a flip still to come mirrors it.
     let take = |cur: Size2, crop: &mut Rect, flip: bool, x: u32, y: u32, w: u32, h: u32| {
         let x = if flip { cur.width - x - w } else { x };
         let sx = crop.width / f64::from(cur.width);
@@ -361,33 +429,68 @@ pub(crate) fn plan_sample(ops: &[AugmentOp], source: Size2, rng: &mut impl Rng) 
         };
     };
     for op in ops {
-        match *op {
-            AugmentOp::RandomResizedCrop { size, scale, ratio } => {
-                let (i, j, h, w) = random_resized_crop_params(cur, scale, ratio, rng);
-                take(cur, &mut crop, flip, j, i, w, h);
-                cur = size;
+        match op {
+            AugmentOp::RandomResizedCrop { size, scale, ratio, interpolation } => {
+                let (i, j, h, w) = random_resized_crop_params(cur, *scale, *ratio, rng);
+                if scaled {
+                    stages.push(Resample { crop: Rect::whole(cur), out: cur, filter: Filter::Bilinear });
+                }
+                let stage = stages.last_mut().expect("the source's resample");
+                take(cur, &mut stage.crop, flip, j, i, w, h);
+                stage.out = *size;
+                stage.filter = interpolation.draw(rng);
+                scaled = true;
+                cur = *size;
             }
             AugmentOp::RandomHorizontalFlip { p } => {
-                if rng.gen::<f64>() < p {
+                if rng.gen::<f64>() < *p {
                     flip = !flip;
                 }
             }
-            AugmentOp::Resize { to: ResizeTo::Exact(size) } => cur = size,
-            AugmentOp::Resize { to: ResizeTo::ShorterSide(n) } => {
-                cur = shorter_side_resize(cur, n);
+            AugmentOp::Resize { to, interpolation } => {
+                let next = match to {
+                    ResizeTo::Exact(size) => *size,
+                    ResizeTo::ShorterSide(n) => shorter_side_resize(cur, *n),
+                };
+                if scaled {
+                    stages.push(Resample { crop: Rect::whole(cur), out: cur, filter: Filter::Bilinear });
+                }
+                let stage = stages.last_mut().expect("the source's resample");
+                stage.out = next;
+                stage.filter = interpolation.draw(rng);
+                scaled = true;
+                cur = next;
             }
             AugmentOp::CenterCrop { size } => {
                 let w = size.width.min(cur.width);
                 let h = size.height.min(cur.height);
                 let top = ((f64::from(cur.height - h)) / 2.0).round_ties_even() as u32;
                 let left = ((f64::from(cur.width - w)) / 2.0).round_ties_even() as u32;
-                take(cur, &mut crop, flip, left, top, w, h);
+                let stage = stages.last_mut().expect("the source's resample");
+                take(cur, &mut stage.crop, flip, left, top, w, h);
                 cur = Size2::new(w, h);
+                stage.out = cur;
             }
             AugmentOp::Normalize { .. } => {}
+            AugmentOp::Pixel(op) => match op.draw(cur, rng) {
+                PixelDraw::Step(step) => pixels.push(step),
+                PixelDraw::Erase(e) => erase = Some(e),
+                PixelDraw::Nothing => {}
+            },
         }
     }
-    SamplePlan { crop, out: cur, flip }
+    let first = stages.remove(0);
+    SamplePlan { crop: first.crop, out: first.out, filter: first.filter, then: stages, flip, pixels, erase }
+}
+
+/// What a pixel op's draw comes to for one sample.
+pub(crate) enum PixelDraw {
+    /// An op on the pixels, in the pipeline's order.
+    Step(PixelStep),
+    /// `random_erasing`'s rectangle.
+    Erase(Erase),
+    /// Nothing this time (a random op not drawn).
+    Nothing,
 }
 
 /// torchvision's `Resize(int)` output size: the shorter side becomes `n`, the longer keeps the
@@ -461,13 +564,14 @@ mod tests {
             AugmentOp::RandomResizedCrop {
                 size: Size2::new(224, 224),
                 scale: (0.08, 1.0),
-                ratio: (0.75, 4.0 / 3.0)
+                ratio: (0.75, 4.0 / 3.0),
+                interpolation: Interpolation::Bilinear,
             }
         );
         assert_eq!(parse_one("random_horizontal_flip:").expect("op"), AugmentOp::RandomHorizontalFlip { p: 0.5 });
         assert_eq!(
             parse_one("resize: { size: 256 }").expect("op"),
-            AugmentOp::Resize { to: ResizeTo::ShorterSide(256) }
+            AugmentOp::Resize { to: ResizeTo::ShorterSide(256), interpolation: Interpolation::Bilinear }
         );
         assert_eq!(
             parse_one("center_crop: { size: [100, 200] }").expect("op"),
@@ -480,14 +584,62 @@ mod tests {
     }
 
     #[test]
+    fn interpolation_is_read_as_torchvision_and_timm_name_it() {
+        let rrc = |i: Interpolation| AugmentOp::RandomResizedCrop {
+            size: Size2::new(224, 224),
+            scale: (0.08, 1.0),
+            ratio: (0.75, 4.0 / 3.0),
+            interpolation: i,
+        };
+        assert_eq!(parse_one("random_resized_crop: { size: 224, interpolation: bicubic }"), Ok(rrc(Interpolation::Bicubic)));
+        assert_eq!(parse_one("random_resized_crop: { size: 224, interpolation: random }"), Ok(rrc(Interpolation::Random)));
+        assert_eq!(
+            parse_one("resize: { size: 232, interpolation: bicubic, antialias: true }"),
+            Ok(AugmentOp::Resize { to: ResizeTo::ShorterSide(232), interpolation: Interpolation::Bicubic })
+        );
+        assert!(parse_one("resize: { size: 8, antialias: false }").unwrap_err().contains("antialias: true"));
+        let plan = plan_sample(&[rrc(Interpolation::Bicubic)], Size2::new(300, 200), &mut draw_rng(0, 0, 0, 0));
+        assert_eq!(plan.filter, Filter::Bicubic);
+    }
+
+    #[test]
+    fn resize_then_random_resized_crop_is_two_resamples_not_one() {
+        let ops = vec![
+            AugmentOp::Resize { to: ResizeTo::ShorterSide(64), interpolation: Interpolation::Bilinear },
+            AugmentOp::RandomResizedCrop {
+                size: Size2::new(48, 48),
+                scale: (0.08, 1.0),
+                ratio: (0.75, 4.0 / 3.0),
+                interpolation: Interpolation::Bicubic,
+            },
+        ];
+        let plan = plan_sample(&ops, Size2::new(512, 384), &mut draw_rng(0, 0, 0, 3));
+        // The source is resized whole to 85x64 first, as torchvision does; the crop is of that.
+        assert_eq!((plan.crop, plan.out), (Rect::whole(Size2::new(512, 384)), Size2::new(85, 64)));
+        assert_eq!(plan.then.len(), 1);
+        let crop = plan.then[0].crop;
+        assert!(crop.x + crop.width <= 85.0 && crop.y + crop.height <= 64.0, "{crop:?}");
+        assert_eq!((plan.then[0].out, plan.then[0].filter, plan.size()), (Size2::new(48, 48), Filter::Bicubic, Size2::new(48, 48)));
+        // A crop after the resize still folds: one resample of a source rectangle.
+        let folded = plan_sample(
+            &[ops[0].clone(), AugmentOp::CenterCrop { size: Size2::new(48, 48) }],
+            Size2::new(512, 384),
+            &mut draw_rng(0, 0, 0, 3),
+        );
+        assert!(folded.then.is_empty());
+        assert_eq!(folded.out, Size2::new(48, 48));
+    }
+
+    #[test]
     fn refusals_name_the_operation_and_the_argument() {
         assert_eq!(parse_one("random_horizontal_flip: { p: 1.5 }").unwrap_err(), "random_horizontal_flip: `p` must lie in [0, 1], got 1.5");
-        assert_eq!(parse_one("resize: { size: 8, interpolation: nearest }").unwrap_err(), "resize: only `interpolation: bilinear` is supported");
+        assert_eq!(parse_one("resize: { size: 8, interpolation: nearest }").unwrap_err(), "resize: only `interpolation: bilinear, bicubic or random` is supported");
         assert_eq!(parse_one("normalize: { mean: [0, 0, 0] }").unwrap_err(), "normalize: `std` is required");
         assert_eq!(parse_one("resize: 3").unwrap_err(), "resize: arguments go in a mapping, like `resize: {size: 224}`");
         assert_eq!(
             parse_one("blur: {}").unwrap_err(),
-            "unknown operation `blur`; known: random_resized_crop, random_horizontal_flip, resize, center_crop, normalize"
+            "unknown operation `blur`; known: random_resized_crop, random_horizontal_flip, resize, center_crop, normalize, \
+             color_jitter, random_grayscale, gaussian_blur, random_erasing, trivial_augment_wide, rand_augment, auto_augment"
         );
         let two: BTreeMap<String, Value> = serde_norway::from_str("resize: {size: 8}\ncenter_crop: {size: 4}").expect("yaml");
         assert_eq!(AugmentOp::from_yaml(&two), Err(OpError::NotOneOperation));
@@ -544,7 +696,7 @@ mod tests {
     #[test]
     fn resize_then_center_crop_maps_back_onto_the_source() {
         let ops = vec![
-            AugmentOp::Resize { to: ResizeTo::ShorterSide(256) },
+            AugmentOp::Resize { to: ResizeTo::ShorterSide(256), interpolation: Interpolation::Bilinear },
             AugmentOp::CenterCrop { size: Size2::new(224, 224) },
         ];
         let plan = plan_sample(&ops, Size2::new(512, 1024), &mut draw_rng(0, 0, 0, 0));

@@ -3,13 +3,25 @@
 //!
 //! - [`jpeg`]: TurboJPEG header probing and the region / DCT-scaled decode.
 //! - [`augment`]: torchvision's operations, their random draws, the geometry they fold into.
+//! - [`interpolation`]: `resize`'s and `random_resized_crop`'s filters (bilinear, bicubic, random).
+//! - [`pixel_ops`]: the ops on the output's pixels (their arguments, draws and order), made of
+//!   [`color`] (`color_jitter`, `random_grayscale`), [`blur`] (`gaussian_blur`), [`erasing`]
+//!   (`random_erasing`) and [`autoaugment`] (the policies), which uses [`affine`] and [`tone`].
 //! - [`pipeline`]: source bytes to output pixels (the fast path and the reference path).
 //! - [`output`]: the served file in the configured format, with sizes known up front; PNG and
 //!   JPEG are encoded by `encode_png` and [`encode_jpeg`].
 //! - `work`: the mount's pixel work (`PixelWork`): fresh draws, timed decodes and augmentations.
 //! - [`profile`]: a cold miss's pixel work stage by stage, for `examples/miss_profile.rs`.
 
+mod affine;
 pub mod augment;
+pub mod autoaugment;
+pub mod blur;
+pub mod color;
+pub mod erasing;
+pub mod interpolation;
+pub mod pixel_ops;
+mod tone;
 pub mod encode_jpeg;
 mod encode_png;
 pub mod jpeg;

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use crate::config::{Dtype, Format, OutputConfig};
 use crate::pixels::encode_jpeg::{self, EncodeError};
 use crate::pixels::encode_png;
+use crate::pixels::erasing::Erase;
 use crate::served::{OutputFiles, ServedBytes};
 use crate::shared::{Rgb, Size2};
 
@@ -95,10 +96,10 @@ pub(crate) fn served<E: From<EncodeError>>(
     let Some(bytes) = Arc::get_mut(&mut shared) else {
         // A fresh Arc has no other owner; kept total rather than assumed.
         let mut bytes = vec![0u8; total];
-        write_served(output, size, &head, &mut bytes, fill)?;
+        write_served(output, size, &head, &mut bytes, None, fill)?;
         return Ok(bytes.into());
     };
-    write_served(output, size, &head, bytes, fill)?;
+    write_served(output, size, &head, bytes, None, fill)?;
     Ok(shared)
 }
 
@@ -109,15 +110,32 @@ pub(crate) fn served_to<E: From<EncodeError>>(
     dest: Dest<'_>,
     fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
 ) -> Result<ServedBytes, E> {
+    served_erased(output, size, dest, None, fill)
+}
+
+/// [`served_to`] with `random_erasing`'s rectangle, if drawn, erased last: on the pixels for
+/// 8-bit formats, on the normalised values for float32 npy (where torchvision erases).
+pub(crate) fn served_erased<E: From<EncodeError>>(
+    output: &OutputConfig,
+    size: Size2,
+    dest: Dest<'_>,
+    erase: Option<&Erase>,
+    fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+) -> Result<ServedBytes, E> {
     let files = match dest {
-        Dest::Memory => return served(output, size, fill).map(ServedBytes::Memory),
+        Dest::Memory if erase.is_none() => return served(output, size, fill).map(ServedBytes::Memory),
+        Dest::Memory => {
+            let mut bytes = vec![0u8; encoded_len(output, size) as usize];
+            write_served(output, size, &header(output, size), &mut bytes, erase, fill)?;
+            return Ok(ServedBytes::Memory(bytes.into()));
+        }
         Dest::File(files) => files,
     };
     SEAL_SCRATCH.with(|cell| {
         let mut bytes = cell.borrow_mut();
         bytes.clear();
         bytes.resize(encoded_len(output, size) as usize, 0);
-        write_served(output, size, &header(output, size), &mut bytes, fill)?;
+        write_served(output, size, &header(output, size), &mut bytes, erase, fill)?;
         let made = match files.try_make(&bytes) {
             Some(file) => ServedBytes::File(Arc::new(file)),
             None => ServedBytes::Memory(Arc::from(&bytes[..])),
@@ -142,20 +160,33 @@ fn write_served<E: From<EncodeError>>(
     size: Size2,
     head: &[u8],
     bytes: &mut [u8],
+    erase: Option<&Erase>,
     fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
 ) -> Result<(), E> {
     let pixels = size.area() as usize * 3;
     let (h, body) = bytes.split_at_mut(head.len());
     h.copy_from_slice(head);
+    let float = (output.format, output.dtype) == (Format::Npy, Dtype::Float32);
     if pixels_in_place(output) {
-        return fill(body);
+        fill(body)?;
+        if let Some(e) = erase {
+            e.apply_u8(body, size.width);
+        }
+        return Ok(());
     }
     PIXEL_SCRATCH.with(|cell| {
         let mut scratch = cell.borrow_mut();
         scratch.clear();
         scratch.resize(pixels, 0);
         fill(&mut scratch)?;
+        match erase {
+            Some(e) if !float => e.apply_u8(&mut scratch, size.width),
+            _ => {}
+        }
         write_pixels(output, size, &scratch, body)?;
+        if let (Some(e), true) = (erase, float) {
+            e.apply_f32(body, size);
+        }
         // A huge image's scratch is not kept for the thread's lifetime.
         if scratch.capacity() > KEEP_SCRATCH_BYTES {
             *scratch = Vec::new();

@@ -19,11 +19,13 @@ use std::io::{self, BufRead, Cursor, Seek};
 use std::sync::Arc;
 
 use fast_image_resize::images::{Image, ImageRef};
-use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
+use fast_image_resize::{PixelType, ResizeAlg, ResizeOptions, Resizer};
 
 use crate::config::OutputConfig;
 use crate::error::ToErrno;
 use crate::pixels::augment::{Rect, SamplePlan};
+use crate::pixels::interpolation::Filter;
+use crate::pixels::pixel_ops;
 use crate::pixels::jpeg::{self, JpegError, Region, Scale};
 use crate::pixels::output::{self, Dest};
 use crate::served::ServedBytes;
@@ -166,9 +168,10 @@ pub(crate) fn decode_other(bytes: &[u8], max_pixels: u64) -> Result<Rgb, PixelEr
 /// mount serves [`augment_served`]).
 #[cfg(test)]
 pub(crate) fn augment(bytes: &[u8], plan: &SamplePlan, max_pixels: u64) -> Result<Rgb, PixelError> {
-    let mut pixels = vec![0u8; plan.out.area() as usize * 3];
+    let size = plan.size();
+    let mut pixels = vec![0u8; size.area() as usize * 3];
     augment_into(bytes, plan, max_pixels, &mut pixels)?;
-    Ok(Rgb { width: plan.out.width, height: plan.out.height, pixels })
+    Ok(Rgb { width: size.width, height: size.height, pixels })
 }
 
 /// The served bytes (header and pixels, in `output`'s format) of one sample for `plan`, by the
@@ -181,10 +184,11 @@ pub(crate) fn augment_served(
     output: &OutputConfig,
     dest: Dest<'_>,
 ) -> Result<ServedBytes, PixelError> {
-    output::served_to(output, plan.out, dest, |dst| augment_into(bytes, plan, max_pixels, dst))
+    output::served_erased(output, plan.size(), dest, plan.erase.as_ref(), |dst| augment_into(bytes, plan, max_pixels, dst))
 }
 
-/// [`augment`] into `dst`: the plan's output size, packed RGB rows.
+/// [`augment`] into `dst`: the plan's output size, packed RGB rows (the erasing is the
+/// output's).
 pub(crate) fn augment_into(bytes: &[u8], plan: &SamplePlan, max_pixels: u64, dst: &mut [u8]) -> Result<(), PixelError> {
     match Codec::sniff(bytes) {
         Codec::Jpeg => {
@@ -192,18 +196,42 @@ pub(crate) fn augment_into(bytes: &[u8], plan: &SamplePlan, max_pixels: u64, dst
             with_decode_scratch(|buf| {
                 let part = jpeg::decode_into(bytes, cut.scale, Some(cut.region), buf)?;
                 let image = RgbRef { width: part.width, height: part.height, pixels: &buf[..part.len()] };
-                resample_into(image, part.origin, cut.crop, plan.out, dst)
+                resample_stages(image, part.origin, cut.crop, plan, dst)
             })?;
         }
         Codec::Other => {
             let full = decode_other(bytes, max_pixels)?;
-            resample_into(RgbRef::of(&full), (0, 0), plan.crop, plan.out, dst)?;
+            resample_stages(RgbRef::of(&full), (0, 0), plan.crop, plan, dst)?;
         }
     }
-    if plan.flip {
-        mirror_rows(dst, plan.out.width as usize);
-    }
+    after_resample(plan, dst);
     Ok(())
+}
+
+/// The plan's resamples: `crop` of `image` (at `origin`) to the first output, then each further
+/// resample of the previous one's output; the last into `dst`.
+pub(crate) fn resample_stages(image: RgbRef<'_>, origin: (u32, u32), crop: Rect, plan: &SamplePlan, dst: &mut [u8]) -> Result<(), PixelError> {
+    let Some((last, between)) = plan.then.split_last() else {
+        return resample_into(image, origin, crop, plan.out, plan.filter, dst);
+    };
+    let mut cur = vec![0u8; plan.out.area() as usize * 3];
+    resample_into(image, origin, crop, plan.out, plan.filter, &mut cur)?;
+    let mut size = plan.out;
+    for stage in between {
+        let mut next = vec![0u8; stage.out.area() as usize * 3];
+        resample_into(RgbRef { width: size.width, height: size.height, pixels: &cur }, (0, 0), stage.crop, stage.out, stage.filter, &mut next)?;
+        (cur, size) = (next, stage.out);
+    }
+    resample_into(RgbRef { width: size.width, height: size.height, pixels: &cur }, (0, 0), last.crop, last.out, last.filter, dst)
+}
+
+/// What follows the resamples on the output's pixels: the mirror, then the pixel ops.
+pub(crate) fn after_resample(plan: &SamplePlan, dst: &mut [u8]) {
+    let size = plan.size();
+    if plan.flip {
+        mirror_rows(dst, size.width as usize);
+    }
+    pixel_ops::apply(&plan.pixels, size, dst);
 }
 
 /// Augments already-decoded full-resolution pixels (a decoded-cache hit): crop, resize, mirror
@@ -215,11 +243,9 @@ pub(crate) fn augment_pixels(full: &Rgb, plan: &SamplePlan) -> Result<Rgb, Pixel
 
 /// [`augment_pixels`] as served bytes, resampled straight into the served buffer.
 pub(crate) fn augment_pixels_served(full: &Rgb, plan: &SamplePlan, output: &OutputConfig, dest: Dest<'_>) -> Result<ServedBytes, PixelError> {
-    output::served_to(output, plan.out, dest, |dst| {
-        resample_into(RgbRef::of(full), (0, 0), plan.crop, plan.out, dst)?;
-        if plan.flip {
-            mirror_rows(dst, plan.out.width as usize);
-        }
+    output::served_erased(output, plan.size(), dest, plan.erase.as_ref(), |dst| {
+        resample_stages(RgbRef::of(full), (0, 0), plan.crop, plan, dst)?;
+        after_resample(plan, dst);
         Ok(())
     })
 }
@@ -308,12 +334,11 @@ thread_local! {
 /// `origin`) to the plan's output size, then mirrors if the plan says so.
 #[cfg(test)]
 fn finish(image: &Rgb, origin: (u32, u32), crop: Rect, plan: &SamplePlan) -> Result<Rgb, PixelError> {
-    let mut pixels = vec![0u8; plan.out.area() as usize * 3];
-    resample_into(RgbRef::of(image), origin, crop, plan.out, &mut pixels)?;
-    if plan.flip {
-        mirror_rows(&mut pixels, plan.out.width as usize);
-    }
-    Ok(Rgb { width: plan.out.width, height: plan.out.height, pixels })
+    let size = plan.size();
+    let mut pixels = vec![0u8; size.area() as usize * 3];
+    resample_stages(RgbRef::of(image), origin, crop, plan, &mut pixels)?;
+    after_resample(plan, &mut pixels);
+    Ok(Rgb { width: size.width, height: size.height, pixels })
 }
 
 /// Borrowed RGB pixels: packed rows, 3 bytes a pixel.
@@ -330,9 +355,9 @@ impl<'a> RgbRef<'a> {
     }
 }
 
-/// The resample step: `crop` of `image` (at `origin`) to `out`, not mirrored, written into `dst`
-/// (`out`'s packed RGB rows, exactly).
-pub(crate) fn resample_into(image: RgbRef<'_>, origin: (u32, u32), crop: Rect, out: Size2, dst: &mut [u8]) -> Result<(), PixelError> {
+/// The resample step: `crop` of `image` (at `origin`) to `out` with `filter`, not mirrored,
+/// written into `dst` (`out`'s packed RGB rows, exactly).
+pub(crate) fn resample_into(image: RgbRef<'_>, origin: (u32, u32), crop: Rect, out: Size2, filter: Filter, dst: &mut [u8]) -> Result<(), PixelError> {
     let left = (crop.x - f64::from(origin.0)).clamp(0.0, f64::from(image.width));
     let top = (crop.y - f64::from(origin.1)).clamp(0.0, f64::from(image.height));
     let width = crop.width.min(f64::from(image.width) - left);
@@ -348,7 +373,7 @@ pub(crate) fn resample_into(image: RgbRef<'_>, origin: (u32, u32), crop: Rect, o
     let src = ImageRef::new(image.width, image.height, image.pixels, PixelType::U8x3)?;
     let mut dst = Image::from_slice_u8(out.width, out.height, dst, PixelType::U8x3)?;
     let options = ResizeOptions::new()
-        .resize_alg(ResizeAlg::Convolution(FilterType::Bilinear))
+        .resize_alg(ResizeAlg::Convolution(filter.filter_type()))
         .crop(left, top, width, height);
     RESIZER.with(|r| r.borrow_mut().resize(&src, &mut dst, &options))?;
     Ok(())

@@ -26,7 +26,7 @@ pub struct StageNanos {
     pub decode: u64,
     /// The antialiased resample of the crop to the output size (its buffer included).
     pub resize: u64,
-    /// The horizontal flip, when drawn.
+    /// The horizontal flip, when drawn, and the pixel ops (colour, blur, the policies).
     pub mirror: u64,
     /// The served bytes around the pixels: the shared buffer a reader is served from (its
     /// allocation, the header; float32's normalisation).
@@ -56,6 +56,11 @@ impl MissProfiler {
     /// writing `output`.
     pub fn imagenet(output: OutputConfig, max_pixels: u64, seed: u64) -> MissProfiler {
         MissProfiler { ops: AugmentOp::imagenet_train(), output, max_pixels, seed, files: None }
+    }
+
+    /// A profiler for any pipeline `ops` (a parsed config's `augment`), writing `output`.
+    pub fn with_ops(ops: Vec<AugmentOp>, output: OutputConfig, max_pixels: u64, seed: u64) -> MissProfiler {
+        MissProfiler { ops, output, max_pixels, seed, files: None }
     }
 
     /// Serves into output files (as a mount with kernel passthrough does), not memory.
@@ -99,25 +104,23 @@ impl MissProfiler {
         let jpeg = Codec::sniff(bytes) == Codec::Jpeg;
         let cut = if jpeg { Some(pipeline::jpeg_cut_of(bytes, &plan, self.max_pixels)?) } else { None };
         lap(&mut times.header);
-        let served = output::served(&self.output, plan.out, |dst| {
+        let served = output::served(&self.output, plan.size(), |dst| {
             lap(&mut times.encode);
             match cut {
                 Some(cut) => pipeline::with_decode_scratch(|buf| {
                     let part = jpeg::decode_into(bytes, cut.scale, Some(cut.region), buf)?;
                     lap(&mut times.decode);
                     let image = RgbRef { width: part.width, height: part.height, pixels: &buf[..part.len()] };
-                    pipeline::resample_into(image, part.origin, cut.crop, plan.out, dst)
+                    pipeline::resample_stages(image, part.origin, cut.crop, &plan, dst)
                 })?,
                 None => {
                     let full = pipeline::decode_other(bytes, self.max_pixels)?;
                     lap(&mut times.decode);
-                    pipeline::resample_into(RgbRef::of(&full), (0, 0), plan.crop, plan.out, dst)?;
+                    pipeline::resample_stages(RgbRef::of(&full), (0, 0), plan.crop, &plan, dst)?;
                 }
             }
             lap(&mut times.resize);
-            if plan.flip {
-                pipeline::mirror_rows(dst, plan.out.width as usize);
-            }
+            pipeline::after_resample(&plan, dst);
             lap(&mut times.mirror);
             Ok::<(), PixelError>(())
         })?;

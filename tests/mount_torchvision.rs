@@ -1,0 +1,89 @@
+//! Each augment op statistically indistinguishable from torchvision v2: drawn many times through
+//! a real mount and through torchvision on the same real photographs, the distributions of
+//! per-image statistics (channel means, standard deviation, erased share) compared with a
+//! two-sample KS test at alpha = 0.001 (tests/support/compare_torchvision.py).
+//!
+//! torch and torchvision are heavy (from PyPI with their CUDA libraries), so `make test` does not
+//! install them: where they are absent this test says "skipped: ..." and passes, unless
+//! `PREPFS_REQUIRE_TORCHVISION=1`, which `make compare-torchvision` sets after installing them.
+//! `PREPFS_TORCH_PYTHON` names the interpreter that has them (python3 by default).
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::{write_config, Mounted};
+
+const LIMIT: Duration = Duration::from_secs(600);
+/// Reads (and torchvision draws) of each photograph per case.
+const DRAWS: &str = "150";
+
+fn torch_python(script: &str, args: &[&std::ffi::OsStr]) -> String {
+    let python = std::env::var("PREPFS_TORCH_PYTHON").unwrap_or_else(|_| "python3".into());
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support").join(script);
+    let out = Command::new(&python).arg(&path).args(args).output().expect("python");
+    assert!(
+        out.status.success(),
+        "{script} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn mount(tmp: &Path, name: &str, source: &Path, yaml: &str) -> Mounted {
+    let dir = tmp.join(name);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let config = write_config(&dir, yaml);
+    Mounted::start(&dir, &config, source, LIMIT)
+}
+
+#[test]
+fn every_op_draws_per_image_statistics_distributed_as_torchvisions() {
+    let check = torch_python("compare_torchvision.py", &["check".as_ref()]);
+    if check.starts_with("skipped") {
+        assert!(std::env::var("PREPFS_REQUIRE_TORCHVISION").is_err(), "PREPFS_REQUIRE_TORCHVISION is set: {check}");
+        eprintln!("{}", check.trim());
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let source = tmp.path().join("src");
+    torch_python("compare_torchvision.py", &["prepare".as_ref(), source.as_os_str()]);
+    let cases: serde_json::Value =
+        serde_json::from_str(torch_python("compare_torchvision.py", &["cases".as_ref()]).trim()).expect("cases JSON");
+    let cases = cases.as_object().expect("a mapping of cases");
+    let mut failures = Vec::new();
+    let mut base: Option<Mounted> = None;
+    for (name, case) in cases {
+        let ours = mount(tmp.path(), name, &source, case["config"].as_str().expect("config"));
+        if base.is_none() {
+            if let Some(yaml) = case["base"].as_str() {
+                base = Some(mount(tmp.path(), "base", &source, yaml));
+            }
+        }
+        let base_dir = base.as_ref().map_or(ours.mountpoint.clone(), |b| b.mountpoint.clone());
+        let out = torch_python(
+            "compare_torchvision.py",
+            &[
+                "compare".as_ref(),
+                name.as_ref(),
+                ours.mountpoint.as_os_str(),
+                base_dir.as_os_str(),
+                source.as_os_str(),
+                DRAWS.as_ref(),
+            ],
+        );
+        drop(ours);
+        let result: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON line");
+        eprintln!("{result}");
+        for (stat, ks) in result["stats"].as_object().expect("stats") {
+            let (d, critical) = (ks["d"].as_f64().expect("d"), ks["critical"].as_f64().expect("critical"));
+            if d > critical {
+                failures.push(format!("{name} {stat}: KS {d} over {critical}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "distributions differ from torchvision's: {failures:#?}");
+}
