@@ -187,18 +187,41 @@ fn prepfs_recipe_turns_a_torchvision_compose_into_a_recipe_the_mount_serves() {
         "recipes:\n  tv2:\n    augment:\n      - random_resized_crop: {size: [24, 24], scale: [0.08, 1.0], ratio: [0.75, 1.3333333333333333]}\n      - random_horizontal_flip: {p: 0.5}\n      - normalize: {mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}\n    output: {format: npy, dtype: float32}\n"
     );
     // Each op the mount cannot serve is named, and the user told to keep it and what follows.
-    for (key, op) in [("trivial", "TrivialAugmentWide"), ("bicubic", "RandomResizedCrop(interpolation=bicubic)"), ("lambda", "Lambda"), ("uint8", "ToImage")] {
+    for (key, op) in [
+        ("nearest", "RandomResizedCrop(interpolation=nearest)"),
+        ("lambda", "Lambda"),
+        ("uint8", "ToImage"),
+        ("geometry_after_jitter", "CenterCrop"),
+        ("random_erasing_value", "RandomErasing(value='random')"),
+        ("after_erasing", "Normalize"),
+    ] {
         let err = got["errors"][key].as_str().unwrap_or_else(|| panic!("no error for {key}: {got}"));
         assert!(err.contains(&format!("prepfs cannot serve {op} ")), "{key}: {err}");
         assert!(err.contains(&format!("Keep {op} and every op after it in your DataLoader")), "{key}: {err}");
     }
-    assert_eq!(got["served_before_trivial"].as_str(), Some("augment:\n  - random_resized_crop: {size: [24, 24], scale: [0.08, 1.0], ratio: [0.75, 1.3333333333333333]}\n  - random_horizontal_flip: {p: 0.5}\n"));
+    assert_eq!(got["served_before_lambda"].as_str(), Some("augment:\n  - random_resized_crop: {size: [24, 24], scale: [0.08, 1.0], ratio: [0.75, 1.3333333333333333]}\n  - random_horizontal_flip: {p: 0.5}\n"));
     assert!(got["errors"]["no_size"].as_str().is_some_and(|e| e.contains("one size per view")), "{got}");
+    // torchvision's reference recipe and the other pixel ops, each with torchvision's settings.
+    let reference = got["reference"].as_str().expect("reference yaml");
+    assert_eq!(
+        reference,
+        "recipes:\n  ref:\n    augment:\n      - random_resized_crop: {size: [24, 24], scale: [0.08, 1.0], ratio: [0.75, 1.3333333333333333], interpolation: bicubic}\n      - random_horizontal_flip: {p: 0.5}\n      - trivial_augment_wide: {num_magnitude_bins: 31}\n      - normalize: {mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}\n      - random_erasing: {p: 0.1, scale: [0.02, 0.33], ratio: [0.3, 3.3], value: 0.0}\n    output: {format: npy, dtype: float32}\n"
+    );
+    let pixel = got["pixel"].as_str().expect("pixel yaml");
+    assert_eq!(
+        pixel,
+        "recipes:\n  pix:\n    augment:\n      - resize: {size: 40}\n      - center_crop: {size: [32, 32]}\n      - color_jitter: {brightness: [0.6, 1.4], contrast: [0.6, 1.4], saturation: [0.6, 1.4], hue: [-0.1, 0.1]}\n      - random_grayscale: {p: 0.2}\n      - gaussian_blur: {kernel_size: [3, 3], sigma: [0.1, 2.0]}\n      - rand_augment: {num_ops: 2, magnitude: 9, num_magnitude_bins: 31}\n      - auto_augment: {policy: imagenet}\n"
+    );
 
     // The YAML mounts: v2's recipe and v1's (resize, center crop, ToTensor, Normalize) beside a
     // uint8 recipe of the same geometry, whose pixels v1's normalized floats must give back.
     let v1 = got["v1"].as_str().expect("v1 yaml");
-    let yaml = format!("seed: 3\n{v2}{}  plain: {{ augment: [ {{resize: {{size: 40}}}}, {{center_crop: {{size: 32}}}} ] }}\n", v1.trim_start_matches("recipes:\n"));
+    let yaml = format!(
+        "seed: 3\n{v2}{}{}{}  plain: {{ augment: [ {{resize: {{size: 40}}}}, {{center_crop: {{size: 32}}}} ] }}\n",
+        v1.trim_start_matches("recipes:\n"),
+        reference.trim_start_matches("recipes:\n"),
+        pixel.trim_start_matches("recipes:\n")
+    );
     let config = write_config(tmp.path(), &yaml);
     let mnt = Mounted::start(tmp.path(), &config, &source, LIMIT);
     let (mean, std) = ([0.485f32, 0.456, 0.406], [0.229f32, 0.224, 0.225]);
@@ -226,5 +249,11 @@ fn prepfs_recipe_turns_a_torchvision_compose_into_a_recipe_the_mount_serves() {
         let back = to_rgb(&shape, &v);
         let worst = back.iter().zip(rgb).map(|(a, b)| a.abs_diff(*b)).max().unwrap_or(0);
         assert!(worst <= 1, "tv1's normalized floats are not plain's pixels (off by {worst})");
+        // The reference recipe and the pixel ops' recipe serve files of their sizes.
+        let (shape, _) = floats(format!("ref/c{class}/s{id:02}.npy"));
+        assert_eq!(shape, [3, 24, 24]);
+        let pix = fs::read(mnt.path(&format!("pix/c{class}/s{id:02}.ppm"))).expect("pix");
+        let (w, h, _) = parse_ppm(&pix);
+        assert_eq!((w, h), (32, 32));
     }
 }

@@ -32,12 +32,31 @@ def _name(op: Any) -> str:
     return type(op).__name__
 
 
-def _interpolation(op: Any) -> str:
-    mode = getattr(op, "interpolation", "bilinear")
+def _interpolation(op: Any, default: str = "bilinear") -> str:
+    mode = getattr(op, "interpolation", default)
     mode = getattr(mode, "value", mode)  # torchvision's InterpolationMode
-    if mode == 2:  # PIL.Image.BILINEAR
-        mode = "bilinear"
+    mode = {0: "nearest", 2: "bilinear", 3: "bicubic"}.get(mode, mode)  # PIL.Image's filters
     return str(mode).lower()
+
+
+def _range(value: Any) -> Optional[List[float]]:
+    """ColorJitter's factor as torchvision keeps it: None (off) or (low, high)."""
+    if value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return None if value == 0 else [float(value), float(value)]
+    return _pair(value)
+
+
+def _fill_is_zero(op: Any) -> bool:
+    fill = getattr(op, "fill", None)
+    if isinstance(fill, dict):  # v2: {type: fill}
+        return all(v is None or v == 0 or v == [0] for v in fill.values())
+    return fill is None or fill == 0 or (isinstance(fill, (list, tuple)) and all(f == 0 for f in fill))
+
+
+# The ops applied to the pixels after the geometry (the mount runs them on the small image).
+_PIXEL_OPS = ("ColorJitter", "RandomGrayscale", "GaussianBlur", "TrivialAugmentWide", "RandAugment", "AutoAugment")
 
 
 def _size(value: Any, op: str) -> List[int]:
@@ -95,9 +114,13 @@ def recipe(transform: Any, name: Optional[str] = None) -> str:
     """The YAML of a prepfs recipe doing what ``transform`` does per sample.
 
     ``transform``: a torchvision ``Compose`` (v2 or v1), a list of transforms, or one transform.
-    Served: ``RandomResizedCrop`` (size, scale, ratio; bilinear, antialiased),
-    ``RandomHorizontalFlip`` (p), ``Resize`` (an int: the shorter side, or (h, w); bilinear,
-    antialiased, no ``max_size``), ``CenterCrop``, and the conversion to float with ``Normalize``
+    Served: ``RandomResizedCrop`` (size, scale, ratio; bilinear or bicubic, antialiased),
+    ``RandomHorizontalFlip`` (p), ``Resize`` (an int: the shorter side, or (h, w); bilinear or
+    bicubic, antialiased, no ``max_size``), ``CenterCrop``; after them the pixel ops
+    ``ColorJitter``, ``RandomGrayscale``, ``GaussianBlur``, ``TrivialAugmentWide``,
+    ``RandAugment``, ``AutoAugment`` (imagenet; nearest, fill 0); ``RandomErasing`` last (a
+    number or one per channel as its value; after ``Normalize`` on float output, as the
+    reference recipes place it); and the conversion to float with ``Normalize``
     (``ToTensor``, or ``ToImage``/``PILToTensor`` then ``ToDtype(torch.float32, scale=True)`` or
     ``ConvertImageDtype(torch.float32)``): the output is then ``npy`` float32 CHW, normalized.
     Without a conversion to float the output is the mount's (``output:`` left out).
@@ -117,19 +140,34 @@ def recipe(transform: Any, name: Optional[str] = None) -> str:
         served = _yaml(augment, None, name) if _fixed_size(augment) else None
         return UnsupportedOp(op, i, why, served)
 
+    pixel_op: Optional[str] = None  # a pixel op met: the geometry is over
+    erased = False
     for i, op in enumerate(ops):
         kind = _name(op)
-        if to_float and kind not in ("Normalize", "ToDtype", "ConvertImageDtype", "Identity"):
-            raise refuse(i, kind, "the mount serves no op after the conversion to float")
-        if normalized and kind != "Identity":
-            raise refuse(i, kind, "the mount serves no op after Normalize")
+        if erased and kind not in ("RandomHorizontalFlip", "Identity"):
+            raise refuse(i, kind, "the mount serves nothing but a flip after RandomErasing")
+        if to_float and kind not in ("Normalize", "ToDtype", "ConvertImageDtype", "RandomErasing", "Identity"):
+            raise refuse(i, kind, "the mount serves no op after the conversion to float but Normalize and RandomErasing")
+        if normalized and kind not in ("RandomErasing", "Identity"):
+            raise refuse(i, kind, "the mount serves no op after Normalize but RandomErasing")
+        if pixel_op is not None and kind in ("RandomResizedCrop", "Resize", "CenterCrop"):
+            raise refuse(i, kind, f"the mount resizes and crops before the pixel ops ({pixel_op} comes first here)")
         if kind in ("RandomResizedCrop", "Resize"):
-            if _interpolation(op) != "bilinear":
-                raise refuse(i, f"{kind}(interpolation={_interpolation(op)})", "the mount's resizes are bilinear")
+            if _interpolation(op) not in ("bilinear", "bicubic"):
+                raise refuse(i, f"{kind}(interpolation={_interpolation(op)})", "the mount's resizes are bilinear or bicubic")
             if getattr(op, "antialias", True) is False:
                 raise refuse(i, f"{kind}(antialias=False)", "the mount's resizes are antialiased")
+        if kind in ("TrivialAugmentWide", "RandAugment", "AutoAugment"):
+            if _interpolation(op, "nearest") != "nearest":
+                raise refuse(i, f"{kind}(interpolation={_interpolation(op, 'nearest')})", "the mount's policies warp with nearest")
+            if not _fill_is_zero(op):
+                raise refuse(i, f"{kind}(fill={op.fill})", "the mount's policies fill with 0")
+        if kind in _PIXEL_OPS:
+            pixel_op = pixel_op or kind
         if kind == "RandomResizedCrop":
             args = {"size": _size(op.size, kind), "scale": _pair(op.scale), "ratio": _pair(op.ratio)}
+            if _interpolation(op) != "bilinear":
+                args["interpolation"] = _interpolation(op)
             augment.append(("random_resized_crop", args))
         elif kind == "RandomHorizontalFlip":
             augment.append(("random_horizontal_flip", {"p": float(getattr(op, "p", 0.5))}))
@@ -141,7 +179,10 @@ def recipe(transform: Any, name: Optional[str] = None) -> str:
                 raise refuse(i, "Resize(size=None)", "the mount's Resize needs a size")
             one = isinstance(size, int) or (isinstance(size, (list, tuple)) and len(size) == 1)
             side = size if isinstance(size, int) else size[0]
-            augment.append(("resize", {"size": side if one else _size(size, kind)}))
+            args = {"size": side if one else _size(size, kind)}
+            if _interpolation(op) != "bilinear":
+                args["interpolation"] = _interpolation(op)
+            augment.append(("resize", args))
         elif kind == "CenterCrop":
             augment.append(("center_crop", {"size": _size(op.size, kind)}))
         elif kind in ("PILToTensor", "ToImage", "ToImageTensor"):
@@ -164,6 +205,35 @@ def recipe(transform: Any, name: Optional[str] = None) -> str:
                 raise refuse(i, kind, "the mount normalizes three channels (RGB)")
             augment.append(("normalize", {"mean": mean, "std": std}))
             normalized = True
+        elif kind == "ColorJitter":
+            args = {k: r for k in ("brightness", "contrast", "saturation", "hue") if (r := _range(getattr(op, k, None))) is not None}
+            augment.append(("color_jitter", args))
+        elif kind == "RandomGrayscale":
+            augment.append(("random_grayscale", {"p": float(getattr(op, "p", 0.1))}))
+        elif kind == "GaussianBlur":
+            kernel = op.kernel_size
+            kernel = [kernel, kernel] if isinstance(kernel, int) else [int(k) for k in kernel]
+            sigma = op.sigma
+            sigma = [float(sigma), float(sigma)] if isinstance(sigma, (int, float)) else _pair(sigma)
+            augment.append(("gaussian_blur", {"kernel_size": kernel, "sigma": sigma}))
+        elif kind == "TrivialAugmentWide":
+            augment.append(("trivial_augment_wide", {"num_magnitude_bins": int(getattr(op, "num_magnitude_bins", 31))}))
+        elif kind == "RandAugment":
+            augment.append(("rand_augment", {"num_ops": int(op.num_ops), "magnitude": int(op.magnitude),
+                                             "num_magnitude_bins": int(getattr(op, "num_magnitude_bins", 31))}))
+        elif kind == "AutoAugment":
+            policy = getattr(op, "policy", "imagenet")
+            policy = str(getattr(policy, "value", policy)).lower()
+            if policy != "imagenet":
+                raise refuse(i, f"AutoAugment(policy={policy})", "the mount's AutoAugment policy is imagenet")
+            augment.append(("auto_augment", {"policy": "imagenet"}))
+        elif kind == "RandomErasing":
+            value = getattr(op, "value", 0)
+            if isinstance(value, str):
+                raise refuse(i, f"RandomErasing(value={value!r})", "the mount erases to a number or one per channel")
+            value = float(value) if isinstance(value, (int, float)) else [float(v) for v in value]
+            augment.append(("random_erasing", {"p": float(op.p), "scale": _pair(op.scale), "ratio": _pair(op.ratio), "value": value}))
+            erased = True
         elif kind == "Identity":
             pass
         else:

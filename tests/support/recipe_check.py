@@ -23,7 +23,7 @@ class InterpolationMode:  # torchvision.transforms.InterpolationMode's members c
         self.value = value
 
 
-BILINEAR, BICUBIC = InterpolationMode("bilinear"), InterpolationMode("bicubic")
+BILINEAR, BICUBIC, NEAREST = InterpolationMode("bilinear"), InterpolationMode("bicubic"), InterpolationMode("nearest")
 
 
 class dtype:  # torch.float32 prints as "torch.float32"
@@ -82,7 +82,47 @@ class Normalize:
 
 
 class TrivialAugmentWide:
-    pass
+    def __init__(self, num_magnitude_bins=31, interpolation=NEAREST, fill=None):
+        self.num_magnitude_bins, self.interpolation, self.fill = num_magnitude_bins, interpolation, fill
+
+
+class RandAugment:
+    def __init__(self, num_ops=2, magnitude=9, num_magnitude_bins=31, interpolation=NEAREST, fill=None):
+        self.num_ops, self.magnitude, self.num_magnitude_bins = num_ops, magnitude, num_magnitude_bins
+        self.interpolation, self.fill = interpolation, fill
+
+
+class AutoAugmentPolicy:  # torchvision's enum: members carry .value
+    def __init__(self, value):
+        self.value = value
+
+
+class AutoAugment:
+    def __init__(self, policy=AutoAugmentPolicy("imagenet"), interpolation=NEAREST, fill=None):
+        self.policy, self.interpolation, self.fill = policy, interpolation, fill
+
+
+class ColorJitter:  # torchvision keeps each factor as None (off) or (low, high)
+    def __init__(self, brightness=0, contrast=0, saturation=0, hue=0):
+        one = lambda v: None if v == 0 else (max(0.0, 1 - v), 1 + v)
+        self.brightness, self.contrast, self.saturation = one(brightness), one(contrast), one(saturation)
+        self.hue = None if hue == 0 else (-hue, hue)
+
+
+class RandomGrayscale:
+    def __init__(self, p=0.1):
+        self.p = p
+
+
+class GaussianBlur:
+    def __init__(self, kernel_size, sigma=(0.1, 2.0)):
+        self.kernel_size = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
+        self.sigma = [float(sigma), float(sigma)] if isinstance(sigma, (int, float)) else list(sigma)
+
+
+class RandomErasing:
+    def __init__(self, p=0.5, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0, inplace=False):
+        self.p, self.scale, self.ratio, self.value, self.inplace = p, scale, ratio, value, inplace
 
 
 class Lambda:
@@ -107,16 +147,30 @@ out = {
         name="tv2",
     ),
     "v1": recipe(Compose([Resize(40), CenterCrop(32), ToTensor(), Normalize(MEAN, STD)]), name="tv1"),
+    # torchvision's reference recipe (TrivialAugmentWide, RandomErasing 0.1), bicubic as Swin's.
+    "reference": recipe(
+        Compose([RandomResizedCrop(24, interpolation=BICUBIC), RandomHorizontalFlip(), TrivialAugmentWide(),
+                 ToImage(), ToDtype(float32, scale=True), Normalize(MEAN, STD), RandomErasing(0.1)]),
+        name="ref",
+    ),
+    # The other pixel ops, as a uint8 recipe (no conversion: the mount's own output).
+    "pixel": recipe(
+        Compose([Resize(40), CenterCrop(32), ColorJitter(0.4, 0.4, 0.4, 0.1), RandomGrayscale(0.2),
+                 GaussianBlur(3, (0.1, 2.0)), RandAugment(), AutoAugment()]),
+        name="pix",
+    ),
     "errors": {
-        "trivial": error(Compose([RandomResizedCrop(24), RandomHorizontalFlip(), TrivialAugmentWide(), ToTensor()])),
-        "bicubic": error(Compose([RandomResizedCrop(24, interpolation=BICUBIC), ToTensor()])),
+        "nearest": error(Compose([RandomResizedCrop(24, interpolation=NEAREST), ToTensor()])),
         "lambda": error(Compose([Resize(40), Lambda(lambda x: x), CenterCrop(32)])),
         "uint8": error(Compose([RandomResizedCrop(24), ToImage()])),
         "no_size": error(Compose([Resize(40), ToTensor()])),
+        "geometry_after_jitter": error(Compose([Resize(40), ColorJitter(0.4), CenterCrop(32)])),
+        "random_erasing_value": error(Compose([RandomResizedCrop(24), ToTensor(), RandomErasing(value="random")])),
+        "after_erasing": error(Compose([RandomResizedCrop(24), ToTensor(), RandomErasing(), Normalize(MEAN, STD)])),
     },
 }
 try:
-    recipe(Compose([RandomResizedCrop(24), RandomHorizontalFlip(), TrivialAugmentWide(), ToTensor()]))
+    recipe(Compose([RandomResizedCrop(24), RandomHorizontalFlip(), Lambda(lambda x: x), ToTensor()]))
 except UnsupportedOp as e:
-    out["served_before_trivial"] = e.served
+    out["served_before_lambda"] = e.served
 print(json.dumps(out))
