@@ -3,11 +3,8 @@
 //!
 //! The daemon writes each batch's pixels into a slot of a ring of shared memory this module
 //! maps; the images tensor views that slot (no copy), and the slot is not asked for again until
-//! every view of it is gone. The protocol is the daemon's own (`src/loader/wire.rs`).
+//! every view of it is gone. The protocol is the daemon's own (the `prepfs-wire` crate).
 
-#[path = "../../src/loader/wire.rs"]
-#[allow(dead_code)]
-mod wire;
 mod dlpack;
 #[cfg(feature = "gpu")]
 mod gpu;
@@ -24,6 +21,7 @@ use pyo3::exceptions::{PyConnectionError, PyOSError, PyRuntimeError, PyStopItera
 use pyo3::prelude::*;
 
 use dlpack::{DLDataType, Owner, Tensor};
+use prepfs_wire as wire;
 use wire::{Reply, Request};
 
 /// The ring of slots the daemon writes into, mapped here.

@@ -7,10 +7,10 @@
 //! connections may hold (`admission.rs`: places and ring memory, per user and in all), and each
 //! connection's ring of slots in one anonymous memory file that the loader maps, sealed at its
 //! size. What goes into a slot is the core's (`fs::loader`): the same sampling, cache and pixel
-//! work as `jobs/<job>/augmented/`. The protocol is `wire.rs`'s, shared with the extension.
+//! work as `jobs/<job>/augmented/`. The protocol is the `prepfs-wire` crate's, shared with the extension.
 
 mod admission;
 mod server;
-pub mod wire;
+use prepfs_wire as wire;
 
 pub(crate) use server::{default_path, LoaderServer, LoaderSocketError};

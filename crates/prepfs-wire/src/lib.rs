@@ -1,5 +1,5 @@
-//! The loader protocol, written once: the daemon (`crate::loader`) and the Python extension
-//! (`python/`, which includes this file) both speak it.
+//! The loader protocol, written once: the daemon (`prepfs_core::loader`) and the Python
+//! extension (`python/`) both depend on this crate and speak it.
 //!
 //! A Unix stream socket carries frames: a 4-byte little-endian length, then that many bytes of
 //! JSON, one [`Request`] or [`Reply`]. Pixels never travel in frames: the daemon writes them into
