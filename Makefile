@@ -14,7 +14,7 @@ deps:
 	@scripts/install-deps.sh
 
 build: deps
-	$(CARGO) build --release --bin prepfs --examples
+	$(CARGO) build --release -p prepfs --bin prepfs --examples
 
 # `make install` (as root, after `make build` or with cargo at hand): the release binary (stripped) and the
 # mount(8) helper to $(BINDIR), and $(SBINDIR)/mount.fuse.prepfs linked to the helper, which
@@ -26,7 +26,7 @@ SBINDIR ?= /sbin
 BIN ?= target/release/prepfs
 
 target/release/prepfs:
-	$(CARGO) build --release --bin prepfs
+	$(CARGO) build --release -p prepfs --bin prepfs
 
 install: $(BIN)
 	install -D -s -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/prepfs
@@ -65,16 +65,18 @@ ptx:
 	clang-14 -x cuda --cuda-device-only --cuda-gpu-arch=sm_52 -nocudainc -nocudalib -O3 -S \
 	  -o python/src/kernels/normalize.ptx python/src/kernels/normalize.cu
 
-# Unit tests, mounted end-to-end tests (the loader's with the Python module built and installed
-# first), the shuttle model checks of the cache's and sampling's concurrency (tests/shuttle.rs, a
-# build with `--features shuttle`), the fuzz targets' build (so a rename in the crate breaks
-# make test, not only make fuzz), the benchmark harness's own self-test. As root on Linux 6.9 or
+# Every workspace crate's unit and integration tests: the core's without FUSE
+# (crates/prepfs-core), the mounted end-to-end tests (crates/prepfs/tests; the loader's with the
+# Python module built and installed first); the shuttle model checks of the cache's and
+# sampling's concurrency (crates/prepfs-core/tests/shuttle.rs, a build with `--features
+# shuttle`), the fuzz targets' build (so a rename in the core breaks make test, not only make
+# fuzz), the benchmark harness's own self-test. As root on Linux 6.9 or
 # later the passthrough tests must run (PREPFS_REQUIRE_PASSTHROUGH): elsewhere they say skipped.
 REQUIRE_PASSTHROUGH := $(shell [ "$$(id -u)" = 0 ] && printf '%s\n6.9\n' "$$(uname -r | cut -d- -f1)" | sort -V -C -r && echo 1)
 test: deps python
-	$(CARGO) build --examples
-	PREPFS_REQUIRE_LOADER=1 $(if $(REQUIRE_PASSTHROUGH),PREPFS_REQUIRE_PASSTHROUGH=1) $(CARGO) test --all-targets
-	$(CARGO) test --features shuttle --test shuttle
+	$(CARGO) build --workspace --examples
+	PREPFS_REQUIRE_LOADER=1 $(if $(REQUIRE_PASSTHROUGH),PREPFS_REQUIRE_PASSTHROUGH=1) $(CARGO) test --workspace --all-targets
+	$(CARGO) test -p prepfs-core --features shuttle --test shuttle
 	$(CARGO) check --manifest-path fuzz/Cargo.toml --bins
 	$(PYTHON) bench/test_harness.py
 
