@@ -70,13 +70,15 @@ ptx:
 # Python module built and installed first); the shuttle model checks of the cache's and
 # sampling's concurrency (crates/prepfs-core/tests/shuttle.rs, a build with `--features
 # shuttle`), the benchmark harness's own self-test. The fuzz targets are workspace members:
-# `--workspace --all-targets` builds them (linked with libFuzzer, not run), so a rename in the
-# core breaks make test, not only make fuzz. As root on Linux 6.9 or
-# later the passthrough tests must run (PREPFS_REQUIRE_PASSTHROUGH): elsewhere they say skipped.
+# `build --workspace --all-targets` builds them (linked with libFuzzer), so a rename in the core
+# breaks make test, not only make fuzz; the tests run with `--tests --examples`, which leaves out
+# binaries marked `test = false` (the fuzz targets: run as tests, libFuzzer would fuzz forever).
+# As root on Linux 6.9 or later the passthrough tests must run (PREPFS_REQUIRE_PASSTHROUGH):
+# elsewhere they say skipped.
 REQUIRE_PASSTHROUGH := $(shell [ "$$(id -u)" = 0 ] && printf '%s\n6.9\n' "$$(uname -r | cut -d- -f1)" | sort -V -C -r && echo 1)
 test: deps python
-	$(CARGO) build --workspace --examples
-	PREPFS_REQUIRE_LOADER=1 $(if $(REQUIRE_PASSTHROUGH),PREPFS_REQUIRE_PASSTHROUGH=1) $(CARGO) test --workspace --all-targets
+	$(CARGO) build --workspace --all-targets
+	PREPFS_REQUIRE_LOADER=1 $(if $(REQUIRE_PASSTHROUGH),PREPFS_REQUIRE_PASSTHROUGH=1) $(CARGO) test --workspace --tests --examples
 	$(CARGO) test -p prepfs-core --features shuttle --test shuttle
 	$(PYTHON) bench/test_harness.py
 
