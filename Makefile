@@ -14,7 +14,7 @@ deps:
 	@scripts/install-deps.sh
 
 build: deps
-	$(CARGO) build --release --bin prepfs --examples
+	$(CARGO) build --release -p prepfs --bin prepfs --examples
 
 # `make install` (as root, after `make build` or with cargo at hand): the release binary (stripped) and the
 # mount(8) helper to $(BINDIR), and $(SBINDIR)/mount.fuse.prepfs linked to the helper, which
@@ -26,7 +26,7 @@ SBINDIR ?= /sbin
 BIN ?= target/release/prepfs
 
 target/release/prepfs:
-	$(CARGO) build --release --bin prepfs
+	$(CARGO) build --release -p prepfs --bin prepfs
 
 install: $(BIN)
 	install -D -s -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/prepfs
@@ -65,17 +65,21 @@ ptx:
 	clang-14 -x cuda --cuda-device-only --cuda-gpu-arch=sm_52 -nocudainc -nocudalib -O3 -S \
 	  -o python/src/kernels/normalize.ptx python/src/kernels/normalize.cu
 
-# Unit tests, mounted end-to-end tests (the loader's with the Python module built and installed
-# first), the shuttle model checks of the cache's and sampling's concurrency (tests/shuttle.rs, a
-# build with `--features shuttle`), the fuzz targets' build (so a rename in the crate breaks
-# make test, not only make fuzz), the benchmark harness's own self-test. As root on Linux 6.9 or
-# later the passthrough tests must run (PREPFS_REQUIRE_PASSTHROUGH): elsewhere they say skipped.
+# Every workspace crate's unit and integration tests: the core's without FUSE
+# (crates/prepfs-core), the mounted end-to-end tests (crates/prepfs/tests; the loader's with the
+# Python module built and installed first); the shuttle model checks of the cache's and
+# sampling's concurrency (crates/prepfs-core/tests/shuttle.rs, a build with `--features
+# shuttle`), the benchmark harness's own self-test. The fuzz targets are workspace members:
+# `build --workspace --all-targets` builds them (linked with libFuzzer), so a rename in the core
+# breaks make test, not only make fuzz; the tests run with `--tests --examples`, which leaves out
+# binaries marked `test = false` (the fuzz targets: run as tests, libFuzzer would fuzz forever).
+# As root on Linux 6.9 or later the passthrough tests must run (PREPFS_REQUIRE_PASSTHROUGH):
+# elsewhere they say skipped.
 REQUIRE_PASSTHROUGH := $(shell [ "$$(id -u)" = 0 ] && printf '%s\n6.9\n' "$$(uname -r | cut -d- -f1)" | sort -V -C -r && echo 1)
 test: deps python
-	$(CARGO) build --examples
-	PREPFS_REQUIRE_LOADER=1 $(if $(REQUIRE_PASSTHROUGH),PREPFS_REQUIRE_PASSTHROUGH=1) $(CARGO) test --all-targets
-	$(CARGO) test --features shuttle --test shuttle
-	$(CARGO) check --manifest-path fuzz/Cargo.toml --bins
+	$(CARGO) build --workspace --all-targets
+	PREPFS_REQUIRE_LOADER=1 $(if $(REQUIRE_PASSTHROUGH),PREPFS_REQUIRE_PASSTHROUGH=1) $(CARGO) test --workspace --tests --examples
+	$(CARGO) test -p prepfs-core --features shuttle --test shuttle
 	$(PYTHON) bench/test_harness.py
 
 # Each augment op against torchvision v2 on real photographs (tests/mount_torchvision.rs: KS tests
@@ -85,7 +89,7 @@ test: deps python
 compare-torchvision: deps
 	@$(PYTHON) -c "import torchvision" 2>/dev/null || { echo "installing torch and torchvision for $(PYTHON)"; \
 	  $(PYTHON) -m pip install -q torch torchvision 2>/dev/null || $(PYTHON) -m pip install -q --break-system-packages torch torchvision; }
-	PREPFS_REQUIRE_TORCHVISION=1 PREPFS_TORCH_PYTHON=$(PYTHON) $(CARGO) test --test mount_torchvision -- --nocapture
+	PREPFS_REQUIRE_TORCHVISION=1 PREPFS_TORCH_PYTHON=$(PYTHON) $(CARGO) test -p prepfs --test mount_torchvision -- --nocapture
 
 # Back-to-back epochs with the plan's predictions beside them (bench/results/<date>-epochs.md),
 # and 3 concurrent jobs with the defaults against jobs decoding JPEGs themselves.

@@ -1298,8 +1298,8 @@ FAKE_FLOORFS = textwrap.dedent("""\
     while True:
         time.sleep(1)
 """)
-FLOORFS_RS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples",
-                          "floorfs.rs")
+FLOORFS_RS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "crates", "prepfs",
+                          "examples", "floorfs.rs")
 REAL_FLOORFS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target",
                             "release", "examples", "floorfs")
 
@@ -1361,7 +1361,9 @@ class FloorTest(unittest.TestCase):
         self.assertEqual(floor.prepfs_fuse_threads("fuse_threads: 0\n"), here)
         self.assertEqual(floor.prepfs_fuse_threads("jobs:\n  fuse_threads: 9\n"), here)
         self.assertEqual([floor.default_fuse_threads(n) for n in (1, 2, 8, 64)], [2, 2, 8, 16])
-        with open(os.path.join(os.path.dirname(FLOORFS_RS), "..", "src", "config", "mod.rs")) as f:
+        config_rs = os.path.join(os.path.dirname(FLOORFS_RS), "..", "..", "prepfs-core", "src", "config",
+                                 "mod.rs")
+        with open(config_rs) as f:
             self.assertIn("if raw.fuse_threads == 0 { %s }" % floor.PREPFS_FUSE_THREADS_RULE,
                           f.read())
 

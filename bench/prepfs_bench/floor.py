@@ -28,7 +28,7 @@ import loaders  # bench/loaders.py (standard library only at import time)
 from .mount import is_mounted, lazy_unmount, proc_cpu_seconds, reap
 from .plan import FLOOR_ROWS, floor_flags
 
-# prepfs's FUSE threads when its config does not set `fuse_threads` (src/config/mod.rs: 0 -> one
+# prepfs's FUSE threads when its config does not set `fuse_threads` (crates/prepfs-core/src/config/mod.rs: 0 -> one
 # per core it may run on, at least 2 and at most 16)
 PREPFS_FUSE_THREADS_RULE = "cores.clamp(2, 16)"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Optional
 
 
-# Mirrors config::SIZE_UNITS in src/config/units.rs (matched in any case): K/KB ... T/TB are powers of
+# Mirrors config::SIZE_UNITS in crates/prepfs-core/src/config/units.rs (matched in any case): K/KB ... T/TB are powers of
 # 1000, Ki/KiB ... Ti/TiB powers of 1024.
 _SIZE_UNITS = {"": 1, "b": 1,
                "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9, "t": 1e12, "tb": 1e12,

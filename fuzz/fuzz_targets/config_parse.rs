@@ -12,7 +12,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use prepfs::config::{self, Config, Overrides};
+use prepfs_core::config::{self, Config, Overrides};
 use serde_norway::Value;
 
 struct Sandbox {
@@ -76,7 +76,7 @@ fn value_parsers(s: &str) {
     let _ = config::parse_bytes(s);
     let _ = config::parse_rate(s);
     let _ = config::parse_duration(s);
-    if let Ok(split) = s.parse::<prepfs::planner::Split>() {
+    if let Ok(split) = s.parse::<prepfs_core::planner::Split>() {
         assert_eq!(split.as_array().iter().map(|&p| u64::from(p)).sum::<u64>(), 100, "split {s:?} -> {split:?}");
     }
 }

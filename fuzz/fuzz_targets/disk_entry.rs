@@ -27,9 +27,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
-use prepfs::cache::disk::{DiskCache, DiskKind};
-use prepfs::cache::lower::LowerHit;
-use prepfs::shared::Rgb;
+use prepfs_core::cache::disk::{DiskCache, DiskKind};
+use prepfs_core::cache::lower::LowerHit;
+use prepfs_core::shared::Rgb;
 
 const KEY: u64 = 0x0123_4567_89ab_cdef;
 const SIZE: u64 = 1 << 30;
@@ -211,5 +211,5 @@ fuzz_target!(|data: &[u8]| {
 });
 
 fn fnv(data: &[u8]) -> u64 {
-    prepfs::shared::fnv1a64(&[data])
+    prepfs_core::shared::fnv1a64(&[data])
 }

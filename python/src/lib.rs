@@ -3,12 +3,9 @@
 //!
 //! The daemon writes each batch's pixels into a slot of a ring of shared memory this module
 //! maps; the images tensor views that slot (no copy), and the slot is not asked for again until
-//! every view of it is gone. The protocol is the daemon's own (`src/loader/wire.rs`). On the GPU
+//! every view of it is gone. The protocol is the daemon's own (the `prepfs-wire` crate). On the GPU
 //! path (`gpu.rs`) a batch is uploaded out of its slot, which is held until that copy is done.
 
-#[path = "../../src/loader/wire.rs"]
-#[allow(dead_code)]
-mod wire;
 mod dlpack;
 #[cfg(feature = "gpu")]
 mod gpu;
@@ -27,6 +24,7 @@ use pyo3::exceptions::{PyConnectionError, PyOSError, PyRuntimeError, PyStopItera
 use pyo3::prelude::*;
 
 use dlpack::{DLDataType, Owner, Tensor};
+use prepfs_wire as wire;
 use wire::{Reply, Request};
 
 /// The ring of slots the daemon writes into, mapped here.

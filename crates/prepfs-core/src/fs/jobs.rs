@@ -1,0 +1,294 @@
+//! The jobs' side of the core: mkdir and rmdir under `jobs/`, the job a job view's inode names
+//! (and the pending names of jobs not made yet: [`PendingNames`]),
+//! prefetch along a job's listing ([`PrefetchQueue`], [`Filesystem::run_prefetch`]), which samples
+//! the refill prepares, and freeing what retired or served-out jobs hold in the cache.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Attr, Caller, Filesystem, Node};
+use crate::error::{Error, Result};
+use super::inodes::PENDING_JOB;
+use crate::producer::RefillScope;
+use crate::sampling::{check_name, Job};
+use crate::shared::Form;
+use crate::source::catalog::{DirId, FileId};
+use crate::stats::bump;
+use crate::sync::{Condvar, CondvarExt, LockExt, Mutex};
+
+/// Samples waiting to be prepared ahead of the jobs that will read them.
+#[derive(Default)]
+pub(super) struct PrefetchQueue {
+    pending: Mutex<(VecDeque<(FileId, Form, Arc<Job>)>, HashSet<FileId>)>,
+    ready: Condvar,
+}
+
+/// Prefetch work queued at most (the rest is dropped: the window bounds it anyway).
+const PREFETCH_QUEUE_MAX: usize = 4096;
+
+impl PrefetchQueue {
+    /// Wakes every prefetch worker waiting for work (at unmount: they see the stop at once).
+    pub(super) fn wake(&self) {
+        let _pending = self.pending.lock_or_recover();
+        self.ready.notify_all();
+    }
+
+    fn push(&self, sample: FileId, form: Form, job: &Arc<Job>) {
+        let mut pending = self.pending.lock_or_recover();
+        if pending.0.len() < PREFETCH_QUEUE_MAX && pending.1.insert(sample) {
+            pending.0.push_back((sample, form, Arc::clone(job)));
+            self.ready.notify_one();
+        }
+    }
+    fn pop(&self, wait: Duration) -> Option<(FileId, Form, Arc<Job>)> {
+        let mut pending = self.pending.lock_or_recover();
+        if pending.0.is_empty() && !wait.is_zero() {
+            pending = self.ready.wait_timeout_or_recover(pending, wait);
+        }
+        pending.0.pop_front()
+    }
+    fn done(&self, sample: FileId) {
+        self.pending.lock_or_recover().1.remove(&sample);
+    }
+}
+
+/// Names looked up under `jobs/` that were no job: each gets a pending code (with
+/// [`PENDING_JOB`] set) for the inodes of its empty directory and of everything under it, so a
+/// path into a job not made yet resolves, while a lookup makes nothing (no registry entry, no
+/// `jobs.max` slot, nothing listed in `jobs/`); the first open inside makes the job. Bounded:
+/// past [`PENDING_KEPT`] names the oldest is forgotten (its inodes then answer `ENOENT`, and the
+/// kernel looks the name up again).
+#[derive(Default)]
+pub(super) struct PendingNames {
+    inner: Mutex<PendingInner>,
+}
+
+#[derive(Default)]
+struct PendingInner {
+    by_name: HashMap<String, u32>,
+    by_code: HashMap<u32, String>,
+    order: VecDeque<u32>,
+    next: u32,
+}
+
+/// Pending job names remembered at most.
+const PENDING_KEPT: usize = 4096;
+
+impl PendingNames {
+    /// The pending code of `name` (the same while it is remembered).
+    fn code_of(&self, name: &str) -> u32 {
+        let mut p = self.inner.lock_or_recover();
+        if let Some(&code) = p.by_name.get(name) {
+            return code;
+        }
+        if p.order.len() >= PENDING_KEPT {
+            if let Some(old) = p.order.pop_front() {
+                if let Some(n) = p.by_code.remove(&old) {
+                    p.by_name.remove(&n);
+                }
+            }
+        }
+        p.next = (p.next % (PENDING_JOB - 1)) + 1;
+        let code = PENDING_JOB | p.next;
+        p.by_name.insert(name.to_owned(), code);
+        p.by_code.insert(code, name.to_owned());
+        p.order.push_back(code);
+        code
+    }
+
+    /// The name a pending code stands for, while remembered.
+    fn name_of(&self, code: u32) -> Option<String> {
+        self.inner.lock_or_recover().by_code.get(&code).cloned()
+    }
+}
+
+/// Whether a view's job code is a pending name's.
+pub(super) fn is_pending(code: u32) -> bool {
+    code & PENDING_JOB != 0
+}
+
+impl Filesystem {
+    /// The active job whose inodes carry `code`, marked active now.
+    pub(super) fn job(&self, code: u32) -> Result<Arc<Job>> {
+        let job = self.jobs.by_code(code).ok_or(Error::NotFound)?;
+        job.touch(self.jobs.now_ms());
+        Ok(job)
+    }
+
+    /// The job a view's inodes name, for `caller`: the active job of a real code; for a pending
+    /// code, the job of its name if one exists, else one made now for `caller` when `make` (an
+    /// open inside it), else `None`. Another user's job reached through a pending name is refused
+    /// as its directory would refuse it (`EACCES`).
+    pub(super) fn job_for(&self, code: u32, caller: Caller, make: bool) -> Result<Option<Arc<Job>>> {
+        if !is_pending(code) {
+            return self.job(code).map(Some);
+        }
+        let name = self.pending.name_of(code).ok_or(Error::NotFound)?;
+        let job = match self.jobs.by_name(&name) {
+            Some(job) => job,
+            None if make => self.jobs.get_or_create(name.as_bytes(), self.requester(caller))?,
+            None => return Ok(None),
+        };
+        self.check_may_join(&job, caller)?;
+        job.touch(self.jobs.now_ms());
+        Ok(Some(job))
+    }
+
+    /// The one rule of who may use a job, as its directory (mode 0500, its owner's) says:
+    /// its owner, or root.
+    pub(super) fn check_may_join(&self, job: &Job, caller: Caller) -> Result<()> {
+        if job.owner() == caller.uid || caller.uid == 0 {
+            Ok(())
+        } else {
+            Err(Error::Denied)
+        }
+    }
+
+    /// The node `jobs/<name>` names: the job's directory if it exists, else the pending name's
+    /// (a lookup makes no job). A name no job could have is refused (`EINVAL`, `ENAMETOOLONG`).
+    pub(super) fn job_root_named(&self, name: &OsStr) -> Result<Node> {
+        let name = check_name(name.as_bytes())?;
+        Ok(match self.jobs.by_name(name) {
+            Some(job) => Node::JobRoot(job.code()),
+            None => Node::JobRoot(self.pending.code_of(name)),
+        })
+    }
+
+    /// The name of the job a pending code stands for, and that job if it exists now.
+    pub(super) fn pending_job(&self, code: u32) -> Result<Option<Arc<Job>>> {
+        let name = self.pending.name_of(code).ok_or(Error::NotFound)?;
+        Ok(self.jobs.by_name(&name))
+    }
+
+    /// Makes a job: `mkdir jobs/<name>`. Anything else is read-only. (Through the kernel this
+    /// is reached only for a name whose lookup failed: a lookup answers every valid name, so
+    /// `mkdir` sees it exist first; see [`PendingNames`].)
+    pub fn mkdir(&self, parent: u64, name: &OsStr, caller: Caller) -> Result<Attr> {
+        if Node::from_ino(parent) != Some(Node::JobsDir) {
+            return Err(Error::ReadOnly);
+        }
+        let job = self.jobs.get_or_create(name.as_bytes(), self.requester(caller))?;
+        self.attr_of(Node::JobRoot(job.code()))
+    }
+
+    /// Retires a job: `rmdir jobs/<name>` frees its state now rather than after its idle time.
+    /// Anything else is read-only.
+    pub fn rmdir(&self, parent: u64, name: &OsStr) -> Result<()> {
+        if Node::from_ino(parent) != Some(Node::JobsDir) {
+            return Err(Error::ReadOnly);
+        }
+        let name = name.to_str().ok_or(Error::NotFound)?;
+        let job = self.jobs.retire(name).ok_or(Error::NotFound)?;
+        job.restart_everywhere();
+        self.forget_job(&job);
+        Ok(())
+    }
+
+    /// Whether a node takes changes (only `jobs/`, for mkdir and rmdir).
+    pub fn accepts_changes(&self, ino: u64) -> bool {
+        Node::from_ino(ino) == Some(Node::JobsDir)
+    }
+
+    /// Queues the next samples of the job's listing of `dir` for preparation (the prefetch
+    /// window, bounded again by what the cache has room for when the work runs).
+    pub(super) fn queue_prefetch(&self, job: &Arc<Job>, form: Form, dir: DirId, requested: FileId) {
+        let window = self.config().jobs.prefetch_window;
+        if window == 0 || !self.cache().enabled() {
+            return;
+        }
+        for sample in job.prefetch_candidates(dir, requested, window, |c| self.cache.rank(c, form) > 0) {
+            self.prefetch.push(sample, form, job);
+        }
+    }
+
+    /// One unit of background refill of the augmented cache, as when readers pause: samples
+    /// some active job has not seen (any sample, with no jobs), then the others. Returns false
+    /// when there is nothing to do.
+    #[cfg(test)]
+    pub(crate) fn refill_once(&self, cursor: &mut usize) -> bool {
+        self.refill_lane_once(cursor, (0, 1), RefillScope::Any)
+    }
+
+    /// What the background refill workers may work on now, if anything: anything when readers
+    /// have paused; while they take outputs, only once the stock of outputs has fallen below its
+    /// low-water mark (and then until it is full), and only what their pass still needs.
+    pub fn refill_scope(&self) -> Option<RefillScope> {
+        self.producer.refill_scope()
+    }
+
+    /// [`Filesystem::refill_scope`] at `now` on the refill's clock (tests pass time in).
+    #[cfg(test)]
+    pub(crate) fn refill_scope_at(&self, now: std::time::Duration) -> Option<RefillScope> {
+        self.producer.refill_scope_at(now)
+    }
+
+    /// [`Filesystem::refill_once`] for one of several refill workers: the samples of `lane`.
+    /// First the samples still to come in this pass: with jobs, those some job has not seen this
+    /// epoch; without, those top-level readers have not read in this pass (so the refill works
+    /// ahead of the readers). When each of those has an output and room is left, and `scope`
+    /// allows (readers have paused), the others, for the next pass: readers that take part of the
+    /// set per pass (a subset sampler), or an epoch that begins with room to spare, then find them
+    /// made. While readers take outputs, the next pass's would only take their cores.
+    pub fn refill_lane_once(&self, cursor: &mut usize, lane: (usize, usize), scope: RefillScope) -> bool {
+        let jobs = self.jobs.active();
+        let to_come = |f: FileId| {
+            if jobs.is_empty() {
+                !self.top_pass.has_seen(f)
+            } else {
+                jobs.iter().any(|j| !j.has_seen(f))
+            }
+        };
+        self.producer.refill_once(cursor, lane, to_come)
+            || (scope == RefillScope::Any && self.producer.refill_once(cursor, lane, |_| true))
+    }
+
+    /// Runs queued prefetch work until the queue stays empty for `wait` (or at once with a zero
+    /// `wait`, returning when it is empty). Returns how many samples it prepared.
+    pub fn run_prefetch(&self, wait: Duration, stop: &AtomicBool) -> usize {
+        let mut prepared = 0;
+        while !stop.load(Ordering::Relaxed) {
+            let Some((sample, form, job)) = self.prefetch.pop(wait) else { break };
+            if !job.has_seen(sample) && self.producer.prepare(sample, form) {
+                bump(&job.counters.prefetched, 1);
+                prepared += 1;
+            }
+            self.prefetch.done(sample);
+        }
+        prepared
+    }
+
+    /// The used-by bits of the active jobs that have not been served `sample` this epoch.
+    pub(super) fn jobs_needing(&self, sample: FileId) -> u64 {
+        self.jobs.active().iter().filter(|j| !j.has_seen(sample)).fold(0, |m, j| m | j.bit())
+    }
+
+    /// Drops the augmented outputs kept for jobs that have all been served their sample since
+    /// (by another path): they would wait an epoch for a taker, taking room from outputs that
+    /// can be shared now. Outputs no job has used yet stay. Returns how many were dropped.
+    pub fn drop_outputs_no_job_needs(&self) -> u64 {
+        if self.jobs.active().is_empty() {
+            return 0;
+        }
+        self.cache().augmented.retain(|id, entry| entry.used_by == 0 || self.jobs_needing(id) & !entry.used_by != 0)
+    }
+
+    /// Retires the jobs idle past `jobs.idle_timeout`; returns how many.
+    pub fn retire_idle_jobs(&self) -> usize {
+        let idle_ms = (self.config().jobs.idle_timeout_s * 1000.0) as u64;
+        let retired = self.jobs.retire_idle(self.jobs.now_ms(), idle_ms);
+        for job in &retired {
+            self.forget_job(job);
+        }
+        retired.len()
+    }
+
+    /// What retiring `job` frees in the cache: its uses of augmented outputs.
+    fn forget_job(&self, job: &Job) {
+        let dropped = self.cache().forget_job(job.bit(), self.jobs.active_mask());
+        tracing::info!(job = job.name(), outputs_dropped = dropped, "job state freed");
+    }
+}

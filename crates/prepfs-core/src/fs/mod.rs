@@ -1,0 +1,344 @@
+//! The filesystem core: the mount's tree of views over the catalog, inode numbers, open file
+//! handles, jobs' namespaces, and the request operations (lookup, getattr, readdir, open, read,
+//! release, and mkdir/rmdir under `jobs/`).
+//!
+//! It knows nothing of FUSE: `fuse.rs` adapts `fuser` callbacks onto it, and tests call it
+//! directly. The hot path reads top to bottom in [`Filesystem::open`]: resolve the inode; in a
+//! job's view, let opportunistic sampling choose the sample to serve ([`crate::sampling`]); ask
+//! the producer for its bytes (cache lookup, decode, augment: [`crate::producer`]); pin them to a
+//! handle. [`Filesystem::read`] then slices them. No lock is held across decoding or I/O: the
+//! handle table is locked only to insert, find or remove a handle.
+//!
+//! Inodes are computed, not allocated: an inode number packs the job (none for the top-level
+//! views), the node's kind, the form and the catalog index. So `forget` has nothing to free and
+//! top-level inodes are stable across remounts.
+//!
+//! Where things are:
+//! - here: [`Filesystem`] (its state, constructor and accessors) and [`Caller`];
+//! - `inodes.rs`: [`Node`], [`View`] and the inode-number packing;
+//! - `tree.rs`: [`Attr`], [`Kind`], [`DirEntry`]; lookup, getattr, opendir, readdir, releasedir;
+//! - `open.rs`: [`Filesystem::open`] and the choice of what an open serves (the hot path);
+//! - `handles.rs`: open handles, [`CachePolicy`], [`Opened`]; read and release;
+//! - `passthrough.rs`: kernel passthrough's core half: on or off, and an open's [`Backing`];
+//! - `jobs.rs`: mkdir/rmdir under `jobs/`, prefetch, the refill's wanted samples, retiring jobs;
+//! - `access.rs`: the owner shown (`--uid`/`--gid`) and the core's access check that goes with it;
+//! - `bad.rs`: samples known bad as the views show them (hidden, skipped), validation at mount;
+//! - `loader.rs`: what the loader socket asks of the core (a job's next samples into a slot);
+//! - `recipes.rs`: the recipes' views (`recipes:`): names, files, a job's state in each;
+//! - `stale.rs`: source changes seen while serving ([`StaleInodes`]);
+//! - `control.rs`: the `.prepfs/` control files;
+//! - [`open_budget`]: the bound on what open handles pin.
+
+pub(crate) mod open_budget;
+
+mod access;
+mod bad;
+mod control;
+mod handles;
+mod inodes;
+mod job_open;
+mod jobs;
+mod loader;
+mod open;
+mod passthrough;
+mod recipes;
+mod stale;
+mod tree;
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod reftests;
+
+pub use handles::{CachePolicy, Opened};
+pub(crate) use loader::Walk;
+pub use passthrough::Backing;
+pub use inodes::{is_control, ROOT_INO};
+pub(crate) use inodes::{Node, View};
+pub(crate) use stale::StaleInodes;
+pub use tree::{Attr, DirEntry, Kind};
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::SystemTime;
+
+use std::time::Duration;
+
+use crate::cache::disk::DiskCache;
+use crate::cache::remote::{self, RemoteTier};
+use crate::cache::{SampleCache, Tiers};
+use crate::config::Config;
+use crate::pixels::work::PixelWork;
+use crate::planner::{initial_split, PlanController};
+use crate::producer::SampleProducer;
+use crate::sampling::{Bitset, Jobs, Pass, Requester};
+pub(crate) use crate::shared::Form;
+use crate::source::catalog::Catalog;
+use crate::source::{LocalSource, SampleReader, Source, SourceIo};
+use crate::stats::{Stats, ViewCounters};
+use crate::sync::Mutex;
+use crate::served::OutputFiles;
+use crate::tasks::{self, Parallel};
+use handles::{Handle, HandleTable};
+use jobs::{PendingNames, PrefetchQueue};
+use open_budget::{OpenBudget, OPEN_WAIT};
+
+/// Who makes a request: the uid and gid the kernel sends with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caller {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+#[cfg(test)]
+impl Caller {
+    /// Root.
+    pub(crate) const ROOT: Caller = Caller { uid: 0, gid: 0 };
+}
+
+/// The filesystem core.
+pub struct Filesystem {
+    config: Arc<Config>,
+    catalog: Arc<Catalog>,
+    stats: Arc<Stats>,
+    /// The memory tiers (the producer fills them; sampling ranks by them; the plan sizes them).
+    cache: Arc<SampleCache>,
+    /// The source as samples: resolution once per open, reads, bad-sample marks.
+    reader: Arc<SampleReader>,
+    /// A resolved sample's bytes in one form.
+    producer: SampleProducer,
+    /// The plan's control loop.
+    plan: PlanController,
+    jobs: Jobs,
+    handles: HandleTable,
+    /// Open handles by inode that later opens of the inode share while one is open: in a job's
+    /// view always (PIL opens a PPM twice to try mmap: both see the same sample), everywhere
+    /// while passthrough is on (the kernel takes one backing file per inode).
+    shares: Mutex<HashMap<u64, Weak<Handle>>>,
+    /// Kernel passthrough: on, or off and why.
+    passthrough: passthrough::PassthroughState,
+    /// What open handles may pin.
+    open_budget: Arc<OpenBudget>,
+    /// Inodes the kernel should drop what it cached of.
+    pub stale: StaleInodes,
+    /// Files changed since the kernel last opened them: their next open drops the page cache.
+    refresh: Bitset,
+    /// The mount's owner (the daemon's uid and gid).
+    owner: (u32, u32),
+    prefetch: PrefetchQueue,
+    /// Names under `jobs/` looked up before any job had them.
+    pending: PendingNames,
+    /// Samples served by top-level `augmented/` opens in the current pass over the set: the
+    /// refill prepares the others first.
+    top_pass: Pass,
+    mounted_at: SystemTime,
+    /// The threads a loader's batch and the mount's validation are produced on in parallel
+    /// (`prepfs-fill-<i>`), joined when the filesystem drops.
+    fill: Parallel,
+    /// The files outputs are served from with passthrough: made, counted, closed when spent.
+    output_files: Arc<OutputFiles>,
+}
+
+impl Filesystem {
+    /// A filesystem over a scanned catalog of the local source.
+    pub fn new(config: Config, catalog: Catalog) -> std::io::Result<Filesystem> {
+        let io = Arc::new(LocalSource::new(catalog.root())?);
+        Filesystem::with_source(config, catalog, io)
+    }
+
+    /// A filesystem reading its source through `io` (a fault-injecting one in tests).
+    pub(crate) fn with_source(config: Config, catalog: Catalog, io: Arc<dyn SourceIo>) -> std::io::Result<Filesystem> {
+        let top_pass = Pass::new(catalog.file_count(), catalog.sample_count() as u64);
+        let open_budget = OpenBudget::new(config.access.max_open_bytes, OPEN_WAIT);
+        let refresh = Bitset::new(catalog.file_count());
+        let config = Arc::new(config);
+        let catalog = Arc::new(catalog);
+        let stats = Arc::new(Stats::default());
+        let cache = Arc::new(SampleCache::new(
+            config.cache.memory,
+            initial_split(config.cache.split),
+            config.cache.policy,
+            catalog.file_count(),
+        ));
+        let source = Source::new(
+            io,
+            config.threads.max(4),
+            Duration::from_secs_f64(config.source_limits.timeout_s),
+            config.source_limits.max_file_size,
+            config.source_read_limit,
+        )?;
+        // A changed source file: what was made of the old version is dropped.
+        let forget = Arc::clone(&cache);
+        let on_change = Box::new(move |id| forget.forget_sample(id));
+        let reader = Arc::new(SampleReader::new(Arc::clone(&catalog), source, Arc::clone(&stats), on_change));
+        // A disk tier that cannot be opened leaves the mount serving from memory and the source.
+        let disk = config.cache.disk.as_ref().and_then(|d| match DiskCache::open(&d.path, d.size) {
+            Ok(disk) => Some(disk),
+            Err(e) => {
+                tracing::warn!("{e}; serving without the disk tier");
+                None
+            }
+        });
+        // So does a remote tier whose URL the client refuses (config checked it; this is rare).
+        let remote = config.cache.remote.as_ref().and_then(|r| {
+            let started = std::time::Instant::now();
+            let fingerprint = remote::dataset_fingerprint(&catalog);
+            tracing::info!(fingerprint = %format!("{fingerprint:016x}"), secs = started.elapsed().as_secs_f64(), "dataset fingerprint for the remote tier");
+            let recipe = remote::recipe_fingerprint(&config.augment, &config.output);
+            // The secret and password files were checked with the config; one changed since
+            // leaves the mount without the tier rather than sharing unauthenticated values.
+            let opened = remote::Access::load(r).and_then(|access| RemoteTier::open(&r.url, &access, r.size, fingerprint, recipe, Some(Arc::clone(&cache.status))));
+            match opened {
+                Ok(remote) => Some(remote),
+                Err(e) => {
+                    tracing::warn!("{e}; serving without the remote tier");
+                    None
+                }
+            }
+        });
+        // Jobs of the same name on every mount sharing the remote are one job (`jobs.shared`;
+        // with `ods` off a job view serves what is asked, and there is nothing to share). The
+        // store forgets a job idle on every mount for twice the idle timeout.
+        let job_store = match (&remote, config.jobs.shared && config.jobs.ods) {
+            (Some(remote), true) => {
+                let ttl = Duration::from_secs_f64((2.0 * config.jobs.idle_timeout_s).max(60.0));
+                Some(Arc::new(remote.jobs(ttl)) as Arc<dyn crate::sampling::SharedJobs>)
+            }
+            _ => None,
+        };
+        let jobs = Jobs::new(config.jobs.max, catalog.file_count(), catalog.sample_count() as u64, config.seed)
+            .with_per_user(config.jobs.per_user)
+            .with_shared(job_store);
+        let remote_gauge = remote.as_ref().map(RemoteTier::gauge);
+        let tiers = Tiers::new(Arc::clone(&cache), disk, catalog.root().to_path_buf()).with_remote(remote);
+        let output_files = OutputFiles::new();
+        let pixels = PixelWork::new(&config, catalog.file_count(), Arc::clone(&stats), Arc::clone(&output_files));
+        let producer = SampleProducer::new(Arc::clone(&catalog), Arc::clone(&reader), tiers, pixels, Arc::clone(&stats));
+        let plan = PlanController::new(&config, reader.read_limit(), Arc::clone(&cache), Arc::clone(&stats), remote_gauge);
+        let passthrough = passthrough::PassthroughState::new(config.passthrough);
+        let fill = Parallel::start("prepfs-fill", config.threads, tasks::REQUEST)?;
+        Ok(Filesystem {
+            fill,
+            output_files,
+            passthrough,
+            top_pass,
+            config,
+            catalog,
+            stats,
+            cache,
+            reader,
+            producer,
+            plan,
+            jobs,
+            handles: HandleTable::new(),
+            shares: Mutex::new(HashMap::new()),
+            open_budget,
+            stale: StaleInodes::default(),
+            refresh,
+            owner: (nix::unistd::getuid().as_raw(), nix::unistd::getgid().as_raw()),
+            prefetch: PrefetchQueue::default(),
+            pending: PendingNames::default(),
+            mounted_at: SystemTime::now(),
+        })
+    }
+
+    /// Makes throttled source reads give up at once (the start of an unmount), and wakes the
+    /// prefetch workers and the notifier waiting for work, so they see the stop at once.
+    pub fn interrupt(&self) {
+        self.reader.interrupt();
+        self.prefetch.wake();
+        self.stale.wake();
+    }
+
+    /// Ends the mount's work: the outputs no reader here used offered to the other mounts
+    /// sharing a remote tier, source I/O stopped, the disk tier's queued writes written and the
+    /// remote tier's sent.
+    pub fn shutdown(&self) {
+        let offered = self.producer.offer_unused_outputs();
+        if offered > 0 {
+            tracing::info!(outputs = offered, "unused augmented outputs offered to the other mounts");
+        }
+        self.reader.shutdown();
+        self.producer.flush();
+    }
+
+    /// Whether `caller` is root or the mount's owner.
+    pub(crate) fn is_privileged(&self, caller: Caller) -> bool {
+        caller.uid == 0 || caller.uid == self.owner.0
+    }
+
+    fn requester(&self, caller: Caller) -> Requester {
+        Requester { uid: caller.uid, privileged: self.is_privileged(caller) }
+    }
+
+
+    /// The catalog served.
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    /// The live counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// The sample cache.
+    pub fn cache(&self) -> &SampleCache {
+        &self.cache
+    }
+
+    /// The effective configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The jobs under `jobs/`.
+    #[cfg(test)]
+    pub(crate) fn jobs(&self) -> &Jobs {
+        &self.jobs
+    }
+
+    /// Measures the cache model's inputs and applies the split (see the producer).
+    pub fn plan_cache(&self) {
+        if !self.cache().enabled() {
+            return;
+        }
+        let samples = crate::planner::calibrate::PROBE_SAMPLES.min(self.catalog.sample_count()) as u64;
+        let progress = crate::progress::Progress::start("calibrating the cache model", "samples", Some(samples));
+        self.plan.plan_at_mount(
+            &self.catalog,
+            &self.config,
+            |f| {
+                let read = self.reader.read_uncounted(f);
+                progress.add(1);
+                read
+            },
+            |f| self.reader.metadata(&self.catalog.file_path(f)).ok().map(|meta| meta.len()),
+        );
+        progress.finish();
+    }
+
+    /// Re-plans the cache split from the rates measured while serving, when enough samples were
+    /// timed since the last plan.
+    pub fn replan(&self) -> bool {
+        let jobs = self.jobs.active();
+        self.plan.tick(jobs.len(), self.epochs_done_by(&jobs))
+    }
+
+    /// Epochs read so far: the top-level readers' passes, or the furthest job's.
+    pub(crate) fn epochs_done(&self) -> u64 {
+        self.epochs_done_by(&self.jobs.active())
+    }
+
+    fn epochs_done_by(&self, jobs: &[Arc<crate::sampling::Job>]) -> u64 {
+        jobs.iter().map(|j| j.epoch().saturating_sub(1)).max().unwrap_or(0).max(self.top_pass.number())
+    }
+
+    fn counters(&self, form: Form) -> &ViewCounters {
+        let stats = self.stats();
+        match form {
+            Form::Encoded => &stats.encoded,
+            Form::Decoded => &stats.decoded,
+            Form::Augmented => &stats.augmented,
+        }
+    }
+}

@@ -1,0 +1,275 @@
+//! Live counters of the mount, served as `.prepfs/stats.json` and printed by `prepfs stats`
+//! (`crate::metrics` serves them as `.prepfs/metrics` too, and owns the latency histograms).
+//!
+//! Plain relaxed atomics: counters are bumped on request paths and never locked.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use serde_json::json;
+
+use crate::metrics::Latencies;
+
+/// One counter per view and form of work.
+#[derive(Debug, Default)]
+pub struct ViewCounters {
+    pub opens: AtomicU64,
+    /// Bytes the daemon's own reads served ...
+    pub read_bytes: AtomicU64,
+    /// ... and the sizes of the files it handed the kernel to read itself (passthrough): what
+    /// their readers could read, counted at the open (the daemon never sees those reads).
+    pub passthrough_bytes: AtomicU64,
+    /// Opens (top level and jobs' views of this form alike) served without reading the source
+    /// (from a cache form) ...
+    pub hits: AtomicU64,
+    /// ... and those that read it (or the disk tier); an open that fails is neither.
+    pub misses: AtomicU64,
+}
+
+/// FUSE requests received, by kind (what the kernel asks per file read shows here).
+#[derive(Debug, Default)]
+pub struct RequestCounters {
+    pub lookup: AtomicU64,
+    pub getattr: AtomicU64,
+    pub open: AtomicU64,
+    pub read: AtomicU64,
+    pub release: AtomicU64,
+    pub flush: AtomicU64,
+    pub opendir: AtomicU64,
+    pub readdir: AtomicU64,
+    pub readdirplus: AtomicU64,
+    pub releasedir: AtomicU64,
+    pub ioctl: AtomicU64,
+    pub xattr: AtomicU64,
+    pub other: AtomicU64,
+}
+
+impl RequestCounters {
+    /// Each kind's name and count.
+    pub(crate) fn by_kind(&self) -> [(&'static str, u64); 13] {
+        [
+            ("lookup", get(&self.lookup)),
+            ("getattr", get(&self.getattr)),
+            ("open", get(&self.open)),
+            ("read", get(&self.read)),
+            ("release", get(&self.release)),
+            ("flush", get(&self.flush)),
+            ("opendir", get(&self.opendir)),
+            ("readdir", get(&self.readdir)),
+            ("readdirplus", get(&self.readdirplus)),
+            ("releasedir", get(&self.releasedir)),
+            ("ioctl", get(&self.ioctl)),
+            ("xattr", get(&self.xattr)),
+            ("other", get(&self.other)),
+        ]
+    }
+
+    /// Every request counted.
+    fn total(&self) -> u64 {
+        self.by_kind().iter().map(|(_, n)| n).sum()
+    }
+
+    fn to_json(&self) -> serde_json::Value {
+        self.by_kind().iter().map(|&(kind, n)| (kind.to_owned(), serde_json::Value::from(n))).collect::<serde_json::Map<_, _>>().into()
+    }
+}
+
+/// Kernel passthrough at work (the adapter counts; `stats.json` shows them under `passthrough`).
+#[derive(Debug, Default)]
+pub struct PassthroughCounters {
+    /// Opens answered with a backing file: their reads never reach the daemon.
+    pub opens: AtomicU64,
+    /// Backing ids registered with the kernel, and closed (at the last release using each).
+    pub backing_ids_opened: AtomicU64,
+    pub backing_ids_closed: AtomicU64,
+}
+
+/// The loader socket at work (`stats.json`'s `loader`).
+#[derive(Debug, Default)]
+pub struct LoaderCounters {
+    /// Where it listens, once it does.
+    pub socket: std::sync::OnceLock<String>,
+    pub connections: AtomicU64,
+    pub open_connections: AtomicU64,
+    pub refused: AtomicU64,
+    pub batches: AtomicU64,
+    pub samples: AtomicU64,
+    /// Shared memory the live connections' rings take (`loader.ring_memory` bounds it).
+    pub ring_bytes: AtomicU64,
+    /// Samples passed over because the loader's user may not read them (the source's modes,
+    /// directories included).
+    pub denied: AtomicU64,
+}
+
+impl LoaderCounters {
+    pub(crate) fn to_json(&self) -> serde_json::Value {
+        json!({
+            "socket": self.socket.get(),
+            "connections": get(&self.connections),
+            "open_connections": get(&self.open_connections),
+            "refused": get(&self.refused),
+            "batches": get(&self.batches),
+            "samples": get(&self.samples),
+            "ring_bytes": get(&self.ring_bytes),
+            "denied": get(&self.denied),
+        })
+    }
+}
+
+/// The mount's counters.
+#[derive(Debug)]
+pub struct Stats {
+    /// FUSE requests by kind.
+    pub requests: RequestCounters,
+    pub passthrough: PassthroughCounters,
+    pub loader: LoaderCounters,
+    started: Instant,
+    pub encoded: ViewCounters,
+    pub decoded: ViewCounters,
+    pub augmented: ViewCounters,
+    /// Bytes read from the source dataset.
+    pub source_bytes_read: AtomicU64,
+    /// Samples that could not be decoded (each failure counted once per attempt).
+    pub decode_errors: AtomicU64,
+    /// Source files that vanished or failed to read under the mount.
+    pub source_errors: AtomicU64,
+    /// Source files found changed (replaced or rewritten) since last seen: their cached forms
+    /// were dropped.
+    pub source_changes: AtomicU64,
+    /// File handles currently open.
+    pub open_handles: AtomicU64,
+    /// Opens refused because open handles pinned `max_open_bytes` (ENFILE).
+    pub opens_refused: AtomicU64,
+    /// Augmented outputs made by the background refill.
+    pub refills: AtomicU64,
+    /// Whole-file reads of the source and their total time (the model's storage rate).
+    pub source_reads: AtomicU64,
+    pub source_read_nanos: AtomicU64,
+    /// Full decodes and their total time.
+    pub full_decodes: AtomicU64,
+    /// Bytes of the pixels the full decodes made (their mean is the plan's decoded size).
+    pub full_decode_bytes: AtomicU64,
+    pub full_decode_nanos: AtomicU64,
+    /// Decode-and-augment from encoded bytes (the model's `t_da`) and their total time.
+    pub decode_augments: AtomicU64,
+    pub decode_augment_nanos: AtomicU64,
+    /// Augment-only from decoded pixels (the model's `t_a`) and their total time.
+    pub pixel_augments: AtomicU64,
+    pub pixel_augment_nanos: AtomicU64,
+    /// Latency histograms of opens and pixel work (percentiles in `latency_us`).
+    pub latency: Latencies,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Stats {
+            requests: RequestCounters::default(),
+            passthrough: PassthroughCounters::default(),
+            loader: LoaderCounters::default(),
+            started: Instant::now(),
+            encoded: ViewCounters::default(),
+            decoded: ViewCounters::default(),
+            augmented: ViewCounters::default(),
+            source_bytes_read: AtomicU64::new(0),
+            decode_errors: AtomicU64::new(0),
+            source_errors: AtomicU64::new(0),
+            source_changes: AtomicU64::new(0),
+            open_handles: AtomicU64::new(0),
+            opens_refused: AtomicU64::new(0),
+            refills: AtomicU64::new(0),
+            source_reads: AtomicU64::new(0),
+            source_read_nanos: AtomicU64::new(0),
+            full_decodes: AtomicU64::new(0),
+            full_decode_bytes: AtomicU64::new(0),
+            full_decode_nanos: AtomicU64::new(0),
+            decode_augments: AtomicU64::new(0),
+            decode_augment_nanos: AtomicU64::new(0),
+            pixel_augments: AtomicU64::new(0),
+            pixel_augment_nanos: AtomicU64::new(0),
+            latency: Latencies::default(),
+        }
+    }
+}
+
+/// Adds `n` to a counter.
+pub fn bump(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
+}
+
+fn get(counter: &AtomicU64) -> u64 {
+    counter.load(Ordering::Relaxed)
+}
+
+impl Stats {
+    /// Time since the mount started.
+    pub(crate) fn uptime(&self) -> std::time::Duration {
+        self.started.elapsed()
+    }
+
+    /// Pieces of pixel work done (full decodes, decode-and-augments, augments from pixels).
+    pub(crate) fn decodes(&self) -> u64 {
+        get(&self.full_decodes) + get(&self.decode_augments) + get(&self.pixel_augments)
+    }
+
+    /// The figures as a JSON document; `extra` adds the sections other parts own
+    /// (catalog, configuration).
+    pub(crate) fn to_json(&self, extra: serde_json::Value) -> serde_json::Value {
+        let view = |v: &ViewCounters| {
+            json!({
+                "opens": get(&v.opens),
+                "hits": get(&v.hits),
+                "misses": get(&v.misses),
+                "bytes_served": get(&v.read_bytes) + get(&v.passthrough_bytes),
+                "bytes_read_by_daemon": get(&v.read_bytes),
+                "bytes_passthrough": get(&v.passthrough_bytes),
+            })
+        };
+        let decodes = self.decodes();
+        let decode_nanos = get(&self.full_decode_nanos) + get(&self.decode_augment_nanos) + get(&self.pixel_augment_nanos);
+        let mean_ms = |n: &AtomicU64, nanos: &AtomicU64| {
+            let n = get(n);
+            if n == 0 { 0.0 } else { get(nanos) as f64 / n as f64 / 1e6 }
+        };
+        let opens = get(&self.encoded.opens) + get(&self.decoded.opens) + get(&self.augmented.opens);
+        let requests_per_open = if opens == 0 { 0.0 } else { self.requests.total() as f64 / opens as f64 };
+        let mut doc = json!({
+            "uptime_s": self.started.elapsed().as_secs_f64(),
+            "views": {
+                "encoded": view(&self.encoded),
+                "decoded": view(&self.decoded),
+                "augmented": view(&self.augmented),
+            },
+            "source_bytes_read": get(&self.source_bytes_read),
+            "decode_errors": get(&self.decode_errors),
+            "source_errors": get(&self.source_errors),
+            "decodes": decodes,
+            "decode_ms_mean": if decodes == 0 { 0.0 } else {
+                decode_nanos as f64 / decodes as f64 / 1e6
+            },
+            "source_changes": get(&self.source_changes),
+            "open_handles": get(&self.open_handles),
+            "opens_refused": get(&self.opens_refused),
+            "refills": get(&self.refills),
+            "fuse_requests": self.requests.to_json(),
+            // What reading one file costs in round trips to the daemon (listings included).
+            "fuse_requests_per_open": requests_per_open,
+            "work": {
+                "full_decodes": get(&self.full_decodes),
+                "full_decode_ms_mean": mean_ms(&self.full_decodes, &self.full_decode_nanos),
+                "decode_augments": get(&self.decode_augments),
+                "decode_augment_ms_mean": mean_ms(&self.decode_augments, &self.decode_augment_nanos),
+                "pixel_augments": get(&self.pixel_augments),
+                "pixel_augment_ms_mean": mean_ms(&self.pixel_augments, &self.pixel_augment_nanos),
+                "source_reads": get(&self.source_reads),
+                "source_read_ms_mean": mean_ms(&self.source_reads, &self.source_read_nanos),
+            },
+            // Open latency (wall time) by view and outcome, and pixel work (CPU time) by kind:
+            // count, p50, p90, p99 and max, in microseconds.
+            "latency_us": self.latency.to_json(),
+        });
+        if let (Some(doc), serde_json::Value::Object(extra)) = (doc.as_object_mut(), extra) {
+            doc.extend(extra);
+        }
+        doc
+    }
+}

@@ -1,0 +1,470 @@
+//! The FUSE adapter: a thin layer from `fuser` callbacks onto [`Filesystem`].
+//!
+//! Each callback resolves to one core call and one reply. Every errno of a failure is the
+//! failure's own ([`ToErrno`], decided beside each error type), the read-only mount's refusals
+//! included ([`Error::ReadOnly`]); the adapter picks none. Its only errnos of its own are plain
+//! protocol answers, not failures: `ENOSYS` to FLUSH (so the kernel stops sending it), `ENOTTY`
+//! to ioctl (no file is a terminal), `ENODATA` to getxattr (no file has extended attributes).
+//!
+//! Kernel passthrough (Linux 6.9+): an open whose handle the core backs with a file (the
+//! source's, or a memory file of the served bytes) is answered with that file's backing id
+//! (`backings.rs`), and its reads never reach the daemon. Where the kernel does not offer it or
+//! refuses a backing file, the mount says so once and serves reads itself.
+//!
+//! Opens that decode or augment run on the decode threads (`pool.rs`) with the reply moved there,
+//! so a slow decode never holds a FUSE thread: the other requests (lookups, reads of open files,
+//! listings) keep flowing. Opens the cache answers as it is are replied in place (a thread hop
+//! less per cache hit).
+
+mod backings;
+mod pool;
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
+    OpenAccMode, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
+    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, WriteFlags,
+};
+
+use backings::Backings;
+pub(crate) use pool::OpenPool;
+
+use prepfs_core::drain::Activity;
+use prepfs_core::error::{Error, ToErrno};
+use prepfs_core::stats::bump;
+use prepfs_core::fs::{Attr, CachePolicy, Caller, Filesystem, Kind, Opened};
+
+/// How long the kernel may keep names and attributes. A source file that changes is found at
+/// its next open (or lookup) and the kernel is told to drop what it cached of it (see
+/// `mount.rs`'s notifier); a change of owner or mode shows within this time.
+const TTL: Duration = Duration::from_secs(60);
+/// For nodes that may go away soon (a job's directory, retired when idle or by rmdir).
+const VOLATILE_TTL: Duration = Duration::from_secs(1);
+
+/// `fuser::Filesystem` over the core.
+pub(crate) struct FuseAdapter {
+    fs: Arc<Filesystem>,
+    pool: OpenPool,
+    backings: Arc<Backings>,
+    /// The readers' requests, for a drain (`prepfs_core::drain`).
+    activity: Arc<Activity>,
+}
+
+/// Who sent a request.
+fn caller(req: &Request) -> Caller {
+    Caller { uid: req.uid(), gid: req.gid() }
+}
+
+impl FuseAdapter {
+    /// An adapter running opens' pixel work on `pool` (its threads joined when the adapter is
+    /// dropped, at unmount).
+    pub(crate) fn new(fs: Arc<Filesystem>, pool: OpenPool, activity: Arc<Activity>) -> Self {
+        let backings = Arc::new(Backings::new(Arc::clone(&fs)));
+        FuseAdapter { fs, pool, backings, activity }
+    }
+
+    /// A reader's request on `ino`: what a drain waits out. The control files' (`prepfs stats`,
+    /// `prepfs unmount`, a monitor) are none.
+    fn reader_came(&self, req: &Request, ino: u64) {
+        if !prepfs_core::fs::is_control(ino) {
+            self.activity.touch(req.pid());
+        }
+    }
+
+    fn attr(&self, a: &Attr) -> FileAttr {
+        let (kind, nlink) = match a.kind {
+            Kind::Dir => (FileType::Directory, 2),
+            Kind::File => (FileType::RegularFile, 1),
+        };
+        FileAttr {
+            ino: INodeNo(a.ino),
+            size: a.size,
+            blocks: a.size.div_ceil(512),
+            atime: a.mtime,
+            mtime: a.mtime,
+            ctime: a.mtime,
+            crtime: SystemTime::UNIX_EPOCH,
+            kind,
+            perm: a.perm,
+            nlink,
+            uid: a.uid,
+            gid: a.gid,
+            rdev: 0,
+            blksize: 128 * 1024,
+            flags: 0,
+        }
+    }
+}
+
+fn ttl(a: &Attr) -> Duration {
+    if a.volatile {
+        VOLATILE_TTL
+    } else {
+        TTL
+    }
+}
+
+/// The errno of a core failure: its [`ToErrno`] mapping.
+fn errno(e: &Error) -> Errno {
+    Errno::from_i32(e.to_errno())
+}
+
+/// The refusal of every change but mkdir and rmdir under `jobs/`.
+fn read_only() -> Errno {
+    errno(&Error::ReadOnly)
+}
+
+/// Answers an open: with its backing id where the core offers a backing file (the kernel then
+/// reads it without us), else plainly with the cache policy's flags.
+fn reply_opened(fs: &Filesystem, backings: &Backings, opened: Opened, reply: ReplyOpen) {
+    let fh = opened.fh;
+    if let Some(backing) = opened.backing {
+        match backings.hold(fh, backing, &reply) {
+            Ok(held) => {
+                bump(&fs.stats().passthrough.opens, 1);
+                // Passthrough takes no cache flags (with KEEP_CACHE the kernel fails the open).
+                return reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &held.id);
+            }
+            Err(e) => fs.disable_passthrough(format!("the kernel refused a backing file ({e})")),
+        }
+    }
+    reply.opened(FileHandle(fh), fopen_flags(opened.cache))
+}
+
+fn fopen_flags(cache: CachePolicy) -> FopenFlags {
+    match cache {
+        CachePolicy::KeepCache => FopenFlags::FOPEN_KEEP_CACHE,
+        CachePolicy::DirectIo => FopenFlags::FOPEN_DIRECT_IO,
+        // Neither: the kernel drops the file's cached pages at this open.
+        CachePolicy::Refresh => FopenFlags::empty(),
+    }
+}
+
+impl fuser::Filesystem for FuseAdapter {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        if self.fs.passthrough_wanted() {
+            match config.add_capabilities(InitFlags::FUSE_PASSTHROUGH) {
+                // The kernel refuses a backing file whose filesystem is stacked as deep as this
+                // mount says it may be: 2 (the most) takes sources on overlayfs too.
+                Ok(()) if config.set_max_stack_depth(2).is_ok() => self.fs.enable_passthrough(),
+                _ => self.fs.disable_passthrough("the kernel does not offer it (Linux 6.9 or later has it)".into()),
+            }
+        } else {
+            self.fs.enable_passthrough(); // logs why it stays off
+        }
+        // Concurrent lookups in one directory; listings that carry attributes where the reader
+        // wants them (the kernel decides per directory); more requests in flight at once.
+        // Each is a request the kernel may refuse (an older kernel): the mount works without.
+        let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
+        let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
+        let _ = config.set_max_background(64);
+        let _ = config.set_congestion_threshold(48);
+        Ok(())
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        bump(&self.fs.stats().requests.lookup, 1);
+        if !(parent.0 == fuser::INodeNo::ROOT.0 && name == ".prepfs") {
+            self.reader_came(req, parent.0);
+        }
+        match self.fs.lookup(parent.0, name, caller(req)) {
+            Ok(a) => reply.entry(&ttl(&a), &self.attr(&a), Generation(0)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        bump(&self.fs.stats().requests.getattr, 1);
+        match self.fs.getattr(ino.0) {
+            Ok(a) => reply.attr(&ttl(&a), &self.attr(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        bump(&self.fs.stats().requests.open, 1);
+        self.reader_came(req, ino.0);
+        let write = !matches!(flags.acc_mode(), OpenAccMode::O_RDONLY)
+            || flags.0 & (libc::O_TRUNC | libc::O_APPEND) != 0;
+        let fs = Arc::clone(&self.fs);
+        let backings = Arc::clone(&self.backings);
+        let caller = caller(req);
+        let open = move || match fs.open(ino.0, write, caller) {
+            Ok(o) => reply_opened(&fs, &backings, o, reply),
+            Err(e) => reply.error(errno(&e)),
+        };
+        // A cache hit is answered here; anything that decodes goes to the pool.
+        if self.fs.open_is_cheap(ino.0) {
+            open();
+        } else {
+            self.pool.spawn(open);
+        }
+    }
+
+    fn read(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        bump(&self.fs.stats().requests.read, 1);
+        self.reader_came(req, ino.0);
+        self.fs.read(fh.0, offset, size, |data| match data {
+            Ok(bytes) => reply.data(bytes),
+            Err(e) => reply.error(errno(&e)),
+        });
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        bump(&self.fs.stats().requests.release, 1);
+        self.backings.release(fh.0);
+        self.fs.release(ino.0, fh.0);
+        reply.ok();
+    }
+
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        bump(&self.fs.stats().requests.flush, 1);
+        // Nothing is ever dirty. ENOSYS (not "ok") makes the kernel stop sending FLUSH at every
+        // close for the rest of the mount: one round trip less per file read.
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        bump(&self.fs.stats().requests.opendir, 1);
+        self.reader_came(req, ino.0);
+        match self.fs.opendir(ino.0, caller(req)) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        bump(&self.fs.stats().requests.readdir, 1);
+        let result = self.fs.readdir(fh.0, offset, |entry, next| {
+            let kind = match entry.kind {
+                Kind::Dir => FileType::Directory,
+                Kind::File => FileType::RegularFile,
+            };
+            reply.add(INodeNo(entry.ino), next, kind, &entry.name)
+        });
+        match result {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readdirplus(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        bump(&self.fs.stats().requests.readdirplus, 1);
+        let result = self.fs.readdir(fh.0, offset, |entry, next| {
+            // An entry whose attributes cannot be had (a file gone since the listing) is listed
+            // with none to keep (valid for no time: the kernel asks again at its first use).
+            let (attr, ttl) = match self.fs.getattr(entry.ino) {
+                Ok(a) => (a, ttl(&a)),
+                Err(_) => (Attr::unknown(entry.ino, entry.kind), Duration::ZERO),
+            };
+            reply.add(INodeNo(entry.ino), next, &entry.name, &ttl, &self.attr(&attr), Generation(0))
+        });
+        match result {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        bump(&self.fs.stats().requests.releasedir, 1);
+        self.fs.releasedir(fh.0);
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        bump(&self.fs.stats().requests.other, 1);
+        match self.fs.statfs() {
+            Ok(s) => reply.statfs(s.blocks, s.blocks_free, s.blocks_available, s.files, s.files_free, s.block_size, s.name_max, s.fragment_size),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, mask: fuser::AccessFlags, reply: ReplyEmpty) {
+        bump(&self.fs.stats().requests.other, 1);
+        if mask.bits() & libc::W_OK != 0 && !self.fs.accepts_changes(ino.0) {
+            reply.error(read_only());
+        } else {
+            reply.ok();
+        }
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        bump(&self.fs.stats().requests.ioctl, 1);
+        // Python's open() asks whether the file is a terminal (TCGETS): it is not. (Unlike FLUSH,
+        // no answer stops the kernel asking: it sends FUSE_IOCTL for every ioctl.)
+        reply.error(Errno::from_i32(libc::ENOTTY));
+    }
+
+    fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        reply.ok(); // nothing is ever dirty
+    }
+
+    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn getxattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, _size: u32, reply: fuser::ReplyXattr) {
+        bump(&self.fs.stats().requests.xattr, 1);
+        reply.error(Errno::from_i32(libc::ENODATA));
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: fuser::ReplyXattr) {
+        bump(&self.fs.stats().requests.xattr, 1);
+        if size == 0 {
+            reply.size(0);
+        } else {
+            reply.data(&[]);
+        }
+    }
+
+    // `jobs/`: mkdir makes a job, rmdir retires one.
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, _mode: u32, _umask: u32, reply: ReplyEntry) {
+        match self.fs.mkdir(parent.0, name, caller(req)) {
+            Ok(a) => reply.entry(&ttl(&a), &self.attr(&a), Generation(0)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.fs.rmdir(parent.0, name) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    // Everything else that would change the mount: read-only (the mount is not `-o ro`, so that
+    // mkdir and rmdir under `jobs/` reach us; every other change is refused here).
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _mode: Option<u32>,
+        _uid: Option<u32>,
+        _gid: Option<u32>,
+        _size: Option<u64>,
+        _atime: Option<fuser::TimeOrNow>,
+        _mtime: Option<fuser::TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        reply.error(read_only());
+    }
+
+    fn mknod(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _m: u32, _u: u32, _r: u32, reply: ReplyEntry) {
+        reply.error(read_only());
+    }
+
+    fn unlink(&self, _req: &Request, _p: INodeNo, _n: &OsStr, reply: ReplyEmpty) {
+        reply.error(read_only());
+    }
+
+    fn symlink(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _t: &Path, reply: ReplyEntry) {
+        reply.error(read_only());
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        _p: INodeNo,
+        _n: &OsStr,
+        _np: INodeNo,
+        _nn: &OsStr,
+        _f: fuser::RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(read_only());
+    }
+
+    fn link(&self, _req: &Request, _i: INodeNo, _np: INodeNo, _nn: &OsStr, reply: ReplyEntry) {
+        reply.error(read_only());
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _value: &[u8],
+        _flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(read_only());
+    }
+
+    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(read_only());
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _offset: u64,
+        _length: u64,
+        _mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(read_only());
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _offset: u64,
+        _data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        reply.error(read_only());
+    }
+
+    fn create(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _m: u32, _u: u32, _f: i32, reply: ReplyCreate) {
+        reply.error(read_only());
+    }
+}

@@ -1,0 +1,20 @@
+//! prepfs: the filesystem core (`prepfs_core`) behind the kernel, and the command's parts that
+//! the integration tests reach too.
+//!
+//! - `fuse`: the thin adapter from `fuser` callbacks onto the core's `Filesystem`.
+//! - [`mount`]: mounting, stale-mount recovery, the background workers; `stop`: the signals,
+//!   the drain before an unmount, the forced unmount.
+//! - [`unmount`]: `prepfs unmount`: a mount's daemon asked to drain and stop, and waited for.
+//! - [`summary`]: `prepfs stats`: the mount found from a path inside it, its figures as a
+//!   readable summary.
+//!
+//! The command itself (`src/main.rs`) parses the arguments and calls these.
+
+// The public API is what the command and the mounted tests use; this lint keeps the rest private.
+#![warn(unreachable_pub)]
+
+mod fuse;
+pub mod mount;
+mod stop;
+pub mod summary;
+pub mod unmount;

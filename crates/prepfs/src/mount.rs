@@ -1,0 +1,746 @@
+//! Mounting: preparing the mountpoint (clearing a dead mount a killed prepfs left behind),
+//! scanning the source with progress, starting the FUSE session and the mount's background
+//! threads (owned by [`Workers`], stopped and joined at unmount), and unmounting cleanly on
+//! SIGINT, SIGTERM or SIGHUP (the signal waiter and its drain: `crate::stop`).
+
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use prepfs_core::progress::Progress;
+
+use prepfs_core::source::catalog::Catalog;
+use prepfs_core::config::Config;
+use prepfs_core::fs::Filesystem;
+use prepfs_core::drain::{Activity, DrainConfig};
+use crate::fuse::{FuseAdapter, OpenPool};
+use crate::stop::SignalWaiter;
+use prepfs_core::tasks::{self, Workers};
+
+/// Why a mount could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    #[error("mountpoint {path}: {why}")]
+    Mountpoint { path: String, why: String },
+    #[error("cannot scan source {path}: {source}")]
+    Scan { path: String, source: io::Error },
+    #[error("cannot start the decode pool: {0}")]
+    Pool(String),
+    #[error("FUSE: {0}")]
+    Fuse(io::Error),
+    #[error("stopped by a signal before the mount was ready")]
+    Stopped,
+    #[error("--metrics-addr {addr}: {source}")]
+    Metrics { addr: String, source: io::Error },
+    #[error(transparent)]
+    LoaderSocket(#[from] prepfs_core::loader::LoaderSocketError),
+    /// The source is the mountpoint or below it (through symlinks too): the mount would hide
+    /// its own source, and its FUSE threads would wait on their own mount for good.
+    #[error("source {dataset} is inside mountpoint {mountpoint}: the mount would serve itself and hang; pick a source outside the mountpoint")]
+    SourceInMountpoint { dataset: String, mountpoint: String },
+    /// The mountpoint is below the source: once mounted, that directory of the source would be
+    /// the mount itself, which a FUSE thread reading the source would wait on.
+    #[error("mountpoint {mountpoint} is inside source {dataset}: the source would hold its own mount; pick a mountpoint outside the source")]
+    MountpointInSource { dataset: String, mountpoint: String },
+}
+
+/// The state of a mountpoint before mounting.
+#[derive(Debug, PartialEq, Eq)]
+pub enum MountpointState {
+    /// A plain directory: ready.
+    Ready,
+    /// A FUSE mount whose daemon is gone (`ENOTCONN`): clear it.
+    Dead,
+    /// A live mount of something: refuse.
+    Busy(String),
+}
+
+/// What is at `path` now.
+pub(crate) fn mountpoint_state(path: &Path) -> io::Result<MountpointState> {
+    // statfs always reaches the daemon (stat may be answered from cached attributes), so it
+    // tells a dead FUSE mount by ENOTCONN.
+    if let Err(nix::errno::Errno::ENOTCONN) = nix::sys::statfs::statfs(path) {
+        return Ok(MountpointState::Dead);
+    }
+    match std::fs::metadata(path) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => Ok(MountpointState::Dead),
+        Err(e) => Err(e),
+        Ok(meta) if !meta.is_dir() => Err(io::Error::new(io::ErrorKind::NotADirectory, "not a directory")),
+        Ok(_) => {
+            let busy = mount_at(&path.canonicalize()?).map(|m| format!("{} ({})", m.fstype, m.source));
+            Ok(busy.map_or(MountpointState::Ready, MountpointState::Busy))
+        }
+    }
+}
+
+/// What the mount table says of the newest mount at a path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountEntry {
+    /// The filesystem type (`fuse.prepfs`, `tmpfs`, ...).
+    pub fstype: String,
+    /// The mount's source, as the table gives it.
+    pub source: String,
+    /// The device's minor number (for FUSE: the connection number).
+    pub minor: u64,
+}
+
+/// The newest mount at `canonical` (a canonical path), from `/proc/self/mountinfo`: fields
+/// `id parent major:minor root mountpoint options [optional...] - fstype source superoptions`.
+///
+/// The one reader of the mount table: the busy check before mounting, the FUSE connection to
+/// abort, and the mounted tests' `is_mounted` (tests/common) all ask it.
+pub fn mount_at(canonical: &Path) -> Option<MountEntry> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    table.lines().rev().find_map(|line| {
+        let (head, tail) = line.split_once(" - ")?;
+        let mut fields = head.split_whitespace();
+        let dev = fields.nth(2)?;
+        let target = fields.nth(1)?;
+        if Path::new(&unescape_mount_path(target)) != canonical {
+            return None;
+        }
+        let mut tail = tail.split_whitespace();
+        Some(MountEntry {
+            fstype: tail.next()?.to_string(),
+            source: unescape_mount_path(tail.next()?),
+            minor: dev.split(':').nth(1)?.parse().ok()?,
+        })
+    })
+}
+
+/// The mount tables escape space, tab, newline and backslash as octal.
+fn unescape_mount_path(s: &str) -> String {
+    s.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+}
+
+/// What a mount does with its mountpoint and how it tells it is serving: the command line's
+/// lifecycle options.
+#[derive(Default)]
+pub struct Lifecycle {
+    /// Create a missing mountpoint (and its missing parents) rather than refuse it.
+    pub create_mountpoint: bool,
+    /// Keep a mountpoint prepfs created at unmount (the older `prepfs mount CONFIG` form, which
+    /// always created it and left it); otherwise it is removed again if still empty.
+    pub keep_created_mountpoint: bool,
+    /// Mount over a directory that has entries (hidden while mounted) rather than refuse it.
+    pub allow_non_empty: bool,
+    /// Mount `-o ro`: the kernel refuses every change itself, `rmdir jobs/NAME` too (a job still
+    /// starts at the first lookup of its name).
+    pub read_only: bool,
+    /// `HOST:PORT` to answer `GET /metrics` on (Prometheus's text format), while mounted.
+    pub metrics_addr: Option<String>,
+    /// Called once the mount serves (the FUSE session reads requests); by default prepfs says
+    /// `prepfs: serving ...` on stderr.
+    pub on_ready: Option<OnReady>,
+    /// How a signal's unmount waits for the readers (`--drain`, `--drain-max`).
+    pub drain: DrainConfig,
+}
+
+/// What [`Lifecycle::on_ready`] calls.
+pub type OnReady = Box<dyn FnOnce(&Ready<'_>)>;
+
+/// A mount that serves, as told to [`Lifecycle::on_ready`].
+pub struct Ready<'a> {
+    pub samples: usize,
+    pub source: &'a Path,
+    pub mountpoint: &'a Path,
+}
+
+/// Directories prepfs created for a mountpoint, deepest first: removed again on drop (at
+/// unmount, or when the mount fails to start), each only if it is still empty.
+#[derive(Debug, Default)]
+pub struct CreatedMountpoint {
+    dirs: Vec<std::path::PathBuf>,
+}
+
+impl CreatedMountpoint {
+    /// Makes the directory and whichever of its parents are missing; remembers what it made.
+    fn create(path: &Path) -> io::Result<CreatedMountpoint> {
+        let mut missing = Vec::new();
+        let mut at = Some(path);
+        while let Some(p) = at {
+            if p.as_os_str().is_empty() || std::fs::symlink_metadata(p).is_ok() {
+                break;
+            }
+            missing.push(p.to_path_buf());
+            at = p.parent();
+        }
+        std::fs::create_dir_all(path)?;
+        Ok(CreatedMountpoint { dirs: missing })
+    }
+
+    /// Leaves what was created in place (the older form's behaviour).
+    fn keep(mut self) {
+        self.dirs.clear();
+    }
+}
+
+impl Drop for CreatedMountpoint {
+    fn drop(&mut self) {
+        for dir in &self.dirs {
+            // Only an empty directory goes (remove_dir refuses others, and a mounted one).
+            if let Err(e) = std::fs::remove_dir(dir) {
+                tracing::info!(path = %dir.display(), error = %e, "left the directory prepfs created for the mountpoint");
+                return;
+            }
+        }
+    }
+}
+
+/// Makes the mountpoint ready: refuses a missing one unless `create` (then creates it and what
+/// it returns removes it again), refuses one with entries unless `allow_non_empty`, clears a
+/// dead FUSE mount (whatever its age), refuses a live one.
+pub(crate) fn prepare_mountpoint(path: &Path, create: bool, allow_non_empty: bool) -> Result<Option<CreatedMountpoint>, MountError> {
+    let fail = |why: String| MountError::Mountpoint { path: path.display().to_string(), why };
+    let mut created = None;
+    // The state first: a dead mount answers stat with ENOTCONN, which is not "missing".
+    let state = match mountpoint_state(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound && create => {
+            created = Some(CreatedMountpoint::create(path).map_err(|e| fail(format!("cannot create: {e}")))?);
+            mountpoint_state(path)
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(fail("does not exist (create it, or pass --create-mountpoint)".into()));
+        }
+        other => other,
+    };
+    match state.map_err(|e| fail(e.to_string()))? {
+        MountpointState::Ready => {}
+        MountpointState::Busy(what) => return Err(fail(format!("already mounted: {what}; unmount it first"))),
+        MountpointState::Dead => {
+            tracing::warn!(mountpoint = %path.display(), "found a dead mount (its daemon was killed); clearing it");
+            lazy_unmount(path).map_err(|e| fail(format!("cannot clear the dead mount: {e}")))?;
+            match mountpoint_state(path).map_err(|e| fail(e.to_string()))? {
+                MountpointState::Ready => {}
+                other => return Err(fail(format!("still not usable after clearing: {other:?}"))),
+            }
+        }
+    }
+    if !allow_non_empty {
+        let mut entries = std::fs::read_dir(path).map_err(|e| fail(format!("cannot list: {e}")))?;
+        if let Some(entry) = entries.next() {
+            let first = entry.map(|e| e.file_name().to_string_lossy().into_owned()).unwrap_or_default();
+            return Err(fail(format!(
+                "is not empty (it holds `{first}`, which the mount would hide); pick an empty directory, or pass --allow-non-empty (-o nonempty)"
+            )));
+        }
+    }
+    Ok(created)
+}
+
+/// Refuses a mount over itself: a source that is the mountpoint or lies below it, or a
+/// mountpoint below the source, both compared canonical (symlinks followed). A source that does
+/// not resolve is left to the scan to report.
+pub(crate) fn check_no_overlap(source: &Path, mountpoint: &Path) -> Result<(), MountError> {
+    let Ok(dataset) = source.canonicalize() else { return Ok(()) };
+    let mountpoint = mountpoint.canonicalize().map_err(|e| MountError::Mountpoint { path: mountpoint.display().to_string(), why: e.to_string() })?;
+    let (shown_source, shown_mountpoint) = (dataset.display().to_string(), mountpoint.display().to_string());
+    if dataset.starts_with(&mountpoint) {
+        return Err(MountError::SourceInMountpoint { dataset: shown_source, mountpoint: shown_mountpoint });
+    }
+    if mountpoint.starts_with(&dataset) {
+        return Err(MountError::MountpointInSource { dataset: shown_source, mountpoint: shown_mountpoint });
+    }
+    Ok(())
+}
+
+/// Whether this process may mount FUSE at `mountpoint`, asked before the (long) catalog scan:
+/// `/dev/fuse` opens, and a user other than root has the setuid `fusermount3` to mount with,
+/// write access to the mountpoint, and (for `allow_other`) `user_allow_other` in
+/// `/etc/fuse.conf`.
+pub(crate) fn check_fuse_access(mountpoint: &Path, allow_other: bool) -> Result<(), MountError> {
+    let root = nix::unistd::geteuid().is_root();
+    let fail = |why: String| MountError::Fuse(io::Error::new(io::ErrorKind::PermissionDenied, why));
+    // fusermount3 opens the device as the user too, so a user who cannot open it cannot mount.
+    if let Err(e) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse") {
+        let why = match e.raw_os_error() {
+            Some(libc::ENOENT) | Some(libc::ENODEV) | Some(libc::ENXIO) => {
+                "no FUSE device (load the module: `modprobe fuse`; in a container, pass --device /dev/fuse)".to_string()
+            }
+            Some(libc::EACCES) | Some(libc::EPERM) if !root => {
+                use std::os::unix::fs::MetadataExt;
+                let mode = std::fs::metadata("/dev/fuse").map(|m| format!("{:o}", m.mode() & 0o777)).unwrap_or_default();
+                format!("this user may not use FUSE (/dev/fuse is mode {mode}; it is usually 666): ask an administrator, or mount as root")
+            }
+            Some(libc::EACCES) | Some(libc::EPERM) => "this process may not use FUSE (in a container: --device /dev/fuse and CAP_SYS_ADMIN)".to_string(),
+            _ => "cannot use FUSE".to_string(),
+        };
+        return Err(fail(format!("cannot open /dev/fuse: {e}: {why}")));
+    }
+    if root {
+        return Ok(());
+    }
+    // A user other than root mounts through fusermount3 (fuser's choice; FUSERMOUNT_PATH names
+    // another), which must be setuid root.
+    let helper = std::env::var_os("FUSERMOUNT_PATH")
+        .map(std::path::PathBuf::from)
+        .or_else(|| find_in_path("fusermount3"))
+        .or_else(|| find_in_path("fusermount"));
+    let Some(helper) = helper else {
+        return Err(fail("fusermount3 not found: a user other than root mounts through it (install fuse3), or mount as root".into()));
+    };
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(&helper).map_err(|e| fail(format!("{}: {e}", helper.display())))?;
+    if meta.uid() != 0 || meta.mode() & libc::S_ISUID == 0 {
+        return Err(fail(format!(
+            "{} is not setuid root, so a user other than root cannot mount with it (`chmod u+s` it as root, or mount as root)",
+            helper.display()
+        )));
+    }
+    if allow_other && !fuse_conf_allows_other() {
+        return Err(fail("allow_other for a user other than root needs `user_allow_other` in /etc/fuse.conf (or mount as root)".into()));
+    }
+    if mountpoint.exists() && nix::unistd::access(mountpoint, nix::unistd::AccessFlags::W_OK).is_err() {
+        return Err(fail(format!(
+            "{}: this user may not write to the mountpoint, and fusermount3 mounts only on one they may (or mount as root)",
+            mountpoint.display()
+        )));
+    }
+    Ok(())
+}
+
+fn find_in_path(name: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin".into());
+    std::env::split_paths(&path).map(|d| d.join(name)).chain([Path::new("/bin").join(name), Path::new("/sbin").join(name)]).find(|p| p.is_file())
+}
+
+fn fuse_conf_allows_other() -> bool {
+    std::fs::read_to_string("/etc/fuse.conf")
+        .map(|t| t.lines().any(|l| l.split('#').next().unwrap_or("").trim() == "user_allow_other"))
+        .unwrap_or(false)
+}
+
+/// Unmounts `path` if nothing uses it: `Err` with `ResourceBusy` while files are open or a
+/// process sits inside. Directly as root, else through `fusermount3 -u`.
+pub(crate) fn try_unmount(path: &Path) -> io::Result<()> {
+    match nix::mount::umount2(path, nix::mount::MntFlags::empty()) {
+        Ok(()) => Ok(()),
+        Err(nix::errno::Errno::EBUSY) => Err(io::Error::from(io::ErrorKind::ResourceBusy)),
+        Err(nix::errno::Errno::EINVAL) => Ok(()), // not mounted (any more)
+        Err(_) => {
+            let out = std::process::Command::new("fusermount3").arg("-u").arg(path).output()?;
+            if out.status.success() {
+                Ok(())
+            } else if String::from_utf8_lossy(&out.stderr).contains("busy") {
+                Err(io::Error::from(io::ErrorKind::ResourceBusy))
+            } else {
+                Err(io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_string()))
+            }
+        }
+    }
+}
+
+/// Detaches whatever is mounted at `path`: directly as root, else through `fusermount3`.
+pub(crate) fn lazy_unmount(path: &Path) -> io::Result<()> {
+    match nix::mount::umount2(path, nix::mount::MntFlags::MNT_DETACH) {
+        Ok(()) => Ok(()),
+        Err(_) => {
+            let status = std::process::Command::new("fusermount3").arg("-u").arg("-z").arg(path).status()?;
+            if status.success() {
+                Ok(())
+            } else {
+                Err(io::Error::other(format!("fusermount3 -u -z exited with {status}")))
+            }
+        }
+    }
+}
+
+/// Scans the source, its progress shown (`prepfs_core::progress`); gives up when `stop` is set.
+pub(crate) fn scan_with_progress(source: &Path, stop: &AtomicBool) -> Result<Catalog, MountError> {
+    let progress = Progress::start("scanning the source", "files", None);
+    let catalog = Catalog::scan_until(
+        source,
+        |n| {
+            if n % 1024 < 64 {
+                progress.set(n as u64);
+            }
+        },
+        stop,
+    )
+    .map_err(|e| match e.kind() {
+        io::ErrorKind::Interrupted => MountError::Stopped,
+        _ => MountError::Scan { path: source.display().to_string(), source: e },
+    });
+    progress.finish();
+    catalog
+}
+
+/// Checks the samples at mount as `bad_samples.validate` says (`headers`, `scan`), on the
+/// filesystem's pool of batch fills (`prepfs-fill-<i>`), its progress shown; nothing for
+/// `first-touch`.
+fn validate_with_progress(fs: &Filesystem, stop: &AtomicBool) -> Result<(), MountError> {
+    let mode = fs.config().bad_samples.validate;
+    if mode == prepfs_core::config::Validate::FirstTouch {
+        return Ok(());
+    }
+    let what = if mode == prepfs_core::config::Validate::Scan { "validating (full decode)" } else { "validating (headers)" };
+    let total = fs.catalog().sample_count() as u64;
+    let progress = Progress::start(what, "samples", Some(total));
+    let started = std::time::Instant::now();
+    let bad = fs.validate_samples(|| progress.add(1), stop);
+    progress.finish();
+    let seconds = format!("{:.1}", started.elapsed().as_secs_f64());
+    tracing::info!(samples = total, bad, seconds, "{what}: done; the bad samples are listed in .prepfs/stats.json");
+    Ok(())
+}
+
+/// Mounts `config` and serves until the mount goes away or a signal asks to stop. Every
+/// thread it starts is stopped and joined before it returns, and the disk tier's queued writes
+/// are written.
+pub fn run(config: Config, lifecycle: Lifecycle) -> Result<(), MountError> {
+    // Block the stop signals before any thread starts, so that only the waiter sees them; the
+    // waiter runs from the start, so a signal during a long scan stops it.
+    let signals = crate::stop::signal_set();
+    signals.thread_block().map_err(|e| MountError::Fuse(e.into()))?;
+    let waiter = SignalWaiter::start(signals, config.mountpoint.clone(), lifecycle.drain).map_err(MountError::Fuse)?;
+    let served = serve(config, lifecycle, &waiter);
+    waiter.finish();
+    served
+}
+
+fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Result<(), MountError> {
+    // Everything that can refuse the mount is asked before the scan, which may take minutes.
+    check_fuse_access(&config.mountpoint, config.access.allow_other)?;
+    let created = prepare_mountpoint(&config.mountpoint, lifecycle.create_mountpoint, lifecycle.allow_non_empty)?;
+    // Before anything mounts (a created mountpoint is removed again as `created` drops).
+    check_no_overlap(&config.source, &config.mountpoint)?;
+    // Held while serving: the other mounts' `memory: auto` counts this one's cache.
+    let _registered = register_memory(&config);
+    if let Some(created) = created.as_ref().filter(|_| lifecycle.create_mountpoint) {
+        tracing::info!(mountpoint = %config.mountpoint.display(), dirs = created.dirs.len(), "created the mountpoint");
+    }
+    // Dropped when serve returns: removes what it created (after the unmount), if still empty.
+    let _created = match created {
+        Some(c) if lifecycle.keep_created_mountpoint => {
+            c.keep();
+            None
+        }
+        other => other,
+    };
+    let canonical_mountpoint = config.mountpoint.canonicalize().unwrap_or_else(|_| config.mountpoint.clone());
+    let metrics_listener = match &lifecycle.metrics_addr {
+        Some(addr) => Some(std::net::TcpListener::bind(addr.as_str()).map_err(|source| MountError::Metrics { addr: addr.clone(), source })?),
+        None => None,
+    };
+    let loader_server = bind_loader_socket(&config)?;
+    // Outputs are held in memory files while passthrough is on: one descriptor each.
+    match prepfs_core::served::raise_fd_limit() {
+        Ok(limit) => tracing::debug!(limit, "open file limit"),
+        Err(e) => tracing::warn!("cannot raise the open file limit ({e}): fewer outputs are kept ready to pass through"),
+    }
+    let catalog = scan_with_progress(&config.source, &waiter.stopping)?;
+    tracing::info!(
+        samples = catalog.sample_count(),
+        files = catalog.file_count(),
+        bytes_per_sample = format!("{:.0}", catalog.bytes_per_sample()),
+        "catalog ready"
+    );
+    let pool = OpenPool::new(config.threads).map_err(|e| MountError::Pool(e.to_string()))?;
+    let mountpoint = config.mountpoint.clone();
+    let fuse_config = fuser_config(&config, lifecycle.read_only);
+    let fs = Arc::new(Filesystem::new(config, catalog).map_err(MountError::Fuse)?);
+    if let Err(e) = validate_with_progress(&fs, &waiter.stopping) {
+        fs.shutdown();
+        return Err(e);
+    }
+    let activity = Arc::new(Activity::default());
+    let adapter = FuseAdapter::new(Arc::clone(&fs), pool, Arc::clone(&activity));
+    fs.plan_cache();
+    if waiter.stopping.load(Ordering::SeqCst) {
+        fs.shutdown();
+        return Err(MountError::Stopped);
+    }
+    let session = fuser::Session::new(adapter, &mountpoint, &fuse_config).map_err(MountError::Fuse)?;
+    let notifier = session.notifier();
+    let mut workers = Workers::default();
+    let started = start_workers(&fs, &mut workers, notifier, loader_server).and_then(|()| match metrics_listener {
+        Some(listener) => start_metrics_endpoint(&fs, &mut workers, listener),
+        None => Ok(()),
+    });
+    let connection = fuse_connection(&canonical_mountpoint);
+    waiter.mounted(connection, activity, canonical_mountpoint.clone());
+    // The session's own thread reads requests from here on (its drop no longer unmounts: see
+    // `end_session`).
+    let session = match started.and_then(|()| session.spawn()) {
+        Ok(session) => session,
+        Err(e) => {
+            let _ = try_unmount(&mountpoint).or_else(|_| lazy_unmount(&mountpoint));
+            stop_and_join(workers, &fs);
+            return Err(MountError::Fuse(e));
+        }
+    };
+    let ready = Ready { samples: fs.catalog().sample_count(), source: &fs.config().source, mountpoint: &mountpoint };
+    match lifecycle.on_ready.take() {
+        Some(tell) => tell(&ready),
+        None => prepfs_core::log::say(&format!(
+            "prepfs: serving {} samples of {} at {} (Ctrl-C to unmount)",
+            ready.samples,
+            ready.source.display(),
+            ready.mountpoint.display()
+        )),
+    }
+    let ran = end_session(session, &canonical_mountpoint, connection);
+    stop_and_join(workers, &fs);
+    tracing::info!(mountpoint = %mountpoint.display(), "unmounted");
+    ran.map_err(MountError::Fuse)
+}
+
+/// Registers the mount's cache memory machine-wide (src/machine_memory.rs) and logs how
+/// `memory: auto` was decided; a registry that cannot be written is said in the log.
+fn register_memory(config: &Config) -> Option<prepfs_core::machine_memory::Registration> {
+    if let Some(auto) = config.cache.auto {
+        tracing::info!(
+            memory = auto.memory,
+            machine_budget = auto.machine_budget,
+            other_mounts = auto.others,
+            others_hold = auto.others_hold,
+            "cache memory auto: half of what the other prepfs mounts leave of the machine budget \
+             (half of available memory plus what they hold)"
+        );
+    }
+    match prepfs_core::machine_memory::register(&config.mountpoint, config.cache.memory) {
+        Ok(registration) => Some(registration),
+        Err(e) => {
+            tracing::warn!("cannot register the cache memory machine-wide ({e}): other mounts' `memory: auto` will not count this one");
+            None
+        }
+    }
+}
+
+/// Waits until the FUSE session ends (the mount went away: `umount`, `fusermount3 -u`, the
+/// signal waiter; or reading requests failed) and returns how it ended.
+///
+/// fuser 0.18 unmounts again when its session's mount guard drops, and its check whether the
+/// mount is still there reads the device's `POLLERR` (the connection has ended) as "mounted":
+/// after every clean unmount it calls umount(2) on the path once more and logs `Failed to
+/// umount filesystem: Invalid argument` as root, or, as another user, runs `fusermount3 -u -z`
+/// on whatever is mounted at the path by then. So the guard is dropped (fuser unmounts, and
+/// any failure it logs is real) only while this very mount, by its FUSE connection number, is
+/// still in the mount table; once it is gone, the guard is leaked: it holds only the path and
+/// a /dev/fuse descriptor whose connection has ended, and the process exits moments later.
+fn end_session(mut session: fuser::BackgroundSession, canonical: &Path, connection: Option<u64>) -> io::Result<()> {
+    while !session.guard.is_finished() {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let still_mounted = match (mount_at(canonical), connection) {
+        (None, _) => false,
+        (Some(entry), Some(n)) => entry.minor == n && entry.fstype.starts_with("fuse"),
+        // The connection was not known: let fuser decide.
+        (Some(_), None) => true,
+    };
+    if still_mounted {
+        return session.join();
+    }
+    // The finished thread's handle is swapped out for one of a thread that has nothing to do,
+    // so that the session (and its mount guard) can be forgotten without being dropped.
+    let guard = std::mem::replace(&mut session.guard, std::thread::spawn(|| Ok(())));
+    std::mem::forget(session);
+    guard.join().map_err(|_| io::Error::other("the FUSE session thread panicked"))?
+}
+
+/// Stops every worker (throttled source reads give up at once), joins them, then ends the
+/// source's I/O and writes out the disk tier's queue.
+fn stop_and_join(workers: Workers, fs: &Filesystem) {
+    workers.stop();
+    fs.interrupt();
+    workers.join();
+    fs.shutdown();
+}
+
+/// The `--metrics-addr` endpoint: a worker answering `GET /metrics` until unmount.
+fn start_metrics_endpoint(fs: &Arc<Filesystem>, workers: &mut Workers, listener: std::net::TcpListener) -> io::Result<()> {
+    let url = format!("http://{}/metrics", listener.local_addr()?);
+    tracing::info!(url = %url, "metrics endpoint");
+    let fs = Arc::clone(fs);
+    workers.spawn("prepfs-metrics".into(), tasks::REQUEST, move |stop| prepfs_core::metrics::http::serve(listener, stop, || fs.metrics_text()))
+}
+
+/// Sleeps `d` unless `stop` is set meanwhile; returns whether to go on.
+fn nap(stop: &AtomicBool, d: Duration) -> bool {
+    let until = std::time::Instant::now() + d;
+    while !stop.load(Ordering::Relaxed) {
+        let Some(left) = until.checked_duration_since(std::time::Instant::now()) else { return true };
+        std::thread::sleep(left.min(Duration::from_millis(50)));
+    }
+    false
+}
+
+fn start_workers(
+    fs: &Arc<Filesystem>,
+    workers: &mut Workers,
+    notifier: fuser::Notifier,
+    loader_server: Option<prepfs_core::loader::LoaderServer>,
+) -> io::Result<()> {
+    // The background refill: one worker per decode core, below the priority of requests, keeps
+    // the free augmented room filled with fresh augmentations, so augmented hits keep coming
+    // across epochs and idle CPU (a reader between requests, a GPU step) prepares what will be
+    // read next.
+    if fs.config().cache.refill && fs.cache().enabled() {
+        let lanes = fs.config().decode_parallelism();
+        for lane in 0..lanes {
+            let fs = Arc::clone(fs);
+            workers.spawn(format!("prepfs-refill-{lane}"), tasks::BACKGROUND, move |stop| {
+                let mut cursor = 0usize;
+                while !stop.load(Ordering::Relaxed) {
+                    let worked = fs.refill_scope().is_some_and(|scope| fs.refill_lane_once(&mut cursor, (lane, lanes), scope));
+                    if !worked && !nap(stop, Duration::from_millis(50)) {
+                        break;
+                    }
+                }
+            })?;
+        }
+    }
+    // Once a second: retire idle jobs, drop shared outputs no job needs this epoch, and re-plan
+    // the cache split from the rates measured while serving.
+    let housekeeping = Arc::clone(fs);
+    workers.spawn("prepfs-housekeeping".into(), tasks::REQUEST, move |stop| {
+        while nap(stop, Duration::from_secs(1)) {
+            housekeeping.retire_idle_jobs();
+            housekeeping.drop_outputs_no_job_needs();
+            housekeeping.replan();
+        }
+    })?;
+    // The closer: memory files of outputs served and released, closed (their pages freed) off
+    // the request path, below the priority of requests (`served::OutputFiles::run_closer`).
+    let files = Arc::clone(fs.output_files());
+    workers.spawn("prepfs-closer".into(), tasks::BACKGROUND, move |stop| files.run_closer(stop))?;
+    // Prefetch workers: prepare the samples queued ahead of jobs, below the priority of requests.
+    for i in 0..fs.config().threads {
+        let fs = Arc::clone(fs);
+        workers.spawn(format!("prepfs-prefetch-{i}"), tasks::BACKGROUND, move |stop| {
+            while !stop.load(Ordering::Relaxed) {
+                fs.run_prefetch(Duration::from_millis(200), stop);
+            }
+        })?;
+    }
+    // The loader socket (`prepfs.Loader`), bound before the scan.
+    if let Some(server) = loader_server {
+        let _ = fs.stats().loader.socket.set(server.path().display().to_string());
+        tracing::info!(socket = %server.path().display(), "loader socket");
+        let fs = Arc::clone(fs);
+        workers.spawn("prepfs-loader".into(), tasks::REQUEST, move |stop| server.serve(&fs, stop))?;
+    }
+    // Tells the kernel to drop what it cached of files whose source changed.
+    let stale = Arc::clone(fs);
+    workers.spawn("prepfs-notifier".into(), tasks::REQUEST, move |stop| {
+        while !stop.load(Ordering::Relaxed) {
+            for ino in stale.stale.drain(Duration::from_millis(200)) {
+                // ENOENT: the kernel holds nothing of it. Nothing to do either way.
+                let _ = notifier.inval_inode(fuser::INodeNo(ino), 0, 0);
+            }
+        }
+    })?;
+    Ok(())
+}
+
+/// The loader socket (`prepfs.Loader`), bound before the scan: one the config names that cannot
+/// be bound (something else is there, another process listens) refuses the mount; the default
+/// path only warns, and the mount serves files without the socket.
+fn bind_loader_socket(config: &Config) -> Result<Option<prepfs_core::loader::LoaderServer>, MountError> {
+    if !config.loader.enabled {
+        return Ok(None);
+    }
+    let bound = match &config.loader.socket {
+        Some(path) => return Ok(Some(prepfs_core::loader::LoaderServer::bind(path, config.access.allow_other)?)),
+        None => prepfs_core::loader::default_path(&config.mountpoint, config.access.allow_other).and_then(|path| prepfs_core::loader::LoaderServer::bind(&path, config.access.allow_other)),
+    };
+    match bound {
+        Ok(server) => Ok(Some(server)),
+        Err(e) => {
+            tracing::warn!("{e}; serving without the loader socket");
+            Ok(None)
+        }
+    }
+}
+
+/// The FUSE connection number of the mount at `path` (its device's minor number), whose
+/// `/sys/fs/fuse/connections/<n>/abort` ends it. Read from the mount table for the mountpoint
+/// made canonical before mounting: a `stat` of it now would wait on this very daemon, whose
+/// session does not run yet.
+fn fuse_connection(canonical: &Path) -> Option<u64> {
+    mount_at(canonical).map(|m| m.minor)
+}
+
+fn fuser_config(config: &Config, read_only: bool) -> fuser::Config {
+    let mut fc = fuser::Config::default();
+    fc.mount_options = vec![
+        fuser::MountOption::FSName(format!("prepfs:{}", config.source.display())),
+        fuser::MountOption::Subtype("prepfs".into()),
+        // Not `RO`: the kernel would refuse mkdir/rmdir under jobs/ before asking us. Every other
+        // change is refused by the daemon with EROFS.
+        fuser::MountOption::NoAtime,
+        fuser::MountOption::NoDev,
+        fuser::MountOption::NoSuid,
+        // The kernel checks every access against the owners and modes the mount shows (the
+        // source's): nothing the source denies a user reaches them through the mount.
+        fuser::MountOption::DefaultPermissions,
+    ];
+    if read_only {
+        // Asked for (`--read-only`, `-o ro`): the kernel refuses every change itself, rmdir under
+        // jobs/ too (a job is still made by the first lookup of its name; mkdir's lookup too).
+        fc.mount_options.push(fuser::MountOption::RO);
+    }
+    if config.access.allow_other {
+        // Other users (training jobs run as other accounts) may use the mount: the operator's
+        // choice, never the default.
+        fc.acl = fuser::SessionACL::All;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        // As root, mounted through fusermount3 too (fuser does for this option), as every other
+        // user's mount is: the mount table shows type `fuse.prepfs` (fuser's own mount(2) as
+        // root says `fuse`), and a daemon that dies without unmounting (SIGKILL, a crash) leaves
+        // no dead mount behind: fusermount3 unmounts when the daemon's connection closes. fuser
+        // asks for more than the owner's access with it: root's (`allow_root`), the owner here.
+        fc.mount_options.push(fuser::MountOption::AutoUnmount);
+        if fc.acl == fuser::SessionACL::Owner {
+            fc.acl = fuser::SessionACL::RootAndOwner;
+        }
+    }
+    fc.n_threads = Some(config.fuse_threads);
+    fc.clone_fd = true;
+    fc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plain_directory_is_ready_and_a_mounted_one_is_busy() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert_eq!(mountpoint_state(dir.path()).expect("state"), MountpointState::Ready);
+        assert!(matches!(mountpoint_state(Path::new("/proc")).expect("state"), MountpointState::Busy(_)));
+        assert!(mountpoint_state(&dir.path().join("missing")).is_err());
+    }
+
+    #[test]
+    fn prepare_creates_a_missing_mountpoint_only_when_asked_and_removes_it_after() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mnt = dir.path().join("a/b");
+        assert!(prepare_mountpoint(&mnt, false, false).is_err());
+        assert!(!mnt.exists());
+        let created = prepare_mountpoint(&mnt, true, false).expect("prepare");
+        assert!(mnt.is_dir());
+        drop(created);
+        assert!(!dir.path().join("a").exists(), "both levels it made are removed");
+        assert!(prepare_mountpoint(Path::new("/proc"), true, true).is_err());
+    }
+
+    #[test]
+    fn prepare_refuses_a_mountpoint_with_entries_unless_allowed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("keep.txt"), "x").expect("write");
+        let err = prepare_mountpoint(dir.path(), false, false).expect_err("non-empty");
+        assert!(err.to_string().contains("not empty"), "{err}");
+        assert!(prepare_mountpoint(dir.path(), false, true).expect("allowed").is_none());
+        assert!(dir.path().join("keep.txt").exists());
+    }
+
+    #[test]
+    fn mount_paths_are_unescaped() {
+        assert_eq!(unescape_mount_path("/mnt/a\\040b"), "/mnt/a b");
+    }
+}

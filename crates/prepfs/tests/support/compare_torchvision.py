@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""What tests/mount_torchvision.rs asks: each augment op drawn many times through the mount and
+through torchvision v2 on the same photographs, the distributions of per-image statistics
+compared with a two-sample Kolmogorov-Smirnov test. Prints JSON.
+
+    compare_torchvision.py check                 "ok", or "skipped: ..." without torch/torchvision
+    compare_torchvision.py prepare SRC           real photographs as JPEGs under SRC/photos/
+    compare_torchvision.py cases                 the cases: name, prepfs config
+    compare_torchvision.py compare NAME MOUNT BASE DRAWS
+                                                 case NAME: DRAWS reads of each augmented file of
+                                                 MOUNT against DRAWS torchvision draws on BASE's
+                                                 (the op's input, read from a mount of the same
+                                                 config without the op) or on the source JPEG
+
+The photographs are bench/real_photos.py's (public-domain sample images of the scikit-image and
+matplotlib wheels, fetched with pip into target/photos once). Statistics per image: the three
+channel means, the standard deviation of all values, and the erased share (pixels whose three
+values all equal the erasing value). The KS critical value is at alpha = 0.001 (two-sided,
+asymptotic); torchvision is seeded, the mount too, so a result is reproducible.
+"""
+import io
+import json
+import math
+import os
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, "..", "..", "..", "..")
+ALPHA = 0.001
+PHOTOS = ["astronaut.png", "chelsea.png", "coffee.png"]
+SIDE = 96
+BASE = [{"resize": {"size": [SIDE, SIDE]}}]
+NORMALIZE = {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
+
+
+def cases():
+    """name -> (prepfs augment list, output, torchvision transform on a uint8 CHW tensor or None
+    for a case starting from the source, erase value or None)."""
+    from torchvision.transforms import v2
+    from torchvision.transforms.v2 import InterpolationMode as I
+    import torch
+
+    def geometric(ops, build):
+        return {"augment": ops, "output": {"format": "npy"}, "tv": build, "from_source": True, "erase": None}
+
+    def op(entry, build, output=None, erase=None):
+        out = {"augment": BASE + [entry], "output": output or {"format": "npy"}, "tv": build, "from_source": False}
+        out["erase"] = erase
+        return out
+
+    rrc = lambda i: v2.RandomResizedCrop(48, interpolation=i, antialias=True)
+    return {
+        "resize_then_random_resized_crop": geometric(
+            [{"resize": {"size": 128}}, {"random_resized_crop": {"size": 48}}],
+            lambda: v2.Compose([v2.Resize(128, antialias=True), rrc(I.BILINEAR)])),
+        "random_resized_crop_bicubic": geometric(
+            [{"random_resized_crop": {"size": 48, "interpolation": "bicubic"}}], lambda: rrc(I.BICUBIC)),
+        "random_resized_crop_random": geometric(
+            [{"random_resized_crop": {"size": 48, "interpolation": "random"}}],
+            lambda: v2.RandomChoice([rrc(I.BILINEAR), rrc(I.BICUBIC)])),
+        "color_jitter": op({"color_jitter": {"brightness": 0.4, "contrast": 0.4, "saturation": 0.4, "hue": 0.1}},
+                           lambda: v2.ColorJitter(0.4, 0.4, 0.4, 0.1)),
+        "random_grayscale": op({"random_grayscale": {"p": 0.5}}, lambda: v2.RandomGrayscale(0.5)),
+        "gaussian_blur": op({"gaussian_blur": {"kernel_size": 9, "sigma": [0.1, 5.0]}},
+                            lambda: v2.GaussianBlur(9, (0.1, 5.0))),
+        "random_erasing_uint8": op({"random_erasing": {"p": 0.5}}, lambda: v2.RandomErasing(0.5), erase=0),
+        "random_erasing_float32": op(
+            {"random_erasing": {"p": 0.5}},
+            lambda: v2.Compose([v2.ToDtype(torch.float32, scale=True), v2.Normalize(**NORMALIZE), v2.RandomErasing(0.5)]),
+            output={"format": "npy", "dtype": "float32", **NORMALIZE}, erase=0.0),
+        "trivial_augment_wide": op({"trivial_augment_wide": {}}, lambda: v2.TrivialAugmentWide()),
+        "rand_augment": op({"rand_augment": {}}, lambda: v2.RandAugment()),
+        "auto_augment": op({"auto_augment": {"policy": "imagenet"}}, lambda: v2.AutoAugment()),
+    }
+
+
+def config_yaml(case):
+    return json.dumps({"seed": 11, "threads": 2, "augment": case["augment"], "output": case["output"]})
+
+
+def base_yaml(case):
+    return json.dumps({"seed": 11, "threads": 2, "augment": BASE, "output": {"format": "npy"}})
+
+
+def read_npy(path):
+    with open(path, "rb") as f:
+        return np.load(io.BytesIO(f.read()))
+
+
+def stats(img, erase):
+    """Per-image statistics of an HWC (uint8) or CHW (float32) image, rounded to 4 decimals: an
+    image the op left alone has one exact mean, and float32 normalisation summed in another order
+    (ours against torch's, 4e-7 apart) must not split that tie into a KS step."""
+    chw = img if img.dtype == np.float32 and img.shape[0] == 3 else np.transpose(img, (2, 0, 1))
+    chw = chw.astype(np.float64)
+    out = {"mean_r": chw[0].mean(), "mean_g": chw[1].mean(), "mean_b": chw[2].mean(), "std": chw.std()}
+    if erase is not None:
+        out["erased_share"] = float(np.all(chw == erase, axis=0).mean())
+    return {k: round(float(v), 4) for k, v in out.items()}
+
+
+def ks(a, b):
+    """Two-sample KS statistic and the critical value at ALPHA."""
+    a, b = np.sort(np.asarray(a)), np.sort(np.asarray(b))
+    values = np.concatenate([a, b])
+    d = float(np.max(np.abs(np.searchsorted(a, values, side="right") / len(a) - np.searchsorted(b, values, side="right") / len(b))))
+    crit = math.sqrt(-math.log(ALPHA / 2) / 2) * math.sqrt((len(a) + len(b)) / (len(a) * len(b)))
+    return d, crit
+
+
+def photos_in(src):
+    return sorted(os.path.join(src, "photos", f) for f in os.listdir(os.path.join(src, "photos")))
+
+
+def main():
+    cmd = sys.argv[1]
+    if cmd == "check":
+        try:
+            import torch, torchvision  # noqa: F401
+            from torchvision.transforms import v2  # noqa: F401
+        except ImportError as e:
+            print(f"skipped: torch/torchvision not installed for {sys.executable} ({e}); `make compare-torchvision` installs them and runs this")
+            return
+        print(f"ok torch {torch.__version__} torchvision {torchvision.__version__}")
+    elif cmd == "prepare":
+        sys.path.insert(0, os.path.join(ROOT, "bench"))
+        from real_photos import photographs
+        from PIL import Image
+        wanted = [p for p in photographs(os.path.join(ROOT, "target", "photos")) if os.path.basename(p) in PHOTOS]
+        out = os.path.join(sys.argv[2], "photos")
+        os.makedirs(out, exist_ok=True)
+        for path in wanted:
+            im = Image.open(path).convert("RGB")
+            im.thumbnail((256, 256), Image.Resampling.LANCZOS)
+            im.save(os.path.join(out, os.path.splitext(os.path.basename(path))[0] + ".jpg"), quality=95)
+        print(json.dumps({"photos": len(wanted)}))
+    elif cmd == "cases":
+        print(json.dumps({name: {"config": config_yaml(c), "base": None if c["from_source"] else base_yaml(c)} for name, c in cases().items()}))
+    elif cmd == "compare":
+        import torch
+        from PIL import Image
+        from torchvision.transforms import v2
+        name, mount, base, src, draws = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6])
+        case = cases()[name]
+        torch.manual_seed(0)
+        transform = case["tv"]()
+        ours, theirs = [], []
+        for photo in photos_in(src):
+            stem = os.path.splitext(os.path.basename(photo))[0]
+            path = os.path.join(mount, "augmented", "photos", stem + ".npy")
+            for _ in range(draws):
+                ours.append(stats(read_npy(path), case["erase"]))
+            if case["from_source"]:
+                pil = Image.open(photo).convert("RGB")
+                for _ in range(draws):
+                    theirs.append(stats(np.asarray(transform(pil)), case["erase"]))
+            else:
+                hwc = read_npy(os.path.join(base, "augmented", "photos", stem + ".npy"))
+                chw = torch.from_numpy(np.ascontiguousarray(np.transpose(hwc, (2, 0, 1))))
+                for _ in range(draws):
+                    out = transform(chw.clone()).numpy()
+                    theirs.append(stats(out if out.dtype == np.float32 else np.transpose(out, (1, 2, 0)), case["erase"]))
+        result = {"case": name, "n": len(ours), "m": len(theirs), "stats": {}}
+        for key in ours[0]:
+            d, crit = ks([s[key] for s in ours], [s[key] for s in theirs])
+            result["stats"][key] = {"d": round(d, 4), "critical": round(crit, 4)}
+        print(json.dumps(result))
+    else:
+        sys.exit(f"unknown command {cmd}")
+
+
+if __name__ == "__main__":
+    main()
