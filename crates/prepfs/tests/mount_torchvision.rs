@@ -11,7 +11,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use common::{write_config, Mounted};
@@ -22,15 +21,7 @@ const DRAWS: &str = "150";
 
 fn torch_python(script: &str, args: &[&std::ffi::OsStr]) -> String {
     let python = std::env::var("PREPFS_TORCH_PYTHON").unwrap_or_else(|_| "python3".into());
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support").join(script);
-    let out = Command::new(&python).arg(&path).args(args).output().expect("python");
-    assert!(
-        out.status.success(),
-        "{script} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    common::python_in(&python, script, args)
 }
 
 fn mount(tmp: &Path, name: &str, source: &Path, yaml: &str) -> Mounted {

@@ -285,13 +285,19 @@ pub fn force_unmount(path: &Path) {
 /// Runs a Python helper from tests/support with arguments; returns its stdout, failing the
 /// test with its stderr when it fails.
 pub fn python<S: AsRef<std::ffi::OsStr>>(script: &str, args: &[S]) -> String {
+    python_in("python3", script, args)
+}
+
+/// [`python`] run by `interpreter` (another environment's python3, e.g. one with torch).
+#[allow(dead_code)] // not every test binary that includes common/ runs another interpreter
+pub fn python_in<S: AsRef<std::ffi::OsStr>>(interpreter: &str, script: &str, args: &[S]) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support").join(script);
-    let mut cmd = Command::new("python3");
+    let mut cmd = Command::new(interpreter);
     cmd.arg(&path);
     for a in args {
         cmd.arg(a);
     }
-    let out = cmd.output().expect("python3 (make test installs it with pillow and numpy)");
+    let out = cmd.output().unwrap_or_else(|e| panic!("{interpreter} (make test installs python3 with pillow and numpy): {e}"));
     assert!(
         out.status.success(),
         "{script} failed:\n{}\n{}",
