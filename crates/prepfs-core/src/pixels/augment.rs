@@ -547,11 +547,12 @@ fn uniform(rng: &mut impl Rng, lo: f64, hi: f64) -> f64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::shared::draw_rng;
 
-    fn parse_one(yaml: &str) -> Result<AugmentOp, String> {
+    /// One `augment:` entry parsed from YAML, or its error's text (the ops' tests' parser).
+    pub(crate) fn parse_one(yaml: &str) -> Result<AugmentOp, String> {
         let entry: BTreeMap<String, Value> = serde_norway::from_str(yaml).expect("yaml");
         AugmentOp::from_yaml(&entry).map_err(|e| e.to_string())
     }

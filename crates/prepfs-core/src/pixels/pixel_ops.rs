@@ -265,10 +265,7 @@ fn kernel_size(args: &Args<'_>) -> Result<(u32, u32), OpError> {
 mod tests {
     use super::*;
 
-    fn parse(yaml: &str) -> Result<AugmentOp, String> {
-        let entry: BTreeMap<String, Value> = serde_norway::from_str(yaml).expect("yaml");
-        AugmentOp::from_yaml(&entry).map_err(|e| e.to_string())
-    }
+    use crate::pixels::augment::tests::parse_one as parse;
 
     #[test]
     fn color_jitter_reads_torchvisions_ranges() {
