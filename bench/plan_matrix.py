@@ -90,6 +90,30 @@ def decoded_bytes(source):
     return total
 
 
+def report(out, cells):
+    """Writes the table of the cells measured so far (after each cell, so a run cut short keeps them)."""
+    lines = ["The planner's matrix: 3 back-to-back epochs per run; `auto` against each fixed split. One job: 2 "
+             "readers over augmented/, predictions the plan's for each epoch, read just before it starts. Three "
+             "jobs: one reader each over jobs/job<i>/augmented at once, the makespan's prediction from the plan's "
+             "rate while they ran.", "",
+             "| set | cache | storage | jobs | auto split | auto total s | best fixed | best total s | auto/best | "
+             "auto epochs /s (predicted) | worst error (auto / any split) | e2/e1 |",
+             "| --- | --- | --- | ---: | --- | ---: | --- | ---: | ---: | --- | ---: | ---: |"]
+    for c in cells:
+        auto = next(r for r in c["rows"] if r["split_config"] == "auto")
+        if c["jobs"] == 3:
+            eps = f"makespan predicted {c['auto_predicted_total_s'] or 0:.2f} s"
+            ratio = "-"
+        else:
+            eps = ", ".join(f"{m:,.0f} ({p or 0:,.0f})" for m, p in zip(c["auto_epochs"], c["auto_predicted"]))
+            ratio = f"{c['epoch2_over_epoch1']:.2f}x"
+        pct = lambda e: "-" if e is None else f"{e * 100:.0f}%"
+        err = f"{pct(c['auto_worst_prediction_error'])} / {pct(c['worst_prediction_error'])}"
+        lines.append(f"| {c['set']} | {c['cache']} | {c['storage']} | {c['jobs']} | {auto['split']} | {c['auto_total_s']:.2f} | "
+                     f"{c['best_fixed']} | {c['best_total_s']:.2f} | {c['auto_over_best']:.2f}x | {eps} | {err} | {ratio} |")
+    write_report(out, {"cells": cells}, lines)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--prepfs", required=True)
@@ -150,26 +174,7 @@ def main():
                             "epoch2_over_epoch1": auto["epoch2_over_epoch1"],
                         })
                     cells.append(cell)
-        lines = ["The planner's matrix: 3 back-to-back epochs per run; `auto` against each fixed split. One job: 2 "
-                 "readers over augmented/, predictions the plan's for each epoch, read just before it starts. Three "
-                 "jobs: one reader each over jobs/job<i>/augmented at once, the makespan's prediction from the plan's "
-                 "rate while they ran.", "",
-                 "| set | cache | storage | jobs | auto split | auto total s | best fixed | best total s | auto/best | "
-                 "auto epochs /s (predicted) | worst error (auto / any split) | e2/e1 |",
-                 "| --- | --- | --- | ---: | --- | ---: | --- | ---: | ---: | --- | ---: | ---: |"]
-        for c in cells:
-            auto = next(r for r in c["rows"] if r["split_config"] == "auto")
-            if c["jobs"] == 3:
-                eps = f"makespan predicted {c['auto_predicted_total_s'] or 0:.2f} s"
-                ratio = "-"
-            else:
-                eps = ", ".join(f"{m:,.0f} ({p or 0:,.0f})" for m, p in zip(c["auto_epochs"], c["auto_predicted"]))
-                ratio = f"{c['epoch2_over_epoch1']:.2f}x"
-            pct = lambda e: "-" if e is None else f"{e * 100:.0f}%"
-            err = f"{pct(c['auto_worst_prediction_error'])} / {pct(c['worst_prediction_error'])}"
-            lines.append(f"| {c['set']} | {c['cache']} | {c['storage']} | {c['jobs']} | {auto['split']} | {c['auto_total_s']:.2f} | "
-                         f"{c['best_fixed']} | {c['best_total_s']:.2f} | {c['auto_over_best']:.2f}x | {eps} | {err} | {ratio} |")
-        write_report(args.out, {"cells": cells}, lines)
+                    report(args.out, cells)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
