@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long no request must have come before a draining mount unmounts (`--drain`).
-pub const DEFAULT_DRAIN: Duration = Duration::from_secs(3);
+pub(crate) const DEFAULT_DRAIN: Duration = Duration::from_secs(3);
 /// The longest a drain lasts (`--drain-max`): then the mount stops as a second signal stops it.
-pub const DEFAULT_DRAIN_MAX: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_DRAIN_MAX: Duration = Duration::from_secs(60);
 
 /// The drain's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use crate::sampling::Rank;
 
 /// The three forms a sample is served in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Form {
+pub(crate) enum Form {
     /// The source bytes, byte for byte.
     Encoded,
     /// The full-resolution RGB decode.
@@ -18,10 +18,10 @@ pub enum Form {
 }
 
 impl Form {
-    pub const ALL: [Form; 3] = [Form::Encoded, Form::Decoded, Form::Augmented];
+    pub(crate) const ALL: [Form; 3] = [Form::Encoded, Form::Decoded, Form::Augmented];
 
     /// The view's directory name.
-    pub fn dir_name(self) -> &'static str {
+    pub(crate) fn dir_name(self) -> &'static str {
         match self {
             Form::Encoded => "encoded",
             Form::Decoded => "decoded",
@@ -61,7 +61,7 @@ pub struct Size2 {
 }
 
 impl Size2 {
-    pub fn new(width: u32, height: u32) -> Self {
+    pub(crate) fn new(width: u32, height: u32) -> Self {
         Size2 { width, height }
     }
     /// Pixels in the image.

@@ -12,18 +12,18 @@ use crate::metrics::Latencies;
 
 /// One counter per view and form of work.
 #[derive(Debug, Default)]
-pub struct ViewCounters {
-    pub opens: AtomicU64,
+pub(crate) struct ViewCounters {
+    pub(crate) opens: AtomicU64,
     /// Bytes the daemon's own reads served ...
-    pub read_bytes: AtomicU64,
+    pub(crate) read_bytes: AtomicU64,
     /// ... and the sizes of the files it handed the kernel to read itself (passthrough): what
     /// their readers could read, counted at the open (the daemon never sees those reads).
-    pub passthrough_bytes: AtomicU64,
+    pub(crate) passthrough_bytes: AtomicU64,
     /// Opens (top level and jobs' views of this form alike) served without reading the source
     /// (from a cache form) ...
-    pub hits: AtomicU64,
+    pub(crate) hits: AtomicU64,
     /// ... and those that read it (or the disk tier); an open that fails is neither.
-    pub misses: AtomicU64,
+    pub(crate) misses: AtomicU64,
 }
 
 /// FUSE requests received, by kind (what the kernel asks per file read shows here).
@@ -89,16 +89,16 @@ pub struct PassthroughCounters {
 pub struct LoaderCounters {
     /// Where it listens, once it does.
     pub socket: std::sync::OnceLock<String>,
-    pub connections: AtomicU64,
-    pub open_connections: AtomicU64,
-    pub refused: AtomicU64,
-    pub batches: AtomicU64,
-    pub samples: AtomicU64,
+    pub(crate) connections: AtomicU64,
+    pub(crate) open_connections: AtomicU64,
+    pub(crate) refused: AtomicU64,
+    pub(crate) batches: AtomicU64,
+    pub(crate) samples: AtomicU64,
     /// Shared memory the live connections' rings take (`loader.ring_memory` bounds it).
-    pub ring_bytes: AtomicU64,
+    pub(crate) ring_bytes: AtomicU64,
     /// Samples passed over because the loader's user may not read them (the source's modes,
     /// directories included).
-    pub denied: AtomicU64,
+    pub(crate) denied: AtomicU64,
 }
 
 impl LoaderCounters {
@@ -124,40 +124,40 @@ pub struct Stats {
     pub passthrough: PassthroughCounters,
     pub loader: LoaderCounters,
     started: Instant,
-    pub encoded: ViewCounters,
-    pub decoded: ViewCounters,
-    pub augmented: ViewCounters,
+    pub(crate) encoded: ViewCounters,
+    pub(crate) decoded: ViewCounters,
+    pub(crate) augmented: ViewCounters,
     /// Bytes read from the source dataset.
-    pub source_bytes_read: AtomicU64,
+    pub(crate) source_bytes_read: AtomicU64,
     /// Samples that could not be decoded (each failure counted once per attempt).
-    pub decode_errors: AtomicU64,
+    pub(crate) decode_errors: AtomicU64,
     /// Source files that vanished or failed to read under the mount.
-    pub source_errors: AtomicU64,
+    pub(crate) source_errors: AtomicU64,
     /// Source files found changed (replaced or rewritten) since last seen: their cached forms
     /// were dropped.
-    pub source_changes: AtomicU64,
+    pub(crate) source_changes: AtomicU64,
     /// File handles currently open.
     pub open_handles: AtomicU64,
     /// Opens refused because open handles pinned `max_open_bytes` (ENFILE).
-    pub opens_refused: AtomicU64,
+    pub(crate) opens_refused: AtomicU64,
     /// Augmented outputs made by the background refill.
-    pub refills: AtomicU64,
+    pub(crate) refills: AtomicU64,
     /// Whole-file reads of the source and their total time (the model's storage rate).
-    pub source_reads: AtomicU64,
-    pub source_read_nanos: AtomicU64,
+    pub(crate) source_reads: AtomicU64,
+    pub(crate) source_read_nanos: AtomicU64,
     /// Full decodes and their total time.
-    pub full_decodes: AtomicU64,
+    pub(crate) full_decodes: AtomicU64,
     /// Bytes of the pixels the full decodes made (their mean is the plan's decoded size).
-    pub full_decode_bytes: AtomicU64,
-    pub full_decode_nanos: AtomicU64,
+    pub(crate) full_decode_bytes: AtomicU64,
+    pub(crate) full_decode_nanos: AtomicU64,
     /// Decode-and-augment from encoded bytes (the model's `t_da`) and their total time.
-    pub decode_augments: AtomicU64,
-    pub decode_augment_nanos: AtomicU64,
+    pub(crate) decode_augments: AtomicU64,
+    pub(crate) decode_augment_nanos: AtomicU64,
     /// Augment-only from decoded pixels (the model's `t_a`) and their total time.
-    pub pixel_augments: AtomicU64,
-    pub pixel_augment_nanos: AtomicU64,
+    pub(crate) pixel_augments: AtomicU64,
+    pub(crate) pixel_augment_nanos: AtomicU64,
     /// Latency histograms of opens and pixel work (percentiles in `latency_us`).
-    pub latency: Latencies,
+    pub(crate) latency: Latencies,
 }
 
 impl Default for Stats {

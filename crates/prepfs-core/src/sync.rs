@@ -85,6 +85,7 @@ impl<T> RwLockExt<T> for RwLock<T> {
 /// [`Condvar`] waits that recover a poisoned lock, as [`LockExt`] does.
 pub(crate) trait CondvarExt {
     /// Waits for a notification; the guard again.
+    #[cfg(any(test, feature = "shuttle"))]
     fn wait_or_recover<'a, T>(&self, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T>;
     /// Waits for a notification or `timeout`, whichever comes first; the guard again (callers
     /// check their condition, not whether the wait timed out).
@@ -92,6 +93,7 @@ pub(crate) trait CondvarExt {
 }
 
 impl CondvarExt for Condvar {
+    #[cfg(any(test, feature = "shuttle"))]
     fn wait_or_recover<'a, T>(&self, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
         recover(self.wait(guard))
     }

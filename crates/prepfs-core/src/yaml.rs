@@ -36,7 +36,7 @@ pub struct Line(pub Option<usize>);
 
 impl Line {
     /// The line of `key` in `text` (see [`line_of_key`]).
-    pub fn of(text: &str, key: &str) -> Line {
+    pub(crate) fn of(text: &str, key: &str) -> Line {
         Line(line_of_key(text, key))
     }
 }

@@ -167,7 +167,7 @@ fn admissions_race(policy: EvictionPolicy) {
     check(move || {
         let payload = |id: FileId| 100 + (id as usize % 7) * 10;
         let budget = 3 * (130 + ENTRY_OVERHEAD);
-        let store = Arc::new(FormStore::<Arc<[u8]>>::new("t", budget, policy));
+        let store = Arc::new(FormStore::<Arc<[u8]>>::new(budget, policy));
         let ids: [[FileId; 2]; 3] = [[0, 1], [16, 2], [32, 3]];
         let threads: Vec<_> = ids
             .iter()

@@ -49,11 +49,11 @@ use crate::shared::{fnv1a64, Rgb};
 use crate::sync::{LockExt, Mutex, MutexGuard};
 
 /// Bytes of the header before every payload.
-pub const HEADER_LEN: usize = entry::HEADER_LEN;
+pub(crate) const HEADER_LEN: usize = entry::HEADER_LEN;
 /// The disk tier's header: magic and format version.
 const FORMAT: Format = Format { magic: *b"PFDC", version: 1 };
 /// Entries are charged in whole blocks of this many bytes (what a filesystem allocates).
-pub const BLOCK: u64 = 4096;
+pub(crate) const BLOCK: u64 = 4096;
 const SHARDS: usize = 16;
 /// The writer's queue: at most this many jobs ...
 const QUEUE_JOBS: usize = 256;
@@ -79,7 +79,7 @@ pub enum DiskKind {
 }
 
 impl DiskKind {
-    pub const ALL: [DiskKind; 2] = [DiskKind::Encoded, DiskKind::Decoded];
+    pub(crate) const ALL: [DiskKind; 2] = [DiskKind::Encoded, DiskKind::Decoded];
 
     /// Its kind in the entry header.
     fn entry(self) -> entry::Kind {
@@ -409,7 +409,7 @@ impl DiskCache {
     }
 
     /// Whether an entry of `kind` is held or being written for `key`.
-    pub fn contains(&self, kind: DiskKind, key: u64) -> bool {
+    pub(crate) fn contains(&self, kind: DiskKind, key: u64) -> bool {
         self.inner.shard(kind, key).contains_key(&key)
     }
 
@@ -468,7 +468,7 @@ impl DiskCache {
     }
 
     /// Drops the entries of `key` (both kinds): out of the index, their files deleted.
-    pub fn remove(&self, key: u64) {
+    pub(crate) fn remove(&self, key: u64) {
         for kind in DiskKind::ALL {
             let slot = self.inner.shard(kind, key).get(&key).copied();
             if let Some(slot) = slot {
@@ -485,22 +485,23 @@ impl DiskCache {
     }
 
     /// Bytes charged now (entries written and being written).
-    pub fn used(&self) -> u64 {
+    pub(crate) fn used(&self) -> u64 {
         self.inner.used.load(Ordering::Relaxed)
     }
 
     /// The byte budget.
-    pub fn size(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn size(&self) -> u64 {
         self.inner.size
     }
 
     /// Entries of `kind` written.
-    pub fn entries(&self, kind: DiskKind) -> u64 {
+    pub(crate) fn entries(&self, kind: DiskKind) -> u64 {
         self.inner.entries[kind.index()].load(Ordering::Relaxed)
     }
 
     /// Whether the tier still admits (false after a write error).
-    pub fn admitting(&self) -> bool {
+    pub(crate) fn admitting(&self) -> bool {
         self.inner.admitting.load(Ordering::Relaxed)
     }
 
@@ -515,7 +516,7 @@ impl DiskCache {
     }
 
     /// Figures for stats.
-    pub fn stats(&self) -> serde_json::Value {
+    pub(crate) fn stats(&self) -> serde_json::Value {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let i = &self.inner;
         json!({

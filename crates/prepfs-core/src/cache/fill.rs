@@ -25,7 +25,7 @@ use crate::source::{FileMeta, Sample};
 /// Where an output came from: the cache form that held the sample, the disk tier, the remote
 /// tier, or the source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Origin {
+pub(crate) enum Origin {
     Augmented,
     Decoded,
     Encoded,

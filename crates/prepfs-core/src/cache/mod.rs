@@ -30,7 +30,7 @@ mod queue;
 pub(crate) mod remote;
 mod tiers;
 
-pub use fill::Origin;
+pub(crate) use fill::Origin;
 pub(crate) use fill::{Admit, Loaded, Made, Tiers};
 pub use tiers::{
     AugmentedEntry, FormStore, SampleCache, SampleStatus, SingleFlight, Weighed, ENTRY_OVERHEAD, HELD_AUGMENTED, HELD_REMOTE,

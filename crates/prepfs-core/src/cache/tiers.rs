@@ -79,7 +79,7 @@ pub struct SampleStatus {
 
 impl SampleStatus {
     /// `n` samples, none held.
-    pub fn new(n: usize) -> SampleStatus {
+    pub(crate) fn new(n: usize) -> SampleStatus {
         SampleStatus { bytes: (0..n).map(|_| AtomicU8::new(0)).collect() }
     }
     /// How many samples it has a byte for.
@@ -122,7 +122,7 @@ impl SampleStatus {
         }
     }
     /// Bytes the status takes.
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.bytes.len()
     }
 }
@@ -150,7 +150,6 @@ impl Weighed for AugmentedEntry {
 
 /// One form's store.
 pub struct FormStore<V> {
-    name: &'static str,
     shards: Vec<Mutex<LruCache<FileId, V>>>,
     /// The status table and this form's bit in it.
     status: Option<(Arc<SampleStatus>, u8)>,
@@ -165,9 +164,8 @@ pub struct FormStore<V> {
 
 impl<V: Clone + Weighed> FormStore<V> {
     /// An empty store with `budget` bytes.
-    pub fn new(name: &'static str, budget: u64, policy: EvictionPolicy) -> Self {
+    pub fn new(budget: u64, policy: EvictionPolicy) -> Self {
         FormStore {
-            name,
             shards: (0..SHARDS).map(|_| Mutex::new(LruCache::unbounded())).collect(),
             used: AtomicU64::new(0),
             budget: AtomicU64::new(budget),
@@ -204,7 +202,7 @@ impl<V: Clone + Weighed> FormStore<V> {
     }
 
     /// The entry for `id`, counting a hit or a miss.
-    pub fn get(&self, id: FileId) -> Option<V> {
+    pub(crate) fn get(&self, id: FileId) -> Option<V> {
         let found = self.shard(id).get(&id).cloned();
         let counter = if found.is_some() { &self.hits } else { &self.misses };
         counter.fetch_add(1, Ordering::Relaxed);
@@ -332,7 +330,7 @@ impl<V: Clone + Weighed> FormStore<V> {
 
     /// Drops the entry for `id`, if any, without counting a hit or a miss. Returns whether
     /// there was one.
-    pub fn remove(&self, id: FileId) -> bool {
+    pub(crate) fn remove(&self, id: FileId) -> bool {
         self.pop(id).is_some()
     }
 
@@ -362,7 +360,7 @@ impl<V: Clone + Weighed> FormStore<V> {
     /// The entry for `id` is not needed for a while: under LRU it is the next to make room, and
     /// with the store full it goes now (eviction picks within a shard, so a full store would
     /// otherwise evict a shard's oldest entry while other shards keep ones no one needs).
-    pub fn retire(&self, id: FileId) {
+    pub(crate) fn retire(&self, id: FileId) {
         if !self.lru.load(Ordering::Relaxed) {
             return;
         }
@@ -424,7 +422,7 @@ impl<V: Clone + Weighed> FormStore<V> {
     }
 
     /// This form's figures for stats.
-    pub fn stats(&self) -> serde_json::Value {
+    pub(crate) fn stats(&self) -> serde_json::Value {
         json!({
             "bytes_used": self.used(),
             "budget": self.budget(),
@@ -434,10 +432,6 @@ impl<V: Clone + Weighed> FormStore<V> {
         })
     }
 
-    /// The form's name.
-    pub fn name(&self) -> &'static str {
-        self.name
-    }
 }
 
 /// Concurrent requests for one key share one computation.
@@ -494,10 +488,10 @@ impl SampleCache {
         let budget = split.budgets(memory);
         let status = Arc::new(SampleStatus::new(samples));
         SampleCache {
-            encoded: FormStore::new("encoded", budget[0], policy).with_status(Arc::clone(&status), HELD_ENCODED),
-            decoded: FormStore::new("decoded", budget[1], policy).with_status(Arc::clone(&status), HELD_DECODED),
+            encoded: FormStore::new(budget[0], policy).with_status(Arc::clone(&status), HELD_ENCODED),
+            decoded: FormStore::new(budget[1], policy).with_status(Arc::clone(&status), HELD_DECODED),
             // Augmented outputs are used once per job and dropped: never evicted to admit others.
-            augmented: FormStore::new("augmented", budget[2], EvictionPolicy::Keep)
+            augmented: FormStore::new(budget[2], EvictionPolicy::Keep)
                 .with_status(Arc::clone(&status), HELD_AUGMENTED),
             status,
             memory,
@@ -611,7 +605,7 @@ impl SampleCache {
 
     /// How cheaply `id` can be served in `form`'s view now: 0 when no form that view can use
     /// holds it, up to [`Form::top_rank`] (what opportunistic sampling prefers).
-    pub fn rank(&self, id: FileId, form: Form) -> Rank {
+    pub(crate) fn rank(&self, id: FileId, form: Form) -> Rank {
         let held = self.status.held(id);
         let has = |bit: u8| held & bit != 0;
         match form {
@@ -648,13 +642,8 @@ impl SampleCache {
         2 * form.top_rank()
     }
 
-    /// The cache's memory, bytes.
-    pub fn memory(&self) -> u64 {
-        self.memory
-    }
-
     /// The split in force.
-    pub fn split(&self) -> Split {
+    pub(crate) fn split(&self) -> Split {
         *self.split.lock_or_recover()
     }
 
@@ -664,12 +653,13 @@ impl SampleCache {
     }
 
     /// Bytes charged in all forms.
-    pub fn used(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn used(&self) -> u64 {
         self.encoded.used() + self.decoded.used() + self.augmented.used()
     }
 
     /// Figures for stats.
-    pub fn stats(&self) -> serde_json::Value {
+    pub(crate) fn stats(&self) -> serde_json::Value {
         json!({
             "memory": self.memory,
             "split": self.split(),
@@ -696,7 +686,7 @@ mod tests {
 
     #[test]
     fn keep_admits_while_there_is_room_and_never_evicts() {
-        let store = FormStore::new("t", 10 * (1000 + ENTRY_OVERHEAD), EvictionPolicy::Keep);
+        let store = FormStore::new(10 * (1000 + ENTRY_OVERHEAD), EvictionPolicy::Keep);
         for id in 0..100 {
             store.admit(id, bytes(1000));
         }
@@ -714,7 +704,7 @@ mod tests {
     fn an_entry_no_job_needs_makes_room_before_those_they_do() {
         // One shard in play: ids that are multiples of SHARDS.
         let id = |k: u32| k * SHARDS as u32;
-        let store = FormStore::new("t", 3 * (100 + ENTRY_OVERHEAD), EvictionPolicy::Lru);
+        let store = FormStore::new(3 * (100 + ENTRY_OVERHEAD), EvictionPolicy::Lru);
         for k in 0..2 {
             store.admit(id(k), bytes(100));
         }
@@ -730,7 +720,7 @@ mod tests {
         assert!(!store.contains(id(0)));
         assert_eq!(store.entries(), 2);
         // Under keep nothing is evicted or dropped by retiring.
-        let keep = FormStore::new("k", 100 + ENTRY_OVERHEAD, EvictionPolicy::Keep);
+        let keep = FormStore::new(100 + ENTRY_OVERHEAD, EvictionPolicy::Keep);
         keep.admit(1, bytes(100));
         keep.retire(1);
         assert!(keep.contains(1));
@@ -756,7 +746,7 @@ mod tests {
     #[test]
     fn lru_makes_room_by_evicting_the_least_recently_used() {
         // One shard in play (ids that are multiples of SHARDS) keeps the LRU order observable.
-        let store = FormStore::new("t", 3 * (100 + ENTRY_OVERHEAD), EvictionPolicy::Lru);
+        let store = FormStore::new(3 * (100 + ENTRY_OVERHEAD), EvictionPolicy::Lru);
         let id = |k: u32| k * SHARDS as u32;
         for k in 0..3 {
             assert!(store.admit(id(k), bytes(100)));
@@ -770,7 +760,7 @@ mod tests {
 
     #[test]
     fn take_is_use_once_and_frees_the_room() {
-        let store = FormStore::new("t", 2 * (50 + ENTRY_OVERHEAD), EvictionPolicy::Keep);
+        let store = FormStore::new(2 * (50 + ENTRY_OVERHEAD), EvictionPolicy::Keep);
         assert!(store.admit(1, bytes(50)));
         assert!(store.admit(2, bytes(50)));
         assert!(!store.admit(3, bytes(50)));
@@ -782,7 +772,7 @@ mod tests {
 
     #[test]
     fn budgets_hold_under_concurrent_admission_far_past_the_budget() {
-        let store = Arc::new(FormStore::new("t", 64 * 1024, EvictionPolicy::Lru));
+        let store = Arc::new(FormStore::new(64 * 1024, EvictionPolicy::Lru));
         let threads: Vec<_> = (0..8)
             .map(|t| {
                 let store = Arc::clone(&store);

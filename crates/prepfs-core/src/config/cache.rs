@@ -37,22 +37,22 @@ pub(super) struct RawRemote {
 /// The cache's remote tier: a Redis server every mount naming it shares, and the bytes prepfs
 /// keeps within there (`crate::cache::remote`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct RemoteConfig {
+pub(crate) struct RemoteConfig {
     /// `redis[s]://[USER:PASSWORD@]HOST:PORT[/DB]` (or a cluster's). Printed with its password
     /// as `***`: `password_file` keeps a password out of the config.
     #[serde(serialize_with = "redacted_url")]
-    pub url: String,
+    pub(crate) url: String,
     /// Bytes prepfs writes there at most (the server's `maxmemory` is the operator's bound).
-    pub size: u64,
+    pub(crate) size: u64,
     /// The deployment's shared secret, which every value's MAC is keyed with: a private file
     /// (mode 0600 or stricter), the same on every machine sharing the tier. Required.
-    pub secret_file: PathBuf,
+    pub(crate) secret_file: PathBuf,
     /// The server's password (Redis AUTH, or the URL's ACL user's), instead of one in the URL.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub password_file: Option<PathBuf>,
+    pub(crate) password_file: Option<PathBuf>,
     /// PEM roots that `rediss://` trusts instead of the system's.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub tls_ca_file: Option<PathBuf>,
+    pub(crate) tls_ca_file: Option<PathBuf>,
 }
 
 fn redacted_url<S: serde::Serializer>(url: &str, s: S) -> Result<S::Ok, S::Error> {
@@ -68,16 +68,16 @@ pub(super) struct RawDisk {
 
 /// The cache's disk tier: a local directory and its byte budget.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct DiskConfig {
+pub(crate) struct DiskConfig {
     /// The directory (created if missing; never inside the source or the mountpoint).
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// Bytes of disk for cached encoded and decoded samples.
-    pub size: u64,
+    pub(crate) size: u64,
 }
 
 /// How the memory is split among the three forms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SplitChoice {
+pub(crate) enum SplitChoice {
     /// Seneca's model picks the split from measured rates.
     Auto,
     /// Percentages for (encoded, decoded, augmented).
@@ -106,19 +106,19 @@ pub struct CacheConfig {
     pub memory: u64,
     /// How `auto` decided `memory`, with its figures; `None` when `memory` was set.
     pub auto: Option<crate::machine_memory::AutoMemory>,
-    pub split: SplitChoice,
-    pub policy: EvictionPolicy,
+    pub(crate) split: SplitChoice,
+    pub(crate) policy: EvictionPolicy,
     /// Refill free augmented room in the background with fresh augmentations.
     pub refill: bool,
     /// The consumers' rate for the model (`t_gpu`); `None`: unbounded.
-    pub consumer_samples_per_s: Option<f64>,
+    pub(crate) consumer_samples_per_s: Option<f64>,
     /// How many epochs the plan expects a run to read (a hint: the plan counts the epochs
     /// read so far against it).
-    pub epochs: u64,
+    pub(crate) epochs: u64,
     /// The disk tier, if any.
-    pub disk: Option<DiskConfig>,
+    pub(crate) disk: Option<DiskConfig>,
     /// The remote tier, if any.
-    pub remote: Option<RemoteConfig>,
+    pub(crate) remote: Option<RemoteConfig>,
 }
 
 impl Default for CacheConfig {

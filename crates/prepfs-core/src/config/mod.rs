@@ -27,15 +27,21 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_norway::Value;
 
-pub use cache::{CacheConfig, DiskConfig, EvictionPolicy, RemoteConfig, SplitChoice, DEFAULT_EPOCHS};
-pub use error::{ConfigError, Quantity, ValueError};
+pub use cache::{EvictionPolicy, DEFAULT_EPOCHS};
+pub(crate) use cache::{CacheConfig, DiskConfig, RemoteConfig, SplitChoice};
+pub use error::ValueError;
+pub(crate) use error::ConfigError;
 pub use output::{Dtype, Format, OutputConfig};
-pub use recipes::{refuse_name as refuse_recipe_name, Recipe, MAX_RECIPES};
+pub(crate) use recipes::Recipe;
 pub use sections::{
     AccessConfig, BadSamplesConfig, HideBad, JobsConfig, LoaderConfig, SourceLimits, Validate, DEFAULT_MAX_FILE_SIZE,
     DEFAULT_MAX_OPEN_BYTES, DEFAULT_RING_MEMORY, DEFAULT_RING_MEMORY_PER_USER, MAX_ID, MIN_MAX_OPEN_BYTES,
 };
-pub use units::{parse_bytes, parse_duration, parse_rate, DURATION_UNITS, MAX_DURATION_S, SIZE_UNITS};
+pub use units::{parse_bytes, parse_duration, parse_rate};
+#[cfg(test)]
+use error::Quantity;
+#[cfg(test)]
+use units::{DURATION_UNITS, MAX_DURATION_S, SIZE_UNITS};
 
 use cache::{cache_config, RawCache};
 use machine::machine_memory;
@@ -101,11 +107,11 @@ pub struct Config {
     /// The dataset directory served (never written).
     pub source: PathBuf,
     /// Bytes per second the source may be read at (shared storage); `None`: unlimited.
-    pub source_read_limit: Option<u64>,
+    pub(crate) source_read_limit: Option<u64>,
     /// Where the filesystem is mounted.
     pub mountpoint: PathBuf,
     /// Seed of every random draw: a draw is a pure function of (seed, job, epoch, sample).
-    pub seed: u64,
+    pub(crate) seed: u64,
     /// Threads of the decode/augment pool (they also read the source).
     pub threads: usize,
     /// Threads reading FUSE requests.
@@ -115,19 +121,19 @@ pub struct Config {
     /// daemon. Default on; where the kernel refuses, the mount says so and serves reads itself.
     pub passthrough: bool,
     /// Samples whose header claims more pixels than this are refused (EIO).
-    pub max_pixels: u64,
+    pub(crate) max_pixels: u64,
     /// The augmentation pipeline, in order.
     pub augment: Vec<AugmentOp>,
     /// How pixels are written out.
-    pub output: OutputConfig,
+    pub(crate) output: OutputConfig,
     /// Named pipelines, each a view beside `augmented/` (`recipes:`), in name order.
-    pub recipes: Vec<Recipe>,
+    pub(crate) recipes: Vec<Recipe>,
     /// The sample cache.
     pub cache: CacheConfig,
     /// Concurrent jobs.
-    pub jobs: JobsConfig,
+    pub(crate) jobs: JobsConfig,
     /// Bounds on reading the source.
-    pub source_limits: SourceLimits,
+    pub(crate) source_limits: SourceLimits,
     /// Who may use the mount, and what open files may pin.
     pub access: AccessConfig,
     /// Hiding and skipping samples known bad, and when they are found.

@@ -62,9 +62,9 @@ impl OutputConfig {
         [1.0; 3]
     }
     /// The JPEG quality when `quality` is unset.
-    pub const DEFAULT_QUALITY: u8 = 90;
+    pub(crate) const DEFAULT_QUALITY: u8 = 90;
     /// The file name extension of this format.
-    pub fn extension(&self) -> &'static str {
+    pub(crate) fn extension(&self) -> &'static str {
         match self.format {
             Format::Ppm => "ppm",
             Format::Npy => "npy",
@@ -73,7 +73,7 @@ impl OutputConfig {
         }
     }
     /// The JPEG quality asked for.
-    pub fn jpeg_quality(&self) -> u8 {
+    pub(crate) fn jpeg_quality(&self) -> u8 {
         self.quality.unwrap_or(Self::DEFAULT_QUALITY)
     }
 }

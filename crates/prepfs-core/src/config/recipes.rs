@@ -16,7 +16,7 @@ use crate::shared::Form;
 
 /// The most recipes one mount serves: a recipe's number has 4 bits in inode numbers
 /// (`fs::inodes`), 0 being `augmented/` itself.
-pub const MAX_RECIPES: usize = 15;
+pub(crate) const MAX_RECIPES: usize = 15;
 /// The longest recipe name.
 const MAX_NAME: usize = 64;
 /// Names the mount's root shows besides the forms' views: no recipe may take them.
@@ -24,14 +24,14 @@ const ROOT_NAMES: [&str; 2] = ["jobs", ".prepfs"];
 
 /// One named pipeline and how its outputs are written.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Recipe {
+pub(crate) struct Recipe {
     /// The view's directory name.
     #[serde(skip)]
-    pub name: String,
+    pub(crate) name: String,
     /// The pipeline, in order.
-    pub augment: Vec<AugmentOp>,
+    pub(crate) augment: Vec<AugmentOp>,
     /// How its outputs are written (its `normalize` folded in).
-    pub output: OutputConfig,
+    pub(crate) output: OutputConfig,
 }
 
 /// A recipe as written.
@@ -60,7 +60,7 @@ pub(super) fn augment_ops(text: &str, key: &str, list: &[BTreeMap<String, Value>
 /// Why `name` cannot name a recipe, if it cannot: it must be a plain name (ASCII letters,
 /// digits, `_` and `-`, not starting with `-`, at most 64 bytes) that no view of the mount's
 /// root has.
-pub fn refuse_name(name: &str) -> Option<String> {
+pub(crate) fn refuse_name(name: &str) -> Option<String> {
     if Form::ALL.iter().any(|f| f.dir_name() == name) || ROOT_NAMES.contains(&name) {
         return Some(format!("recipe `{name}` clashes with the mount's own `{name}/`; name it otherwise"));
     }

@@ -52,10 +52,10 @@ pub struct LoaderConfig {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub socket: Option<PathBuf>,
     /// The shared memory every connection's ring may take together, in bytes.
-    pub ring_memory: u64,
+    pub(crate) ring_memory: u64,
     /// What the rings of one user other than root and the mount's owner may take; as much again
     /// of `ring_memory` is kept for root and the owner.
-    pub ring_memory_per_user: u64,
+    pub(crate) ring_memory_per_user: u64,
 }
 
 /// Default [`LoaderConfig::ring_memory`].
@@ -153,19 +153,19 @@ pub(super) struct RawJobs {
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobsConfig {
     /// Jobs active at once (at most 64).
-    pub max: usize,
+    pub(crate) max: usize,
     /// A job idle this long is retired (its state freed), seconds.
-    pub idle_timeout_s: f64,
+    pub(crate) idle_timeout_s: f64,
     /// Samples prepared ahead of a job along its listing order.
-    pub prefetch_window: usize,
+    pub(crate) prefetch_window: usize,
     /// Substitution at open and cached-first listings; off, job views serve what is asked.
-    pub ods: bool,
+    pub(crate) ods: bool,
     /// Jobs one user (uid) may hold at once; root and the mount's owner are not limited, and
     /// one slot is always kept for them.
-    pub per_user: usize,
+    pub(crate) per_user: usize,
     /// With `cache.remote`: a job name is one job on every mount sharing the remote (its seen
     /// and claimed bits and its epoch in Redis). Off: each mount's jobs are its own.
-    pub shared: bool,
+    pub(crate) shared: bool,
 }
 
 impl Default for JobsConfig {
@@ -211,9 +211,9 @@ pub(super) fn jobs_config(text: &str, raw: Option<RawJobs>) -> Result<JobsConfig
 #[derive(Debug, Clone, PartialEq)]
 pub struct SourceLimits {
     /// Files larger than this are refused (EIO, one log line) without being read.
-    pub max_file_size: u64,
+    pub(crate) max_file_size: u64,
     /// A source read not answered within this many seconds fails (EIO) instead of hanging.
-    pub timeout_s: f64,
+    pub(crate) timeout_s: f64,
 }
 
 /// Default [`SourceLimits::max_file_size`]: far above any training image, far below memory.
@@ -244,10 +244,10 @@ pub struct AccessConfig {
     pub uid: Option<u32>,
     pub gid: Option<u32>,
     /// `.prepfs/` (stats, config) readable by every user, not only the mount's owner.
-    pub control_public: bool,
+    pub(crate) control_public: bool,
     /// Bytes of served output that open files may pin at once; opens past it wait for
     /// releases, then fail with ENFILE. One user may take at most half of it.
-    pub max_open_bytes: u64,
+    pub(crate) max_open_bytes: u64,
 }
 
 /// Default [`AccessConfig::max_open_bytes`]: about 1,700 open augmented files.

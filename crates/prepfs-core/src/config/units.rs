@@ -4,7 +4,7 @@
 use super::error::{Quantity, ValueError};
 
 /// The longest duration accepted: a year. Longer ones would overflow the timers they set.
-pub const MAX_DURATION_S: f64 = 365.0 * 24.0 * 3600.0;
+pub(crate) const MAX_DURATION_S: f64 = 365.0 * 24.0 * 3600.0;
 
 pub(super) fn max_of(quantity: Quantity) -> String {
     match quantity {
@@ -45,7 +45,7 @@ pub(crate) fn human_bytes(bytes: u64) -> String {
 /// `T` and `KB`, `MB`, `GB`, `TB` are powers of 1000 (as disks, networks, Kubernetes' `8G`
 /// and `gsutil`'s figures are written); `Ki`, `KiB` and the rest are powers of 1024. The parser
 /// and the error's list of units both read this table.
-pub const SIZE_UNITS: &[(&str, u64)] = &[
+pub(crate) const SIZE_UNITS: &[(&str, u64)] = &[
     ("B", 1),
     ("K", 1_000),
     ("KB", 1_000),
@@ -66,7 +66,7 @@ pub const SIZE_UNITS: &[(&str, u64)] = &[
 ];
 
 /// Every unit a duration takes, as written (lower case: `m` is minutes), in seconds.
-pub const DURATION_UNITS: &[(&str, f64)] = &[("ms", 0.001), ("s", 1.0), ("m", 60.0), ("min", 60.0), ("h", 3600.0)];
+pub(crate) const DURATION_UNITS: &[(&str, f64)] = &[("ms", 0.001), ("s", 1.0), ("m", 60.0), ("min", 60.0), ("h", 3600.0)];
 
 /// `text` split into its number (digits, `.`, a sign) and its unit, both trimmed.
 pub(super) fn split_number(text: &str) -> (&str, &str) {

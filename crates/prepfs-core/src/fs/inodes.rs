@@ -7,13 +7,13 @@ use crate::source::catalog::{DirId, FileId};
 /// A view: one form of the whole tree, top-level or one job's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct View {
-    pub form: Form,
+    pub(crate) form: Form,
     /// 0 for the top-level views, else the code of the job (see [`crate::sampling::Job::code`]),
     /// or a pending job name's ([`PENDING_JOB`]).
-    pub job: u32,
+    pub(crate) job: u32,
     /// 0, else (with `form` augmented) the number of the recipe whose view this is: the
     /// config's `recipes[recipe - 1]`, at most [`crate::config::MAX_RECIPES`].
-    pub recipe: u8,
+    pub(crate) recipe: u8,
 }
 
 impl View {

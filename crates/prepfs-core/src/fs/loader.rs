@@ -46,10 +46,10 @@ pub(crate) enum LoaderRefusal {
 
 /// What a loader is told at its start.
 pub(crate) struct LoaderFacts {
-    pub samples: u64,
-    pub size: Size2,
+    pub(crate) samples: u64,
+    pub(crate) size: Size2,
     /// ImageFolder's classes: the source's top-level directories, sorted.
-    pub classes: Vec<String>,
+    pub(crate) classes: Vec<String>,
 }
 
 /// One loader's walk through its job's epochs.
@@ -72,10 +72,10 @@ impl Walk {
 
 /// One batch written into a slot.
 pub(crate) struct Filled {
-    pub labels: Vec<i64>,
-    pub names: Vec<String>,
+    pub(crate) labels: Vec<i64>,
+    pub(crate) names: Vec<String>,
     /// The walk's share of the epoch is served.
-    pub end: bool,
+    pub(crate) end: bool,
 }
 
 impl Filesystem {

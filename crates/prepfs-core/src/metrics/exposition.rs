@@ -13,27 +13,27 @@ use super::latency::{Outcome, PixelKind, Snapshot, BUCKETS_S};
 #[derive(Debug, Default)]
 pub(crate) struct Gauges {
     /// Samples in the catalog.
-    pub samples: u64,
+    pub(crate) samples: u64,
     /// Per cache form (`encoded`, `decoded`, `augmented`, `disk`): bytes used and budget.
-    pub cache: Vec<(&'static str, u64, u64)>,
-    pub jobs_active: u64,
-    pub passthrough_on: bool,
+    pub(crate) cache: Vec<(&'static str, u64, u64)>,
+    pub(crate) jobs_active: u64,
+    pub(crate) passthrough_on: bool,
     /// Remote values dropped for failing their MAC (`cache.remote.forged`); `None`: no remote tier.
-    pub remote_forged: Option<u64>,
+    pub(crate) remote_forged: Option<u64>,
     /// Each active job's figures.
-    pub jobs: Vec<JobFigures>,
+    pub(crate) jobs: Vec<JobFigures>,
     /// The daemon's memory by part (`stats.json`'s `memory`).
-    pub memory: Vec<(String, u64)>,
+    pub(crate) memory: Vec<(String, u64)>,
 }
 
 /// One job's series: `job` labels them with its name.
 #[derive(Debug, Default)]
 pub(crate) struct JobFigures {
-    pub name: String,
-    pub epoch: u64,
-    pub served: u64,
-    pub hits: u64,
-    pub misses: u64,
+    pub(crate) name: String,
+    pub(crate) epoch: u64,
+    pub(crate) served: u64,
+    pub(crate) hits: u64,
+    pub(crate) misses: u64,
 }
 
 /// Writes metric families in the text format.

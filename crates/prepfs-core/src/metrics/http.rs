@@ -19,13 +19,13 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Limits {
     /// Connections held at once; when full, the oldest is closed to accept a new one.
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
     /// From accept to the end of the request's head.
-    pub request_deadline: Duration,
+    pub(crate) request_deadline: Duration,
     /// From the end of the head to the answer's last byte sent.
-    pub response_deadline: Duration,
+    pub(crate) response_deadline: Duration,
     /// The most bytes of a request head; a longer one is answered 431.
-    pub max_request: usize,
+    pub(crate) max_request: usize,
 }
 
 /// The bounds `prepfs mount --metrics-addr` serves with.

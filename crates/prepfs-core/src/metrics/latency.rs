@@ -82,14 +82,14 @@ pub(crate) struct Latency {
 /// A histogram's figures, copied out under its lock.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Snapshot {
-    pub count: u64,
-    pub sum_us: u64,
-    pub p50_us: u64,
-    pub p90_us: u64,
-    pub p99_us: u64,
-    pub max_us: u64,
+    pub(crate) count: u64,
+    pub(crate) sum_us: u64,
+    pub(crate) p50_us: u64,
+    pub(crate) p90_us: u64,
+    pub(crate) p99_us: u64,
+    pub(crate) max_us: u64,
     /// Values at most each bound of [`BUCKETS_S`], cumulative.
-    pub buckets: [u64; BUCKETS_S.len()],
+    pub(crate) buckets: [u64; BUCKETS_S.len()],
 }
 
 impl Default for Latency {
@@ -140,7 +140,7 @@ impl Snapshot {
 
 /// The mount's latency histograms.
 #[derive(Debug, Default)]
-pub struct Latencies {
+pub(crate) struct Latencies {
     /// Opens of files, by view (`Form::index`) and outcome.
     pub(super) open: [[Latency; 3]; 3],
     /// Pixel work by kind.

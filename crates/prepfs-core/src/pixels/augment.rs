@@ -59,7 +59,7 @@ impl AugmentOp {
     }
 
     /// The operation's name in configs.
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             AugmentOp::RandomResizedCrop { .. } => "random_resized_crop",
             AugmentOp::RandomHorizontalFlip { .. } => "random_horizontal_flip",
@@ -165,7 +165,7 @@ impl Serialize for AugmentOp {
 /// Why an `augment:` entry is refused; the message names the operation and the argument (the
 /// configuration's error puts the entry's place in front).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum OpError {
+pub(crate) enum OpError {
     /// Not a mapping of exactly one operation name to its arguments.
     #[error("each entry is one operation, like `- random_horizontal_flip: {{p: 0.5}}`")]
     NotOneOperation,
@@ -324,11 +324,11 @@ impl<'a> Args<'a> {
 
 /// A rectangle in source-image pixel coordinates (pixel k covers [k, k+1)).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Rect {
-    pub x: f64,
-    pub y: f64,
-    pub width: f64,
-    pub height: f64,
+pub(crate) struct Rect {
+    pub(crate) x: f64,
+    pub(crate) y: f64,
+    pub(crate) width: f64,
+    pub(crate) height: f64,
 }
 
 /// Everything one sample's augmentation does, after the random draws: resample `crop` of the
@@ -340,22 +340,22 @@ pub struct Rect {
 /// `random_resized_crop`) is not folded: upscaling a small crop of the source is sharper than
 /// torchvision's crop of the resized image, so it becomes a second resample in `then`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SamplePlan {
-    pub crop: Rect,
-    pub out: Size2,
-    pub filter: Filter,
-    pub then: Vec<Resample>,
-    pub flip: bool,
-    pub pixels: Vec<PixelStep>,
-    pub erase: Option<Erase>,
+pub(crate) struct SamplePlan {
+    pub(crate) crop: Rect,
+    pub(crate) out: Size2,
+    pub(crate) filter: Filter,
+    pub(crate) then: Vec<Resample>,
+    pub(crate) flip: bool,
+    pub(crate) pixels: Vec<PixelStep>,
+    pub(crate) erase: Option<Erase>,
 }
 
 /// One resample after the first: `crop` of the previous resample's output to `out`.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Resample {
-    pub crop: Rect,
-    pub out: Size2,
-    pub filter: Filter,
+pub(crate) struct Resample {
+    pub(crate) crop: Rect,
+    pub(crate) out: Size2,
+    pub(crate) filter: Filter,
 }
 
 impl SamplePlan {
@@ -374,7 +374,7 @@ impl SamplePlan {
     }
 
     /// The size of the served image (the last resample's output).
-    pub fn size(&self) -> Size2 {
+    pub(crate) fn size(&self) -> Size2 {
         self.then.last().map_or(self.out, |r| r.out)
     }
 }

@@ -26,7 +26,7 @@ pub enum AutoAugment {
 
 /// An op of the policies' spaces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
+pub(crate) enum Op {
     Identity,
     ShearX,
     ShearY,
@@ -46,8 +46,8 @@ pub enum Op {
 
 /// One sample's ops with their (signed) magnitudes, in order.
 #[derive(Debug, Clone, PartialEq)]
-pub struct AutoDraw {
-    pub ops: Vec<(Op, f64)>,
+pub(crate) struct AutoDraw {
+    pub(crate) ops: Vec<(Op, f64)>,
 }
 
 /// The ops of RandAugment's and TrivialAugmentWide's spaces, in torchvision's order.

@@ -9,9 +9,9 @@ use rand::Rng;
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GaussianBlur {
     /// Kernel width and height, odd.
-    pub kernel: (u32, u32),
+    pub(crate) kernel: (u32, u32),
     /// The range sigma is drawn from.
-    pub sigma: (f64, f64),
+    pub(crate) sigma: (f64, f64),
 }
 
 impl GaussianBlur {

@@ -110,21 +110,21 @@ fn hsv_to_rgb(h: f32, s: f32, v: f32) -> [f32; 3] {
 /// [low, high], `None` where the adjustment is off.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ColorJitter {
-    pub brightness: Option<(f64, f64)>,
-    pub contrast: Option<(f64, f64)>,
-    pub saturation: Option<(f64, f64)>,
-    pub hue: Option<(f64, f64)>,
+    pub(crate) brightness: Option<(f64, f64)>,
+    pub(crate) contrast: Option<(f64, f64)>,
+    pub(crate) saturation: Option<(f64, f64)>,
+    pub(crate) hue: Option<(f64, f64)>,
 }
 
 /// One sample's jitter: the four adjustments in the drawn order, each with its factor.
 #[derive(Debug, Clone, PartialEq)]
-pub struct JitterDraw {
-    pub steps: Vec<(Adjust, f32)>,
+pub(crate) struct JitterDraw {
+    pub(crate) steps: Vec<(Adjust, f32)>,
 }
 
 /// One of `color_jitter`'s adjustments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Adjust {
+pub(crate) enum Adjust {
     Brightness,
     Contrast,
     Saturation,

@@ -10,21 +10,21 @@ use crate::shared::Size2;
 /// `random_erasing`'s arguments.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RandomErasing {
-    pub p: f64,
-    pub scale: (f64, f64),
-    pub ratio: (f64, f64),
+    pub(crate) p: f64,
+    pub(crate) scale: (f64, f64),
+    pub(crate) ratio: (f64, f64),
     /// Per channel (one number is all three).
-    pub value: [f32; 3],
+    pub(crate) value: [f32; 3],
 }
 
 /// One sample's erased rectangle, in output pixels, and its fill.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Erase {
-    pub top: u32,
-    pub left: u32,
-    pub height: u32,
-    pub width: u32,
-    pub value: [f32; 3],
+pub(crate) struct Erase {
+    pub(crate) top: u32,
+    pub(crate) left: u32,
+    pub(crate) height: u32,
+    pub(crate) width: u32,
+    pub(crate) value: [f32; 3],
 }
 
 impl RandomErasing {

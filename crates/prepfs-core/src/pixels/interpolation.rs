@@ -18,7 +18,7 @@ pub enum Interpolation {
 
 /// The filter one sample is resampled with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Filter {
+pub(crate) enum Filter {
     #[default]
     Bilinear,
     Bicubic,
@@ -26,7 +26,7 @@ pub enum Filter {
 
 impl Interpolation {
     /// The configuration's name of it.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Interpolation::Bilinear => "bilinear",
             Interpolation::Bicubic => "bicubic",

@@ -55,10 +55,10 @@ impl crate::error::ToErrno for JpegError {
 pub struct JpegInfo {
     pub width: u32,
     pub height: u32,
-    pub components: u8,
-    pub progressive: bool,
+    pub(crate) components: u8,
+    pub(crate) progressive: bool,
     /// An Adobe APP14 segment: CMYK data in it is stored inverted.
-    pub adobe: bool,
+    pub(crate) adobe: bool,
 }
 
 /// Walks a JPEG's marker segments from SOI, the one place their framing is read (fill bytes
@@ -242,28 +242,24 @@ pub fn decode(data: &[u8], scale: Scale, region: Option<Region>) -> Result<Decod
 /// Where [`decode_into`] put the pixels: packed RGB rows, `width * height * 3` bytes at the
 /// start of the buffer, the region's place in the scaled image at `origin`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DecodedPart {
-    pub width: u32,
-    pub height: u32,
-    pub origin: (u32, u32),
+pub(crate) struct DecodedPart {
+    pub(crate) width: u32,
+    pub(crate) height: u32,
+    pub(crate) origin: (u32, u32),
 }
 
 impl DecodedPart {
     /// Bytes of RGB pixels at the start of the buffer.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.width as usize * self.height as usize * 3
     }
 
-    /// Whether it holds no pixels (never, for a decode that succeeded).
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// [`decode`] into `buf`, a buffer the caller reuses: it is grown when too small (never shrunk,
 /// never cleared), so a thread decoding one image after another allocates and zeroes nothing
 /// once it has met its largest region. The pixels are the first [`DecodedPart::len`] bytes.
-pub fn decode_into(data: &[u8], scale: Scale, region: Option<Region>, buf: &mut Vec<u8>) -> Result<DecodedPart, JpegError> {
+pub(crate) fn decode_into(data: &[u8], scale: Scale, region: Option<Region>, buf: &mut Vec<u8>) -> Result<DecodedPart, JpegError> {
     HANDLE.with(|cell| {
         let mut slot = cell.borrow_mut();
         let handle = match slot.as_ref() {

@@ -14,15 +14,15 @@
 //! - [`profile`]: a cold miss's pixel work stage by stage, for `examples/miss_profile.rs`.
 
 mod affine;
-pub mod augment;
-pub mod autoaugment;
-pub mod blur;
-pub mod color;
-pub mod erasing;
-pub mod interpolation;
-pub mod pixel_ops;
+pub(crate) mod augment;
+pub(crate) mod autoaugment;
+pub(crate) mod blur;
+pub(crate) mod color;
+pub(crate) mod erasing;
+pub(crate) mod interpolation;
+pub(crate) mod pixel_ops;
 mod tone;
-pub mod encode_jpeg;
+pub(crate) mod encode_jpeg;
 mod encode_png;
 pub mod jpeg;
 pub mod output;

@@ -88,15 +88,16 @@ impl From<io::Error> for PixelError {
 /// The DCT may shrink the crop only while the shrunk crop keeps at least this many times the
 /// output's pixels per side: the resample that follows stays a downscale, and the result
 /// stays within [`FAST_PATH_TOLERANCE`] of the straightforward path.
-pub const DCT_SCALE_MARGIN: f64 = 1.0;
+pub(crate) const DCT_SCALE_MARGIN: f64 = 1.0;
 
 /// The mean absolute difference per channel (8-bit values) that the fast path may add against
 /// [`augment_reference`]; tests hold it.
-pub const FAST_PATH_TOLERANCE: f64 = 3.0;
+#[cfg(test)]
+pub(crate) const FAST_PATH_TOLERANCE: f64 = 3.0;
 
 /// What a sample's bytes are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Codec {
+pub(crate) enum Codec {
     Jpeg,
     /// PNG, BMP, GIF, WebP, TIFF: decoded by `image`.
     Other,

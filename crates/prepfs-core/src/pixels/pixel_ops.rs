@@ -50,7 +50,7 @@ pub enum PixelOp {
 
 /// One pixel op as drawn for one sample.
 #[derive(Debug, Clone, PartialEq)]
-pub enum PixelStep {
+pub(crate) enum PixelStep {
     Jitter(JitterDraw),
     Grayscale,
     Blur { kernel: (u32, u32), sigma: f32 },

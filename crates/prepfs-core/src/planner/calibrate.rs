@@ -32,11 +32,11 @@ const SIZE_SAMPLES: usize = 512;
 
 /// What was measured, for logs and stats.
 #[derive(Debug, Clone)]
-pub struct Calibration {
-    pub params: PlanParams,
-    pub samples_timed: usize,
+pub(crate) struct Calibration {
+    pub(crate) params: PlanParams,
+    pub(crate) samples_timed: usize,
     /// Full decode and augment, samples/s on all the decode cores (`planner::run`'s `t_full`).
-    pub t_full: f64,
+    pub(crate) t_full: f64,
 }
 
 /// One thread's sums over the samples it timed.

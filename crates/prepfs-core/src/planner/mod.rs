@@ -50,7 +50,7 @@
 //! Both models share the search (all 5151 splits at 1% steps; the mount's `auto` picks prepfs's
 //! by the least time over the epochs left, `run::best_over_the_run`) and the parameter file.
 
-pub mod calibrate;
+pub(crate) mod calibrate;
 mod controller;
 mod params;
 mod prepfs;
@@ -60,9 +60,10 @@ mod seneca;
 mod split;
 
 pub(crate) use controller::{initial_split, PlanController};
-pub use prepfs::{budgets, DEFAULT_SERVE_PER_CORE};
-pub use params::{load_params, Line, PlanError, PlanParams};
-pub use search::Evaluation;
+pub use prepfs::budgets;
+pub use params::load_params;
+pub(crate) use params::PlanParams;
+pub(crate) use search::Evaluation;
 pub use seneca::{evaluate, plan_json};
 pub use split::Split;
 

@@ -37,13 +37,13 @@ use super::split::Split;
 
 /// Predicted samples a second, epoch by epoch, under one first-touch policy.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Epochs {
+pub(crate) struct Epochs {
     /// Epoch 1, from an empty cache.
-    pub first: f64,
+    pub(crate) first: f64,
     /// Epoch 2.
-    pub second: f64,
+    pub(crate) second: f64,
     /// Epochs 3 on.
-    pub steady: f64,
+    pub(crate) steady: f64,
 }
 
 impl Epochs {
@@ -59,7 +59,7 @@ impl Epochs {
     }
 
     /// The rate predicted for epoch `e` (1-based).
-    pub fn at(&self, e: u64) -> f64 {
+    pub(crate) fn at(&self, e: u64) -> f64 {
         match e {
             0 | 1 => self.first,
             2 => self.second,
@@ -70,15 +70,15 @@ impl Epochs {
 
 /// The plan over the run for one split.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RunPlan {
+pub(crate) struct RunPlan {
     /// Whether a first touch decodes in full and keeps the pixels wherever decoded has room.
-    pub keep_pixels: bool,
-    pub epochs: Epochs,
+    pub(crate) keep_pixels: bool,
+    pub(crate) epochs: Epochs,
 }
 
 /// The epochs of a run under `split`, with `t_full` the rate (samples/s, per node, on all its
 /// cores) of a full decode followed by an augment, and `keep` the first-touch policy.
-pub fn epochs(p: &PlanParams, split: Split, t_full: f64, keep: bool) -> Epochs {
+pub(crate) fn epochs(p: &PlanParams, split: Split, t_full: f64, keep: bool) -> Epochs {
     let steady = prepfs::evaluate(p, split).samples_per_s;
     if p.jobs > 1 || p.s_remote > 0.0 {
         return Epochs { first: steady, second: steady, steady };
@@ -112,7 +112,7 @@ pub fn epochs(p: &PlanParams, split: Split, t_full: f64, keep: bool) -> Epochs {
 
 /// The first-touch policy with the least time over the `left` epochs from epoch `from` on
 /// (1-based), and its epochs. A tie keeps the pixels.
-pub fn over_the_run(p: &PlanParams, split: Split, t_full: f64, from: u64, left: u64) -> RunPlan {
+pub(crate) fn over_the_run(p: &PlanParams, split: Split, t_full: f64, from: u64, left: u64) -> RunPlan {
     let keep = epochs(p, split, t_full, true);
     let region = epochs(p, split, t_full, false);
     let keep_pixels = left >= 2 && keep.seconds(from, left) <= region.seconds(from, left);
@@ -122,7 +122,7 @@ pub fn over_the_run(p: &PlanParams, split: Split, t_full: f64, from: u64, left: 
 /// The split with the least time over the `left` epochs from epoch `from` on (1-based), its
 /// first-touch policy and its epochs: a run of a few epochs weighs the cold first epoch, a long
 /// one the steady state. Ties go to the first split in [`Split::all`]'s order.
-pub fn best_over_the_run(p: &PlanParams, t_full: f64, from: u64, left: u64) -> (Split, RunPlan) {
+pub(crate) fn best_over_the_run(p: &PlanParams, t_full: f64, from: u64, left: u64) -> (Split, RunPlan) {
     let mut best: Option<(Split, RunPlan, f64)> = None;
     for split in Split::all() {
         let run = over_the_run(p, split, t_full, from, left);

@@ -12,25 +12,25 @@ use super::split::Split;
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Evaluation {
     /// Samples held augmented (Eq. 2).
-    pub n_a: f64,
+    pub(crate) n_a: f64,
     /// Samples held decoded (Eq. 4).
-    pub n_d: f64,
+    pub(crate) n_d: f64,
     /// Samples held encoded (Eq. 6).
-    pub n_e: f64,
+    pub(crate) n_e: f64,
     /// Samples read from storage (Eq. 8).
-    pub n_storage: f64,
+    pub(crate) n_storage: f64,
     /// prepfs's model only: samples read from the remote tier (0 in Seneca's).
-    pub n_remote: f64,
+    pub(crate) n_remote: f64,
     /// Rate of the augmented-hit path (Eq. 1).
-    pub dsi_a: f64,
+    pub(crate) dsi_a: f64,
     /// Rate of the decoded-hit path (Eq. 3).
-    pub dsi_d: f64,
+    pub(crate) dsi_d: f64,
     /// Rate of the encoded-hit path (Eq. 5).
-    pub dsi_e: f64,
+    pub(crate) dsi_e: f64,
     /// Rate of the storage path (Eq. 7).
-    pub dsi_s: f64,
+    pub(crate) dsi_s: f64,
     /// `DSI_overall` (Eq. 9), samples/s.
-    pub samples_per_s: f64,
+    pub(crate) samples_per_s: f64,
 }
 
 /// Two predicted rates closer than this (relative) are a tie, so that rounding in the last bits

@@ -41,17 +41,17 @@ impl Split {
     }
 
     /// Percent of the cache for encoded samples.
-    pub fn e(self) -> u32 {
+    pub(crate) fn e(self) -> u32 {
         self.e
     }
 
     /// Percent of the cache for decoded samples.
-    pub fn d(self) -> u32 {
+    pub(crate) fn d(self) -> u32 {
         self.d
     }
 
     /// Percent of the cache for augmented samples.
-    pub fn a(self) -> u32 {
+    pub(crate) fn a(self) -> u32 {
         self.a
     }
 
@@ -72,7 +72,7 @@ impl Split {
 
     /// Every split at 1% steps (5151), most augmented first, then most decoded: the order in
     /// which [`best_split`] breaks ties.
-    pub fn all() -> impl Iterator<Item = Split> {
+    pub(crate) fn all() -> impl Iterator<Item = Split> {
         (0..=100u32)
             .rev()
             .flat_map(|a| (0..=100 - a).rev().map(move |d| Split { e: 100 - a - d, d, a }))

@@ -39,29 +39,29 @@ pub struct Choice {
 
 /// A job's figures (live, relaxed).
 #[derive(Debug, Default)]
-pub struct JobCounters {
-    pub opens: AtomicU64,
-    pub served: AtomicU64,
-    pub hits_augmented: AtomicU64,
-    pub hits_decoded: AtomicU64,
-    pub hits_encoded: AtomicU64,
-    pub misses: AtomicU64,
-    pub substitutions: AtomicU64,
-    pub prefetched: AtomicU64,
+pub(crate) struct JobCounters {
+    pub(crate) opens: AtomicU64,
+    pub(crate) served: AtomicU64,
+    pub(crate) hits_augmented: AtomicU64,
+    pub(crate) hits_decoded: AtomicU64,
+    pub(crate) hits_encoded: AtomicU64,
+    pub(crate) misses: AtomicU64,
+    pub(crate) substitutions: AtomicU64,
+    pub(crate) prefetched: AtomicU64,
     /// Opens of a sample known bad, or found bad at the open, that were served another instead.
-    pub bad_skipped: AtomicU64,
+    pub(crate) bad_skipped: AtomicU64,
     /// A shared job's samples claimed in the shared store by this mount.
-    pub shared_claims: AtomicU64,
+    pub(crate) shared_claims: AtomicU64,
     /// Candidates the shared store said were taken by another open (another mount's, or a
     /// concurrent one on this mount).
-    pub taken_elsewhere: AtomicU64,
+    pub(crate) taken_elsewhere: AtomicU64,
     /// Choices a shared job made alone because the store did not answer (an outage).
-    pub decided_alone: AtomicU64,
+    pub(crate) decided_alone: AtomicU64,
 }
 
 impl JobCounters {
     /// Opens served from any cache form.
-    pub fn hits(&self) -> u64 {
+    pub(crate) fn hits(&self) -> u64 {
         [&self.hits_augmented, &self.hits_decoded, &self.hits_encoded].iter().map(|h| h.load(Ordering::Relaxed)).sum()
     }
 }
@@ -108,7 +108,7 @@ pub struct Job {
     /// seen/claimed bits in each, as if each were a job of its own with the job's slot.
     recipes: Mutex<HashMap<u8, Arc<Job>>>,
     last_active_ms: AtomicU64,
-    pub counters: JobCounters,
+    pub(crate) counters: JobCounters,
 }
 
 impl Job {
@@ -151,22 +151,22 @@ impl Job {
     }
 
     /// The job's name (its directory under `jobs/`).
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
     /// The uid that made the job.
-    pub fn owner(&self) -> u32 {
+    pub(crate) fn owner(&self) -> u32 {
         self.owner
     }
 
     /// The job's slot: its bit in an augmented output's used-by mask.
-    pub fn bit(&self) -> u64 {
+    pub(crate) fn bit(&self) -> u64 {
         1u64 << self.slot
     }
 
     /// The code its inodes carry.
-    pub fn code(&self) -> u32 {
+    pub(crate) fn code(&self) -> u32 {
         self.code
     }
 
@@ -225,7 +225,7 @@ impl Job {
     /// `ods` off too. Only when none is left, even after starting the next pass, is the request
     /// returned as it is (unclaimed), for its open to fail.
     #[allow(clippy::too_many_arguments)]
-    pub fn choose_usable(
+    pub(crate) fn choose_usable(
         &self,
         requested: FileId,
         dir_samples: &[FileId],
@@ -280,7 +280,7 @@ impl Job {
     /// reader walks ([`Job::epoch`]): once the job is past it (another reader served its last
     /// sample), nothing is claimed, so no sample of the next epoch is served as the walk's.
     #[allow(clippy::too_many_arguments)]
-    pub fn choose_within_epoch(
+    pub(crate) fn choose_within_epoch(
         &self,
         epoch: u64,
         requested: FileId,
@@ -505,7 +505,7 @@ impl Job {
     }
 
     /// Whether the job's state is shared with other mounts.
-    pub fn is_shared(&self) -> bool {
+    pub(crate) fn is_shared(&self) -> bool {
         self.shared.is_some()
     }
 

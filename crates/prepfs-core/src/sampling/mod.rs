@@ -48,20 +48,20 @@ mod shared_jobs;
 #[cfg(test)]
 mod tests;
 
-pub use job::{Choice, Job, JobCounters};
-pub use pass::{Bitset, Pass};
+pub use job::{Choice, Job};
+pub(crate) use pass::{Bitset, Pass};
 pub use registry::Jobs;
-pub use shared_jobs::{ClaimReply, SharedJob, SharedJobs};
+pub(crate) use shared_jobs::{ClaimReply, SharedJob, SharedJobs};
 
 /// Jobs that can be active at once (each is a bit of an augmented output's used-by mask).
-pub const MAX_JOBS: usize = 64;
+pub(crate) const MAX_JOBS: usize = 64;
 /// Longest job name, bytes.
-pub const MAX_NAME_LEN: usize = 64;
+pub(crate) const MAX_NAME_LEN: usize = 64;
 /// Substitution looks at most this many samples of a directory per open.
-pub const SCAN_LIMIT: usize = 4096;
+pub(crate) const SCAN_LIMIT: usize = 4096;
 
 /// A preference for a sample in some view: 0 not cached, higher is cheaper to serve.
-pub type Rank = u8;
+pub(crate) type Rank = u8;
 
 /// Why a job name is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -93,8 +93,8 @@ impl crate::error::ToErrno for JobError {
 /// are not held to `jobs.per_user` and always find a slot kept for them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Requester {
-    pub uid: u32,
-    pub privileged: bool,
+    pub(crate) uid: u32,
+    pub(crate) privileged: bool,
 }
 
 impl Requester {

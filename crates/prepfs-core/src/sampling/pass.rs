@@ -8,30 +8,30 @@ use crate::source::catalog::FileId;
 use crate::sync::atomic::AtomicU64 as SyncAtomicU64;
 
 /// A fixed-size set of sample ids, one atomic bit each.
-pub struct Bitset {
+pub(crate) struct Bitset {
     words: Vec<SyncAtomicU64>,
 }
 
 impl Bitset {
     /// `n` bits, all clear.
-    pub fn new(n: usize) -> Bitset {
+    pub(crate) fn new(n: usize) -> Bitset {
         Bitset { words: (0..n.div_ceil(64)).map(|_| SyncAtomicU64::new(0)).collect() }
     }
     fn at(i: FileId) -> (usize, u64) {
         (i as usize / 64, 1u64 << (i % 64))
     }
     /// Whether bit `i` is set.
-    pub fn get(&self, i: FileId) -> bool {
+    pub(crate) fn get(&self, i: FileId) -> bool {
         let (w, m) = Self::at(i);
         self.words.get(w).is_some_and(|x| x.load(Ordering::Relaxed) & m != 0)
     }
     /// Sets bit `i`; returns whether it was clear.
-    pub fn set(&self, i: FileId) -> bool {
+    pub(crate) fn set(&self, i: FileId) -> bool {
         let (w, m) = Self::at(i);
         self.words.get(w).is_some_and(|x| x.fetch_or(m, Ordering::Relaxed) & m == 0)
     }
     /// Clears bit `i`; returns whether it was set.
-    pub fn clear(&self, i: FileId) -> bool {
+    pub(crate) fn clear(&self, i: FileId) -> bool {
         let (w, m) = Self::at(i);
         self.words.get(w).is_some_and(|x| x.fetch_and(!m, Ordering::Relaxed) & m != 0)
     }
@@ -46,7 +46,7 @@ impl Bitset {
         }
     }
     /// Bytes of memory the bits take.
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.words.len() * 8
     }
 }
@@ -54,7 +54,7 @@ impl Bitset {
 /// One pass over the dataset: the samples served in it, and which pass it is. When every sample
 /// has been served, the next pass begins (the bits clear). A job's epochs are passes; so is what
 /// the top-level readers have read, which the refill works ahead of.
-pub struct Pass {
+pub(crate) struct Pass {
     seen: Bitset,
     served: SyncAtomicU64,
     number: SyncAtomicU64,
@@ -63,11 +63,11 @@ pub struct Pass {
 
 impl Pass {
     /// The first pass over `samples` samples with ids below `ids`.
-    pub fn new(ids: usize, samples: u64) -> Pass {
+    pub(crate) fn new(ids: usize, samples: u64) -> Pass {
         Pass { seen: Bitset::new(ids), served: SyncAtomicU64::new(0), number: SyncAtomicU64::new(0), samples }
     }
     /// Whether `sample` was served in this pass.
-    pub fn has_seen(&self, sample: FileId) -> bool {
+    pub(crate) fn has_seen(&self, sample: FileId) -> bool {
         self.seen.get(sample)
     }
     /// Marks `sample` served; returns whether it was new in this pass. The last sample of a
@@ -101,21 +101,21 @@ impl Pass {
         self.number.store(number, Ordering::Relaxed);
     }
     /// Begins the next pass: every sample unseen again.
-    pub fn next(&self) {
+    pub(crate) fn next(&self) {
         self.seen.clear_all();
         self.served.store(0, Ordering::Relaxed);
         self.number.fetch_add(1, Ordering::Relaxed);
     }
     /// Which pass this is, from 0.
-    pub fn number(&self) -> u64 {
+    pub(crate) fn number(&self) -> u64 {
         self.number.load(Ordering::Relaxed)
     }
     /// Samples served in this pass.
-    pub fn served(&self) -> u64 {
+    pub(crate) fn served(&self) -> u64 {
         self.served.load(Ordering::Relaxed)
     }
     /// Bytes of its bits.
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.seen.bytes()
     }
 }

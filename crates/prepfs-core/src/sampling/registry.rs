@@ -149,7 +149,7 @@ impl Jobs {
     }
 
     /// Every active job.
-    pub fn active(&self) -> Vec<Arc<Job>> {
+    pub(crate) fn active(&self) -> Vec<Arc<Job>> {
         self.read().iter().filter_map(|s| s.job.clone()).collect()
     }
 
@@ -181,7 +181,7 @@ impl Jobs {
     }
 
     /// Figures for stats: each active job, and the totals.
-    pub fn stats(&self) -> serde_json::Value {
+    pub(crate) fn stats(&self) -> serde_json::Value {
         let now = self.now_ms();
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let jobs: Vec<serde_json::Value> = self
@@ -226,7 +226,7 @@ impl Jobs {
     }
 
     /// A random start for a scan of `n` entries (spreads substitutions over a directory).
-    pub fn scan_start(n: usize) -> usize {
+    pub(crate) fn scan_start(n: usize) -> usize {
         static CALLS: AtomicU64 = AtomicU64::new(0);
         if n == 0 {
             return 0;

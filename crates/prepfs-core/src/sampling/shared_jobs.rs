@@ -14,19 +14,19 @@ use crate::source::catalog::FileId;
 
 /// What the store answered to a claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClaimReply {
+pub(crate) struct ClaimReply {
     /// The epoch the claim was made in (the store's current one when it answered).
-    pub epoch: u64,
+    pub(crate) epoch: u64,
     /// Which candidate was claimed (an index into the candidates); `None`: every one was
     /// taken already.
-    pub got: Option<usize>,
+    pub(crate) got: Option<usize>,
     /// The epoch after the claim: one more when this claim took the epoch's last sample (or a
     /// requested roll happened), else `epoch`.
-    pub epoch_after: u64,
+    pub(crate) epoch_after: u64,
 }
 
 /// One job's shared state.
-pub trait SharedJob: Send + Sync {
+pub(crate) trait SharedJob: Send + Sync {
     /// Claims, in the store's current epoch, the first of `candidates` no one has taken. With
     /// `roll` the caller has found its directory's every sample taken in epoch `seen_epoch`:
     /// if that is still the current epoch, the next one begins first (so it begins once, however
@@ -39,7 +39,7 @@ pub trait SharedJob: Send + Sync {
 }
 
 /// Where jobs' shared state is kept: one [`SharedJob`] per job name.
-pub trait SharedJobs: Send + Sync {
+pub(crate) trait SharedJobs: Send + Sync {
     /// The shared state of the job named `name`, over `samples` samples.
     fn job(&self, name: &str, samples: u64) -> Box<dyn SharedJob>;
 }

@@ -33,13 +33,13 @@ impl std::fmt::Debug for OutputFiles {
 
 impl OutputFiles {
     /// None made yet; the descriptor budget read now (after the mount raised the limit).
-    pub fn new() -> Arc<OutputFiles> {
+    pub(crate) fn new() -> Arc<OutputFiles> {
         let budget = fd_budget();
         Arc::new(OutputFiles { tmpfs: OnceLock::new(), live: AtomicUsize::new(0), budget, spent: Spent::new(budget) })
     }
 
     /// A file holding `bytes`: in the tmpfs when it could be made, else a sealed memory file.
-    pub fn make(self: &Arc<Self>, bytes: &[u8]) -> std::io::Result<OutputFile> {
+    pub(crate) fn make(self: &Arc<Self>, bytes: &[u8]) -> std::io::Result<OutputFile> {
         let file = match self.tmpfs() {
             Some(fs) => fs.file_with(bytes)?,
             None => sealed_memfd(bytes)?,
@@ -84,7 +84,7 @@ impl OutputFiles {
     }
 
     /// Files alive now.
-    pub fn live(&self) -> usize {
+    pub(crate) fn live(&self) -> usize {
         self.live.load(Ordering::Relaxed)
     }
 
@@ -113,19 +113,15 @@ pub struct OutputFile {
 
 impl OutputFile {
     /// The file, to hand to the kernel or to read.
-    pub fn file(&self) -> &File {
+    pub(crate) fn file(&self) -> &File {
         &self.file
     }
 
     /// Its length in bytes.
-    pub fn len(&self) -> u64 {
+    pub(crate) fn len(&self) -> u64 {
         self.len
     }
 
-    /// Whether it is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
 }
 
 impl Drop for OutputFile {

@@ -20,7 +20,8 @@ mod tmpfs;
 
 use std::sync::Arc;
 
-pub use files::{OutputFile, OutputFiles};
+pub use files::OutputFiles;
+pub(crate) use files::OutputFile;
 pub use limits::raise_fd_limit;
 
 /// A produced output's bytes: see the module documentation.
@@ -41,10 +42,6 @@ impl ServedBytes {
         }
     }
 
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 
     /// Copies the last `dst.len()` bytes into `dst` (an output's pixels, past its header, into
     /// a loader's ring slot): one copy, read from the file where it is in one.

@@ -21,11 +21,11 @@ use std::time::Instant;
 use crate::shared::Size2;
 
 /// File name extensions that make a file a sample (case-insensitive).
-pub const IMAGE_EXTENSIONS: &[&str] =
+pub(crate) const IMAGE_EXTENSIONS: &[&str] =
     &["jpg", "jpeg", "png", "bmp", "gif", "webp", "tif", "tiff", "ppm", "pgm", "pnm"];
 
 /// Index of a directory in the catalog; 0 is the source root.
-pub type DirId = u32;
+pub(crate) type DirId = u32;
 /// Index of a file in the catalog; for image files it is also the sample id.
 pub type FileId = u32;
 
@@ -67,7 +67,7 @@ pub struct Catalog {
     sizes: Vec<AtomicU64>,
     /// Image files hidden from the pixel views because another would be served under the same
     /// name even after the shared-stem rule (see [`Catalog::stem`]).
-    pub stem_collisions: usize,
+    pub(crate) stem_collisions: usize,
     samples: usize,
 }
 
@@ -75,7 +75,7 @@ const PROBE_FAILED: u64 = u64::MAX;
 
 /// A directory entry as views list it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Entry {
+pub(crate) enum Entry {
     Dir(DirId),
     File(FileId),
 }
@@ -251,7 +251,7 @@ impl Catalog {
     }
 
     /// The source root.
-    pub fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         &self.root
     }
 
@@ -271,7 +271,7 @@ impl Catalog {
     }
 
     /// A directory's own name (empty for the root).
-    pub fn dir_name(&self, dir: DirId) -> &OsStr {
+    pub(crate) fn dir_name(&self, dir: DirId) -> &OsStr {
         OsStr::from_bytes(self.name_bytes(self.dirs[dir as usize].name))
     }
 
@@ -281,14 +281,14 @@ impl Catalog {
     }
 
     /// A file's name in the source.
-    pub fn file_name(&self, file: FileId) -> &OsStr {
+    pub(crate) fn file_name(&self, file: FileId) -> &OsStr {
         OsStr::from_bytes(self.name_bytes(self.files[file as usize].name))
     }
 
     /// The stem of an image file's `decoded`/`augmented` name (which adds the output's
     /// extension): its name without extension, or its whole name when another image of its
     /// directory has the same stem (see the scan); empty for non-images.
-    pub fn stem(&self, file: FileId) -> &[u8] {
+    pub(crate) fn stem(&self, file: FileId) -> &[u8] {
         let node = &self.files[file as usize];
         &self.name_bytes(node.name)[..node.stem_len as usize]
     }
@@ -352,7 +352,7 @@ impl Catalog {
     }
 
     /// Finds a child of `dir` by its source name (the `encoded` view).
-    pub fn lookup(&self, dir: DirId, name: &OsStr) -> Option<Entry> {
+    pub(crate) fn lookup(&self, dir: DirId, name: &OsStr) -> Option<Entry> {
         let node = &self.dirs[dir as usize];
         let name = name.as_bytes();
         let subdirs = node.subdirs.0..node.subdirs.1;
@@ -385,13 +385,13 @@ impl Catalog {
     }
 
     /// All files of `dir`, in name order.
-    pub fn files(&self, dir: DirId) -> std::ops::Range<FileId> {
+    pub(crate) fn files(&self, dir: DirId) -> std::ops::Range<FileId> {
         let node = &self.dirs[dir as usize];
         node.files.0..node.files.1
     }
 
     /// The samples of `dir` served in pixel views, in stem order.
-    pub fn images(&self, dir: DirId) -> &[FileId] {
+    pub(crate) fn images(&self, dir: DirId) -> &[FileId] {
         let node = &self.dirs[dir as usize];
         &self.images_by_stem[node.images.0 as usize..node.images.1 as usize]
     }

@@ -11,7 +11,7 @@ use crate::sync::{Condvar, CondvarExt, LockExt, Mutex};
 
 /// A fault of one path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fault {
+pub(crate) enum Fault {
     /// Opening fails with this kind of error.
     Error(io::ErrorKind),
     /// Every open and read waits this long first (slow storage).
@@ -25,7 +25,7 @@ pub enum Fault {
 }
 
 /// See the module documentation.
-pub struct FaultySource {
+pub(crate) struct FaultySource {
     inner: LocalSource,
     faults: Mutex<HashMap<PathBuf, Fault>>,
     hung: Mutex<bool>,
@@ -34,7 +34,7 @@ pub struct FaultySource {
 
 impl FaultySource {
     /// No faults yet over `inner`.
-    pub fn new(inner: LocalSource) -> FaultySource {
+    pub(crate) fn new(inner: LocalSource) -> FaultySource {
         FaultySource { inner, faults: Mutex::new(HashMap::new()), hung: Mutex::new(true), released: Condvar::new() }
     }
 
@@ -45,7 +45,7 @@ impl FaultySource {
     }
 
     /// Removes every fault.
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         self.faults.lock_or_recover().clear();
     }
 

@@ -8,7 +8,7 @@ use crate::source::catalog::FileId;
 
 /// What observing a file's identity found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Observed {
+pub(crate) enum Observed {
     /// The first time this file was seen.
     First,
     /// The same version as last time.
@@ -18,13 +18,13 @@ pub enum Observed {
 }
 
 /// One identity fingerprint per file (8 bytes a file; 0: not seen yet).
-pub struct Freshness {
+pub(crate) struct Freshness {
     seen: Vec<AtomicU64>,
 }
 
 impl Freshness {
     /// `files` files, none seen.
-    pub fn new(files: usize) -> Freshness {
+    pub(crate) fn new(files: usize) -> Freshness {
         Freshness { seen: (0..files).map(|_| AtomicU64::new(0)).collect() }
     }
 

@@ -12,7 +12,7 @@ use nix::sys::stat::{fstatat, Mode};
 use super::{FileMeta, SourceFile, SourceIo, Space};
 
 /// The source directory on this machine's file system.
-pub struct LocalSource {
+pub(crate) struct LocalSource {
     /// The root, canonical: where every opened file must really lie.
     root: PathBuf,
     /// The root as given (the catalog's paths begin with it).
@@ -25,7 +25,7 @@ pub struct LocalSource {
 
 impl LocalSource {
     /// A source rooted at `root` (made canonical here).
-    pub fn new(root: &Path) -> io::Result<LocalSource> {
+    pub(crate) fn new(root: &Path) -> io::Result<LocalSource> {
         let canonical = root.canonicalize()?;
         let dir = File::options()
             .read(true)

@@ -17,23 +17,26 @@
 //! came); which errno a reader gets for one is decided here too ([`ToErrno`] for `io::Error`).
 
 pub mod catalog;
+#[cfg(test)]
 mod faults;
 mod freshness;
 mod local;
 mod pool;
 mod reader;
-pub mod throttle;
+pub(crate) mod throttle;
 
 use std::io;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use faults::{Fault, FaultySource};
-pub use freshness::{Freshness, Observed};
-pub use local::LocalSource;
-pub use pool::IoPool;
-pub use reader::{Sample, SampleError};
+#[cfg(test)]
+pub(crate) use faults::{Fault, FaultySource};
+pub(crate) use freshness::{Freshness, Observed};
+pub(crate) use local::LocalSource;
+pub(crate) use pool::IoPool;
+pub use reader::Sample;
+pub(crate) use reader::SampleError;
 pub(crate) use reader::SampleReader;
 
 use crate::error::ToErrno;
@@ -54,19 +57,19 @@ impl ToErrno for io::Error {
 
 /// Who a file belongs to and what it is, as `stat` gives them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FileMeta {
-    pub identity: Identity,
-    pub uid: u32,
-    pub gid: u32,
+pub(crate) struct FileMeta {
+    pub(crate) identity: Identity,
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
     /// Permission bits (`st_mode & 0o7777`).
-    pub mode: u32,
-    pub is_dir: bool,
-    pub mtime: std::time::SystemTime,
+    pub(crate) mode: u32,
+    pub(crate) is_dir: bool,
+    pub(crate) mtime: std::time::SystemTime,
 }
 
 impl FileMeta {
     /// The metadata `stat` returned, as std gives it.
-    pub fn of(meta: &std::fs::Metadata) -> FileMeta {
+    pub(crate) fn of(meta: &std::fs::Metadata) -> FileMeta {
         use std::os::unix::fs::MetadataExt;
         FileMeta::of_fields(StatFields {
             dev: meta.dev(),
@@ -107,7 +110,7 @@ impl FileMeta {
     }
 
     /// The file's length in bytes.
-    pub fn len(&self) -> u64 {
+    pub(crate) fn len(&self) -> u64 {
         self.identity.len
     }
 }
@@ -141,12 +144,12 @@ fn system_time((secs, nsec): (i64, i64)) -> std::time::SystemTime {
 /// What tells one version of a file from another: a replacement (rename over it) changes the
 /// inode, a write changes the size or the times, a `touch` changes mtime and ctime.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Identity {
-    pub dev: u64,
-    pub ino: u64,
-    pub len: u64,
-    pub mtime_ns: i128,
-    pub ctime_ns: i128,
+pub(crate) struct Identity {
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
+    pub(crate) len: u64,
+    pub(crate) mtime_ns: i128,
+    pub(crate) ctime_ns: i128,
 }
 
 impl Identity {
@@ -173,7 +176,7 @@ pub struct Space {
 }
 
 /// The source's file system, as prepfs uses it.
-pub trait SourceIo: Send + Sync {
+pub(crate) trait SourceIo: Send + Sync {
     /// `statvfs` of the file system the source's root lies on.
     fn space(&self) -> io::Result<Space>;
     /// `stat` of a path (symlinks followed).
@@ -184,7 +187,7 @@ pub trait SourceIo: Send + Sync {
 }
 
 /// An open source file.
-pub trait SourceFile: Send + Sync {
+pub(crate) trait SourceFile: Send + Sync {
     /// The file's metadata at open (`fstat`: the version this handle reads).
     fn meta(&self) -> &FileMeta;
     /// Reads at `offset`; 0 at the end.
@@ -197,7 +200,7 @@ pub trait SourceFile: Send + Sync {
 }
 
 /// Source reads with their bounds: see the module documentation.
-pub struct Source {
+pub(crate) struct Source {
     io: Arc<dyn SourceIo>,
     pool: IoPool,
     max_file_size: u64,
@@ -215,7 +218,7 @@ pub(crate) fn too_large(len: u64, max: u64) -> io::Error {
 impl Source {
     /// Source I/O through `io`, on `threads` I/O threads that give up on a call after
     /// `timeout`.
-    pub fn new(
+    pub(crate) fn new(
         io: Arc<dyn SourceIo>,
         threads: usize,
         timeout: Duration,
@@ -231,34 +234,30 @@ impl Source {
     }
 
     /// The read limit, if one is set.
-    pub fn read_limit(&self) -> Option<&ReadLimit> {
+    pub(crate) fn read_limit(&self) -> Option<&ReadLimit> {
         self.read_limit.as_deref()
     }
 
-    /// The largest file read whole.
-    pub fn max_file_size(&self) -> u64 {
-        self.max_file_size
-    }
 
     /// `stat` of a source path, on the calling thread: every open resolves its sample with one,
     /// a cached hit too, and an I/O thread's round trip for each cost cached serving a fifth of
     /// its rate on 2 cores (a whole-cache second epoch of the generator's set at 4,149-5,018
     /// samples/s, against 5,562-6,449 inline). A `stat` that hangs (a hung network share) holds
     /// the thread that asked; [`Source::bounded_metadata`] is the bounded one.
-    pub fn metadata(&self, path: &Path) -> io::Result<FileMeta> {
+    pub(crate) fn metadata(&self, path: &Path) -> io::Result<FileMeta> {
         self.io.metadata(path)
     }
 
     /// [`Source::metadata`] on an I/O thread within the timeout, as reads are: a `stat` that
     /// hangs costs one I/O thread, and fails its caller with `TimedOut` (`EIO`).
-    pub fn bounded_metadata(&self, path: &Path) -> io::Result<FileMeta> {
+    pub(crate) fn bounded_metadata(&self, path: &Path) -> io::Result<FileMeta> {
         let io = Arc::clone(&self.io);
         let path = path.to_path_buf();
         self.pool.run(move || io.metadata(&path))
     }
 
     /// `statvfs` of the source's file system, bounded as [`Source::metadata`] is.
-    pub fn space(&self) -> io::Result<Space> {
+    pub(crate) fn space(&self) -> io::Result<Space> {
         let io = Arc::clone(&self.io);
         self.pool.run(move || io.space())
     }
@@ -313,7 +312,7 @@ impl Source {
     }
 
     /// Opens a file to read through it (the top-level `encoded` view).
-    pub fn open(&self, path: &Path) -> io::Result<Arc<dyn SourceFile>> {
+    pub(crate) fn open(&self, path: &Path) -> io::Result<Arc<dyn SourceFile>> {
         let io = Arc::clone(&self.io);
         let path = path.to_path_buf();
         self.pool.run(move || io.open(&path).map(Arc::from))
@@ -349,7 +348,7 @@ impl Source {
 
     /// Stops: throttled reads return at once, the I/O threads finish what they run and are
     /// joined (a thread stuck in a hung read is waited for at most `grace`).
-    pub fn shutdown(&self, grace: Duration) {
+    pub(crate) fn shutdown(&self, grace: Duration) {
         self.interrupt();
         self.pool.shutdown(grace);
     }

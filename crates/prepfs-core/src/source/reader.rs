@@ -59,9 +59,9 @@ impl ToErrno for SampleError {
 /// found. Every step of the open after the resolution takes it as it is.
 #[derive(Debug, Clone)]
 pub struct Sample {
-    pub id: FileId,
-    pub path: PathBuf,
-    pub meta: FileMeta,
+    pub(crate) id: FileId,
+    pub(crate) path: PathBuf,
+    pub(crate) meta: FileMeta,
 }
 
 /// What a changed source file makes its owner drop (the cached forms of the old version).

@@ -26,7 +26,8 @@ use std::io;
 use std::thread::JoinHandle;
 
 pub(crate) use parallel::Parallel;
-pub use queue::{Task, TaskQueue};
+pub use queue::TaskQueue;
+pub(crate) use queue::Task;
 pub use workers::Workers;
 
 /// How much nicer than the daemon work a request waits for runs: not at all.

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use crate::sync::{LockExt, Mutex};
 
 /// A unit of work for the threads.
-pub type Task = Box<dyn FnOnce() + Send>;
+pub(crate) type Task = Box<dyn FnOnce() + Send>;
 
 /// One thread of a queue.
 struct TaskThread {
