@@ -94,17 +94,17 @@ compare-torchvision: deps
 # Back-to-back epochs with the plan's predictions beside them (bench/results/<date>-epochs.md),
 # and 3 concurrent jobs with the defaults against jobs decoding JPEGs themselves.
 bench-epochs: build
-	$(PYTHON) bench/epochs.py --prepfs target/release/prepfs --gen target/release/examples/make_dataset
+	PYTHONPATH=bench $(PYTHON) -m prepfs_bench.epochs --prepfs target/release/prepfs --gen target/release/examples/make_dataset
 
 # The planner's acceptance matrix (issue 32): data sets x cache x storage, auto against every
 # fixed split over 3 epochs, each epoch's prediction against its measurement
 # (bench/results/<date>-plan-matrix.md). PLAN_ARGS narrows it, e.g. "--sets real --storage local".
 PLAN_ARGS ?=
 bench-plan: build
-	$(PYTHON) bench/plan_matrix.py --prepfs target/release/prepfs --gen target/release/examples/make_dataset $(PLAN_ARGS)
+	PYTHONPATH=bench $(PYTHON) -m prepfs_bench.plan_matrix --prepfs target/release/prepfs --gen target/release/examples/make_dataset $(PLAN_ARGS)
 
 bench-jobs: build
-	$(PYTHON) bench/jobs.py --prepfs target/release/prepfs --gen target/release/examples/make_dataset
+	PYTHONPATH=bench $(PYTHON) -m prepfs_bench.jobs --prepfs target/release/prepfs --gen target/release/examples/make_dataset
 
 # Back-to-back epochs from a cold mount (page cache dropped), over bench/run.sh's data set;
 # COLD_BINS=a,b (and COLD_LABELS) compares builds in alternated runs.
@@ -112,7 +112,7 @@ COLD_BINS ?= target/release/prepfs
 bench-cold-epochs: build
 	@test -d target/bench-data/train || target/release/examples/make_dataset --out target/bench-data/train \
 		--classes 20 --per-class 40 --width 500 --height 375 --seed 0 --quiet
-	timeout 1200 $(PYTHON) bench/cold_epochs.py --prepfs $(COLD_BINS) $(if $(COLD_LABELS),--labels $(COLD_LABELS)) \
+	PYTHONPATH=bench timeout 1200 $(PYTHON) -m prepfs_bench.cold_epochs --prepfs $(COLD_BINS) $(if $(COLD_LABELS),--labels $(COLD_LABELS)) \
 		--data target/bench-data/train
 
 # Row 3d and the FUSE floor (3h, 3k) in alternating passes, 15 rounds, over bench/run.sh's data
@@ -120,7 +120,7 @@ bench-cold-epochs: build
 bench-floor: build
 	@test -d target/bench-data/train || target/release/examples/make_dataset --out target/bench-data/train \
 		--classes 20 --per-class 40 --width 500 --height 375 --seed 0 --quiet
-	timeout 900 $(PYTHON) bench/warm_floor.py --prepfs target/release/prepfs \
+	PYTHONPATH=bench timeout 900 $(PYTHON) -m prepfs_bench.warm_floor --prepfs target/release/prepfs \
 		--floorfs target/release/examples/floorfs --data target/bench-data/train
 
 # Side-by-side benchmark against the data loaders users would pick instead (QUICK=1: short).

@@ -31,12 +31,9 @@ import types
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import loaders  # noqa: E402
-from prepfs_bench import (charts, cli, config, floor, mount, plan, refill,  # noqa: E402
-                          runner, scenario4, stats, units)
+from prepfs_bench import (charts, cli, cold_epochs, config, floor, loaders, mount,  # noqa: E402
+                          plan, refill, runner, scenario4, stats, units, warm_floor)
 from prepfs_bench import report as reporting  # noqa: E402
-import cold_epochs  # noqa: E402
-import warm_floor  # noqa: E402
 
 
 _TMPDIRS = []
@@ -682,7 +679,7 @@ class ConfigTest(unittest.TestCase):
         self.assertIn("cache: { memory: 7250000, split: auto }", c25)
         self.assertIn("source: /data/imagenet/train", c25)  # untouched without a read limit
         self.assertIn("random_resized_crop", c25)
-        self.assertIn("# added by bench/run_bench.py: 2p", c25)
+        self.assertIn("# added by prepfs_bench: 2p", c25)
         storage = config.derive_config(self.BASE, None, "/d/my data", "10MB/s")
         self.assertNotIn("cache:", storage)  # no cache at all
         self.assertNotIn("/data/imagenet/train", storage)

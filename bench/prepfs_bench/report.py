@@ -13,8 +13,7 @@ import json
 import os
 from typing import List, Optional, Sequence
 
-import loaders  # bench/loaders.py (standard library only at import time)
-
+from . import loaders
 from .charts import write_charts, write_jobs_chart
 from .plan import SCENARIO_TITLES, SHORT
 from .refill import REFILL_MAX_S, REFILL_STABLE_S

@@ -1,18 +1,18 @@
-"""bench/loaders.py: the data loaders that `make bench` measures, and how one run is measured.
+"""prepfs_bench.loaders: the data loaders that `make bench` measures, and how one run is measured.
 
 This module owns the loaders: each is a function ``(data_dir, workers=2, limit=None, epochs=1,
 seed=0) -> RunResult`` that consumes samples the way a user of that loader would, and reports
 how many it consumed, the wall time, the CPU seconds (the process, its threads, and its worker
-processes) and the peak RSS. The harness (bench/run_bench.py) runs all repetitions of one case
+processes) and the peak RSS. The harness (`python3 -m prepfs_bench`) runs all repetitions of one case
 in a child process of their own, through this module's command line, with the framework
 imported before the first run:
 
-    python bench/loaders.py run --loader torchvision --data DIR [--workers 2] [--limit N]
+    python3 -m prepfs_bench.loaders run --loader torchvision --data DIR [--workers 2] [--limit N]
         [--reps 5] [--warmup 1] [--cold] [--sync] [--cpus 0,1]
 
 prints one line `@@result {json}` (a RunResult) per run; with --sync it first prints
 `@@ready {json}` and waits for a line on stdin, so the driver can drop caches or remount prepfs
-between runs. `python bench/loaders.py fake-augmented` writes a directory of augmented files
+between runs. `python3 -m prepfs_bench.loaders fake-augmented` writes a directory of augmented files
 that stands in for prepfs's `augmented/` view.
 
 Loaders (names as used on the command line and in results):
@@ -165,7 +165,7 @@ class MemorySampler:
     a thread; `peak_mb` is the largest sum seen. Reading RSS (/proc/PID/statm) is cheap, so the
     sampler costs the measured run nothing noticeable. A sum of RSS counts pages that forked
     workers share (the interpreter, torch's libraries) once per process: an upper bound. The
-    driver samples PSS, which splits shared pages, from outside the run (see run_bench.py)."""
+    driver samples PSS, which splits shared pages, from outside the run (see prepfs_bench.runner)."""
 
     def __init__(self, pid: Optional[int] = None, interval: float = 0.1):
         self.pid = pid or os.getpid()

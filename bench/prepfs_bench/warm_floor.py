@@ -12,8 +12,8 @@ open (steadier than samples/s).
 Before each prepfs pass the refill restocks every output (the pass reads cached outputs only,
 as row 3d does); the floor passes wait the same way, so every pass starts on a quiet machine.
 
-Usage: bench/warm_floor.py --prepfs target/release/prepfs --floorfs target/release/examples/floorfs
-                           --data DIR [--rounds 15] [--out bench/results/DATE-warm-floor]
+Usage: PYTHONPATH=bench python3 -m prepfs_bench.warm_floor --prepfs target/release/prepfs --floorfs target/release/examples/floorfs
+                                                --data DIR [--rounds 15] [--out bench/results/DATE-warm-floor]
 """
 import argparse
 import json
@@ -25,14 +25,12 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import loaders  # noqa: E402
-from jobs import write_report  # noqa: E402
-from prepfs_bench.config import derive_config  # a mount config with its cache: replaced  # noqa: E402
-from prepfs_bench.floor import mount_floorfs, prepfs_fuse_threads  # floorfs started, probed and ended  # noqa: E402
-from prepfs_bench.mount import mount_prepfs  # prepfs mounted read-only, pinned, as row 3d  # noqa: E402
-from prepfs_bench.refill import wait_for_refill  # the wait for the refill before a warm run, as row 3d's  # noqa: E402
+from . import BENCH_DIR, ROOT, loaders
+from .config import derive_config  # a mount config with its cache: replaced
+from .floor import mount_floorfs, prepfs_fuse_threads  # floorfs started, probed and ended
+from .jobs import write_report
+from .mount import mount_prepfs  # prepfs mounted read-only, pinned, as row 3d
+from .refill import wait_for_refill  # the wait for the refill before a warm run, as row 3d's
 
 # One pass in a child process (a FUSE request that never gets its answer holds the child, not
 # this driver): 2 threads read every listed file whole in a shuffled order, as row 3d's raw reader.
@@ -106,11 +104,11 @@ def main():
     ap.add_argument("--cache", default="1GiB", help="prepfs's memory cache (it must hold an output of every sample)")
     ap.add_argument("--fuse-threads", type=int, default=0,
                     help="FUSE threads of prepfs and of the floor (0: prepfs's default, and the floor the same)")
-    ap.add_argument("--out", default=os.path.join(HERE, "results", time.strftime("%Y-%m-%d") + "-warm-floor"))
+    ap.add_argument("--out", default=os.path.join(BENCH_DIR, "results", time.strftime("%Y-%m-%d") + "-warm-floor"))
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="prepfs-warm-floor-")
-    with open(os.path.join(HERE, "..", "mount-configs", "imagenet.yaml")) as f:
-        yaml = derive_config(f.read(), cache=f"{{ memory: {args.cache} }}", note="warm_floor.py")
+    with open(os.path.join(ROOT, "mount-configs", "imagenet.yaml")) as f:
+        yaml = derive_config(f.read(), cache=f"{{ memory: {args.cache} }}", note="prepfs_bench.warm_floor")
     if args.fuse_threads:
         yaml += f"fuse_threads: {args.fuse_threads}\n"
     config = os.path.join(work, "prepfs.yaml")

@@ -15,8 +15,8 @@ sample, made through the mount's augmented/) from tmpfs, as fast as a cache coul
 The model's predicted makespan is the samples the jobs were served over the plan's predicted
 samples/s, averaged over the run (polled every half second).
 
-Usage: bench/jobs.py --prepfs target/release/prepfs --gen target/release/examples/make_dataset
-                     [--classes 30 --per-class 40 | --source DIR] [--out bench/results/DATE-jobs]
+Usage: PYTHONPATH=bench python3 -m prepfs_bench.jobs --prepfs target/release/prepfs --gen target/release/examples/make_dataset
+                                          [--classes 30 --per-class 40 | --source DIR] [--out bench/results/DATE-jobs]
 Prints and writes per setting: makespan of each system and of the floor, prepfs's hit rate and
 decodes per sample served, and the predicted makespan.
 """
@@ -31,9 +31,8 @@ import tempfile
 import time
 from multiprocessing import Process
 
-from prepfs_bench.mount import Mount
-
-HERE = os.path.dirname(os.path.abspath(__file__))
+from . import BENCH_DIR
+from .mount import Mount
 
 
 def job(root, decode_jpeg, seed, epochs, uncached=False):
@@ -130,7 +129,7 @@ def write_report(out, data, lines):
 
 
 def common_args(ap, per_class):
-    """The arguments bench/jobs.py and bench/epochs.py share: the binaries and the data set's size."""
+    """The arguments prepfs_bench.jobs and prepfs_bench.epochs share: the binaries and the data set's size."""
     ap.add_argument("--prepfs", required=True)
     ap.add_argument("--gen", required=True)
     ap.add_argument("--classes", type=int, default=30)
@@ -143,7 +142,7 @@ def main():
     ap.add_argument("--cache-extra", default="", help="more cache settings, e.g. 'split: 0-0-100'")
     ap.add_argument("--settings", default="limited,local")
     ap.add_argument("--source", help="an existing data set (ImageFolder of JPEGs) instead of a generated one")
-    ap.add_argument("--out", default=os.path.join(HERE, "results", time.strftime("%Y-%m-%d") + "-concurrent-jobs"))
+    ap.add_argument("--out", default=os.path.join(BENCH_DIR, "results", time.strftime("%Y-%m-%d") + "-concurrent-jobs"))
     args = ap.parse_args()
     workdir = tempfile.mkdtemp(prefix="prepfs-jobs-")
     rows = []

@@ -10,8 +10,8 @@ all of them. Per epoch it records files/s, the daemon's CPU per sample (all its 
 kind of thread), and the work `stats.json` counted in it: full decodes, region decodes (a miss's
 fast path), resamples of kept pixels, refills.
 
-Usage: bench/cold_epochs.py --prepfs target/release/prepfs[,OTHER_BUILD...] --data DIR
-                            [--labels new,old] [--epochs 4] [--repeats 3] [--out bench/results/DATE-cold-epochs]
+Usage: PYTHONPATH=bench python3 -m prepfs_bench.cold_epochs --prepfs target/release/prepfs[,OTHER_BUILD...] --data DIR
+                                                 [--labels new,old] [--epochs 4] [--repeats 3] [--out bench/results/DATE-cold-epochs]
 """
 import argparse
 import json
@@ -23,12 +23,10 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import loaders  # noqa: E402
-from jobs import write_report  # noqa: E402
-from prepfs_bench.mount import mount_prepfs, proc_cpu_seconds  # noqa: E402
-from warm_floor import one_pass, stats_of  # the raw reader's pass and stats.json, as bench-floor  # noqa: E402
+from . import BENCH_DIR, ROOT, loaders
+from .jobs import write_report
+from .mount import mount_prepfs, proc_cpu_seconds
+from .warm_floor import one_pass, stats_of  # the raw reader's pass and stats.json, as bench-floor
 
 WORK_KEYS = ("full_decodes", "decode_augments", "pixel_augments")
 
@@ -93,13 +91,13 @@ def main():
     ap.add_argument("--data", required=True, help="a JPEG tree (bench/run.sh's data set)")
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--out", default=os.path.join(HERE, "results", time.strftime("%Y-%m-%d") + "-cold-epochs"))
+    ap.add_argument("--out", default=os.path.join(BENCH_DIR, "results", time.strftime("%Y-%m-%d") + "-cold-epochs"))
     args = ap.parse_args()
     binaries = args.prepfs.split(",")
     labels = args.labels.split(",") if args.labels else binaries
     if len(labels) != len(binaries):
         ap.error("--labels needs one name per binary")
-    config = os.path.join(HERE, "..", "mount-configs", "imagenet.yaml")
+    config = os.path.join(ROOT, "mount-configs", "imagenet.yaml")
     runs = {label: [] for label in labels}
     work = tempfile.mkdtemp(prefix="prepfs-cold-epochs-")
     try:

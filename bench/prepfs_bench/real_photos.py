@@ -11,7 +11,7 @@ so sizes vary as ImageNet's do), flipped at random, and saved as JPEG at a quali
 4:2:0 or 4:4:4, one in eight progressive; grayscale photographs stay grayscale (ImageNet has
 some). Deterministic for a seed.
 
-    real_photos.py --out DIR [--classes 20] [--per-class 150] [--width 600] [--height 420] [--seed 0]
+    PYTHONPATH=bench python3 -m prepfs_bench.real_photos --out DIR [--classes 20] [--per-class 150] [--width 600] [--height 420] [--seed 0]
 """
 import argparse
 import glob
@@ -20,6 +20,8 @@ import random
 import subprocess
 import sys
 import zipfile
+
+from . import ROOT
 
 PHOTOS = {
     "skimage/data/": ["astronaut.png", "chelsea.png", "coffee.png", "hubble_deep_field.jpg", "motorcycle_left.png",
@@ -57,7 +59,7 @@ def main():
     ap.add_argument("--width", type=int, default=600)
     ap.add_argument("--height", type=int, default=420)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--cache", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target", "photos"))
+    ap.add_argument("--cache", default=os.path.join(ROOT, "target", "photos"))
     a = ap.parse_args()
     from PIL import Image
 

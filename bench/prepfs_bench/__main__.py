@@ -1,6 +1,6 @@
-"""bench/run_bench.py: the driver of `make bench` (issue 3), an entry point.
+"""python3 -m prepfs_bench: the driver of `make bench` (issue 3), an entry point.
 
-    python bench/run_bench.py --data DIR [--quick] [--prepfs-bin target/release/prepfs
+    PYTHONPATH=bench python3 -m prepfs_bench --data DIR [--quick] [--prepfs-bin target/release/prepfs
         --prepfs-config mount-configs/imagenet.yaml
         [--prepfs-npy-config mount-configs/imagenet-npy.yaml]
         | --prepfs-mount MNT | --augmented-dir DIR [--augmented-npy-dir DIR]]
@@ -21,7 +21,7 @@ Scenarios (ids as in the table; see issue 3):
 - 4 concurrent jobs: training jobs started together over read-limited storage, 4a torchvision,
   4b prepfs without jobs, 4c prepfs with ODS, 4d ODS with the cache set for concurrent jobs.
 
-Every measured run is a fresh run of a loader (bench/loaders.py) in a child process that has
+Every measured run is a fresh run of a loader (prepfs_bench.loaders) in a child process that has
 already imported its framework; the children of one case run its repetitions one after another
 and wait for the driver before each (see loaders.run_reps), which drops caches or remounts.
 The loader process and its workers, and the prepfs daemon, are pinned to the same cores; when
@@ -29,19 +29,17 @@ the driver mounts prepfs, only the daemon a case reads runs during that case.
 
 Without any prepfs option only the peers run (1a 1b 1e 2a 2b 2e). ``--augmented-dir`` points
 1c/1d/2c/2d/3 at a plain directory of augmented PPMs instead (e.g. one written by
-``python bench/loaders.py fake-augmented``), to exercise the harness without a mount.
+``python3 -m prepfs_bench.loaders fake-augmented``), to exercise the harness without a mount.
 
-The driver itself is the package bench/prepfs_bench/ (its __init__ lists the modules and what
-each owns); this file only runs prepfs_bench.cli.main.
+The driver itself is this package (its __init__ lists the modules and what each owns); this
+file only runs prepfs_bench.cli.main.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from prepfs_bench.cli import main  # noqa: E402
+from .cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -4,10 +4,10 @@ against every fixed split over three back-to-back epochs, and each epoch's predi
 its measurement.
 
 Data sets: the generator's at 500x375 and at 1600x1200, and JPEGs cut from real photographs
-(bench/real_photos.py). Cache: one that holds the set (6 GiB), and 50% and 20% of the set's
+(prepfs_bench.real_photos). Cache: one that holds the set (6 GiB), and 50% and 20% of the set's
 decoded bytes.
 Storage: local (page cache warmed before each run), or 10 MB/s (`source.read_limit`). Reads:
-2 reader processes over augmented/ (bench/epochs.py's `run`), one job; or (`--jobs 3`) three
+2 reader processes over augmented/ (prepfs_bench.epochs's `run`), one job; or (`--jobs 3`) three
 jobs at once, one reader each over jobs/job<i>/augmented. Every config is told the run is 3
 epochs (`cache.epochs: 3`), as a user would tell it.
 
@@ -15,9 +15,9 @@ Targets per cell (issue 32): auto within 10% of the best fixed split over the th
 every per-epoch prediction (with three jobs, the makespan's) within 30%; epoch 2 at least 2x epoch 1 when the set fits in
 memory. A cell that misses is a finding for the model, not for this script.
 
-Usage: bench/plan_matrix.py --prepfs target/release/prepfs --gen target/release/examples/make_dataset
-                            [--sets real,gen500,gen1600] [--caches whole,half,fifth]
-                            [--storage local,10MBps] [--jobs 1,3] [--splits auto,100-0-0,...] [--out PREFIX]
+Usage: PYTHONPATH=bench python3 -m prepfs_bench.plan_matrix --prepfs target/release/prepfs --gen target/release/examples/make_dataset
+                                                 [--sets real,gen500,gen1600] [--caches whole,half,fifth]
+                                                 [--storage local,10MBps] [--jobs 1,3] [--splits auto,100-0-0,...] [--out PREFIX]
 Writes PREFIX.json and PREFIX.md (default bench/results/DATE-plan-matrix).
 """
 import argparse
@@ -29,11 +29,10 @@ import sys
 import tempfile
 import time
 
-from epochs import run, warm
-from jobs import three_jobs, write_report
-from prepfs_bench.mount import Mount
-
-HERE = os.path.dirname(os.path.abspath(__file__))
+from . import BENCH_DIR, ROOT, module_command
+from .epochs import run, warm
+from .jobs import three_jobs, write_report
+from .mount import Mount
 SPLITS = ["auto", "100-0-0", "0-100-0", "0-0-100", "34-33-33", "50-50-0", "0-50-50"]
 
 
@@ -42,7 +41,7 @@ def make_set(kind, gen, root):
     if os.path.isdir(path):
         return path
     if kind == "real":
-        subprocess.run([sys.executable, os.path.join(HERE, "real_photos.py"), "--out", path, "--classes", "20",
+        subprocess.run(module_command(sys.executable, "real_photos") + ["--out", path, "--classes", "20",
                         "--per-class", "150"], check=True)
     elif kind == "gen500":
         subprocess.run([gen, "--out", path, "--classes", "20", "--per-class", "150", "--width", "500", "--height", "375",
@@ -123,9 +122,9 @@ def main():
     ap.add_argument("--storage", default="local,10MBps")
     ap.add_argument("--splits", default=",".join(SPLITS))
     ap.add_argument("--jobs", default="1,3", help="1 (2 readers of one stream), 3 (three jobs at once), or both: 1,3")
-    ap.add_argument("--data", default=os.path.join(HERE, "..", "target", "plan-matrix-data"),
+    ap.add_argument("--data", default=os.path.join(ROOT, "target", "plan-matrix-data"),
                     help="where the data sets are made (kept between runs)")
-    ap.add_argument("--out", default=os.path.join(HERE, "results", time.strftime("%Y-%m-%d") + "-plan-matrix"))
+    ap.add_argument("--out", default=os.path.join(BENCH_DIR, "results", time.strftime("%Y-%m-%d") + "-plan-matrix"))
     args = ap.parse_args()
     os.makedirs(args.data, exist_ok=True)
     workdir = tempfile.mkdtemp(prefix="prepfs-plan-matrix-")

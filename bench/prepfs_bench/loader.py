@@ -6,7 +6,7 @@ an output for every sample). Run with the bench venv's python (torch, torchvisio
 module installed in it:
 
     target/bench-venv/bin/pip install target/wheels/prepfs-*.whl
-    target/bench-venv/bin/python bench/loader.py [--data DIR] [--bin target/release/prepfs] [--out F.json]
+    PYTHONPATH=bench target/bench-venv/bin/python -m prepfs_bench.loader [--data DIR] [--bin target/release/prepfs] [--out F.json]
 
 Unmounts and stops what it started on every way out.
 """
@@ -21,9 +21,9 @@ import torch
 import torchvision
 
 import prepfs
-from prepfs_bench.mount import Mount
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from . import ROOT
+from .mount import Mount
 
 
 def mount(binary, data, work):

@@ -7,8 +7,8 @@ For each cache setting: mount, read every file of augmented/ with 2 parallel rea
 epoch's samples/s, the source bytes it read, and the plan's predicted_samples_per_s in force at
 its end.
 
-Usage: bench/epochs.py --prepfs target/release/prepfs --gen target/release/examples/make_dataset
-                       [--classes 30 --per-class 100] [--epochs 4] [--out bench/results/DATE-epochs]
+Usage: PYTHONPATH=bench python3 -m prepfs_bench.epochs --prepfs target/release/prepfs --gen target/release/examples/make_dataset
+                                            [--classes 30 --per-class 100] [--epochs 4] [--out bench/results/DATE-epochs]
 """
 import argparse
 import json
@@ -21,10 +21,9 @@ import tempfile
 import time
 from multiprocessing import Pool
 
-from jobs import common_args, write_report  # the report
-from prepfs_bench.mount import Mount  # mounting a config (unmounted on every way out)
-
-HERE = os.path.dirname(os.path.abspath(__file__))
+from . import BENCH_DIR, ROOT
+from .jobs import common_args, write_report  # the report
+from .mount import Mount  # mounting a config (unmounted on every way out)
 
 
 def read_file(path):
@@ -98,8 +97,8 @@ def main():
     ap = argparse.ArgumentParser()
     common_args(ap, per_class=100)
     ap.add_argument("--epochs", type=int, default=4, help="back-to-back epochs per config (at least 2)")
-    ap.add_argument("--out", default=os.path.join(HERE, "results", time.strftime("%Y-%m-%d") + "-epochs"))
-    ap.add_argument("--source", help="an existing data set (e.g. bench/real_photos.py's) instead of the generator's")
+    ap.add_argument("--out", default=os.path.join(BENCH_DIR, "results", time.strftime("%Y-%m-%d") + "-epochs"))
+    ap.add_argument("--source", help="an existing data set (e.g. prepfs_bench.real_photos's) instead of the generator's")
     ap.add_argument("--configs", help="comma-separated names of the configs to run (default: all)")
     args = ap.parse_args()
     if args.epochs < 2:
@@ -111,7 +110,7 @@ def main():
             subprocess.run([args.gen, "--out", source, "--classes", str(args.classes), "--per-class",
                             str(args.per_class), "--quiet"], check=True)
         set_bytes = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(source) for f in fs)
-        shipped = open(os.path.join(HERE, "..", "mount-configs", "imagenet.yaml")).read()
+        shipped = open(os.path.join(ROOT, "mount-configs", "imagenet.yaml")).read()
         quarter = max(1 << 20, set_bytes // 4)
         configs = [
             ("no-cache", "cache: { memory: 0 }\n"),

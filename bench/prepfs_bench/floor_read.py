@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Read every file of a directory whole, with K worker processes, for R rounds.
 
-    floor_read.py DIR [--workers K] [--rounds R]
+    PYTHONPATH=bench python3 -m prepfs_bench.floor_read DIR [--workers K] [--rounds R]
 
 Each file is read as a data loader reads a sample (`open(p, 'rb').read()`); the files are split
 among the workers round-robin, in listing order. Prints one JSON line: files/s and MB/s over all
@@ -15,7 +15,7 @@ import sys
 import time
 
 # The raw reader's loop, shared with scripts/read_tree.py (one definition of "read a sample").
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'scripts'))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'scripts'))
 from read_tree import read_all  # noqa: E402
 
 

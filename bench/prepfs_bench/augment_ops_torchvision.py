@@ -4,7 +4,7 @@ examples/op_cost.rs: RandomResizedCrop(224) + flip on the photographs (PIL, as t
 reference recipes run it), then each op on the 224x224 result as a uint8 tensor, single-threaded.
 Prints a Markdown table (ms per sample).
 
-    augment_ops_torchvision.py DIR [--reps 100]
+    PYTHONPATH=bench python3 -m prepfs_bench.augment_ops_torchvision DIR [--reps 100]
 """
 import glob
 import os

@@ -8,7 +8,7 @@ epoch, the halves meeting between epochs as a data-parallel job's ranks do). Pri
 against a local one (decoded/ read with memory too small to hold it, against memory that holds
 it).
 
-usage: bench/remote_two_mounts.py [--data DIR] [--bin target/release/prepfs] [--out FILE.json]
+usage: PYTHONPATH=bench python3 -m prepfs_bench.remote_two_mounts [--data DIR] [--bin target/release/prepfs] [--out FILE.json]
 Needs redis-server on PATH and a prepfs release build; runs everything under timeouts and
 unmounts and stops what it started on every way out.
 """
@@ -24,10 +24,11 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from . import ROOT
+from .mount import Mount
+
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 from read_tree import read_all as read_files  # noqa: E402  (the raw reader: whole files, in order)
-from prepfs_bench.mount import Mount  # noqa: E402
 
 
 def free_port():
