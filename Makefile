@@ -69,7 +69,7 @@ ptx:
 # (crates/prepfs-core), the mounted end-to-end tests (crates/prepfs/tests; the loader's with the
 # Python module built and installed first); the shuttle model checks of the cache's and
 # sampling's concurrency (crates/prepfs-core/tests/shuttle.rs, a build with `--features
-# shuttle`), the benchmark harness's own self-test. The fuzz targets are workspace members:
+# shuttle`), the benchmark harness's own self-test (bench/tests). The fuzz targets are workspace members:
 # `build --workspace --all-targets` builds them (linked with libFuzzer), so a rename in the core
 # breaks make test, not only make fuzz; the tests run with `--tests --examples`, which leaves out
 # binaries marked `test = false` (the fuzz targets: run as tests, libFuzzer would fuzz forever).
@@ -80,7 +80,7 @@ test: deps python
 	$(CARGO) build --workspace --all-targets
 	PREPFS_REQUIRE_LOADER=1 $(if $(REQUIRE_PASSTHROUGH),PREPFS_REQUIRE_PASSTHROUGH=1) $(CARGO) test --workspace --tests --examples
 	$(CARGO) test -p prepfs-core --features shuttle --test shuttle
-	$(PYTHON) bench/test_harness.py
+	$(PYTHON) bench/tests
 
 # Each augment op against torchvision v2 on real photographs (tests/mount_torchvision.rs: KS tests
 # of per-image statistics). Installs torch and torchvision from PyPI for $(PYTHON) where missing:
