@@ -24,8 +24,8 @@ import tempfile
 import time
 
 from . import BENCH_DIR, ROOT, loaders
-from .jobs import write_report
 from .mount import mount_prepfs, proc_cpu_seconds
+from .runs import write_report  # the run's JSON and Markdown, its section in BENCHMARKS.md
 from .warm_floor import one_pass, stats_of  # the raw reader's pass and stats.json, as bench-floor
 
 WORK_KEYS = ("full_decodes", "decode_augments", "pixel_augments")

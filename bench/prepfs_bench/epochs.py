@@ -22,8 +22,9 @@ import time
 from multiprocessing import Pool
 
 from . import BENCH_DIR, ROOT
-from .jobs import common_args, write_report  # the report
+from .jobs import common_args
 from .mount import Mount  # mounting a config (unmounted on every way out)
+from .runs import write_report  # the run's JSON and Markdown, its section in BENCHMARKS.md
 
 
 def read_file(path):

@@ -33,6 +33,7 @@ from multiprocessing import Process
 
 from . import BENCH_DIR
 from .mount import Mount
+from .runs import write_report
 
 
 def job(root, decode_jpeg, seed, epochs, uncached=False):
@@ -116,16 +117,6 @@ def num(x):
 
 def secs(x):
     return "-" if x is None else f"{x:.1f}"
-
-
-def write_report(out, data, lines):
-    """Writes OUT.json (the figures) and OUT.md (the table `lines`), and prints the table."""
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out + ".json", "w") as f:
-        json.dump(data, f, indent=1)
-    with open(out + ".md", "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
 
 
 def common_args(ap, per_class):

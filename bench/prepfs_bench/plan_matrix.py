@@ -31,8 +31,9 @@ import time
 
 from . import BENCH_DIR, ROOT, module_command
 from .epochs import run, warm
-from .jobs import three_jobs, write_report
+from .jobs import three_jobs
 from .mount import Mount
+from .runs import write_report  # the run's JSON and Markdown, its section in BENCHMARKS.md
 SPLITS = ["auto", "100-0-0", "0-100-0", "0-0-100", "34-33-33", "50-50-0", "0-50-50"]
 
 

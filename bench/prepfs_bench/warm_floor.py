@@ -28,9 +28,9 @@ import time
 from . import BENCH_DIR, ROOT, loaders
 from .config import derive_config  # a mount config with its cache: replaced
 from .floor import mount_floorfs, prepfs_fuse_threads  # floorfs started, probed and ended
-from .jobs import write_report
 from .mount import mount_prepfs  # prepfs mounted read-only, pinned, as row 3d
 from .refill import wait_for_refill  # the wait for the refill before a warm run, as row 3d's
+from .runs import write_report  # the run's JSON and Markdown, its section in BENCHMARKS.md
 
 # One pass in a child process (a FUSE request that never gets its answer holds the child, not
 # this driver): 2 threads read every listed file whole in a shuffled order, as row 3d's raw reader.

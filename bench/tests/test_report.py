@@ -57,7 +57,7 @@ class ReportTest(unittest.TestCase):
         report["targets"] = stats.targets(report["cases"])
         md = reporting.render_markdown(report, [os.path.join(d, "r", "x-throughput.png")], d)
         self.assertIn("`python3 -m prepfs_bench --data d --quick`", md)
-        self.assertIn("![x-throughput.png](r/x-throughput.png)", md)
+        self.assertIn("Charts (not in git): `r/x-throughput.png`.", md)
         self.assertIn("| cold: prepfs >= 5x torchvision | 1c / 1a | 10.0x | met |  |", md)
         self.assertIn("| floor: prepfs cached >= 1/2 tmpfs | 3d / 3f | 0.40x | **missed** |",
                       md)

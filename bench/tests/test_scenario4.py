@@ -149,7 +149,7 @@ class JobsTest(unittest.TestCase):
         self.assertNotIn("pending", md)  # 2p and 4 ran
         self.assertIn("| jobs: ODS makespan >= 45% below torchvision's (Seneca: 45% less than "
                       "PyTorch) | 4c / 4a | 50% less | met |", md)
-        self.assertIn("![x-jobs.png](x-jobs.png)", md)
+        self.assertIn("Charts (not in git): `x-jobs.png`.", md)
         self.assertIn("the mount chose encoded-decoded-augmented 10-20-70", md)
         self.assertIn("(278 samples/s of the mean 36 KB JPEG)", md)
         results = md.split("## Results")[1].split("##")[0]
