@@ -18,7 +18,8 @@ memory. A cell that misses is a finding for the model, not for this script.
 Usage: PYTHONPATH=bench python3 -m prepfs_bench.plan_matrix --prepfs target/release/prepfs --gen target/release/examples/make_dataset
                                                  [--sets real,gen500,gen1600] [--caches whole,half,fifth]
                                                  [--storage local,10MBps] [--jobs 1,3] [--splits auto,100-0-0,...] [--out PREFIX]
-Writes PREFIX.json and PREFIX.md (default bench/results/DATE-plan-matrix).
+Writes PREFIX.json and PREFIX.md (default bench/results/DATE-plan-matrix), and the table to
+BENCHMARKS.md's Runs (prepfs_bench.runs), all three again after each cell.
 """
 import argparse
 import json

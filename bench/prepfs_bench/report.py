@@ -654,7 +654,7 @@ def write_report(report: dict, out: str, charts_dir: str, md: str) -> None:
     results = text.split("\n## Results\n", 1)[1].split("\n## ", 1)[0].split("\n")
     append_run(md, stem, command,
                ["`make bench`'s results (\"How to read this\" above says what the columns are):",
-                ""] + summary_of(results), f"`{show_path(out)}` and its charts")
+                ""] + summary_of(results), f"`{show_path(out)}` and its charts (kept out of git)")
     print(f"[bench] wrote {out}, {md}" + "".join(f", {c}" for c in charts), flush=True)
     for t in report["targets"]:
         if t["ratio"] is not None:

@@ -6,10 +6,11 @@ heading and so the anchor others cite, `BENCHMARKS.md#<stem>`), the date, the co
 summary table (the text that introduces the table, and the table). Newest runs first.
 
 Owns the standalone scripts' report (`write_report`: the run's JSON and Markdown in
-bench/results/, then its section here), the section's heading and introduction, `summary_of` (the lead text and one table of a
-report's lines), `run_section`, `append_run` (a run's section put first in "Runs", replacing
-an earlier section of the same name, so a script that rewrites its report as it goes keeps one
-section; "Runs" created at the end of the file when missing), `split_runs` (the text before
+bench/results/, then its section here), the section's heading and introduction, `summary_of`
+(the lead text and one table of a report's lines), `run_section`, `append_run` (a run's
+section put first in "Runs", replacing an earlier section of the same name, so a script that
+rewrites its report as it goes keeps one section; "Runs" created at the end of the file when
+missing), `split_runs` (the text before
 "Runs" and "Runs" itself, for `make bench`'s report, which rewrites what is before it), and
 `script_command` (the command line of a standalone script, as `python3 -m`).
 """
@@ -64,7 +65,7 @@ def run_section(name: str, date: str, command: str, summary: Sequence[str],
     its summary (lead text and table)."""
     out = [f"### {name}", "", f"- Date: {date}", f"- Command: {command}"]
     if results:
-        out.append(f"- Full results (not in git): {results}")
+        out.append(f"- Full results: {results}")
     out += ["", *summary, ""]
     return "\n".join(out)
 
@@ -146,4 +147,4 @@ def write_report(out: str, data, lines: Sequence[str], summary: Optional[Sequenc
     if md:
         append_run(md, os.path.basename(out), script_command(),
                    summary if summary is not None else summary_of(lines),
-                   f"`{show_path(os.path.abspath(out))}.json`, `.md`")
+                   f"`{show_path(os.path.abspath(out))}.json`, `.md` (kept out of git)")

@@ -30,7 +30,7 @@ from .config import derive_config  # a mount config with its cache: replaced
 from .floor import mount_floorfs, prepfs_fuse_threads  # floorfs started, probed and ended
 from .mount import mount_prepfs  # prepfs mounted read-only, pinned, as row 3d
 from .refill import wait_for_refill  # the wait for the refill before a warm run, as row 3d's
-from .runs import write_report  # the run's JSON and Markdown, its section in BENCHMARKS.md
+from .runs import summary_of, write_report  # the run's JSON and Markdown, its section in BENCHMARKS.md
 
 # One pass in a child process (a FUSE request that never gets its answer holds the child, not
 # this driver): 2 threads read every listed file whole in a shuffled order, as row 3d's raw reader.
@@ -187,7 +187,9 @@ def main():
     lines += ["", "prepfs's CPU per open during its passes, by thread (µs, median of the rounds; the refill makes "
               f"the next pass's outputs once the stock is below half: {summary['prepfs_median_refills_per_pass']:.0f} "
               "per pass): " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(threads.items(), key=lambda kv: -kv[1]) if v >= 0.5) + "."]
-    write_report(args.out, {"summary": summary, "rounds": rounds, "argv": sys.argv}, lines)
+    # the run's summary: the setting and the ratios (the second table)
+    write_report(args.out, {"summary": summary, "rounds": rounds, "argv": sys.argv}, lines,
+                 summary=[lines[0], ""] + summary_of(lines, 1))
 
 
 if __name__ == "__main__":

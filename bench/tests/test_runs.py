@@ -71,7 +71,7 @@ class RunsTest(unittest.TestCase):
         section = dict(runs.sections(tail))["2099-01-01-epochs"]
         self.assertIn("- Date: 2099-01-01 10:00 UTC\n", section)
         self.assertIn("- Command: `python3 -m prepfs_bench.epochs`\n", section)
-        self.assertIn("- Full results (not in git): `bench/results/2099-01-01-epochs.json`\n", section)
+        self.assertIn("- Full results: `bench/results/2099-01-01-epochs.json`\n", section)
         self.assertIn("| shipped | 900 | 2,100 |", section)
         self.assertNotIn("| shipped | 800 |", section)  # one table per run
         self.assertIn("\n### 2099-01-02-jobs\n", text)
@@ -116,7 +116,7 @@ class RunsTest(unittest.TestCase):
         self.assertIn("| shipped | 900 | 2,100 |", printed.getvalue())
         section = dict(runs.sections(runs.split_runs(self.read())[1]))["2099-01-03-epochs"]
         self.assertIn("- Command: `python3 -m prepfs_bench.epochs --epochs 4`", section)
-        self.assertIn("2099-01-03-epochs.json`, `.md`", section)
+        self.assertIn("2099-01-03-epochs.json`, `.md` (kept out of git)", section)
 
     def test_no_run_is_recorded_where_prepfs_bench_md_says_none(self):
         self.assertIsNone(runs.benchmarks_md())  # the self-test sets PREPFS_BENCH_MD=-
