@@ -91,14 +91,16 @@ compare-torchvision: deps
 	  $(PYTHON) -m pip install -q torch torchvision 2>/dev/null || $(PYTHON) -m pip install -q --break-system-packages torch torchvision; }
 	PREPFS_REQUIRE_TORCHVISION=1 PREPFS_TORCH_PYTHON=$(PYTHON) $(CARGO) test -p prepfs --test mount_torchvision -- --nocapture
 
-# Back-to-back epochs with the plan's predictions beside them (bench/results/<date>-epochs.md),
-# and 3 concurrent jobs with the defaults against jobs decoding JPEGs themselves.
+# Back-to-back epochs with the plan's predictions beside them (bench/results/<date>-epochs.md;
+# its table in BENCHMARKS.md's Runs), and 3 concurrent jobs with the defaults against jobs
+# decoding JPEGs themselves.
 bench-epochs: build
 	PYTHONPATH=bench $(PYTHON) -m prepfs_bench.epochs --prepfs target/release/prepfs --gen target/release/examples/make_dataset
 
 # The planner's acceptance matrix (issue 32): data sets x cache x storage, auto against every
 # fixed split over 3 epochs, each epoch's prediction against its measurement
-# (bench/results/<date>-plan-matrix.md). PLAN_ARGS narrows it, e.g. "--sets real --storage local".
+# (bench/results/<date>-plan-matrix.md; its table in BENCHMARKS.md's Runs). PLAN_ARGS narrows
+# it, e.g. "--sets real --storage local".
 PLAN_ARGS ?=
 bench-plan: build
 	PYTHONPATH=bench $(PYTHON) -m prepfs_bench.plan_matrix --prepfs target/release/prepfs --gen target/release/examples/make_dataset $(PLAN_ARGS)
@@ -116,7 +118,7 @@ bench-cold-epochs: build
 		--data target/bench-data/train
 
 # Row 3d and the FUSE floor (3h, 3k) in alternating passes, 15 rounds, over bench/run.sh's data
-# set (bench/results/<date>-warm-floor.md): the warm target's ratios, measured side by side.
+# set (bench/results/<date>-warm-floor.md; its ratios in BENCHMARKS.md's Runs): the warm target's ratios, measured side by side.
 bench-floor: build
 	@test -d target/bench-data/train || target/release/examples/make_dataset --out target/bench-data/train \
 		--classes 20 --per-class 40 --width 500 --height 375 --seed 0 --quiet
