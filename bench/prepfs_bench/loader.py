@@ -6,7 +6,10 @@ an output for every sample). Run with the bench venv's python (torch, torchvisio
 module installed in it:
 
     target/bench-venv/bin/pip install target/wheels/prepfs-*.whl
-    PYTHONPATH=bench target/bench-venv/bin/python -m prepfs_bench.loader [--data DIR] [--bin target/release/prepfs] [--out F.json]
+    PYTHONPATH=bench target/bench-venv/bin/python -m prepfs_bench.loader [--data DIR] [--bin target/release/prepfs]
+        [--out bench/results/DATE-loader]
+
+Writes PREFIX.json and PREFIX.md (--out) and the table to BENCHMARKS.md's Runs.
 
 Unmounts and stops what it started on every way out.
 """
@@ -22,8 +25,9 @@ import torchvision
 
 import prepfs
 
-from . import ROOT
+from . import BENCH_DIR, ROOT
 from .mount import Mount
+from .runs import write_report  # the run's JSON and Markdown, its section in BENCHMARKS.md
 
 
 def mount(binary, data, work):
@@ -68,7 +72,8 @@ def main():
     ap.add_argument("--bin", default=os.path.join(ROOT, "target/release/prepfs"))
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--out")
+    ap.add_argument("--out", default=os.path.join(BENCH_DIR, "results", time.strftime("%Y-%m-%d") + "-loader"),
+                    help="PREFIX of the results: PREFIX.json, PREFIX.md (a .json suffix is dropped)")
     a = ap.parse_args()
     res = {"batch": a.batch, "data": a.data, "rounds": []}
     for r in range(a.rounds):
@@ -90,10 +95,15 @@ def main():
         for k in ("cold_samples_per_s", "warm_samples_per_s"):
             res.setdefault("median", {}).setdefault(name, {})[k] = float(np.median([r[name][k] for r in res["rounds"]]))
     res["ratio"] = {k: round(res["median"]["loader"][k] / res["median"]["dataloader"][k], 2) for k in ("cold_samples_per_s", "warm_samples_per_s")}
-    print(json.dumps({"median": res["median"], "ratio": res["ratio"]}))
-    if a.out:
-        with open(a.out, "w") as f:
-            json.dump(res, f, indent=2)
+    med = res["median"]
+    lines = [f"prepfs.Loader against a torch DataLoader (ImageFolder, PILToTensor, 2 workers) on the same job's "
+             f"augmented/ files, batch {a.batch}, samples/s into CPU tensors, medians of {a.rounds} rounds, each on a "
+             "fresh mount: cold (nothing cached), then warm (the refill has made an output for every sample).", "",
+             "| | cold samples/s | warm samples/s |", "|---|---:|---:|",
+             *(f"| {name} | {med[name]['cold_samples_per_s']:,.0f} | {med[name]['warm_samples_per_s']:,.0f} |"
+               for name in ("loader", "dataloader")),
+             f"| loader / dataloader | {res['ratio']['cold_samples_per_s']:.2f}x | {res['ratio']['warm_samples_per_s']:.2f}x |"]
+    write_report(a.out, res, lines)
 
 
 if __name__ == "__main__":

@@ -3,17 +3,17 @@
 and without a shared Redis tier, storage limited to 10 MB/s in all (5 MB/s per mount), 2 epochs
 read at once through both: one job each (`train-a`, `train-b`, each reading every file), and one
 job across both (`train` on both mounts, each mount reading its half of a shuffled listing per
-epoch, the halves meeting between epochs as a data-parallel job's ranks do). Prints and writes
-(--out) makespan, source bytes, hit rates and samples served; then the cost of a remote hit
-against a local one (decoded/ read with memory too small to hold it, against memory that holds
-it).
+epoch, the halves meeting between epochs as a data-parallel job's ranks do). Writes (--out
+PREFIX: PREFIX.json, PREFIX.md, and the table to BENCHMARKS.md's Runs) makespan, source bytes,
+hit rates and samples served; then the cost of a remote hit against a local one (decoded/ read
+with memory too small to hold it, against memory that holds it).
 
-usage: PYTHONPATH=bench python3 -m prepfs_bench.remote_two_mounts [--data DIR] [--bin target/release/prepfs] [--out FILE.json]
+usage: PYTHONPATH=bench python3 -m prepfs_bench.remote_two_mounts [--data DIR] [--bin target/release/prepfs]
+                                                                  [--out bench/results/DATE-remote-two-mounts]
 Needs redis-server on PATH and a prepfs release build; runs everything under timeouts and
 unmounts and stops what it started on every way out.
 """
 import argparse
-import json
 import random
 import os
 import shutil
@@ -24,8 +24,9 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from . import ROOT
+from . import BENCH_DIR, ROOT
 from .mount import Mount
+from .runs import write_report  # the run's JSON and Markdown, its section in BENCHMARKS.md
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 from read_tree import read_all as read_files  # noqa: E402  (the raw reader: whole files, in order)
@@ -173,11 +174,36 @@ def hit_cost(binary, data, work):
     return res
 
 
+def summary_lines(report):
+    """The run's table: per setting and tier, makespan, source bytes, hit rates, the second
+    epoch measured on both mounts and the plan's prediction for each; the hit cost below."""
+    out = ["Two mounts of one data set standing in for two machines, " + report["storage"] +
+           ", 2 epochs, without (alone) and with (shared) a Redis tier; the plan's prediction for each "
+           "mount against the second epoch measured on both.", "",
+           "| jobs | tier | makespan s | source MB read | hit rate (a, b) | 2nd epoch samples/s, both mounts "
+           "| predicted samples/s (a, b) |",
+           "|---|---|---:|---:|---|---:|---|"]
+    for setting, label in (("one_job_each", "one job each"), ("one_job_across_both", "one job across both")):
+        for tier in ("alone", "shared"):
+            x = report[setting][tier]
+            ms = list(x["mounts"].values())
+            out.append(f"| {label} | {tier} | {x['makespan_s']:.2f} | {x['source_bytes_read'] / 1e6:.1f} | "
+                       + ", ".join(f"{m['job']['hit_rate']:.0%}" for m in ms)
+                       + f" | {x['second_epoch_samples_per_s_both']:,} | "
+                       + ", ".join(f"{m['plan']['predicted_samples_per_s']:,}" for m in ms) + " |")
+    cost = report.get("hit_cost") or {}
+    if "local" in cost and "remote" in cost:
+        out += ["", f"A pass of decoded/ from memory: {cost['local']['ms_per_sample']} ms per sample; from the "
+                f"remote tier: {cost['remote']['ms_per_sample']} ms ({cost['remote']['remote_hits']} remote hits)."]
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default=os.path.join(ROOT, "target/bench-data/train"))
     ap.add_argument("--bin", default=os.path.join(ROOT, "target/release/prepfs"))
-    ap.add_argument("--out")
+    ap.add_argument("--out", default=os.path.join(BENCH_DIR, "results", time.strftime("%Y-%m-%d") + "-remote-two-mounts"),
+                    help="PREFIX of the results: PREFIX.json, PREFIX.md (a .json suffix is dropped)")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="prepfs-remote-bench-")
     try:
@@ -189,11 +215,7 @@ def main():
                   "hit_cost": hit_cost(args.bin, args.data, work)}
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+    write_report(args.out, report, summary_lines(report))
 
 
 if __name__ == "__main__":

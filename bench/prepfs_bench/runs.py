@@ -135,8 +135,9 @@ def write_report(out: str, data, lines: Sequence[str], summary: Optional[Sequenc
                  md: Optional[str] = None) -> None:
     """A standalone script's report: OUT.json (the figures) and OUT.md (the Markdown `lines`),
     printed, then the run's section in BENCHMARKS.md (MD, else `benchmarks_md()`) with SUMMARY
-    (default: the lead text and first table of `lines`). Called again for the same OUT (a
-    report rewritten as cells finish), it replaces that run's section."""
+    (default: the lead text and first table of `lines`). OUT may end in .json (dropped). Called
+    again for the same OUT (a report rewritten as cells finish), it replaces that run's section."""
+    out = out[:-len(".json")] if out.endswith(".json") else out
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out + ".json", "w") as f:
         json.dump(data, f, indent=1)

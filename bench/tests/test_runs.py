@@ -101,7 +101,7 @@ class RunsTest(unittest.TestCase):
             self.assertIn("### 2099-01-01-x", f.read())
 
     def test_a_scripts_report_writes_its_results_and_its_run_section(self):
-        out = os.path.join(self.dir, "results", "2099-01-03-epochs")
+        out = os.path.join(self.dir, "results", "2099-01-03-epochs.json")  # the suffix is dropped
         argv = sys.argv
         sys.argv = [os.path.join(ROOT, "bench", "prepfs_bench", "epochs.py"), "--epochs", "4"]
         try:
@@ -109,6 +109,7 @@ class RunsTest(unittest.TestCase):
                 runs.write_report(out, {"rows": [1]}, REPORT_LINES, md=self.md)
         finally:
             sys.argv = argv
+        out = out[:-len(".json")]
         with open(out + ".json") as f:
             self.assertEqual(json.load(f), {"rows": [1]})
         with open(out + ".md") as f:

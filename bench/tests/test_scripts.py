@@ -1,5 +1,6 @@
-"""The standalone epoch scripts' parts that need no mount: prepfs_bench.cold_epochs's epoch
-records and their medians, prepfs_bench.warm_floor's CPU by kind of thread."""
+"""The standalone scripts' parts that need no mount: prepfs_bench.cold_epochs's epoch records
+and their medians, prepfs_bench.warm_floor's CPU by kind of thread, prepfs_bench.remote_two_mounts's
+summary table."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import os
 import time
 import unittest
 
-from prepfs_bench import cold_epochs, warm_floor
+from prepfs_bench import cold_epochs, remote_two_mounts, warm_floor
 
 
 class ColdEpochsTest(unittest.TestCase):
@@ -59,3 +60,29 @@ class WarmFloorTest(unittest.TestCase):
         self.assertIn("burner", by_kind)
         self.assertGreaterEqual(by_kind["burner"], 0.045)
         self.assertNotIn("burner-7", by_kind)
+
+
+class RemoteTwoMountsTest(unittest.TestCase):
+    """prepfs_bench.remote_two_mounts's parts that need no mount."""
+
+    def test_the_summary_has_a_row_per_setting_and_tier_and_the_hit_cost(self):
+        def setting(makespan, rates):
+            mounts = {name: {"job": {"hit_rate": h}, "plan": {"predicted_samples_per_s": p}}
+                      for name, h, p in rates}
+            return {"makespan_s": makespan, "source_bytes_read": 29_500_000,
+                    "second_epoch_samples_per_s_both": 1227, "mounts": mounts}
+        report = {"storage": "5 MB/s per mount (10 MB/s in all)",
+                  "one_job_each": {"alone": setting(7.07, [("a", 0.66, 1297), ("b", 0.5, 1295)]),
+                                   "shared": setting(4.47, [("a", 0.64, 1310), ("b", 0.62, 1300)])},
+                  "one_job_across_both": {"alone": setting(5.63, [("a", 0.69, 1233), ("b", 0.67, 1259)]),
+                                          "shared": setting(3.79, [("a", 0.67, 1242), ("b", 0.69, 1195)])},
+                  "hit_cost": {"local": {"ms_per_sample": 1.049},
+                               "remote": {"ms_per_sample": 2.477, "remote_hits": 797}}}
+        lines = remote_two_mounts.summary_lines(report)
+        rows = [ln for ln in lines if ln.startswith("| ")]
+        self.assertEqual(len(rows), 1 + 4)
+        self.assertIn("| one job each | alone | 7.07 | 29.5 | 66%, 50% | 1,227 | 1,297, 1,295 |", rows)
+        self.assertIn("| one job across both | shared | 3.79 | 29.5 | 67%, 69% | 1,227 | 1,242, 1,195 |", rows)
+        self.assertIn("from the remote tier: 2.477 ms (797 remote hits)", lines[-1])
+        del report["hit_cost"]
+        self.assertTrue(remote_two_mounts.summary_lines(report)[-1].startswith("| one job across both"))
