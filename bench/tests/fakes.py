@@ -67,6 +67,20 @@ def fake_results(quick=False):
               fake_case("3f", "floor", "raw", [10000])]
     return cases
 
+def fake_report(cases, quick=False, prepfs=None, **more):
+    """A driver's report over CASES as cli.new_report frames it: the command (with --quick when
+    QUICK), a 2-CPU test machine, ten samples in two classes, PREPFS as the settings' prepfs
+    (default: not measured), and MORE on top."""
+    return {"command": "python3 -m prepfs_bench --data d" + (" --quick" if quick else ""),
+            "date": "2026-01-01", "quick": quick, "page_cache_drop": "yes",
+            "machine": {"cpu_model": "Test CPU", "nproc": 2, "mem_gib": 24.0, "kernel": "6.1",
+                        "loadavg_before": [0.1, 0.1, 0.1]},
+            "settings": {"cpus": [0, 1], "data_samples": 10, "data_classes": 2, "data_mb": 1.2,
+                         "data_mean_kb": 120.0, "reps": 3, "samples_desc": "10 samples",
+                         "workers": 2, "prepfs": prepfs or {"desc": "not measured"}},
+            "cases": cases, **more}
+
+
 def make_tree(root, classes=2, per_class=3, size=1000, junk=True):
     for c in range(classes):
         d = os.path.join(root, f"class{c}")

@@ -11,7 +11,7 @@ import unittest
 from prepfs_bench import charts, cli, stats, units
 from prepfs_bench import report as reporting
 
-from .fakes import fake_case, fake_results, fake_run, mkdtemp
+from .fakes import fake_case, fake_report, fake_results, fake_run, mkdtemp
 
 
 class ReportTest(unittest.TestCase):
@@ -44,16 +44,8 @@ class ReportTest(unittest.TestCase):
 
     def test_benchmarks_md_shows_the_command_machine_targets_and_one_row_per_case(self):
         d = mkdtemp()
-        report = {
-            "command": "python3 -m prepfs_bench --data d --quick", "date": "2026-01-01",
-            "quick": True, "page_cache_drop": "yes", "json_path": os.path.join(d, "r", "x.json"),
-            "machine": {"cpu_model": "Test CPU", "nproc": 2, "mem_gib": 24.0, "kernel": "6.1",
-                        "loadavg_before": [0.1, 0.1, 0.1]},
-            "settings": {"cpus": [0, 1], "data_samples": 10, "data_classes": 2, "data_mb": 1.2,
-                         "data_mean_kb": 120.0, "reps": 3, "samples_desc": "10 samples",
-                         "workers": 2, "prepfs": {"desc": "not measured"}},
-            "cases": fake_results(quick=True),
-        }
+        report = fake_report(fake_results(quick=True), quick=True,
+                             json_path=os.path.join(d, "r", "x.json"))
         report["targets"] = stats.targets(report["cases"])
         md = reporting.render_markdown(report, [os.path.join(d, "r", "x-throughput.png")], d)
         self.assertIn("`python3 -m prepfs_bench --data d --quick`", md)
@@ -92,16 +84,7 @@ class ReportTest(unittest.TestCase):
 
     def test_report_only_rewrites_the_markdown_from_a_saved_json(self):
         d = mkdtemp()
-        report = {
-            "command": "python3 -m prepfs_bench --data d", "date": "2026-01-01",
-            "quick": False, "page_cache_drop": "yes",
-            "machine": {"cpu_model": "Test CPU", "nproc": 2, "mem_gib": 24.0, "kernel": "6.1",
-                        "loadavg_before": [0.1, 0.1, 0.1]},
-            "settings": {"cpus": [0, 1], "data_samples": 10, "data_classes": 2, "data_mb": 1.2,
-                         "data_mean_kb": 120.0, "reps": 3, "samples_desc": "10 samples",
-                         "workers": 2, "prepfs": {"desc": "not measured"}},
-            "cases": fake_results() + [fake_case("3g", "floor", "torchvision-ppm", [150])],
-        }
+        report = fake_report(fake_results() + [fake_case("3g", "floor", "torchvision-ppm", [150])])
         js = os.path.join(d, "r.json")
         with open(js, "w") as f:
             json.dump(report, f)

@@ -15,7 +15,7 @@ import unittest
 from prepfs_bench import ROOT, runs
 from prepfs_bench import report as reporting
 
-from .fakes import fake_results, mkdtemp
+from .fakes import fake_report, fake_results, mkdtemp
 
 REPORT_LINES = ["Back-to-back epochs, 2 readers, 800 samples.", "",
                 "| config | epoch 1 /s | epoch 2 /s |", "| --- | ---: | ---: |",
@@ -129,16 +129,7 @@ class RunsTest(unittest.TestCase):
 
     def test_make_bench_rewrites_its_report_and_keeps_the_runs(self):
         runs.append_run(self.md, "2099-01-01-epochs", "`c`", runs.summary_of(REPORT_LINES))
-        report = {
-            "command": "python3 -m prepfs_bench --data d", "invoked_as": "make bench",
-            "date": "2099-01-05", "quick": False, "page_cache_drop": "yes",
-            "machine": {"cpu_model": "Test CPU", "nproc": 2, "mem_gib": 24.0, "kernel": "6.1",
-                        "loadavg_before": [0.1, 0.1, 0.1]},
-            "settings": {"cpus": [0, 1], "data_samples": 10, "data_classes": 2, "data_mb": 1.2,
-                         "data_mean_kb": 120.0, "reps": 3, "samples_desc": "10 samples",
-                         "workers": 2, "prepfs": {"desc": "not measured"}},
-            "cases": fake_results(),
-        }
+        report = fake_report(fake_results(), invoked_as="make bench", date="2099-01-05")
         for stem in ("2099-01-05", "2099-01-06"):
             with contextlib.redirect_stdout(io.StringIO()):
                 reporting.write_report(dict(report), os.path.join(self.dir, "r", stem + ".json"),

@@ -10,8 +10,8 @@ import unittest
 from prepfs_bench import charts, loaders, mount, scenario4, stats
 from prepfs_bench import report as reporting
 
-from .fakes import (fake_case, fake_job, fake_jobs_report, fake_results, install_fake_prepfs,
-                    make_tree, mkdtemp)
+from .fakes import (fake_case, fake_job, fake_jobs_report, fake_report, fake_results,
+                    install_fake_prepfs, make_tree, mkdtemp)
 
 
 class JobsTest(unittest.TestCase):
@@ -128,19 +128,10 @@ class JobsTest(unittest.TestCase):
 
     def test_scenario_4_has_its_section_and_chart_and_2p_its_rows(self):
         d = mkdtemp()
-        report = {
-            "command": "python3 -m prepfs_bench --data d", "date": "2026-01-01",
-            "quick": False, "page_cache_drop": "yes", "json_path": os.path.join(d, "x.json"),
-            "machine": {"cpu_model": "Test CPU", "nproc": 2, "mem_gib": 24.0, "kernel": "6.1",
-                        "loadavg_before": [0.1, 0.1, 0.1]},
-            "settings": {"cpus": [0, 1], "data_samples": 10, "data_classes": 2, "data_mb": 1.2,
-                         "data_mean_kb": 120.0, "reps": 3, "samples_desc": "10 samples",
-                         "workers": 2, "prepfs": {"desc": "mounted", "kind": "driver-mount",
-                                                  "cache_on": True}},
-            "cases": fake_results() + [fake_case("2pc", "warm25", "torchvision-ppm", [300]),
-                                       fake_case("2pd", "warm25", "raw", [900])],
-            "jobs": fake_jobs_report(),
-        }
+        report = fake_report(fake_results() + [fake_case("2pc", "warm25", "torchvision-ppm", [300]),
+                                               fake_case("2pd", "warm25", "raw", [900])],
+                             prepfs={"desc": "mounted", "kind": "driver-mount", "cache_on": True},
+                             json_path=os.path.join(d, "x.json"), jobs=fake_jobs_report())
         report["targets"] = stats.targets(report["cases"], True, report["jobs"])
         md = reporting.render_markdown(report, [os.path.join(d, "x-jobs.png")], d)
         self.assertIn("## Scenario 4: concurrent jobs", md)
