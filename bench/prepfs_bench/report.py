@@ -268,14 +268,18 @@ def cache_desc(cache_on: Optional[bool], stats: Optional[dict]) -> str:
                   "the share of a row's outputs taken from it (the rest computed at open)")
 
 
+RUNS_POINTER = ("The latest `make bench` run first; below it, under \"Runs\", every benchmark "
+                "run's summary table, newest first.")
+
+
 def render_markdown(report: dict, charts: Sequence[str], md_dir: str) -> str:
-    """BENCHMARKS.md: the command and the machine, how to read it, the targets, the table, the
-    charts, the method."""
+    """BENCHMARKS.md above its "Runs": the command and the machine, how to read it, the
+    targets, the table, the charts, the method."""
     m, s = report["machine"], report["settings"]
     tgt = report["targets"]
     cache_on = s.get("prepfs", {}).get("cache_on")
     invoked = report.get("invoked_as")
-    out = ["# prepfs benchmarks", ""]
+    out = ["# prepfs benchmarks", "", RUNS_POINTER, ""]
     if invoked:
         out.append(f"Produced by `{invoked}`" + (" (a quick run)" if report["quick"] else "")
                    + f", which ran `{report['command']}`.")

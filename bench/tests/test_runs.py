@@ -138,6 +138,7 @@ class RunsTest(unittest.TestCase):
         head, tail = runs.split_runs(text)
         self.assertEqual(head.count("## Results"), 1)  # the latest run's report, once
         self.assertIn("Produced by `make bench`", head)
+        self.assertIn(reporting.RUNS_POINTER, head)
         self.assertEqual([n for n, _ in runs.sections(tail)][:3],
                          ["2099-01-06", "2099-01-05", "2099-01-01-epochs"])
         section = dict(runs.sections(tail))["2099-01-06"]
