@@ -69,10 +69,11 @@ ptx:
 # (crates/prepfs-core), the mounted end-to-end tests (crates/prepfs/tests; the loader's with the
 # Python module built and installed first); the shuttle model checks of the cache's and
 # sampling's concurrency (crates/prepfs-core/tests/shuttle.rs, a build with `--features
-# shuttle`), the benchmark harness's own self-test (bench/tests). The fuzz targets are workspace members:
-# `build --workspace --all-targets` builds them (linked with libFuzzer), so a rename in the core
-# breaks make test, not only make fuzz; the tests run with `--tests --examples`, which leaves out
-# binaries marked `test = false` (the fuzz targets: run as tests, libFuzzer would fuzz forever).
+# shuttle`), the benchmark harness's own self-test (bench/tests). The fuzz targets are workspace
+# members: `build --workspace --all-targets` builds them (linked with libFuzzer), so a rename in
+# the core breaks make test, not only make fuzz; the tests run with `--tests --examples`, which
+# leaves out binaries marked `test = false` (the fuzz targets: run as tests, libFuzzer would fuzz
+# forever).
 # As root on Linux 6.9 or later the passthrough tests must run (PREPFS_REQUIRE_PASSTHROUGH):
 # elsewhere they say skipped.
 REQUIRE_PASSTHROUGH := $(shell [ "$$(id -u)" = 0 ] && printf '%s\n6.9\n' "$$(uname -r | cut -d- -f1)" | sort -V -C -r && echo 1)
