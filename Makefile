@@ -69,10 +69,11 @@ ptx:
 # (crates/prepfs-core), the mounted end-to-end tests (crates/prepfs/tests; the loader's with the
 # Python module built and installed first); the shuttle model checks of the cache's and
 # sampling's concurrency (crates/prepfs-core/tests/shuttle.rs, a build with `--features
-# shuttle`), the benchmark harness's own self-test. The fuzz targets are workspace members:
-# `build --workspace --all-targets` builds them (linked with libFuzzer), so a rename in the core
-# breaks make test, not only make fuzz; the tests run with `--tests --examples`, which leaves out
-# binaries marked `test = false` (the fuzz targets: run as tests, libFuzzer would fuzz forever).
+# shuttle`), the benchmark harness's own self-test (bench/tests). The fuzz targets are workspace
+# members: `build --workspace --all-targets` builds them (linked with libFuzzer), so a rename in
+# the core breaks make test, not only make fuzz; the tests run with `--tests --examples`, which
+# leaves out binaries marked `test = false` (the fuzz targets: run as tests, libFuzzer would fuzz
+# forever).
 # As root on Linux 6.9 or later the passthrough tests must run (PREPFS_REQUIRE_PASSTHROUGH):
 # elsewhere they say skipped.
 REQUIRE_PASSTHROUGH := $(shell [ "$$(id -u)" = 0 ] && printf '%s\n6.9\n' "$$(uname -r | cut -d- -f1)" | sort -V -C -r && echo 1)
@@ -80,7 +81,7 @@ test: deps python
 	$(CARGO) build --workspace --all-targets
 	PREPFS_REQUIRE_LOADER=1 $(if $(REQUIRE_PASSTHROUGH),PREPFS_REQUIRE_PASSTHROUGH=1) $(CARGO) test --workspace --tests --examples
 	$(CARGO) test -p prepfs-core --features shuttle --test shuttle
-	$(PYTHON) bench/test_harness.py
+	$(PYTHON) bench/tests
 
 # Each augment op against torchvision v2 on real photographs (tests/mount_torchvision.rs: KS tests
 # of per-image statistics). Installs torch and torchvision from PyPI for $(PYTHON) where missing:
@@ -91,20 +92,22 @@ compare-torchvision: deps
 	  $(PYTHON) -m pip install -q torch torchvision 2>/dev/null || $(PYTHON) -m pip install -q --break-system-packages torch torchvision; }
 	PREPFS_REQUIRE_TORCHVISION=1 PREPFS_TORCH_PYTHON=$(PYTHON) $(CARGO) test -p prepfs --test mount_torchvision -- --nocapture
 
-# Back-to-back epochs with the plan's predictions beside them (bench/results/<date>-epochs.md),
-# and 3 concurrent jobs with the defaults against jobs decoding JPEGs themselves.
+# Back-to-back epochs with the plan's predictions beside them (bench/results/<date>-epochs.md;
+# its table in BENCHMARKS.md's Runs), and 3 concurrent jobs with the defaults against jobs
+# decoding JPEGs themselves.
 bench-epochs: build
-	$(PYTHON) bench/epochs.py --prepfs target/release/prepfs --gen target/release/examples/make_dataset
+	PYTHONPATH=bench $(PYTHON) -m prepfs_bench.epochs --prepfs target/release/prepfs --gen target/release/examples/make_dataset
 
 # The planner's acceptance matrix (issue 32): data sets x cache x storage, auto against every
 # fixed split over 3 epochs, each epoch's prediction against its measurement
-# (bench/results/<date>-plan-matrix.md). PLAN_ARGS narrows it, e.g. "--sets real --storage local".
+# (bench/results/<date>-plan-matrix.md; its table in BENCHMARKS.md's Runs). PLAN_ARGS narrows
+# it, e.g. "--sets real --storage local".
 PLAN_ARGS ?=
 bench-plan: build
-	$(PYTHON) bench/plan_matrix.py --prepfs target/release/prepfs --gen target/release/examples/make_dataset $(PLAN_ARGS)
+	PYTHONPATH=bench $(PYTHON) -m prepfs_bench.plan_matrix --prepfs target/release/prepfs --gen target/release/examples/make_dataset $(PLAN_ARGS)
 
 bench-jobs: build
-	$(PYTHON) bench/jobs.py --prepfs target/release/prepfs --gen target/release/examples/make_dataset
+	PYTHONPATH=bench $(PYTHON) -m prepfs_bench.jobs --prepfs target/release/prepfs --gen target/release/examples/make_dataset
 
 # Back-to-back epochs from a cold mount (page cache dropped), over bench/run.sh's data set;
 # COLD_BINS=a,b (and COLD_LABELS) compares builds in alternated runs.
@@ -112,15 +115,15 @@ COLD_BINS ?= target/release/prepfs
 bench-cold-epochs: build
 	@test -d target/bench-data/train || target/release/examples/make_dataset --out target/bench-data/train \
 		--classes 20 --per-class 40 --width 500 --height 375 --seed 0 --quiet
-	timeout 1200 $(PYTHON) bench/cold_epochs.py --prepfs $(COLD_BINS) $(if $(COLD_LABELS),--labels $(COLD_LABELS)) \
+	PYTHONPATH=bench timeout 1200 $(PYTHON) -m prepfs_bench.cold_epochs --prepfs $(COLD_BINS) $(if $(COLD_LABELS),--labels $(COLD_LABELS)) \
 		--data target/bench-data/train
 
 # Row 3d and the FUSE floor (3h, 3k) in alternating passes, 15 rounds, over bench/run.sh's data
-# set (bench/results/<date>-warm-floor.md): the warm target's ratios, measured side by side.
+# set (bench/results/<date>-warm-floor.md; its ratios in BENCHMARKS.md's Runs): the warm target's ratios, measured side by side.
 bench-floor: build
 	@test -d target/bench-data/train || target/release/examples/make_dataset --out target/bench-data/train \
 		--classes 20 --per-class 40 --width 500 --height 375 --seed 0 --quiet
-	timeout 900 $(PYTHON) bench/warm_floor.py --prepfs target/release/prepfs \
+	PYTHONPATH=bench timeout 900 $(PYTHON) -m prepfs_bench.warm_floor --prepfs target/release/prepfs \
 		--floorfs target/release/examples/floorfs --data target/bench-data/train
 
 # Side-by-side benchmark against the data loaders users would pick instead (QUICK=1: short).

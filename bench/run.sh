@@ -4,7 +4,7 @@
 #   1. the Python environment: bench/setup_env.sh (target/bench-venv; a no-op when current);
 #   2. the data set: target/release/examples/make_dataset writes an ImageNet-like JPEG tree to
 #      target/bench-data/train, skipped when its stamp says it already has this size and seed;
-#   3. bench/run_bench.py over it, mounting prepfs (mount-configs/imagenet.yaml for the PPM rows,
+#   3. the driver, `python -m prepfs_bench` (bench/prepfs_bench/), over it, mounting prepfs (mount-configs/imagenet.yaml for the PPM rows,
 #      mount-configs/imagenet-npy.yaml for the npy rows; each with `cache: { memory: 1GiB }`
 #      added, in target/bench-run/, when the config sets no cache and this prepfs accepts one),
 #      writing bench/results/<date>.json, its PNG charts beside it, and BENCHMARKS.md. It also
@@ -13,17 +13,17 @@
 #      Rows 3h-3k (issue 12's FUSE floor): target/release/examples/floorfs, a trivial fuser
 #      filesystem serving same-size files from memory, mounted plain and with passthrough.
 #
-# Nothing stays mounted on any exit path: run_bench.py unmounts what it mounts, and the trap
+# Nothing stays mounted on any exit path: the driver unmounts what it mounts, and the trap
 # here stops any prepfs daemon left on this run's mount points and lazily unmounts them.
 #
 # Environment:
-#   QUICK=1              a short run (run_bench.py --quick: 3 runs of 512 samples per case,
+#   QUICK=1              a short run (the driver's --quick: 3 runs of 512 samples per case,
 #                        no PIL peer, no warm peers, no 3g; scenario 4 once, over 16 images
 #                        per class); outputs <date>-quick.json/.png
 #   BENCH_CLASSES        classes in the generated data set (default 20)
 #   BENCH_PER_CLASS      images per class (default 40: 800 images, about 30 MB)
 #   BENCH_DATA           where the data set goes (default target/bench-data/train)
-#   BENCH_ARGS           extra arguments for run_bench.py (e.g. "--only 1a,1c -v")
+#   BENCH_ARGS           extra arguments for the driver (e.g. "--only 1a,1c -v")
 #   BENCH_CACHE          prepfs's cache memory for the run (default 1GiB: holds the whole default
 #                        set in any form); 0: mount the configs as they are (no cache)
 #   BENCH_READ_LIMIT     scenario 4's storage read limit (default 10MB/s)
@@ -64,7 +64,7 @@ cleanup() {
   local rc=$?
   trap - EXIT INT TERM HUP
   if [ -n "$py_pid" ] && kill -0 "$py_pid" 2>/dev/null; then
-    kill -TERM "$py_pid" 2>/dev/null || true   # run_bench.py unmounts in its `finally`
+    kill -TERM "$py_pid" 2>/dev/null || true   # the driver unmounts in its `finally`
     for _ in $(seq 100); do kill -0 "$py_pid" 2>/dev/null || break; sleep 0.1; done
     kill -KILL "$py_pid" 2>/dev/null || true
     wait "$py_pid" 2>/dev/null || true
@@ -72,7 +72,7 @@ cleanup() {
   local m p pids
   for m in "$mnt" "$mnt-npy" "$mnt-25" "$mnt-storage" "$mnt-jobs" "$mnt-floor-plain" \
     "$mnt-floor-passthrough" "$mnt-floor-plain-distinct" "$mnt-floor-passthrough-distinct"; do
-    # a daemon of this run still serving m (possible only if run_bench.py was killed hard)
+    # a daemon of this run still serving m (possible only if the driver was killed hard)
     pids=
     for p in /proc/[0-9]*; do
       if tr '\0' '\n' <"$p/cmdline" 2>/dev/null | grep -qxF -- "$m"; then
@@ -187,9 +187,9 @@ args=(--data "$data"
 # shellcheck disable=SC2206
 [ -n "${BENCH_ARGS:-}" ] && args+=($BENCH_ARGS)
 
-log "running bench/run_bench.py${quick:+ --quick} (one line per case)"
+log "running python -m prepfs_bench${quick:+ --quick} (one line per case)"
 set +e
-"$PY" bench/run_bench.py "${args[@]}" &
+PYTHONPATH=bench "$PY" -m prepfs_bench "${args[@]}" &
 py_pid=$!
 py_ran=$py_pid
 wait "$py_pid"

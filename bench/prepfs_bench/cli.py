@@ -1,4 +1,4 @@
-"""prepfs_bench.cli: the command line of bench/run_bench.py and its `main`.
+"""prepfs_bench.cli: the command line of `python3 -m prepfs_bench` and its `main`.
 
 Owns the options (`build_parser`) and their checks and quick-run defaults (`resolve_args`), and
 the order of a run: pin to the cores, describe the machine and the data set, set up the prepfs
@@ -22,9 +22,7 @@ import sys
 import tempfile
 from typing import Callable, Dict, List, Optional, Sequence
 
-import loaders  # bench/loaders.py (standard library only at import time)
-
-from . import BENCH_DIR, ROOT, show_path
+from . import BENCH_DIR, ROOT, loaders, show_path
 from .config import cache_of_share, check_config, derive_config, policy_setting
 from .floor import (FloorError, floor_record, floor_spec, mount_floorfs,
                     prepfs_fuse_threads)
@@ -37,7 +35,7 @@ from .units import fmt_bytes, parse_size
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The options of bench/run_bench.py."""
+    """The options of `python3 -m prepfs_bench`."""
     today = _dt.date.today().isoformat()
     ap = argparse.ArgumentParser(description="prepfs benchmark driver (issue 3)",
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -272,7 +270,7 @@ def new_report(args: argparse.Namespace, argv: Optional[Sequence[str]], machine:
     return {
         "schema": 1,
         "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "command": shlex.join(["python", os.path.relpath(os.path.abspath(sys.argv[0]), ROOT)]
+        "command": shlex.join(["python3", "-m", "prepfs_bench"]
                               + list(argv if argv is not None else sys.argv[1:])),
         "quick": args.quick,
         "invoked_as": args.invoked_as,

@@ -76,7 +76,7 @@ def derive_config(base: str, cache: Optional[str] = None, source: Optional[str] 
     mount's --source overrides the path; the limit stays)."""
     keys = ["cache"] + (["source"] if read_limit else [])
     out = strip_top_level(base, keys)
-    out += f"\n# added by bench/run_bench.py{': ' + note if note else ''}\n"
+    out += f"\n# added by prepfs_bench{': ' + note if note else ''}\n"
     if read_limit:
         out += f"source: {{ path: {json.dumps(source or '.')}, read_limit: {read_limit} }}\n"
     if cache:

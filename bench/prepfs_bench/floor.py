@@ -23,8 +23,7 @@ import tempfile
 import time
 from typing import Dict, List, Optional, Sequence
 
-import loaders  # bench/loaders.py (standard library only at import time)
-
+from . import loaders
 from .mount import is_mounted, lazy_unmount, proc_cpu_seconds, reap
 from .plan import FLOOR_ROWS, floor_flags
 

@@ -19,7 +19,8 @@ import tempfile
 import time
 from typing import Callable, Optional, Sequence
 
-import loaders  # bench/loaders.py (standard library only at import time)
+from . import loaders
+
 
 
 class PrepfsError(RuntimeError):
@@ -183,8 +184,8 @@ def mount_prepfs(binary: str, config_yaml: str, source: str, mountpoint: str,
 
 
 class Mount(PrepfsMount):
-    """The scripts' mount (bench/jobs.py, epochs.py, plan_matrix.py, loader.py,
-    remote_two_mounts.py): SOURCE mounted at WORKDIR/mnt-NAME with the config YAML written to
+    """The standalone scripts' mount (prepfs_bench.jobs, epochs, plan_matrix, loader,
+    remote_two_mounts): SOURCE mounted at WORKDIR/mnt-NAME with the config YAML written to
     WORKDIR/NAME.yaml and the daemon's log at WORKDIR/NAME.log. close() (or stop()) unmounts at
     once, without the drain a signal would start, and waits for the daemon."""
 

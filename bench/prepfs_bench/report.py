@@ -1,6 +1,8 @@
 """prepfs_bench.report: the written results.
 
-Owns `write_report` (targets and ratios, then the results JSON, the charts and BENCHMARKS.md),
+Owns `write_report` (targets and ratios, then the results JSON, the charts and BENCHMARKS.md:
+this run's report above the "Runs" recorded so far, which it keeps, and this run's section in
+them, written by prepfs_bench.runs),
 the Markdown of BENCHMARKS.md (`render_markdown`: the command and the machine, how to read it,
 the targets, the table with its pending rows, the FUSE floor's section (`render_floor_section`),
 the warm starts, scenario 4's section, the method), its tables, and the progress lines printed after each case or variant. The charts
@@ -13,11 +15,11 @@ import json
 import os
 from typing import List, Optional, Sequence
 
-import loaders  # bench/loaders.py (standard library only at import time)
-
+from . import loaders, show_path
 from .charts import write_charts, write_jobs_chart
 from .plan import SCENARIO_TITLES, SHORT
 from .refill import REFILL_MAX_S, REFILL_STABLE_S
+from .runs import append_run, split_runs, summary_of
 from .stats import find_variant, fuse_floor, makespan_reduction, ratio, ratios, targets
 from .units import fmt_bytes, fmt_num, fmt_pct, fmt_ratio
 
@@ -266,14 +268,18 @@ def cache_desc(cache_on: Optional[bool], stats: Optional[dict]) -> str:
                   "the share of a row's outputs taken from it (the rest computed at open)")
 
 
+RUNS_POINTER = ("The latest `make bench` run first; below it, under \"Runs\", every benchmark "
+                "run's summary table, newest first.")
+
+
 def render_markdown(report: dict, charts: Sequence[str], md_dir: str) -> str:
-    """BENCHMARKS.md: the command and the machine, how to read it, the targets, the table, the
-    charts, the method."""
+    """BENCHMARKS.md above its "Runs": the command and the machine, how to read it, the
+    targets, the table, the charts, the method."""
     m, s = report["machine"], report["settings"]
     tgt = report["targets"]
     cache_on = s.get("prepfs", {}).get("cache_on")
     invoked = report.get("invoked_as")
-    out = ["# prepfs benchmarks", ""]
+    out = ["# prepfs benchmarks", "", RUNS_POINTER, ""]
     if invoked:
         out.append(f"Produced by `{invoked}`" + (" (a quick run)" if report["quick"] else "")
                    + f", which ran `{report['command']}`.")
@@ -377,10 +383,7 @@ def render_markdown(report: dict, charts: Sequence[str], md_dir: str) -> str:
         out += [markdown_table(["target", "cases", "measured", "", "note"], rows), ""]
     rows = table_rows(report["cases"]) + jobs_rows(jobs) + pending
     out += ["## Results", "", markdown_table(TABLE_HEADER, rows), ""]
-    main_charts = [c for c in charts if not c.endswith("-jobs.png")]
-    for ch in main_charts:
-        rel = os.path.relpath(ch, md_dir)
-        out += [f"![{os.path.basename(ch)}]({rel})", ""]
+    out += chart_lines([c for c in charts if not c.endswith("-jobs.png")], md_dir)
     out += render_floor_section(report)
     warm = warm_start_rows(report["cases"])
     if warm:
@@ -421,10 +424,19 @@ def render_markdown(report: dict, charts: Sequence[str], md_dir: str) -> str:
         "are done; makespan from the first job's start to the last job's end (CLOCK_MONOTONIC, "
         "listing the tree included); CPU: the job processes, their DataLoader workers and the "
         "daemon.",
-        f"- Raw JSON: `{os.path.relpath(report['json_path'], md_dir)}`.",
+        f"- Raw JSON (not in git): `{os.path.relpath(report['json_path'], md_dir)}`.",
         "",
     ]
     return "\n".join(out)
+
+
+def chart_lines(charts: Sequence[str], md_dir: str) -> List[str]:
+    """The charts named, relative to MD_DIR: they stay beside the raw JSON, out of git, so
+    BENCHMARKS.md names them instead of showing them."""
+    if not charts:
+        return []
+    return ["Charts (not in git): " + ", ".join(f"`{os.path.relpath(c, md_dir)}`" for c in charts)
+            + ".", ""]
 
 
 WARM_HEADER = ["#", "refill wait s (median, max)", "augmented entries at the start (min - max)",
@@ -525,8 +537,7 @@ def render_jobs_section(jobs: dict, charts: Sequence[str], md_dir: str) -> List[
     if checks:
         out += ["Checks:", ""] + [f"- {c}" for c in checks] + [""]
     for ch in charts:
-        rel = os.path.relpath(ch, md_dir)
-        out += [f"![{os.path.basename(ch)}]({rel})", ""]
+        out += chart_lines([ch], md_dir)
     return out
 
 
@@ -634,8 +645,20 @@ def write_report(report: dict, out: str, charts_dir: str, md: str) -> None:
     with open(out, "w") as f:
         json.dump(report, f, indent=1)
     md = os.path.abspath(md)
-    with open(md, "w") as f:
-        f.write(render_markdown(report, charts, os.path.dirname(md)))
+    try:
+        with open(md) as f:
+            _, runs = split_runs(f.read())
+    except FileNotFoundError:
+        runs = ""
+    text = render_markdown(report, charts, os.path.dirname(md))
+    with open(md, "w") as f:  # the latest run's report, above the runs recorded so far
+        f.write(text.rstrip("\n") + "\n\n" + runs if runs else text)
+    invoked = report.get("invoked_as")
+    command = (f"`{invoked}`, which ran " if invoked else "") + f"`{report['command']}`"
+    results = text.split("\n## Results\n", 1)[1].split("\n## ", 1)[0].split("\n")
+    append_run(md, stem, command,
+               ["`make bench`'s results (\"How to read this\" above says what the columns are):",
+                ""] + summary_of(results), f"`{show_path(out)}` and its charts (kept out of git)")
     print(f"[bench] wrote {out}, {md}" + "".join(f", {c}" for c in charts), flush=True)
     for t in report["targets"]:
         if t["ratio"] is not None:

@@ -1,6 +1,6 @@
 """prepfs_bench.runner: running the cases of scenarios 1-3.
 
-Owns `run_case` (all runs of one case in one child process, `loaders.py run --sync`: before
+Owns `run_case` (all runs of one case in one child process, `loaders run --sync`: before
 each run it drops the page cache and remounts prepfs empty for cold runs, or waits for the
 cache's refill for warm ones; it samples memory from outside the run (`RunSampler`) and the
 daemon's CPU (prepfs's, or the FUSE floor's for rows 3h/3i) and cache counters around it), the tmpfs copy of the floor (`copy_floor`), and the
@@ -19,9 +19,7 @@ import threading
 import time
 from typing import Dict, List, Optional
 
-import loaders  # bench/loaders.py (standard library only at import time)
-
-from . import BENCH_DIR
+from . import loaders, module_command
 from .mount import PrepfsSource, proc_cpu_seconds
 from .plan import Case
 from .refill import cache_memory, wait_for_refill
@@ -112,7 +110,7 @@ def run_case(case: Case, args, cpus: List[int], src: Optional[PrepfsSource],
     """All runs of one case in one child process; returns the case's result record."""
     record = dataclasses.asdict(case)
     record.update(runs=[], warmup_runs=[], error=None)
-    cmd = [args.python, os.path.join(BENCH_DIR, "loaders.py"), "run", "--loader", case.loader,
+    cmd = module_command(args.python, "loaders") + ["run", "--loader", case.loader,
            "--data", case.data, "--workers", str(args.workers), "--reps", str(args.reps),
            "--warmup", str(case.warmup), "--sync", "--cpus", ",".join(map(str, cpus))]
     if args.limit:

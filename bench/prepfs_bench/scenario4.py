@@ -1,7 +1,7 @@
 """prepfs_bench.scenario4: running scenario 4, concurrent jobs.
 
 Owns the scenario's setting (the subset of the data set in quick runs, the derived read-limited
-configs, checked by `prepfs check`), its job processes (`JobProcs`: one `loaders.py run --sync`
+configs, checked by `prepfs check`), its job processes (`JobProcs`: one `loaders run --sync`
 per job, their output on one queue) and the runs of each variant (`run_jobs_variant`: a fresh
 mount per run, the page cache dropped, every job started at once; figures from the jobs'
 results and the mount's stats.json, computed by prepfs_bench.stats).
@@ -18,9 +18,7 @@ import threading
 import time
 from typing import Callable, Dict, List, Optional, Sequence
 
-import loaders  # bench/loaders.py (standard library only at import time)
-
-from . import BENCH_DIR, show_path
+from . import loaders, module_command, show_path
 from .config import cache_of_share, check_config, derive_config, policy_setting
 from .mount import PrepfsError, PrepfsMount, mount_prepfs
 from .plan import JOB_VARIANTS
@@ -48,7 +46,7 @@ def make_subset_tree(src: str, dst: str, per_class: int) -> int:
 
 
 class JobProcs:
-    """The job processes of one variant (`loaders.py run --sync`, one per job), each running
+    """The job processes of one variant (`loaders run --sync`, one per job), each running
     `reps` runs; their output lines, read by one thread each, arrive on one queue."""
 
     def __init__(self, cmds: Sequence[Sequence[str]]):
@@ -119,7 +117,7 @@ def run_jobs_variant(vid: str, key: str, loader: str, label: str, reads: str, *,
     mnt_root = None
     cmds = []
     for i in range(n_jobs):
-        cmd = [args.python, os.path.join(BENCH_DIR, "loaders.py"), "run", "--loader", loader,
+        cmd = module_command(args.python, "loaders") + ["run", "--loader", loader,
                "--data", "@DATA@", "--workers", str(args.workers), "--reps", str(reps),
                "--epochs", str(settings["epochs"]), "--seed", str(1000 * (i + 1)), "--sync",
                "--cpus", ",".join(map(str, cpus))]

@@ -4,7 +4,7 @@ Owns the summary of a case's runs (`summarize`: samples/s, CPU per sample with t
 peak memory, cache hits, refill waits), the ratios to the torchvision and DALI case of the same
 cache state, the issue's targets, and scenario 4's figures (makespan, hit rates from
 stats.json, one run's record, a variant's summary, the makespan against 4a, Seneca's targets).
-Standard library only, so bench/test_harness.py tests them without torch.
+Standard library only, so the self-test (bench/tests) tests them without torch.
 """
 
 from __future__ import annotations

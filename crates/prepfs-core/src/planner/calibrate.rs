@@ -70,7 +70,7 @@ impl Timed {
 /// time through the served pixel work, as the mount times it while serving. A dozen samples
 /// timed on one thread through another path put a region decode of 1600x1200 JPEGs at 3.3 ms
 /// against 4.7 ms while serving (one image's work can be half or twice the mean), and the cold
-/// epoch up to 2.1x too fast (bench/results/2026-11-26-plan-matrix-run-gen1600.md).
+/// epoch up to 2.1x too fast (BENCHMARKS.md#2026-11-26-plan-matrix-run-gen1600).
 /// The mean sample size comes from `size` (the source's lookup, no read) over up to
 /// [`SIZE_SAMPLES`] files spread over the set: a dozen timed samples can miss it (the
 /// generator's 500x375 set: 28.6 KB against 37.6 KB, which put the cold epoch at 10 MB/s 31% high).

@@ -27,7 +27,7 @@
 //!   `max(1 / t_serve + (1 - m) W, c_s / t_serve + W)`, `c_s` ([`SERVE_CPU_SHARE`]) the share of
 //!   serving that keeps the cores busy. (On 2 cores with a cache of half the set, 0-0-100 ran
 //!   1.12-1.42x faster than 0-100-0, which the sum of times alone ranked first:
-//!   bench/results/2026-11-26-plan-matrix-local.md.)
+//!   BENCHMARKS.md#2026-11-26-plan-matrix-local.)
 //! - **Storage bytes per sample**: `(f_S + f_A (1 - r_D - r_E)) * s_data`.
 //! - **The remote tier** (`s_remote` > 0), shared by the nodes, holds the share
 //!   `h_R = min(1, s_remote / (n s_remote_entry))` of the samples, a share `remote_decoded` of
@@ -82,14 +82,14 @@ use super::split::Split;
 /// machine: 2 Python readers took 3,548 cached 224x224 PPM outputs a second from a warm mount.
 /// (With passthrough a fully cached epoch runs at about 5,600/s here, but the mount never
 /// measures `t_serve` while misses go on, and 2,800 a core made the predictions of every cell
-/// with a partial cache 36-47% high: bench/results/2026-11-26-plan-matrix-local.md.)
+/// with a partial cache 36-47% high: BENCHMARKS.md#2026-11-26-plan-matrix-local.)
 pub(crate) const DEFAULT_SERVE_PER_CORE: f64 = 1800.0;
 
 /// How much faster cached outputs are served when no output is being made meanwhile (the
 /// refill idle, no miss): `t_serve` and [`DEFAULT_SERVE_PER_CORE`] are the rate with an output
 /// made for each one served, as in every epoch but a second one that finds every sample's
 /// spare made (its refills wait for the next epoch). With a cache that holds the set, such
-/// epochs ran at 5,562-6,449 samples/s on 2 cores (bench/results/2026-11-26-plan-matrix-run-local.md),
+/// epochs ran at 5,562-6,449 samples/s on 2 cores (BENCHMARKS.md#2026-11-26-plan-matrix-run-local),
 /// 1.65x the 3,600 of the default; the mount's own probe of `t_serve` (intervals with no
 /// pixel work) measures pure serving and divides by this.
 pub(super) const PURE_HIT_SPEEDUP: f64 = 1.65;
@@ -295,7 +295,7 @@ impl Remote {
 /// rest is the readers waiting on round trips, when work made ahead of them can run. Fitted on
 /// the generator's 500x375 set with a cache of half its decoded bytes (2 readers, 2 cores):
 /// 0-0-100 ran its later epochs at 2,200 samples/s, 0-100-0 at 1,960
-/// (bench/results/2026-11-26-plan-matrix-local.md); checked on the real photographs' cells.
+/// (BENCHMARKS.md#2026-11-26-plan-matrix-local); checked on the real photographs' cells.
 pub(super) const SERVE_CPU_SHARE: f64 = 0.5;
 
 /// Augmented outputs the cache must have room for before the refill makes any ahead of the
@@ -309,7 +309,7 @@ const MADE_AHEAD_MIN_OUTPUTS: f64 = 32.0;
 /// up only below its low-water mark while readers take from it, and on the cores the readers'
 /// own work leaves: with 12% of the cache given to augmented outputs (`s` = 0.22) the later
 /// epochs ran at 1,791 samples/s, as all to decoded (1,795), where the logarithm predicted 2,450
-/// (bench/results/2026-11-26-plan-matrix-run-local.md).
+/// (BENCHMARKS.md#2026-11-26-plan-matrix-run-local).
 pub(super) fn made_ahead(p: &PlanParams, s: f64) -> f64 {
     let s = s.clamp(0.0, 1.0);
     match s * p.n_total as f64 >= MADE_AHEAD_MIN_OUTPUTS {

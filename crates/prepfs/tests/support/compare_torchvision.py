@@ -12,7 +12,7 @@ compared with a two-sample Kolmogorov-Smirnov test. Prints JSON.
                                                  (the op's input, read from a mount of the same
                                                  config without the op) or on the source JPEG
 
-The photographs are bench/real_photos.py's (public-domain sample images of the scikit-image and
+The photographs are bench/prepfs_bench/real_photos.py's (public-domain sample images of the scikit-image and
 matplotlib wheels, fetched with pip into target/photos once). Statistics per image: the three
 channel means, the standard deviation of all values, and the erased share (pixels whose three
 values all equal the erasing value). The KS critical value is at alpha = 0.001 (two-sided,
@@ -126,7 +126,7 @@ def main():
         print(f"ok torch {torch.__version__} torchvision {torchvision.__version__}")
     elif cmd == "prepare":
         sys.path.insert(0, os.path.join(ROOT, "bench"))
-        from real_photos import photographs
+        from prepfs_bench.real_photos import photographs
         from PIL import Image
         wanted = [p for p in photographs(os.path.join(ROOT, "target", "photos")) if os.path.basename(p) in PHOTOS]
         out = os.path.join(sys.argv[2], "photos")
