@@ -59,6 +59,9 @@ pub(crate) struct PlanController {
     epochs_expected: u64,
     /// Epochs read so far (the most of the top-level passes and any job's epochs).
     epochs_done: AtomicU64,
+    /// What memory held as epoch 2 started (counted the first time the plan is read or ticks
+    /// once epoch 1 is done): epoch 2's prediction starts from it (`run::second_from`).
+    after_epoch_1: Mutex<Option<run::Holding>>,
 }
 
 /// The model's remote-tier inputs as measured now (see `cache/remote/network.rs`).
@@ -114,6 +117,7 @@ struct PlanState {
     epochs: run::Epochs,
     /// The first-touch policy the run model chose for a run from its first epoch.
     keep_pixels: bool,
+    split: Split,
 }
 
 /// Measures `t_serve`: see [`PlanController::probe_serve`].
@@ -153,6 +157,7 @@ impl PlanController {
             remote,
             epochs_expected: config.cache.epochs,
             epochs_done: AtomicU64::new(0),
+            after_epoch_1: Mutex::new(None),
         }
     }
 
@@ -218,6 +223,9 @@ impl PlanController {
     pub(crate) fn tick(&self, jobs: usize, epochs_done: u64) -> bool {
         self.set_jobs_sharing(jobs);
         self.epochs_done.store(epochs_done, Ordering::Relaxed);
+        if epochs_done >= 1 {
+            self.after_epoch_1();
+        }
         let chosen = self.plan.lock_or_recover().as_ref().is_some_and(|p| p.keep_pixels);
         self.cache.set_keep_pixels_at_first_touch(self.keep_pixels_at_first_touch(chosen));
         self.replan_from_live_rates()
@@ -407,24 +415,44 @@ impl PlanController {
             "samples_timed": timed,
         });
         *self.plan.lock_or_recover() =
-            Some(PlanState { doc, params, timed, t_full, epochs: over_the_run.epochs, keep_pixels: over_the_run.keep_pixels });
+            Some(PlanState { doc, params, timed, t_full, epochs: over_the_run.epochs, keep_pixels: over_the_run.keep_pixels, split });
+    }
+
+    /// What memory held as epoch 2 started: counted once, the first time it is asked for.
+    /// None before the first plan (which knows the samples).
+    fn after_epoch_1(&self) -> Option<run::Holding> {
+        let samples = self.plan.lock_or_recover().as_ref()?.params.n_total;
+        let mut kept = self.after_epoch_1.lock_or_recover();
+        Some(*kept.get_or_insert_with(|| {
+            let n = samples.max(1) as f64;
+            let share = |entries: u64| (entries as f64 / n).min(1.0);
+            run::Holding {
+                encoded: share(self.cache.encoded.entries()),
+                decoded: share(self.cache.decoded.entries()),
+                augmented: share(self.cache.augmented.entries()),
+            }
+        }))
     }
 
     /// The plan in force, for stats, with its predictions for the epoch being read (after
     /// `epochs_done`, as the mount counts them now), the next one and the steady state.
     pub(crate) fn plan_json(&self, epochs_done: u64) -> serde_json::Value {
+        let current = epochs_done + 1;
+        let left = if current == 2 { self.after_epoch_1() } else { None };
         let plan = self.plan.lock_or_recover();
         let Some(p) = plan.as_ref() else { return serde_json::Value::Null };
         let mut doc = p.doc.clone();
-        let current = epochs_done + 1;
+        // Epoch 2 from what epoch 1 left in memory, where the model predicts epochs apart.
+        let second = left.and_then(|k| run::second_from(&p.params, p.split, p.t_full, k)).unwrap_or(p.epochs.second);
+        let at = |e: u64| if e == 2 { second } else { p.epochs.at(e) };
         if let Some(map) = doc.as_object_mut() {
             map.insert(
                 "epochs".into(),
                 serde_json::json!({
                     "expected": self.epochs_expected,
                     "current": current,
-                    "predicted_current_samples_per_s": p.epochs.at(current),
-                    "predicted_next_samples_per_s": p.epochs.at(current + 1),
+                    "predicted_current_samples_per_s": at(current),
+                    "predicted_next_samples_per_s": at(current + 1),
                     "predicted_steady_samples_per_s": p.epochs.steady,
                 }),
             );
