@@ -209,8 +209,8 @@ impl Tiers {
                 self.memory.augmented.admit(sample.id, AugmentedEntry::fresh(spare));
             }
             let pixels_kept = made.pixels.as_ref().is_some_and(|p| self.memory.decoded.admit(sample.id, Arc::clone(p)));
-            if !pixels_kept {
-                self.memory.encoded.admit(sample.id, Arc::clone(&made.bytes));
+            if !pixels_kept && !self.memory.encoded.admit(sample.id, Arc::clone(&made.bytes)) {
+                self.memory.note_unkept(made.bytes.len());
             }
         }
         self.lower.keep(&self.lower_key(sample, meta), made.pixels.as_ref(), &made.bytes);
@@ -250,4 +250,36 @@ pub(crate) struct Made {
     pub(crate) bytes: Arc<[u8]>,
     pub(crate) pixels: Option<Arc<Rgb>>,
     pub(crate) spare: Option<ServedBytes>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::{SampleCache, ENTRY_OVERHEAD};
+    use crate::config::EvictionPolicy;
+    use crate::planner::Split;
+    use crate::source::catalog::FileId;
+
+    fn sample(dir: &std::path::Path, id: FileId, bytes: usize) -> (Sample, Arc<[u8]>) {
+        let path = dir.join(format!("{id}.jpg"));
+        std::fs::write(&path, vec![0u8; bytes]).expect("write");
+        let meta = FileMeta::of(&std::fs::metadata(&path).expect("stat"));
+        (Sample { id, path, meta }, vec![0u8; bytes].into())
+    }
+
+    #[test]
+    fn reads_memory_keeps_in_no_form_are_counted_with_their_bytes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // Room for one small sample as bytes, none as pixels or outputs.
+        let cache = Arc::new(SampleCache::new(1000 + ENTRY_OVERHEAD, "100-0-0".parse::<Split>().expect("split"), EvictionPolicy::Keep, 3));
+        let tiers = Tiers::new(Arc::clone(&cache), None, dir.path().to_path_buf());
+        assert_eq!(cache.unkept_mean_bytes(), None);
+        for (id, len) in [(0, 900), (1, 4000), (2, 2000)] {
+            let (s, bytes) = sample(dir.path(), id, len);
+            tiers.keep(&s, &s.meta, true, Made { bytes, pixels: None, spare: None });
+        }
+        // The first fits; the other two do not, and their mean size is what the next epoch reads.
+        assert_eq!(cache.encoded.entries(), 1);
+        assert_eq!(cache.unkept_mean_bytes(), Some(3000.0));
+    }
 }

@@ -479,6 +479,9 @@ pub struct SampleCache {
     /// The plan's first-touch policy: a miss decodes in full and keeps the pixels wherever
     /// decoded has room (else only where the split gives decoded a share).
     keep_pixels_at_first_touch: std::sync::atomic::AtomicBool,
+    /// Reads memory kept in no form (no room as pixels or as bytes), and their bytes: the
+    /// samples a full cache turns away are its largest, and the next epoch reads them again.
+    unkept: [AtomicU64; 2],
 }
 
 impl SampleCache {
@@ -497,6 +500,7 @@ impl SampleCache {
             memory,
             split: Mutex::new(split),
             keep_pixels_at_first_touch: std::sync::atomic::AtomicBool::new(false),
+            unkept: [AtomicU64::new(0), AtomicU64::new(0)],
         }
     }
 
@@ -645,6 +649,18 @@ impl SampleCache {
     /// The split in force.
     pub(crate) fn split(&self) -> Split {
         *self.split.lock_or_recover()
+    }
+
+    /// Counts a read memory kept in no form, of `bytes`.
+    pub(crate) fn note_unkept(&self, bytes: usize) {
+        self.unkept[0].fetch_add(1, Ordering::Relaxed);
+        self.unkept[1].fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// The mean bytes of the reads memory kept in no form, if there were any.
+    pub(crate) fn unkept_mean_bytes(&self) -> Option<f64> {
+        let n = self.unkept[0].load(Ordering::Relaxed);
+        (n > 0).then(|| self.unkept[1].load(Ordering::Relaxed) as f64 / n as f64)
     }
 
     /// Whether any memory is given to caching.

@@ -430,6 +430,7 @@ impl PlanController {
                 encoded: share(self.cache.encoded.entries()),
                 decoded: share(self.cache.decoded.entries()),
                 augmented: share(self.cache.augmented.entries()),
+                unheld_bytes: self.cache.unkept_mean_bytes(),
             }
         }))
     }

@@ -98,7 +98,7 @@ pub(crate) fn epochs(p: &PlanParams, split: Split, t_full: f64, keep: bool) -> E
     let read_cpu = prepfs::read_seconds(p);
     let work_1 = k_d / t_full + (1.0 - k_d) / t_da + read_cpu;
     let first = prepfs::bounded(p, prepfs::machine_seconds(t_serve, (1.0 - ahead) * work_1, work_1 + k_a / t_a), p.s_data, 0.0);
-    let second = second_epoch(p, held, t_full, Holding { encoded: k_e, decoded: k_d, augmented: k_a });
+    let second = second_epoch(p, held, t_full, Holding { encoded: k_e, decoded: k_d, augmented: k_a, unheld_bytes: None });
     Epochs { first, second, steady }
 }
 
@@ -110,6 +110,8 @@ pub(crate) struct Holding {
     pub(crate) encoded: f64,
     pub(crate) decoded: f64,
     pub(crate) augmented: f64,
+    /// The mean bytes of a sample held in no form, where known (else the set's mean).
+    pub(crate) unheld_bytes: Option<f64>,
 }
 
 /// Epoch 2's rate when epoch 1 left `k` in memory (`t_full` on all the nodes' cores), `held` the split's fill (the room decoded has
@@ -135,7 +137,8 @@ fn second_epoch(p: &PlanParams, held: [f64; 3], t_full: f64, k: Holding) -> f64 
     // With every sample's spare made, the refill waits for the next epoch: nothing is made
     // while the readers take them.
     let serve = if k_a >= 1.0 { t_serve * prepfs::PURE_HIT_SPEEDUP } else { t_serve };
-    prepfs::bounded(p, prepfs::machine_seconds(serve, waited, work), rest * p.s_data, 0.0)
+    let read = k.unheld_bytes.unwrap_or(p.s_data);
+    prepfs::bounded(p, prepfs::machine_seconds(serve, waited, work), rest * read, 0.0)
 }
 
 /// Epoch 2's rate from what epoch 1 actually left in memory (`k`, counted as it starts) rather
@@ -228,7 +231,7 @@ mod tests {
         let p = PlanParams { s_cache: 500.0 * 500.0, b_storage: 100.0 * 2000.0, ..base() };
         for s in ["100-0-0", "0-100-0", "34-33-33", "50-50-0", "0-50-50", "10-60-30"] {
             let held = prepfs::fill_fractions(&p, split(s));
-            let k = Holding { encoded: held[E].min(1.0 - held[D]), decoded: held[D], augmented: held[D].min(held[A]) };
+            let k = Holding { encoded: held[E].min(1.0 - held[D]), decoded: held[D], augmented: held[D].min(held[A]), unheld_bytes: None };
             let second = second_from(&p, split(s), 800.0, k).expect("one job");
             assert_close(second, epochs(&p, split(s), 800.0, true).second);
         }
@@ -238,14 +241,18 @@ mod tests {
     fn samples_memory_holds_in_no_form_are_read_in_epoch_2_and_slow_it_behind_slow_storage() {
         // Storage at 20 samples a second; bytes and pixels cover the set, or leave 5% out.
         let p = PlanParams { s_cache: 500.0 * 500.0, b_storage: 100.0 * 20.0, ..base() };
-        let covered = second_from(&p, split("50-50-0"), 800.0, Holding { encoded: 0.5, decoded: 0.5, augmented: 0.0 });
-        let short = second_from(&p, split("50-50-0"), 800.0, Holding { encoded: 0.45, decoded: 0.5, augmented: 0.0 });
+        let covered = second_from(&p, split("50-50-0"), 800.0, Holding { encoded: 0.5, decoded: 0.5, augmented: 0.0, unheld_bytes: None });
+        let short = second_from(&p, split("50-50-0"), 800.0, Holding { encoded: 0.45, decoded: 0.5, augmented: 0.0, unheld_bytes: None });
         let (covered, short) = (covered.expect("one job"), short.expect("one job"));
         assert!(short < covered, "{short} >= {covered}");
         // No faster than the storage lets 5% of the samples be read, where the CPU alone allows more.
         assert!(short <= 20.0 / 0.05 + 1e-9 && covered > 20.0 / 0.05, "{short} {covered}");
+        // The samples a full cache turned away are its largest: reading them takes longer.
+        let large = Holding { encoded: 0.45, decoded: 0.5, augmented: 0.0, unheld_bytes: Some(4.0 * p.s_data) };
+        let large = second_from(&p, split("50-50-0"), 800.0, large).expect("one job");
+        assert!(large < short, "{large} >= {short}");
         // Several jobs: no prediction from memory's holding (every epoch at the steady rate).
-        assert_eq!(second_from(&PlanParams { jobs: 3, ..p }, split("50-50-0"), 800.0, Holding { encoded: 0.5, decoded: 0.5, augmented: 0.0 }), None);
+        assert_eq!(second_from(&PlanParams { jobs: 3, ..p }, split("50-50-0"), 800.0, Holding { encoded: 0.5, decoded: 0.5, augmented: 0.0, unheld_bytes: None }), None);
     }
 
     #[test]
