@@ -70,15 +70,15 @@ ptx:
 # Python module built and installed first); the shuttle model checks of the cache's and
 # sampling's concurrency (crates/prepfs-core/tests/shuttle.rs, a build with `--features
 # shuttle`), the benchmark harness's own self-test (bench/tests). The fuzz targets are workspace
-# members: `build --workspace --all-targets` builds them (linked with libFuzzer), so a rename in
-# the core breaks make test, not only make fuzz; the tests run with `--tests --examples`, which
-# leaves out binaries marked `test = false` (the fuzz targets: run as tests, libFuzzer would fuzz
-# forever).
+# members built only with their `fuzz-targets` feature, which the build line below turns on
+# (linked with libFuzzer), so a rename in the core breaks make test, not only make fuzz; without
+# it a plain `cargo test --workspace --all-targets` leaves them out (run as tests, libFuzzer
+# would fuzz forever).
 # As root on Linux 6.9 or later the passthrough tests must run (PREPFS_REQUIRE_PASSTHROUGH):
 # elsewhere they say skipped.
 REQUIRE_PASSTHROUGH := $(shell [ "$$(id -u)" = 0 ] && printf '%s\n6.9\n' "$$(uname -r | cut -d- -f1)" | sort -V -C -r && echo 1)
 test: deps python
-	$(CARGO) build --workspace --all-targets
+	$(CARGO) build --workspace --all-targets --features prepfs-fuzz/fuzz-targets
 	PREPFS_REQUIRE_LOADER=1 $(if $(REQUIRE_PASSTHROUGH),PREPFS_REQUIRE_PASSTHROUGH=1) $(CARGO) test --workspace --tests --examples
 	$(CARGO) test -p prepfs-core --features shuttle --test shuttle
 	$(PYTHON) bench/tests
@@ -140,11 +140,11 @@ FUZZ_TARGETS ?= jpeg_probe_decode config_parse disk_entry
 fuzz: deps
 	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
 	@rustup run nightly rustc --version >/dev/null 2>&1 || rustup toolchain install nightly --profile minimal
-	$(CARGO) +nightly fuzz build
+	$(CARGO) +nightly fuzz build --features fuzz-targets
 	@failed=""; for t in $(FUZZ_TARGETS); do \
 	  mkdir -p $(CURDIR)/fuzz/corpus/$$t; \
 	  echo "== fuzz $$t: $(FUZZ_RUNS) runs"; \
-	  $(CARGO) +nightly fuzz run $$t $(CURDIR)/fuzz/corpus/$$t $(CURDIR)/fuzz/seeds/$$t -- \
+	  $(CARGO) +nightly fuzz run --features fuzz-targets $$t $(CURDIR)/fuzz/corpus/$$t $(CURDIR)/fuzz/seeds/$$t -- \
 	    -runs=$(FUZZ_RUNS) -max_len=$(FUZZ_MAX_LEN) -print_final_stats=1 || failed="$$failed $$t"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "fuzz: crashes in:$$failed (inputs under fuzz/artifacts/)"; exit 1; fi; \
