@@ -39,7 +39,7 @@ from .runs import write_report
 def job(root, decode_jpeg, seed, epochs, uncached=False):
     import io
     from PIL import Image
-    from loaders import read_uncached
+    from .loaders import read_uncached
     classes = sorted(os.listdir(root))
     items = [(os.path.join(root, c, n), i) for i, c in enumerate(classes) for n in sorted(os.listdir(os.path.join(root, c)))
              if n.lower().endswith((".jpg", ".jpeg", ".ppm"))]
