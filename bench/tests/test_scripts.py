@@ -86,3 +86,24 @@ class RemoteTwoMountsTest(unittest.TestCase):
         self.assertIn("from the remote tier: 2.477 ms (797 remote hits)", lines[-1])
         del report["hit_cost"]
         self.assertTrue(remote_two_mounts.summary_lines(report)[-1].startswith("| one job across both"))
+
+
+class JobsTest(unittest.TestCase):
+    """prepfs_bench.jobs's job process, run in this process over a tiny tree (no mount)."""
+
+    def test_a_job_opens_and_decodes_every_image_of_its_tree_each_epoch_read_past_the_page_cache(self):
+        try:
+            from PIL import Image
+        except ImportError:
+            self.skipTest("skipped: needs Pillow")
+        import tempfile
+        from unittest import mock
+        from prepfs_bench import jobs, loaders
+        with tempfile.TemporaryDirectory() as root:
+            for c in ("a", "b"):
+                os.makedirs(os.path.join(root, c))
+                Image.new("RGB", (40, 30), (10, 20, 30)).save(os.path.join(root, c, "x.jpg"))
+            with mock.patch.object(loaders, "read_uncached", wraps=loaders.read_uncached) as read:
+                jobs.job(root, True, seed=1, epochs=2, uncached=True)
+            self.assertEqual(sorted(os.path.relpath(c.args[0], root) for c in read.call_args_list),
+                             ["a/x.jpg", "a/x.jpg", "b/x.jpg", "b/x.jpg"])
