@@ -76,11 +76,17 @@ pub(crate) struct RunPlan {
     pub(crate) epochs: Epochs,
 }
 
+/// Whether every epoch is predicted at the steady rate: several jobs or a remote tier, which
+/// only the steady model knows.
+fn at_the_steady_rate(p: &PlanParams) -> bool {
+    p.jobs > 1 || p.s_remote > 0.0
+}
+
 /// The epochs of a run under `split`, with `t_full` the rate (samples/s, per node, on all its
 /// cores) of a full decode followed by an augment, and `keep` the first-touch policy.
 pub(crate) fn epochs(p: &PlanParams, split: Split, t_full: f64, keep: bool) -> Epochs {
     let steady = prepfs::evaluate(p, split).samples_per_s;
-    if p.jobs > 1 || p.s_remote > 0.0 {
+    if at_the_steady_rate(p) {
         return Epochs { first: steady, second: steady, steady };
     }
     let held = prepfs::fill_fractions(p, split);
@@ -148,7 +154,7 @@ fn second_epoch(p: &PlanParams, held: [f64; 3], t_full: f64, k: Holding) -> f64 
 /// of 400 samples held nowhere, where the fill said none). One job, no remote tier (else every
 /// epoch is predicted at the steady rate, as [`epochs`] does).
 pub(crate) fn second_from(p: &PlanParams, split: Split, t_full: f64, k: Holding) -> Option<f64> {
-    if p.jobs > 1 || p.s_remote > 0.0 {
+    if at_the_steady_rate(p) {
         return None;
     }
     Some(second_epoch(p, prepfs::fill_fractions(p, split), f64::from(p.nodes) * t_full, k))
