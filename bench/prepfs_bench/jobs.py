@@ -84,17 +84,44 @@ def makespan(roots, decode_jpeg, epochs=2, uncached=False, poll=None):
 
 def three_jobs(mount, epochs):
     """Three jobs at once over `mount`, one process each over jobs/job<i>/augmented, `epochs`
-    epochs each: their makespan, and the plan's predicted rates for several jobs seen meanwhile."""
+    epochs each: their makespan, and the plan's per-epoch predictions for several jobs seen
+    meanwhile (stats.json's `plan.epochs`, for `predicted_makespan`)."""
     roots = [os.path.join(mount.mnt, "jobs", f"job{i}", "augmented") for i in range(3)]
     for r in roots:
         os.listdir(r)
-    predictions = []
+    seen = []
 
     def poll():
         plan = mount.stats().get("plan") or {}
-        if (plan.get("inputs") or {}).get("jobs", 1) > 1 and plan.get("predicted_samples_per_s"):
-            predictions.append(plan["predicted_samples_per_s"])
-    return makespan(roots, False, epochs=epochs, poll=poll), predictions
+        if (plan.get("inputs") or {}).get("jobs", 1) > 1 and plan.get("epochs"):
+            seen.append(plan["epochs"])
+    return makespan(roots, False, epochs=epochs, poll=poll), seen
+
+
+def predicted_makespan(served, epochs, seen):
+    """The makespan the plan predicted for `served` samples over `epochs` epochs of all the
+    jobs together: each epoch's samples at the rate predicted for it, the first seen while it
+    was the current epoch, else the next epoch's prediction from the one before, else the
+    steady state's. None when no prediction for several jobs was seen."""
+    if not seen:
+        return None
+    total = 0.0
+    for e in range(1, epochs + 1):
+        now = [s for s in seen if s.get("current") == e]
+        before = [s for s in seen if s.get("current") == e - 1]
+        earlier = [s for s in seen if (s.get("current") or 0) < e]
+        if now:
+            rate = now[0]["predicted_current_samples_per_s"]
+        elif before:
+            rate = before[-1]["predicted_next_samples_per_s"]
+        elif earlier:
+            rate = earlier[-1]["predicted_steady_samples_per_s"]
+        else:
+            rate = seen[0]["predicted_steady_samples_per_s"]
+        if not rate:
+            return None
+        total += served / epochs / rate
+    return total
 
 
 def ready_made(view, out):
@@ -160,7 +187,7 @@ def main():
                     peer_mount.close()
             mount = Mount(args.prepfs, source, workdir, "prepfs", src_yaml + f"cache: {{ memory: {cache}{', ' + args.cache_extra if args.cache_extra else ''} }}\n")
             try:
-                ours, predictions = three_jobs(mount, 2)
+                ours, seen = three_jobs(mount, 2)
                 st = mount.stats()
                 # The floor: the same jobs over ready-made outputs in memory (tmpfs).
                 shm = tempfile.mkdtemp(prefix="prepfs-floor-", dir="/dev/shm")
@@ -195,8 +222,7 @@ def main():
                 "predicted_samples_per_s": (st.get("plan") or {}).get("predicted_samples_per_s"),
                 "predicted_hit_rate": (st.get("plan") or {}).get("predicted_hit_rate"),
             }
-            if predictions:
-                row["predicted_makespan_s"] = served / (sum(predictions) / len(predictions))
+            row["predicted_makespan_s"] = predicted_makespan(served, 2, seen)
             rows.append(row)
             print(json.dumps(row), flush=True)
         lines = [f"3 jobs x 2 epochs at once, one process each; prepfs with its defaults and a cache of 20% of the set's bytes "

@@ -107,3 +107,24 @@ class JobsTest(unittest.TestCase):
                 jobs.job(root, True, seed=1, epochs=2, uncached=True)
             self.assertEqual(sorted(os.path.relpath(c.args[0], root) for c in read.call_args_list),
                              ["a/x.jpg", "a/x.jpg", "b/x.jpg", "b/x.jpg"])
+
+
+class PredictedMakespanTest(unittest.TestCase):
+    """prepfs_bench.jobs.predicted_makespan: each epoch's samples at the rate the plan gave it."""
+
+    @staticmethod
+    def seen(current, now, nxt, steady):
+        return {"current": current, "predicted_current_samples_per_s": now,
+                "predicted_next_samples_per_s": nxt, "predicted_steady_samples_per_s": steady}
+
+    def test_each_epoch_takes_its_samples_at_the_rate_first_predicted_while_it_ran(self):
+        from prepfs_bench.jobs import predicted_makespan
+        seen = [self.seen(1, 100, 1000, 1000), self.seen(1, 90, 900, 900), self.seen(2, 800, 800, 800)]
+        # 3 epochs of 300 samples: 300/100 + 300/800 + (epoch 3 unseen: epoch 2's next) 300/800.
+        self.assertAlmostEqual(predicted_makespan(900, 3, seen), 3.0 + 0.375 + 0.375)
+
+    def test_an_epoch_never_seen_takes_the_next_prediction_from_the_one_before_or_the_steady_state(self):
+        from prepfs_bench.jobs import predicted_makespan
+        # Only epoch 1 seen: epoch 2 at its next, epoch 3 at its steady rate.
+        self.assertAlmostEqual(predicted_makespan(300, 3, [self.seen(1, 100, 200, 400)]), 1.0 + 0.5 + 0.25)
+        self.assertIsNone(predicted_makespan(300, 3, []))

@@ -99,6 +99,26 @@ impl SampleStatus {
         self.bytes.iter().filter(|b| b.load(Ordering::Relaxed) & bit != 0).count()
     }
 
+    /// Samples by what memory holds of them: with an augmented output; else as pixels; else
+    /// as bytes alone; and all those held as pixels.
+    pub(crate) fn census(&self) -> Census {
+        let mut c = Census::default();
+        for b in &self.bytes {
+            let held = b.load(Ordering::Relaxed);
+            if held & HELD_DECODED != 0 {
+                c.decoded += 1;
+            }
+            if held & HELD_AUGMENTED != 0 {
+                c.spares += 1;
+            } else if held & HELD_DECODED != 0 {
+                c.pixels += 1;
+            } else if held & HELD_ENCODED != 0 {
+                c.bytes += 1;
+            }
+        }
+        c
+    }
+
     /// Marks `id` as held by the remote tier.
     pub(crate) fn mark_remote(&self, id: FileId) {
         self.set(id, HELD_REMOTE);
@@ -125,6 +145,19 @@ impl SampleStatus {
     pub(crate) fn bytes(&self) -> usize {
         self.bytes.len()
     }
+}
+
+/// What memory holds, sample by sample ([`SampleStatus::census`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Census {
+    /// Samples with an augmented output.
+    pub(crate) spares: u64,
+    /// Samples without one, held as pixels.
+    pub(crate) pixels: u64,
+    /// Samples without either, held as bytes.
+    pub(crate) bytes: u64,
+    /// Samples held as pixels, with an output or not.
+    pub(crate) decoded: u64,
 }
 
 /// An augmented output in the cache (in memory, or in an output file ready to pass
@@ -860,6 +893,21 @@ mod tests {
         assert_eq!(held, stored);
         assert!(!stored[0], "the first was evicted");
         assert_eq!(cache.status.bytes(), 8);
+    }
+
+    #[test]
+    fn the_census_counts_each_sample_once_by_the_most_served_form_it_has() {
+        let cache = SampleCache::new(100_000, split(30, 30, 40), EvictionPolicy::Keep, 8);
+        let pixels = || Arc::new(crate::shared::Rgb { width: 2, height: 1, pixels: vec![0; 6] });
+        // 0: bytes and an output; 1: pixels and an output; 2: pixels; 3: bytes; 4, 5, 6, 7: nothing.
+        assert!(cache.encoded.admit(0, bytes(10)) && cache.augmented.admit(0, AugmentedEntry::fresh(bytes(10))));
+        assert!(cache.decoded.admit(1, pixels()) && cache.augmented.admit(1, AugmentedEntry::fresh(bytes(10))));
+        assert!(cache.decoded.admit(2, pixels()));
+        assert!(cache.encoded.admit(3, bytes(10)));
+        assert_eq!(cache.status.census(), Census { spares: 2, pixels: 1, bytes: 1, decoded: 2 });
+        // An output taken leaves what it was made from.
+        assert!(cache.augmented.take(0).is_some());
+        assert_eq!(cache.status.census(), Census { spares: 1, pixels: 1, bytes: 2, decoded: 2 });
     }
 
     #[test]

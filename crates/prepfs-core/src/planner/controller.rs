@@ -425,11 +425,15 @@ impl PlanController {
         let mut kept = self.after_epoch_1.lock_or_recover();
         Some(*kept.get_or_insert_with(|| {
             let n = samples.max(1) as f64;
-            let share = |entries: u64| (entries as f64 / n).min(1.0);
+            let share = |count: u64| (count as f64 / n).min(1.0);
+            // Sample by sample: a form's entry count says how many it holds, not whether
+            // those are the samples without a spare.
+            let c = self.cache.status.census();
             run::Holding {
-                encoded: share(self.cache.encoded.entries()),
-                decoded: share(self.cache.decoded.entries()),
-                augmented: share(self.cache.augmented.entries()),
+                spares: share(c.spares),
+                pixels: share(c.pixels),
+                bytes: share(c.bytes),
+                decoded: share(c.decoded),
                 unheld_bytes: self.cache.unkept_mean_bytes(),
             }
         }))

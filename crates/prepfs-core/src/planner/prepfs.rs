@@ -60,7 +60,8 @@
 //! φ(w)` jobs. A job served from any window that holds the sample needs nothing made for it: an
 //! augmentation is saved by the augmented window, a decode by the augmented or decoded one, a
 //! read by any. A window holds a sample from one epoch to the next only when it holds the whole
-//! set (LRU under random orders keeps next to nothing else): `H_D`, `H_E` are 1 then, else 0.
+//! set (LRU under random orders keeps next to nothing else): `H_D`, `H_E` are 1 then, else 0;
+//! in the jobs' first epoch they are 0 (nothing is held yet: every sample is read once).
 //! Per sample served, with `w_A`, `w_D`, `w_E` the entries each form's share holds:
 //!
 //! - augmentations `a = 1 / g(w_A)`; decodes `d = min(a, (1 - H_D) / g(max(w_A, w_D)))`;
@@ -171,7 +172,7 @@ pub fn budgets(p: &PlanParams, split: Split, overhead: f64) -> [u64; 3] {
 /// Evaluates one split (see the module documentation).
 pub(super) fn evaluate(p: &PlanParams, split: Split) -> Evaluation {
     if p.jobs > 1 {
-        return evaluate_shared(p, split);
+        return evaluate_shared(p, split, true);
     }
     let n = p.n_total as f64;
     let Fill { held, .. } = fill(p, split);
@@ -223,9 +224,16 @@ pub(super) fn evaluate(p: &PlanParams, split: Split) -> Evaluation {
     }
 }
 
+/// Several jobs' first epoch, which finds nothing cached: every sample is read at least once,
+/// however many jobs each read serves (`run.rs`'s epoch 1 for several jobs).
+pub(super) fn first_epoch_shared(p: &PlanParams, split: Split) -> f64 {
+    evaluate_shared(p, split, false).samples_per_s
+}
+
 /// Several jobs at once: the cache as a window shared by the jobs (see "Several jobs" in the
-/// module documentation).
-fn evaluate_shared(p: &PlanParams, split: Split) -> Evaluation {
+/// module documentation). `carried`: whether a form that holds the whole set still holds it
+/// from an earlier epoch (false in the jobs' first epoch).
+fn evaluate_shared(p: &PlanParams, split: Split, carried: bool) -> Evaluation {
     let n = p.n_total as f64;
     let Fill { held, bytes } = fill(p, split);
     let size = [p.s_data, p.s_decoded, p.s_augmented];
@@ -234,7 +242,7 @@ fn evaluate_shared(p: &PlanParams, split: Split) -> Evaluation {
     // How many jobs one item made serves, with `items` entries to wait in.
     let serves = |items: f64| 1.0 + others * (1.0 - (-items / scale).exp());
     let [w_e, w_d, w_a] = [E, D, A].map(|f| bytes[f] / size[f]);
-    let whole = |f: usize| if held[f] >= 1.0 { 1.0 } else { 0.0 };
+    let whole = |f: usize| if carried && held[f] >= 1.0 { 1.0 } else { 0.0 };
     let augments = 1.0 / serves(w_a);
     let decodes = augments.min((1.0 - whole(D)) / serves(w_a.max(w_d)));
     let reads = decodes.min((1.0 - whole(E)) / serves(w_a.max(w_d).max(w_e)));
