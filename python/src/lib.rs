@@ -123,7 +123,9 @@ struct Facts {
 /// loaders, or readers of `jobs/<job>/`, serve the same job): every sample once per epoch across
 /// all of them, cached ones first. `images` is NHWC uint8 (a view of shared memory) or, with
 /// `dtype="float32-normalized"`, NCHW float32 normalised by `mean` and `std`; `labels` is int64,
-/// the class index in ImageFolder's sorted class order. Both speak DLPack.
+/// the class index in ImageFolder's sorted class order. Both speak DLPack. `view` is
+/// `"augmented"` or a recipe's name (`recipes:` in the mount's config): the job's epochs in
+/// `jobs/<job>/<recipe>/`, the recipe's pipeline drawn per sample.
 #[pyclass(module = "prepfs")]
 struct Loader {
     conn: Mutex<Conn>,
@@ -441,8 +443,9 @@ impl Loader {
         slots: u32,
         timeout: f64,
     ) -> PyResult<Loader> {
-        if view != "augmented" {
-            return Err(PyValueError::new_err(format!("view {view:?}: the loader serves \"augmented\" (every sample the same shape)")));
+        // `augmented`, or a recipe's name: the daemon says which views it has.
+        if matches!(view, "encoded" | "decoded" | "") {
+            return Err(PyValueError::new_err(format!("view {view:?}: the loader serves \"augmented\" or a recipe's view (every sample the same shape)")));
         }
         let normalized = match dtype {
             "uint8" => false,
@@ -470,7 +473,7 @@ impl Loader {
         let connected = py.allow_threads(|| -> io::Result<(UnixStream, Reply, OwnedFd)> {
             let mut stream = UnixStream::connect(&socket)?;
             stream.set_read_timeout(Some(Duration::from_secs_f64(timeout.max(1.0))))?;
-            wire::write_frame(&mut stream, &Request::Hello { version: wire::VERSION, job: job.to_owned(), batch_size, slots })?;
+            wire::write_frame(&mut stream, &Request::Hello { version: wire::VERSION, job: job.to_owned(), batch_size, slots, view: Some(view.to_owned()) })?;
             let (welcome, fd) = read_welcome(&stream)?;
             Ok((stream, welcome, fd))
         });

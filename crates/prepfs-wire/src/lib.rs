@@ -8,7 +8,8 @@
 //! holds a slot until the last tensor viewing it is dropped; the daemon writes only the slot it
 //! is asked to fill.
 //!
-//! 1. `Hello` (the job, the batch size, how many slots) → `Welcome` (the dataset's facts, the
+//! 1. `Hello` (the job, the batch size, how many slots, the view: `augmented/` or a recipe's)
+//!    → `Welcome` (the dataset's facts, the
 //!    ring's layout; the ring's descriptor rides with it) or `Error`.
 //! 2. `Begin` (an epoch of this loader) → `Epoch`: waits, boundedly, until the job's previous
 //!    epoch is over, so loaders of one job start each epoch together.
@@ -27,7 +28,15 @@ pub const MAX_FRAME: usize = 16 << 20;
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {
-    Hello { version: u32, job: String, batch_size: u32, slots: u32 },
+    Hello {
+        version: u32,
+        job: String,
+        batch_size: u32,
+        slots: u32,
+        /// The view walked: `augmented` (the default, also when absent) or a recipe's name.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        view: Option<String>,
+    },
     Begin,
     Next { slot: u32 },
 }

@@ -71,6 +71,32 @@ fn batches_hold_the_mounts_own_samples_pixel_for_pixel_with_imagefolders_labels(
 }
 
 #[test]
+fn a_loader_of_a_recipes_view_walks_the_job_there_and_gets_the_recipes_own_pixels() {
+    if !module_ready() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let recipes = "recipes:\n  val: { augment: [ {resize: {size: 40}}, {center_crop: {size: 32}} ] }\n  pngs:\n    augment: [ {center_crop: {size: 16}} ]\n    output: { format: png }\n";
+    let mnt = mount(tmp.path(), CENTER, recipes);
+    let got = check("recipe", &mnt, "rc");
+    // The recipe's shape, its own pixels (no chance: the same as its view's file), every one of
+    // the 24 samples once.
+    assert_eq!(got["shapes"], serde_json::json!(["[32, 32, 3]"]), "{got}");
+    assert_eq!(got["mismatches"], serde_json::json!([]), "{got}");
+    let mut names: Vec<&str> = got["samples"].as_array().expect("samples").iter().filter_map(|n| n.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), 24, "{got}");
+    assert_eq!(got["samples"].as_array().map(Vec::len), Some(24), "{got}");
+    // A view the mount has not, and one whose files are not raw pixels: refused, saying why.
+    let nope = got["nope"].as_str().unwrap_or_default();
+    assert!(nope.contains("no view `nope`") && nope.contains("`val`") && nope.contains("`augmented`"), "{got}");
+    let pngs = got["pngs"].as_str().unwrap_or_default();
+    assert!(pngs.contains("pngs/ serves png"), "{got}");
+    assert!(mnt.stop().success());
+}
+
+#[test]
 fn a_loader_closed_by_its_with_block_refuses_to_iterate_keeps_live_batches_intact_and_gives_its_ring_back_after_them() {
     if !module_ready() {
         return;

@@ -1,7 +1,7 @@
 //! What the loader socket (`crate::loader`) asks of the core: the facts a loader needs (the
 //! output's shape, ImageFolder's classes), and the next samples of one loader's walk through a
-//! job's epoch, chosen by opportunistic sampling exactly as an open in `jobs/<job>/augmented/`
-//! chooses them (each sample once per epoch across every reader of the job, cached first, a
+//! job's epoch in one view (`augmented/` or a recipe's), chosen by opportunistic sampling
+//! exactly as an open in `jobs/<job>/<view>/` chooses them (each sample once per epoch across every reader of the job, cached first, a
 //! substitute from the same directory), produced through the same cache and pixel work, and
 //! written into the loader's ring slot as HWC uint8 pixels.
 //!
@@ -23,7 +23,7 @@ use crate::config::{Dtype, Format};
 use crate::error::{Error, Result};
 use crate::producer::Consumer;
 use crate::sampling::{Choice, Job};
-use crate::shared::{draw_rng, Form, Size2};
+use crate::shared::{draw_rng, Size2};
 use crate::source::catalog::{DirId, FileId};
 use crate::stats::bump;
 
@@ -34,8 +34,12 @@ const EPOCH_WAIT: Duration = Duration::from_secs(60);
 /// Why the loader cannot be served by this mount.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum LoaderRefusal {
-    #[error("the loader takes 8-bit outputs (output: ppm, or npy with dtype uint8); this mount serves float32")]
-    Float32,
+    #[error("the loader takes 8-bit outputs (output: ppm, or npy with dtype uint8); this mount's {view} serves float32")]
+    Float32 { view: String },
+    #[error("the loader takes raw 8-bit pixels (output: ppm, or npy with dtype uint8); this mount's {view} serves {format}")]
+    Encoded { view: String, format: &'static str },
+    #[error("no view `{name}` on this mount: the loader walks {known}")]
+    UnknownView { name: String, known: String },
     #[error("the dataset has no class directories (ImageFolder's layout: ROOT/CLASS/IMAGE)")]
     NoClasses,
     #[error(transparent)]
@@ -46,6 +50,8 @@ pub(crate) enum LoaderRefusal {
 
 /// What a loader is told at its start.
 pub(crate) struct LoaderFacts {
+    /// The view walked: 0 for `augmented/`, else the recipe's number.
+    pub(crate) recipe: u8,
     pub(crate) samples: u64,
     pub(crate) size: Size2,
     /// ImageFolder's classes: the source's top-level directories, sorted.
@@ -60,15 +66,12 @@ pub(crate) struct Walk {
     next: usize,
     /// Spreads loaders of one job over different orders.
     nonce: u64,
+    /// The view walked: 0 for `augmented/`, else the recipe's number.
+    recipe: u8,
     /// Which directories the loader's user may search, found anew each epoch.
     dirs: DirVerdicts,
 }
 
-impl Walk {
-    pub(crate) fn new(nonce: u64) -> Walk {
-        Walk { epoch: 0, order: Vec::new(), next: 0, nonce, dirs: DirVerdicts::default() }
-    }
-}
 
 /// One batch written into a slot.
 pub(crate) struct Filled {
@@ -83,7 +86,7 @@ impl Filesystem {
     /// [`Filesystem::loader_fill`]).
     fn loader_choose(&self, job: &Job, walk: &mut Walk, want: usize) -> Vec<Choice> {
         let catalog = self.catalog();
-        let view = View::of(Form::Augmented, job.code());
+        let view = View::recipe(walk.recipe, job.code());
         let mut chosen = Vec::with_capacity(want);
         while chosen.len() < want && walk.next < walk.order.len() {
             if job.epoch() != walk.epoch {
@@ -111,11 +114,26 @@ impl Filesystem {
         chosen
     }
 
-    /// The facts a loader needs, or why this mount cannot serve one.
-    pub(crate) fn loader_facts(&self) -> std::result::Result<LoaderFacts, LoaderRefusal> {
-        let output = &self.config().output;
-        if output.format == Format::Npy && output.dtype == Dtype::Float32 {
-            return Err(LoaderRefusal::Float32);
+    /// The facts a loader of `view` (`augmented`, the default, or a recipe's name) needs, or
+    /// why this mount cannot serve one: the loader writes raw 8-bit pixels into its ring, so a
+    /// view whose files are float32 or compressed (png, jpeg) is refused, not served as bytes
+    /// of another shape.
+    pub(crate) fn loader_facts(&self, view: Option<&str>) -> std::result::Result<LoaderFacts, LoaderRefusal> {
+        let name = view.unwrap_or("augmented");
+        let recipes = &self.config().recipes;
+        let recipe = match recipes.iter().position(|r| r.name == name) {
+            Some(i) => i as u8 + 1,
+            None if name == "augmented" => 0,
+            None => {
+                let known: Vec<String> = std::iter::once("augmented").chain(recipes.iter().map(|r| r.name.as_str())).map(|n| format!("`{n}`")).collect();
+                return Err(LoaderRefusal::UnknownView { name: name.to_owned(), known: known.join(", ") });
+            }
+        };
+        let output = self.view_output(View::recipe(recipe, 0));
+        match output.format {
+            Format::Npy if output.dtype == Dtype::Float32 => return Err(LoaderRefusal::Float32 { view: format!("{name}/") }),
+            Format::Png | Format::Jpeg => return Err(LoaderRefusal::Encoded { view: format!("{name}/"), format: output.extension() }),
+            Format::Ppm | Format::Npy => {}
         }
         let catalog = self.catalog();
         let classes: Vec<String> = catalog.subdirs(0).map(|d| catalog.dir_name(d).to_string_lossy().into_owned()).collect();
@@ -123,7 +141,7 @@ impl Filesystem {
             return Err(LoaderRefusal::NoClasses);
         }
         let samples = self.loader_samples().len() as u64;
-        Ok(LoaderFacts { samples, size: self.producer.augmented_size(), classes })
+        Ok(LoaderFacts { recipe, samples, size: self.producer.recipe_size(recipe), classes })
     }
 
     /// The samples a loader walks: the images inside a class directory, as ImageFolder lists.
@@ -155,6 +173,13 @@ impl Filesystem {
         Ok(job)
     }
 
+    /// A loader's walk through `job`'s epochs in view `recipe` (0: `augmented/`), and the job's
+    /// sampling state it walks: in a recipe's view, the job's own state there, as an open's.
+    pub(crate) fn loader_walk(&self, job: &Arc<Job>, recipe: u8, nonce: u64) -> (Arc<Job>, Walk) {
+        let state = self.job_in_view(job, View::recipe(recipe, job.code()));
+        (state, Walk { epoch: 0, order: Vec::new(), next: 0, nonce, recipe, dirs: DirVerdicts::default() })
+    }
+
     /// Begins the walk's next epoch: after its first, it waits (up to [`EPOCH_WAIT`], or
     /// `stop`) until the job's epoch it walked is over, then walks the job's current epoch in
     /// an order of its own. Returns the job's epoch (from 1).
@@ -182,7 +207,7 @@ impl Filesystem {
     /// read are passed over (a bad one counts as the job's), and the rest close up.
     pub(crate) fn loader_fill(&self, job: &Arc<Job>, walk: &mut Walk, caller: Caller, slot: &mut [u8], batch: usize) -> Filled {
         let catalog = self.catalog();
-        let pixels = self.producer.augmented_size().area() as usize * 3;
+        let pixels = self.producer.recipe_size(walk.recipe).area() as usize * 3;
         let mut filled = Filled { labels: Vec::with_capacity(batch), names: Vec::with_capacity(batch), end: false };
         loop {
             let have = filled.labels.len();
@@ -210,7 +235,10 @@ impl Filesystem {
                     let sample = self.resolve(choice.sample)?;
                     self.check_file_as_kernel(&sample.meta, caller)?;
                     let others = self.jobs_needing(sample.id) & !job.bit();
-                    let (bytes, origin) = self.producer.augmented(&sample, Consumer::Job { bit: job.bit(), active: others | job.bit() })?;
+                    let (bytes, origin) = match walk.recipe {
+                        0 => self.producer.augmented(&sample, Consumer::Job { bit: job.bit(), active: others | job.bit() })?,
+                        recipe => self.producer.recipe(&sample, recipe)?,
+                    };
                     bytes.copy_tail_into(place).map_err(|e| Error::source_io(&sample.path, e))?;
                     Ok(origin.is_miss())
                 })

@@ -50,7 +50,7 @@ mod tests;
 mod reftests;
 
 pub use handles::{CachePolicy, Opened};
-pub(crate) use loader::Walk;
+
 pub use passthrough::Backing;
 pub use inodes::{is_control, ROOT_INO};
 pub(crate) use inodes::{Node, View};

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::admission::{Admission, Reservation};
 use super::wire::{self, Reply, Request};
-use crate::fs::{Caller, Filesystem, Walk};
+use crate::fs::{Caller, Filesystem};
 use crate::stats::bump;
 use crate::sync::{LockExt, Mutex};
 
@@ -302,8 +302,8 @@ impl Connection {
         };
         let hello = wire::read_frame(&mut Deadline { stream: &stream, until: Instant::now() + HELLO_TIMEOUT });
         stream.set_read_timeout(None)?;
-        let (job_name, batch, slots) = match hello {
-            Ok(Request::Hello { version, job, batch_size, slots }) if version == wire::VERSION => (job, batch_size, slots),
+        let (job_name, batch, slots, view) = match hello {
+            Ok(Request::Hello { version, job, batch_size, slots, view }) if version == wire::VERSION => (job, batch_size, slots, view),
             Ok(Request::Hello { version, .. }) => return refuse(&mut stream, format!("protocol version {version}; this mount speaks {}", wire::VERSION)),
             Ok(_) => return refuse(&mut stream, "say hello first".into()),
             Err(e) if matches!(e.kind(), io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock) => {
@@ -311,7 +311,7 @@ impl Connection {
             }
             Err(e) => return Err(e),
         };
-        let facts = match fs.loader_facts() {
+        let facts = match fs.loader_facts(view.as_deref()) {
             Ok(facts) => facts,
             Err(e) => return refuse(&mut stream, e.to_string()),
         };
@@ -343,7 +343,8 @@ impl Connection {
         };
         send_with_fd(&stream, &welcome, &ring.fd)?;
         tracing::info!(job = job.name(), uid = caller.uid, batch, slots, "loader connected");
-        let mut walk = Walk::new(crate::shared::fnv1a64(&[&caller.uid.to_le_bytes(), &std::process::id().to_le_bytes(), &(Arc::as_ptr(&job) as usize).to_le_bytes(), &(stream.as_raw_fd() as u64).to_le_bytes()]));
+        let nonce = crate::shared::fnv1a64(&[&caller.uid.to_le_bytes(), &std::process::id().to_le_bytes(), &(Arc::as_ptr(&job) as usize).to_le_bytes(), &(stream.as_raw_fd() as u64).to_le_bytes()]);
+        let (job, mut walk) = fs.loader_walk(&job, facts.recipe, nonce);
         let mut begun = false;
         loop {
             let request = match wire::read_frame::<Request>(&mut stream) {

@@ -78,9 +78,9 @@ impl PixelWork {
         }
     }
 
-    /// The size of every augmented output.
-    pub(crate) fn augmented_size(&self) -> Size2 {
-        self.pipeline(0).size
+    /// Pipeline `recipe`'s output size (0: `augmented/`'s).
+    pub(crate) fn recipe_size(&self, recipe: u8) -> Size2 {
+        self.pipeline(recipe).size
     }
 
     /// Bytes of one augmented output.

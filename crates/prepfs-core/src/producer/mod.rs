@@ -77,11 +77,6 @@ impl SampleProducer {
         self.loads.in_flight(id)
     }
 
-    /// The size of every augmented output.
-    pub(crate) fn augmented_size(&self) -> Size2 {
-        self.pixels.augmented_size()
-    }
-
     /// Makes outputs into output files from now on (kernel passthrough is on), so the
     /// cache holds them ready for the kernel; `false`: in memory.
     pub(crate) fn seal_outputs(&self, seal: bool) {
@@ -141,6 +136,11 @@ impl SampleProducer {
     /// Bytes of one file of pipeline `recipe` (0: `augmented/`'s; else the recipe's number).
     pub(crate) fn recipe_out_len(&self, recipe: u8) -> u64 {
         self.pixels.recipe_out_len(recipe)
+    }
+
+    /// The output size of pipeline `recipe` (0: `augmented/`'s).
+    pub(crate) fn recipe_size(&self, recipe: u8) -> Size2 {
+        self.pixels.recipe_size(recipe)
     }
 
     /// The bytes of `sample`'s `decoded` file, and where they came from.

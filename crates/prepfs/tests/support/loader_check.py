@@ -12,6 +12,11 @@
                                          kept past the block, what iterating after close() does,
                                          and the daemon's ring bytes once it is closed (process
                                          still alive)
+    loader_check.py recipe MOUNT JOB     one epoch of Loader(view="val") (the mount's recipe `val`, a
+                                         transform without chance): each sample's pixels against
+                                         val/'s file of the same name, and each sample once; then
+                                         what Loader(view=...) says for a view the mount does not
+                                         have and for `pngs` (a recipe whose files are PNGs)
     loader_check.py gpu MOUNT JOB        where a GPU and torch with CUDA are there: one epoch on
                                          "cuda" in uint8 (each sample against the mount's file),
                                          uploaded from the ring and through the staging copy,
@@ -195,6 +200,28 @@ def gpu(mnt, job):
     return out
 
 
+def recipe(mnt, job):
+    loader = prepfs.Loader(mnt, job=job, batch_size=5, view="val")
+    out = {"samples": [], "mismatches": [], "shapes": set()}
+    for images, _ in loader:
+        imgs = np.from_dlpack(images)
+        out["shapes"].add(str(list(imgs.shape[1:])))
+        for i, name in enumerate(loader.names):
+            out["samples"].append(name)
+            if not np.array_equal(imgs[i].reshape(-1), ppm_pixels(os.path.join(mnt, "val", view_name(name)))):
+                out["mismatches"].append(name)
+    out["shapes"] = sorted(out["shapes"])
+    for view in ("nope", "pngs"):
+        try:
+            prepfs.Loader(mnt, job=job + "-" + view, batch_size=5, view=view)
+            out[view] = None
+        except Exception as e:
+            out[view] = str(e)
+    stats = json.load(open(os.path.join(mnt, ".prepfs", "stats.json")))
+    out["job_served"] = {j["name"]: j["samples_served"] for j in stats["jobs"]["active"]}
+    return out
+
+
 def close(mnt, job):
     import time
     out = {}
@@ -232,5 +259,5 @@ def close(mnt, job):
 
 if __name__ == "__main__":
     mode, mnt, job = sys.argv[1:4]
-    result = {"pixels": pixels, "two": two, "torch": torch_batch, "unmount": unmount, "close": close, "gpu": gpu}[mode](mnt, job)
+    result = {"pixels": pixels, "two": two, "torch": torch_batch, "unmount": unmount, "close": close, "gpu": gpu, "recipe": recipe}[mode](mnt, job)
     print(json.dumps(result), flush=True)
