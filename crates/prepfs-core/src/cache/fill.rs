@@ -199,7 +199,8 @@ impl Tiers {
     }
 
     /// Keeps what a read of `sample` (the version `meta`) made: a spare output in augmented, the
-    /// pixels in decoded while it has room, else the bytes in encoded; the pixels, or else the
+    /// pixels in decoded while it has room, else the bytes in encoded (the bytes as well where
+    /// the plan gives encoded room for every sample: `SampleCache::keeps_bytes_beside_pixels`); the pixels, or else the
     /// bytes, go to each tier below memory (queued, not written, here; augmented outputs never
     /// do). A version older than one seen meanwhile (`current` false) goes to the tiers below
     /// memory only, under its own key.
@@ -209,7 +210,8 @@ impl Tiers {
                 self.memory.augmented.admit(sample.id, AugmentedEntry::fresh(spare));
             }
             let pixels_kept = made.pixels.as_ref().is_some_and(|p| self.memory.decoded.admit(sample.id, Arc::clone(p)));
-            if !pixels_kept && !self.memory.encoded.admit(sample.id, Arc::clone(&made.bytes)) {
+            let bytes_wanted = !pixels_kept || self.memory.keeps_bytes_beside_pixels();
+            if bytes_wanted && !self.memory.encoded.admit(sample.id, Arc::clone(&made.bytes)) && !pixels_kept {
                 self.memory.note_unkept(made.bytes.len());
             }
         }
@@ -217,10 +219,10 @@ impl Tiers {
     }
 
     /// Keeps `pixels` of a sample memory held as bytes (background work decoded them while
-    /// decoded had room), and then drops the bytes: memory holds a sample in one form, as
-    /// [`Tiers::keep`] does.
+    /// decoded had room), and then drops the bytes, unless encoded has room for every sample's:
+    /// as [`Tiers::keep`] does.
     pub(crate) fn promote(&self, sample: &Sample, pixels: Arc<Rgb>) {
-        if self.memory.decoded.admit(sample.id, pixels) {
+        if self.memory.decoded.admit(sample.id, pixels) && !self.memory.keeps_bytes_beside_pixels() {
             self.memory.encoded.remove(sample.id);
         }
     }
@@ -281,5 +283,34 @@ mod tests {
         // The first fits; the other two do not, and their mean size is what the next epoch reads.
         assert_eq!(cache.encoded.entries(), 1);
         assert_eq!(cache.unkept_mean_bytes(), Some(3000.0));
+    }
+
+    #[test]
+    fn where_encoded_has_room_for_every_sample_pixels_kept_keep_their_bytes_and_outlive_an_eviction() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cache = Arc::new(SampleCache::new(1 << 20, "50-50-0".parse::<Split>().expect("split"), EvictionPolicy::Keep, 4));
+        let tiers = Tiers::new(Arc::clone(&cache), None, dir.path().to_path_buf());
+        let pixels = || Some(Arc::new(Rgb { width: 2, height: 2, pixels: vec![7; 12] }));
+        // One form: pixels kept, bytes not.
+        let (s, bytes) = sample(dir.path(), 0, 100);
+        tiers.keep(&s, &s.meta, true, Made { bytes, pixels: pixels(), spare: None });
+        assert!(cache.decoded.contains(0) && !cache.encoded.contains(0));
+        // Encoded planned to hold every sample: both, and the pixels' eviction leaves the bytes.
+        cache.set_bytes_beside_pixels(true);
+        let (s, bytes) = sample(dir.path(), 1, 100);
+        tiers.keep(&s, &s.meta, true, Made { bytes, pixels: pixels(), spare: None });
+        assert!(cache.decoded.contains(1) && cache.encoded.contains(1));
+        cache.decoded.remove(1);
+        assert_eq!(cache.status.held(1), crate::cache::HELD_ENCODED);
+        // A promotion keeps the bytes too.
+        let (s, bytes) = sample(dir.path(), 2, 100);
+        tiers.keep(&s, &s.meta, true, Made { bytes, pixels: None, spare: None });
+        tiers.promote(&s, Arc::new(Rgb { width: 1, height: 1, pixels: vec![1; 3] }));
+        assert!(cache.decoded.contains(2) && cache.encoded.contains(2));
+        cache.set_bytes_beside_pixels(false);
+        let (s, bytes) = sample(dir.path(), 3, 100);
+        tiers.keep(&s, &s.meta, true, Made { bytes, pixels: None, spare: None });
+        tiers.promote(&s, Arc::new(Rgb { width: 1, height: 1, pixels: vec![1; 3] }));
+        assert!(cache.decoded.contains(3) && !cache.encoded.contains(3));
     }
 }

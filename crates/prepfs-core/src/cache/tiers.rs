@@ -512,6 +512,10 @@ pub struct SampleCache {
     /// The plan's first-touch policy: a miss decodes in full and keeps the pixels wherever
     /// decoded has room (else only where the split gives decoded a share).
     keep_pixels_at_first_touch: std::sync::atomic::AtomicBool,
+    /// The plan gives encoded room for every sample's bytes: a sample kept as pixels keeps its
+    /// bytes too (else memory holds a sample in one form), so pixels evicted later leave the
+    /// bytes, not a sample held nowhere that the next epoch reads again.
+    bytes_beside_pixels: std::sync::atomic::AtomicBool,
     /// Reads memory kept in no form (no room as pixels or as bytes), and their bytes: the
     /// samples a full cache turns away are its largest, and the next epoch reads them again.
     unkept: [AtomicU64; 2],
@@ -533,6 +537,7 @@ impl SampleCache {
             memory,
             split: Mutex::new(split),
             keep_pixels_at_first_touch: std::sync::atomic::AtomicBool::new(false),
+            bytes_beside_pixels: std::sync::atomic::AtomicBool::new(false),
             unkept: [AtomicU64::new(0), AtomicU64::new(0)],
         }
     }
@@ -618,6 +623,16 @@ impl SampleCache {
     /// The plan's first-touch policy.
     pub(crate) fn keeps_pixels_at_first_touch(&self) -> bool {
         self.keep_pixels_at_first_touch.load(Ordering::Relaxed)
+    }
+
+    /// Sets whether a sample kept as pixels keeps its bytes too (see the field).
+    pub(crate) fn set_bytes_beside_pixels(&self, keep: bool) {
+        self.bytes_beside_pixels.store(keep, Ordering::Relaxed);
+    }
+
+    /// Whether a sample kept as pixels keeps its bytes too.
+    pub(crate) fn keeps_bytes_beside_pixels(&self) -> bool {
+        self.bytes_beside_pixels.load(Ordering::Relaxed)
     }
 
     /// Switches the encoded and decoded stores' eviction (augmented outputs are never evicted).

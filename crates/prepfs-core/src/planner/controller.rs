@@ -384,6 +384,9 @@ impl PlanController {
         let evicted = self.cache.set_split_budgets(split, budgets);
         let keep_pixels = self.keep_pixels_at_first_touch(over_the_run.keep_pixels);
         self.cache.set_keep_pixels_at_first_touch(keep_pixels);
+        // Encoded planned to hold every sample holds every sample, those kept as pixels too (the
+        // model's fill counts their bytes there).
+        self.cache.set_bytes_beside_pixels(super::prepfs::fill_fractions(&params, split)[super::prepfs::E] >= 1.0);
         if previous != split || from.starts_with("mount") {
             tracing::info!(
                 split = %split,
