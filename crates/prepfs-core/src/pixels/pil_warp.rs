@@ -37,7 +37,7 @@ pub(crate) fn transform(pixels: &mut [u8], size: Size2, matrix: &[f64; 6], filte
             let xo = x as f64 + 0.5;
             let (xin, yin) = (a * xo + b * yo + c, d * xo + e * yo + f);
             let out = &mut pixels[(y * w + x) * 3..][..3];
-            if !(xin >= 0.0 && xin < w as f64 && yin >= 0.0 && yin < h as f64) {
+            if !((0.0..w as f64).contains(&xin) && (0.0..h as f64).contains(&yin)) {
                 out.copy_from_slice(&fill);
                 continue;
             }
