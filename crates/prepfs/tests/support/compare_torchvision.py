@@ -51,8 +51,22 @@ def timm_rand_augment(config):
     """timm's RandAugment as create_transform builds it for ImageNet's mean: fill img_mean
     (124, 116, 104), and (interpolation 'random', timm's train default) bilinear or bicubic drawn
     per op."""
-    from timm.data.auto_augment import rand_augment_transform
-    return rand_augment_transform(config, {"translate_const": int(SIDE * 0.45), "img_mean": (124, 116, 104)})
+    from timm.data import auto_augment
+    from PIL import Image, ImageOps
+
+    class Ops:
+        """ImageOps with posterize(img, 0) as Pillow before 13 did it (every bit cleared): timm's
+        inc1 asks for 0 bits at magnitude 10 (1 draw in 44 with m9-mstd0.5) and Pillow 13
+        raises there; prepfs serves the older meaning."""
+        def __getattr__(self, name):
+            return getattr(ImageOps, name)
+
+        @staticmethod
+        def posterize(img, bits):
+            return Image.new(img.mode, img.size, (0,) * len(img.getbands())) if bits == 0 else ImageOps.posterize(img, bits)
+
+    auto_augment.ImageOps = Ops()
+    return auto_augment.rand_augment_transform(config, {"translate_const": int(SIDE * 0.45), "img_mean": (124, 116, 104)})
 
 
 def cases():
