@@ -88,8 +88,8 @@ test: deps python
 # with their CUDA libraries that is a 2.9 GB download and 5.5 GB installed (7.4 min on the 2-core
 # build machine), too heavy for `make test`, which runs the test as "skipped" without them.
 compare-torchvision: deps
-	@$(PYTHON) -c "import torchvision" 2>/dev/null || { echo "installing torch and torchvision for $(PYTHON)"; \
-	  $(PYTHON) -m pip install -q torch torchvision 2>/dev/null || $(PYTHON) -m pip install -q --break-system-packages torch torchvision; }
+	@$(PYTHON) -c "import torchvision, timm" 2>/dev/null || { echo "installing torch, torchvision and timm for $(PYTHON)"; \
+	  $(PYTHON) -m pip install -q torch torchvision timm 2>/dev/null || $(PYTHON) -m pip install -q --break-system-packages torch torchvision timm; }
 	PREPFS_REQUIRE_TORCHVISION=1 PREPFS_TORCH_PYTHON=$(PYTHON) $(CARGO) test -p prepfs --test mount_torchvision -- --nocapture
 
 # Back-to-back epochs with the plan's predictions beside them (bench/results/<date>-epochs.md;

@@ -33,8 +33,11 @@ def _name(op: Any) -> str:
 
 
 def _interpolation(op: Any, default: str = "bilinear") -> str:
-    mode = getattr(op, "interpolation", default)
-    mode = getattr(mode, "value", mode)  # torchvision's InterpolationMode
+    return _mode_name(getattr(op, "interpolation", default))
+
+
+def _mode_name(mode: Any) -> str:
+    mode = getattr(mode, "value", mode)  # torchvision's InterpolationMode, PIL's Resampling
     mode = {0: "nearest", 2: "bilinear", 3: "bicubic"}.get(mode, mode)  # PIL.Image's filters
     return str(mode).lower()
 
@@ -110,6 +113,74 @@ def _fixed_size(augment: Sequence[Tuple[str, dict]]) -> bool:
     return size
 
 
+# timm's RandAugment op lists (timm/data/auto_augment.py): the default and `inc1`'s.
+_TIMM_RAND = ["AutoContrast", "Equalize", "Invert", "Rotate", "Posterize", "Solarize", "SolarizeAdd", "Color",
+              "Contrast", "Brightness", "Sharpness", "ShearX", "ShearY", "TranslateXRel", "TranslateYRel"]
+_TIMM_RAND_INCREASING = [n if n not in ("Posterize", "Solarize", "Color", "Contrast", "Brightness", "Sharpness")
+                         else n + "Increasing" for n in _TIMM_RAND]
+
+
+def _is_timm_rand_augment(op: Any) -> bool:
+    """timm's ``RandAugment`` (``rand_augment_transform``) rather than torchvision's: a list of
+    ``AugmentOp``s and ``num_layers`` where torchvision's has ``num_ops``."""
+    return hasattr(op, "ops") and hasattr(op, "num_layers") and not hasattr(op, "num_ops")
+
+
+def _timm_rand_augment(op: Any, refuse: Any) -> dict:
+    """timm's RandAugment as ``rand_augment: {timm: CONFIG, interpolation, fill}``; ``refuse(why)``
+    builds the error for what the mount does not serve."""
+    if getattr(op, "choice_weights", None) is not None:
+        raise refuse("the mount chooses timm's ops uniformly (no weighted transform set)")
+    ops = list(op.ops)
+    names = [getattr(o, "name", None) for o in ops]
+    if names == _TIMM_RAND:
+        increasing = False
+    elif names == _TIMM_RAND_INCREASING:
+        increasing = True
+    else:
+        raise refuse("the mount serves timm's default op list and inc1's, not " + ", ".join(map(str, names)))
+    first = ops[0]
+    hp = dict(getattr(first, "hparams", {}) or {})
+    def setting(o: Any) -> tuple:
+        resample = o.kwargs.get("resample")
+        modes = tuple(_mode_name(r) for r in resample) if isinstance(resample, (list, tuple)) else _mode_name(resample)
+        hp = o.hparams or {}
+        return (o.prob, o.magnitude, hp.get("magnitude_std", 0), hp.get("magnitude_max"), o.kwargs.get("fillcolor"), modes)
+
+    if any(setting(o) != setting(first) for o in ops[1:]):
+        raise refuse("its ops differ in probability, magnitude, noise, fill or interpolation")
+    if hp.get("translate_pct", 0.45) != 0.45:
+        raise refuse(f"the mount translates by timm's default 0.45 of a side, not {hp['translate_pct']}")
+    magnitude = first.magnitude
+    if magnitude != int(magnitude) or magnitude < 0:
+        raise refuse(f"the mount's magnitude is a whole number, not {magnitude}")
+    config = f"rand-m{int(magnitude)}-n{int(op.num_layers)}-p{float(first.prob)}"
+    mstd = hp.get("magnitude_std", 0)
+    if mstd == float("inf"):
+        config += "-mstd1000"
+    elif mstd:
+        config += f"-mstd{float(mstd)}"
+    if hp.get("magnitude_max"):
+        config += f"-mmax{int(hp['magnitude_max'])}"
+    if increasing:
+        config += "-inc1"
+    resample = first.kwargs.get("resample")
+    if isinstance(resample, (list, tuple)):
+        modes = sorted(_mode_name(r) for r in resample)
+        if modes != ["bicubic", "bilinear"]:
+            raise refuse(f"the mount draws bilinear or bicubic per op, not one of {modes}")
+        interpolation = "random"
+    else:
+        interpolation = _mode_name(resample)
+        if interpolation not in ("bilinear", "bicubic"):
+            raise refuse(f"the mount's warps are bilinear, bicubic or random, not {interpolation}")
+    fill = first.kwargs.get("fillcolor", (128, 128, 128))
+    fill = [int(fill)] * 3 if isinstance(fill, (int, float)) else [int(f) for f in fill]
+    if len(fill) != 3:
+        raise refuse(f"the mount fills with one colour of three channels, not {fill}")
+    return {"timm": config, "interpolation": interpolation, "fill": fill}
+
+
 def recipe(transform: Any, name: Optional[str] = None) -> str:
     """The YAML of a prepfs recipe doing what ``transform`` does per sample.
 
@@ -118,9 +189,11 @@ def recipe(transform: Any, name: Optional[str] = None) -> str:
     ``RandomHorizontalFlip`` (p), ``Resize`` (an int: the shorter side, or (h, w); bilinear or
     bicubic, antialiased, no ``max_size``), ``CenterCrop``; after them the pixel ops
     ``ColorJitter``, ``RandomGrayscale``, ``GaussianBlur``, ``TrivialAugmentWide``,
-    ``RandAugment``, ``AutoAugment`` (imagenet; nearest, fill 0); ``RandomErasing`` last (a
-    number or one per channel as its value; after ``Normalize`` on float output, as the
-    reference recipes place it); and the conversion to float with ``Normalize``
+    ``RandAugment``, ``AutoAugment`` (imagenet; nearest, fill 0), timm's ``RandAugment`` (from
+    ``rand_augment_transform`` or ``create_transform``: its default or ``inc1`` op list, as
+    ``rand_augment: {timm: "rand-m9-n2-p0.5-mstd0.5-inc1", ...}``); ``RandomErasing`` last (a
+    number, one per channel, or ``"random"`` as its value; after ``Normalize`` on float output,
+    as the reference recipes place it); and the conversion to float with ``Normalize``
     (``ToTensor``, or ``ToImage``/``PILToTensor`` then ``ToDtype(torch.float32, scale=True)`` or
     ``ConvertImageDtype(torch.float32)``): the output is then ``npy`` float32 CHW, normalized.
     Without a conversion to float the output is the mount's (``output:`` left out).
@@ -157,7 +230,8 @@ def recipe(transform: Any, name: Optional[str] = None) -> str:
                 raise refuse(i, f"{kind}(interpolation={_interpolation(op)})", "the mount's resizes are bilinear or bicubic")
             if getattr(op, "antialias", True) is False:
                 raise refuse(i, f"{kind}(antialias=False)", "the mount's resizes are antialiased")
-        if kind in ("TrivialAugmentWide", "RandAugment", "AutoAugment"):
+        timm_ra = kind == "RandAugment" and _is_timm_rand_augment(op)
+        if kind in ("TrivialAugmentWide", "RandAugment", "AutoAugment") and not timm_ra:
             if _interpolation(op, "nearest") != "nearest":
                 raise refuse(i, f"{kind}(interpolation={_interpolation(op, 'nearest')})", "the mount's policies warp with nearest")
             if not _fill_is_zero(op):
@@ -218,6 +292,8 @@ def recipe(transform: Any, name: Optional[str] = None) -> str:
             augment.append(("gaussian_blur", {"kernel_size": kernel, "sigma": sigma}))
         elif kind == "TrivialAugmentWide":
             augment.append(("trivial_augment_wide", {"num_magnitude_bins": int(getattr(op, "num_magnitude_bins", 31))}))
+        elif timm_ra:
+            augment.append(("rand_augment", _timm_rand_augment(op, lambda why: refuse(i, "RandAugment (timm's)", why))))
         elif kind == "RandAugment":
             augment.append(("rand_augment", {"num_ops": int(op.num_ops), "magnitude": int(op.magnitude),
                                              "num_magnitude_bins": int(getattr(op, "num_magnitude_bins", 31))}))
@@ -229,9 +305,12 @@ def recipe(transform: Any, name: Optional[str] = None) -> str:
             augment.append(("auto_augment", {"policy": "imagenet"}))
         elif kind == "RandomErasing":
             value = getattr(op, "value", 0)
-            if isinstance(value, str):
-                raise refuse(i, f"RandomErasing(value={value!r})", "the mount erases to a number or one per channel")
-            value = float(value) if isinstance(value, (int, float)) else [float(v) for v in value]
+            if value is None or value == "random":  # v2 keeps value="random" as None, v1 as the string
+                value = "random"
+            elif isinstance(value, str):
+                raise refuse(i, f"RandomErasing(value={value!r})", "the mount erases to a number, one per channel, or random")
+            else:
+                value = float(value) if isinstance(value, (int, float)) else [float(v) for v in value]
             augment.append(("random_erasing", {"p": float(op.p), "scale": _pair(op.scale), "ratio": _pair(op.ratio), "value": value}))
             erased = True
         elif kind == "Identity":

@@ -6,7 +6,9 @@
 //! torch and torchvision are heavy (from PyPI with their CUDA libraries), so `make test` does not
 //! install them: where they are absent this test says "skipped: ..." and passes, unless
 //! `PREPFS_REQUIRE_TORCHVISION=1`, which `make compare-torchvision` sets after installing them.
-//! `PREPFS_TORCH_PYTHON` names the interpreter that has them (python3 by default).
+//! `PREPFS_TORCH_PYTHON` names the interpreter that has them (python3 by default);
+//! `PREPFS_TORCHVISION_CASES` (names, comma-separated) runs only those cases. timm's RandAugment
+//! variant is compared against timm itself, where timm is installed.
 
 mod common;
 
@@ -47,7 +49,14 @@ fn every_op_draws_per_image_statistics_distributed_as_torchvisions() {
     let cases = cases.as_object().expect("a mapping of cases");
     let mut failures = Vec::new();
     let mut base: Option<Mounted> = None;
+    let only: Option<Vec<String>> =
+        std::env::var("PREPFS_TORCHVISION_CASES").ok().map(|v| v.split(',').map(|s| s.trim().to_string()).collect());
+    let mut ran = 0;
     for (name, case) in cases {
+        if only.as_ref().is_some_and(|only| !only.contains(name)) {
+            continue;
+        }
+        ran += 1;
         let ours = mount(tmp.path(), name, &source, case["config"].as_str().expect("config"));
         if base.is_none() {
             if let Some(yaml) = case["base"].as_str() {
@@ -76,5 +85,6 @@ fn every_op_draws_per_image_statistics_distributed_as_torchvisions() {
             }
         }
     }
+    assert!(ran > 0, "PREPFS_TORCHVISION_CASES names none of the cases: {:?}", cases.keys().collect::<Vec<_>>());
     assert!(failures.is_empty(), "distributions differ from torchvision's: {failures:#?}");
 }

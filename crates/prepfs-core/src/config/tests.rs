@@ -35,6 +35,19 @@ fn unknown_operation_is_named_with_its_line() {
 }
 
 #[test]
+fn a_bad_timm_rand_augment_string_is_refused_naming_the_key_and_line() {
+    let yaml = "seed: 1\naugment:\n  - random_resized_crop: { size: 32 }\n  - rand_augment: { timm: \"rand-m9-mstd0.5-inc0\" }\n";
+    let err = parse(yaml).unwrap_err().to_string();
+    assert!(err.contains("rand_augment") && err.contains("`timm`") && err.contains("line 4"), "{err}");
+    assert!(err.contains("inc1"), "{err}");
+    let recipe = "recipes:\n  t:\n    augment:\n      - center_crop: { size: 8 }\n      - rand_augment: { timm: \"rand-q3\" }\n";
+    let err = parse(recipe).unwrap_err().to_string();
+    assert!(err.contains("recipes.t.augment") && err.contains("`q3`") && err.contains("line 5"), "{err}");
+    let good = parse("augment:\n  - random_resized_crop: { size: 32 }\n  - rand_augment: { timm: rand-m7-mstd0.5-inc1 }\n  - random_erasing: { value: random }\noutput: { format: npy, dtype: float32 }\n");
+    assert!(good.is_ok(), "{:?}", good.err());
+}
+
+#[test]
 fn bad_values_are_refused_by_key() {
     let err = parse("augment:\n  - random_resized_crop: { size: 224, scale: [0.9, 0.1] }\n")
         .unwrap_err()

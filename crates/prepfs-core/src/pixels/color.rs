@@ -3,7 +3,10 @@
 //! uniform in their ranges, applied in an order drawn per sample).
 //!
 //! Pixels are packed RGB rows (3 bytes a pixel). Blends are torchvision's `_blend`:
-//! `ratio * a + (1 - ratio) * b`, clamped to [0, 255] and truncated to uint8.
+//! `ratio * a + (1 - ratio) * b`, clamped to [0, 255] and truncated to uint8, which is also
+//! PIL's `Image.blend` that `ImageEnhance` uses; PIL's enhancers differ only in their grey (its
+//! `convert("L")` rounds where torchvision floors), so timm's ops use [`pil_contrast`] and
+//! [`pil_color`] with the same blend.
 
 use rand::seq::SliceRandom;
 use rand::Rng;
@@ -11,6 +14,11 @@ use rand::Rng;
 /// ITU-R 601 luma as torchvision's `rgb_to_grayscale` weighs it, before any rounding.
 pub(crate) fn luma(px: &[u8]) -> f32 {
     f32::from(px[0]) * 0.2989 + f32::from(px[1]) * 0.587 + f32::from(px[2]) * 0.114
+}
+
+/// PIL's `convert("L")`: ITU-R 601-2 luma in 16-bit fixed point, rounded.
+pub(crate) fn pil_luma(px: &[u8]) -> u8 {
+    ((u32::from(px[0]) * 19595 + u32::from(px[1]) * 38470 + u32::from(px[2]) * 7471 + 0x8000) >> 16) as u8
 }
 
 /// torchvision's `_blend` of one value with `other`, `ratio` of the first.
@@ -30,15 +38,39 @@ pub(crate) fn contrast(pixels: &mut [u8], factor: f32) {
     let n = (pixels.len() / 3).max(1);
     let sum: f64 = pixels.chunks_exact(3).map(|px| f64::from(luma(px).floor())).sum();
     let mean = (sum / n as f64) as f32;
+    blend_toward(pixels, mean, factor);
+}
+
+/// PIL's `ImageEnhance.Contrast(img).enhance(factor)`: a blend with the mean of the L image,
+/// rounded to a whole grey.
+pub(crate) fn pil_contrast(pixels: &mut [u8], factor: f32) {
+    let n = (pixels.len() / 3).max(1);
+    let sum: u64 = pixels.chunks_exact(3).map(|px| u64::from(pil_luma(px))).sum();
+    let mean = (sum as f64 / n as f64 + 0.5).floor() as f32;
+    blend_toward(pixels, mean, factor);
+}
+
+/// Every value blended with one grey.
+fn blend_toward(pixels: &mut [u8], grey: f32, factor: f32) {
     for v in pixels {
-        *v = blend(*v, mean, factor);
+        *v = blend(*v, grey, factor);
     }
 }
 
 /// `adjust_saturation`: each pixel blended with its own (floored) grayscale value.
 pub(crate) fn saturation(pixels: &mut [u8], factor: f32) {
+    saturation_with(pixels, factor, |px| luma(px).floor());
+}
+
+/// PIL's `ImageEnhance.Color(img).enhance(factor)`: each pixel blended with its L value.
+pub(crate) fn pil_color(pixels: &mut [u8], factor: f32) {
+    saturation_with(pixels, factor, |px| f32::from(pil_luma(px)));
+}
+
+/// Each pixel blended with its own grey, `gray` of it.
+fn saturation_with(pixels: &mut [u8], factor: f32, gray: impl Fn(&[u8]) -> f32) {
     for px in pixels.chunks_exact_mut(3) {
-        let gray = luma(px).floor();
+        let gray = gray(px);
         for v in px {
             *v = blend(*v, gray, factor);
         }
@@ -197,6 +229,22 @@ mod tests {
         let mut g = vec![200, 100, 50];
         grayscale(&mut g);
         assert_eq!(g, px);
+    }
+
+    #[test]
+    fn pil_enhancers_blend_with_the_rounded_luma() {
+        // L of (200, 100, 50) is 124.09 rounded to 124; of (0, 0, 255) 29.07 to 29.
+        assert_eq!(pil_luma(&[200, 100, 50]), 124);
+        let mut px = vec![200, 100, 50];
+        pil_color(&mut px, 0.0);
+        assert_eq!(px, vec![124, 124, 124]);
+        let mut px = vec![255, 0, 0, 0, 0, 255];
+        // L: 76 and 29, mean 52.5 rounded up to 53 (torchvision's floors give 52).
+        pil_contrast(&mut px, 0.0);
+        assert_eq!(px, vec![53; 6]);
+        let mut px = vec![255, 0, 0, 0, 0, 255];
+        pil_contrast(&mut px, 1.0);
+        assert_eq!(px, vec![255, 0, 0, 0, 0, 255]);
     }
 
     #[test]

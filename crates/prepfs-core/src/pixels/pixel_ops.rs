@@ -19,7 +19,8 @@ use crate::pixels::augment::{Args, AugmentOp, OpError, PixelDraw};
 use crate::pixels::autoaugment::{AutoAugment, AutoDraw};
 use crate::pixels::blur::{self, GaussianBlur};
 use crate::pixels::color::{self, ColorJitter, JitterDraw};
-use crate::pixels::erasing::RandomErasing;
+use crate::pixels::erasing::{EraseValue, RandomErasing};
+use crate::pixels::timm_rand::{TimmDraw, TimmRandAugment};
 use crate::shared::Size2;
 
 /// The pixel ops' names in configs.
@@ -44,8 +45,10 @@ pub enum PixelOp {
     GaussianBlur(GaussianBlur),
     /// `RandomErasing(p, scale, ratio, value)`.
     RandomErasing(RandomErasing),
-    /// `TrivialAugmentWide`, `RandAugment`, `AutoAugment` and timm's RandAugment.
+    /// `TrivialAugmentWide`, `RandAugment`, `AutoAugment`.
     Auto(AutoAugment),
+    /// timm's RandAugment (`rand_augment: { timm: "rand-m9-mstd0.5-inc1" }`).
+    TimmRandAugment(TimmRandAugment),
 }
 
 /// One pixel op as drawn for one sample.
@@ -55,6 +58,7 @@ pub(crate) enum PixelStep {
     Grayscale,
     Blur { kernel: (u32, u32), sigma: f32 },
     Auto(AutoDraw),
+    Timm(TimmDraw),
 }
 
 impl PixelOp {
@@ -65,6 +69,7 @@ impl PixelOp {
             PixelOp::GaussianBlur(_) => "gaussian_blur",
             PixelOp::RandomErasing(_) => "random_erasing",
             PixelOp::Auto(a) => a.name(),
+            PixelOp::TimmRandAugment(_) => "rand_augment",
         }
     }
 
@@ -106,12 +111,11 @@ impl PixelOp {
                     return Err(args.bad("scale", "lie in (0, 1]"));
                 }
                 let value = match args.get("value") {
-                    None => [0.0; 3],
-                    Some(Value::Number(_)) => [args.float("value")?.unwrap_or(0.0) as f32; 3],
-                    Some(Value::Sequence(_)) => args.triple("value")?.unwrap_or([0.0; 3]),
-                    Some(_) => {
-                        return Err(args.bad("value", "be a number or three (one per channel); `random` is not supported"))
-                    }
+                    None => EraseValue::Fixed([0.0; 3]),
+                    Some(Value::Number(_)) => EraseValue::Fixed([args.float("value")?.unwrap_or(0.0) as f32; 3]),
+                    Some(Value::Sequence(_)) => EraseValue::Fixed(args.triple("value")?.unwrap_or([0.0; 3])),
+                    Some(Value::String(s)) if s == "random" => EraseValue::Random,
+                    Some(_) => return Err(args.bad("value", "be a number, three (one per channel), or random")),
                 };
                 PixelOp::RandomErasing(RandomErasing {
                     p: probability(args, 0.5)?,
@@ -120,6 +124,7 @@ impl PixelOp {
                     value,
                 })
             }
+            "rand_augment" if args.get("timm").is_some() => PixelOp::TimmRandAugment(TimmRandAugment::from_args(args)?),
             other => match AutoAugment::from_args(other, args)? {
                 Some(auto) => PixelOp::Auto(auto),
                 None => return Ok(None),
@@ -150,9 +155,13 @@ impl PixelOp {
                 out.insert("p", json!(e.p));
                 out.insert("scale", json!([e.scale.0, e.scale.1]));
                 out.insert("ratio", json!([e.ratio.0, e.ratio.1]));
-                out.insert("value", json!(e.value));
+                match e.value {
+                    EraseValue::Fixed(v) => out.insert("value", json!(v)),
+                    EraseValue::Random => out.insert("value", json!("random")),
+                };
             }
             PixelOp::Auto(a) => a.args(out),
+            PixelOp::TimmRandAugment(t) => t.args(out),
         }
     }
 
@@ -173,6 +182,7 @@ impl PixelOp {
                 None => PixelDraw::Nothing,
             },
             PixelOp::Auto(a) => PixelDraw::Step(PixelStep::Auto(a.draw(size, rng))),
+            PixelOp::TimmRandAugment(t) => PixelDraw::Step(PixelStep::Timm(t.draw(rng))),
         }
     }
 }
@@ -187,6 +197,7 @@ pub(crate) fn apply(steps: &[PixelStep], size: Size2, pixels: &mut [u8]) {
                 blur::blur(pixels, size.width as usize, size.height as usize, *kernel, *sigma)
             }
             PixelStep::Auto(a) => a.apply(pixels, size),
+            PixelStep::Timm(t) => t.apply(pixels, size),
         }
     }
 }
@@ -293,10 +304,18 @@ mod tests {
         assert_eq!(parse("gaussian_blur: {}").unwrap_err(), "gaussian_blur: `kernel_size` is required");
         assert_eq!(
             parse("random_erasing: {}").expect("op"),
-            AugmentOp::Pixel(PixelOp::RandomErasing(RandomErasing { p: 0.5, scale: (0.02, 0.33), ratio: (0.3, 3.3), value: [0.0; 3] }))
+            AugmentOp::Pixel(PixelOp::RandomErasing(RandomErasing {
+                p: 0.5,
+                scale: (0.02, 0.33),
+                ratio: (0.3, 3.3),
+                value: EraseValue::Fixed([0.0; 3])
+            }))
         );
         assert_eq!(parse("random_grayscale: {}").expect("op"), AugmentOp::Pixel(PixelOp::RandomGrayscale { p: 0.1 }));
-        assert!(parse("random_erasing: {value: random}").unwrap_err().contains("random"));
+        let AugmentOp::Pixel(PixelOp::RandomErasing(e)) = parse("random_erasing: {value: random}").expect("op") else { panic!() };
+        assert_eq!(e.value, EraseValue::Random);
+        let err = parse("random_erasing: {value: noise}").unwrap_err();
+        assert_eq!(err, "random_erasing: `value` must be a number, three (one per channel), or random");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The auto-augment policies' tone ops on uint8 RGB, as torchvision v2 computes them:
 //! posterize, solarize, invert, autocontrast, equalize (PIL's algorithm, which torchvision's
-//! follows) and sharpness.
+//! follows) and sharpness; these are PIL's `ImageOps` and `ImageEnhance.Sharpness` too, so
+//! timm's ops use them as they are, with timm's `solarize_add`.
 
 use crate::shared::Size2;
 
@@ -13,6 +14,14 @@ pub(crate) fn posterize(pixels: &mut [u8], bits: u32) {
 /// `solarize(threshold)`: values at or above it inverted.
 pub(crate) fn solarize(pixels: &mut [u8], threshold: f64) {
     pixels.iter_mut().filter(|v| f64::from(**v) >= threshold).for_each(|v| *v = 255 - *v);
+}
+
+/// timm's `solarize_add(add, thresh=128)`: values below `threshold` raised by `add`, capped at
+/// 255.
+pub(crate) fn solarize_add(pixels: &mut [u8], add: u32, threshold: u32) {
+    for v in pixels.iter_mut().filter(|v| u32::from(**v) < threshold) {
+        *v = (u32::from(*v) + add).min(255) as u8;
+    }
 }
 
 /// `invert`.
@@ -95,6 +104,16 @@ mod tests {
         assert_eq!(px, vec![10, 127, 5]);
         invert(&mut px);
         assert_eq!(px, vec![245, 128, 250]);
+    }
+
+    #[test]
+    fn solarize_add_raises_only_the_values_below_the_threshold() {
+        let mut px = vec![0, 100, 127, 128, 250];
+        solarize_add(&mut px, 110, 128);
+        assert_eq!(px, vec![110, 210, 237, 128, 250]);
+        let mut px = vec![200];
+        solarize_add(&mut px, 110, 256);
+        assert_eq!(px, vec![255]);
     }
 
     #[test]

@@ -12,6 +12,9 @@ compared with a two-sample Kolmogorov-Smirnov test. Prints JSON.
                                                  (the op's input, read from a mount of the same
                                                  config without the op) or on the source JPEG
 
+timm's RandAugment (rand_augment: {timm: ...}) is compared against timm itself, on a PIL image
+of the op's input, when timm is installed.
+
 The photographs are bench/prepfs_bench/real_photos.py's (public-domain sample images of the scikit-image and
 matplotlib wheels, fetched with pip into target/photos once). Statistics per image: the three
 channel means, the standard deviation of all values, and the erased share (pixels whose three
@@ -22,6 +25,7 @@ import io
 import json
 import math
 import os
+import random
 import sys
 
 import numpy as np
@@ -35,9 +39,40 @@ BASE = [{"resize": {"size": [SIDE, SIDE]}}]
 NORMALIZE = {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
 
 
+def has_timm():
+    try:
+        import timm  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+def timm_rand_augment(config):
+    """timm's RandAugment as create_transform builds it for ImageNet's mean: fill img_mean
+    (124, 116, 104), and (interpolation 'random', timm's train default) bilinear or bicubic drawn
+    per op."""
+    from timm.data import auto_augment
+    from PIL import Image, ImageOps
+
+    class Ops:
+        """ImageOps with posterize(img, 0) as Pillow before 13 did it (every bit cleared): timm's
+        inc1 asks for 0 bits at magnitude 10 (1 draw in 44 with m9-mstd0.5) and Pillow 13
+        raises there; prepfs serves the older meaning."""
+        def __getattr__(self, name):
+            return getattr(ImageOps, name)
+
+        @staticmethod
+        def posterize(img, bits):
+            return Image.new(img.mode, img.size, (0,) * len(img.getbands())) if bits == 0 else ImageOps.posterize(img, bits)
+
+    auto_augment.ImageOps = Ops()
+    return auto_augment.rand_augment_transform(config, {"translate_const": int(SIDE * 0.45), "img_mean": (124, 116, 104)})
+
+
 def cases():
-    """name -> (prepfs augment list, output, torchvision transform on a uint8 CHW tensor or None
-    for a case starting from the source, erase value or None)."""
+    """name -> (prepfs augment list, output, torchvision transform on a uint8 CHW tensor (timm's:
+    on a PIL image, "pil") or None for a case starting from the source, erase value or None;
+    "random" compares the share of pixels changed from the op's input instead)."""
     from torchvision.transforms import v2
     from torchvision.transforms.v2 import InterpolationMode as I
     import torch
@@ -51,7 +86,7 @@ def cases():
         return out
 
     rrc = lambda i: v2.RandomResizedCrop(48, interpolation=i, antialias=True)
-    return {
+    out = {
         "resize_then_random_resized_crop": geometric(
             [{"resize": {"size": 128}}, {"random_resized_crop": {"size": 48}}],
             lambda: v2.Compose([v2.Resize(128, antialias=True), rrc(I.BILINEAR)])),
@@ -73,7 +108,20 @@ def cases():
         "trivial_augment_wide": op({"trivial_augment_wide": {}}, lambda: v2.TrivialAugmentWide()),
         "rand_augment": op({"rand_augment": {}}, lambda: v2.RandAugment()),
         "auto_augment": op({"auto_augment": {"policy": "imagenet"}}, lambda: v2.AutoAugment()),
+        "random_erasing_random_uint8": op({"random_erasing": {"p": 0.5, "value": "random"}},
+                                          lambda: v2.RandomErasing(0.5, value="random"), erase="random"),
+        "random_erasing_random_float32": op(
+            {"random_erasing": {"p": 0.5, "value": "random"}},
+            lambda: v2.Compose([v2.ToDtype(torch.float32, scale=True), v2.Normalize(**NORMALIZE),
+                                v2.RandomErasing(0.5, value="random")]),
+            output={"format": "npy", "dtype": "float32", **NORMALIZE}, erase="random"),
     }
+    if has_timm():
+        for config in ("rand-m9-mstd0.5-inc1", "rand-m9-mstd0.5", "rand-m7-mstd0.5-inc1", "rand-m9-n3-mstd0.5"):
+            case = op({"rand_augment": {"timm": config}}, lambda config=config: timm_rand_augment(config))
+            case["pil"] = True
+            out["timm_" + config.replace("-", "_").replace(".", "")] = case
+    return out
 
 
 def config_yaml(case):
@@ -89,14 +137,21 @@ def read_npy(path):
         return np.load(io.BytesIO(f.read()))
 
 
-def stats(img, erase):
+def chw_of(img):
+    return img if img.dtype == np.float32 and img.shape[0] == 3 else np.transpose(img, (2, 0, 1))
+
+
+def stats(img, erase, before=None):
     """Per-image statistics of an HWC (uint8) or CHW (float32) image, rounded to 4 decimals: an
     image the op left alone has one exact mean, and float32 normalisation summed in another order
-    (ours against torch's, 4e-7 apart) must not split that tie into a KS step."""
-    chw = img if img.dtype == np.float32 and img.shape[0] == 3 else np.transpose(img, (2, 0, 1))
-    chw = chw.astype(np.float64)
+    (ours against torch's, 4e-7 apart) must not split that tie into a KS step. With erase
+    "random", the changed share: pixels with a channel more than 1e-3 from `before` (the op's
+    input, in the image's layout and dtype)."""
+    chw = chw_of(img).astype(np.float64)
     out = {"mean_r": chw[0].mean(), "mean_g": chw[1].mean(), "mean_b": chw[2].mean(), "std": chw.std()}
-    if erase is not None:
+    if erase == "random":
+        out["changed_share"] = float(np.any(np.abs(chw - chw_of(before).astype(np.float64)) > 1e-3, axis=0).mean())
+    elif erase is not None:
         out["erased_share"] = float(np.all(chw == erase, axis=0).mean())
     return {k: round(float(v), 4) for k, v in out.items()}
 
@@ -123,7 +178,8 @@ def main():
         except ImportError as e:
             print(f"skipped: torch/torchvision not installed for {sys.executable} ({e}); `make compare-torchvision` installs them and runs this")
             return
-        print(f"ok torch {torch.__version__} torchvision {torchvision.__version__}")
+        timm = "timm " + __import__("timm").__version__ if has_timm() else "no timm (its cases left out)"
+        print(f"ok torch {torch.__version__} torchvision {torchvision.__version__} {timm}")
     elif cmd == "prepare":
         sys.path.insert(0, os.path.join(ROOT, "bench"))
         from prepfs_bench.real_photos import photographs
@@ -145,23 +201,36 @@ def main():
         name, mount, base, src, draws = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6])
         case = cases()[name]
         torch.manual_seed(0)
+        random.seed(0)
+        np.random.seed(0)
         transform = case["tv"]()
         ours, theirs = [], []
         for photo in photos_in(src):
             stem = os.path.splitext(os.path.basename(photo))[0]
             path = os.path.join(mount, "augmented", "photos", stem + ".npy")
+            before = None
+            if case["erase"] == "random":
+                hwc = read_npy(os.path.join(base, "augmented", "photos", stem + ".npy"))
+                before = hwc
+                if case["output"].get("dtype") == "float32":
+                    mean, std = (np.array(NORMALIZE[k], dtype=np.float32)[:, None, None] for k in ("mean", "std"))
+                    before = (np.transpose(hwc, (2, 0, 1)).astype(np.float32) / 255 - mean) / std
             for _ in range(draws):
-                ours.append(stats(read_npy(path), case["erase"]))
+                ours.append(stats(read_npy(path), case["erase"], before))
             if case["from_source"]:
                 pil = Image.open(photo).convert("RGB")
                 for _ in range(draws):
                     theirs.append(stats(np.asarray(transform(pil)), case["erase"]))
+            elif case.get("pil"):
+                pil = Image.fromarray(read_npy(os.path.join(base, "augmented", "photos", stem + ".npy")))
+                for _ in range(draws):
+                    theirs.append(stats(np.asarray(transform(pil.copy())), case["erase"], before))
             else:
                 hwc = read_npy(os.path.join(base, "augmented", "photos", stem + ".npy"))
                 chw = torch.from_numpy(np.ascontiguousarray(np.transpose(hwc, (2, 0, 1))))
                 for _ in range(draws):
                     out = transform(chw.clone()).numpy()
-                    theirs.append(stats(out if out.dtype == np.float32 else np.transpose(out, (1, 2, 0)), case["erase"]))
+                    theirs.append(stats(out if out.dtype == np.float32 else np.transpose(out, (1, 2, 0)), case["erase"], before))
         result = {"case": name, "n": len(ours), "m": len(theirs), "stats": {}}
         for key in ours[0]:
             d, crit = ks([s[key] for s in ours], [s[key] for s in theirs])

@@ -125,6 +125,29 @@ class RandomErasing:
         self.p, self.scale, self.ratio, self.value, self.inplace = p, scale, ratio, value, inplace
 
 
+class timm:  # timm.data.auto_augment's classes, as rand_augment_transform builds them
+    RAND = ["AutoContrast", "Equalize", "Invert", "Rotate", "Posterize", "Solarize", "SolarizeAdd", "Color",
+            "Contrast", "Brightness", "Sharpness", "ShearX", "ShearY", "TranslateXRel", "TranslateYRel"]
+    INCREASING = ["AutoContrast", "Equalize", "Invert", "Rotate", "PosterizeIncreasing", "SolarizeIncreasing",
+                  "SolarizeAdd", "ColorIncreasing", "ContrastIncreasing", "BrightnessIncreasing",
+                  "SharpnessIncreasing", "ShearX", "ShearY", "TranslateXRel", "TranslateYRel"]
+
+    class Resampling:  # PIL.Image.Resampling's members carry .value
+        def __init__(self, value):
+            self.value = value
+
+    class AugmentOp:
+        def __init__(self, name, prob=0.5, magnitude=10, hparams=None):
+            self.name, self.prob, self.magnitude, self.hparams = name, prob, magnitude, dict(hparams or {})
+            self.kwargs = dict(fillcolor=self.hparams.get("img_mean", (128, 128, 128)),
+                               resample=self.hparams.get("interpolation", (timm.Resampling(2), timm.Resampling(3))))
+
+    class RandAugment:
+        def __init__(self, names, magnitude=9, num_layers=2, prob=0.5, hparams=None, choice_weights=None):
+            self.ops = [timm.AugmentOp(n, prob, magnitude, hparams) for n in names]
+            self.num_layers, self.choice_weights = num_layers, choice_weights
+
+
 class Lambda:
     def __init__(self, f):
         self.lambd = f
@@ -159,13 +182,31 @@ out = {
                  GaussianBlur(3, (0.1, 2.0)), RandAugment(), AutoAugment()]),
         name="pix",
     ),
+    # timm's create_transform(auto_augment="rand-m9-mstd0.5-inc1", re_mode="pixel") as the mount
+    # serves it: its RandAugment (fill img_mean, bilinear or bicubic drawn per op), then
+    # torchvision's RandomErasing with value="random" (v2 keeps it as None).
+    "timm": recipe(
+        Compose([RandomResizedCrop(24), RandomHorizontalFlip(),
+                 timm.RandAugment(timm.INCREASING, 9, hparams={"img_mean": (124, 116, 104), "magnitude_std": 0.5}),
+                 ToTensor(), Normalize(MEAN, STD), RandomErasing(0.25, value=None)]),
+        name="timm",
+    ),
+    "timm_plain": recipe(
+        Compose([Resize(40), CenterCrop(32),
+                 timm.RandAugment(timm.RAND, 7, num_layers=3, hparams={"interpolation": timm.Resampling(3),
+                                                                      "magnitude_std": float("inf"), "magnitude_max": 12}),
+                 ToTensor(), RandomErasing(0.5, value="random")]),
+        name="tp",
+    ),
     "errors": {
+        "timm_weighted": error(Compose([Resize(40), CenterCrop(32), timm.RandAugment(timm.RAND, choice_weights=[1 / 15] * 15)])),
+        "timm_transform_set": error(Compose([Resize(40), CenterCrop(32), timm.RandAugment(["Rotate", "ShearX"])])),
+        "random_erasing_other_string": error(Compose([RandomResizedCrop(24), ToTensor(), RandomErasing(value="noise")])),
         "nearest": error(Compose([RandomResizedCrop(24, interpolation=NEAREST), ToTensor()])),
         "lambda": error(Compose([Resize(40), Lambda(lambda x: x), CenterCrop(32)])),
         "uint8": error(Compose([RandomResizedCrop(24), ToImage()])),
         "no_size": error(Compose([Resize(40), ToTensor()])),
         "geometry_after_jitter": error(Compose([Resize(40), ColorJitter(0.4), CenterCrop(32)])),
-        "random_erasing_value": error(Compose([RandomResizedCrop(24), ToTensor(), RandomErasing(value="random")])),
         "after_erasing": error(Compose([RandomResizedCrop(24), ToTensor(), RandomErasing(), Normalize(MEAN, STD)])),
     },
 }
