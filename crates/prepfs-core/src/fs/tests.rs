@@ -125,6 +125,45 @@ fn a_source_stat_that_hangs_holds_only_the_open_that_asked_and_the_rest_still_se
 }
 
 #[test]
+fn a_listing_takes_names_and_inodes_from_the_catalog_and_asks_the_source_nothing_per_entry() {
+    // The mount lists with plain READDIR (names, types, inode numbers): a listing must not stat
+    // each file, or a scan of 10M entries stats 10M source files. With every file's stat
+    // failing, the listings are whole; a lookup (which does stat) still sees the failure.
+    let (dir, fs, faulty) = faulty_core(3, "cache: { memory: 64MiB, refill: false }\n");
+    let expected: Vec<(String, u64)> = (0..3).map(|i| (format!("s{i:03}.ppm"), ino_of(&fs, "augmented", &format!("s{i:03}.ppm")))).collect();
+    for i in 0..3 {
+        faulty.inject(&dir.path().join(format!("src/c0/s{i:03}.jpg")), Fault::Error(std::io::ErrorKind::PermissionDenied));
+    }
+    for (view, ext) in [("encoded", "jpg"), ("augmented", "ppm")] {
+        let root = fs.lookup(ROOT_INO, OsStr::new(view), Caller::ROOT).expect("view").ino;
+        let class = fs.lookup(root, OsStr::new("c0"), Caller::ROOT).expect("class").ino;
+        let mut listed = Vec::new();
+        for _ in 0..2 {
+            let fh = fs.opendir(class, Caller::ROOT).expect("opendir");
+            let mut files = Vec::new();
+            fs.readdir(fh, 0, |e, _| {
+                if e.kind == Kind::File {
+                    files.push((e.name.to_string_lossy().into_owned(), e.ino));
+                }
+                false
+            })
+            .expect("readdir");
+            fs.releasedir(fh);
+            listed.push(files);
+        }
+        let names: Vec<String> = listed[0].iter().map(|(n, _)| n.clone()).collect();
+        assert_eq!(names, (0..3).map(|i| format!("s{i:03}.{ext}")).collect::<Vec<_>>(), "{view}: every file listed once");
+        assert_eq!(listed[0], listed[1], "{view}: a second listing gives the same names and inodes");
+        if view == "augmented" {
+            assert_eq!(listed[0], expected, "the listing's inodes are the lookups' before the failures");
+        }
+        let err = fs.lookup(class, OsStr::new(&names[0]), Caller::ROOT).expect_err("the stat fails");
+        assert_eq!(err.to_errno(), libc::EACCES, "{view}: a lookup stats the source file");
+    }
+    fs.shutdown();
+}
+
+#[test]
 fn a_source_error_reaches_the_reader_as_its_errno_and_is_not_remembered() {
     let (dir, fs, faulty) = faulty_core(2, "cache: { memory: 64MiB, refill: false }\n");
     let path = dir.path().join("src/c0/s000.jpg");
