@@ -140,8 +140,8 @@ pub(crate) struct Holding {
 }
 
 impl Holding {
-    /// The holding from each form's share of the samples (memory holds a sample as bytes or as
-    /// pixels, not both), the spares falling first on the samples kept as pixels (the model's
+    /// The holding from each form's share of the samples (each sample counted once: as pixels,
+    /// else as bytes), the spares falling first on the samples kept as pixels (the model's
     /// epoch 1 makes them from those), then on those kept as bytes, then on the rest.
     pub(crate) fn of_forms(encoded: f64, decoded: f64, augmented: f64) -> Holding {
         let spares = augmented.clamp(0.0, 1.0);
