@@ -23,7 +23,7 @@ use crate::config::{Dtype, Format};
 use crate::error::{Error, Result};
 use crate::producer::Consumer;
 use crate::sampling::{Choice, Job};
-use crate::shared::{draw_rng, Size2};
+use crate::shared::{draw_rng, Form, Size2};
 use crate::source::catalog::{DirId, FileId};
 use crate::stats::bump;
 
@@ -120,14 +120,12 @@ impl Filesystem {
     /// of another shape.
     pub(crate) fn loader_facts(&self, view: Option<&str>) -> std::result::Result<LoaderFacts, LoaderRefusal> {
         let name = view.unwrap_or("augmented");
-        let recipes = &self.config().recipes;
-        let recipe = match recipes.iter().position(|r| r.name == name) {
-            Some(i) => i as u8 + 1,
-            None if name == "augmented" => 0,
-            None => {
-                let known: Vec<String> = std::iter::once("augmented").chain(recipes.iter().map(|r| r.name.as_str())).map(|n| format!("`{n}`")).collect();
-                return Err(LoaderRefusal::UnknownView { name: name.to_owned(), known: known.join(", ") });
-            }
+        // The views a loader walks are the root's that serve pixels of one shape: `augmented/`
+        // and each recipe's (`views_in`, the one list of what a directory of views holds).
+        let walkable: Vec<(View, &str)> = self.views_in(0).into_iter().filter(|(v, _)| v.form == Form::Augmented).collect();
+        let Some(recipe) = walkable.iter().find(|(_, n)| *n == name).map(|(v, _)| v.recipe) else {
+            let known: Vec<String> = walkable.iter().map(|(_, n)| format!("`{n}`")).collect();
+            return Err(LoaderRefusal::UnknownView { name: name.to_owned(), known: known.join(", ") });
         };
         let output = self.view_output(View::recipe(recipe, 0));
         match output.format {
