@@ -142,9 +142,14 @@ pub struct Stats {
     pub(crate) opens_refused: AtomicU64,
     /// Augmented outputs made by the background refill.
     pub(crate) refills: AtomicU64,
-    /// Whole-file reads of the source and their total time (the model's storage rate).
+    /// Whole-file reads of the source and their total time as their callers waited (queued
+    /// for the read limit and an I/O thread included).
     pub(crate) source_reads: AtomicU64,
     pub(crate) source_read_nanos: AtomicU64,
+    /// The same reads' CPU and time blocked on the storage, on their I/O threads (the model's
+    /// CPU per read and storage rate): see `source::ReadCost`.
+    pub(crate) source_read_cpu_nanos: AtomicU64,
+    pub(crate) source_read_blocked_nanos: AtomicU64,
     /// Full decodes and their total time.
     pub(crate) full_decodes: AtomicU64,
     /// Bytes of the pixels the full decodes made (their mean is the plan's decoded size).
@@ -179,6 +184,8 @@ impl Default for Stats {
             refills: AtomicU64::new(0),
             source_reads: AtomicU64::new(0),
             source_read_nanos: AtomicU64::new(0),
+            source_read_cpu_nanos: AtomicU64::new(0),
+            source_read_blocked_nanos: AtomicU64::new(0),
             full_decodes: AtomicU64::new(0),
             full_decode_bytes: AtomicU64::new(0),
             full_decode_nanos: AtomicU64::new(0),
@@ -262,6 +269,8 @@ impl Stats {
                 "pixel_augment_ms_mean": mean_ms(&self.pixel_augments, &self.pixel_augment_nanos),
                 "source_reads": get(&self.source_reads),
                 "source_read_ms_mean": mean_ms(&self.source_reads, &self.source_read_nanos),
+                "source_read_cpu_ms_mean": mean_ms(&self.source_reads, &self.source_read_cpu_nanos),
+                "source_read_blocked_ms_mean": mean_ms(&self.source_reads, &self.source_read_blocked_nanos),
             },
             // Open latency (wall time) by view and outcome, and pixel work (CPU time) by kind:
             // count, p50, p90, p99 and max, in microseconds.

@@ -14,7 +14,7 @@ use crate::pixels::augment::plan_sample;
 use crate::pixels::output::{self, Dest};
 use crate::pixels::pipeline::{self, PixelError};
 use crate::served::{OutputFiles, ServedBytes};
-use crate::shared::{draw_rng, Rgb, Size2};
+use crate::shared::{draw_rng, thread_cpu_nanos, Rgb, Size2};
 use crate::source::catalog::FileId;
 use crate::metrics::PixelKind;
 use crate::stats::{bump, Stats};
@@ -225,14 +225,3 @@ pub(crate) fn augment_pixels_served(
     pipeline::augment_pixels_served(pixels, &plan, out, dest)
 }
 
-/// CPU time the calling thread has used, nanoseconds.
-pub(crate) fn thread_cpu_nanos() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes one timespec we own.
-    let ok = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } == 0;
-    if ok {
-        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-    } else {
-        0
-    }
-}

@@ -14,7 +14,8 @@ use crate::config::Config;
 use crate::pixels::output;
 use crate::pixels::pipeline;
 use crate::pixels::output::Dest;
-use crate::pixels::work::{self, thread_cpu_nanos};
+use crate::pixels::work;
+use crate::shared::thread_cpu_nanos;
 use crate::planner::PlanParams;
 
 /// Samples timed at mount, on all the decode threads at once: the pixel work of one image can

@@ -250,7 +250,8 @@ impl PlanController {
         let (da_n, da_ns) = (get(&s.decode_augments), get(&s.decode_augment_nanos));
         let (a_n, a_ns) = (get(&s.pixel_augments), get(&s.pixel_augment_nanos));
         let (full_n, full_ns, full_bytes) = (get(&s.full_decodes), get(&s.full_decode_nanos), get(&s.full_decode_bytes));
-        let (reads, read_ns, read_bytes) = (get(&s.source_reads), get(&s.source_read_nanos), get(&s.source_bytes_read));
+        let (reads, read_bytes) = (get(&s.source_reads), get(&s.source_bytes_read));
+        let (read_cpu_ns, read_blocked_ns) = (get(&s.source_read_cpu_nanos), get(&s.source_read_blocked_nanos));
         let timed = da_n + a_n;
         let jobs = self.jobs_sharing.load(Ordering::Relaxed).max(1);
         let remote = self.remote_inputs();
@@ -296,18 +297,23 @@ impl PlanController {
             // a form planned to hold every sample's pixels must hold the set's mean, not theirs.
             params.s_decoded = full_bytes as f64 / full_n as f64;
         }
-        if reads >= REPLAN_MIN_SAMPLES / 4 && read_ns > 0 {
+        if reads >= REPLAN_MIN_SAMPLES / 4 {
+            let cores = f64::from(params.cores.max(1));
+            // A read's CPU on its I/O thread (the page cache's copy, fresh pages) and its time
+            // blocked on the storage, not its wall time (`source::ReadCost`).
+            params.t_read = read_cpu_ns as f64 / 1e9 / reads as f64;
+            // The storage's rate as the model reads it (`prepfs::bounded`): its time for a read
+            // is what the read takes beyond its CPU's share of the cores, here the time blocked.
             // Behind a read limit the storage gives the limit: reads queued at the throttle take
             // longer each, and bytes over their summed times would come out below it.
+            let seconds = (read_blocked_ns as f64 + read_cpu_ns as f64 / cores) / 1e9;
             let rate = match self.read_limit {
                 Some(limit) => limit as f64,
-                None => read_bytes as f64 / (read_ns as f64 / 1e9),
+                None => read_bytes as f64 / seconds.max(1e-9),
             };
             params.b_storage = rate.min(1e12);
             // The mean file as read while serving: calibration's dozen samples can miss it.
             params.s_data = read_bytes as f64 / reads as f64;
-            // A read's time is its CPU (the page cache's copy, fresh pages), but behind a limit.
-            params.t_read = read_ns as f64 / 1e9 / reads as f64;
         }
         self.behind_read_limit(&mut params);
         self.apply(params, t_full, "rates measured while serving", timed);

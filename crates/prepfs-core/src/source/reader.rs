@@ -154,11 +154,13 @@ impl SampleReader {
     /// resolved).
     pub(crate) fn read(&self, sample: &Sample) -> Result<(Arc<[u8]>, FileMeta)> {
         let started = Instant::now();
-        let (buf, meta) = self.source.read_sized(&sample.path, sample.meta.len()).map_err(|e| self.failure(sample.id, &sample.path, e))?;
+        let (buf, meta, cost) = self.source.read_sized(&sample.path, sample.meta.len()).map_err(|e| self.failure(sample.id, &sample.path, e))?;
         self.observe(sample.id, &meta);
         bump(&self.stats.source_bytes_read, buf.len() as u64);
         bump(&self.stats.source_reads, 1);
         bump(&self.stats.source_read_nanos, started.elapsed().as_nanos() as u64);
+        bump(&self.stats.source_read_cpu_nanos, cost.cpu_nanos);
+        bump(&self.stats.source_read_blocked_nanos, cost.blocked_nanos);
         Ok((buf, meta))
     }
 
