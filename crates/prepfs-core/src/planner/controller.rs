@@ -16,6 +16,7 @@ use crate::cache::remote::RemoteGauge;
 use crate::cache::{SampleCache, ENTRY_OVERHEAD};
 use crate::config::{Config, EvictionPolicy, SplitChoice};
 use crate::planner::calibrate::{self, machine_busy_seconds};
+use crate::planner::serve_fit::ServeFit;
 use crate::planner::{run, Model, PlanParams, Split};
 use crate::source::catalog::{Catalog, FileId};
 use crate::stats::Stats;
@@ -129,9 +130,20 @@ struct ServeProbe {
     /// The machine's busy core-seconds and the pixel work's CPU nanoseconds at `at`.
     busy: Option<f64>,
     pixel_ns: u64,
+    /// Source reads at `at`.
+    reads: u64,
     /// Over the intervals that served enough: samples served, and core-seconds spent on them
     /// beyond the pixel work.
     costed: (u64, f64),
+    /// The same intervals, fitted as a cost per sample served and per source read.
+    fit: ServeFit,
+}
+
+/// What the serving probe found: the model's `t_serve`, and with several jobs, where the
+/// intervals tell it apart, a source read's CPU beyond its pixel work (core-seconds).
+struct Serving {
+    t_serve: Option<f64>,
+    per_read: Option<f64>,
 }
 
 impl PlanController {
@@ -152,7 +164,9 @@ impl PlanController {
                 best: None,
                 busy: machine_busy_seconds(),
                 pixel_ns: 0,
+                reads: 0,
                 costed: (0, 0.0),
+                fit: ServeFit::default(),
             }),
             remote,
             epochs_expected: config.cache.epochs,
@@ -245,7 +259,7 @@ impl PlanController {
     /// per thread times the decodes that can run at once, and the source's read rate.
     fn replan_from_live_rates(&self) -> bool {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let t_serve = self.probe_serve();
+        let Serving { t_serve, per_read } = self.probe_serve();
         let s = &self.stats;
         let (da_n, da_ns) = (get(&s.decode_augments), get(&s.decode_augment_nanos));
         let (a_n, a_ns) = (get(&s.pixel_augments), get(&s.pixel_augment_nanos));
@@ -297,11 +311,12 @@ impl PlanController {
             // a form planned to hold every sample's pixels must hold the set's mean, not theirs.
             params.s_decoded = full_bytes as f64 / full_n as f64;
         }
+        let mut read_cpu = None;
         if reads >= REPLAN_MIN_SAMPLES / 4 {
             let cores = f64::from(params.cores.max(1));
             // A read's CPU on its I/O thread (the page cache's copy, fresh pages) and its time
             // blocked on the storage, not its wall time (`source::ReadCost`).
-            params.t_read = read_cpu_ns as f64 / 1e9 / reads as f64;
+            read_cpu = Some(read_cpu_ns as f64 / 1e9 / reads as f64);
             // The storage's rate as the model reads it (`prepfs::bounded`): its time for a read
             // is what the read takes beyond its CPU's share of the cores, here the time blocked.
             // Behind a read limit the storage gives the limit: reads queued at the throttle take
@@ -316,6 +331,13 @@ impl PlanController {
             params.s_data = read_bytes as f64 / reads as f64;
         }
         self.behind_read_limit(&mut params);
+        // A read's CPU, measured on its thread: behind a limit too (calibration's read time
+        // is the link's, which `behind_read_limit` takes out). With several jobs, what a miss
+        // costs beyond its pixel work where the serving probe tells it apart from serving
+        // (`serve_fit`: the read, the output written, their round trips).
+        if let Some(cpu) = per_read.or(read_cpu) {
+            params.t_read = cpu;
+        }
         self.apply(params, t_full, "rates measured while serving", timed);
         true
     }
@@ -340,11 +362,12 @@ impl PlanController {
     /// costs beyond its timed pixel work (the source read, the output's encoding) at the jobs'
     /// steady mix of hits and misses, and any other load on the machine. (With one stream that
     /// mix changes from the first epoch to the second, so a lumped cost would mispredict both.)
-    fn probe_serve(&self) -> Option<f64> {
+    fn probe_serve(&self) -> Serving {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let s = &self.stats;
         let opens = get(&s.encoded.opens) + get(&s.decoded.opens) + get(&s.augmented.opens);
-        let work = s.decodes() + get(&s.source_reads);
+        let reads = get(&s.source_reads);
+        let work = s.decodes() + reads;
         let pixel_ns = get(&s.full_decode_nanos) + get(&s.decode_augment_nanos) + get(&s.pixel_augment_nanos);
         let busy = machine_busy_seconds();
         let mut probe = self.serve.lock_or_recover();
@@ -355,22 +378,25 @@ impl PlanController {
                 let rate = served as f64 / secs;
                 probe.best = Some(probe.best.map_or(rate, |b: f64| b.max(rate)));
             }
-            let mut costed = probe.costed;
+            let (mut costed, mut fit) = (probe.costed, probe.fit);
             if let (Some(now), Some(then)) = (busy, probe.busy) {
                 let spent = now - then - pixel_ns.saturating_sub(probe.pixel_ns) as f64 / 1e9;
                 if served >= SERVE_PROBE_MIN && spent > 0.0 {
                     costed = (costed.0 + served, costed.1 + spent);
+                    fit.add(served, reads.saturating_sub(probe.reads), spent);
                 }
             }
-            *probe = ServeProbe { at: Instant::now(), opens, work, best: probe.best, busy, pixel_ns, costed };
+            *probe = ServeProbe { at: Instant::now(), opens, work, best: probe.best, busy, pixel_ns, reads, costed, fit };
         }
         let jobs = self.jobs_sharing.load(Ordering::Relaxed);
-        match (probe.best, probe.costed) {
-            // Core-seconds a sample on `cores` cores: the machine serves cores / that a second.
-            (_, (n, spent)) if jobs > 1 && n > 0 => Some(self.threads * n as f64 / spent),
+        match (probe.best, probe.costed, probe.fit.costs()) {
+            // Core-seconds a sample on `cores` cores: the machine serves cores / that a second;
+            // a read's cost apart where the intervals tell it apart (`serve_fit`).
+            (_, _, Some(c)) if jobs > 1 => Serving { t_serve: Some(self.threads / c.per_sample), per_read: Some(c.per_read) },
+            (_, (n, spent), None) if jobs > 1 && n > 0 => Serving { t_serve: Some(self.threads * n as f64 / spent), per_read: None },
             // Pure serving, measured where nothing was made: the model's `t_serve` has an
             // output made for each one served.
-            (best, _) => best.map(|rate| rate / crate::planner::prepfs::PURE_HIT_SPEEDUP),
+            (best, _, _) => Serving { t_serve: best.map(|rate| rate / crate::planner::prepfs::PURE_HIT_SPEEDUP), per_read: None },
         }
     }
 

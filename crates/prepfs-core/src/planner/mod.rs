@@ -56,6 +56,7 @@ mod params;
 mod prepfs;
 pub mod run;
 mod search;
+mod serve_fit;
 mod seneca;
 mod split;
 
