@@ -29,7 +29,7 @@ const PROBE_BUDGET: std::time::Duration = std::time::Duration::from_millis(1500)
 const PROBE_MIN_PER_THREAD: usize = 4;
 
 /// Files whose size is looked up at mount for the mean sample size (a lookup each, no read).
-const SIZE_SAMPLES: usize = 512;
+pub(crate) const SIZE_SAMPLES: usize = 512;
 
 /// What was measured, for logs and stats.
 #[derive(Debug, Clone)]
