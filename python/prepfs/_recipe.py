@@ -1,4 +1,5 @@
-"""``prepfs.recipe(transform)``: a torchvision (v2 or v1) ``Compose`` as the YAML of a prepfs
+"""``prepfs.recipe(transform)``: a torchvision (v2 or v1) ``Compose``, or timm's
+``create_transform``, as the YAML of a prepfs
 recipe (its ``augment:`` list and ``output:``), for the ops the mount serves.
 
 The transform's objects are read by class name and attributes (duck typing): torchvision is
@@ -7,6 +8,7 @@ validate. An op the mount cannot serve raises :class:`UnsupportedOp`, naming it:
 that op, and every op after it, in the DataLoader.
 """
 
+import math
 from typing import Any, List, Optional, Sequence, Tuple
 
 __all__ = ["recipe", "UnsupportedOp"]
@@ -33,7 +35,12 @@ def _name(op: Any) -> str:
 
 
 def _interpolation(op: Any, default: str = "bilinear") -> str:
-    return _mode_name(getattr(op, "interpolation", default))
+    mode = getattr(op, "interpolation", default)
+    if isinstance(mode, (list, tuple)):
+        # timm's RandomResizedCropAndInterpolation(interpolation="random"): one of these per sample.
+        names = sorted(_mode_name(m) for m in mode)
+        return "random" if names == ["bicubic", "bilinear"] else "+".join(names)
+    return _mode_name(mode)
 
 
 def _mode_name(mode: Any) -> str:
@@ -181,11 +188,30 @@ def _timm_rand_augment(op: Any, refuse: Any) -> dict:
     return {"timm": config, "interpolation": interpolation, "fill": fill}
 
 
+def _timm_random_erasing(op: Any, refuse: Any) -> dict:
+    """timm's ``RandomErasing`` (timm.data.random_erasing) as the mount's ``random_erasing``:
+    its draw is torchvision's (area share, log aspect ratio, 10 tries, a uniform corner), its
+    ``const`` mode erases to 0 and ``pixel`` to a normal draw per pixel (torchvision's
+    ``value="random"``); ``refuse(why)`` otherwise."""
+    mode = getattr(op, "mode", "const")
+    values = {"const": 0.0, "pixel": "random"}
+    if mode not in values:
+        raise refuse(f"the mount erases to 0 (mode='const') or a draw per pixel (mode='pixel'), not mode={mode!r}")
+    if int(getattr(op, "max_count", 1) or 1) != 1 or int(getattr(op, "min_count", 1)) != 1:
+        raise refuse("the mount erases one region per sample (max_count=1)")
+    if int(getattr(op, "num_splits", 0) or 0) != 0:
+        raise refuse("the mount erases every sample alike (num_splits=0)")
+    low, high = (math.exp(float(r)) for r in op.log_aspect_ratio)
+    return {"p": float(op.probability), "scale": [float(op.min_area), float(op.max_area)], "ratio": [low, high], "value": values[mode]}
+
+
 def recipe(transform: Any, name: Optional[str] = None) -> str:
     """The YAML of a prepfs recipe doing what ``transform`` does per sample.
 
-    ``transform``: a torchvision ``Compose`` (v2 or v1), a list of transforms, or one transform.
-    Served: ``RandomResizedCrop`` (size, scale, ratio; bilinear or bicubic, antialiased),
+    ``transform``: a torchvision ``Compose`` (v2 or v1), timm's ``create_transform(...)``, a list
+    of transforms, or one transform.
+    Served: ``RandomResizedCrop`` (size, scale, ratio; bilinear or bicubic, antialiased; timm's
+    ``RandomResizedCropAndInterpolation`` too, its ``random`` interpolation included),
     ``RandomHorizontalFlip`` (p), ``Resize`` (an int: the shorter side, or (h, w); bilinear or
     bicubic, antialiased, no ``max_size``), ``CenterCrop``; after them the pixel ops
     ``ColorJitter``, ``RandomGrayscale``, ``GaussianBlur``, ``TrivialAugmentWide``,
@@ -195,7 +221,9 @@ def recipe(transform: Any, name: Optional[str] = None) -> str:
     number, one per channel, or ``"random"`` as its value; after ``Normalize`` on float output,
     as the reference recipes place it); and the conversion to float with ``Normalize``
     (``ToTensor``, or ``ToImage``/``PILToTensor`` then ``ToDtype(torch.float32, scale=True)`` or
-    ``ConvertImageDtype(torch.float32)``): the output is then ``npy`` float32 CHW, normalized.
+    ``ConvertImageDtype(torch.float32)``, or timm's ``MaybeToTensor``): the output is then ``npy``
+    float32 CHW, normalized. timm's ``RandomErasing`` maps where torchvision's draw is its own
+    (``mode`` const or pixel, one region).
     Without a conversion to float the output is the mount's (``output:`` left out).
 
     Returns ``augment:`` and ``output:`` (which are top-level keys of a config too, for
@@ -225,9 +253,13 @@ def recipe(transform: Any, name: Optional[str] = None) -> str:
             raise refuse(i, kind, "the mount serves no op after Normalize but RandomErasing")
         if pixel_op is not None and kind in ("RandomResizedCrop", "Resize", "CenterCrop"):
             raise refuse(i, kind, f"the mount resizes and crops before the pixel ops ({pixel_op} comes first here)")
+        if kind == "RandomResizedCropAndInterpolation":
+            kind = "RandomResizedCrop"  # timm's: torchvision's draw, and "random" interpolation
+        if kind == "MaybeToTensor":
+            kind = "ToTensor"  # timm's: ToTensor on a PIL image
         if kind in ("RandomResizedCrop", "Resize"):
-            if _interpolation(op) not in ("bilinear", "bicubic"):
-                raise refuse(i, f"{kind}(interpolation={_interpolation(op)})", "the mount's resizes are bilinear or bicubic")
+            if _interpolation(op) not in ("bilinear", "bicubic", "random") or (_interpolation(op) == "random" and kind == "Resize"):
+                raise refuse(i, f"{kind}(interpolation={_interpolation(op)})", "the mount's resizes are bilinear or bicubic (RandomResizedCrop's also random)")
             if getattr(op, "antialias", True) is False:
                 raise refuse(i, f"{kind}(antialias=False)", "the mount's resizes are antialiased")
         timm_ra = kind == "RandAugment" and _is_timm_rand_augment(op)
@@ -274,7 +306,8 @@ def recipe(transform: Any, name: Optional[str] = None) -> str:
         elif kind == "Normalize":
             if not to_float:
                 raise refuse(i, kind, "it needs a conversion to float32 (ToTensor, or ToDtype(torch.float32, scale=True)) before it")
-            mean, std = [float(m) for m in op.mean], [float(s) for s in op.std]
+            # Shortest as float32 (timm keeps them as float32 tensors: 0.48500001430511475).
+            mean, std = [float(f"{float(m):.7g}") for m in op.mean], [float(f"{float(s):.7g}") for s in op.std]
             if len(mean) != 3 or len(std) != 3:
                 raise refuse(i, kind, "the mount normalizes three channels (RGB)")
             augment.append(("normalize", {"mean": mean, "std": std}))
@@ -303,6 +336,9 @@ def recipe(transform: Any, name: Optional[str] = None) -> str:
             if policy != "imagenet":
                 raise refuse(i, f"AutoAugment(policy={policy})", "the mount's AutoAugment policy is imagenet")
             augment.append(("auto_augment", {"policy": "imagenet"}))
+        elif kind == "RandomErasing" and hasattr(op, "probability"):
+            augment.append(("random_erasing", _timm_random_erasing(op, lambda why: refuse(i, "RandomErasing (timm's)", why))))
+            erased = True
         elif kind == "RandomErasing":
             value = getattr(op, "value", 0)
             if value is None or value == "random":  # v2 keeps value="random" as None, v1 as the string

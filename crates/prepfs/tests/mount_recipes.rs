@@ -196,6 +196,8 @@ fn prepfs_recipe_turns_a_torchvision_compose_into_a_recipe_the_mount_serves() {
         ("timm_weighted", "RandAugment (timm's)"),
         ("timm_transform_set", "RandAugment (timm's)"),
         ("after_erasing", "Normalize"),
+        ("timm_erasing_rand", "RandomErasing (timm's)"),
+        ("timm_erasing_count", "RandomErasing (timm's)"),
     ] {
         let err = got["errors"][key].as_str().unwrap_or_else(|| panic!("no error for {key}: {got}"));
         assert!(err.contains(&format!("prepfs cannot serve {op} ")), "{key}: {err}");
@@ -225,16 +227,24 @@ fn prepfs_recipe_turns_a_torchvision_compose_into_a_recipe_the_mount_serves() {
         Some("recipes:\n  tp:\n    augment:\n      - resize: {size: 40}\n      - center_crop: {size: [32, 32]}\n      - rand_augment: {timm: rand-m7-n3-p0.5-mstd1000-mmax12, interpolation: bicubic, fill: [128, 128, 128]}\n      - random_erasing: {p: 0.5, scale: [0.02, 0.33], ratio: [0.3, 3.3], value: random}\n    output: {format: npy, dtype: float32}\n")
     );
 
+    // timm's create_transform whole: its crop with the interpolation drawn per sample, its
+    // RandAugment, MaybeToTensor, and its RandomErasing (pixel mode: torchvision's "random").
+    assert_eq!(
+        got["timm_create"].as_str(),
+        Some("recipes:\n  timmc:\n    augment:\n      - random_resized_crop: {size: [24, 24], scale: [0.08, 1.0], ratio: [0.75, 1.3333333333333333], interpolation: random}\n      - random_horizontal_flip: {p: 0.5}\n      - rand_augment: {timm: rand-m9-n2-p0.5-mstd0.5-inc1, interpolation: random, fill: [124, 116, 104]}\n      - normalize: {mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}\n      - random_erasing: {p: 0.25, scale: [0.02, 0.3333333333333333], ratio: [0.3, 3.333333333333334], value: random}\n    output: {format: npy, dtype: float32}\n")
+    );
+
     // The YAML mounts: v2's recipe and v1's (resize, center crop, ToTensor, Normalize) beside a
     // uint8 recipe of the same geometry, whose pixels v1's normalized floats must give back.
     let v1 = got["v1"].as_str().expect("v1 yaml");
     let yaml = format!(
-        "seed: 3\n{v2}{}{}{}{}{}  plain: {{ augment: [ {{resize: {{size: 40}}}}, {{center_crop: {{size: 32}}}} ] }}\n",
+        "seed: 3\n{v2}{}{}{}{}{}{}  plain: {{ augment: [ {{resize: {{size: 40}}}}, {{center_crop: {{size: 32}}}} ] }}\n",
         v1.trim_start_matches("recipes:\n"),
         reference.trim_start_matches("recipes:\n"),
         pixel.trim_start_matches("recipes:\n"),
         got["timm"].as_str().unwrap_or("").trim_start_matches("recipes:\n"),
-        got["timm_plain"].as_str().unwrap_or("").trim_start_matches("recipes:\n")
+        got["timm_plain"].as_str().unwrap_or("").trim_start_matches("recipes:\n"),
+        got["timm_create"].as_str().unwrap_or("").trim_start_matches("recipes:\n")
     );
     let config = write_config(tmp.path(), &yaml);
     let mnt = Mounted::start(tmp.path(), &config, &source, LIMIT);
@@ -272,5 +282,6 @@ fn prepfs_recipe_turns_a_torchvision_compose_into_a_recipe_the_mount_serves() {
         // timm's recipes serve normalized float32 of their sizes.
         assert_eq!(floats(format!("timm/c{class}/s{id:02}.npy")).0, [3, 24, 24]);
         assert_eq!(floats(format!("tp/c{class}/s{id:02}.npy")).0, [3, 32, 32]);
+        assert_eq!(floats(format!("timmc/c{class}/s{id:02}.npy")).0, [3, 24, 24]);
     }
 }

@@ -148,6 +148,25 @@ class timm:  # timm.data.auto_augment's classes, as rand_augment_transform build
             self.num_layers, self.choice_weights = num_layers, choice_weights
 
 
+class RandomResizedCropAndInterpolation:  # timm.data.transforms': interpolation "random" is a pair
+    def __init__(self, size, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0), interpolation=(BILINEAR, BICUBIC)):
+        self.size = (size, size) if isinstance(size, int) else tuple(size)
+        self.scale, self.ratio, self.interpolation = scale, ratio, interpolation
+
+
+class MaybeToTensor:  # timm.data.transforms': ToTensor on a PIL image
+    pass
+
+
+class timm_erasing:  # timm.data.random_erasing's
+    class RandomErasing:
+        def __init__(self, probability=0.5, min_area=0.02, max_area=1 / 3, min_aspect=0.3, mode="const", min_count=1, max_count=None, num_splits=0):
+            import math
+            self.probability, self.min_area, self.max_area, self.mode = probability, min_area, max_area, mode
+            self.log_aspect_ratio = (math.log(min_aspect), math.log(1 / min_aspect))
+            self.min_count, self.max_count, self.num_splits = min_count, max_count or min_count, num_splits
+
+
 class Lambda:
     def __init__(self, f):
         self.lambd = f
@@ -198,7 +217,17 @@ out = {
                  ToTensor(), RandomErasing(0.5, value="random")]),
         name="tp",
     ),
+    # timm's create_transform(224, is_training=True, auto_augment="rand-m9-mstd0.5-inc1",
+    # interpolation="random", re_prob=0.25, re_mode="pixel"), its own classes, whole.
+    "timm_create": recipe(
+        Compose([RandomResizedCropAndInterpolation(24), RandomHorizontalFlip(),
+                 timm.RandAugment(timm.INCREASING, 9, hparams={"img_mean": (124, 116, 104), "magnitude_std": 0.5}),
+                 MaybeToTensor(), Normalize(MEAN, STD), timm_erasing.RandomErasing(0.25, mode="pixel")]),
+        name="timmc",
+    ),
     "errors": {
+        "timm_erasing_rand": error(Compose([RandomResizedCropAndInterpolation(24), MaybeToTensor(), timm_erasing.RandomErasing(mode="rand")])),
+        "timm_erasing_count": error(Compose([RandomResizedCropAndInterpolation(24), MaybeToTensor(), timm_erasing.RandomErasing(max_count=3)])),
         "timm_weighted": error(Compose([Resize(40), CenterCrop(32), timm.RandAugment(timm.RAND, choice_weights=[1 / 15] * 15)])),
         "timm_transform_set": error(Compose([Resize(40), CenterCrop(32), timm.RandAugment(["Rotate", "ShearX"])])),
         "random_erasing_other_string": error(Compose([RandomResizedCrop(24), ToTensor(), RandomErasing(value="noise")])),
