@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """torchvision v2's cost per sample of the augment ops prepfs serves, beside
 examples/op_cost.rs: RandomResizedCrop(224) + flip on the photographs (PIL, as torchvision's
-reference recipes run it), then each op on the 224x224 result as a uint8 tensor, single-threaded.
+reference recipes run it), then each op on the 224x224 result as a uint8 tensor (timm's
+RandAugment on the PIL image, as timm runs it), single-threaded.
 Prints a Markdown table (ms per sample).
 
     PYTHONPATH=bench python3 -m prepfs_bench.augment_ops_torchvision DIR [--reps 100]
@@ -34,6 +35,8 @@ def main():
         ("trivial_augment_wide", v2.TrivialAugmentWide()),
         ("rand_augment (2 ops, m9)", v2.RandAugment()),
         ("auto_augment imagenet", v2.AutoAugment()),
+        ("timm rand_augment rand-m9-mstd0.5-inc1", "TIMM:rand-m9-mstd0.5-inc1"),
+        ("timm rand_augment rand-m7-mstd0.5-inc1", "TIMM:rand-m7-mstd0.5-inc1"),
         ("resize 256 then random_resized_crop 224", "RESIZE_FIRST"),
     ]
     print("| op | ms per sample | over the base |\n|---|---:|---:|")
@@ -43,6 +46,16 @@ def main():
             t = base
         elif op == "BICUBIC":
             t = v2.Compose([v2.RandomResizedCrop(224, interpolation=I.BICUBIC, antialias=True), v2.RandomHorizontalFlip(), v2.PILToTensor()])
+        elif isinstance(op, str) and op.startswith("TIMM:"):
+            # timm's RandAugment as create_transform builds it (on the PIL image, ImageNet's mean
+            # as fill), after the same crop and flip; skipped without timm.
+            try:
+                from timm.data import auto_augment
+            except ImportError:
+                print(f"| {name} | (timm not installed) | |")
+                continue
+            ra = auto_augment.rand_augment_transform(op[5:], {"translate_const": int(224 * 0.45), "img_mean": (124, 116, 104)})
+            t = v2.Compose([v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip(), ra, v2.PILToTensor()])
         elif op == "RESIZE_FIRST":
             t = v2.Compose([v2.Resize(256, antialias=True), v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip(), v2.PILToTensor()])
         else:

@@ -13,7 +13,7 @@ use prepfs_core::pixels::pipeline::decode_full;
 use prepfs_core::pixels::profile::MissProfiler;
 
 const BASE: &str = "- random_resized_crop: {size: 224}\n- random_horizontal_flip: {}\n";
-const OPS: [(&str, &str); 12] = [
+const OPS: [(&str, &str); 14] = [
     ("(base: random_resized_crop 224 bilinear + flip)", ""),
     ("random_resized_crop 224 bicubic + flip", "BICUBIC"),
     ("color_jitter 0.4/0.4/0.4/0.1", "- color_jitter: {brightness: 0.4, contrast: 0.4, saturation: 0.4, hue: 0.1}\n"),
@@ -24,6 +24,8 @@ const OPS: [(&str, &str); 12] = [
     ("trivial_augment_wide", "- trivial_augment_wide: {}\n"),
     ("rand_augment (2 ops, m9)", "- rand_augment: {}\n"),
     ("auto_augment imagenet", "- auto_augment: {}\n"),
+    ("timm rand_augment rand-m9-mstd0.5-inc1", "- rand_augment: {timm: rand-m9-mstd0.5-inc1}\n"),
+    ("timm rand_augment rand-m7-mstd0.5-inc1", "- rand_augment: {timm: rand-m7-mstd0.5-inc1}\n"),
     ("resize 256 then random_resized_crop 224 (2 resamples)", "RESIZE_FIRST"),
     ("resize 256 then center_crop 224 (folded)", "CENTER"),
 ];
