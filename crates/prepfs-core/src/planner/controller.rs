@@ -29,6 +29,10 @@ const REPLAN_MIN_SAMPLES: u64 = 64;
 /// Samples an interval of the serving probe must have served to count.
 const SERVE_PROBE_MIN: u64 = 200;
 
+/// Intervals the probe costs serving over, with several jobs, before its figure replaces the
+/// model's default: one second's figure swung from a sixth to five times the rate.
+const SERVE_PROBE_INTERVALS: u32 = 3;
+
 /// The split a cache starts with: the configured one, or, until the model has measured inputs,
 /// one that favours the forms that save CPU per epoch.
 pub(crate) fn initial_split(choice: SplitChoice) -> Split {
@@ -130,11 +134,12 @@ struct ServeProbe {
     /// The machine's busy core-seconds and the pixel work's CPU nanoseconds at `at`.
     busy: Option<f64>,
     pixel_ns: u64,
-    /// Source reads at `at`.
+    /// Source reads and the jobs sharing at `at`.
     reads: u64,
-    /// Over the intervals that served enough: samples served, and core-seconds spent on them
-    /// beyond the pixel work.
-    costed: (u64, f64),
+    jobs: u32,
+    /// Over the intervals that served enough with the same jobs throughout: intervals, samples
+    /// served, and core-seconds spent on them beyond the pixel work.
+    costed: (u32, u64, f64),
     /// The same intervals, fitted as a cost per sample served and per source read.
     fit: ServeFit,
 }
@@ -165,7 +170,8 @@ impl PlanController {
                 busy: machine_busy_seconds(),
                 pixel_ns: 0,
                 reads: 0,
-                costed: (0, 0.0),
+                jobs: 1,
+                costed: (0, 0, 0.0),
                 fit: ServeFit::default(),
             }),
             remote,
@@ -375,6 +381,7 @@ impl PlanController {
         let work = s.decodes() + reads;
         let pixel_ns = get(&s.full_decode_nanos) + get(&s.decode_augment_nanos) + get(&s.pixel_augment_nanos);
         let busy = machine_busy_seconds();
+        let jobs = self.jobs_sharing.load(Ordering::Relaxed);
         let mut probe = self.serve.lock_or_recover();
         let secs = probe.at.elapsed().as_secs_f64();
         if secs >= 0.9 {
@@ -384,21 +391,23 @@ impl PlanController {
                 probe.best = Some(probe.best.map_or(rate, |b: f64| b.max(rate)));
             }
             let (mut costed, mut fit) = (probe.costed, probe.fit);
-            if let (Some(now), Some(then)) = (busy, probe.busy) {
+            // An interval in which jobs joined or left costs their start (the readers' processes,
+            // imports and listings: 3 jobs' first second put serving at a sixth of its rate).
+            if let (Some(now), Some(then), true) = (busy, probe.busy, jobs == probe.jobs) {
                 let spent = now - then - pixel_ns.saturating_sub(probe.pixel_ns) as f64 / 1e9;
                 if served >= SERVE_PROBE_MIN && spent > 0.0 {
-                    costed = (costed.0 + served, costed.1 + spent);
+                    costed = (costed.0 + 1, costed.1 + served, costed.2 + spent);
                     fit.add(served, reads.saturating_sub(probe.reads), spent);
                 }
             }
-            *probe = ServeProbe { at: Instant::now(), opens, work, best: probe.best, busy, pixel_ns, reads, costed, fit };
+            *probe = ServeProbe { at: Instant::now(), opens, work, best: probe.best, busy, pixel_ns, reads, jobs, costed, fit };
         }
-        let jobs = self.jobs_sharing.load(Ordering::Relaxed);
+        let costed = probe.costed.0 >= SERVE_PROBE_INTERVALS;
         match (probe.best, probe.costed, probe.fit.costs()) {
             // Core-seconds a sample on `cores` cores: the machine serves cores / that a second;
             // a read's cost apart where the intervals tell it apart (`serve_fit`).
-            (_, _, Some(c)) if jobs > 1 => Serving { t_serve: Some(self.threads / c.per_sample), per_read: Some(c.per_read) },
-            (_, (n, spent), None) if jobs > 1 && n > 0 => Serving { t_serve: Some(self.threads * n as f64 / spent), per_read: None },
+            (_, _, Some(c)) if jobs > 1 && costed => Serving { t_serve: Some(self.threads / c.per_sample), per_read: Some(c.per_read) },
+            (_, (_, n, spent), _) if jobs > 1 && costed => Serving { t_serve: Some(self.threads * n as f64 / spent), per_read: None },
             // Pure serving, measured where nothing was made: the model's `t_serve` has an
             // output made for each one served.
             (best, _, _) => Serving { t_serve: best.map(|rate| rate / crate::planner::prepfs::PURE_HIT_SPEEDUP), per_read: None },
