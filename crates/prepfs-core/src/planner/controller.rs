@@ -248,7 +248,8 @@ impl PlanController {
         let t_serve = self.probe_serve();
         let s = &self.stats;
         let (da_n, da_ns) = (get(&s.decode_augments), get(&s.decode_augment_nanos));
-        let (a_n, a_ns) = (get(&s.pixel_augments), get(&s.pixel_augment_nanos));
+        // Recipes: each pipeline's measured augment cost, weighted by its reads (`stats.rs`).
+        let (a_n, a_ns) = s.read_weighted_augments(self.cache.pipelines());
         let (full_n, full_ns, full_bytes) = (get(&s.full_decodes), get(&s.full_decode_nanos), get(&s.full_decode_bytes));
         let (reads, read_ns, read_bytes) = (get(&s.source_reads), get(&s.source_read_nanos), get(&s.source_bytes_read));
         let timed = da_n + a_n;
