@@ -232,7 +232,8 @@ impl Filesystem {
         })
     }
 
-    /// [`Filesystem::refill_lane`] with every pipeline under `scope`.
+    /// [`Filesystem::refill_lane`] with every pipeline under `scope` (tests set the scope).
+    #[cfg(test)]
     pub(crate) fn refill_lane_once(&self, cursor: &mut usize, lane: (usize, usize), scope: RefillScope) -> bool {
         let jobs = self.jobs.active();
         self.producer.refill_order().into_iter().any(|pipeline| self.refill_pipeline_once(pipeline, &jobs, cursor, lane, scope))
