@@ -24,7 +24,8 @@
 //! - `access.rs`: the owner shown (`--uid`/`--gid`) and the core's access check that goes with it;
 //! - `bad.rs`: samples known bad as the views show them (hidden, skipped), validation at mount;
 //! - `loader.rs`: what the loader socket asks of the core (a job's next samples into a slot);
-//! - `recipes.rs`: the recipes' views (`recipes:`): names, files, a job's state in each;
+//! - `recipes.rs`: the recipes' views (`recipes:`): names, files, a job's state in each, what
+//!   ODS prefers there (a kept output of the recipe's), their figures in `stats.json`;
 //! - `stale.rs`: source changes seen while serving ([`StaleInodes`]);
 //! - `control.rs`: the `.prepfs/` control files;
 //! - [`open_budget`]: the bound on what open handles pin.
