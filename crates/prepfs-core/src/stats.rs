@@ -47,7 +47,8 @@ pub(crate) struct PipelineCounters {
 }
 
 impl PipelineCounters {
-    fn opens(&self) -> u64 {
+    /// Opens served (kept or made).
+    pub(crate) fn opens(&self) -> u64 {
         get(&self.served_kept) + get(&self.made_at_open)
     }
 

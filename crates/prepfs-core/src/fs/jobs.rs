@@ -247,7 +247,12 @@ impl Filesystem {
     /// allows (readers have paused), the others, for the next pass: readers that take part of the
     /// set per pass (a subset sampler), or an epoch that begins with room to spare, then find them
     /// made. While readers take outputs, the next pass's would only take their cores.
+    /// A recipe no one has read yet gets none: its outputs may never be wanted, and the cores
+    /// are the readers'.
     fn refill_pipeline_once(&self, pipeline: u8, jobs: &[Arc<Job>], cursor: &mut usize, lane: (usize, usize), scope: RefillScope) -> bool {
+        if pipeline != 0 && self.stats().pipeline(pipeline).opens() == 0 {
+            return false;
+        }
         // The readers of the pipeline: the jobs themselves in augmented/, their states in a
         // recipe's view (those that read it).
         let states: Vec<Arc<Job>> =

@@ -70,9 +70,14 @@ fn each_recipe_is_served_its_own_outputs_kept_by_the_refill_each_once_and_never_
 #[test]
 fn a_jobs_open_in_a_recipes_view_takes_that_recipes_kept_output() {
     let (_dir, fs) = core(2, TWO_RECIPES);
-    let mut cursor = 0;
-    while fs.refill_once(&mut cursor) {}
     let kept = |r: u8| fs.cache().outputs(r).expect("store").entries();
+    let mut cursor = 0;
+    // A recipe no one has read gets no outputs ahead.
+    while fs.refill_once(&mut cursor) {}
+    assert_eq!((kept(0), kept(1), kept(2)), (2, 0, 0));
+    recipe_epoch(&fs, "big", 2);
+    recipe_epoch(&fs, "small", 2);
+    while fs.refill_once(&mut cursor) {}
     assert_eq!((kept(0), kept(1), kept(2)), (2, 2, 2));
     let out = read_file(&fs, job_view_file_ino(&fs, "a", "small", "s000.ppm"));
     assert_eq!(out.len(), ppm_len(8));
@@ -80,6 +85,7 @@ fn a_jobs_open_in_a_recipes_view_takes_that_recipes_kept_output() {
     let a = fs.jobs().by_name("a").expect("a");
     assert_eq!(a.counters.hits_augmented.load(std::sync::atomic::Ordering::Relaxed), 1);
     assert_eq!(figures(&fs, "small")["served_kept"].as_u64(), Some(1));
+    assert_eq!(a.counters.opens.load(std::sync::atomic::Ordering::Relaxed), 1);
 }
 
 #[test]
