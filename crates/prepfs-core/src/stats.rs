@@ -26,6 +26,48 @@ pub(crate) struct ViewCounters {
     pub(crate) misses: AtomicU64,
 }
 
+/// One pipeline's outputs (`augmented/`'s is pipeline 0, each recipe's its number): how its
+/// opens were served and what making its outputs cost (`stats.json`'s `recipes`, and the plan's
+/// augment cost weighted by reads).
+#[derive(Debug, Default)]
+pub(crate) struct PipelineCounters {
+    /// Opens served an output kept ahead (by the refill, prefetch or another job's miss) ...
+    pub(crate) served_kept: AtomicU64,
+    /// ... and opens served an output made for them.
+    pub(crate) made_at_open: AtomicU64,
+    /// Outputs the background refill made and kept.
+    pub(crate) refills: AtomicU64,
+    /// Outputs made, wherever, and the CPU time of the pixel work that made them (a decode
+    /// included where one was made from encoded bytes).
+    pub(crate) made: AtomicU64,
+    pub(crate) made_nanos: AtomicU64,
+    /// Of those, the ones augmented from decoded pixels, and their CPU time (the plan's `t_a`).
+    pub(crate) augments: AtomicU64,
+    pub(crate) augment_nanos: AtomicU64,
+}
+
+impl PipelineCounters {
+    /// Opens served (kept or made).
+    pub(crate) fn opens(&self) -> u64 {
+        get(&self.served_kept) + get(&self.made_at_open)
+    }
+
+    fn to_json(&self) -> serde_json::Value {
+        let made = get(&self.made);
+        json!({
+            "opens": self.opens(),
+            "served_kept": get(&self.served_kept),
+            "made_at_open": get(&self.made_at_open),
+            "refills": get(&self.refills),
+            "outputs_made": made,
+            "pixel_ns_per_sample": if made == 0 { 0 } else { get(&self.made_nanos) / made },
+        })
+    }
+}
+
+/// Pipelines counted: `augmented/`'s and at most `config::MAX_RECIPES` recipes'.
+const PIPELINES: usize = 16;
+
 /// FUSE requests received, by kind (what the kernel asks per file read shows here).
 #[derive(Debug, Default)]
 pub struct RequestCounters {
@@ -127,6 +169,8 @@ pub struct Stats {
     pub(crate) encoded: ViewCounters,
     pub(crate) decoded: ViewCounters,
     pub(crate) augmented: ViewCounters,
+    /// Each pipeline's outputs (0: `augmented/`'s; else the recipe's number).
+    pipelines: [PipelineCounters; PIPELINES],
     /// Bytes read from the source dataset.
     pub(crate) source_bytes_read: AtomicU64,
     /// Samples that could not be decoded (each failure counted once per attempt).
@@ -175,6 +219,7 @@ impl Default for Stats {
             encoded: ViewCounters::default(),
             decoded: ViewCounters::default(),
             augmented: ViewCounters::default(),
+            pipelines: Default::default(),
             source_bytes_read: AtomicU64::new(0),
             decode_errors: AtomicU64::new(0),
             source_errors: AtomicU64::new(0),
@@ -211,6 +256,45 @@ impl Stats {
     /// Time since the mount started.
     pub(crate) fn uptime(&self) -> std::time::Duration {
         self.started.elapsed()
+    }
+
+    /// Pipeline `pipeline`'s counters (0: `augmented/`'s; a number past the last recipe
+    /// counts as the last).
+    pub(crate) fn pipeline(&self, pipeline: u8) -> &PipelineCounters {
+        &self.pipelines[usize::from(pipeline).min(PIPELINES - 1)]
+    }
+
+    /// Each recipe's figures by name (`names[r - 1]` is recipe `r`'s): `stats.json`'s `recipes`.
+    pub(crate) fn recipes_json<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> serde_json::Value {
+        let by_name = names.into_iter().zip(1u8..).map(|(name, r)| (name.to_owned(), self.pipeline(r).to_json()));
+        serde_json::Value::Object(by_name.collect())
+    }
+
+    /// Opens served by each of the first `pipelines` pipelines: what the augmented budget is
+    /// split by.
+    pub(crate) fn pipeline_reads(&self, pipelines: u8) -> Vec<u64> {
+        (0..pipelines).map(|p| self.pipeline(p).opens()).collect()
+    }
+
+    /// The augments from pixels timed so far and their CPU time, as the plan takes them for its
+    /// augment rate: the count as measured, the time as if each had cost the read-weighted mean
+    /// of the `pipelines` pipelines' measured costs (a recipe read twice as often as another
+    /// weighs twice; pipelines not yet read or not yet timed are left out). Measured alone, the
+    /// mean would weigh each pipeline by the outputs made of it, refill's included. Without
+    /// reads of a timed pipeline, the figures as measured.
+    pub(crate) fn read_weighted_augments(&self, pipelines: u8) -> (u64, u64) {
+        let (n, nanos) = (get(&self.pixel_augments), get(&self.pixel_augment_nanos));
+        let timed: Vec<(f64, f64)> = (0..pipelines)
+            .map(|p| self.pipeline(p))
+            .filter(|c| get(&c.augments) > 0 && c.opens() > 0)
+            .map(|c| (c.opens() as f64, get(&c.augment_nanos) as f64 / get(&c.augments) as f64))
+            .collect();
+        let reads: f64 = timed.iter().map(|(r, _)| r).sum();
+        if reads == 0.0 {
+            return (n, nanos);
+        }
+        let mean = timed.iter().map(|(r, ns)| r * ns).sum::<f64>() / reads;
+        (n, (mean * n as f64) as u64)
     }
 
     /// Pieces of pixel work done (full decodes, decode-and-augments, augments from pixels).
@@ -280,5 +364,51 @@ impl Stats {
             doc.extend(extra);
         }
         doc
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_plans_augment_cost_is_the_read_weighted_mean_of_the_pipelines_measured_costs() {
+        let stats = Stats::default();
+        // augmented/ (0): 10 augments of 1 ms, read 10 times; recipe 1: 90 augments of 3 ms (the
+        // refill made most of them), read 30 times.
+        for (p, augments, ms, reads) in [(0u8, 10u64, 1u64, 10u64), (1, 90, 3, 30)] {
+            let c = stats.pipeline(p);
+            bump(&c.augments, augments);
+            bump(&c.augment_nanos, augments * ms * 1_000_000);
+            bump(&c.made_at_open, reads);
+            bump(&stats.pixel_augments, augments);
+            bump(&stats.pixel_augment_nanos, augments * ms * 1_000_000);
+        }
+        let (n, nanos) = stats.read_weighted_augments(2);
+        assert_eq!(n, 100, "the count as measured");
+        // Reads weigh 1:3, so 0.25 * 1 ms + 0.75 * 3 ms = 2.5 ms (outputs made would say 2.8).
+        assert_eq!(nanos / n, 2_500_000);
+        // With only augmented/ counted, its figures as measured.
+        let fresh = Stats::default();
+        bump(&fresh.pixel_augments, 4);
+        bump(&fresh.pixel_augment_nanos, 4000);
+        assert_eq!(fresh.read_weighted_augments(3), (4, 4000));
+    }
+
+    #[test]
+    fn each_recipe_shows_its_opens_kept_or_made_and_its_pixel_work_per_sample_by_name() {
+        let stats = Stats::default();
+        bump(&stats.pipeline(1).served_kept, 3);
+        bump(&stats.pipeline(1).made_at_open, 2);
+        bump(&stats.pipeline(1).made, 4);
+        bump(&stats.pipeline(1).made_nanos, 4000);
+        bump(&stats.pipeline(2).made_at_open, 1);
+        let doc = stats.recipes_json(["val", "ta"]);
+        assert_eq!(doc["val"]["opens"], 5);
+        assert_eq!(doc["val"]["served_kept"], 3);
+        assert_eq!(doc["val"]["made_at_open"], 2);
+        assert_eq!(doc["val"]["pixel_ns_per_sample"], 1000);
+        assert_eq!(doc["ta"]["opens"], 1);
+        assert_eq!(stats.pipeline_reads(3), [0, 5, 1]);
     }
 }

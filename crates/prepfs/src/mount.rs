@@ -574,7 +574,7 @@ fn start_workers(
     loader_server: Option<prepfs_core::loader::LoaderServer>,
 ) -> io::Result<()> {
     // The background refill: one worker per decode core, below the priority of requests, keeps
-    // the free augmented room filled with fresh augmentations, so augmented hits keep coming
+    // the free augmented room (each recipe's share of it too) filled with fresh augmentations, so augmented hits keep coming
     // across epochs and idle CPU (a reader between requests, a GPU step) prepares what will be
     // read next.
     if fs.config().cache.refill && fs.cache().enabled() {
@@ -584,7 +584,7 @@ fn start_workers(
             workers.spawn(format!("prepfs-refill-{lane}"), tasks::BACKGROUND, move |stop| {
                 let mut cursor = 0usize;
                 while !stop.load(Ordering::Relaxed) {
-                    let worked = fs.refill_scope().is_some_and(|scope| fs.refill_lane_once(&mut cursor, (lane, lanes), scope));
+                    let worked = fs.refill_lane(&mut cursor, (lane, lanes));
                     if !worked && !nap(stop, Duration::from_millis(50)) {
                         break;
                     }

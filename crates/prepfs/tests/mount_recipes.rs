@@ -285,3 +285,92 @@ fn prepfs_recipe_turns_a_torchvision_compose_into_a_recipe_the_mount_serves() {
         assert_eq!(floats(format!("timmc/c{class}/s{id:02}.npy")).0, [3, 24, 24]);
     }
 }
+
+/// Two recipes of random crops whose outputs differ in size (96 and 64): an output served in the
+/// other's view would show. Room for every sample's pixels and outputs; the refill on.
+const SIZED_RECIPES: &str = "seed: 5\ncache: { memory: 64MiB, split: 0-50-50 }\nrecipes:\n  r96: { augment: [ {random_resized_crop: {size: 96}} ] }\n  r64: { augment: [ {random_resized_crop: {size: 64}} ] }\n";
+
+/// One pass over every sample of `recipe`'s top-level view: each output's size and id checked,
+/// the outputs returned.
+fn read_recipe(mnt: &Mounted, recipe: &str, side: usize, class_of: &[usize]) -> Vec<Vec<u8>> {
+    class_of
+        .iter()
+        .enumerate()
+        .map(|(id, class)| {
+            let rel = format!("{recipe}/c{class}/s{id:02}.ppm");
+            let bytes = fs::read(mnt.path(&rel)).unwrap_or_else(|e| panic!("{rel}: {e}\n{}", mnt.log()));
+            let (w, h, _) = parse_ppm(&bytes);
+            assert_eq!((w, h), (side, side), "{rel} is not {recipe}'s output");
+            assert_eq!(ppm_id(&bytes), id, "{rel}");
+            bytes
+        })
+        .collect()
+}
+
+/// Both recipes read at once, each on a thread of its own; their outputs.
+fn read_both_at_once(mnt: &Mounted, class_of: &[usize]) -> [Vec<Vec<u8>>; 2] {
+    std::thread::scope(|s| {
+        let big = s.spawn(|| read_recipe(mnt, "r96", 96, class_of));
+        let small = s.spawn(|| read_recipe(mnt, "r64", 64, class_of));
+        [big.join().expect("r96 reader"), small.join().expect("r64 reader")]
+    })
+}
+
+/// Pixel decodes (full, and region decodes with an augment) so far.
+fn decodes(stats: &serde_json::Value) -> u64 {
+    stats["work"]["full_decodes"].as_u64().unwrap_or(0) + stats["work"]["decode_augments"].as_u64().unwrap_or(0)
+}
+
+#[test]
+fn two_recipes_read_at_once_are_served_their_own_kept_outputs_each_a_new_draw_over_one_shared_decode() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (source, class_of) = make_id_dataset(tmp.path(), 2, 6);
+    let samples = class_of.len() as u64;
+    let config = write_config(tmp.path(), SIZED_RECIPES);
+    let mnt = Mounted::start(tmp.path(), &config, &source, LIMIT);
+    let before = mnt.stats();
+
+    // Epoch 1: both recipes at once, each its own size (checked per file).
+    let mut draws: [BTreeSet<Vec<u8>>; 2] = Default::default();
+    for (seen, outs) in draws.iter_mut().zip(read_both_at_once(&mnt, &class_of)) {
+        seen.extend(outs);
+    }
+    let first = mnt.stats();
+    // The encoded and decoded forms are shared: the two recipes decoded each sample about once
+    // (as one recipe would), and read it from the source once.
+    let decoded = decodes(&first) - decodes(&before);
+    assert!(decoded <= samples + samples / 2, "{decoded} decodes for {samples} samples read by two recipes");
+    let source_read = first["source_bytes_read"].as_u64().expect("source bytes") - before["source_bytes_read"].as_u64().expect("source bytes");
+    let set_bytes: u64 = class_of.iter().enumerate().map(|(id, c)| fs::metadata(source.join(format!("c{c}/s{id:02}.jpg"))).expect("stat").len()).sum();
+    assert!(source_read <= set_bytes + set_bytes / 2, "{source_read} bytes read for a set of {set_bytes}");
+
+    // Readers idle: the refill makes each recipe outputs of its own ahead.
+    let kept = |stats: &serde_json::Value, r: &str| stats["recipes"][r]["kept"].as_u64().unwrap_or(0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let stats = mnt.stats();
+        if kept(&stats, "r96") == samples && kept(&stats, "r64") == samples {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the idle refill kept no output for each sample of each recipe: {}", stats["recipes"]);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // Epoch 2, both at once again: served the kept outputs, each of its recipe's size, each a
+    // draw never served before; nothing read from the source, and no sample decoded again.
+    for (seen, outs) in draws.iter_mut().zip(read_both_at_once(&mnt, &class_of)) {
+        for out in outs {
+            assert!(seen.insert(out), "a read was served an output served before");
+        }
+    }
+    let second = mnt.stats();
+    for r in ["r96", "r64"] {
+        let f = &second["recipes"][r];
+        assert_eq!(f["opens"].as_u64(), Some(2 * samples), "{r}: {f}");
+        assert!(f["served_kept"].as_u64().is_some_and(|n| n > 0), "{r} was served no kept output: {f}");
+        assert!(f["refills"].as_u64().is_some_and(|n| n >= samples), "{r}: {f}");
+        assert!(f["pixel_ns_per_sample"].as_u64().is_some_and(|ns| ns > 0), "{r}: {f}");
+    }
+    assert_eq!(second["source_bytes_read"], first["source_bytes_read"], "epoch 2 read the source");
+    assert!(decodes(&second) - decodes(&before) <= samples + samples / 2, "the refill or epoch 2 decoded again");
+}

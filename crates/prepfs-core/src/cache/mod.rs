@@ -4,6 +4,8 @@
 //! - `tiers` (private; its types re-exported here): the three memory forms (encoded bytes,
 //!   decoded pixels, augmented outputs) with their byte budgets, eviction, the per-sample status
 //!   byte opportunistic sampling reads, and single-flight for concurrent misses.
+//! - `outputs` (private): each recipe's kept outputs beside `augmented/`'s, and the augmented
+//!   budget's split between the pipelines by their reads.
 //! - `entry` (crate-private): the entry codec of the tiers below memory (the header, its CRC, the
 //!   damage rules), shared by the disk and remote tiers.
 //! - `queue` (private): the bounded write queue and writer thread both tiers below memory write
@@ -27,6 +29,7 @@ pub(crate) mod entry;
 mod fill;
 pub mod lower;
 mod queue;
+mod outputs;
 pub(crate) mod remote;
 mod tiers;
 

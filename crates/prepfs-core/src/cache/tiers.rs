@@ -34,6 +34,8 @@ use crate::sampling::Rank;
 use crate::served::ServedBytes;
 use crate::shared::Form;
 
+use super::outputs::RecipeOutputs;
+
 /// Bytes charged per entry on top of its payload: the map slot, the `Arc` header and the
 /// allocator's rounding, measured as about 60 bytes on x86-64 glibc, rounded up.
 pub const ENTRY_OVERHEAD: u64 = 96;
@@ -505,6 +507,9 @@ pub struct SampleCache {
     pub encoded: FormStore<Arc<[u8]>>,
     pub decoded: FormStore<Arc<crate::shared::Rgb>>,
     pub augmented: FormStore<AugmentedEntry>,
+    /// Each recipe's kept outputs, and the augmented budget's split between the pipelines
+    /// (`outputs.rs`).
+    pub(super) recipes: RecipeOutputs,
     /// Which forms hold each sample (kept by the stores).
     pub status: Arc<SampleStatus>,
     memory: u64,
@@ -533,6 +538,7 @@ impl SampleCache {
             // Augmented outputs are used once per job and dropped: never evicted to admit others.
             augmented: FormStore::new(budget[2], EvictionPolicy::Keep)
                 .with_status(Arc::clone(&status), HELD_AUGMENTED),
+            recipes: RecipeOutputs::new(0, budget[2]),
             status,
             memory,
             split: Mutex::new(split),
@@ -579,7 +585,9 @@ impl SampleCache {
     pub fn forget_sample(&self, id: FileId) {
         self.encoded.remove(id);
         self.decoded.remove(id);
-        self.augmented.remove(id);
+        for store in std::iter::once(&self.augmented).chain(self.recipes.stores()) {
+            store.remove(id);
+        }
     }
 
     /// Applies a new split of the same memory ([`Split::budgets`]).
@@ -598,7 +606,7 @@ impl SampleCache {
         // One split at a time: two interleaved would each grow a form the other shrinks.
         let mut current = self.split.lock_or_recover();
         let new = budgets.map(scale);
-        let olds = [self.encoded.budget(), self.decoded.budget(), self.augmented.budget()];
+        let olds = [self.encoded.budget(), self.decoded.budget(), self.recipes.total()];
         let mut evicted = 0;
         for shrinking in [true, false] {
             for (k, (&new, &old)) in new.iter().zip(&olds).enumerate() {
@@ -606,7 +614,7 @@ impl SampleCache {
                     evicted += match k {
                         0 => self.encoded.set_budget(new),
                         1 => self.decoded.set_budget(new),
-                        _ => self.augmented.set_budget(new),
+                        _ => self.set_outputs_budget(new),
                     };
                 }
             }
@@ -719,7 +727,7 @@ impl SampleCache {
     /// Bytes charged in all forms.
     #[cfg(test)]
     pub(crate) fn used(&self) -> u64 {
-        self.encoded.used() + self.decoded.used() + self.augmented.used()
+        self.encoded.used() + self.decoded.used() + self.augmented.used() + self.recipes.stores().iter().map(FormStore::used).sum::<u64>()
     }
 
     /// Figures for stats.

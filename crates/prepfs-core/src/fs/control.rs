@@ -105,6 +105,7 @@ impl Filesystem {
             "max_open_bytes": self.config().access.max_open_bytes,
             "passthrough": self.passthrough_json(),
             "loader": self.stats().loader.to_json(),
+            "recipes": self.recipes_json(),
         });
         let mut text = serde_json::to_string_pretty(&self.stats().to_json(extra)).unwrap_or_default();
         text.push('\n');

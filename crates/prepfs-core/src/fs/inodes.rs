@@ -27,8 +27,8 @@ impl View {
         View { form: Form::Augmented, job, recipe }
     }
 
-    /// The form whose cached entries this view serves from, for ranking: a recipe's view makes
-    /// every output fresh from what decoded (or encoded) holds.
+    /// The form prefetch prepares for this view: a recipe's view, the decoded form every view
+    /// shares (its own outputs are the refill's, `Filesystem::preference_in` ranks by them).
     pub(crate) fn cached_form(self) -> Form {
         if self.recipe == 0 {
             self.form

@@ -123,12 +123,12 @@ impl Filesystem {
     /// What an open of `requested` in `job`'s `view` serves (ODS's choice), never a sample
     /// known bad where the view hides them.
     pub(super) fn choose_in_job(&self, job: &Job, view: View, requested: FileId, dir_samples: &[FileId]) -> Choice {
-        let rank = |c: FileId| if self.reader.known_bad(c) { 0 } else { self.cache.preference(c, view.cached_form(), job.bit()) };
+        let rank = |c: FileId| if self.reader.known_bad(c) { 0 } else { self.preference_in(view, c, job.bit()) };
         if self.hidden(view, requested) {
             bump(&job.counters.bad_skipped, 1);
         }
         let start = Jobs::scan_start(dir_samples.len());
-        let top = SampleCache::top_preference(view.cached_form());
+        let top = SampleCache::top_preference(view.form);
         let ods = self.config().jobs.ods;
         job.choose_usable(requested, dir_samples, rank, top, start, ods, |c| self.hidden(view, c))
     }
@@ -137,7 +137,7 @@ impl Filesystem {
     /// socket): never begins the job's next epoch; an unclaimed choice says the request's
     /// directory has nothing left.
     pub(super) fn choose_within_epoch(&self, job: &Job, epoch: u64, view: View, requested: FileId, dir_samples: &[FileId]) -> Choice {
-        let rank = |c: FileId| if self.reader.known_bad(c) { 0 } else { self.cache.preference(c, view.form, job.bit()) };
+        let rank = |c: FileId| if self.reader.known_bad(c) { 0 } else { self.preference_in(view, c, job.bit()) };
         let start = Jobs::scan_start(dir_samples.len());
         let top = SampleCache::top_preference(view.form);
         job.choose_within_epoch(epoch, requested, dir_samples, rank, top, start, |c| self.hidden(view, c))

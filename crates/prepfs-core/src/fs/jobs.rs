@@ -205,45 +205,68 @@ impl Filesystem {
         }
     }
 
-    /// One unit of background refill of the augmented cache, as when readers pause: samples
-    /// some active job has not seen (any sample, with no jobs), then the others. Returns false
-    /// when there is nothing to do.
+    /// One unit of background refill of every pipeline's kept outputs, as when readers pause:
+    /// samples some reader has not seen (any sample, with no readers), then the others. Returns
+    /// false when there is nothing to do.
     #[cfg(test)]
     pub(crate) fn refill_once(&self, cursor: &mut usize) -> bool {
         self.refill_lane_once(cursor, (0, 1), RefillScope::Any)
     }
 
-    /// What the background refill workers may work on now, if anything: anything when readers
-    /// have paused; while they take outputs, only once the stock of outputs has fallen below its
-    /// low-water mark (and then until it is full), and only what their pass still needs.
-    pub fn refill_scope(&self) -> Option<RefillScope> {
-        self.producer.refill_scope()
-    }
-
-    /// [`Filesystem::refill_scope`] at `now` on the refill's clock (tests pass time in).
+    /// What the background refill may work on now for `augmented/` (each pipeline has its own
+    /// pacer: [`Filesystem::refill_lane`]), on the refill's clock at `now` (tests pass time in).
     #[cfg(test)]
     pub(crate) fn refill_scope_at(&self, now: std::time::Duration) -> Option<RefillScope> {
-        self.producer.refill_scope_at(now)
+        self.producer.refill_scope_at(0, now)
     }
 
-    /// [`Filesystem::refill_once`] for one of several refill workers: the samples of `lane`.
-    /// First the samples still to come in this pass: with jobs, those some job has not seen this
-    /// epoch; without, those top-level readers have not read in this pass (so the refill works
+    /// One unit of a refill worker's work (its samples: `lane`): for the pipelines (`augmented/`
+    /// and each recipe, the emptiest stock first), what each one's pacer lets it work on now:
+    /// anything when its readers have paused; while they take its outputs, only once its stock
+    /// has fallen below its low-water mark (and then until it is full), and only what their
+    /// pass still needs. Returns false when no pipeline had work.
+    pub fn refill_lane(&self, cursor: &mut usize, lane: (usize, usize)) -> bool {
+        let jobs = self.jobs.active();
+        self.producer.refill_order().into_iter().any(|pipeline| {
+            self.producer.refill_scope(pipeline).is_some_and(|scope| self.refill_pipeline_once(pipeline, &jobs, cursor, lane, scope))
+        })
+    }
+
+    /// [`Filesystem::refill_lane`] with every pipeline under `scope` (tests set the scope).
+    #[cfg(test)]
+    pub(crate) fn refill_lane_once(&self, cursor: &mut usize, lane: (usize, usize), scope: RefillScope) -> bool {
+        let jobs = self.jobs.active();
+        self.producer.refill_order().into_iter().any(|pipeline| self.refill_pipeline_once(pipeline, &jobs, cursor, lane, scope))
+    }
+
+    /// One unit of refill of `pipeline` (0: `augmented/`, else the recipe's number) for one of
+    /// several refill workers: the samples of `lane`. First the samples still to come in this
+    /// pass: with jobs reading the pipeline, those some job has not seen this epoch there;
+    /// without, those its top-level readers have not read in this pass (so the refill works
     /// ahead of the readers). When each of those has an output and room is left, and `scope`
     /// allows (readers have paused), the others, for the next pass: readers that take part of the
     /// set per pass (a subset sampler), or an epoch that begins with room to spare, then find them
     /// made. While readers take outputs, the next pass's would only take their cores.
-    pub fn refill_lane_once(&self, cursor: &mut usize, lane: (usize, usize), scope: RefillScope) -> bool {
-        let jobs = self.jobs.active();
+    /// A recipe no one has read yet gets none: its outputs may never be wanted, and the cores
+    /// are the readers'.
+    fn refill_pipeline_once(&self, pipeline: u8, jobs: &[Arc<Job>], cursor: &mut usize, lane: (usize, usize), scope: RefillScope) -> bool {
+        if pipeline != 0 && self.stats().pipeline(pipeline).opens() == 0 {
+            return false;
+        }
+        // The readers of the pipeline: the jobs themselves in augmented/, their states in a
+        // recipe's view (those that read it).
+        let states: Vec<Arc<Job>> =
+            if pipeline == 0 { jobs.to_vec() } else { jobs.iter().filter_map(|j| j.recipe_state(pipeline)).collect() };
+        let pass = if pipeline == 0 { Some(&self.top_pass) } else { self.recipe_passes.get(usize::from(pipeline) - 1) };
         let to_come = |f: FileId| {
-            if jobs.is_empty() {
-                !self.top_pass.has_seen(f)
+            if states.is_empty() {
+                pass.is_none_or(|p| !p.has_seen(f))
             } else {
-                jobs.iter().any(|j| !j.has_seen(f))
+                states.iter().any(|j| !j.has_seen(f))
             }
         };
-        self.producer.refill_once(cursor, lane, to_come)
-            || (scope == RefillScope::Any && self.producer.refill_once(cursor, lane, |_| true))
+        self.producer.refill_once(pipeline, cursor, lane, to_come)
+            || (scope == RefillScope::Any && self.producer.refill_once(pipeline, cursor, lane, |_| true))
     }
 
     /// Runs queued prefetch work until the queue stays empty for `wait` (or at once with a zero

@@ -24,7 +24,8 @@
 //! - `access.rs`: the owner shown (`--uid`/`--gid`) and the core's access check that goes with it;
 //! - `bad.rs`: samples known bad as the views show them (hidden, skipped), validation at mount;
 //! - `loader.rs`: what the loader socket asks of the core (a job's next samples into a slot);
-//! - `recipes.rs`: the recipes' views (`recipes:`): names, files, a job's state in each;
+//! - `recipes.rs`: the recipes' views (`recipes:`): names, files, a job's state in each, what
+//!   ODS prefers there (a kept output of the recipe's), their figures in `stats.json`;
 //! - `stale.rs`: source changes seen while serving ([`StaleInodes`]);
 //! - `control.rs`: the `.prepfs/` control files;
 //! - [`open_budget`]: the bound on what open handles pin.
@@ -46,6 +47,8 @@ mod stale;
 mod tree;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod recipe_tests;
 #[cfg(test)]
 mod reftests;
 
@@ -131,6 +134,8 @@ pub struct Filesystem {
     /// Samples served by top-level `augmented/` opens in the current pass over the set: the
     /// refill prepares the others first.
     top_pass: Pass,
+    /// The same for each recipe's top-level view (`recipe_passes[r - 1]` is recipe `r`'s).
+    recipe_passes: Vec<Pass>,
     mounted_at: SystemTime,
     /// The threads a loader's batch and the mount's validation are produced on in parallel
     /// (`prepfs-fill-<i>`), joined when the filesystem drops.
@@ -149,6 +154,7 @@ impl Filesystem {
     /// A filesystem reading its source through `io` (a fault-injecting one in tests).
     pub(crate) fn with_source(config: Config, catalog: Catalog, io: Arc<dyn SourceIo>) -> std::io::Result<Filesystem> {
         let top_pass = Pass::new(catalog.file_count(), catalog.sample_count() as u64);
+        let recipe_passes = config.recipes.iter().map(|_| Pass::new(catalog.file_count(), catalog.sample_count() as u64)).collect();
         let open_budget = OpenBudget::new(config.access.max_open_bytes, OPEN_WAIT);
         let refresh = Bitset::new(catalog.file_count());
         let config = Arc::new(config);
@@ -159,7 +165,8 @@ impl Filesystem {
             initial_split(config.cache.split),
             config.cache.policy,
             catalog.file_count(),
-        ));
+        )
+        .with_recipe_outputs(config.recipes.len()));
         let source = Source::new(
             io,
             config.threads.max(4),
@@ -222,6 +229,7 @@ impl Filesystem {
             output_files,
             passthrough,
             top_pass,
+            recipe_passes,
             config,
             catalog,
             stats,
@@ -320,7 +328,9 @@ impl Filesystem {
 
     /// Re-plans the cache split from the rates measured while serving, when enough samples were
     /// timed since the last plan.
+    /// Each pipeline's share of the augmented budget follows its reads so far.
     pub fn replan(&self) -> bool {
+        self.cache.set_output_reads(&self.stats.pipeline_reads(self.cache.pipelines()));
         let jobs = self.jobs.active();
         self.plan.tick(jobs.len(), self.epochs_done_by(&jobs))
     }

@@ -135,8 +135,10 @@ impl Filesystem {
     /// taken meanwhile, and the open then does the work itself.
     pub fn open_is_cheap(&self, ino: u64) -> bool {
         match Node::from_ino(ino) {
-            // A recipe's output is made at every open.
-            Some(Node::File(view, _)) if view.recipe != 0 => false,
+            // A recipe's output is cheap where one is kept for it (top level: taken whole).
+            Some(Node::File(view, file)) if view.recipe != 0 => {
+                view.job == 0 && self.cache.outputs(view.recipe).is_some_and(|store| store.contains(file))
+            }
             Some(Node::File(view, file)) if (file as usize) < self.catalog().file_count() => match (view.job, view.form) {
                 // Opening a source file is I/O (it may be a network share).
                 (0, Form::Encoded) => false,
@@ -177,7 +179,12 @@ impl Filesystem {
         }
         let (bytes, origin) = match form {
             Form::Decoded => self.producer.decoded(sample)?,
-            _ if view.recipe != 0 => self.producer.recipe(sample, view.recipe)?,
+            _ if view.recipe != 0 => {
+                if let Some(pass) = self.recipe_passes.get(usize::from(view.recipe) - 1) {
+                    pass.mark(sample.id);
+                }
+                self.producer.recipe(sample, view.recipe)?
+            }
             _ => {
                 self.top_pass.mark(sample.id);
                 self.producer.augmented(sample, Consumer::TopLevel)?

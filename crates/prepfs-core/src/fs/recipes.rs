@@ -1,14 +1,17 @@
 //! Recipes' views (`recipes:` in the config): each recipe a view beside `augmented/`, at the
 //! top (`MNT/<recipe>/`) and in every job's directory (`jobs/<job>/<recipe>/`). What a
 //! directory of views lists and a name in it finds, whether a view's recipe exists, how its
-//! files are written, and a job's sampling state in it (its own per recipe). A recipe's open
-//! is served like `augmented/`'s, through its own pipeline (`SampleProducer::recipe`).
+//! files are written, a job's sampling state in it (its own per recipe), and each recipe's
+//! figures in `stats.json`. A recipe's open is served like `augmented/`'s, through its own
+//! pipeline and from its own kept outputs (`SampleProducer::recipe`).
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 
 use super::{Filesystem, View};
+use crate::cache::SampleCache;
 use crate::config::OutputConfig;
+use crate::sampling::Rank;
 use crate::sampling::Job;
 use crate::shared::Form;
 use crate::source::catalog::FileId;
@@ -37,6 +40,36 @@ impl Filesystem {
     pub(super) fn view_output(&self, view: View) -> &OutputConfig {
         let recipe = usize::from(view.recipe).checked_sub(1).and_then(|i| self.config().recipes.get(i));
         recipe.map_or(&self.config().output, |r| &r.output)
+    }
+
+    /// Each recipe's figures by name (`stats.json`'s `recipes`): its opens, served from a kept
+    /// output or made at the open, its refills and pixel work per output, and what its store of
+    /// kept outputs holds of its share of the augmented budget.
+    pub(super) fn recipes_json(&self) -> serde_json::Value {
+        let mut doc = self.stats().recipes_json(self.config().recipes.iter().map(|r| r.name.as_str()));
+        for (r, recipe) in (1u8..).zip(&self.config().recipes) {
+            let figures = doc.get_mut(&recipe.name).and_then(|f| f.as_object_mut());
+            if let (Some(store), Some(figures)) = (self.cache.outputs(r), figures) {
+                figures.insert("kept".into(), store.entries().into());
+                figures.insert("kept_bytes".into(), store.used().into());
+                figures.insert("budget".into(), store.budget().into());
+            }
+        }
+        doc
+    }
+
+    /// What opportunistic sampling prefers `sample` by in `view` for a job (its used-by bit
+    /// `job`), up to `SampleCache::top_preference(view.form)`: in a recipe's view an output of
+    /// the recipe's kept ahead is the best, then the forms every view shares as `decoded/` ranks
+    /// them (another pipeline's output is no use there); elsewhere the view's own form.
+    pub(super) fn preference_in(&self, view: View, sample: FileId, job: u64) -> Rank {
+        if view.recipe == 0 {
+            return self.cache.preference(sample, view.form, job);
+        }
+        if self.cache.outputs(view.recipe).is_some_and(|store| store.contains(sample)) {
+            return SampleCache::top_preference(Form::Augmented);
+        }
+        self.cache.preference(sample, Form::Decoded, job)
     }
 
     /// `job`'s sampling state in `view`: its own in a recipe's view, else the job itself.

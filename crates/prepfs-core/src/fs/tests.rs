@@ -202,7 +202,7 @@ fn a_changed_source_file_drops_its_cached_forms_and_its_inodes_are_made_stale() 
 }
 
 /// A dataset of `n` photo-like JPEGs in one class, and a core over it with `cache_yaml`.
-fn core(n: usize, cache_yaml: &str) -> (tempfile::TempDir, Filesystem) {
+pub(super) fn core(n: usize, cache_yaml: &str) -> (tempfile::TempDir, Filesystem) {
     let dir = tempfile::tempdir().expect("tempdir");
     let class = dir.path().join("src/c0");
     std::fs::create_dir_all(&class).expect("mkdir");
@@ -220,14 +220,14 @@ fn core(n: usize, cache_yaml: &str) -> (tempfile::TempDir, Filesystem) {
     (dir, Filesystem::new(config, catalog).expect("filesystem"))
 }
 
-fn ino_of(fs: &Filesystem, view: &str, name: &str) -> u64 {
+pub(super) fn ino_of(fs: &Filesystem, view: &str, name: &str) -> u64 {
     let root = fs.lookup(ROOT_INO, OsStr::new(view), Caller::ROOT).expect("view").ino;
     let class = fs.lookup(root, OsStr::new("c0"), Caller::ROOT).expect("class").ino;
     fs.lookup(class, OsStr::new(name), Caller::ROOT).expect("file").ino
 }
 
 /// Opens, reads whole and releases one file through the core, as the kernel would.
-fn read_file(fs: &Filesystem, ino: u64) -> Vec<u8> {
+pub(super) fn read_file(fs: &Filesystem, ino: u64) -> Vec<u8> {
     let opened = fs.open(ino, false, Caller::ROOT).expect("open");
     let data = fs.read(opened.fh, 0, u32::MAX, |r| r.expect("read").to_vec());
     fs.release(ino, opened.fh);
@@ -238,7 +238,7 @@ fn epoch(fs: &Filesystem, n: usize) -> Vec<Vec<u8>> {
     (0..n).map(|i| read_file(fs, ino_of(fs, "augmented", &format!("s{i:03}.ppm")))).collect()
 }
 
-fn source_bytes(fs: &Filesystem) -> u64 {
+pub(super) fn source_bytes(fs: &Filesystem) -> u64 {
     fs.stats().source_bytes_read.load(Ordering::Relaxed)
 }
 
@@ -355,7 +355,7 @@ fn core_where_misses_keep_bytes(n: usize) -> (tempfile::TempDir, Filesystem) {
 }
 
 /// A count of `stats.json`'s `work` section.
-fn work_count(fs: &Filesystem, key: &str) -> u64 {
+pub(super) fn work_count(fs: &Filesystem, key: &str) -> u64 {
     fs.stats().to_json(serde_json::Value::Null)["work"][key].as_u64().expect(key)
 }
 
@@ -711,7 +711,7 @@ fn a_lookup_under_jobs_makes_no_job_and_the_first_open_inside_does() {
 }
 
 /// The inode of `jobs/<job>/<view>/c0/<name>`.
-fn job_view_file_ino(fs: &Filesystem, job: &str, view: &str, name: &str) -> u64 {
+pub(super) fn job_view_file_ino(fs: &Filesystem, job: &str, view: &str, name: &str) -> u64 {
     let mut ino = ROOT_INO;
     for part in ["jobs", job, view, "c0", name] {
         ino = fs.lookup(ino, OsStr::new(part), Caller::ROOT).expect(part).ino;

@@ -267,7 +267,7 @@ impl Filesystem {
                     // Listing a job's view is a use: a pending name's job is made here.
                     let job = self.job_for(view.job, caller, true)?.ok_or(Error::NotFound)?;
                     let job = self.job_in_view(&job, view);
-                    let rank = |c: FileId| self.cache.preference(c, view.cached_form(), job.bit());
+                    let rank = |c: FileId| self.preference_in(view, c, job.bit());
                     job.listing_order(d, images, rank, self.config().jobs.ods)
                 };
                 let ext = self.view_output(view).extension();

@@ -57,10 +57,10 @@ impl Pipeline {
 enum Timing {
     /// A full decode (decoded view, or a miss keeping pixels).
     Decode,
-    /// Decode and augment from encoded bytes (the model's `t_da`).
-    DecodeAugment,
-    /// Augment from decoded pixels (the model's `t_a`).
-    AugmentPixels,
+    /// Decode and augment from encoded bytes (the model's `t_da`) through a pipeline.
+    DecodeAugment(u8),
+    /// Augment from decoded pixels (the model's `t_a`) through a pipeline.
+    AugmentPixels(u8),
 }
 
 impl PixelWork {
@@ -81,6 +81,11 @@ impl PixelWork {
     /// Pipeline `recipe`'s output size (0: `augmented/`'s).
     pub(crate) fn recipe_size(&self, recipe: u8) -> Size2 {
         self.pipeline(recipe).size
+    }
+
+    /// How many pipelines: `augmented/`'s and one per recipe.
+    pub(crate) fn pipelines(&self) -> u8 {
+        self.pipelines.len() as u8
     }
 
     /// Bytes of one augmented output.
@@ -123,7 +128,7 @@ impl PixelWork {
         let mut rng = self.next_draw(id);
         let dest = self.dest();
         let p = self.pipeline(recipe);
-        self.timed(Timing::AugmentPixels, || augment_pixels_served(pixels, &p.augment, &mut rng, &p.output, dest))
+        self.timed(Timing::AugmentPixels(recipe), || augment_pixels_served(pixels, &p.augment, &mut rng, &p.output, dest))
     }
 
     /// The image's width and height from its header; `None` when it has none this reads.
@@ -139,7 +144,7 @@ impl PixelWork {
         let mut rng = self.next_draw(id);
         let dest = self.dest();
         let p = self.pipeline(recipe);
-        self.timed(Timing::DecodeAugment, || {
+        self.timed(Timing::DecodeAugment(recipe), || {
             decode_augment_served(bytes, size, &p.augment, &mut rng, self.max_pixels, &p.output, dest)
         })
     }
@@ -179,9 +184,19 @@ impl PixelWork {
         let nanos = thread_cpu_nanos().saturating_sub(started).max(1);
         let (count, total, histogram) = match kind {
             Timing::Decode => (&self.stats.full_decodes, &self.stats.full_decode_nanos, PixelKind::Decode),
-            Timing::DecodeAugment => (&self.stats.decode_augments, &self.stats.decode_augment_nanos, PixelKind::DecodeAugment),
-            Timing::AugmentPixels => (&self.stats.pixel_augments, &self.stats.pixel_augment_nanos, PixelKind::Augment),
+            Timing::DecodeAugment(_) => (&self.stats.decode_augments, &self.stats.decode_augment_nanos, PixelKind::DecodeAugment),
+            Timing::AugmentPixels(_) => (&self.stats.pixel_augments, &self.stats.pixel_augment_nanos, PixelKind::Augment),
         };
+        // Each pipeline's own cost too (per recipe in stats, read-weighted in the plan).
+        if let Timing::DecodeAugment(p) | Timing::AugmentPixels(p) = kind {
+            let own = self.stats.pipeline(p);
+            bump(&own.made, 1);
+            bump(&own.made_nanos, nanos);
+            if let Timing::AugmentPixels(_) = kind {
+                bump(&own.augments, 1);
+                bump(&own.augment_nanos, nanos);
+            }
+        }
         bump(count, 1);
         bump(total, nanos);
         self.stats.latency.record_pixel(histogram, std::time::Duration::from_nanos(nanos));

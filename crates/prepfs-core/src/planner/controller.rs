@@ -268,7 +268,8 @@ impl PlanController {
         let Serving { t_serve, per_read } = self.probe_serve();
         let s = &self.stats;
         let (da_n, da_ns) = (get(&s.decode_augments), get(&s.decode_augment_nanos));
-        let (a_n, a_ns) = (get(&s.pixel_augments), get(&s.pixel_augment_nanos));
+        // Recipes: each pipeline's measured augment cost, weighted by its reads (`stats.rs`).
+        let (a_n, a_ns) = s.read_weighted_augments(self.cache.pipelines());
         let (full_n, full_ns, full_bytes) = (get(&s.full_decodes), get(&s.full_decode_nanos), get(&s.full_decode_bytes));
         let (reads, read_bytes) = (get(&s.source_reads), get(&s.source_bytes_read));
         let (read_cpu_ns, read_blocked_ns) = (get(&s.source_read_cpu_nanos), get(&s.source_read_blocked_nanos));

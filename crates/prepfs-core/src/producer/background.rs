@@ -1,5 +1,5 @@
 //! Background work through the serving path, below the priority of requests: the refill (fresh
-//! augmentations into free augmented room) and prefetch (a sample made cached for a view before
+//! augmentations into each pipeline's free room: `augmented/`'s and every recipe's) and prefetch (a sample made cached for a view before
 //! a job asks). The threads that run it are the mount's (`crate::mount`); what is wanted is the
 //! jobs' (`crate::fs`): here is only the unit of work.
 
@@ -24,7 +24,7 @@ const FULL: f64 = 0.95;
 
 /// What the refill may work on now ([`RefillPacer`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RefillScope {
+pub(crate) enum RefillScope {
     /// Readers are taking outputs: only samples still to come in their pass (some job has not
     /// seen it this epoch; with no jobs, the top-level readers have not read it in this pass).
     /// The next pass's outputs would be no use to them, and would take the cores they use.
@@ -78,33 +78,52 @@ impl RefillPacer {
 }
 
 impl SampleProducer {
-    /// What the background refill may work on now, if anything ([`RefillPacer`]).
-    /// The stock is measured against what the room can hold of this data set: one output per
-    /// sample at most, so a room larger than the set is full once every sample has one.
-    pub(crate) fn refill_scope(&self) -> Option<RefillScope> {
-        self.refill_scope_at(self.pacer.start.elapsed())
+    /// What the background refill may work on now for pipeline `pipeline` (0: `augmented/`'s,
+    /// else the recipe's number), if anything ([`RefillPacer`]: each pipeline's own, by the
+    /// readers taking its outputs and its stock). The stock is measured against what its room
+    /// can hold of this data set: one output per sample at most, so a room larger than the set
+    /// is full once every sample has one.
+    pub(crate) fn refill_scope(&self, pipeline: u8) -> Option<RefillScope> {
+        let pacer = self.pacers.get(usize::from(pipeline))?;
+        self.refill_scope_at(pipeline, pacer.start.elapsed())
     }
 
     /// [`SampleProducer::refill_scope`] at `now`, the time since the pacer began.
-    pub(crate) fn refill_scope_at(&self, now: Duration) -> Option<RefillScope> {
-        let store = &self.tiers.memory().augmented;
-        let entry = self.pixels.out_len() + ENTRY_OVERHEAD;
-        let room = store.budget().min(self.catalog.sample_count() as u64 * entry);
+    pub(crate) fn refill_scope_at(&self, pipeline: u8, now: Duration) -> Option<RefillScope> {
+        let (pacer, store) = (self.pacers.get(usize::from(pipeline))?, self.tiers.memory().outputs(pipeline)?);
+        let out_len = self.pixels.recipe_out_len(pipeline);
+        let room = store.budget().min(self.catalog.sample_count() as u64 * (out_len + ENTRY_OVERHEAD));
         let stock = if room == 0 { 1.0 } else { store.used() as f64 / room as f64 };
-        let full = stock >= FULL || !store.has_room_for(self.pixels.out_len());
-        self.pacer.scope(now, store.hit_count(), stock, full)
+        let full = stock >= FULL || !store.has_room_for(out_len);
+        pacer.scope(now, store.hit_count(), stock, full)
     }
 
-    /// One unit of background refill: a fresh augmentation into free augmented room of a sample
-    /// `wanted` (some job has not seen it), made from the decoded or encoded cache when they hold
-    /// it, else from the source. Workers share the samples out by `lane` of `lanes` (sample ids
-    /// equal to `lane` modulo `lanes`), so they never make the same one. Returns false when there
-    /// is nothing to do (no room, or every wanted sample of the lane already has one).
-    pub(crate) fn refill_once(&self, cursor: &mut usize, (lane, lanes): (usize, usize), wanted: impl Fn(FileId) -> bool) -> bool {
+    /// The pipelines (0: `augmented/`'s, else the recipe's number), the emptiest stock of kept
+    /// outputs first: the order the refill serves them in, so each pipeline's share of the room
+    /// fills alike.
+    pub(crate) fn refill_order(&self) -> Vec<u8> {
         let cache = self.tiers.memory();
-        if !cache.augmented.has_room_for(self.pixels.out_len()) {
+        let stock = |p: u8| cache.outputs(p).map_or(1.0, |s| if s.budget() == 0 { 1.0 } else { s.used() as f64 / s.budget() as f64 });
+        let mut order: Vec<u8> = (0..cache.pipelines()).collect();
+        order.sort_by(|a, b| stock(*a).total_cmp(&stock(*b)));
+        order
+    }
+
+    /// One unit of background refill for pipeline `pipeline` (0: `augmented/`'s, else the
+    /// recipe's number): a fresh output into the free room of its store of a sample `wanted`
+    /// (some reader of the pipeline has not seen it), made from the decoded or encoded cache
+    /// when they hold it, else from the source. Workers share the samples out by `lane` of
+    /// `lanes` (sample ids equal to `lane` modulo `lanes`), so they never make the same one.
+    /// Returns false when there is nothing to do (no room, or every wanted sample of the lane
+    /// already has one).
+    pub(crate) fn refill_once(&self, pipeline: u8, cursor: &mut usize, (lane, lanes): (usize, usize), wanted: impl Fn(FileId) -> bool) -> bool {
+        let cache = self.tiers.memory();
+        let Some(store) = cache.outputs(pipeline) else { return false };
+        if !store.has_room_for(self.pixels.recipe_out_len(pipeline)) {
             return false;
         }
+        // augmented/'s store keeps the status bits; a recipe's is asked.
+        let held = |file: FileId| if pipeline == 0 { cache.status.held(file) & HELD_AUGMENTED != 0 } else { store.contains(file) };
         let lanes = lanes.max(1);
         let n = self.catalog.file_count().saturating_sub(lane).div_ceil(lanes);
         for _ in 0..n {
@@ -112,7 +131,7 @@ impl SampleProducer {
             // the refill works ahead of them rather than on the sample they are decoding.
             let file = (((*cursor + n / 2) % n) * lanes + lane) as FileId;
             *cursor = cursor.wrapping_add(1);
-            if cache.status.held(file) & HELD_AUGMENTED != 0 || !self.catalog.is_image(file) {
+            if held(file) || !self.catalog.is_image(file) {
                 continue;
             }
             if self.reader.known_bad(file) || !wanted(file) || self.loading(file) {
@@ -124,10 +143,11 @@ impl SampleProducer {
             // encoded while they have room).
             let refilled = self
                 .load_promoting(&sample, Admit::Fill)
-                .and_then(|(loaded, _)| self.augment(0, &sample, &loaded))
-                .map(|out| cache.augmented.admit(file, AugmentedEntry::fresh(out)));
+                .and_then(|(loaded, _)| self.augment(pipeline, &sample, &loaded))
+                .map(|out| store.admit(file, AugmentedEntry::fresh(out)));
             if matches!(refilled, Ok(true)) {
                 bump(&self.stats.refills, 1);
+                bump(&self.stats.pipeline(pipeline).refills, 1);
             }
             return true;
         }

@@ -32,7 +32,7 @@ use crate::served::ServedBytes;
 use crate::shared::Size2;
 use crate::source::catalog::{Catalog, FileId};
 use crate::source::{Observed, Sample, SampleReader};
-use crate::stats::Stats;
+use crate::stats::{bump, Stats};
 
 /// Who an augmented output is for, which decides what the cache keeps of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,8 +54,9 @@ pub(crate) struct SampleProducer {
     tiers: Tiers,
     pixels: PixelWork,
     stats: Arc<Stats>,
-    /// When the background refill works (`background.rs`).
-    pacer: background::RefillPacer,
+    /// When the background refill works (`background.rs`), for each pipeline (0:
+    /// `augmented/`'s, else the recipe's number): each keeps outputs of its own.
+    pacers: Vec<background::RefillPacer>,
     /// Concurrent misses of one sample look below memory and read and decode it once; they
     /// all get its result, a failure as the typed error it is (cheap to clone).
     loads: SingleFlight<Result<(Loaded, Origin)>>,
@@ -69,7 +70,8 @@ impl SampleProducer {
         pixels: PixelWork,
         stats: Arc<Stats>,
     ) -> SampleProducer {
-        SampleProducer { catalog, reader, tiers, pixels, stats, pacer: background::RefillPacer::default(), loads: SingleFlight::default() }
+        let pacers = (0..pixels.pipelines()).map(|_| background::RefillPacer::default()).collect();
+        SampleProducer { catalog, reader, tiers, pixels, stats, pacers, loads: SingleFlight::default() }
     }
 
     /// Whether a miss of `id` is being loaded now.
@@ -95,11 +97,13 @@ impl SampleProducer {
             Consumer::Prefetch => None,
         };
         if let Some(out) = hit {
+            bump(&self.stats.pipeline(0).served_kept, 1);
             return Ok((out, Origin::Augmented));
         }
         // An output another mount made and offered, taken so no one else gets it.
         if consumer != Consumer::Prefetch {
             if let Some(out) = self.tiers.claim_remote_augmented(sample) {
+                bump(&self.stats.pipeline(0).served_kept, 1);
                 return Ok((ServedBytes::Memory(out), Origin::Remote));
             }
         }
@@ -118,18 +122,28 @@ impl SampleProducer {
             }
             _ => {}
         }
+        if consumer != Consumer::Prefetch {
+            bump(&self.stats.pipeline(0).made_at_open, 1);
+        }
         Ok((out, origin))
     }
 
     /// The bytes of one file of recipe `recipe`'s view (its number, from 1) of `sample`, and
-    /// where they came from: a fresh draw of the recipe's pipeline from what the encoded and
-    /// decoded forms hold (which every view shares), else from the source, kept in the fill
-    /// order of an augmented read. A recipe's outputs are made per read and never kept: the
-    /// augmented form holds `augmented/`'s alone, so no view is ever served another's output.
+    /// where they came from: an output of the recipe's kept ahead (by the refill), taken so it is
+    /// served once; else a fresh draw of the recipe's pipeline from what the encoded and decoded
+    /// forms hold (which every view shares), else from the source, kept in the fill order of an
+    /// augmented read. Each recipe keeps its outputs in a store of its own
+    /// ([`crate::cache::SampleCache::outputs`]), so no view is ever served another's output.
     pub(crate) fn recipe(&self, sample: &Sample, recipe: u8) -> Result<(ServedBytes, Origin)> {
         self.reader.refuse_known_bad(sample)?;
+        let counters = self.stats.pipeline(recipe);
+        if let Some(kept) = self.tiers.memory().outputs(recipe).and_then(|store| store.take(sample.id)) {
+            bump(&counters.served_kept, 1);
+            return Ok((kept.bytes, Origin::Augmented));
+        }
         let (loaded, origin) = self.load_promoting(sample, Admit::Augmented { spare: false })?;
         let out = self.augment(recipe, sample, &loaded)?;
+        bump(&counters.made_at_open, 1);
         Ok((out, origin))
     }
 

@@ -1,0 +1,184 @@
+//! The kept augmented outputs of every pipeline the mount serves: `augmented/`'s (pipeline 0,
+//! `SampleCache::augmented`, the store whose status bits opportunistic sampling reads) and each
+//! recipe's (its number, from 1: a store of its own, so no view is ever served another's
+//! output), and how the plan's augmented budget is split between them.
+//!
+//! The split is kept simple on purpose: the plan gives one augmented budget (its model knows no
+//! recipes), and each pipeline gets the share of it that its reads are of all pipelines' reads
+//! (each counted one more, so before any read every pipeline gets an equal share, and a
+//! pipeline no one reads keeps a sliver). A share that shrinks evicts down to it before the
+//! others grow, as a new split does between the forms.
+
+use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::{LockExt, Mutex};
+
+use crate::config::EvictionPolicy;
+
+use super::tiers::{AugmentedEntry, FormStore, SampleCache};
+
+/// The recipes' own output stores and the state of the budget's split (in [`SampleCache`]).
+pub(super) struct RecipeOutputs {
+    /// Recipe `r`'s kept outputs at `stores[r - 1]`: taken whole, each served once.
+    stores: Vec<FormStore<AugmentedEntry>>,
+    /// The augmented budget the plan gives all pipelines together.
+    total: AtomicU64,
+    /// Each pipeline's reads when the budget was last split (0: `augmented/`'s).
+    reads: Mutex<Vec<u64>>,
+}
+
+impl RecipeOutputs {
+    /// `recipes` stores, empty; the whole of `total` stays `augmented/`'s until
+    /// [`SampleCache::with_recipe_outputs`] splits it.
+    pub(super) fn new(recipes: usize, total: u64) -> RecipeOutputs {
+        RecipeOutputs {
+            // Outputs are used once and dropped: never evicted to admit others.
+            stores: (0..recipes).map(|_| FormStore::new(0, EvictionPolicy::Keep)).collect(),
+            total: AtomicU64::new(total),
+            reads: Mutex::new(vec![0; recipes + 1]),
+        }
+    }
+
+    /// The augmented budget all pipelines share.
+    pub(super) fn total(&self) -> u64 {
+        self.total.load(Ordering::Relaxed)
+    }
+
+    /// Every recipe's store, in recipe order.
+    pub(super) fn stores(&self) -> &[FormStore<AugmentedEntry>] {
+        &self.stores
+    }
+}
+
+/// Each pipeline's bytes of `total`, by its share of `reads` (each counted one more).
+fn shares(total: u64, reads: &[u64]) -> Vec<u64> {
+    let weights: Vec<u128> = reads.iter().map(|&r| u128::from(r) + 1).collect();
+    let sum: u128 = weights.iter().sum::<u128>().max(1);
+    weights.iter().map(|w| (u128::from(total) * w / sum) as u64).collect()
+}
+
+impl SampleCache {
+    /// The same cache with a store of kept outputs for each of `recipes` recipes, the augmented
+    /// budget split between them and `augmented/` equally until reads are counted.
+    pub(crate) fn with_recipe_outputs(mut self, recipes: usize) -> SampleCache {
+        self.recipes = RecipeOutputs::new(recipes, self.augmented.budget());
+        self.split_outputs();
+        self
+    }
+
+    /// The kept outputs of pipeline `pipeline` (0: `augmented/`'s, else the recipe's number);
+    /// `None` for a number no recipe has.
+    pub(crate) fn outputs(&self, pipeline: u8) -> Option<&FormStore<AugmentedEntry>> {
+        match pipeline {
+            0 => Some(&self.augmented),
+            r => self.recipes.stores.get(usize::from(r) - 1),
+        }
+    }
+
+    /// How many pipelines keep outputs: `augmented/`'s and one per recipe.
+    pub(crate) fn pipelines(&self) -> u8 {
+        (self.recipes.stores.len() + 1) as u8
+    }
+
+    /// Sets the augmented budget all pipelines share (a new split's), split between them.
+    pub(super) fn set_outputs_budget(&self, total: u64) -> u64 {
+        self.recipes.total.store(total, Ordering::Relaxed);
+        self.split_outputs()
+    }
+
+    /// Splits the augmented budget again by each pipeline's `reads` so far (0: `augmented/`'s;
+    /// the mount's housekeeping calls this once a second). Returns how many outputs were evicted.
+    pub(crate) fn set_output_reads(&self, reads: &[u64]) -> u64 {
+        {
+            let mut kept = self.recipes.reads.lock_or_recover();
+            for (k, r) in kept.iter_mut().zip(reads) {
+                *k = *r;
+            }
+        }
+        self.split_outputs()
+    }
+
+    /// Applies the split: shrinking stores first, so all together never pass the total.
+    fn split_outputs(&self) -> u64 {
+        if self.recipes.stores.is_empty() {
+            return self.augmented.set_budget(self.recipes.total.load(Ordering::Relaxed));
+        }
+        let reads = self.recipes.reads.lock_or_recover().clone();
+        let budgets = shares(self.recipes.total.load(Ordering::Relaxed), &reads);
+        let stores: Vec<&FormStore<AugmentedEntry>> = (0..self.pipelines()).filter_map(|p| self.outputs(p)).collect();
+        let mut evicted = 0;
+        for shrinking in [true, false] {
+            for (store, &budget) in stores.iter().zip(&budgets) {
+                if (budget < store.budget()) == shrinking {
+                    evicted += store.set_budget(budget);
+                }
+            }
+        }
+        evicted
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::ENTRY_OVERHEAD;
+    use crate::planner::Split;
+
+    fn cache(recipes: usize, augmented: u64) -> SampleCache {
+        let split = Split::new(0, 0, 100).expect("sums to 100");
+        SampleCache::new(augmented, split, EvictionPolicy::Keep, 16).with_recipe_outputs(recipes)
+    }
+
+    fn output(n: usize) -> AugmentedEntry {
+        AugmentedEntry::fresh(std::sync::Arc::<[u8]>::from(vec![1u8; n]))
+    }
+
+    #[test]
+    fn before_any_read_augmented_and_each_recipe_get_an_equal_share_of_the_augmented_budget() {
+        let cache = cache(2, 3000);
+        let budgets: Vec<u64> = (0..3).map(|p| cache.outputs(p).expect("store").budget()).collect();
+        assert_eq!(budgets, [1000, 1000, 1000]);
+        assert!(cache.outputs(3).is_none(), "no store for a number no recipe has");
+    }
+
+    #[test]
+    fn the_augmented_budget_follows_the_pipelines_read_shares_and_never_passes_the_plans() {
+        let cache = cache(2, 100 * (100 + ENTRY_OVERHEAD));
+        // Recipe 1 fills its share.
+        let ones = (0..16).filter(|&id| cache.outputs(1).expect("store").admit(id, output(100))).count();
+        assert!(ones > 0);
+        // Recipe 2 is read three times as much as recipe 1, augmented/ not at all.
+        cache.set_output_reads(&[0, 100, 300]);
+        let budgets: Vec<u64> = (0..3).map(|p| cache.outputs(p).expect("store").budget()).collect();
+        let total = 100 * (100 + ENTRY_OVERHEAD);
+        assert!(budgets.iter().sum::<u64>() <= total);
+        assert!(budgets[0] < total / 100, "a pipeline no one reads keeps a sliver: {budgets:?}");
+        assert!(budgets[2] > 2 * budgets[1] && budgets[2] < 4 * budgets[1], "{budgets:?}");
+        for p in 0..3 {
+            let store = cache.outputs(p).expect("store");
+            assert!(store.used() <= store.budget(), "pipeline {p} holds more than its share");
+        }
+        // A new split of the memory moves the total; the shares follow it.
+        cache.set_split(Split::new(50, 0, 50).expect("sums to 100"));
+        let after: u64 = (0..3).map(|p| cache.outputs(p).expect("store").budget()).sum();
+        assert!(after <= total / 2 && after + 3 >= total / 2, "{after}");
+    }
+
+    #[test]
+    fn a_recipes_kept_output_is_in_its_own_store_alone_and_taken_once() {
+        let cache = cache(2, 1 << 20);
+        assert!(cache.outputs(1).expect("store").admit(5, output(10)));
+        assert!(!cache.augmented.contains(5) && !cache.outputs(2).expect("store").contains(5));
+        assert_eq!(cache.status.held(5), 0, "augmented/'s status bits are its own outputs'");
+        assert!(cache.outputs(1).expect("store").take(5).is_some());
+        assert!(cache.outputs(1).expect("store").take(5).is_none(), "an output is served once");
+    }
+
+    #[test]
+    fn without_recipes_augmented_keeps_the_whole_augmented_budget() {
+        let cache = cache(0, 5000);
+        assert_eq!(cache.augmented.budget(), 5000);
+        cache.set_output_reads(&[10]);
+        assert_eq!(cache.augmented.budget(), 5000);
+        assert_eq!(cache.pipelines(), 1);
+    }
+}
