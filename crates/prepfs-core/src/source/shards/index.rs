@@ -277,8 +277,13 @@ pub(crate) mod tests {
         let keys: Vec<&[u8]> = idx.samples.iter().map(|s| &s.key[..]).collect();
         assert_eq!(keys, [&b"d"[..], b"e"]);
         assert_eq!((idx.problems.bad_labels, idx.problems.extra_images, idx.problems.cut), (3, 1, false));
-        assert!(idx.problems.first.as_deref().is_some_and(|w| w.contains("UTF-8")), "{:?}", idx.problems.first);
+        assert!(idx.problems.first.as_deref().is_some_and(|w| w.contains("d.jpg is a second image")), "{:?}", idx.problems.first);
         assert_eq!(bytes_at(&path, &idx.samples[0]), b"D", "the first image of a key is served");
+        // The reason a label is refused is said.
+        write_tar(&path, &[("a.jpg", b"A"), ("a.cls", b"\xff\xfe")]);
+        let idx = index_of(&path);
+        assert!(idx.samples.is_empty());
+        assert!(idx.problems.first.as_deref().is_some_and(|w| w.starts_with("a: a .cls that is not UTF-8")), "{:?}", idx.problems.first);
     }
 
     #[test]
