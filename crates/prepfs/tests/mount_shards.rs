@@ -16,6 +16,9 @@ use common::{id_of_pixels, make_id_dataset, parse_ppm, write_config, Mounted};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
+/// The bytes of a member named like an image that is none.
+const NOT_AN_IMAGE: &[u8] = b"these bytes are not a JPEG";
+
 /// A sample as packed: its served class and name, its id, its JPEG bytes.
 struct Packed {
     class: &'static str,
@@ -51,7 +54,8 @@ fn as_nobody_cat(path: &Path) -> Result<Vec<u8>, String> {
 
 /// Three shards of 15 id-coded JPEGs in 3 classes: `train-000.tar` (ids 0-7, labels in `.cls`,
 /// id 7's key with directories in it), `train-001.tar` (ids 8-14, labels in `.json`; mode
-/// 0600), and `train-002.tar`, cut inside its second sample. Returns the shards' directory and
+/// 0600), and `train-002.tar`, with a member that is not an image and cut inside its third
+/// sample. Returns the shards' directory and
 /// the samples served.
 fn pack_shards(dir: &Path) -> (PathBuf, Vec<Packed>) {
     let (images, class_of) = make_id_dataset(dir, 3, 5);
@@ -81,6 +85,8 @@ fn pack_shards(dir: &Path) -> (PathBuf, Vec<Packed>) {
     let mut third = tar::Builder::new(std::fs::File::create(&cut).expect("create"));
     add(&mut third, "t00.jpg", &jpeg(0));
     add(&mut third, "t00.cls", b"0");
+    add(&mut third, "t02.jpg", NOT_AN_IMAGE);
+    add(&mut third, "t02.cls", b"0");
     add(&mut third, "t01.jpg", &jpeg(1));
     add(&mut third, "t01.cls", b"0");
     third.into_inner().expect("finish");
@@ -124,7 +130,7 @@ fn samples_packed_in_tar_shards_are_served_byte_for_byte_as_an_image_folder_and_
     for class in &classes {
         listed += std::fs::read_dir(mnt.path(&format!("encoded/{class}"))).expect("ls").count();
     }
-    assert_eq!(listed, packed.len(), "every sample once: t01, cut by the end of its shard, is not served");
+    assert_eq!(listed, packed.len() + 1, "every sample once (and t02, not an image): t01, cut by the end of its shard, is not served");
     assert!(!mnt.path("encoded/0/t01.jpg").exists());
     for s in &packed {
         let rel = format!("{}/{}", s.class, s.name);
@@ -152,6 +158,15 @@ fn samples_packed_in_tar_shards_are_served_byte_for_byte_as_an_image_folder_and_
         assert!(denied.as_ref().is_err_and(|e| e.contains("Permission denied")), "{view}: {denied:?}");
     }
     assert!(mnt.log().contains("shard has bad members"), "the cut shard is said: {}", mnt.log());
+
+    // A member that is not an image: its bytes in `encoded/`, EIO in the pixel views, the
+    // others served.
+    assert!(std::fs::read(mnt.path("encoded/0/t02.jpg")).expect("encoded") == NOT_AN_IMAGE);
+    for view in ["decoded/0/t02.ppm", "augmented/0/t02.ppm"] {
+        let err = std::fs::read(mnt.path(view)).expect_err("not an image");
+        assert_eq!(err.raw_os_error(), Some(libc::EIO), "{view}: {err}");
+    }
+    assert!(std::fs::read(mnt.path("augmented/0/t00.ppm")).is_ok());
     assert_eq!(mnt.stop().code(), Some(0));
 
     // The index was kept beside nothing of the source's, and the next mount reuses it.

@@ -70,11 +70,25 @@ impl Shards {
     /// keeping each new one, in `index_dir` if given), calling `progress` with the samples
     /// found so far; gives up with `Interrupted` once `stop` is set. Fails, naming it, on a
     /// pattern that matches nothing or a shard that cannot be read.
-    pub fn index(config: &ShardsConfig, index_dir: Option<&Path>, mut progress: impl FnMut(usize), stop: &AtomicBool) -> std::io::Result<Shards> {
-        let started = Instant::now();
+    pub fn index(config: &ShardsConfig, index_dir: Option<&Path>, progress: impl FnMut(usize), stop: &AtomicBool) -> std::io::Result<Shards> {
         let (dir, names) = pattern::expand(&config.pattern)?;
         let root = dir.canonicalize().map_err(|e| named(&dir, e))?;
         let inner: Arc<dyn SourceIo> = Arc::new(LocalSource::new(&root)?);
+        Shards::index_over(inner, &root, names, index_dir, progress, stop)
+    }
+
+    /// [`Shards::index`] of the shards `names` in `root`, read through `inner` (the local
+    /// directory; an instrumented one in tests).
+    pub(crate) fn index_over(
+        inner: Arc<dyn SourceIo>,
+        root: &Path,
+        names: Vec<String>,
+        index_dir: Option<&Path>,
+        mut progress: impl FnMut(usize),
+        stop: &AtomicBool,
+    ) -> std::io::Result<Shards> {
+        let started = Instant::now();
+        let root = root.to_path_buf();
         let mut report = ShardReport { shards: names.len(), ..ShardReport::default() };
         let mut shards = Vec::with_capacity(names.len());
         let mut indexes = Vec::with_capacity(names.len());

@@ -143,3 +143,59 @@ fn a_pattern_that_matches_nothing_or_an_unreadable_shard_is_refused_by_name() {
     assert!(err.to_string().contains("train-0.tar"), "{err}");
     assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
 }
+
+/// The real local source, counting the reads of the files it opens.
+struct CountingSource {
+    inner: LocalSource,
+    reads: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+struct CountingFile {
+    inner: Box<dyn crate::source::SourceFile>,
+    reads: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl SourceIo for CountingSource {
+    fn space(&self) -> std::io::Result<crate::source::Space> {
+        self.inner.space()
+    }
+    fn metadata(&self, path: &Path) -> std::io::Result<crate::source::FileMeta> {
+        self.inner.metadata(path)
+    }
+    fn open(&self, path: &Path) -> std::io::Result<Box<dyn crate::source::SourceFile>> {
+        Ok(Box::new(CountingFile { inner: self.inner.open(path)?, reads: Arc::clone(&self.reads) }))
+    }
+}
+
+impl crate::source::SourceFile for CountingFile {
+    fn meta(&self) -> &crate::source::FileMeta {
+        self.inner.meta()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.read_at(buf, offset)
+    }
+}
+
+#[test]
+fn a_sample_is_one_ranged_read_of_its_shard_through_the_bounded_source() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    write_tar(&dir.path().join("s.tar"), &[("small.jpg", b"tiny"), ("small.cls", b"1"), ("big.jpg", &big), ("big.cls", b"1")]);
+    let reads = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let inner = Arc::new(CountingSource { inner: LocalSource::new(dir.path()).expect("source"), reads: Arc::clone(&reads) });
+    let mut shards = Shards::index_over(inner, dir.path(), vec!["s.tar".into()], None, |_| {}, &AtomicBool::new(false)).expect("index");
+    let catalog = shards.take_catalog().expect("catalog");
+    let headers = reads.swap(0, std::sync::atomic::Ordering::SeqCst);
+    // The walk: the headers and the two label members, not the 300 KB of data.
+    assert!(headers <= 8, "{headers} reads to index 4 members");
+    let source = crate::source::Source::new(shards.io(), 2, std::time::Duration::from_secs(5), 1 << 20, None).expect("source");
+    for (name, want) in [("1/big.jpg", &big[..]), ("1/small.jpg", b"tiny")] {
+        let path = catalog.root().join(name);
+        let meta = source.metadata(&path).expect("stat");
+        let (bytes, _) = source.read_sized(&path, meta.len()).expect("read");
+        assert!(&*bytes == want, "{name}");
+        assert_eq!(reads.swap(0, std::sync::atomic::Ordering::SeqCst), 1, "{name}: one pread");
+    }
+    source.shutdown(std::time::Duration::from_secs(1));
+}
