@@ -387,6 +387,12 @@ fn index_shards_with_progress(
         samples = report.samples,
         reused = report.reused,
         indexed = report.indexed,
+        bad_labels = report.bad_labels,
+        cut_shards = report.cut_shards,
+        duplicates = report.duplicates,
+        unnamed = report.unnamed,
+        index_bytes = report.index_file_bytes,
+        memory_bytes_per_sample = format!("{:.0}", report.memory_bytes_per_sample),
         index_dir = %index_dir.map_or("none".into(), |d| d.display().to_string()),
         "shards ready"
     );

@@ -26,7 +26,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-pub use pattern::{is_shard_pattern, split_pattern};
+pub use pattern::is_shard_pattern;
+pub(crate) use pattern::split_pattern;
 
 use crate::config::ShardsConfig;
 use crate::source::catalog::Catalog;

@@ -63,7 +63,7 @@ pub(crate) fn expand(pattern: &str) -> io::Result<(PathBuf, Vec<String>)> {
 
 /// A pattern's directory and its file-name part; refused (in words) where the directory has a
 /// glob or brace, or no file name is given.
-pub fn split_pattern(pattern: &str) -> Result<(PathBuf, &str), String> {
+pub(crate) fn split_pattern(pattern: &str) -> Result<(PathBuf, &str), String> {
     let (dir, name) = match pattern.rfind('/') {
         Some(i) => (&pattern[..i.max(1)], &pattern[i + 1..]),
         None => (".", pattern),
