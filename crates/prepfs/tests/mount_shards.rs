@@ -167,6 +167,24 @@ fn samples_packed_in_tar_shards_are_served_byte_for_byte_as_an_image_folder_and_
         assert_eq!(err.raw_os_error(), Some(libc::EIO), "{view}: {err}");
     }
     assert!(std::fs::read(mnt.path("augmented/0/t00.ppm")).is_ok());
+
+    // A job's epoch over the shards (opportunistic sampling: cached samples first, another of
+    // the same class served in place of one not cached): every sample once, in its class.
+    let mut served = Vec::new();
+    for class in &classes {
+        let dir = mnt.path(&format!("jobs/j1/augmented/{class}"));
+        let mut names: Vec<_> = std::fs::read_dir(&dir).expect("job listing").map(|e| e.expect("entry").file_name()).collect();
+        names.sort();
+        for name in names {
+            let out = std::fs::read(dir.join(&name)).unwrap_or_else(|e| panic!("jobs/j1/augmented/{class}/{name:?}: {e}"));
+            let (_, _, rgb) = parse_ppm(&out);
+            served.push((class.clone(), id_of_pixels(rgb).0));
+        }
+    }
+    let mut want: Vec<(String, usize)> = packed.iter().map(|s| (s.class.to_string(), s.id)).collect();
+    served.sort();
+    want.sort();
+    assert_eq!(served, want, "the job's epoch serves each sample once (t02, known bad, hidden)");
     assert_eq!(mnt.stop().code(), Some(0));
 
     // The index was kept beside nothing of the source's, and the next mount reuses it.
