@@ -190,7 +190,11 @@ fn samples_packed_in_tar_shards_are_served_byte_for_byte_as_an_image_folder_and_
     // The index was kept beside nothing of the source's, and the next mount reuses it.
     assert_eq!(shard_names(&shards), ["train-000.tar", "train-001.tar", "train-002.tar"], "the source is never written");
     assert_eq!(std::fs::read_dir(&index_dir).expect("index dir").count(), 3, "one kept index per shard");
-    let again = Mounted::start(&run, &config, Path::new(&pattern), LIMIT);
+    // As a user mounts shards: `prepfs mount 'PATTERN' MOUNTPOINT --config FILE`.
+    let mut cmd = Command::new(common::prepfs_bin());
+    cmd.arg("mount").arg(&pattern).arg(run.join("mnt")).arg("--config").arg(&config).arg("--drain").arg("0.2");
+    cmd.env("PREPFS_RUN_DIR", run.join("prepfs-run"));
+    let again = Mounted::start_command(cmd, &run.join("mnt"), &run.join("prepfs.log"), LIMIT);
     let log = again.log();
     assert!(log.contains("reused=3") && log.contains("indexed=0"), "{log}");
     let s = &packed[7];
