@@ -261,6 +261,45 @@ pub(crate) mod tests {
         assert_eq!(idx.stamp.len, std::fs::metadata(&path).expect("stat").len());
     }
 
+    /// A PAX record `"<len> key=value\n"`, its length counting itself.
+    fn pax_record(key: &str, value: &str) -> Vec<u8> {
+        let body = format!(" {key}={value}\n");
+        let mut len = body.len() + 1;
+        while format!("{len}{body}").len() != len {
+            len += 1;
+        }
+        format!("{len}{body}").into_bytes()
+    }
+
+    #[test]
+    fn a_long_key_in_a_pax_header_as_pythons_tarfile_writes_it_is_read_whole() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("s.tar");
+        let key = format!("ünïcödé/{}", "k".repeat(120));
+        let mut builder = tar::Builder::new(std::fs::File::create(&path).expect("create"));
+        for (name, bytes) in [(format!("{key}.jpg"), &b"IMAGE"[..]), (format!("{key}.cls"), b"2")] {
+            let record = pax_record("path", &name);
+            let mut pax = tar::Header::new_ustar();
+            pax.set_path("PaxHeaders/x").expect("pax name");
+            pax.set_size(record.len() as u64);
+            pax.set_entry_type(tar::EntryType::XHeader);
+            pax.set_cksum();
+            builder.append(&pax, &record[..]).expect("pax");
+            let mut header = tar::Header::new_ustar();
+            header.set_path("short-name-ignored").expect("name");
+            header.set_size(bytes.len() as u64);
+            header.set_entry_type(tar::EntryType::Regular);
+            header.set_cksum();
+            builder.append(&header, bytes).expect("entry");
+        }
+        builder.into_inner().expect("finish");
+        let idx = index_of(&path);
+        assert!(!idx.problems.any(), "{:?}", idx.problems);
+        assert_eq!(idx.samples.len(), 1, "{:?}", idx.samples);
+        assert_eq!((idx.samples[0].key.as_slice(), idx.samples[0].label.clone()), (key.as_bytes(), Label::Number(2)));
+        assert_eq!(bytes_at(&path, &idx.samples[0]), b"IMAGE");
+    }
+
     #[test]
     fn a_bad_label_drops_its_sample_and_the_rest_are_served() {
         let dir = tempfile::tempdir().expect("tempdir");
