@@ -227,6 +227,8 @@ impl Config {
                 let (dir, name) = crate::source::shards::split_pattern(&pattern).map_err(|e| ConfigError::at(text, "source", e))?;
                 let dir = dir.canonicalize().map_err(|e| ConfigError::at(text, "source", format!("{}: {e}", dir.display())))?;
                 let pattern = format!("{}/{name}", dir.display().to_string().trim_end_matches('/'));
+                // Refused here, with the key, where it names no shard (a mount indexes them).
+                crate::source::shards::expand(&pattern).map_err(|e| ConfigError::at(text, "source", e))?;
                 let index_dir = index_dir.map(|d| std::path::absolute(&d).unwrap_or(d));
                 if index_dir.as_ref().is_some_and(|d| d.starts_with(&dir)) {
                     return Err(ConfigError::at(text, "source.index_dir", "the shard index must not lie inside the shards' directory (the source is never written)"));

@@ -549,6 +549,9 @@ fn a_shard_pattern_as_the_source_serves_its_directory_and_keeps_the_index_beside
     let dir = tempfile::tempdir().expect("tempdir");
     let shards = dir.path().join("shards");
     std::fs::create_dir_all(&shards).expect("mkdir");
+    for n in 0..10 {
+        std::fs::write(shards.join(format!("train-{n:03}.tar")), b"").expect("shard");
+    }
     let pattern = format!("{}/train-{{000..009}}.tar", shards.display());
     let mount = |yaml: &str, source: Option<&str>| {
         let overrides = Overrides { source: source.map(PathBuf::from), mountpoint: Some("/mnt/x".into()), seed: None };
@@ -570,7 +573,12 @@ fn a_shard_pattern_as_the_source_serves_its_directory_and_keeps_the_index_beside
     let written = c.to_yaml();
     assert!(written.contains("shards:"), "{written}");
     assert_eq!(mount(&written, None).expect("round trip").shards, c.shards);
-    // Refused: a glob in the directory, an index inside the shards' directory.
+    // Refused: a pattern that names a missing shard or matches nothing, a glob in the
+    // directory, an index inside the shards' directory.
+    let err = mount("seed: 1\n", Some(&format!("{}/train-{{000..010}}.tar", shards.display()))).expect_err("no 010").to_string();
+    assert!(err.contains("train-010.tar") && err.contains("source"), "{err}");
+    let err = mount("seed: 1\n", Some(&format!("{}/val-*.tar", shards.display()))).expect_err("none").to_string();
+    assert!(err.contains("matches no file"), "{err}");
     let err = mount("seed: 1\n", Some(&format!("{}/*/x.tar", dir.path().display()))).expect_err("dir glob").to_string();
     assert!(err.contains("file name only"), "{err}");
     let err = mount(&format!("source: {{ shards: \"{pattern}\", index_dir: {}/idx }}\n", shards.display()), None).expect_err("inside").to_string();

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 pub use pattern::is_shard_pattern;
-pub(crate) use pattern::split_pattern;
+pub(crate) use pattern::{expand, split_pattern};
 
 use crate::config::ShardsConfig;
 use crate::source::catalog::Catalog;

@@ -52,6 +52,10 @@ pub(crate) fn expand(pattern: &str) -> io::Result<(PathBuf, Vec<String>)> {
                 }
             }
         } else if seen.insert(name.clone()) {
+            // A name the braces made must be there (WebDataset fails on a missing shard too).
+            if !dir.join(&name).exists() {
+                return Err(io::Error::new(io::ErrorKind::NotFound, format!("shard pattern {pattern:?}: no shard {}", dir.join(&name).display())));
+            }
             found.push(name);
         }
     }
@@ -180,6 +184,8 @@ mod tests {
         let (_, names) = expand(&format!("{root}/*.tar")).expect("no hidden files");
         assert!(!names.iter().any(|n| n.starts_with('.')), "{names:?}");
         assert_eq!(expand(&format!("{root}/test-*.tar")).expect_err("none").kind(), io::ErrorKind::NotFound);
+        let missing = expand(&format!("{root}/train-{{001..003}}.tar")).expect_err("train-003 missing");
+        assert!(missing.kind() == io::ErrorKind::NotFound && missing.to_string().contains("train-003.tar"), "{missing}");
         assert_eq!(expand(&format!("{root}/*/x.tar")).expect_err("dir glob").kind(), io::ErrorKind::InvalidInput);
         assert!(is_shard_pattern(&format!("{root}/train-*.tar")));
         assert!(is_shard_pattern("/data/one.tar"));
