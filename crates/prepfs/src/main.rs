@@ -94,8 +94,9 @@ enum Command {
 
 #[derive(clap::Args, Debug)]
 struct MountArgs {
-    /// `SOURCE MOUNTPOINT`: the dataset directory and where to mount it. A single path that is
-    /// a file is the older form's CONFIG.
+    /// `SOURCE MOUNTPOINT`: the dataset directory (or a WebDataset shard pattern, quoted:
+    /// '/data/train-{000000..000099}.tar') and where to mount it. A single path that is a file
+    /// is the older form's CONFIG.
     #[arg(value_name = "SOURCE MOUNTPOINT | CONFIG", num_args = 0..=2)]
     paths: Vec<PathBuf>,
     /// The mount configuration (YAML; see mount-configs/). Without one, the shipped defaults
@@ -542,9 +543,10 @@ impl MountPlan {
                 plan.older_form = true;
             }
             [source, mountpoint] => {
-                if source.exists() && !source.is_dir() {
+                let shards = prepfs_core::source::shards::is_shard_pattern(&source.to_string_lossy());
+                if source.exists() && !source.is_dir() && !shards {
                     return Err(format!(
-                        "SOURCE {} is not a directory (to mount with a config file: `prepfs mount SOURCE MOUNTPOINT --config FILE`)",
+                        "SOURCE {} is not a directory or a shard pattern (to mount with a config file: `prepfs mount SOURCE MOUNTPOINT --config FILE`)",
                         source.display()
                     ));
                 }

@@ -367,6 +367,39 @@ pub(crate) fn scan_with_progress(source: &Path, stop: &AtomicBool) -> Result<Cat
     catalog
 }
 
+/// Indexes the shards `shards` names, kept indexes in `index_dir` reused, its progress shown;
+/// gives up when `stop` is set.
+fn index_shards_with_progress(
+    shards: &prepfs_core::config::ShardsConfig,
+    index_dir: Option<&Path>,
+    stop: &AtomicBool,
+) -> Result<(Catalog, prepfs_core::source::shards::Shards), MountError> {
+    let progress = Progress::start("indexing the shards", "samples", None);
+    let indexed = prepfs_core::source::shards::Shards::index(shards, index_dir, |n| progress.set(n as u64), stop);
+    progress.finish();
+    let mut indexed = indexed.map_err(|e| match e.kind() {
+        io::ErrorKind::Interrupted => MountError::Stopped,
+        _ => MountError::Scan { path: shards.pattern.clone(), source: e },
+    })?;
+    let report = indexed.report();
+    tracing::info!(
+        shards = report.shards,
+        samples = report.samples,
+        reused = report.reused,
+        indexed = report.indexed,
+        bad_labels = report.bad_labels,
+        cut_shards = report.cut_shards,
+        duplicates = report.duplicates,
+        unnamed = report.unnamed,
+        index_bytes = report.index_file_bytes,
+        memory_bytes_per_sample = format!("{:.0}", report.memory_bytes_per_sample),
+        index_dir = %index_dir.map_or("none".into(), |d| d.display().to_string()),
+        "shards ready"
+    );
+    let catalog = indexed.take_catalog().ok_or_else(|| MountError::Scan { path: shards.pattern.clone(), source: io::Error::other("no catalog") })?;
+    Ok((catalog, indexed))
+}
+
 /// Checks the samples at mount as `bad_samples.validate` says (`headers`, `scan`), on the
 /// filesystem's pool of batch fills (`prepfs-fill-<i>`), its progress shown; nothing for
 /// `first-touch`.
@@ -430,7 +463,14 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
         Ok(limit) => tracing::debug!(limit, "open file limit"),
         Err(e) => tracing::warn!("cannot raise the open file limit ({e}): fewer outputs are kept ready to pass through"),
     }
-    let catalog = scan_with_progress(&config.source, &waiter.stopping)?;
+    // Shards are indexed (or their kept indexes reused) in place of the directory scan.
+    let (catalog, shards) = match &config.shards {
+        Some(shards) => {
+            let (catalog, shards) = index_shards_with_progress(shards, config.shard_index_dir().as_deref(), &waiter.stopping)?;
+            (catalog, Some(shards))
+        }
+        None => (scan_with_progress(&config.source, &waiter.stopping)?, None),
+    };
     tracing::info!(
         samples = catalog.sample_count(),
         files = catalog.file_count(),
@@ -440,7 +480,11 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
     let pool = OpenPool::new(config.threads).map_err(|e| MountError::Pool(e.to_string()))?;
     let mountpoint = config.mountpoint.clone();
     let fuse_config = fuser_config(&config, lifecycle.read_only);
-    let fs = Arc::new(Filesystem::new(config, catalog).map_err(MountError::Fuse)?);
+    let fs = match &shards {
+        Some(shards) => Filesystem::over_shards(config, catalog, shards),
+        None => Filesystem::new(config, catalog),
+    };
+    let fs = Arc::new(fs.map_err(MountError::Fuse)?);
     if let Err(e) = validate_with_progress(&fs, &waiter.stopping) {
         fs.shutdown();
         return Err(e);

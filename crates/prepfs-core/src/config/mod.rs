@@ -34,7 +34,7 @@ pub(crate) use error::ConfigError;
 pub use output::{Dtype, Format, OutputConfig};
 pub(crate) use recipes::Recipe;
 pub use sections::{
-    AccessConfig, BadSamplesConfig, HideBad, JobsConfig, LoaderConfig, SourceLimits, Validate, DEFAULT_MAX_FILE_SIZE,
+    AccessConfig, BadSamplesConfig, HideBad, JobsConfig, LoaderConfig, ShardsConfig, SourceLimits, Validate, DEFAULT_MAX_FILE_SIZE,
     DEFAULT_MAX_OPEN_BYTES, DEFAULT_RING_MEMORY, DEFAULT_RING_MEMORY_PER_USER, MAX_ID, MIN_MAX_OPEN_BYTES,
 };
 pub use units::{parse_bytes, parse_duration, parse_rate};
@@ -47,7 +47,7 @@ use cache::{cache_config, RawCache};
 use machine::machine_memory;
 use output::validate_output;
 use recipes::{augment_ops, recipes_config, RawRecipe};
-use sections::{jobs_config, source_value, stop_config, RawBadSamples, RawJobs, RawLoader, RawStop};
+use sections::{jobs_config, source_value, stop_config, RawBadSamples, RawJobs, RawLoader, RawStop, SourceGiven};
 use values::memory_value;
 use crate::pixels::augment::AugmentOp;
 use crate::shared::Size2;
@@ -104,8 +104,10 @@ struct RawConfig {
 /// The validated configuration of one mount.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
-    /// The dataset directory served (never written).
+    /// The dataset directory served (never written); with `shards`, the shards' directory.
     pub source: PathBuf,
+    /// WebDataset shards served in place of the directory tree.
+    pub shards: Option<ShardsConfig>,
     /// Bytes per second the source may be read at (shared storage); `None`: unlimited.
     pub(crate) source_read_limit: Option<u64>,
     /// Where the filesystem is mounted.
@@ -162,6 +164,17 @@ enum Effects {
 }
 
 impl Config {
+    /// Where shard indexes are kept between mounts: beside the disk tier's entries
+    /// (`<cache.disk.path>/shard-index`) when there is one, else `source.index_dir`; `None`
+    /// when not serving shards, or nowhere is named.
+    pub fn shard_index_dir(&self) -> Option<PathBuf> {
+        let shards = self.shards.as_ref()?;
+        match &self.cache.disk {
+            Some(disk) => Some(disk.path.join("shard-index")),
+            None => shards.index_dir.clone(),
+        }
+    }
+
     /// Reads, parses and validates a config file.
     pub fn load(path: &Path, overrides: &Overrides) -> Result<Config, ConfigError> {
         Config::load_with(path, overrides, Effects::Mount)
@@ -193,18 +206,36 @@ impl Config {
         }
         .map_err(|e| ConfigError::plain(yaml::describe_error(&e)))?;
 
-        let (yaml_source, source_read_limit, source_limits) = match raw.source {
+        let (yaml_source, source_read_limit, source_limits, index_dir) = match raw.source {
             Some(v) => {
-                let (path, limit, limits) = source_value(text, v)?;
-                (Some(path), limit, limits)
+                let raw = source_value(text, v)?;
+                (Some(raw.given), raw.read_limit, raw.limits, raw.index_dir)
             }
-            None => (None, None, SourceLimits::default()),
+            None => (None, None, SourceLimits::default(), None),
         };
-        let source = overrides
+        let given = overrides
             .source
-            .clone()
+            .as_ref()
+            .map(|p| SourceGiven::of(&p.to_string_lossy()))
             .or(yaml_source)
             .ok_or_else(|| ConfigError::at(text, "source", "missing (set it or pass --source)"))?;
+        // Shards: their directory is the source (the served tree's root, never written, never
+        // holding the mount or the disk tier).
+        let (source, shards) = match given {
+            SourceGiven::Dir(dir) => (dir, None),
+            SourceGiven::Shards(pattern) => {
+                let (dir, name) = crate::source::shards::split_pattern(&pattern).map_err(|e| ConfigError::at(text, "source", e))?;
+                let dir = dir.canonicalize().map_err(|e| ConfigError::at(text, "source", format!("{}: {e}", dir.display())))?;
+                let pattern = format!("{}/{name}", dir.display().to_string().trim_end_matches('/'));
+                // Refused here, with the key, where it names no shard (a mount indexes them).
+                crate::source::shards::expand(&pattern).map_err(|e| ConfigError::at(text, "source", e))?;
+                let index_dir = index_dir.map(|d| std::path::absolute(&d).unwrap_or(d));
+                if index_dir.as_ref().is_some_and(|d| d.starts_with(&dir)) {
+                    return Err(ConfigError::at(text, "source.index_dir", "the shard index must not lie inside the shards' directory (the source is never written)"));
+                }
+                (dir, Some(ShardsConfig { pattern, index_dir }))
+            }
+        };
         if !source.is_dir() {
             return Err(ConfigError::at(
                 text,
@@ -301,6 +332,7 @@ impl Config {
             source_limits,
             access,
             source,
+            shards,
             source_read_limit,
             jobs,
             mountpoint,

@@ -256,18 +256,60 @@ pub const DEFAULT_MAX_OPEN_BYTES: u64 = 256 << 20;
 /// The least [`AccessConfig::max_open_bytes`] accepted.
 pub const MIN_MAX_OPEN_BYTES: u64 = 1 << 20;
 
-/// `source` as written: a path, or a mapping with `path`, `read_limit`, `max_file_size` and
-/// `timeout`.
-pub(super) fn source_value(text: &str, value: Value) -> Result<(PathBuf, Option<u64>, SourceLimits), ConfigError> {
+/// WebDataset tar shards as the source (`source: { shards: "/data/train-*.tar" }`, or a pattern
+/// where a directory would be): see `source::shards`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShardsConfig {
+    /// The shard pattern (braces and globs in the file name), its directory made absolute.
+    pub pattern: String,
+    /// Where shard indexes are kept between mounts when there is no disk tier (`index_dir`);
+    /// `None`: not kept.
+    pub index_dir: Option<PathBuf>,
+}
+
+/// What `source` names: a dataset directory, or shards by their pattern.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum SourceGiven {
+    Dir(PathBuf),
+    Shards(String),
+}
+
+impl SourceGiven {
+    /// A path as given: shards where it is a shard pattern (`source::shards::is_shard_pattern`).
+    pub(super) fn of(text: &str) -> SourceGiven {
+        if crate::source::shards::is_shard_pattern(text) {
+            SourceGiven::Shards(text.to_string())
+        } else {
+            SourceGiven::Dir(PathBuf::from(text))
+        }
+    }
+}
+
+/// `source` as written.
+pub(super) struct RawSource {
+    pub(super) given: SourceGiven,
+    pub(super) read_limit: Option<u64>,
+    pub(super) limits: SourceLimits,
+    pub(super) index_dir: Option<PathBuf>,
+}
+
+/// `source` as written: a path (or shard pattern), or a mapping with `path` or `shards`,
+/// `index_dir`, `read_limit`, `max_file_size` and `timeout`.
+pub(super) fn source_value(text: &str, value: Value) -> Result<RawSource, ConfigError> {
     let mut limits = SourceLimits::default();
     match value {
-        Value::String(s) => Ok((PathBuf::from(s), None, limits)),
+        Value::String(s) => Ok(RawSource { given: SourceGiven::of(&s), read_limit: None, limits, index_dir: None }),
         Value::Mapping(map) => {
-            let (mut path, mut limit) = (None, None);
+            let (mut given, mut limit, mut index_dir) = (None, None, None);
             for (k, v) in map {
                 match (k.as_str(), v) {
-                    (Some("path"), Value::String(p)) => path = Some(PathBuf::from(p)),
+                    (Some("path"), Value::String(p)) => given = Some(SourceGiven::Dir(PathBuf::from(p))),
                     (Some("path"), _) => return Err(ConfigError::at(text, "source.path", "must be a directory path")),
+                    (Some("shards"), Value::String(p)) => given = Some(SourceGiven::Shards(p)),
+                    (Some("shards"), _) => return Err(ConfigError::at(text, "source.shards", "must be a shard pattern (\"/data/train-{000000..000099}.tar\")")),
+                    (Some("index_dir"), Value::String(p)) => index_dir = Some(PathBuf::from(p)),
+                    (Some("index_dir"), Value::Null) => {}
+                    (Some("index_dir"), _) => return Err(ConfigError::at(text, "source.index_dir", "must be a directory path")),
                     (Some("read_limit"), Value::Null) => {}
                     (Some("read_limit"), v) => {
                         let rate = bytes_of(&v, Quantity::Rate).map_err(|e| ConfigError::value(text, "source.read_limit", e))?;
@@ -284,15 +326,15 @@ pub(super) fn source_value(text: &str, value: Value) -> Result<(PathBuf, Option<
                         return Err(ConfigError::at(
                             text,
                             other,
-                            format!("unknown key `{other}` in `source`; known: path, read_limit, max_file_size, timeout"),
+                            format!("unknown key `{other}` in `source`; known: path, shards, index_dir, read_limit, max_file_size, timeout"),
                         ))
                     }
                     (None, _) => return Err(ConfigError::at(text, "source", "keys are names")),
                 }
             }
-            let path = path.ok_or_else(|| ConfigError::at(text, "source", "`path` is missing"))?;
-            Ok((path, limit, limits))
+            let given = given.ok_or_else(|| ConfigError::at(text, "source", "`path` (or `shards`) is missing"))?;
+            Ok(RawSource { given, read_limit: limit, limits, index_dir })
         }
-        _ => Err(ConfigError::at(text, "source", "a directory path, or { path: DIR, read_limit: 200MB/s }")),
+        _ => Err(ConfigError::at(text, "source", "a directory path, or { path: DIR, read_limit: 200MB/s }, or { shards: PATTERN }")),
     }
 }

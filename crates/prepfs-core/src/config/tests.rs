@@ -543,3 +543,46 @@ fn cli_overrides_win() {
     assert_eq!(c.seed, 99);
     assert_eq!(c.mountpoint, PathBuf::from("/mnt/cli"));
 }
+
+#[test]
+fn a_shard_pattern_as_the_source_serves_its_directory_and_keeps_the_index_beside_the_disk_tier() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let shards = dir.path().join("shards");
+    std::fs::create_dir_all(&shards).expect("mkdir");
+    for n in 0..10 {
+        std::fs::write(shards.join(format!("train-{n:03}.tar")), b"").expect("shard");
+    }
+    let pattern = format!("{}/train-{{000..009}}.tar", shards.display());
+    let mount = |yaml: &str, source: Option<&str>| {
+        let overrides = Overrides { source: source.map(PathBuf::from), mountpoint: Some("/mnt/x".into()), seed: None };
+        Config::parse(yaml, &overrides)
+    };
+    // Given where a directory would be (`prepfs mount PATTERN MNT`).
+    let c = mount("seed: 1\n", Some(&pattern)).expect("pattern");
+    assert_eq!(c.source, shards.canonicalize().expect("canonical"));
+    assert_eq!(c.shards.as_ref().map(|s| s.pattern.as_str()), Some(pattern.as_str()));
+    assert_eq!(c.shard_index_dir(), None, "kept nowhere unless named");
+    // In the YAML, with an index directory; a disk tier takes the index beside its entries.
+    let index = dir.path().join("index");
+    let c = mount(&format!("source: {{ shards: \"{pattern}\", index_dir: {} }}\n", index.display()), None).expect("yaml");
+    assert_eq!(c.shard_index_dir(), Some(index.clone()));
+    let disk = dir.path().join("disk");
+    let c = mount(&format!("source: {{ shards: \"{pattern}\", index_dir: {} }}\ncache: {{ disk: {{ path: {}, size: 1GiB }} }}\n", index.display(), disk.display()), None).expect("disk");
+    assert_eq!(c.shard_index_dir(), Some(disk.join("shard-index")));
+    // The effective config says the shards, and reads back as the same config.
+    let written = c.to_yaml();
+    assert!(written.contains("shards:"), "{written}");
+    assert_eq!(mount(&written, None).expect("round trip").shards, c.shards);
+    // Refused: a pattern that names a missing shard or matches nothing, a glob in the
+    // directory, an index inside the shards' directory.
+    let err = mount("seed: 1\n", Some(&format!("{}/train-{{000..010}}.tar", shards.display()))).expect_err("no 010").to_string();
+    assert!(err.contains("train-010.tar") && err.contains("source"), "{err}");
+    let err = mount("seed: 1\n", Some(&format!("{}/val-*.tar", shards.display()))).expect_err("none").to_string();
+    assert!(err.contains("matches no file"), "{err}");
+    let err = mount("seed: 1\n", Some(&format!("{}/*/x.tar", dir.path().display()))).expect_err("dir glob").to_string();
+    assert!(err.contains("file name only"), "{err}");
+    let err = mount(&format!("source: {{ shards: \"{pattern}\", index_dir: {}/idx }}\n", shards.display()), None).expect_err("inside").to_string();
+    assert!(err.contains("never written"), "{err}");
+    // A plain directory is still a directory.
+    assert!(mount("seed: 1\n", Some(&shards.display().to_string())).expect("dir").shards.is_none());
+}

@@ -58,7 +58,12 @@ struct WrittenStop {
 /// `source` in its mapping form.
 #[derive(Serialize)]
 struct WrittenSource<'a> {
-    path: &'a Path,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    path: Option<&'a Path>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shards: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    index_dir: Option<&'a Path>,
     #[serde(skip_serializing_if = "Option::is_none")]
     read_limit: Option<u64>,
     max_file_size: u64,
@@ -95,7 +100,9 @@ impl<'a> From<&'a Config> for WrittenConfig<'a> {
     fn from(c: &'a Config) -> Self {
         WrittenConfig {
             source: WrittenSource {
-                path: &c.source,
+                path: c.shards.is_none().then_some(c.source.as_path()),
+                shards: c.shards.as_ref().map(|s| s.pattern.as_str()),
+                index_dir: c.shards.as_ref().and_then(|s| s.index_dir.as_deref()),
                 read_limit: c.source_read_limit,
                 max_file_size: c.source_limits.max_file_size,
                 timeout: c.source_limits.timeout_s,

@@ -151,6 +151,11 @@ impl Filesystem {
         Filesystem::with_source(config, catalog, io)
     }
 
+    /// A filesystem over indexed WebDataset shards (`source::shards`), its catalog theirs.
+    pub fn over_shards(config: Config, catalog: Catalog, shards: &crate::source::shards::Shards) -> std::io::Result<Filesystem> {
+        Filesystem::with_source(config, catalog, shards.io())
+    }
+
     /// A filesystem reading its source through `io` (a fault-injecting one in tests).
     pub(crate) fn with_source(config: Config, catalog: Catalog, io: Arc<dyn SourceIo>) -> std::io::Result<Filesystem> {
         let top_pass = Pass::new(catalog.file_count(), catalog.sample_count() as u64);

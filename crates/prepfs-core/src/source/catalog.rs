@@ -93,22 +93,7 @@ impl Catalog {
         // Directories listed so far, by (device, inode): a symlink cycle lists nothing twice.
         let mut visited: HashSet<(u64, u64)> = HashSet::new();
         let (mut links_outside, mut first_outside) = (0usize, None::<PathBuf>);
-        let mut cat = Catalog {
-            root: root.to_path_buf(),
-            names: Vec::new(),
-            dirs: vec![DirNode {
-                name: NameRef { offset: 0, len: 0 },
-                parent: 0,
-                subdirs: (0, 0),
-                files: (0, 0),
-                images: (0, 0),
-            }],
-            files: Vec::new(),
-            images_by_stem: Vec::new(),
-            sizes: Vec::new(),
-            stem_collisions: 0,
-            samples: 0,
-        };
+        let mut cat = Catalog::empty(root);
         let mut queue = VecDeque::from([(0 as DirId, root.to_path_buf())]);
         while let Some((dir_id, path)) = queue.pop_front() {
             if stop.load(Ordering::Relaxed) {
@@ -156,69 +141,10 @@ impl Catalog {
             }
             subdirs.sort();
             files.sort();
-            let first_dir = cat.dirs.len() as u32;
-            for name in subdirs {
-                let name_ref = cat.intern(&name);
-                queue.push_back((cat.dirs.len() as DirId, path.join(&name)));
-                cat.dirs.push(DirNode {
-                    name: name_ref,
-                    parent: dir_id,
-                    subdirs: (0, 0),
-                    files: (0, 0),
-                    images: (0, 0),
-                });
+            let new_dirs = cat.add_listing(dir_id, &path, subdirs, files);
+            for d in new_dirs {
+                queue.push_back((d, path.join(cat.dir_name(d))));
             }
-            let first_file = cat.files.len() as u32;
-            for name in files {
-                let stem_len = image_stem_len(name.as_bytes());
-                let name_ref = cat.intern(&name);
-                cat.files.push(FileNode { name: name_ref, dir: dir_id, stem_len });
-            }
-            let last_file = cat.files.len() as u32;
-            let first_image = cat.images_by_stem.len() as u32;
-            let mut images: Vec<FileId> =
-                (first_file..last_file).filter(|&f| cat.files[f as usize].stem_len > 0).collect();
-            images.sort_by(|&a, &b| cat.stem(a).cmp(cat.stem(b)));
-            // The naming rule for stems shared within a directory (`dup.jpg` and `dup.png`):
-            // each of them is served under its whole name (`dup.jpg.ppm`, `dup.png.ppm`), the
-            // others under their stem (`x.ppm`). Stable: it depends only on the directory's names.
-            let shared: Vec<FileId> = images
-                .iter()
-                .enumerate()
-                .filter(|&(i, &f)| {
-                    let same = |j: usize| images.get(j).is_some_and(|&g| cat.stem(g) == cat.stem(f));
-                    same(i + 1) || (i > 0 && same(i - 1))
-                })
-                .map(|(_, &f)| f)
-                .collect();
-            if !shared.is_empty() {
-                for &f in &shared {
-                    let node = &mut cat.files[f as usize];
-                    node.stem_len = node.name.len;
-                }
-                images.sort_by(|&a, &b| cat.stem(a).cmp(cat.stem(b)));
-                tracing::info!(dir = %path.display(), files = shared.len(), "image files share a stem; each is served under its whole name (x.jpg.ppm, x.png.ppm)");
-            }
-            // What still collides (`a.jpg` + `a.png` beside `a.jpg.png`, served `a.jpg.ppm`
-            // twice): the one whose own stem sorts first is served, the rest hidden from the
-            // pixel views (counted in `stem_collisions`, logged).
-            let before = images.len();
-            images.dedup_by(|b, a| cat.stem(*a) == cat.stem(*b));
-            if images.len() != before {
-                tracing::warn!(
-                    dir = %path.display(),
-                    hidden = before - images.len(),
-                    "image files would be served under one name; only the first is served decoded"
-                );
-                cat.stem_collisions += before - images.len();
-            }
-            cat.samples += images.len();
-            cat.images_by_stem.extend(images);
-            let (last_dir, last_image) = (cat.dirs.len() as u32, cat.images_by_stem.len() as u32);
-            let node = &mut cat.dirs[dir_id as usize];
-            node.subdirs = (first_dir, last_dir);
-            node.files = (first_file, last_file);
-            node.images = (first_image, last_image);
             progress(cat.files.len());
         }
         if let Some(first) = first_outside {
@@ -238,6 +164,113 @@ impl Catalog {
             "scanned source"
         );
         Ok(cat)
+    }
+
+    /// Adds the listing of `dir_id` (`path` in the log): its subdirectories and files, each
+    /// sorted by name, and its samples with the naming rules of shared stems. Returns the new
+    /// subdirectories' ids.
+    fn add_listing(&mut self, dir_id: DirId, path: &Path, subdirs: Vec<std::ffi::OsString>, files: Vec<std::ffi::OsString>) -> std::ops::Range<DirId> {
+        let first_dir = self.dirs.len() as u32;
+        for name in subdirs {
+            let name_ref = self.intern(&name);
+            self.dirs.push(DirNode {
+                name: name_ref,
+                parent: dir_id,
+                subdirs: (0, 0),
+                files: (0, 0),
+                images: (0, 0),
+            });
+        }
+        let first_file = self.files.len() as u32;
+        for name in files {
+            let stem_len = image_stem_len(name.as_bytes());
+            let name_ref = self.intern(&name);
+            self.files.push(FileNode { name: name_ref, dir: dir_id, stem_len });
+        }
+        let last_file = self.files.len() as u32;
+        let first_image = self.images_by_stem.len() as u32;
+        let mut images: Vec<FileId> =
+            (first_file..last_file).filter(|&f| self.files[f as usize].stem_len > 0).collect();
+        images.sort_by(|&a, &b| self.stem(a).cmp(self.stem(b)));
+        // The naming rule for stems shared within a directory (`dup.jpg` and `dup.png`):
+        // each of them is served under its whole name (`dup.jpg.ppm`, `dup.png.ppm`), the
+        // others under their stem (`x.ppm`). Stable: it depends only on the directory's names.
+        let shared: Vec<FileId> = images
+            .iter()
+            .enumerate()
+            .filter(|&(i, &f)| {
+                let same = |j: usize| images.get(j).is_some_and(|&g| self.stem(g) == self.stem(f));
+                same(i + 1) || (i > 0 && same(i - 1))
+            })
+            .map(|(_, &f)| f)
+            .collect();
+        if !shared.is_empty() {
+            for &f in &shared {
+                let node = &mut self.files[f as usize];
+                node.stem_len = node.name.len;
+            }
+            images.sort_by(|&a, &b| self.stem(a).cmp(self.stem(b)));
+            tracing::info!(dir = %path.display(), files = shared.len(), "image files share a stem; each is served under its whole name (x.jpg.ppm, x.png.ppm)");
+        }
+        // What still collides (`a.jpg` + `a.png` beside `a.jpg.png`, served `a.jpg.ppm`
+        // twice): the one whose own stem sorts first is served, the rest hidden from the
+        // pixel views (counted in `stem_collisions`, logged).
+        let before = images.len();
+        images.dedup_by(|b, a| self.stem(*a) == self.stem(*b));
+        if images.len() != before {
+            tracing::warn!(
+                dir = %path.display(),
+                hidden = before - images.len(),
+                "image files would be served under one name; only the first is served decoded"
+            );
+            self.stem_collisions += before - images.len();
+        }
+        self.samples += images.len();
+        self.images_by_stem.extend(images);
+        let (last_dir, last_image) = (self.dirs.len() as u32, self.images_by_stem.len() as u32);
+        let node = &mut self.dirs[dir_id as usize];
+        node.subdirs = (first_dir, last_dir);
+        node.files = (first_file, last_file);
+        node.images = (first_image, last_image);
+        first_dir..last_dir
+    }
+
+    /// A catalog of a tree given as lists rather than scanned (the classes of a set of
+    /// WebDataset shards, `source::shards`): `root` holds one directory per class, each holding
+    /// its files. Names are sorted here; each class's files must be distinct.
+    pub(crate) fn of_classes(root: &Path, classes: Vec<(std::ffi::OsString, Vec<std::ffi::OsString>)>) -> Catalog {
+        let mut cat = Catalog::empty(root);
+        let mut classes = classes;
+        classes.sort_by(|a, b| a.0.cmp(&b.0));
+        let names: Vec<std::ffi::OsString> = classes.iter().map(|(n, _)| n.clone()).collect();
+        let dirs = cat.add_listing(0, root, names, Vec::new());
+        for (d, (name, mut files)) in dirs.zip(classes) {
+            files.sort();
+            cat.add_listing(d, &root.join(name), Vec::new(), files);
+        }
+        cat.sizes = (0..cat.files.len()).map(|_| AtomicU64::new(0)).collect();
+        cat.names.shrink_to_fit();
+        cat
+    }
+
+    /// A catalog of `root` holding nothing yet.
+    fn empty(root: &Path) -> Catalog {
+        Catalog {
+            root: root.to_path_buf(),
+            names: Vec::new(),
+            dirs: vec![DirNode {
+                name: NameRef { offset: 0, len: 0 },
+                parent: 0,
+                subdirs: (0, 0),
+                files: (0, 0),
+                images: (0, 0),
+            }],
+            files: Vec::new(),
+            images_by_stem: Vec::new(),
+            sizes: Vec::new(),
+            stem_collisions: 0,
+            samples: 0,
+        }
     }
 
     fn intern(&mut self, name: &OsStr) -> NameRef {

@@ -23,6 +23,7 @@ mod freshness;
 mod local;
 mod pool;
 mod reader;
+pub mod shards;
 pub(crate) mod throttle;
 
 use std::io;

@@ -1,0 +1,197 @@
+//! WebDataset tar shards as a source: `prepfs mount '/data/train-{000000..000099}.tar' MNT`, or
+//! `source: { shards: "/data/train-*.tar" }`. The samples (the members sharing a key: an image,
+//! and a `.cls` or `.json` label) are served as the ImageFolder tree `<class>/<KEY>.<ext>`, so
+//! every view, the cache, the plan and opportunistic sampling work on them as on files.
+//!
+//! - [`pattern`]: the shard pattern (braces, globs) to the shard files, in one directory.
+//! - [`index`]: one shard's index, from its tar headers (the data seeked over).
+//! - [`persist`]: the indexes kept between mounts, reused while a shard is unchanged.
+//! - [`names`], [`label`]: keys and labels made safe single names; class directories.
+//! - [`io`]: the tree as a `SourceIo`, each sample one ranged read of its shard.
+//!
+//! [`Shards::index`] runs at mount in place of the directory scan and gives the catalog.
+
+mod index;
+mod io;
+mod label;
+mod names;
+mod pattern;
+mod persist;
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+pub use pattern::is_shard_pattern;
+pub(crate) use pattern::{expand, split_pattern};
+
+use crate::config::ShardsConfig;
+use crate::source::catalog::Catalog;
+use crate::source::{LocalSource, SourceIo};
+use index::{ShardIndex, Stamp};
+use io::{Placed, Shard, ShardSource};
+use label::Naming;
+
+/// What indexing the shards found, for the log and the bench.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ShardReport {
+    pub shards: usize,
+    pub samples: usize,
+    /// Shards whose kept index was used, and shards indexed from their headers.
+    pub reused: usize,
+    pub indexed: usize,
+    /// Samples dropped for a label that does not parse.
+    pub bad_labels: usize,
+    /// Shards cut short (truncated, a damaged header): the members before the cut are served.
+    pub cut_shards: usize,
+    /// Samples not served because another has their class and name (the first is served), or
+    /// their key or class makes no file name.
+    pub duplicates: usize,
+    pub unnamed: usize,
+    /// Bytes of the kept index files, all shards together (0 with none kept).
+    pub index_file_bytes: u64,
+    /// Bytes of memory the served tree takes per sample (beside the catalog's).
+    pub memory_bytes_per_sample: f64,
+    pub seconds: f64,
+}
+
+/// The indexed shards, ready to serve: see the module documentation.
+pub struct Shards {
+    source: Arc<ShardSource>,
+    catalog: Option<Catalog>,
+    report: ShardReport,
+}
+
+impl Shards {
+    /// Indexes the shards `config` names (reusing the kept index of each unchanged shard, and
+    /// keeping each new one, in `index_dir` if given), calling `progress` with the samples
+    /// found so far; gives up with `Interrupted` once `stop` is set. Fails, naming it, on a
+    /// pattern that matches nothing or a shard that cannot be read.
+    pub fn index(config: &ShardsConfig, index_dir: Option<&Path>, progress: impl FnMut(usize), stop: &AtomicBool) -> std::io::Result<Shards> {
+        let (dir, names) = pattern::expand(&config.pattern)?;
+        let root = dir.canonicalize().map_err(|e| named(&dir, e))?;
+        let inner: Arc<dyn SourceIo> = Arc::new(LocalSource::new(&root)?);
+        Shards::index_over(inner, &root, names, index_dir, progress, stop)
+    }
+
+    /// [`Shards::index`] of the shards `names` in `root`, read through `inner` (the local
+    /// directory; an instrumented one in tests).
+    pub(crate) fn index_over(
+        inner: Arc<dyn SourceIo>,
+        root: &Path,
+        names: Vec<String>,
+        index_dir: Option<&Path>,
+        mut progress: impl FnMut(usize),
+        stop: &AtomicBool,
+    ) -> std::io::Result<Shards> {
+        let started = Instant::now();
+        let root = root.to_path_buf();
+        let mut report = ShardReport { shards: names.len(), ..ShardReport::default() };
+        let mut shards = Vec::with_capacity(names.len());
+        let mut indexes = Vec::with_capacity(names.len());
+        let mut found = 0;
+        for name in names {
+            if stop.load(Ordering::Relaxed) {
+                return Err(std::io::Error::new(std::io::ErrorKind::Interrupted, "indexing stopped"));
+            }
+            let path = root.join(&name);
+            let (index, reused) = index_one(&*inner, &path, index_dir)?;
+            if reused {
+                report.reused += 1;
+            } else {
+                report.indexed += 1;
+            }
+            if let Some(dir) = index_dir {
+                report.index_file_bytes += std::fs::metadata(persist::file_for(dir, &path)).map_or(0, |m| m.len());
+            }
+            let p = &index.problems;
+            if p.any() {
+                tracing::warn!(shard = %path.display(), bad_labels = p.bad_labels, extra_images = p.extra_images, cut = p.cut, first = p.first.as_deref().unwrap_or(""), "shard has bad members; the rest are served");
+            }
+            report.bad_labels += p.bad_labels as usize;
+            report.cut_shards += usize::from(p.cut);
+            found += index.samples.len();
+            progress(found);
+            shards.push(Shard { path, stamp: index.stamp });
+            indexes.push(index);
+        }
+        let naming = Naming::of(indexes.iter().flat_map(|i| i.samples.iter().map(|s| &s.label)));
+        let mut classes: BTreeMap<Vec<u8>, Vec<Placed>> = BTreeMap::new();
+        for (shard, index) in indexes.into_iter().enumerate() {
+            for s in index.samples {
+                let (Some(class), Some(mut name)) = (naming.dir(&s.label), names::safe_name(&s.key)) else {
+                    report.unnamed += 1;
+                    continue;
+                };
+                name.push(b'.');
+                name.extend_from_slice(&s.ext);
+                classes.entry(class).or_default().push((name, shard as u32, s.offset, s.len));
+            }
+        }
+        for placed in classes.values_mut() {
+            // Stable: of two samples with one name, the first shard's stays.
+            placed.sort_by(|a, b| a.0.cmp(&b.0));
+            let before = placed.len();
+            placed.dedup_by(|b, a| a.0 == b.0);
+            report.duplicates += before - placed.len();
+        }
+        if report.unnamed + report.duplicates > 0 {
+            tracing::warn!(duplicates = report.duplicates, unnamed = report.unnamed, "samples not served: a key served twice (the first shard's is served) or a key or class that makes no file name");
+        }
+        let listing: Vec<(OsString, Vec<OsString>)> = classes
+            .iter()
+            .map(|(class, placed)| (OsString::from_vec(class.clone()), placed.iter().map(|p| OsString::from_vec(p.0.clone())).collect()))
+            .collect();
+        let catalog = Catalog::of_classes(&root, listing);
+        let source = ShardSource::new(inner, &root, shards, classes.into_iter().collect());
+        report.samples = catalog.sample_count();
+        report.memory_bytes_per_sample = source.bytes_per_sample();
+        report.seconds = started.elapsed().as_secs_f64();
+        tracing::info!(shards = report.shards, samples = report.samples, reused = report.reused, indexed = report.indexed, secs = report.seconds, "indexed the shards");
+        Ok(Shards { source: Arc::new(source), catalog: Some(catalog), report })
+    }
+
+    /// The catalog of the served tree (taken once, to build the filesystem).
+    pub fn take_catalog(&mut self) -> Option<Catalog> {
+        self.catalog.take()
+    }
+
+    /// What indexing found.
+    pub fn report(&self) -> &ShardReport {
+        &self.report
+    }
+
+    /// The shards as the filesystem reads its source.
+    pub(crate) fn io(&self) -> Arc<dyn SourceIo> {
+        Arc::clone(&self.source) as Arc<dyn SourceIo>
+    }
+}
+
+/// An error that names the path it is about.
+fn named(path: &Path, e: std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), format!("shard {}: {e}", path.display()))
+}
+
+/// The index of the shard at `path`: the one kept in `index_dir` if it is of this version of
+/// the shard, else made from its headers (and kept). Whether the kept one was used.
+fn index_one(inner: &dyn SourceIo, path: &PathBuf, index_dir: Option<&Path>) -> std::io::Result<(ShardIndex, bool)> {
+    let meta = inner.metadata(path).map_err(|e| named(path, e))?;
+    if let Some(kept) = index_dir.and_then(|dir| persist::load(dir, path, Stamp::of(&meta))) {
+        return Ok((kept, true));
+    }
+    let file = inner.open(path).map_err(|e| named(path, e))?;
+    let index = index::index(&*file);
+    if let Some(dir) = index_dir {
+        if let Err(e) = persist::save(dir, path, &index) {
+            tracing::warn!(dir = %dir.display(), "cannot keep the shard index ({e}); the next mount indexes the shard again");
+        }
+    }
+    Ok((index, false))
+}
+
+#[cfg(test)]
+mod tests;

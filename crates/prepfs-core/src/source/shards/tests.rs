@@ -1,0 +1,201 @@
+//! The shards end to end: indexed, kept, served as a tree through the `SourceIo` seam.
+
+use std::ffi::OsStr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+
+use super::index::tests::write_tar;
+use super::*;
+use crate::source::catalog::Entry;
+
+fn config(dir: &Path, name: &str) -> ShardsConfig {
+    ShardsConfig { pattern: format!("{}/{name}", dir.display()), index_dir: None }
+}
+
+fn index(config: &ShardsConfig, index_dir: Option<&Path>) -> Shards {
+    Shards::index(config, index_dir, |_| {}, &AtomicBool::new(false)).expect("index")
+}
+
+/// Two shards: numbered classes 3 and 12, a named class, an unlabeled sample, a key with
+/// directories, and a key the second shard repeats.
+fn two_shards(dir: &Path) {
+    write_tar(&dir.join("train-000.tar"), &[
+        ("a.jpg", b"A-bytes"), ("a.cls", b"3"),
+        ("sub/dir/b.jpg", b"B-bytes"), ("sub/dir/b.cls", b"12"),
+        ("c.png", b"C-bytes"), ("c.json", br#"{"label": "cat"}"#),
+    ]);
+    write_tar(&dir.join("train-001.tar"), &[
+        ("d.jpg", b"D-bytes"),
+        ("a.jpg", b"A-again"), ("a.cls", b"3"),
+        ("e.jpeg", b"E-bytes"), ("e.cls", b"3"),
+    ]);
+}
+
+fn read_all(io: &dyn SourceIo, path: &Path) -> Vec<u8> {
+    let file = io.open(path).expect("open");
+    let mut buf = vec![0u8; file.meta().len() as usize + 10];
+    let n = file.read_at(&mut buf, 0).expect("read");
+    buf.truncate(n);
+    buf
+}
+
+#[test]
+fn shards_are_served_as_class_directories_of_their_samples_bytes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    two_shards(dir.path());
+    let mut shards = index(&config(dir.path(), "train-{000..001}.tar"), None);
+    let catalog = shards.take_catalog().expect("catalog");
+    let report = shards.report().clone();
+    assert_eq!((report.shards, report.samples, report.duplicates, report.indexed, report.reused), (2, 5, 1, 2, 0), "{report:?}");
+    let classes: Vec<_> = catalog.subdirs(0).map(|d| catalog.dir_name(d).to_owned()).collect();
+    assert_eq!(classes, ["03", "12", "_unlabeled", "cat"], "numbers padded to sort in number order");
+    let io = shards.io();
+    let root = catalog.root().to_path_buf();
+    for (path, want) in [
+        ("03/a.jpg", &b"A-bytes"[..]),
+        ("03/e.jpeg", b"E-bytes"),
+        ("12/sub%2Fdir%2Fb.jpg", b"B-bytes"),
+        ("cat/c.png", b"C-bytes"),
+        ("_unlabeled/d.jpg", b"D-bytes"),
+    ] {
+        assert_eq!(read_all(&*io, &root.join(path)), want, "{path}");
+        assert_eq!(io.metadata(&root.join(path)).expect("stat").len(), want.len() as u64, "{path}");
+        // The catalog has it where the source serves it.
+        let (class, name) = path.split_once('/').expect("two parts");
+        let Some(Entry::Dir(d)) = catalog.lookup(0, OsStr::new(class)) else { panic!("{class}") };
+        let Some(Entry::File(f)) = catalog.lookup(d, OsStr::new(name)) else { panic!("{name}") };
+        assert_eq!(catalog.file_path(f), root.join(path));
+        assert!(catalog.is_image(f));
+    }
+    // Directories are the shards' directory's; nothing else is there.
+    assert!(io.metadata(&root.join("03")).expect("class").is_dir);
+    assert!(io.metadata(&root).expect("root").is_dir);
+    for missing in ["03/zz.jpg", "nope", "03/a.jpg/x", "../train-000.tar"] {
+        assert_eq!(io.metadata(&root.join(missing)).expect_err(missing).kind(), std::io::ErrorKind::NotFound, "{missing}");
+    }
+    assert!(io.open(&root.join("03")).is_err(), "a class directory is not read");
+}
+
+#[test]
+fn a_sample_shows_its_shards_owner_and_mode_and_one_the_shard_denies_stays_denied() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    two_shards(dir.path());
+    std::fs::set_permissions(dir.path().join("train-001.tar"), std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let mut shards = index(&config(dir.path(), "train-*.tar"), None);
+    let root = shards.take_catalog().expect("catalog").root().to_path_buf();
+    let io = shards.io();
+    let shard_meta = std::fs::metadata(dir.path().join("train-001.tar")).expect("stat");
+    let meta = io.metadata(&root.join("_unlabeled/d.jpg")).expect("stat");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!((meta.mode, meta.uid, meta.gid), (0o600, shard_meta.uid(), shard_meta.gid()));
+    assert_eq!(io.metadata(&root.join("cat/c.png")).expect("stat").mode, std::fs::metadata(dir.path().join("train-000.tar")).expect("stat").mode() & 0o7777);
+}
+
+#[test]
+fn a_kept_index_is_reused_while_its_shard_is_unchanged_and_a_changed_shard_is_indexed_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kept = tempfile::tempdir().expect("index dir");
+    two_shards(dir.path());
+    let cfg = config(dir.path(), "train-*.tar");
+    let first = index(&cfg, Some(kept.path()));
+    assert_eq!((first.report().indexed, first.report().reused), (2, 0));
+    assert!(first.report().index_file_bytes > 0);
+    let mut second = index(&cfg, Some(kept.path()));
+    assert_eq!((second.report().indexed, second.report().reused, second.report().samples), (0, 2, 5));
+    // The kept index serves the same bytes (it is not read from the headers again).
+    let root = second.take_catalog().expect("catalog").root().to_path_buf();
+    assert_eq!(read_all(&*second.io(), &root.join("03/a.jpg")), b"A-bytes");
+    // A shard rewritten: its index is made again, the other's kept one used.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    write_tar(&dir.path().join("train-001.tar"), &[("f.jpg", b"F-bytes"), ("f.cls", b"5")]);
+    let mut third = index(&cfg, Some(kept.path()));
+    assert_eq!((third.report().indexed, third.report().reused), (1, 1));
+    let catalog = third.take_catalog().expect("catalog");
+    assert!(catalog.lookup(0, OsStr::new("_unlabeled")).is_none(), "d.jpg left with its old shard");
+    assert_eq!(read_all(&*third.io(), &root.join("05/f.jpg")), b"F-bytes");
+    // The source was never written: only the two shards are in its directory.
+    let names: Vec<_> = std::fs::read_dir(dir.path()).expect("ls").map(|e| e.expect("entry").file_name()).collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+}
+
+#[test]
+fn a_shard_changed_while_served_serves_nothing_rather_than_bytes_at_old_offsets() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    two_shards(dir.path());
+    let mut shards = index(&config(dir.path(), "train-000.tar"), None);
+    let root = shards.take_catalog().expect("catalog").root().to_path_buf();
+    let io = shards.io();
+    assert_eq!(read_all(&*io, &root.join("03/a.jpg")), b"A-bytes");
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    write_tar(&dir.path().join("train-000.tar"), &[("x.jpg", b"other"), ("a.jpg", b"A-bytes-changed"), ("a.cls", b"3")]);
+    let err = io.metadata(&root.join("03/a.jpg")).expect_err("changed");
+    assert!(err.to_string().contains("remount"), "{err}");
+    assert!(io.open(&root.join("03/a.jpg")).is_err());
+}
+
+#[test]
+fn a_pattern_that_matches_nothing_or_an_unreadable_shard_is_refused_by_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let err = Shards::index(&config(dir.path(), "train-*.tar"), None, |_| {}, &AtomicBool::new(false)).err().expect("nothing");
+    assert!(err.to_string().contains("matches no file"), "{err}");
+    let err = Shards::index(&config(dir.path(), "train-{0..1}.tar"), None, |_| {}, &AtomicBool::new(false)).err().expect("missing");
+    assert!(err.to_string().contains("train-0.tar"), "{err}");
+    assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
+}
+
+/// The real local source, counting the reads of the files it opens.
+struct CountingSource {
+    inner: LocalSource,
+    reads: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+struct CountingFile {
+    inner: Box<dyn crate::source::SourceFile>,
+    reads: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl SourceIo for CountingSource {
+    fn space(&self) -> std::io::Result<crate::source::Space> {
+        self.inner.space()
+    }
+    fn metadata(&self, path: &Path) -> std::io::Result<crate::source::FileMeta> {
+        self.inner.metadata(path)
+    }
+    fn open(&self, path: &Path) -> std::io::Result<Box<dyn crate::source::SourceFile>> {
+        Ok(Box::new(CountingFile { inner: self.inner.open(path)?, reads: Arc::clone(&self.reads) }))
+    }
+}
+
+impl crate::source::SourceFile for CountingFile {
+    fn meta(&self) -> &crate::source::FileMeta {
+        self.inner.meta()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.read_at(buf, offset)
+    }
+}
+
+#[test]
+fn a_sample_is_one_ranged_read_of_its_shard_through_the_bounded_source() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    write_tar(&dir.path().join("s.tar"), &[("small.jpg", b"tiny"), ("small.cls", b"1"), ("big.jpg", &big), ("big.cls", b"1")]);
+    let reads = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let inner = Arc::new(CountingSource { inner: LocalSource::new(dir.path()).expect("source"), reads: Arc::clone(&reads) });
+    let mut shards = Shards::index_over(inner, dir.path(), vec!["s.tar".into()], None, |_| {}, &AtomicBool::new(false)).expect("index");
+    let catalog = shards.take_catalog().expect("catalog");
+    let headers = reads.swap(0, std::sync::atomic::Ordering::SeqCst);
+    // The walk: the headers and the two label members, not the 300 KB of data.
+    assert!(headers <= 8, "{headers} reads to index 4 members");
+    let source = crate::source::Source::new(shards.io(), 2, std::time::Duration::from_secs(5), 1 << 20, None).expect("source");
+    for (name, want) in [("1/big.jpg", &big[..]), ("1/small.jpg", b"tiny")] {
+        let path = catalog.root().join(name);
+        let meta = source.metadata(&path).expect("stat");
+        let (bytes, _) = source.read_sized(&path, meta.len()).expect("read");
+        assert!(&*bytes == want, "{name}");
+        assert_eq!(reads.swap(0, std::sync::atomic::Ordering::SeqCst), 1, "{name}: one pread");
+    }
+    source.shutdown(std::time::Duration::from_secs(1));
+}
