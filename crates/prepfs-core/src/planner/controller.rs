@@ -355,7 +355,8 @@ impl PlanController {
     }
 
     /// The storage's terms behind the source's read limit, if one is set: no faster than the
-    /// limit, and a read waits for the link, not the CPU.
+    /// limit, and calibration's read time (the link's) not taken as CPU; the live plan puts back
+    /// a read's CPU as measured on its thread.
     fn behind_read_limit(&self, params: &mut PlanParams) {
         if let Some(limit) = self.read_limit {
             params.b_storage = params.b_storage.min(limit as f64);
@@ -374,6 +375,10 @@ impl PlanController {
     /// costs beyond its timed pixel work (the source read, the output's encoding) at the jobs'
     /// steady mix of hits and misses, and any other load on the machine. (With one stream that
     /// mix changes from the first epoch to the second, so a lumped cost would mispredict both.)
+    /// With several jobs, only intervals with the same jobs throughout count, and only once
+    /// [`SERVE_PROBE_INTERVALS`] have; where their mixes tell them apart, the cost is split into
+    /// one per sample served and one per source read (`serve_fit`), so that a first epoch of
+    /// misses does not price the later epochs' hits.
     fn probe_serve(&self) -> Serving {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let s = &self.stats;

@@ -352,7 +352,7 @@ pub(super) fn cpu_rates(p: &PlanParams) -> (f64, f64, f64) {
 pub(super) fn bounded(p: &PlanParams, cpu: f64, storage: f64, nic_bytes: f64) -> f64 {
     let nodes = f64::from(p.nodes);
     // The storage's own time: what a read takes beyond its CPU, which the cores' time already
-    // counts (a read from the page cache is CPU alone; behind a read limit `t_read` is 0).
+    // counts (a read from the page cache is CPU alone; behind a read limit the link's time).
     let reads = if p.s_data > 0.0 { storage / p.s_data } else { 0.0 };
     let storage_seconds = if storage > 0.0 { (storage / p.b_storage - reads * read_seconds(p)).max(0.0) } else { 0.0 };
     let bounds = [
