@@ -49,24 +49,23 @@ pub(crate) fn transform(pixels: &mut [u8], size: Size2, matrix: &[f64; 6], filte
     }
 }
 
-/// The value of channel `ch` at column `x`, row `y`, both clamped into the image.
-fn at(src: &[u8], w: usize, h: usize, x: i64, y: i64, ch: usize) -> f64 {
-    let x = x.clamp(0, w as i64 - 1) as usize;
-    let y = y.clamp(0, h as i64 - 1) as usize;
-    f64::from(src[(y * w + x) * 3 + ch])
+/// The source columns (or rows) `first`, `first + 1`, ... clamped to `0..len`: PIL's edge rule,
+/// worked out once per output pixel rather than once per tap and channel.
+fn clamped<const N: usize>(first: i64, len: usize) -> [usize; N] {
+    std::array::from_fn(|i| (first + i as i64).clamp(0, len as i64 - 1) as usize)
 }
 
 /// PIL's `bilinear_filter32RGB` at (x, y) (pixel centres on whole numbers), truncated.
 fn bilinear(src: &[u8], w: usize, h: usize, x: f64, y: f64, out: &mut [u8]) {
     let (x0, y0) = (x.floor(), y.floor());
     let (dx, dy) = (x - x0, y - y0);
-    let (x0, y0) = (x0 as i64, y0 as i64);
+    let (cols, rows) = (clamped::<2>(x0 as i64, w), clamped::<2>(y0 as i64, h));
     for (ch, o) in out.iter_mut().enumerate() {
-        let row = |r: i64| {
-            let (p, q) = (at(src, w, h, x0, r, ch), at(src, w, h, x0 + 1, r, ch));
+        let row = |r: usize| {
+            let (p, q) = (f64::from(src[(r * w + cols[0]) * 3 + ch]), f64::from(src[(r * w + cols[1]) * 3 + ch]));
             p + (q - p) * dx
         };
-        let (top, bottom) = (row(y0), row(y0 + 1));
+        let (top, bottom) = (row(rows[0]), row(rows[1]));
         *o = (top + (bottom - top) * dy) as u8;
     }
 }
@@ -83,10 +82,10 @@ fn cubic(v: [f64; 4], d: f64) -> f64 {
 fn bicubic(src: &[u8], w: usize, h: usize, x: f64, y: f64, out: &mut [u8]) {
     let (x0, y0) = (x.floor(), y.floor());
     let (dx, dy) = (x - x0, y - y0);
-    let (x0, y0) = (x0 as i64 - 1, y0 as i64 - 1);
+    let (cols, rows) = (clamped::<4>(x0 as i64 - 1, w), clamped::<4>(y0 as i64 - 1, h));
     for (ch, o) in out.iter_mut().enumerate() {
-        let row = |r: i64| cubic([0, 1, 2, 3].map(|i| at(src, w, h, x0 + i, r, ch)), dx);
-        let v = cubic([0, 1, 2, 3].map(|i| row(y0 + i)), dy);
+        let row = |r: usize| cubic(cols.map(|c| f64::from(src[(r * w + c) * 3 + ch])), dx);
+        let v = cubic(rows.map(row), dy);
         *o = v.clamp(0.0, 255.0) as u8;
     }
 }

@@ -193,7 +193,7 @@ fn a_sample_is_one_ranged_read_of_its_shard_through_the_bounded_source() {
     for (name, want) in [("1/big.jpg", &big[..]), ("1/small.jpg", b"tiny")] {
         let path = catalog.root().join(name);
         let meta = source.metadata(&path).expect("stat");
-        let (bytes, _) = source.read_sized(&path, meta.len()).expect("read");
+        let (bytes, _, _) = source.read_sized(&path, meta.len()).expect("read");
         assert!(&*bytes == want, "{name}");
         assert_eq!(reads.swap(0, std::sync::atomic::Ordering::SeqCst), 1, "{name}: one pread");
     }
