@@ -2,7 +2,7 @@
 //! decoded-cache hit) with `random_resized_crop` 224 and a flip, then the op, against the same
 //! without it, on real photographs, single-threaded. Prints a Markdown table (ms per sample).
 //!
-//! usage: cargo run --release --example op_cost -- DIR [--reps 300]
+//! usage: cargo run --release --example op_cost -- DIR [--reps 300] [--only SUBSTRING]
 //! (DIR: searched for .jpg/.jpeg/.png; target/photos has real photographs.)
 
 use std::path::PathBuf;
@@ -45,7 +45,11 @@ fn main() {
     let overrides = Overrides { source: Some(dir.clone()), mountpoint: Some("/mnt/x".into()), seed: None };
     println!("| op | ms per sample | over the base |\n|---|---:|---:|");
     let mut base_ms = 0.0;
+    let only = args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)).cloned();
     for (name, op) in OPS {
+        if only.as_deref().is_some_and(|o| !op.is_empty() && !name.contains(o)) {
+            continue;
+        }
         let augment = match op {
             "RESIZE_FIRST" => "- resize: {size: 256}\n- random_resized_crop: {size: 224}\n- random_horizontal_flip: {}\n".to_string(),
             "CENTER" => "- resize: {size: 256}\n- center_crop: {size: 224}\n".to_string(),
