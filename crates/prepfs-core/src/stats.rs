@@ -66,7 +66,7 @@ impl PipelineCounters {
 }
 
 /// Pipelines counted: `augmented/`'s and at most `config::MAX_RECIPES` recipes'.
-const PIPELINES: usize = 16;
+const PIPELINES: usize = crate::config::MAX_RECIPES + 1;
 
 /// FUSE requests received, by kind (what the kernel asks per file read shows here).
 #[derive(Debug, Default)]

@@ -32,7 +32,7 @@ pub(crate) use cache::{CacheConfig, DiskConfig, RemoteConfig, SplitChoice};
 pub use error::ValueError;
 pub(crate) use error::ConfigError;
 pub use output::{Dtype, Format, OutputConfig};
-pub(crate) use recipes::Recipe;
+pub(crate) use recipes::{Recipe, MAX_RECIPES};
 pub use sections::{
     AccessConfig, BadSamplesConfig, HideBad, JobsConfig, LoaderConfig, ShardsConfig, SourceLimits, Validate, DEFAULT_MAX_FILE_SIZE,
     DEFAULT_MAX_OPEN_BYTES, DEFAULT_RING_MEMORY, DEFAULT_RING_MEMORY_PER_USER, MAX_ID, MIN_MAX_OPEN_BYTES,

@@ -1,7 +1,8 @@
 //! Background work through the serving path, below the priority of requests: the refill (fresh
-//! augmentations into each pipeline's free room: `augmented/`'s and every recipe's) and prefetch (a sample made cached for a view before
-//! a job asks). The threads that run it are the mount's (`crate::mount`); what is wanted is the
-//! jobs' (`crate::fs`): here is only the unit of work.
+//! augmentations into each pipeline's free room: `augmented/`'s and every recipe's) and
+//! prefetch (a sample made cached for a view before a job asks). The threads that run it are
+//! the mount's (`crate::mount`); what is wanted is the jobs' (`crate::fs`): here is only the
+//! unit of work.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
