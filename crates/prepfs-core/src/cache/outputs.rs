@@ -79,6 +79,15 @@ impl SampleCache {
         (self.recipes.stores.len() + 1) as u8
     }
 
+    /// Each pipeline's share of the augmented budget (0: `augmented/`'s), summing to 1: the
+    /// shares [`SampleCache::set_output_reads`] splits it in, for the plan's room size.
+    pub(crate) fn output_shares(&self) -> Vec<f64> {
+        let reads = self.recipes.reads.lock_or_recover().clone();
+        let weights: Vec<f64> = reads.iter().map(|&r| r as f64 + 1.0).collect();
+        let sum: f64 = weights.iter().sum();
+        weights.iter().map(|w| w / sum).collect()
+    }
+
     /// Sets the augmented budget all pipelines share (a new split's), split between them.
     pub(super) fn set_outputs_budget(&self, total: u64) -> u64 {
         self.recipes.total.store(total, Ordering::Relaxed);
@@ -161,6 +170,21 @@ mod tests {
         cache.set_split(Split::new(50, 0, 50).expect("sums to 100"));
         let after: u64 = (0..3).map(|p| cache.outputs(p).expect("store").budget()).sum();
         assert!(after <= total / 2 && after + 3 >= total / 2, "{after}");
+    }
+
+    #[test]
+    fn the_plan_is_told_the_shares_the_budget_is_split_in() {
+        let cache = cache(2, 3000);
+        assert_eq!(cache.output_shares(), [1.0 / 3.0; 3]);
+        cache.set_output_reads(&[0, 99, 299]);
+        let shares = cache.output_shares();
+        assert!((shares.iter().sum::<f64>() - 1.0).abs() < 1e-9);
+        // Each pipeline's reads counted one more, as the split counts them.
+        assert_eq!(shares, [1.0 / 401.0, 100.0 / 401.0, 300.0 / 401.0]);
+        let budgets: Vec<u64> = (0..3).map(|p| cache.outputs(p).expect("store").budget()).collect();
+        for (b, w) in budgets.iter().zip(&shares) {
+            assert!((*b as f64 - 3000.0 * w).abs() <= 1.0, "{budgets:?} against {shares:?}");
+        }
     }
 
     #[test]

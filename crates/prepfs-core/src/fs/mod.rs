@@ -74,7 +74,7 @@ use crate::config::Config;
 use crate::pixels::work::PixelWork;
 use crate::planner::{initial_split, PlanController};
 use crate::producer::SampleProducer;
-use crate::sampling::{Bitset, Jobs, Pass, Requester};
+use crate::sampling::{Bitset, Job, Jobs, Pass, Requester};
 pub(crate) use crate::shared::Form;
 use crate::source::catalog::Catalog;
 use crate::source::{LocalSource, SampleReader, Source, SourceIo};
@@ -337,7 +337,24 @@ impl Filesystem {
     pub fn replan(&self) -> bool {
         self.cache.set_output_reads(&self.stats.pipeline_reads(self.cache.pipelines()));
         let jobs = self.jobs.active();
-        self.plan.tick(jobs.len(), self.epochs_done_by(&jobs))
+        self.plan.tick(jobs.len(), self.output_jobs(&jobs), self.epochs_done_by(&jobs))
+    }
+
+    /// With recipes, the jobs one augmented output may serve: each pipeline's readers among
+    /// the active `jobs` (`augmented/`'s: those that have read their own views; a recipe's: those
+    /// with a state in its view), averaged over the pipelines by their shares of the room (their
+    /// reads). `None` without recipes (every job reads the one pipeline).
+    fn output_jobs(&self, jobs: &[Arc<Job>]) -> Option<f64> {
+        let pipelines = self.cache.pipelines();
+        if pipelines < 2 {
+            return None;
+        }
+        let readers = |p: u8| match p {
+            0 => jobs.iter().filter(|j| j.epoch() > 1 || j.served_this_epoch() > 0).count(),
+            r => jobs.iter().filter(|j| j.recipe_state(r).is_some()).count(),
+        };
+        let shares = self.cache.output_shares();
+        Some((0..pipelines).zip(&shares).map(|(p, w)| w * readers(p).max(1) as f64).sum())
     }
 
     /// Epochs read so far: the top-level readers' passes, or the furthest job's.

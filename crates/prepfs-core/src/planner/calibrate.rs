@@ -119,7 +119,8 @@ pub(crate) fn measure(
         n_total: catalog.sample_count() as u64,
         s_data,
         s_decoded: sum.pixels as f64 * 3.0 / n,
-        s_augmented: output::encoded_len(&config.output, config.augmented_size().unwrap_or(Size2::new(224, 224))) as f64,
+        // `augmented/`'s; the controller counts the recipes' beside it (`output_sizes`).
+        s_augmented: output_sizes(config)[0],
         s_cache: config.cache.memory as f64,
         b_cache: memory_copy_rate(),
         b_nic: f64::INFINITY,
@@ -135,6 +136,8 @@ pub(crate) fn measure(
         // Measured while serving (it needs FUSE round trips); the model assumes a default.
         t_serve: None,
         jobs: 1,
+        // The controller counts the jobs of each pipeline while serving.
+        output_jobs: None,
         cores: threads as u32,
         dirs: (0..catalog.dir_count()).filter(|&d| !catalog.images(d as DirId).is_empty()).count().max(1) as u32,
         // Measured while serving, from the remote tier (the controller's `tick`).
@@ -149,6 +152,13 @@ pub(crate) fn measure(
     Some(Calibration { params, samples_timed: sum.n, t_full: threads * n / sum.full_s.max(1e-9) })
 }
 
+/// The bytes of one output of each pipeline: `augmented/`'s, then each recipe's in order (an
+/// output whose size the pipeline leaves open counted at 224x224).
+pub(crate) fn output_sizes(config: &Config) -> Vec<f64> {
+    let len = |output, augment| output::encoded_len(output, crate::pixels::augment::fixed_output_size(augment).unwrap_or(Size2::new(224, 224))) as f64;
+    std::iter::once(len(&config.output, &config.augment)).chain(config.recipes.iter().map(|r| len(&r.output, &r.augment))).collect()
+}
+
 /// Up to `k` of `items`, evenly spread, starting half a stride in (a set's first file of each
 /// stride is no more typical than any other, and a class's first is often a generator's).
 fn spread(items: &[u32], k: usize) -> Vec<u32> {
@@ -158,7 +168,7 @@ fn spread(items: &[u32], k: usize) -> Vec<u32> {
 
 /// Reads and times `files` one after another through the served pixel work (`pixels::work`,
 /// outputs in memory): a region decode and augment, then a full decode and an augment of its
-/// pixels. The pixel work is timed in the
+/// pixels (by each pipeline: `augmented/`'s and each recipe's, their mean). The pixel work is timed in the
 /// thread's CPU time, as the mount times it while serving (`pixels::work`); the read in wall
 /// time (the storage's rate).
 fn time_samples(files: &[u32], config: &Config, read: &(impl Fn(u32) -> Option<Vec<u8>> + Sync)) -> Timed {
@@ -186,7 +196,15 @@ fn time_samples(files: &[u32], config: &Config, read: &(impl Fn(u32) -> Option<V
         if work::augment_pixels_served(&full, &config.augment, &mut rng(), &config.output, Dest::Memory).is_err() {
             continue;
         }
-        let a = seconds_since(started);
+        let mut a = seconds_since(started);
+        // Each recipe's augment of the same pixels: until reads are counted the pipelines are
+        // planned alike (their shares of the room are equal), so the first plan takes their mean.
+        for recipe in &config.recipes {
+            let started = thread_cpu_nanos();
+            let _ = work::augment_pixels_served(&full, &recipe.augment, &mut rng(), &recipe.output, Dest::Memory);
+            a += seconds_since(started);
+        }
+        let a = a / (1 + config.recipes.len()) as f64;
         t.n += 1;
         t.bytes += data.len() as u64;
         t.read_s += read_s;
@@ -204,15 +222,45 @@ fn seconds_since(started: u64) -> f64 {
 }
 
 /// Seconds the machine's cores have been busy (all of them added up) since boot, from
-/// `/proc/stat`'s first line (user, nice, system, irq, softirq, steal; not idle or iowait).
+/// `/proc/stat`'s first line (user, nice, system, irq, softirq, steal; not idle or iowait),
+/// less the user time other processes ran niced: a build or batch job at `nice -n 19` takes
+/// only cores serving leaves idle, yet counted in it swung the several-jobs probe's serving
+/// cost 2x. This mount's own niced threads (its background work, or all of it where the daemon
+/// was started under `nice`) stay counted. Not left out: other processes' system time, and
+/// neighbours at nice 0 (they compete for the cores as a reader would).
 pub(crate) fn machine_busy_seconds() -> Option<f64> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
     let fields: Vec<u64> = stat.lines().next()?.split_whitespace().skip(1).map(|f| f.parse().ok()).collect::<Option<_>>()?;
     let at = |i: usize| fields.get(i).copied().unwrap_or(0);
-    let busy = at(0) + at(1) + at(2) + at(5) + at(6) + at(7);
+    let niced_elsewhere = at(1).saturating_sub(own_niced_user_ticks());
+    let busy = (at(0) + at(1) + at(2) + at(5) + at(6) + at(7)).saturating_sub(niced_elsewhere);
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     (hz > 0).then(|| busy as f64 / hz as f64)
+}
+
+/// Clock ticks of user time this process's threads at a positive nice value have run (their
+/// share of `/proc/stat`'s nice column): `/proc/self/task/*/stat`, fields 14 (utime) and 19
+/// (nice). A thread's ticks are counted while it lives; the mount's threads live until unmount.
+fn own_niced_user_ticks() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return 0 };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("stat")).ok())
+        .filter_map(|stat| niced_user_ticks(&stat))
+        .sum()
+}
+
+/// A task's user ticks from its `stat` line where it runs niced (None where it does not, or the
+/// line does not parse). The name (field 2) may hold spaces and parentheses: fields are counted
+/// from its closing one.
+fn niced_user_ticks(stat: &str) -> Option<u64> {
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    // Field 3 (state) is fields[0]: utime (14) is fields[11], nice (19) fields[16].
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let nice: i64 = fields.get(16)?.parse().ok()?;
+    (nice > 0).then_some(utime)
 }
 
 /// Bytes per second one thread copies between two 32 MiB buffers: the cache's read bandwidth.
@@ -226,4 +274,55 @@ fn memory_copy_rate() -> f64 {
         std::hint::black_box(&dst);
     }
     (4.0 * src.len() as f64) / started.elapsed().as_secs_f64().max(1e-9)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_task_stat_line_gives_its_user_ticks_only_where_it_runs_niced() {
+        // A name with spaces and parentheses, as a thread may be named.
+        let niced = "4242 (prepfs (fill) 1) S 1 2 3 0 -1 4194368 10 0 0 0 731 55 0 0 30 10 1 0 99 0 0";
+        assert_eq!(niced_user_ticks(niced), Some(731));
+        let plain = "4243 (prepfs-io-0) S 1 2 3 0 -1 4194368 10 0 0 0 731 55 0 0 20 0 1 0 99 0 0";
+        assert_eq!(niced_user_ticks(plain), None);
+        assert_eq!(niced_user_ticks("4244 (cut short) S 1 2"), None);
+    }
+
+    #[test]
+    fn this_process_s_niced_thread_counts_as_its_own_niced_time() {
+        let (done, wait) = std::sync::mpsc::channel::<()>();
+        let (spun, spinning) = std::sync::mpsc::channel::<libc::pid_t>();
+        let thread = std::thread::spawn(move || {
+            // SAFETY: gettid and setpriority on this thread's own id have no preconditions.
+            let tid = unsafe { libc::gettid() };
+            unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10) };
+            let started = thread_cpu_nanos();
+            let mut x = 0u64;
+            // User time: the thread's clock (a system call) read only every few million steps.
+            while thread_cpu_nanos() - started < 300_000_000 {
+                for _ in 0..4_000_000 {
+                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                }
+            }
+            let _ = spun.send(tid);
+            // Alive while counted: a thread's ticks leave /proc/self/task with it.
+            let _ = wait.recv();
+        });
+        let tid = spinning.recv().expect("the niced thread spun");
+        // Its own line, then the process's sum, which holds it (other tests' threads come and
+        // go meanwhile, so the sum is compared with the line, not with an earlier sum).
+        let line = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).expect("its stat");
+        let ticks = niced_user_ticks(&line).expect("it runs niced");
+        let all = own_niced_user_ticks();
+        let _ = done.send(());
+        thread.join().expect("the niced thread ended");
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+        // 0.3 s of user CPU at nice 10 (ticks are coarse: at least half of it).
+        assert!(ticks as f64 / hz >= 0.15, "{ticks} ticks at {hz} Hz");
+        assert!(all >= ticks, "the process's niced ticks {all} leave out its niced thread's {ticks}");
+    }
+
 }

@@ -67,6 +67,12 @@ pub(crate) struct PlanController {
     /// What memory held as epoch 2 started (counted the first time the plan is read or ticks
     /// once epoch 1 is done): epoch 2's prediction starts from it (`run::second_from`).
     after_epoch_1: Mutex<Option<run::Holding>>,
+    /// One output's bytes in each pipeline (`augmented/`, then the recipes): the augmented
+    /// form's room is theirs, split by reads (`prepfs::room_size`).
+    output_sizes: Vec<f64>,
+    /// The jobs one augmented output may serve, where recipes split them (the model's
+    /// `output_jobs`), as the last tick counted them.
+    output_jobs: Mutex<Option<f64>>,
 }
 
 /// The model's remote-tier inputs as measured now (see `cache/remote/network.rs`).
@@ -178,6 +184,8 @@ impl PlanController {
             epochs_expected: config.cache.epochs,
             epochs_done: AtomicU64::new(0),
             after_epoch_1: Mutex::new(None),
+            output_sizes: calibrate::output_sizes(config),
+            output_jobs: Mutex::new(None),
         }
     }
 
@@ -237,11 +245,13 @@ impl PlanController {
         self.apply(params, calibration.t_full, "mount-time calibration", calibration.samples_timed as u64);
     }
 
-    /// One turn of the loop (about once a second): `jobs` share the cache now; re-plans from the
-    /// rates measured while serving once enough samples were timed since the last plan, or the
-    /// serving rate or the jobs moved. Returns whether it re-planned.
-    pub(crate) fn tick(&self, jobs: usize, epochs_done: u64) -> bool {
+    /// One turn of the loop (about once a second): `jobs` share the cache now (`output_jobs`
+    /// each augmented output, where recipes split them); re-plans from the rates measured while
+    /// serving once enough samples were timed since the last plan, or the serving rate or the
+    /// jobs moved. Returns whether it re-planned.
+    pub(crate) fn tick(&self, jobs: usize, output_jobs: Option<f64>, epochs_done: u64) -> bool {
         self.set_jobs_sharing(jobs);
+        *self.output_jobs.lock_or_recover() = output_jobs;
         self.epochs_done.store(epochs_done, Ordering::Relaxed);
         if epochs_done >= 1 {
             self.after_epoch_1();
@@ -275,6 +285,7 @@ impl PlanController {
         let (read_cpu_ns, read_blocked_ns) = (get(&s.source_read_cpu_nanos), get(&s.source_read_blocked_nanos));
         let timed = da_n + a_n;
         let jobs = self.jobs_sharing.load(Ordering::Relaxed).max(1);
+        let output_jobs = *self.output_jobs.lock_or_recover();
         let remote = self.remote_inputs();
         let (mut params, mut t_full) = {
             let plan = self.plan.lock_or_recover();
@@ -283,7 +294,12 @@ impl PlanController {
                     (Some(now), Some(then)) => (now / then - 1.0).abs() > 0.2,
                     (now, then) => now.is_some() != then.is_some(),
                 };
-                serve_moved || p.params.jobs != jobs || RemoteInputs::moved(&p.params, remote)
+                // Recipes' readers: a job more or less on a pipeline, not its reads' drift.
+                let output_jobs_moved = match (output_jobs, p.params.output_jobs) {
+                    (Some(now), Some(then)) => (now - then).abs() > 0.5,
+                    (now, then) => now.is_some() != then.is_some(),
+                };
+                serve_moved || output_jobs_moved || p.params.jobs != jobs || RemoteInputs::moved(&p.params, remote)
             };
             match plan.as_ref() {
                 Some(p) if timed >= p.timed + REPLAN_MIN_SAMPLES || moved(p) => (p.params.clone(), p.t_full),
@@ -423,6 +439,12 @@ impl PlanController {
     /// Makes the plan for `params` and applies it to the cache (logged when the split changes).
     fn apply(&self, mut params: PlanParams, t_full: f64, from: &str, timed: u64) {
         params.jobs = self.jobs_sharing.load(Ordering::Relaxed).max(1);
+        params.output_jobs = *self.output_jobs.lock_or_recover();
+        // With recipes, each pipeline keeps outputs for its own reads in its share of the room.
+        let shares = self.cache.output_shares();
+        if let (true, Some(size)) = (shares.len() > 1, super::prepfs::room_size(&shares, &self.output_sizes)) {
+            params.s_augmented = size;
+        }
         let done = self.epochs_done.load(Ordering::Relaxed);
         // The split and first-touch policy with the least time over the epochs left.
         let (split, over_the_run) = match self.split {
@@ -466,6 +488,9 @@ impl PlanController {
             "first_touch": if keep_pixels { "full decode, pixels kept" } else { "region decode" },
             "t_full": t_full,
             "inputs": params,
+            // Where recipes split the augmented room: each pipeline's share and output size
+            // (`inputs.s_augmented` is the room's size per output a read finds of its own).
+            "pipelines": { "shares": shares, "output_bytes": self.output_sizes },
             "from": from,
             "samples_timed": timed,
         });

@@ -58,6 +58,11 @@ pub struct PlanParams {
     pub(crate) t_serve: Option<f64>,
     /// prepfs's model only: the training jobs that share each augmented output (1: one job).
     pub(crate) jobs: u32,
+    /// prepfs's model only: where recipes split the jobs between pipelines, the jobs one
+    /// augmented output may serve (the jobs reading its pipeline, averaged over the pipelines
+    /// by their reads); the decoded pixels and encoded bytes still serve all `jobs`. `None`:
+    /// every job reads the same pipeline (`jobs`).
+    pub(crate) output_jobs: Option<f64>,
     /// prepfs's model only: the cores the CPU rates (`t_da`, `t_a`, `t_serve`) were measured
     /// on, for the default serve rate.
     pub(crate) cores: u32,
@@ -252,6 +257,8 @@ struct RawPlanParams {
     #[serde(default)]
     jobs: Option<u32>,
     #[serde(default)]
+    output_jobs: Option<f64>,
+    #[serde(default)]
     cores: Option<u32>,
     #[serde(default)]
     dirs: Option<u32>,
@@ -339,6 +346,7 @@ impl RawPlanParams {
             c_pcie: need(text, "c_pcie", self.c_pcie)?,
             t_serve: self.t_serve.filter(|t| *t != f64::INFINITY),
             jobs: self.jobs.unwrap_or(1).max(1),
+            output_jobs: self.output_jobs.filter(|j| j.is_finite() && *j >= 1.0),
             cores: self.cores.unwrap_or(1).max(1),
             dirs: self.dirs.unwrap_or(1).max(1),
             s_remote: self.s_remote.unwrap_or(0.0),

@@ -72,6 +72,11 @@
 //!   save their decode), and only
 //!   `r (1 - h_R)` read the storage;
 //! - the predicted hit rate (served without reading the source) is `1 - r (1 - h_R)`.
+//! - with recipes (several pipelines, each keeping its own outputs in its share of the
+//!   augmented room, [`room_size`]), an output serves only the jobs reading its pipeline:
+//!   `a = 1 / g'(w_A)`, `g'` with `output_jobs` (the read-weighted mean of each pipeline's jobs)
+//!   in place of `jobs`, and decodes and reads are shared through the decoded and encoded
+//!   windows only (`max(w_D)`, `max(w_D, w_E)`).
 
 use super::params::PlanParams;
 use super::search::Evaluation;
@@ -101,6 +106,20 @@ pub(super) const PURE_HIT_SPEEDUP: f64 = 1.65;
 /// of 16, 32, 64, 128 and 256 entries served each made item to 1.2, 1.5, 1.9, 2.7 and 3.0 jobs;
 /// `1 + 2 (1 - exp(-w / (3 · 30)))` is within 0.16 of each.
 pub(super) const WINDOW_PER_DIR: f64 = 3.0;
+
+/// The output size the augmented form's budget is counted in where several pipelines
+/// (`augmented/` and each recipe) split it by `shares` (summing to 1), as the cache does by
+/// their reads, each kept output serving only its own pipeline's reads, which come in the same
+/// shares. The model's `B_A / s_augmented` is then the outputs a read finds of its own
+/// pipeline, `sum_p share_p * (share_p * B_A / size_p)`: `s_augmented = 1 / sum_p share_p^2 /
+/// size_p`. Two pipelines read alike with outputs of one size: twice it (each holds half as
+/// many), and every sample kept by each costs the two sizes together, as the cache's split
+/// needs. One pipeline: its own size. (The model's bytes moved per hit take it too, which
+/// overstates them; beside a decode they are next to nothing.)
+pub(crate) fn room_size(shares: &[f64], sizes: &[f64]) -> Option<f64> {
+    let per_byte: f64 = shares.iter().zip(sizes).filter(|(_, &s)| s > 0.0).map(|(w, s)| w * w / s).sum();
+    (per_byte > 0.0 && shares.len() == sizes.len()).then(|| 1.0 / per_byte)
+}
 
 /// Fractions of the samples each form holds, and the bytes each holds.
 struct Fill {
@@ -239,13 +258,19 @@ fn evaluate_shared(p: &PlanParams, split: Split, carried: bool) -> Evaluation {
     let size = [p.s_data, p.s_decoded, p.s_augmented];
     let others = f64::from(p.jobs.max(1) - 1);
     let scale = f64::from(p.dirs.max(1)) * WINDOW_PER_DIR;
-    // How many jobs one item made serves, with `items` entries to wait in.
-    let serves = |items: f64| 1.0 + others * (1.0 - (-items / scale).exp());
+    // How many jobs one item made serves, with `items` entries to wait in, among `others` more.
+    let serves_among = |others: f64, items: f64| 1.0 + others * (1.0 - (-items / scale).exp());
+    let serves = |items: f64| serves_among(others, items);
     let [w_e, w_d, w_a] = [E, D, A].map(|f| bytes[f] / size[f]);
     let whole = |f: usize| if carried && held[f] >= 1.0 { 1.0 } else { 0.0 };
-    let augments = 1.0 / serves(w_a);
-    let decodes = augments.min((1.0 - whole(D)) / serves(w_a.max(w_d)));
-    let reads = decodes.min((1.0 - whole(E)) / serves(w_a.max(w_d).max(w_e)));
+    // An output serves only the jobs reading its pipeline (recipes); pixels and bytes all.
+    let output_others = p.output_jobs.map_or(others, |j| (j - 1.0).clamp(0.0, others));
+    let augments = 1.0 / serves_among(output_others, w_a);
+    // The window a decode is shared in: with recipes, another pipeline's outputs hold no
+    // pixels this one can use; the decoded pixels serve them all.
+    let w_pixels = if p.output_jobs.is_some() { w_d } else { w_a.max(w_d) };
+    let decodes = augments.min((1.0 - whole(D)) / serves(w_pixels));
+    let reads = decodes.min((1.0 - whole(E)) / serves(w_pixels.max(w_e)));
 
     let (t_serve, t_a, t_da) = cpu_rates(p);
     let remote = Remote::of(p, t_a, t_da);
@@ -419,6 +444,26 @@ pub(super) mod tests {
     #[track_caller]
     pub(in crate::planner) fn assert_close(actual: f64, expected: f64) {
         assert!((actual - expected).abs() <= 1e-9 * expected.abs().max(1.0), "expected {expected}, got {actual}");
+    }
+
+    #[test]
+    fn pipelines_splitting_the_augmented_budget_each_find_only_their_own_share_of_it() {
+        assert_eq!(room_size(&[1.0], &[250.0]), Some(250.0));
+        assert_eq!(room_size(&[0.5, 0.5], &[250.0, 250.0]), Some(500.0));
+        assert_eq!(room_size(&[1.0], &[0.0]), None);
+        // Read three to one, the busier pipeline's outputs a third the size: the outputs a read
+        // finds of its own pipeline, over a budget of 3000 B.
+        let s = room_size(&[0.75, 0.25], &[100.0, 300.0]).expect("sizes");
+        assert_close(3000.0 / s, 0.75 * (0.75 * 3000.0 / 100.0) + 0.25 * (0.25 * 3000.0 / 300.0));
+        // Two pipelines read alike hold half the augmented fraction one would, and hold every
+        // sample only with room for both sizes.
+        let one = base();
+        let two = PlanParams { s_augmented: room_size(&[0.5, 0.5], &[250.0, 250.0]).expect("sizes"), ..base() };
+        let a = split("0-0-100");
+        let small = PlanParams { s_cache: 100_000.0, ..one.clone() };
+        assert_close(fill_fractions(&PlanParams { s_cache: 100_000.0, ..two.clone() }, a)[A], fill_fractions(&small, a)[A] / 2.0);
+        assert!(fill_fractions(&PlanParams { s_cache: 250_000.0, ..two.clone() }, a)[A] < 1.0);
+        assert!(fill_fractions(&PlanParams { s_cache: 500_000.0, ..two }, a)[A] >= 1.0);
     }
 
     #[test]
@@ -626,6 +671,23 @@ pub(super) mod tests {
         assert_close(ev.n_a, 1000.0 * (1.0 - a));
         assert_close(ev.n_storage, 1000.0 * a);
         // The same memory as bytes shares only the reads: every job decodes (800/s).
+    }
+
+    #[test]
+    fn with_recipes_an_output_serves_only_its_own_pipelines_jobs() {
+        // Three jobs, each reading a recipe of its own: an output serves its maker alone, so
+        // every sample is an augment, and a decode too where only outputs are kept.
+        let p = PlanParams { jobs: 3, dirs: 10, s_cache: 50.0 * 250.0, ..base() };
+        let apart = evaluate(&PlanParams { output_jobs: Some(1.0), ..p.clone() }, split("0-0-100"));
+        assert_close(apart.n_a, 0.0);
+        assert_close(apart.samples_per_s, 1.0 / (1.0 / 4000.0 + 1.0 / 1000.0));
+        // Kept as pixels, a decode still serves all three jobs: an augment each, a decode shared.
+        let pixels = evaluate(&PlanParams { output_jobs: Some(1.0), s_cache: 50.0 * 500.0, ..p.clone() }, split("0-100-0"));
+        let d = 1.0 / serves(50.0, 10.0);
+        assert_close(pixels.samples_per_s, 1.0 / (1.0 / 4000.0 + (1.0 - d) / 5000.0 + d / 1000.0));
+        // All three on one pipeline: as without recipes.
+        let together = evaluate(&PlanParams { output_jobs: Some(3.0), ..p.clone() }, split("0-0-100"));
+        assert_close(together.n_a, evaluate(&p, split("0-0-100")).n_a);
     }
 
     #[test]

@@ -143,6 +143,7 @@ pub(crate) mod tests {
             c_pcie: 0.0,
             t_serve: None,
             jobs: 1,
+            output_jobs: None,
             cores: 1,
             dirs: 1,
             s_remote: 0.0,

@@ -13,7 +13,9 @@ compared with a two-sample Kolmogorov-Smirnov test. Prints JSON.
                                                  config without the op) or on the source JPEG
 
 timm's RandAugment (rand_augment: {timm: ...}) is compared against timm itself, on a PIL image
-of the op's input, when timm is installed.
+of the op's input, when timm is installed. Whole training transforms (torchvision's reference
+recipe; timm's create_transform) are moved to the mount by prepfs.recipe, where the prepfs module
+is installed, and compared from the source JPEG to the normalised float32 tensor.
 
 The photographs are bench/prepfs_bench/real_photos.py's (public-domain sample images of the scikit-image and
 matplotlib wheels, fetched with pip into target/photos once). Statistics per image: the three
@@ -116,6 +118,24 @@ def cases():
                                 v2.RandomErasing(0.5, value="random")]),
             output={"format": "npy", "dtype": "float32", **NORMALIZE}, erase="random"),
     }
+    # Whole training transforms, moved to the mount by prepfs.recipe (the YAML it writes) and
+    # compared from the source JPEG to the float32 tensor: torchvision's reference recipe
+    # (TrivialAugmentWide, RandomErasing 0.1) and timm's create_transform with RandAugment.
+    try:
+        import prepfs
+    except ImportError:
+        prepfs = None
+    if prepfs is not None:
+        def whole(build, erase):
+            return {"yaml": prepfs.recipe(build()), "tv": build, "from_source": True, "erase": erase,
+                    "output": {"format": "npy", "dtype": "float32"}}
+        out["whole_torchvision_reference_recipe"] = whole(lambda: v2.Compose([
+            v2.RandomResizedCrop(48, antialias=True), v2.RandomHorizontalFlip(0.5), v2.TrivialAugmentWide(),
+            v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(**NORMALIZE), v2.RandomErasing(0.1)]), 0.0)
+        if has_timm():
+            from timm.data import create_transform
+            out["whole_timm_create_transform"] = whole(
+                lambda: create_transform(48, is_training=True, auto_augment="rand-m9-mstd0.5-inc1", re_prob=0.25), 0.0)
     if has_timm():
         for config in ("rand-m9-mstd0.5-inc1", "rand-m9-mstd0.5", "rand-m7-mstd0.5-inc1", "rand-m9-n3-mstd0.5"):
             case = op({"rand_augment": {"timm": config}}, lambda config=config: timm_rand_augment(config))
@@ -125,6 +145,8 @@ def cases():
 
 
 def config_yaml(case):
+    if "yaml" in case:
+        return "seed: 11\nthreads: 2\n" + case["yaml"]
     return json.dumps({"seed": 11, "threads": 2, "augment": case["augment"], "output": case["output"]})
 
 
@@ -220,6 +242,7 @@ def main():
             if case["from_source"]:
                 pil = Image.open(photo).convert("RGB")
                 for _ in range(draws):
+                    # A PIL image (geometric ops) or a float32 CHW tensor (a whole transform).
                     theirs.append(stats(np.asarray(transform(pil)), case["erase"]))
             elif case.get("pil"):
                 pil = Image.fromarray(read_npy(os.path.join(base, "augmented", "photos", stem + ".npy")))
