@@ -113,6 +113,12 @@ impl PixelOp {
                 let value = match args.get("value") {
                     None => EraseValue::Fixed([0.0; 3]),
                     Some(Value::Number(_)) => EraseValue::Fixed([args.float("value")?.unwrap_or(0.0) as f32; 3]),
+                    // One number in a list is every channel's, as torchvision takes it (v2's
+                    // RandomErasing keeps `value=0` as `[0.0]`).
+                    Some(Value::Sequence(one)) if one.len() == 1 => match one[0].as_f64() {
+                        Some(v) => EraseValue::Fixed([v as f32; 3]),
+                        None => return Err(args.bad("value", "be a number, three (one per channel), or random")),
+                    },
                     Some(Value::Sequence(_)) => EraseValue::Fixed(args.triple("value")?.unwrap_or([0.0; 3])),
                     Some(Value::String(s)) if s == "random" => EraseValue::Random,
                     Some(_) => return Err(args.bad("value", "be a number, three (one per channel), or random")),
@@ -316,6 +322,10 @@ mod tests {
         assert_eq!(e.value, EraseValue::Random);
         let err = parse("random_erasing: {value: noise}").unwrap_err();
         assert_eq!(err, "random_erasing: `value` must be a number, three (one per channel), or random");
+        // One number in a list (torchvision v2 keeps `value=0` as `[0.0]`) is every channel's.
+        let AugmentOp::Pixel(PixelOp::RandomErasing(e)) = parse("random_erasing: {value: [0.5]}").expect("op") else { panic!() };
+        assert_eq!(e.value, EraseValue::Fixed([0.5; 3]));
+        assert!(parse("random_erasing: {value: [0.5, 1]}").is_err());
     }
 
     #[test]

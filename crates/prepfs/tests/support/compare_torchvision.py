@@ -49,17 +49,14 @@ def has_timm():
         return False
 
 
-def timm_rand_augment(config):
-    """timm's RandAugment as create_transform builds it for ImageNet's mean: fill img_mean
-    (124, 116, 104), and (interpolation 'random', timm's train default) bilinear or bicubic drawn
-    per op."""
+def timm_posterize_as_before_pillow_13():
+    """timm's ImageOps with posterize(img, 0) as Pillow before 13 did it (every bit cleared):
+    timm's inc1 asks for 0 bits at magnitude 10 (1 draw in 44 with m9-mstd0.5) and Pillow 13
+    raises there; prepfs serves the older meaning."""
     from timm.data import auto_augment
     from PIL import Image, ImageOps
 
     class Ops:
-        """ImageOps with posterize(img, 0) as Pillow before 13 did it (every bit cleared): timm's
-        inc1 asks for 0 bits at magnitude 10 (1 draw in 44 with m9-mstd0.5) and Pillow 13
-        raises there; prepfs serves the older meaning."""
         def __getattr__(self, name):
             return getattr(ImageOps, name)
 
@@ -68,6 +65,14 @@ def timm_rand_augment(config):
             return Image.new(img.mode, img.size, (0,) * len(img.getbands())) if bits == 0 else ImageOps.posterize(img, bits)
 
     auto_augment.ImageOps = Ops()
+
+
+def timm_rand_augment(config):
+    """timm's RandAugment as create_transform builds it for ImageNet's mean: fill img_mean
+    (124, 116, 104), and (interpolation 'random', timm's train default) bilinear or bicubic drawn
+    per op."""
+    from timm.data import auto_augment
+    timm_posterize_as_before_pillow_13()
     return auto_augment.rand_augment_transform(config, {"translate_const": int(SIDE * 0.45), "img_mean": (124, 116, 104)})
 
 
@@ -134,8 +139,11 @@ def cases():
             v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(**NORMALIZE), v2.RandomErasing(0.1)]), 0.0)
         if has_timm():
             from timm.data import create_transform
-            out["whole_timm_create_transform"] = whole(
-                lambda: create_transform(48, is_training=True, auto_augment="rand-m9-mstd0.5-inc1", re_prob=0.25), 0.0)
+
+            def timm_train():
+                timm_posterize_as_before_pillow_13()
+                return create_transform(48, is_training=True, auto_augment="rand-m9-mstd0.5-inc1", re_prob=0.25)
+            out["whole_timm_create_transform"] = whole(timm_train, 0.0)
     if has_timm():
         for config in ("rand-m9-mstd0.5-inc1", "rand-m9-mstd0.5", "rand-m7-mstd0.5-inc1", "rand-m9-n3-mstd0.5"):
             case = op({"rand_augment": {"timm": config}}, lambda config=config: timm_rand_augment(config))
