@@ -66,8 +66,17 @@ def job(root, decode_jpeg, seed, epochs, uncached=False):
                 im.tobytes()
 
 
+def children_cpu():
+    """CPU seconds (user + system) of this process's ended children: the jobs' own work."""
+    import resource
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def makespan(roots, decode_jpeg, epochs=2, uncached=False, poll=None):
-    """Seconds until every job is done; `poll` is called about every half second meanwhile."""
+    """Seconds until every job is done; `poll` is called about every half second meanwhile.
+    The jobs' CPU seconds (all three together) are left in `makespan.jobs_cpu`."""
+    cpu_before = children_cpu()
     started = time.time()
     procs = [Process(target=job, args=(root, decode_jpeg, 100 + i, epochs, uncached)) for i, root in enumerate(roots)]
     for p in procs:
@@ -79,7 +88,9 @@ def makespan(roots, decode_jpeg, epochs=2, uncached=False, poll=None):
                 poll()
         if p.exitcode != 0:
             raise RuntimeError(f"a job failed ({p.exitcode})")
-    return time.time() - started
+    took = time.time() - started
+    makespan.jobs_cpu = children_cpu() - cpu_before
+    return took
 
 
 def three_jobs(mount, epochs):
@@ -134,6 +145,12 @@ def ready_made(view, out):
                 g.write(f.read())
 
 
+def pixel_seconds(work):
+    """CPU seconds of the mount's pixel work, from stats.json's `work` counts and means."""
+    return sum(work.get(n, 0) * (work.get(n[:-1] + "_ms_mean") or 0) / 1e3
+               for n in ("full_decodes", "decode_augments", "pixel_augments"))
+
+
 def pct(x):
     return "-" if x is None else f"{x * 100:.0f}%"
 
@@ -182,18 +199,23 @@ def main():
             try:
                 peer_root = os.path.join(peer_mount.mnt, "encoded") if peer_mount else source
                 peer = makespan([peer_root] * 3, True, uncached=bool(limit))
+                peer_cpu = makespan.jobs_cpu
             finally:
                 if peer_mount:
                     peer_mount.close()
             mount = Mount(args.prepfs, source, workdir, "prepfs", src_yaml + f"cache: {{ memory: {cache}{', ' + args.cache_extra if args.cache_extra else ''} }}\n")
             try:
+                daemon_before = mount.cpu_seconds()
                 ours, seen = three_jobs(mount, 2)
+                ours_jobs_cpu = makespan.jobs_cpu
+                daemon_cpu = mount.cpu_seconds() - daemon_before
                 st = mount.stats()
                 # The floor: the same jobs over ready-made outputs in memory (tmpfs).
                 shm = tempfile.mkdtemp(prefix="prepfs-floor-", dir="/dev/shm")
                 try:
                     ready_made(os.path.join(mount.mnt, "augmented"), shm)
                     floor = makespan([shm] * 3, False)
+                    floor_cpu = makespan.jobs_cpu
                 finally:
                     shutil.rmtree(shm, ignore_errors=True)
             finally:
@@ -221,6 +243,15 @@ def main():
                 "samples_per_s": served / ours,
                 "predicted_samples_per_s": (st.get("plan") or {}).get("predicted_samples_per_s"),
                 "predicted_hit_rate": (st.get("plan") or {}).get("predicted_hit_rate"),
+                # Where the time went (CPU seconds, all cores): the peers' jobs; prepfs's jobs and
+                # its daemon, of which the pixel work (decodes and augments, as the mount times
+                # it); the floor's jobs. The makespan can be no less than their sum over the cores.
+                "peer_jobs_cpu_s": peer_cpu,
+                "prepfs_jobs_cpu_s": ours_jobs_cpu,
+                "daemon_cpu_s": daemon_cpu,
+                "daemon_pixel_cpu_s": pixel_seconds(st.get("work") or {}),
+                "floor_jobs_cpu_s": floor_cpu,
+                "cores": len(os.sched_getaffinity(0)),
             }
             row["predicted_makespan_s"] = predicted_makespan(served, 2, seen)
             rows.append(row)
@@ -228,14 +259,16 @@ def main():
         lines = [f"3 jobs x 2 epochs at once, one process each; prepfs with its defaults and a cache of 20% of the set's bytes "
                  f"({os.path.basename(source.rstrip('/'))}); the floor: the same jobs over ready-made outputs on tmpfs.", "",
                  "| setting | peer makespan s | prepfs makespan s | ratio | floor s (ratio) | predicted makespan s | hit rate (predicted) "
-                 "| samples/s (predicted) | samples served per decode | split |",
-                 "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+                 "| samples/s (predicted) | samples served per decode | split | CPU s: peers; prepfs jobs + daemon (pixel work); floor |",
+                 "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
         for r in rows:
             lines.append(f"| {r['setting']} | {r['peer_makespan_s']:.1f} | {r['prepfs_makespan_s']:.1f} | {r['makespan_ratio']:.2f}x "
                          f"| {r['floor_makespan_s']:.1f} ({r['floor_ratio']:.2f}x) | {secs(r['predicted_makespan_s'])} "
                          f"| {r['hit_rate'] * 100:.0f}% ({pct(r['predicted_hit_rate'])}) "
                          f"| {r['samples_per_s']:.0f} ({num(r['predicted_samples_per_s'])}) "
-                         f"| {r['jobs_per_decode']:.2f} | {r['split']} |")
+                         f"| {r['jobs_per_decode']:.2f} | {r['split']} "
+                         f"| {r['peer_jobs_cpu_s']:.1f}; {r['prepfs_jobs_cpu_s']:.1f} + {r['daemon_cpu_s']:.1f} "
+                         f"({r['daemon_pixel_cpu_s']:.1f}); {r['floor_jobs_cpu_s']:.1f} |")
         write_report(args.out, rows, lines)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
