@@ -75,8 +75,8 @@
 //! - with recipes (several pipelines, each keeping its own outputs in its share of the
 //!   augmented room, [`room_size`]), an output serves only the jobs reading its pipeline:
 //!   `a = 1 / g'(w_A)`, `g'` with `output_jobs` (the read-weighted mean of each pipeline's jobs)
-//!   in place of `jobs`, and decodes and reads are shared through the decoded and encoded
-//!   windows only (`max(w_D)`, `max(w_D, w_E)`).
+//!   in place of `jobs`, and where that splits the jobs, decodes and reads are shared through
+//!   the decoded and encoded windows only (`w_D`, `max(w_D, w_E)`).
 
 use super::params::PlanParams;
 use super::search::Evaluation;
@@ -266,9 +266,10 @@ fn evaluate_shared(p: &PlanParams, split: Split, carried: bool) -> Evaluation {
     // An output serves only the jobs reading its pipeline (recipes); pixels and bytes all.
     let output_others = p.output_jobs.map_or(others, |j| (j - 1.0).clamp(0.0, others));
     let augments = 1.0 / serves_among(output_others, w_a);
-    // The window a decode is shared in: with recipes, another pipeline's outputs hold no
-    // pixels this one can use; the decoded pixels serve them all.
-    let w_pixels = if p.output_jobs.is_some() { w_d } else { w_a.max(w_d) };
+    // The window a decode is shared in: where recipes split the jobs, another pipeline's
+    // outputs hold no pixels this one can use; the decoded pixels serve them all.
+    let split_jobs = p.output_jobs.is_some_and(|j| j < f64::from(p.jobs) - 0.5);
+    let w_pixels = if split_jobs { w_d } else { w_a.max(w_d) };
     let decodes = augments.min((1.0 - whole(D)) / serves(w_pixels));
     let reads = decodes.min((1.0 - whole(E)) / serves(w_pixels.max(w_e)));
 
@@ -687,7 +688,7 @@ pub(super) mod tests {
         assert_close(pixels.samples_per_s, 1.0 / (1.0 / 4000.0 + (1.0 - d) / 5000.0 + d / 1000.0));
         // All three on one pipeline: as without recipes.
         let together = evaluate(&PlanParams { output_jobs: Some(3.0), ..p.clone() }, split("0-0-100"));
-        assert_close(together.n_a, evaluate(&p, split("0-0-100")).n_a);
+        assert_eq!(together, evaluate(&p, split("0-0-100")));
     }
 
     #[test]
