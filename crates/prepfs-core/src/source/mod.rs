@@ -23,6 +23,7 @@ mod freshness;
 mod local;
 mod pool;
 mod reader;
+pub mod s3;
 pub mod shards;
 pub(crate) mod throttle;
 
