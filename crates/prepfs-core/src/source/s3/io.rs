@@ -7,8 +7,9 @@
 //! uid and gid, mode 0644 (directories 0755), the object's size and last-modified time. An
 //! object's identity is its ETag, size and last-modified time: an object changed since it was
 //! listed (the GET's `If-Match` fails) is looked up again (HEAD), its new version recorded, and
-//! the read that found it fails with `ESTALE`'s kind (EIO); the next open sees the new version,
-//! as a replaced local file is seen, and what was made of the old one is dropped. A request
+//! the read that found it fails with `ESTALE`'s kind (EIO), which a whole read answers by
+//! opening the new version (`Source`'s `read_current`); the next open sees the new version, as
+//! a replaced local file is seen, and what was made of the old one is dropped. A request
 //! that fails after its retries is a clear `EIO`, and one log line.
 
 use std::io;

@@ -149,7 +149,7 @@ fn the_keys_under_the_prefix_are_served_as_the_tree_a_directory_holding_them_wou
 }
 
 #[test]
-fn an_object_replaced_since_the_listing_is_read_as_its_new_version_and_never_mixed() {
+fn an_object_replaced_since_the_listing_is_read_as_its_new_version_and_never_mixed_with_the_old() {
     let moto = Moto::start();
     moto.make_bucket("bkt");
     let config = config(&moto, "s3://bkt");
@@ -174,6 +174,15 @@ fn an_object_replaced_since_the_listing_is_read_as_its_new_version_and_never_mix
     let again = io.open(&root.join("c/a.jpg")).expect("open");
     assert_eq!(again.read_at(&mut buf, 0).expect("read"), 120);
     assert_eq!(&buf[..120], &[7u8; 120][..]);
+
+    // A sample's whole read (what the cache fills from) of an object replaced meanwhile: the
+    // new version, with its metadata (the reader then drops what was made of the old).
+    put(&uploader, "c/a.jpg", &[9u8; 200]);
+    let source = Source::new(store.io(), 2, Duration::from_secs(10), 1 << 20, None).expect("source");
+    let (bytes, meta, _) = source.read_sized(&root.join("c/a.jpg"), 120).expect("read as its new version");
+    assert_eq!((&bytes[..], meta.len()), (&[9u8; 200][..], 200));
+    assert_eq!(source.read_head(&root.join("c/a.jpg"), 10).expect("head").0, vec![9u8; 10]);
+    source.shutdown(Duration::from_secs(2));
 
     // Deleted since the listing: ENOENT, and gone from then on.
     delete(&uploader, "c/gone.jpg");
