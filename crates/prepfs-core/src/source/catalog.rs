@@ -260,8 +260,10 @@ impl Catalog {
     pub(crate) fn of_paths(root: &Path, paths: &[Vec<&[u8]>]) -> Catalog {
         use std::collections::BTreeMap;
         use std::ffi::OsString;
-        // Each directory (by its names from the root) and what it holds.
-        let mut dirs: BTreeMap<Vec<&[u8]>, (std::collections::BTreeSet<&[u8]>, Vec<&[u8]>)> = BTreeMap::new();
+        // Each directory (by its names from the root) and what it holds: its subdirectories'
+        // names and its files'.
+        type Holds<'a> = (std::collections::BTreeSet<&'a [u8]>, Vec<&'a [u8]>);
+        let mut dirs: BTreeMap<Vec<&[u8]>, Holds> = BTreeMap::new();
         dirs.entry(Vec::new()).or_default();
         for path in paths {
             let Some((file, parents)) = path.split_last() else { continue };

@@ -15,15 +15,14 @@
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
-
 
 use object_store::{GetOptions, GetRange, ObjectMeta};
 
 use super::client::Client;
 use crate::source::{FileMeta, Identity, SourceFile, SourceIo, Space};
-use crate::sync::RwLockExt;
+use crate::sync::{RwLock, RwLockExt};
 
 /// One object as listed (or as looked up again after it changed).
 #[derive(Debug, Clone)]
@@ -53,7 +52,7 @@ pub(crate) struct S3Source {
 
 /// What the tree and its open files share.
 struct Shared {
-    client: Arc<Client>,
+    client: Client,
     root: PathBuf,
     url: String,
     /// Sorted by `rel`; an entry changes only when its object is found changed.
@@ -80,8 +79,8 @@ impl S3Source {
         dirs.push(String::new());
         dirs.sort();
         dirs.dedup();
-        S3Source { shared: Arc::new(Shared {
-            client: Arc::new(client),
+        let shared = Shared {
+            client,
             root: root.to_path_buf(),
             url: url.to_string(),
             objects: RwLock::new(objects),
@@ -90,7 +89,8 @@ impl S3Source {
             gid: nix::unistd::getegid().as_raw(),
             dev: crate::shared::fnv1a64(&[url.as_bytes()]),
             listed_at: SystemTime::now(),
-        }) }
+        };
+        S3Source { shared: Arc::new(shared) }
     }
 
     pub(super) fn root(&self) -> &Path {
