@@ -3,7 +3,8 @@
 //! holding id-coded JPEGs as `data/<class>/<file>`, read through the kernel: every object byte
 //! for byte in `encoded/`, the classes listed, decodable samples of the right ids in
 //! `augmented/`; and the store failing: 503 SlowDown answers and an outage shorter than the
-//! retry window cost the reader nothing, one longer fails the read with EIO and a log line.
+//! retry window cost the reader nothing, one longer fails the read with EIO and a log line; an
+//! object replaced after the listing is served as its new version once a read finds it.
 //!
 //! moto keeps its objects in memory, so stopping it would lose them: the outages are made by a
 //! small loopback TCP forwarder of this file's own between prepfs and moto, stopped (its
@@ -111,6 +112,19 @@ fn mount(run: &Path, config: &Path, source: &str) -> Mounted {
     cmd.env("PREPFS_RUN_DIR", run.join("prepfs-run"));
     cmd.env("AWS_ACCESS_KEY_ID", "testing").env("AWS_SECRET_ACCESS_KEY", "testing").env_remove("AWS_ENDPOINT_URL").env_remove("AWS_PROFILE");
     Mounted::start_command(cmd, &mnt, &run.join("prepfs.log"), LIMIT)
+}
+
+/// Replaces the object `key` of bucket `train` with `bytes`, by a signed PUT (boto3's, which
+/// moto[server] brings): once signed requests have been made, moto refuses unsigned ones.
+fn replace(moto: &Moto, dir: &Path, key: &str, bytes: &[u8]) {
+    let file = dir.join("replacement");
+    std::fs::write(&file, bytes).expect("write");
+    let script = format!(
+        "import boto3, sys; boto3.client('s3', endpoint_url='http://127.0.0.1:{}', region_name='us-east-1', aws_access_key_id='testing', aws_secret_access_key='testing').put_object(Bucket='train', Key=sys.argv[1], Body=open(sys.argv[2], 'rb').read())",
+        moto.port
+    );
+    let status = Command::new("python3").arg("-c").arg(script).arg(key).arg(&file).status().expect("python3");
+    assert!(status.success(), "boto3's put_object of {key}");
 }
 
 fn names(dir: &Path) -> Vec<String> {
@@ -302,5 +316,19 @@ fn a_store_that_slows_down_or_goes_away_within_the_retry_window_costs_the_reader
     assert!(log.contains("object store read failed") && log.contains("s3://train/data/c2/s08.jpg") && log.contains("retried for up to 4.0 s"), "{log}");
     forwarder.resume();
     assert!(read("c2/s08.jpg").expect("served again") == bytes_of("c2/s08.jpg"));
+
+    // An object replaced since the listing: the store is asked only on a read, so the cache may
+    // still serve what it made of the old version (the refill works ahead); a read through
+    // `encoded/` asks, and finds the change: that read fails (never the old bytes under the new
+    // size, or a mix), the next open serves the new bytes, and what was made of the old version
+    // is dropped (sample 3's pixels under s02's name).
+    replace(&moto, dir.path(), "data/c0/s02.jpg", &bytes_of("c0/s03.jpg"));
+    let err = read("c0/s02.jpg").expect_err("the handle opened as listed");
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    assert!(read("c0/s02.jpg").expect("encoded") == bytes_of("c0/s03.jpg"), "the new version's bytes");
+    let out = std::fs::read(mnt.path("augmented/c0/s02.ppm")).expect("augmented of the new version");
+    let (_, _, rgb) = parse_ppm(&out);
+    assert_eq!(id_of_pixels(rgb).0, 3, "made of the object as it is now");
+    assert!(mnt.log().contains("object changed since it was listed"), "{}", mnt.log());
     assert_eq!(mnt.stop().code(), Some(0));
 }

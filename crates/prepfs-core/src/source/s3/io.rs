@@ -9,7 +9,9 @@
 //! listed (the GET's `If-Match` fails) is looked up again (HEAD), its new version recorded, and
 //! the read that found it fails with `ESTALE`'s kind (EIO), which a whole read answers by
 //! opening the new version (`Source`'s `read_current`); the next open sees the new version, as
-//! a replaced local file is seen, and what was made of the old one is dropped. A request
+//! a replaced local file is seen, and what was made of the old one is dropped. An object is
+//! asked about only when read (a request per open would cost what the cache saves), so forms
+//! cached from an old version are served until a read from the store finds the change. A request
 //! that fails after its retries is a clear `EIO`, and one log line.
 
 use std::io;
