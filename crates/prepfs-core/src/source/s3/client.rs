@@ -184,6 +184,11 @@ mod tests {
         let names = client.block_on(async { tokio::task::spawn(async { std::thread::current().name().map(str::to_string) }).await }).expect("runs");
         assert!(names.expect("joined").is_some_and(|n| n.starts_with("prepfs-s3-")));
         let live = Arc::clone(&client.live);
+        // The workers start as the runtime is built, each in its own time.
+        let started = std::time::Instant::now();
+        while live.load(Ordering::Acquire) < RUNTIME_THREADS && started.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         assert!(live.load(Ordering::Acquire) >= RUNTIME_THREADS, "the workers run");
         drop(client);
         assert_eq!(live.load(Ordering::Acquire), 0, "every thread of the runtime ended before the drop returned");
