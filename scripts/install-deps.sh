@@ -4,7 +4,8 @@
 #           redis-server (the remote tier's tests start real servers; GETDEL needs Redis >= 6.2),
 #           redis-tools (redis-cli --cluster create: the tests' three-node Redis Cluster),
 #           openssl (the TLS test's throwaway CA and server certificate)
-#   Python: pillow + numpy (the tests compare against PIL), maturin (the Python module)
+#   Python: pillow + numpy (the tests compare against PIL), maturin (the Python module),
+#           moto[server] (the object store source's tests run a real S3 server on loopback)
 set -euo pipefail
 
 missing=()
@@ -37,6 +38,13 @@ if ! python3 -m maturin --version >/dev/null 2>&1; then
   echo "installing Python packages: maturin"
   python3 -m pip install -q maturin 2>/dev/null \
     || python3 -m pip install -q --break-system-packages maturin
+fi
+
+# The object store source's tests (source/s3, tests/mount_s3.rs) start moto's S3 server.
+if ! python3 -c "import moto.server, flask, werkzeug, boto3" 2>/dev/null; then
+  echo "installing Python packages: moto[server]"
+  python3 -m pip install -q "moto[server]" 2>/dev/null \
+    || python3 -m pip install -q --break-system-packages "moto[server]"
 fi
 
 if [ ! -e /dev/fuse ]; then

@@ -95,7 +95,8 @@ enum Command {
 #[derive(clap::Args, Debug)]
 struct MountArgs {
     /// `SOURCE MOUNTPOINT`: the dataset directory (or a WebDataset shard pattern, quoted:
-    /// '/data/train-{000000..000099}.tar') and where to mount it. A single path that is a file
+    /// '/data/train-{000000..000099}.tar', or an object store: s3://BUCKET/PREFIX) and where to
+    /// mount it. A single path that is a file
     /// is the older form's CONFIG.
     #[arg(value_name = "SOURCE MOUNTPOINT | CONFIG", num_args = 0..=2)]
     paths: Vec<PathBuf>,
@@ -543,7 +544,8 @@ impl MountPlan {
                 plan.older_form = true;
             }
             [source, mountpoint] => {
-                let shards = prepfs_core::source::shards::is_shard_pattern(&source.to_string_lossy());
+                let shards = prepfs_core::source::shards::is_shard_pattern(&source.to_string_lossy())
+                    || prepfs_core::config::is_object_store_url(&source.to_string_lossy());
                 if source.exists() && !source.is_dir() && !shards {
                     return Err(format!(
                         "SOURCE {} is not a directory or a shard pattern (to mount with a config file: `prepfs mount SOURCE MOUNTPOINT --config FILE`)",

@@ -400,6 +400,33 @@ fn index_shards_with_progress(
     Ok((catalog, indexed))
 }
 
+/// Lists the object store `store` names, its progress shown; gives up when `stop` is set.
+fn list_objects_with_progress(
+    store: &prepfs_core::config::ObjectStoreConfig,
+    stop: &AtomicBool,
+) -> Result<(Catalog, prepfs_core::source::s3::ObjectStore), MountError> {
+    let progress = Progress::start("listing the object store", "keys", None);
+    let listed = prepfs_core::source::s3::ObjectStore::list(store, |n| progress.set(n as u64), stop);
+    progress.finish();
+    let mut listed = listed.map_err(|e| match e.kind() {
+        io::ErrorKind::Interrupted => MountError::Stopped,
+        _ => MountError::Scan { path: store.url.clone(), source: e },
+    })?;
+    let report = listed.report();
+    tracing::info!(
+        url = %store.url,
+        keys = report.keys,
+        files = report.files,
+        skipped = report.skipped,
+        samples = report.samples,
+        bytes = report.bytes,
+        retry_timeout = store.retry_timeout_s,
+        "object store ready"
+    );
+    let catalog = listed.take_catalog().ok_or_else(|| MountError::Scan { path: store.url.clone(), source: io::Error::other("no catalog") })?;
+    Ok((catalog, listed))
+}
+
 /// Checks the samples at mount as `bad_samples.validate` says (`headers`, `scan`), on the
 /// filesystem's pool of batch fills (`prepfs-fill-<i>`), its progress shown; nothing for
 /// `first-touch`.
@@ -438,7 +465,9 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
     check_fuse_access(&config.mountpoint, config.access.allow_other)?;
     let created = prepare_mountpoint(&config.mountpoint, lifecycle.create_mountpoint, lifecycle.allow_non_empty)?;
     // Before anything mounts (a created mountpoint is removed again as `created` drops).
-    check_no_overlap(&config.source, &config.mountpoint)?;
+    if config.object_store.is_none() {
+        check_no_overlap(&config.source, &config.mountpoint)?;
+    }
     // Held while serving: the other mounts' `memory: auto` counts this one's cache.
     let _registered = register_memory(&config);
     if let Some(created) = created.as_ref().filter(|_| lifecycle.create_mountpoint) {
@@ -463,13 +492,18 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
         Ok(limit) => tracing::debug!(limit, "open file limit"),
         Err(e) => tracing::warn!("cannot raise the open file limit ({e}): fewer outputs are kept ready to pass through"),
     }
-    // Shards are indexed (or their kept indexes reused) in place of the directory scan.
-    let (catalog, shards) = match &config.shards {
-        Some(shards) => {
+    // Shards are indexed (or their kept indexes reused), an object store listed, in place of
+    // the directory scan.
+    let (catalog, shards, store) = match (&config.shards, &config.object_store) {
+        (Some(shards), _) => {
             let (catalog, shards) = index_shards_with_progress(shards, config.shard_index_dir().as_deref(), &waiter.stopping)?;
-            (catalog, Some(shards))
+            (catalog, Some(shards), None)
         }
-        None => (scan_with_progress(&config.source, &waiter.stopping)?, None),
+        (None, Some(store)) => {
+            let (catalog, store) = list_objects_with_progress(store, &waiter.stopping)?;
+            (catalog, None, Some(store))
+        }
+        (None, None) => (scan_with_progress(&config.source, &waiter.stopping)?, None, None),
     };
     tracing::info!(
         samples = catalog.sample_count(),
@@ -480,9 +514,10 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
     let pool = OpenPool::new(config.threads).map_err(|e| MountError::Pool(e.to_string()))?;
     let mountpoint = config.mountpoint.clone();
     let fuse_config = fuser_config(&config, lifecycle.read_only);
-    let fs = match &shards {
-        Some(shards) => Filesystem::over_shards(config, catalog, shards),
-        None => Filesystem::new(config, catalog),
+    let fs = match (&shards, &store) {
+        (Some(shards), _) => Filesystem::over_shards(config, catalog, shards),
+        (None, Some(store)) => Filesystem::over_object_store(config, catalog, store),
+        (None, None) => Filesystem::new(config, catalog),
     };
     let fs = Arc::new(fs.map_err(MountError::Fuse)?);
     if let Err(e) = validate_with_progress(&fs, &waiter.stopping) {

@@ -34,9 +34,10 @@ pub(crate) use error::ConfigError;
 pub use output::{Dtype, Format, OutputConfig};
 pub(crate) use recipes::{Recipe, MAX_RECIPES};
 pub use sections::{
-    AccessConfig, BadSamplesConfig, HideBad, JobsConfig, LoaderConfig, ShardsConfig, SourceLimits, Validate, DEFAULT_MAX_FILE_SIZE,
+    AccessConfig, BadSamplesConfig, HideBad, JobsConfig, LoaderConfig, ObjectStoreConfig, ShardsConfig, SourceLimits, Validate, DEFAULT_MAX_FILE_SIZE,
     DEFAULT_MAX_OPEN_BYTES, DEFAULT_RING_MEMORY, DEFAULT_RING_MEMORY_PER_USER, MAX_ID, MIN_MAX_OPEN_BYTES,
 };
+pub use sections::is_object_store_url;
 pub use units::{parse_bytes, parse_duration, parse_rate};
 #[cfg(test)]
 use error::Quantity;
@@ -108,6 +109,9 @@ pub struct Config {
     pub source: PathBuf,
     /// WebDataset shards served in place of the directory tree.
     pub shards: Option<ShardsConfig>,
+    /// An S3-compatible object store served in place of the directory tree (`source` is then
+    /// its URL as a path, `s3://BUCKET/PREFIX`, never a local directory).
+    pub object_store: Option<ObjectStoreConfig>,
     /// Bytes per second the source may be read at (shared storage); `None`: unlimited.
     pub(crate) source_read_limit: Option<u64>,
     /// Where the filesystem is mounted.
@@ -199,19 +203,19 @@ impl Config {
     }
 
     fn parse_with(text: &str, overrides: &Overrides, effects: Effects) -> Result<Config, ConfigError> {
-        let raw: RawConfig = if text.trim().is_empty() {
+        let mut raw: RawConfig = if text.trim().is_empty() {
             serde_norway::from_str("{}")
         } else {
             serde_norway::from_str(text)
         }
         .map_err(|e| ConfigError::plain(yaml::describe_error(&e)))?;
 
-        let (yaml_source, source_read_limit, source_limits, index_dir) = match raw.source {
+        let (yaml_source, source_read_limit, source_limits, index_dir, store_keys) = match raw.source.take() {
             Some(v) => {
                 let raw = source_value(text, v)?;
-                (Some(raw.given), raw.read_limit, raw.limits, raw.index_dir)
+                (Some(raw.given), raw.read_limit, raw.limits, raw.index_dir, (raw.endpoint, raw.region, raw.retry_timeout_s))
             }
-            None => (None, None, SourceLimits::default(), None),
+            None => (None, None, SourceLimits::default(), None, (None, None, None)),
         };
         let given = overrides
             .source
@@ -222,6 +226,24 @@ impl Config {
         // Shards: their directory is the source (the served tree's root, never written, never
         // holding the mount or the disk tier).
         let (source, shards) = match given {
+            SourceGiven::ObjectStore(url) => {
+                let (endpoint, region, retry) = store_keys;
+                // Retried for a third of the source's timeout by default (at most 10 s), so that
+                // a request that gives up says why before the I/O thread's timeout speaks for it.
+                let timeout = source_limits.timeout_s;
+                let retry_timeout_s = retry.unwrap_or((timeout / 3.0).min(10.0));
+                if retry_timeout_s * 2.0 > timeout {
+                    return Err(ConfigError::at(text, "source.retry_timeout", format!("at most half of source.timeout ({timeout} s): a request is retried, then its last try may take as long again")));
+                }
+                let store = ObjectStoreConfig::of_url(&url, endpoint, region, retry_timeout_s).map_err(|e| ConfigError::at(text, "source", e))?;
+                if index_dir.is_some() {
+                    return Err(ConfigError::at(text, "source.index_dir", "an object store's listing is not kept between mounts"));
+                }
+                let mountpoint = overrides.mountpoint.clone().or(raw.mountpoint.take()).ok_or_else(|| {
+                    ConfigError::at(text, "mountpoint", "missing (set it or pass --mountpoint)")
+                })?;
+                return Config::finish(text, raw, overrides, effects, PathBuf::from(&store.url), None, Some(store), mountpoint, source_read_limit, source_limits);
+            }
             SourceGiven::Dir(dir) => (dir, None),
             SourceGiven::Shards(pattern) => {
                 let (dir, name) = crate::source::shards::split_pattern(&pattern).map_err(|e| ConfigError::at(text, "source", e))?;
@@ -243,7 +265,7 @@ impl Config {
                 format!("{} is not a readable directory", source.display()),
             ));
         }
-        let mountpoint = overrides.mountpoint.clone().or(raw.mountpoint).ok_or_else(|| {
+        let mountpoint = overrides.mountpoint.clone().or(raw.mountpoint.take()).ok_or_else(|| {
             ConfigError::at(text, "mountpoint", "missing (set it or pass --mountpoint)")
         })?;
         let source = source.canonicalize().map_err(|e| ConfigError::at(text, "source", e))?;
@@ -251,6 +273,23 @@ impl Config {
             let why = format!("{} is inside source {}: the source would hold its own mount", mountpoint.display(), source.display());
             return Err(ConfigError::at(text, "mountpoint", why));
         }
+        Config::finish(text, raw, overrides, effects, source, shards, None, mountpoint, source_read_limit, source_limits)
+    }
+
+    /// The rest of [`Config::parse_with`], once the source is known.
+    #[allow(clippy::too_many_arguments)]
+    fn finish(
+        text: &str,
+        raw: RawConfig,
+        overrides: &Overrides,
+        effects: Effects,
+        source: PathBuf,
+        shards: Option<ShardsConfig>,
+        object_store: Option<ObjectStoreConfig>,
+        mountpoint: PathBuf,
+        source_read_limit: Option<u64>,
+        source_limits: SourceLimits,
+    ) -> Result<Config, ConfigError> {
 
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         // Twice the cores by default: a thread waiting on the source (network storage, a read
@@ -333,6 +372,7 @@ impl Config {
             access,
             source,
             shards,
+            object_store,
             source_read_limit,
             jobs,
             mountpoint,

@@ -267,17 +267,64 @@ pub struct ShardsConfig {
     pub index_dir: Option<PathBuf>,
 }
 
-/// What `source` names: a dataset directory, or shards by their pattern.
+/// An S3-compatible object store as the source (`source: { url: s3://BUCKET/PREFIX, endpoint:
+/// http://HOST:PORT, region: REGION }`, or `s3://BUCKET/PREFIX` where a directory would be): see
+/// `source::s3`. Credentials come from the environment (`AWS_ACCESS_KEY_ID`, ...), never the
+/// config.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ObjectStoreConfig {
+    /// `s3://BUCKET/PREFIX` as given (no trailing `/`).
+    pub url: String,
+    pub bucket: String,
+    /// The key prefix served as the tree's root, without slashes at either end; empty: the
+    /// whole bucket.
+    pub prefix: String,
+    /// The store's endpoint (`http://127.0.0.1:9000`); `None`: `AWS_ENDPOINT_URL`, else AWS.
+    pub endpoint: Option<String>,
+    /// `None`: `AWS_REGION` / `AWS_DEFAULT_REGION`, else `us-east-1`.
+    pub region: Option<String>,
+    /// How long one request is retried (5xx, SlowDown, timeouts, refused connections) before
+    /// it fails with EIO, seconds: `source.retry_timeout`, at most half of `source.timeout`.
+    pub retry_timeout_s: f64,
+}
+
+impl ObjectStoreConfig {
+    /// `s3://BUCKET[/PREFIX]` parsed; an error says what is wrong with it.
+    pub fn of_url(url: &str, endpoint: Option<String>, region: Option<String>, retry_timeout_s: f64) -> Result<ObjectStoreConfig, String> {
+        let rest = url.strip_prefix("s3://").ok_or_else(|| format!("{url}: an object store URL is s3://BUCKET/PREFIX"))?;
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        if bucket.is_empty() {
+            return Err(format!("{url}: no bucket (s3://BUCKET/PREFIX)"));
+        }
+        let prefix = prefix.trim_matches('/');
+        if prefix.split('/').any(|p| p == "." || p == "..") || prefix.contains("//") {
+            return Err(format!("{url}: the prefix must not hold `.`, `..` or an empty part"));
+        }
+        let url = if prefix.is_empty() { format!("s3://{bucket}") } else { format!("s3://{bucket}/{prefix}") };
+        Ok(ObjectStoreConfig { url, bucket: bucket.to_string(), prefix: prefix.to_string(), endpoint, region, retry_timeout_s })
+    }
+}
+
+/// What `source` names: a dataset directory, shards by their pattern, or an object store.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum SourceGiven {
     Dir(PathBuf),
     Shards(String),
+    ObjectStore(String),
+}
+
+/// Whether `text` names an object store source (`s3://...`) rather than a path.
+pub fn is_object_store_url(text: &str) -> bool {
+    text.starts_with("s3://")
 }
 
 impl SourceGiven {
-    /// A path as given: shards where it is a shard pattern (`source::shards::is_shard_pattern`).
+    /// A path as given: shards where it is a shard pattern (`source::shards::is_shard_pattern`),
+    /// an object store where it is an `s3://` URL.
     pub(super) fn of(text: &str) -> SourceGiven {
-        if crate::source::shards::is_shard_pattern(text) {
+        if is_object_store_url(text) {
+            SourceGiven::ObjectStore(text.to_string())
+        } else if crate::source::shards::is_shard_pattern(text) {
             SourceGiven::Shards(text.to_string())
         } else {
             SourceGiven::Dir(PathBuf::from(text))
@@ -291,22 +338,37 @@ pub(super) struct RawSource {
     pub(super) read_limit: Option<u64>,
     pub(super) limits: SourceLimits,
     pub(super) index_dir: Option<PathBuf>,
+    /// An object store's `endpoint`, `region` and `retry_timeout` (seconds).
+    pub(super) endpoint: Option<String>,
+    pub(super) region: Option<String>,
+    pub(super) retry_timeout_s: Option<f64>,
 }
 
-/// `source` as written: a path (or shard pattern), or a mapping with `path` or `shards`,
-/// `index_dir`, `read_limit`, `max_file_size` and `timeout`.
+/// `source` as written: a path (or shard pattern, or `s3://` URL), or a mapping with `path`,
+/// `shards` or `url` (with `endpoint`, `region`, `retry_timeout`), `index_dir`, `read_limit`,
+/// `max_file_size` and `timeout`.
 pub(super) fn source_value(text: &str, value: Value) -> Result<RawSource, ConfigError> {
     let mut limits = SourceLimits::default();
     match value {
-        Value::String(s) => Ok(RawSource { given: SourceGiven::of(&s), read_limit: None, limits, index_dir: None }),
+        Value::String(s) => Ok(RawSource { given: SourceGiven::of(&s), read_limit: None, limits, index_dir: None, endpoint: None, region: None, retry_timeout_s: None }),
         Value::Mapping(map) => {
             let (mut given, mut limit, mut index_dir) = (None, None, None);
+            let (mut endpoint, mut region, mut retry_timeout_s) = (None, None, None);
             for (k, v) in map {
                 match (k.as_str(), v) {
                     (Some("path"), Value::String(p)) => given = Some(SourceGiven::Dir(PathBuf::from(p))),
                     (Some("path"), _) => return Err(ConfigError::at(text, "source.path", "must be a directory path")),
                     (Some("shards"), Value::String(p)) => given = Some(SourceGiven::Shards(p)),
                     (Some("shards"), _) => return Err(ConfigError::at(text, "source.shards", "must be a shard pattern (\"/data/train-{000000..000099}.tar\")")),
+                    (Some("url"), Value::String(u)) if is_object_store_url(&u) => given = Some(SourceGiven::ObjectStore(u)),
+                    (Some("url"), _) => return Err(ConfigError::at(text, "source.url", "must be an object store URL (s3://BUCKET/PREFIX)")),
+                    (Some("endpoint"), Value::String(e)) if e.starts_with("http://") || e.starts_with("https://") => endpoint = Some(e),
+                    (Some("endpoint"), Value::Null) => {}
+                    (Some("endpoint"), _) => return Err(ConfigError::at(text, "source.endpoint", "must be an http:// or https:// URL")),
+                    (Some("region"), Value::String(r)) => region = Some(r),
+                    (Some("region"), Value::Null) => {}
+                    (Some("region"), _) => return Err(ConfigError::at(text, "source.region", "must be a region name")),
+                    (Some("retry_timeout"), v) => retry_timeout_s = Some(duration_value(text, "source.retry_timeout", &v)?),
                     (Some("index_dir"), Value::String(p)) => index_dir = Some(PathBuf::from(p)),
                     (Some("index_dir"), Value::Null) => {}
                     (Some("index_dir"), _) => return Err(ConfigError::at(text, "source.index_dir", "must be a directory path")),
@@ -326,15 +388,18 @@ pub(super) fn source_value(text: &str, value: Value) -> Result<RawSource, Config
                         return Err(ConfigError::at(
                             text,
                             other,
-                            format!("unknown key `{other}` in `source`; known: path, shards, index_dir, read_limit, max_file_size, timeout"),
+                            format!("unknown key `{other}` in `source`; known: path, shards, url, endpoint, region, retry_timeout, index_dir, read_limit, max_file_size, timeout"),
                         ))
                     }
                     (None, _) => return Err(ConfigError::at(text, "source", "keys are names")),
                 }
             }
-            let given = given.ok_or_else(|| ConfigError::at(text, "source", "`path` (or `shards`) is missing"))?;
-            Ok(RawSource { given, read_limit: limit, limits, index_dir })
+            let given = given.ok_or_else(|| ConfigError::at(text, "source", "`path` (or `shards`, or `url`) is missing"))?;
+            if !matches!(given, SourceGiven::ObjectStore(_)) && (endpoint.is_some() || region.is_some() || retry_timeout_s.is_some()) {
+                return Err(ConfigError::at(text, "source", "`endpoint`, `region` and `retry_timeout` are an object store's (`url: s3://BUCKET/PREFIX`)"));
+            }
+            Ok(RawSource { given, read_limit: limit, limits, index_dir, endpoint, region, retry_timeout_s })
         }
-        _ => Err(ConfigError::at(text, "source", "a directory path, or { path: DIR, read_limit: 200MB/s }, or { shards: PATTERN }")),
+        _ => Err(ConfigError::at(text, "source", "a directory path, or { path: DIR, read_limit: 200MB/s }, or { shards: PATTERN }, or { url: s3://BUCKET/PREFIX }")),
     }
 }

@@ -586,3 +586,44 @@ fn a_shard_pattern_as_the_source_serves_its_directory_and_keeps_the_index_beside
     // A plain directory is still a directory.
     assert!(mount("seed: 1\n", Some(&shards.display().to_string())).expect("dir").shards.is_none());
 }
+
+#[test]
+fn an_s3_url_as_the_source_is_an_object_store_with_its_endpoint_region_and_bounded_retries() {
+    let mount = |yaml: &str, source: Option<&str>| {
+        let overrides = Overrides { source: source.map(PathBuf::from), mountpoint: Some("/mnt/x".into()), seed: None };
+        Config::parse(yaml, &overrides)
+    };
+    // Given where a directory would be (`prepfs mount s3://BUCKET/PREFIX MNT`): the defaults.
+    let c = mount("seed: 1\n", Some("s3://train/imagenet/train/")).expect("url");
+    let store = c.object_store.clone().expect("an object store");
+    assert_eq!((store.url.as_str(), store.bucket.as_str(), store.prefix.as_str()), ("s3://train/imagenet/train", "train", "imagenet/train"));
+    assert_eq!((store.endpoint, store.region, store.retry_timeout_s), (None, None, 10.0));
+    assert_eq!(c.source, PathBuf::from("s3://train/imagenet/train"));
+    assert!(c.shards.is_none());
+    // In the YAML, with the store's keys; the effective config reads back as the same.
+    let yaml = "source: { url: s3://b, endpoint: \"http://127.0.0.1:9000\", region: eu-west-1, timeout: 9s, retry_timeout: 4s }\n";
+    let c = mount(yaml, None).expect("yaml");
+    let store = c.object_store.clone().expect("an object store");
+    assert_eq!((store.url.as_str(), store.prefix.as_str(), store.endpoint.as_deref(), store.region.as_deref(), store.retry_timeout_s), ("s3://b", "", Some("http://127.0.0.1:9000"), Some("eu-west-1"), 4.0));
+    let written = c.to_yaml();
+    assert!(written.contains("url:") && written.contains("s3://b") && written.contains("retry_timeout: 4"), "{written}");
+    assert_eq!(mount(&written, None).expect("round trip").object_store, c.object_store);
+    // The default retry window is a third of the source's timeout (at most 10 s).
+    assert_eq!(mount("source: { url: s3://b/p, timeout: 6s }\n", None).expect("short").object_store.map(|s| s.retry_timeout_s), Some(2.0));
+    // The URL on the command line keeps the YAML's endpoint.
+    let c = mount("source: { url: s3://a/x, endpoint: \"https://store.example\" }\n", Some("s3://b/y")).expect("override");
+    assert_eq!(c.object_store.map(|s| (s.url, s.endpoint)), Some(("s3://b/y".to_string(), Some("https://store.example".to_string()))));
+    // Refused, naming the key.
+    for (yaml, key, why) in [
+        ("source: { url: s3://b/p, timeout: 6s, retry_timeout: 4s }\n", "source.retry_timeout", "half of source.timeout"),
+        ("source: { url: \"s3:///p\" }\n", "source", "no bucket"),
+        ("source: { url: s3://b/../p }\n", "source", "`..`"),
+        ("source: { url: /data }\n", "source.url", "s3://BUCKET/PREFIX"),
+        ("source: { url: s3://b, endpoint: \"127.0.0.1:9000\" }\n", "source.endpoint", "http://"),
+        ("source: { path: /tmp, region: us-east-1 }\n", "source", "object store"),
+        ("source: { url: s3://b, index_dir: /tmp/i }\n", "source.index_dir", "not kept"),
+    ] {
+        let err = mount(yaml, None).expect_err(yaml).to_string();
+        assert!(err.contains(key) && err.contains(why), "{yaml}: {err}");
+    }
+}

@@ -63,6 +63,14 @@ struct WrittenSource<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     shards: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    url: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    endpoint: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    region: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_timeout: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     index_dir: Option<&'a Path>,
     #[serde(skip_serializing_if = "Option::is_none")]
     read_limit: Option<u64>,
@@ -100,8 +108,12 @@ impl<'a> From<&'a Config> for WrittenConfig<'a> {
     fn from(c: &'a Config) -> Self {
         WrittenConfig {
             source: WrittenSource {
-                path: c.shards.is_none().then_some(c.source.as_path()),
+                path: (c.shards.is_none() && c.object_store.is_none()).then_some(c.source.as_path()),
                 shards: c.shards.as_ref().map(|s| s.pattern.as_str()),
+                url: c.object_store.as_ref().map(|o| o.url.as_str()),
+                endpoint: c.object_store.as_ref().and_then(|o| o.endpoint.as_deref()),
+                region: c.object_store.as_ref().and_then(|o| o.region.as_deref()),
+                retry_timeout: c.object_store.as_ref().map(|o| o.retry_timeout_s),
                 index_dir: c.shards.as_ref().and_then(|s| s.index_dir.as_deref()),
                 read_limit: c.source_read_limit,
                 max_file_size: c.source_limits.max_file_size,

@@ -156,6 +156,12 @@ impl Filesystem {
         Filesystem::with_source(config, catalog, shards.io())
     }
 
+    /// A filesystem over an S3-compatible object store's listed objects (`source::s3`), its
+    /// catalog theirs.
+    pub fn over_object_store(config: Config, catalog: Catalog, store: &crate::source::s3::ObjectStore) -> std::io::Result<Filesystem> {
+        Filesystem::with_source(config, catalog, store.io())
+    }
+
     /// A filesystem reading its source through `io` (a fault-injecting one in tests).
     pub(crate) fn with_source(config: Config, catalog: Catalog, io: Arc<dyn SourceIo>) -> std::io::Result<Filesystem> {
         let top_pass = Pass::new(catalog.file_count(), catalog.sample_count() as u64);

@@ -253,6 +253,45 @@ impl Catalog {
         cat
     }
 
+    /// A catalog of a tree given as its files' paths below `root` (an object store's keys,
+    /// `source::s3`), laid out as [`Catalog::scan`] lays out a directory: breadth first, each
+    /// directory's subdirectories and files sorted by name. Each path is its names, in order;
+    /// the caller gives each path once and never a file where a directory is.
+    pub(crate) fn of_paths(root: &Path, paths: &[Vec<&[u8]>]) -> Catalog {
+        use std::collections::BTreeMap;
+        use std::ffi::OsString;
+        // Each directory (by its names from the root) and what it holds: its subdirectories'
+        // names and its files'.
+        type Holds<'a> = (std::collections::BTreeSet<&'a [u8]>, Vec<&'a [u8]>);
+        let mut dirs: BTreeMap<Vec<&[u8]>, Holds> = BTreeMap::new();
+        dirs.entry(Vec::new()).or_default();
+        for path in paths {
+            let Some((file, parents)) = path.split_last() else { continue };
+            for depth in 0..parents.len() {
+                dirs.entry(parents[..depth].to_vec()).or_default().0.insert(parents[depth]);
+            }
+            dirs.entry(parents.to_vec()).or_default().1.push(file);
+        }
+        let mut cat = Catalog::empty(root);
+        let mut queue = VecDeque::from([(0 as DirId, Vec::<&[u8]>::new())]);
+        while let Some((dir_id, names)) = queue.pop_front() {
+            let Some((subdirs, mut files)) = dirs.remove(&names) else { continue };
+            files.sort();
+            let path = names.iter().fold(root.to_path_buf(), |p, n| p.join(std::ffi::OsStr::from_bytes(n)));
+            let subdirs: Vec<&[u8]> = subdirs.into_iter().collect();
+            let owned = |v: &[&[u8]]| v.iter().map(|n| OsString::from_vec(n.to_vec())).collect::<Vec<_>>();
+            let new_dirs = cat.add_listing(dir_id, &path, owned(&subdirs), owned(&files));
+            for (d, name) in new_dirs.zip(subdirs) {
+                let mut below = names.clone();
+                below.push(name);
+                queue.push_back((d, below));
+            }
+        }
+        cat.sizes = (0..cat.files.len()).map(|_| AtomicU64::new(0)).collect();
+        cat.names.shrink_to_fit();
+        cat
+    }
+
     /// A catalog of `root` holding nothing yet.
     fn empty(root: &Path) -> Catalog {
         Catalog {
@@ -512,6 +551,24 @@ mod tests {
             fs::write(p, body).expect("write");
         }
         dir
+    }
+
+    #[test]
+    fn a_tree_given_as_paths_is_laid_out_as_the_scan_of_the_same_tree() {
+        let dir = tree();
+        let scanned = Catalog::scan(dir.path(), |_| {}).expect("scan");
+        let rels = ["b/x2.jpg", "b/x1.JPEG", "b/notes.txt", "a/deep/er/y.png", "a/z.jpg", "a/z.png", "top.jpg"];
+        let paths: Vec<Vec<&[u8]>> = rels.iter().map(|r| r.split('/').map(str::as_bytes).collect()).collect();
+        let given = Catalog::of_paths(dir.path(), &paths);
+        assert_eq!((given.file_count(), given.sample_count(), given.dir_count()), (scanned.file_count(), scanned.sample_count(), scanned.dir_count()));
+        for f in 0..scanned.file_count() as FileId {
+            assert_eq!(given.file_path(f), scanned.file_path(f), "file {f}");
+            assert_eq!((given.stem(f), given.is_image(f)), (scanned.stem(f), scanned.is_image(f)), "file {f}");
+        }
+        for d in 0..scanned.dir_count() as DirId {
+            assert_eq!(given.dir_path(d), scanned.dir_path(d), "dir {d}");
+            assert_eq!((given.files(d), given.subdirs(d), given.images(d)), (scanned.files(d), scanned.subdirs(d), scanned.images(d)), "dir {d}");
+        }
     }
 
     #[test]

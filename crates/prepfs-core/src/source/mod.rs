@@ -23,6 +23,7 @@ mod freshness;
 mod local;
 mod pool;
 mod reader;
+pub mod s3;
 pub mod shards;
 pub(crate) mod throttle;
 
@@ -309,9 +310,8 @@ impl Source {
         let path = path.to_path_buf();
         self.pool.run(move || {
             let (started, (cpu, waited)) = (Instant::now(), thread_sched_nanos());
-            let file = io.open(&path)?;
+            let (file, bytes) = read_current(&*io, &path, |file| read(file, max))?;
             let meta = *file.meta();
-            let bytes = read(&*file, max)?;
             let (wall, (cpu_now, waited_now)) = (started.elapsed().as_nanos() as u64, thread_sched_nanos());
             let cpu_nanos = cpu_now.saturating_sub(cpu);
             let blocked_nanos = wall.saturating_sub(cpu_nanos + waited_now.saturating_sub(waited));
@@ -325,9 +325,8 @@ impl Source {
         let path = path.to_path_buf();
         self.throttle(n as u64)?;
         self.pool.run(move || {
-            let file = io.open(&path)?;
-            let meta = *file.meta();
-            read_bounded(&*file, u64::MAX, n).map(|bytes| (bytes, meta))
+            let (file, bytes) = read_current(&*io, &path, |file| read_bounded(file, u64::MAX, n))?;
+            Ok((bytes, *file.meta()))
         })
     }
 
@@ -371,6 +370,22 @@ impl Source {
     pub(crate) fn shutdown(&self, grace: Duration) {
         self.interrupt();
         self.pool.shutdown(grace);
+    }
+}
+
+/// Opens `path` and reads it by `read`; a file that changed between its open and its read
+/// in a way the source can only tell by failing the read (`StaleNetworkFileHandle`: an
+/// object store's object replaced since it was listed) is opened again, as its new version,
+/// and read once more. The file read, and what was read.
+fn read_current<T>(io: &dyn SourceIo, path: &Path, read: impl Fn(&dyn SourceFile) -> io::Result<T>) -> io::Result<(Box<dyn SourceFile>, T)> {
+    let file = io.open(path)?;
+    match read(&*file) {
+        Err(e) if e.kind() == io::ErrorKind::StaleNetworkFileHandle => {
+            let file = io.open(path)?;
+            let bytes = read(&*file)?;
+            Ok((file, bytes))
+        }
+        other => other.map(|bytes| (file, bytes)),
     }
 }
 

@@ -1,0 +1,146 @@
+//! An S3-compatible object store as the source: `prepfs mount s3://BUCKET/PREFIX MNT`, or
+//! `source: { url: s3://BUCKET/PREFIX, endpoint: http://HOST:PORT, region: REGION }`. The keys
+//! under `PREFIX/` are served as the tree a directory holding them would be (`PREFIX/<class>/
+//! <file>` is `<class>/<file>`, laid out as the local scan lays out a directory), so every view,
+//! the cache, the plan and opportunistic sampling work on them as on files.
+//!
+//! - [`client`]: the `object_store` client (credentials, endpoint, retries) and the one tokio
+//!   runtime the source owns; everything else blocks on it.
+//! - [`io`]: the objects as a `SourceIo`: metadata from the listing, each read one ranged GET
+//!   of the version listed (an object changed since is a replaced file).
+//!
+//! [`ObjectStore::list`] runs at mount in place of the directory scan and gives the catalog.
+
+mod client;
+mod io;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::StreamExt;
+
+use crate::config::ObjectStoreConfig;
+use crate::source::catalog::Catalog;
+use crate::source::SourceIo;
+use client::Client;
+use io::{Object, S3Source};
+
+/// What listing the store found, for the log and the bench.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ListingReport {
+    /// Keys listed under the prefix, and of them the files served.
+    pub keys: usize,
+    pub files: usize,
+    /// Keys not served: a name no file can have (empty, `.`, `..`, longer than 255 bytes), or
+    /// a key where another key makes a directory (`a` beside `a/b`; a directory marker `a/`
+    /// too, which `object_store` reads as `a`).
+    pub skipped: usize,
+    pub samples: usize,
+    pub bytes: u64,
+    pub seconds: f64,
+}
+
+/// The listed objects, ready to serve: see the module documentation.
+pub struct ObjectStore {
+    source: Arc<S3Source>,
+    catalog: Option<Catalog>,
+    report: ListingReport,
+}
+
+/// The longest name a served file or directory may have (as `NAME_MAX`).
+const NAME_MAX: usize = 255;
+
+impl ObjectStore {
+    /// Lists the objects under `config`'s prefix (paginated, as the store pages them), calling
+    /// `progress` with the keys found so far; gives up with `Interrupted` once `stop` is set.
+    /// Fails, saying why, when the store cannot be listed (after its retries).
+    pub fn list(config: &ObjectStoreConfig, progress: impl FnMut(usize), stop: &AtomicBool) -> std::io::Result<ObjectStore> {
+        ObjectStore::list_through(Client::new(config)?, config, progress, stop)
+    }
+
+    /// [`ObjectStore::list`] through `client`.
+    fn list_through(client: Client, config: &ObjectStoreConfig, mut progress: impl FnMut(usize), stop: &AtomicBool) -> std::io::Result<ObjectStore> {
+        let started = Instant::now();
+        let root = PathBuf::from(&config.url);
+        let prefix = (!config.prefix.is_empty()).then(|| object_store::path::Path::from(config.prefix.as_str()));
+        let strip = if config.prefix.is_empty() { String::new() } else { format!("{}/", config.prefix) };
+        let mut listed: Vec<Object> = Vec::new();
+        let mut report = ListingReport::default();
+        let outcome: std::io::Result<()> = client.block_on(async {
+            let mut stream = object_store::ObjectStore::list(&client.store, prefix.as_ref());
+            while let Some(item) = stream.next().await {
+                if stop.load(Ordering::Relaxed) {
+                    return Err(std::io::Error::new(std::io::ErrorKind::Interrupted, "listing stopped"));
+                }
+                let meta = item.map_err(|e| io::store_error(&config.url, "", &e, client.retry_timeout))?;
+                report.keys += 1;
+                if report.keys % 1000 == 0 {
+                    progress(report.keys);
+                }
+                match meta.location.as_ref().strip_prefix(strip.as_str()).filter(|rel| servable(rel)) {
+                    Some(rel) => listed.push(Object::of(rel.to_string(), &meta)),
+                    None => report.skipped += 1,
+                }
+            }
+            Ok(())
+        })?;
+        outcome?;
+        progress(report.keys);
+        // A key where another key makes a directory (`a` beside `a/b`) is not served: a
+        // directory cannot be a file too.
+        listed.sort_by(|a, b| a.rel.cmp(&b.rel));
+        let dirs: std::collections::HashSet<&str> = listed.iter().flat_map(|o| parents(&o.rel)).collect();
+        let hidden: std::collections::HashSet<usize> = listed.iter().enumerate().filter(|(_, o)| dirs.contains(o.rel.as_str())).map(|(i, _)| i).collect();
+        if !hidden.is_empty() {
+            tracing::warn!(keys = hidden.len(), "keys that are also a prefix of other keys are not served (a directory cannot be a file too)");
+        }
+        report.skipped += hidden.len();
+        let objects: Vec<Object> = listed.into_iter().enumerate().filter(|(i, _)| !hidden.contains(i)).map(|(_, o)| o).collect();
+        let paths: Vec<Vec<&[u8]>> = objects.iter().map(|o| o.rel.split('/').map(str::as_bytes).collect()).collect();
+        let catalog = Catalog::of_paths(&root, &paths);
+        drop(paths);
+        report.files = objects.len();
+        report.bytes = objects.iter().map(|o| o.size).sum();
+        report.samples = catalog.sample_count();
+        report.seconds = started.elapsed().as_secs_f64();
+        tracing::info!(url = %config.url, keys = report.keys, files = report.files, skipped = report.skipped, samples = report.samples, secs = report.seconds, "listed the object store");
+        let source = S3Source::new(client, &root, &config.url, objects);
+        Ok(ObjectStore { source: Arc::new(source), catalog: Some(catalog), report })
+    }
+
+    /// The catalog of the served tree (taken once, to build the filesystem).
+    pub fn take_catalog(&mut self) -> Option<Catalog> {
+        self.catalog.take()
+    }
+
+    /// What listing found.
+    pub fn report(&self) -> &ListingReport {
+        &self.report
+    }
+
+    /// The objects as the filesystem reads its source.
+    pub(crate) fn io(&self) -> Arc<dyn SourceIo> {
+        Arc::clone(&self.source) as Arc<dyn SourceIo>
+    }
+
+    /// The root the catalog's paths begin with (the URL, as a path).
+    pub fn root(&self) -> &Path {
+        self.source.root()
+    }
+}
+
+/// Whether a key below the prefix names a file the tree can hold: no empty name (`a//b`), no
+/// `.` or `..`, no name longer than [`NAME_MAX`].
+fn servable(rel: &str) -> bool {
+    !rel.is_empty() && rel.split('/').all(|n| !n.is_empty() && n != "." && n != ".." && n.len() <= NAME_MAX)
+}
+
+/// The directories a key lies in (`a/b/c` is in `a` and `a/b`).
+fn parents(rel: &str) -> impl Iterator<Item = &str> {
+    rel.match_indices('/').map(move |(i, _)| &rel[..i])
+}
+
+#[cfg(test)]
+mod tests;

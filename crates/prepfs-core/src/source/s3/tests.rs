@@ -1,0 +1,205 @@
+//! The object store source against a real S3 server: moto's (`python3 -m moto.server`, which
+//! `make test` installs), started on a loopback port of its own per test and killed at the end.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::source::Source;
+
+/// A moto S3 server on a loopback port; killed and reaped on drop.
+pub(crate) struct Moto {
+    child: Child,
+    pub(crate) port: u16,
+}
+
+impl Moto {
+    pub(crate) fn start() -> Moto {
+        let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
+        let child = Command::new("python3")
+            .args(["-m", "moto.server", "-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 -m moto.server (scripts/install-deps.sh installs moto[server])");
+        let moto = Moto { child, port };
+        let started = Instant::now();
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(started.elapsed() < Duration::from_secs(30), "moto did not come up on {port}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        moto
+    }
+
+    pub(crate) fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Makes `bucket` (moto takes an unsigned request).
+    pub(crate) fn make_bucket(&self, bucket: &str) {
+        self.put_raw(&format!("/{bucket}"), b"");
+    }
+
+    /// An unsigned PUT of `path` (a key `object_store` would not make: `a/`).
+    pub(crate) fn put_raw(&self, path: &str, body: &[u8]) {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
+        write!(stream, "PUT {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", self.port, body.len()).expect("send");
+        stream.write_all(body).expect("body");
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).expect("answer");
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn config(moto: &Moto, url: &str) -> ObjectStoreConfig {
+    ObjectStoreConfig::of_url(url, Some(moto.endpoint()), Some("us-east-1".into()), 2.0).expect("url")
+}
+
+fn client(config: &ObjectStoreConfig) -> Client {
+    Client::with_keys(config, Some(("testing", "testing"))).expect("client")
+}
+
+fn put(client: &Client, key: &str, bytes: &[u8]) {
+    let location = object_store::path::Path::from(key);
+    let payload = object_store::PutPayload::from(bytes.to_vec());
+    client.block_on(object_store::ObjectStore::put(&client.store, &location, payload)).expect("runtime").expect("put");
+}
+
+fn delete(client: &Client, key: &str) {
+    let location = object_store::path::Path::from(key);
+    client.block_on(object_store::ObjectStore::delete(&client.store, &location)).expect("runtime").expect("delete");
+}
+
+fn list(config: &ObjectStoreConfig) -> ObjectStore {
+    ObjectStore::list_through(client(config), config, |_| {}, &AtomicBool::new(false)).expect("list")
+}
+
+/// The keys of the first test: what a directory would hold, and what it could not.
+const SERVED: &[&str] = &["c0/a.jpg", "c0/b.txt", "c1/x.png", "c1/deep/y.jpg", "top.jpg", "conflict/z.jpg"];
+
+#[test]
+fn the_keys_under_the_prefix_are_served_as_the_tree_a_directory_holding_them_would_be() {
+    let moto = Moto::start();
+    moto.make_bucket("train");
+    let config = config(&moto, "s3://train/data/");
+    let uploader = client(&config);
+    for (i, rel) in SERVED.iter().enumerate() {
+        put(&uploader, &format!("data/{rel}"), &vec![i as u8 + 1; 100 + i]);
+    }
+    // A directory marker (the client reads `c0/` as `c0`) and a key that keys below it make a
+    // directory, keys beside the prefix: none served.
+    moto.put_raw("/train/data/c0/", b"");
+    for key in ["data/conflict", "other/c0/no.jpg", "data2/q.jpg"] {
+        put(&uploader, key, b"not served");
+    }
+    let mut store = list(&config);
+    let catalog = store.take_catalog().expect("catalog");
+    assert_eq!(store.report().files, SERVED.len());
+    assert_eq!(store.report().skipped, 2, "{:?}", store.report());
+
+    // The same tree on disk, scanned: the same catalog, file for file.
+    let dir = tempfile::tempdir().expect("tempdir");
+    for rel in SERVED {
+        let path = dir.path().join(rel);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(path, b"x").expect("write");
+    }
+    let scanned = Catalog::scan(dir.path(), |_| {}).expect("scan");
+    assert_eq!((catalog.file_count(), catalog.sample_count(), catalog.dir_count()), (scanned.file_count(), scanned.sample_count(), scanned.dir_count()));
+    for f in 0..scanned.file_count() as u32 {
+        let rel = |c: &Catalog, root: &Path| c.file_path(f).strip_prefix(root).expect("under root").to_path_buf();
+        assert_eq!(rel(&catalog, store.root()), rel(&scanned, dir.path()), "file {f}");
+    }
+
+    // Metadata from the listing: sizes, the mounting user's, readable; directories too.
+    let io = store.io();
+    let root = store.root().to_path_buf();
+    for (i, rel) in SERVED.iter().enumerate() {
+        let meta = io.metadata(&root.join(rel)).expect("stat");
+        assert_eq!((meta.len(), meta.uid, meta.gid, meta.mode, meta.is_dir), (100 + i as u64, nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw(), 0o644, false), "{rel}");
+    }
+    assert!(io.metadata(&root.join("c1/deep")).expect("dir").is_dir);
+    assert!(io.metadata(&root).expect("root").is_dir);
+    assert_eq!(io.metadata(&root.join("conflict/zz.jpg")).expect_err("missing").kind(), std::io::ErrorKind::NotFound);
+    assert_eq!(io.open(&root.join("c1")).err().map(|e| e.kind()), Some(std::io::ErrorKind::InvalidInput));
+
+    // Reads through the source, as a sample is read: whole, a head, a range.
+    let source = Source::new(io, 2, Duration::from_secs(10), 1 << 20, None).expect("source");
+    for (i, rel) in SERVED.iter().enumerate() {
+        let (bytes, meta, _) = source.read_sized(&root.join(rel), 100 + i as u64).expect("read");
+        assert_eq!((&bytes[..], meta.len()), (&vec![i as u8 + 1; 100 + i][..], 100 + i as u64), "{rel}");
+    }
+    let (head, _) = source.read_head(&root.join("c0/a.jpg"), 10).expect("head");
+    assert_eq!(head, vec![1u8; 10]);
+    let file = source.open(&root.join("top.jpg")).expect("open");
+    assert_eq!(source.read_at(&file, 95, 50).expect("range"), vec![5u8; 9], "what is left of 104 bytes from 95");
+    assert!(source.read_at(&file, 104, 50).expect("at the end").is_empty());
+    source.shutdown(Duration::from_secs(2));
+}
+
+#[test]
+fn an_object_replaced_since_the_listing_is_read_as_its_new_version_and_never_mixed_with_the_old() {
+    let moto = Moto::start();
+    moto.make_bucket("bkt");
+    let config = config(&moto, "s3://bkt");
+    let uploader = client(&config);
+    put(&uploader, "c/a.jpg", &[1u8; 300]);
+    put(&uploader, "c/gone.jpg", &[2u8; 50]);
+    let store = list(&config);
+    let (io, root) = (store.io(), store.root().to_path_buf());
+    let listed = io.metadata(&root.join("c/a.jpg")).expect("stat");
+
+    // Opened as listed, then replaced: the open's read fails (never the new bytes under the
+    // old size), and the new version is what a stat and an open see from then on.
+    let file = io.open(&root.join("c/a.jpg")).expect("open");
+    put(&uploader, "c/a.jpg", &[7u8; 120]);
+    let mut buf = vec![0u8; 300];
+    let err = file.read_at(&mut buf, 0).expect_err("changed");
+    assert_eq!(err.kind(), std::io::ErrorKind::StaleNetworkFileHandle, "{err}");
+    assert_eq!(crate::error::ToErrno::to_errno(&err), libc::EIO);
+    let now = io.metadata(&root.join("c/a.jpg")).expect("stat");
+    assert_eq!(now.len(), 120);
+    assert_ne!(now.identity, listed.identity, "a new identity: what was made of the old version is dropped");
+    let again = io.open(&root.join("c/a.jpg")).expect("open");
+    assert_eq!(again.read_at(&mut buf, 0).expect("read"), 120);
+    assert_eq!(&buf[..120], &[7u8; 120][..]);
+
+    // A sample's whole read (what the cache fills from) of an object replaced meanwhile: the
+    // new version, with its metadata (the reader then drops what was made of the old).
+    put(&uploader, "c/a.jpg", &[9u8; 200]);
+    let source = Source::new(store.io(), 2, Duration::from_secs(10), 1 << 20, None).expect("source");
+    let (bytes, meta, _) = source.read_sized(&root.join("c/a.jpg"), 120).expect("read as its new version");
+    assert_eq!((&bytes[..], meta.len()), (&[9u8; 200][..], 200));
+    assert_eq!(source.read_head(&root.join("c/a.jpg"), 10).expect("head").0, vec![9u8; 10]);
+    source.shutdown(Duration::from_secs(2));
+
+    // Deleted since the listing: ENOENT, and gone from then on.
+    delete(&uploader, "c/gone.jpg");
+    let file = io.open(&root.join("c/gone.jpg")).expect("listed");
+    assert_eq!(file.read_at(&mut buf, 0).expect_err("gone").kind(), std::io::ErrorKind::NotFound);
+    assert_eq!(io.metadata(&root.join("c/gone.jpg")).expect_err("gone").kind(), std::io::ErrorKind::NotFound);
+}
+
+#[test]
+fn a_store_that_does_not_answer_fails_the_listing_after_the_retry_window_naming_the_store() {
+    // Nothing listens on this port: every try is refused, and retried for the window.
+    let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
+    let config = ObjectStoreConfig::of_url("s3://nowhere/p", Some(format!("http://127.0.0.1:{port}")), None, 1.0).expect("url");
+    let started = Instant::now();
+    let err = ObjectStore::list_through(client(&config), &config, |_| {}, &AtomicBool::new(false)).err().expect("refused");
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(8), "retried for the window: {took:?}");
+    assert_eq!(err.kind(), std::io::ErrorKind::Other);
+    assert!(err.to_string().contains("s3://nowhere/p") && err.to_string().contains("retried"), "{err}");
+}

@@ -1,0 +1,334 @@
+//! Mounted tests of an S3-compatible object store as the source: the real `prepfs` binary over a
+//! real S3 server on loopback (moto's, `python3 -m moto.server`, which `make test` installs),
+//! holding id-coded JPEGs as `data/<class>/<file>`, read through the kernel: every object byte
+//! for byte in `encoded/`, the classes listed, decodable samples of the right ids in
+//! `augmented/`; and the store failing: 503 SlowDown answers and an outage shorter than the
+//! retry window cost the reader nothing, one longer fails the read with EIO and a log line; an
+//! object replaced after the listing is served as its new version once a read finds it.
+//!
+//! moto keeps its objects in memory, so stopping it would lose them: the outages are made by a
+//! small loopback TCP forwarder of this file's own between prepfs and moto, stopped (its
+//! listener closed and its connections cut: the port refuses) and started again on the same
+//! port, and told to answer requests with `503 SlowDown` itself. Each test has its own server,
+//! temporary directory, a mount guard that unmounts on every way out, and a time limit.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{id_of_pixels, make_id_dataset, parse_ppm, write_config, Mounted};
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// A moto S3 server on a loopback port; killed and reaped on drop.
+struct Moto {
+    child: Child,
+    port: u16,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port()
+}
+
+impl Moto {
+    fn start() -> Moto {
+        let port = free_port();
+        let child = Command::new("python3")
+            .args(["-m", "moto.server", "-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 -m moto.server (make test installs moto[server])");
+        let moto = Moto { child, port };
+        let started = Instant::now();
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(started.elapsed() < Duration::from_secs(30), "moto did not come up on {port}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        moto
+    }
+
+    /// One unsigned request (moto's server takes them), its status line checked.
+    fn request(&self, method: &str, path: &str, body: &[u8]) {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
+        write!(stream, "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", self.port, body.len()).expect("send");
+        stream.write_all(body).expect("body");
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).expect("answer");
+        assert!(answer.starts_with(b"HTTP/1.1 200"), "{method} {path}: {}", String::from_utf8_lossy(&answer));
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The tests' dataset in bucket `train` under `data/`: `c0..c2`, 4 id-coded JPEGs each, and a
+/// file that is no image. Returns each object's key below `data/` and bytes.
+fn upload(moto: &Moto, dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let (images, class_of) = make_id_dataset(dir, 3, 4);
+    moto.request("PUT", "/train", b"");
+    let mut objects = Vec::new();
+    for (id, class) in class_of.iter().enumerate() {
+        let rel = format!("c{class}/s{id:02}.jpg");
+        objects.push((rel.clone(), std::fs::read(images.join(&rel)).expect("jpeg")));
+    }
+    objects.push(("c0/notes.txt".to_string(), b"not an image".to_vec()));
+    for (rel, bytes) in &objects {
+        moto.request("PUT", &format!("/train/data/{rel}"), bytes);
+    }
+    // Beside the prefix: not served.
+    moto.request("PUT", "/train/other/c9/x.jpg", b"elsewhere");
+    objects
+}
+
+/// A mount's run directory, its config naming the store at `endpoint`.
+fn config(dir: &Path, endpoint: &str, extra: &str) -> (PathBuf, PathBuf) {
+    let run = dir.join("run");
+    std::fs::create_dir_all(&run).expect("mkdir");
+    let yaml = format!(
+        "seed: 5\nthreads: 2\ncache: {{ memory: 64MiB }}\nsource: {{ url: s3://train/data, endpoint: \"{endpoint}\", region: us-east-1{extra} }}\n"
+    );
+    let config = write_config(&run, &yaml);
+    (run, config)
+}
+
+/// `prepfs mount SOURCE MNT --config FILE` with moto's keys in the environment, as a user runs it.
+fn mount(run: &Path, config: &Path, source: &str) -> Mounted {
+    let mnt = run.join("mnt");
+    std::fs::create_dir_all(&mnt).expect("mkdir");
+    let mut cmd = Command::new(common::prepfs_bin());
+    cmd.arg("mount").arg(source).arg(&mnt).arg("--config").arg(config).arg("--drain").arg("0.2");
+    cmd.env("PREPFS_RUN_DIR", run.join("prepfs-run"));
+    cmd.env("AWS_ACCESS_KEY_ID", "testing").env("AWS_SECRET_ACCESS_KEY", "testing").env_remove("AWS_ENDPOINT_URL").env_remove("AWS_PROFILE");
+    Mounted::start_command(cmd, &mnt, &run.join("prepfs.log"), LIMIT)
+}
+
+/// Replaces the object `key` of bucket `train` with `bytes`, by a signed PUT (boto3's, which
+/// moto[server] brings): once signed requests have been made, moto refuses unsigned ones.
+fn replace(moto: &Moto, dir: &Path, key: &str, bytes: &[u8]) {
+    let file = dir.join("replacement");
+    std::fs::write(&file, bytes).expect("write");
+    let script = format!(
+        "import boto3, sys; boto3.client('s3', endpoint_url='http://127.0.0.1:{}', region_name='us-east-1', aws_access_key_id='testing', aws_secret_access_key='testing').put_object(Bucket='train', Key=sys.argv[1], Body=open(sys.argv[2], 'rb').read())",
+        moto.port
+    );
+    let status = Command::new("python3").arg("-c").arg(script).arg(key).arg(&file).status().expect("python3");
+    assert!(status.success(), "boto3's put_object of {key}");
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())).map(|e| e.expect("entry").file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn an_object_store_source_serves_every_object_byte_for_byte() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let moto = Moto::start();
+    let objects = upload(&moto, dir.path());
+    let endpoint = format!("http://127.0.0.1:{}", moto.port);
+    let (run, config) = config(dir.path(), &endpoint, "");
+    // The URL on the command line, as `prepfs mount s3://BUCKET/PREFIX MNT`.
+    let mnt = mount(&run, &config, "s3://train/data");
+
+    // The classes from the keys' prefixes, each object under its name, as a directory would be.
+    assert_eq!(names(&mnt.path("encoded")), ["c0", "c1", "c2"]);
+    assert_eq!(names(&mnt.path("encoded/c0")), ["notes.txt", "s00.jpg", "s01.jpg", "s02.jpg", "s03.jpg"]);
+    assert_eq!(names(&mnt.path("augmented/c1")), ["s04.ppm", "s05.ppm", "s06.ppm", "s07.ppm"]);
+    let mut listed = 0;
+    for class in names(&mnt.path("encoded")) {
+        listed += names(&mnt.path(&format!("encoded/{class}"))).len();
+    }
+    assert_eq!(listed, objects.len(), "every object once, nothing from beside the prefix");
+
+    for (rel, bytes) in &objects {
+        let path = mnt.path(&format!("encoded/{rel}"));
+        let served = std::fs::read(&path).unwrap_or_else(|e| panic!("encoded/{rel}: {e}"));
+        assert!(&served == bytes, "encoded/{rel} is the object's bytes ({} served, {} stored)", served.len(), bytes.len());
+        let meta = std::fs::metadata(&path).expect("stat");
+        assert_eq!(meta.len(), bytes.len() as u64, "encoded/{rel}'s size is the listing's");
+        // A readable file of the mounting user's, as the local source shows one.
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!((meta.uid(), meta.gid(), meta.mode() & 0o7777), (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw(), 0o444), "encoded/{rel}");
+    }
+    {
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(std::fs::metadata(mnt.path("encoded/c1")).expect("stat").mode() & 0o7777, 0o555);
+    }
+    for (id, (rel, _)) in objects.iter().enumerate().filter(|(_, (rel, _))| rel.ends_with(".jpg")) {
+        let stem = rel.trim_end_matches(".jpg");
+        for view in ["decoded", "augmented"] {
+            let out = std::fs::read(mnt.path(&format!("{view}/{stem}.ppm"))).unwrap_or_else(|e| panic!("{view}/{stem}.ppm: {e}"));
+            let (w, h, rgb) = parse_ppm(&out);
+            assert!(w > 0 && h > 0);
+            assert_eq!(id_of_pixels(rgb).0, id, "{view}/{stem}.ppm holds sample {id}'s pixels");
+        }
+    }
+    // The file that is no image: in `encoded/` only.
+    assert!(!mnt.path("augmented/c0/notes.ppm").exists());
+    let log = mnt.log();
+    assert!(log.contains("object store ready") && log.contains("keys=13"), "{log}");
+    assert_eq!(mnt.stop().code(), Some(0));
+}
+
+/// A loopback TCP forwarder between prepfs and moto that can be stopped (the port refuses),
+/// started again on the same port, and told to answer requests with `503 SlowDown`.
+struct Forwarder {
+    port: u16,
+    upstream: u16,
+    state: Arc<ForwarderState>,
+    accept: Option<std::thread::JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct ForwarderState {
+    stop: AtomicBool,
+    /// Requests still to answer with 503 SlowDown, and those so answered.
+    fail_next: AtomicUsize,
+    failed: AtomicUsize,
+    /// Connections forwarded (each its two sides), to cut when stopped.
+    open: Mutex<Vec<TcpStream>>,
+}
+
+impl Forwarder {
+    fn start(upstream: u16) -> Forwarder {
+        let mut f = Forwarder { port: free_port(), upstream, state: Arc::new(ForwarderState::default()), accept: None };
+        f.resume();
+        f
+    }
+
+    /// Listens again on its port.
+    fn resume(&mut self) {
+        self.state.stop.store(false, Ordering::SeqCst);
+        let listener = TcpListener::bind(("127.0.0.1", self.port)).expect("the forwarder's port again");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let (state, upstream) = (Arc::clone(&self.state), self.upstream);
+        self.accept = Some(std::thread::spawn(move || {
+            while !state.stop.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((client, _)) => serve(client, upstream, &state),
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        }));
+    }
+
+    /// Closes its port (connections are refused) and cuts every connection it forwards.
+    fn halt(&mut self) {
+        self.state.stop.store(true, Ordering::SeqCst);
+        if let Some(accept) = self.accept.take() {
+            accept.join().expect("accept thread");
+        }
+        for stream in self.state.open.lock().expect("open").drain(..) {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+impl Drop for Forwarder {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
+
+/// Forwards one connection both ways (a thread each way), or answers its first request with
+/// `503 SlowDown` and closes it while `fail_next` asks for that.
+fn serve(client: TcpStream, upstream: u16, state: &Arc<ForwarderState>) {
+    let _ = client.set_nonblocking(false);
+    if state.fail_next.load(Ordering::SeqCst) > 0 {
+        state.fail_next.fetch_sub(1, Ordering::SeqCst);
+        state.failed.fetch_add(1, Ordering::SeqCst);
+        let mut client = client;
+        let mut head = [0u8; 4096];
+        let _ = client.set_read_timeout(Some(Duration::from_secs(2)));
+        let _ = client.read(&mut head);
+        let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>";
+        let _ = write!(client, "HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+        let _ = client.shutdown(Shutdown::Both);
+        return;
+    }
+    let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else { return };
+    let mut open = state.open.lock().expect("open");
+    for stream in [&client, &server] {
+        if let Ok(clone) = stream.try_clone() {
+            open.push(clone);
+        }
+    }
+    drop(open);
+    for (mut from, mut to) in [(client.try_clone(), server.try_clone()), (server.try_clone(), client.try_clone())].into_iter().filter_map(|(a, b)| Some((a.ok()?, b.ok()?))) {
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut from, &mut to);
+            let _ = to.shutdown(Shutdown::Write);
+        });
+    }
+}
+
+#[test]
+fn a_store_that_slows_down_or_goes_away_within_the_retry_window_costs_the_reader_nothing_and_past_it_fails_with_eio() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let moto = Moto::start();
+    let objects = upload(&moto, dir.path());
+    let mut forwarder = Forwarder::start(moto.port);
+    let endpoint = format!("http://127.0.0.1:{}", forwarder.port);
+    // Each request retried for 4 s, within the source's timeout of 10 s.
+    let (run, config) = config(dir.path(), &endpoint, ", timeout: 10, retry_timeout: 4");
+    let mnt = mount(&run, &config, "s3://train/data");
+    let bytes_of = |rel: &str| objects.iter().find(|(r, _)| r == rel).map(|(_, b)| b.clone()).expect("uploaded");
+    let read = |rel: &str| std::fs::read(mnt.path(&format!("encoded/{rel}")));
+
+    // 503 SlowDown three times: retried, and the reader gets the bytes.
+    forwarder.state.fail_next.store(3, Ordering::SeqCst);
+    assert!(read("c1/s04.jpg").expect("read through the 503s") == bytes_of("c1/s04.jpg"));
+    assert_eq!(forwarder.state.failed.load(Ordering::SeqCst), 3, "each 503 was a request retried");
+
+    // Down for 1.5 s while a read waits: it is retried until the store is back.
+    forwarder.halt();
+    let path = mnt.path("encoded/c1/s05.jpg");
+    let started = Instant::now();
+    let reader = std::thread::spawn(move || (std::fs::read(path), started.elapsed()));
+    std::thread::sleep(Duration::from_millis(1500));
+    forwarder.resume();
+    let (got, took) = reader.join().expect("reader");
+    let got = got.expect("no error reaches the reader");
+    assert!(got == bytes_of("c1/s05.jpg"), "the object's bytes after the outage");
+    assert!(took >= Duration::from_millis(1400), "the read waited for the store: {took:?}");
+
+    // Down past the window: EIO, a log line naming the object, and back once the store is.
+    forwarder.halt();
+    let started = Instant::now();
+    let err = read("c2/s08.jpg").expect_err("the store is down");
+    let took = started.elapsed();
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    assert!(took >= Duration::from_secs(3) && took < Duration::from_secs(10), "failed after the retry window, before the source's timeout: {took:?}");
+    let log = mnt.log();
+    assert!(log.contains("object store read failed") && log.contains("s3://train/data/c2/s08.jpg") && log.contains("retried for up to 4.0 s"), "{log}");
+    forwarder.resume();
+    assert!(read("c2/s08.jpg").expect("served again") == bytes_of("c2/s08.jpg"));
+
+    // An object replaced since the listing: the store is asked only on a read, so the cache may
+    // still serve what it made of the old version (the refill works ahead); a read through
+    // `encoded/` asks, and finds the change: that read fails (never the old bytes under the new
+    // size, or a mix), the next open serves the new bytes, and what was made of the old version
+    // is dropped (sample 3's pixels under s02's name).
+    replace(&moto, dir.path(), "data/c0/s02.jpg", &bytes_of("c0/s03.jpg"));
+    let err = read("c0/s02.jpg").expect_err("the handle opened as listed");
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    assert!(read("c0/s02.jpg").expect("encoded") == bytes_of("c0/s03.jpg"), "the new version's bytes");
+    let out = std::fs::read(mnt.path("augmented/c0/s02.ppm")).expect("augmented of the new version");
+    let (_, _, rgb) = parse_ppm(&out);
+    assert_eq!(id_of_pixels(rgb).0, 3, "made of the object as it is now");
+    assert!(mnt.log().contains("object changed since it was listed"), "{}", mnt.log());
+    assert_eq!(mnt.stop().code(), Some(0));
+}
