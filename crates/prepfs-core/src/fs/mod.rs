@@ -368,8 +368,12 @@ impl Filesystem {
         self.epochs_done_by(&self.jobs.active())
     }
 
-    fn epochs_done_by(&self, jobs: &[Arc<crate::sampling::Job>]) -> u64 {
-        jobs.iter().map(|j| j.epoch().saturating_sub(1)).max().unwrap_or(0).max(self.top_pass.number())
+    /// A job's epochs are its furthest view's: its own, or its state in a recipe's view (a job
+    /// reading only `jobs/<job>/<recipe>/` counts its epochs there).
+    fn epochs_done_by(&self, jobs: &[Arc<Job>]) -> u64 {
+        let recipes = self.config().recipes.len() as u8;
+        let furthest = |j: &Arc<Job>| (1..=recipes).filter_map(|r| j.recipe_state(r)).map(|s| s.epoch()).fold(j.epoch(), u64::max);
+        jobs.iter().map(|j| furthest(j).saturating_sub(1)).max().unwrap_or(0).max(self.top_pass.number())
     }
 
     fn counters(&self, form: Form) -> &ViewCounters {

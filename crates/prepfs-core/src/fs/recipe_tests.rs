@@ -89,6 +89,19 @@ fn a_jobs_open_in_a_recipes_view_takes_that_recipes_kept_output() {
 }
 
 #[test]
+fn a_job_reading_only_a_recipes_view_counts_its_epochs_there_for_the_plan() {
+    let (_dir, fs) = core(2, TWO_RECIPES);
+    assert_eq!(fs.epochs_done(), 0);
+    let names: Vec<String> = (0..2).map(|i| format!("s{i:03}.ppm")).collect();
+    for name in &names {
+        read_file(&fs, job_view_file_ino(&fs, "a", "small", name));
+    }
+    // Its first epoch in `small/` is whole; the next open begins its second.
+    read_file(&fs, job_view_file_ino(&fs, "a", "small", &names[0]));
+    assert_eq!(fs.epochs_done(), 1, "the job's epoch in its recipe's view");
+}
+
+#[test]
 fn recipes_read_over_one_set_share_its_encoded_and_decoded_forms_decoding_each_sample_once() {
     let (_dir, fs) = core(4, TWO_RECIPES);
     recipe_epoch(&fs, "big", 4);
