@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use super::open_budget::Lease;
 use super::passthrough::Backing;
-use super::{Caller, DirEntry, Filesystem};
+use super::tree::Listing;
+use super::{Caller, Filesystem};
 use crate::error::{Error, Result};
 use crate::sampling::Job;
 use crate::served::ServedBytes;
@@ -56,7 +57,7 @@ pub(super) enum HandleData {
     /// Bytes produced at open and pinned to the handle; in a job's view, the sample served.
     Bytes { content: Content, form: Form, served: Option<Served> },
     /// A directory listing snapshotted at `opendir`.
-    Listing(Vec<DirEntry>),
+    Listing(Listing),
     /// The control files' text.
     Control(Arc<[u8]>),
 }
@@ -113,9 +114,7 @@ impl HandleData {
             HandleData::Source { .. } => 0,
             HandleData::Bytes { content, .. } => content.len() as u64,
             HandleData::Control(bytes) => bytes.len() as u64,
-            HandleData::Listing(entries) => {
-                entries.iter().map(|e| (std::mem::size_of::<DirEntry>() + e.name.len()) as u64).sum()
-            }
+            HandleData::Listing(listing) => listing.pinned_bytes(),
         }
     }
 }

@@ -58,8 +58,7 @@ pub use passthrough::Backing;
 pub use inodes::{is_control, ROOT_INO};
 pub(crate) use inodes::{Node, View};
 pub(crate) use stale::StaleInodes;
-pub use tree::{Attr, Kind};
-pub(crate) use tree::DirEntry;
+pub use tree::{Attr, DirEntry, Kind};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};

@@ -740,3 +740,50 @@ fn the_forms_every_view_shares_are_needed_until_each_view_a_job_reads_was_served
     }
     assert_eq!(a.served_this_epoch(), 1, "val's read is not the job's own epoch's");
 }
+
+#[test]
+fn a_listing_paged_one_entry_at_a_time_gives_what_one_read_gives_and_only_top_level_ones_are_kept_by_the_kernel() {
+    let (dir, fs) = core(6, "cache: { memory: 64MiB, refill: false }\n");
+    std::fs::write(dir.path().join("src/c0/notes.txt"), b"x").expect("write"); // after the scan: not listed
+    let jobs = fs.lookup(ROOT_INO, OsStr::new("jobs"), Caller::ROOT).expect("jobs").ino;
+    fs.mkdir(jobs, OsStr::new("j"), Caller::ROOT).expect("mkdir");
+    let job = fs.lookup(jobs, OsStr::new("j"), Caller::ROOT).expect("job").ino;
+    for (parent, view, ext, fixed) in [(ROOT_INO, "encoded", "jpg", true), (ROOT_INO, "augmented", "ppm", true), (job, "augmented", "ppm", false)] {
+        let root = fs.lookup(parent, OsStr::new(view), Caller::ROOT).expect("view").ino;
+        let class = fs.lookup(root, OsStr::new("c0"), Caller::ROOT).expect("class").ino;
+        let fh = fs.opendir(class, Caller::ROOT).expect("opendir");
+        assert_eq!(fs.listing_is_fixed(fh), fixed, "{view}: kept by the kernel only at the top level");
+        let mut whole = Vec::new();
+        fs.readdir(fh, 0, |e, next| {
+            whole.push((e.name.to_owned(), e.ino, e.kind, next));
+            false
+        })
+        .expect("readdir");
+        // A reply that holds one entry: each READDIR resumes at the offset the last one gave.
+        let mut paged = Vec::new();
+        let mut offset = 0;
+        loop {
+            let mut got = None;
+            fs.readdir(fh, offset, |e, next| {
+                if got.is_some() {
+                    return true; // full
+                }
+                got = Some((e.name.to_owned(), e.ino, e.kind, next));
+                false
+            })
+            .expect("readdir");
+            let Some(entry) = got else { break };
+            offset = entry.3;
+            paged.push(entry);
+        }
+        fs.releasedir(fh);
+        assert_eq!(paged, whole, "{view}: paged as read at once");
+        let files: Vec<_> = whole.iter().filter(|e| e.2 == Kind::File).collect();
+        assert_eq!(files.len(), 6, "{view}: every sample once");
+        for (name, ino, _, _) in files {
+            assert!(name.to_string_lossy().ends_with(ext), "{view}: {name:?}");
+            assert_eq!(fs.lookup(class, name, Caller::ROOT).expect("lookup").ino, *ino, "{view}: {name:?}'s inode is the lookup's");
+        }
+    }
+    assert!(!fs.listing_is_fixed(u64::MAX), "no such handle");
+}

@@ -1,8 +1,9 @@
 //! The tree the kernel walks: what a node reports ([`Attr`]: owners and modes shown from the
 //! source, write bits cleared, or the `--uid`/`--gid` owner: `fs::access`), lookup, getattr, and directory listings (opendir snapshots one,
-//! readdir pages through it, releasedir drops it).
+//! readdir pages through it, releasedir drops it). A listing holds a view's files as catalog ids
+//! ([`Listing`]: 4 bytes an entry) and names each from the catalog as readdir sends it, so a
+//! directory of a million files costs no allocation per entry at opendir or readdir.
 
-use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
@@ -52,12 +53,39 @@ impl Attr {
     }
 }
 
-/// One listing entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DirEntry {
+/// One listing entry as readdir hands it out, its name borrowed from the listing or the catalog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirEntry<'a> {
     pub ino: u64,
     pub kind: Kind,
-    pub name: OsString,
+    pub name: &'a OsStr,
+}
+
+/// A directory listing snapshotted at opendir: a few entries named there (`.`, `..`,
+/// subdirectories, the root's and `.prepfs/`'s), then a view's files by catalog id, each named
+/// from the catalog when readdir reaches it (its name in `encoded/`, its stem and the output's
+/// extension in the pixel views).
+pub(super) struct Listing {
+    named: Vec<(u64, Kind, OsString)>,
+    view: View,
+    files: Box<[FileId]>,
+    /// The pixel views' extension; `None`: `encoded/`, each file under its own name.
+    ext: Option<Box<[u8]>>,
+    /// The same at every opendir for the mount's life: a top-level view's directory that hides
+    /// no sample (the catalog never changes; a job's order and a hiding view's samples do).
+    fixed: bool,
+}
+
+impl Listing {
+    /// The bytes the listing holds (pinned against the open budget while it is open).
+    pub(super) fn pinned_bytes(&self) -> u64 {
+        let named: usize = self.named.iter().map(|(_, _, n)| std::mem::size_of::<(u64, Kind, OsString)>() + n.len()).sum();
+        (named + std::mem::size_of_val(&*self.files) + self.ext.as_ref().map_or(0, |e| e.len())) as u64
+    }
+
+    fn len(&self) -> usize {
+        self.named.len() + self.files.len()
+    }
 }
 
 impl Filesystem {
@@ -215,34 +243,36 @@ impl Filesystem {
             Node::JobRoot(_) => JOBS_DIR_INO,
             _ => ROOT_INO,
         };
-        let mut entries = vec![
-            DirEntry { ino, kind: Kind::Dir, name: ".".into() },
-            DirEntry { ino: parent_ino, kind: Kind::Dir, name: "..".into() },
-        ];
-        let dir = |node: Node, name: &OsStr| DirEntry { ino: node.ino(), kind: Kind::Dir, name: name.to_owned() };
-        let file = |node: Node, name: OsString| DirEntry { ino: node.ino(), kind: Kind::File, name };
+        let mut named: Vec<(u64, Kind, OsString)> = vec![(ino, Kind::Dir, ".".into()), (parent_ino, Kind::Dir, "..".into())];
+        let dir = |node: Node, name: &OsStr| (node.ino(), Kind::Dir, name.to_owned());
+        let file = |node: Node, name: &str| (node.ino(), Kind::File, OsString::from(name));
         let views = |job: u32| self.views_in(job).into_iter().map(|(view, name)| dir(Node::Dir(view, 0), OsStr::new(name)));
+        // The files of a view's directory, by id, and how they are named (see `Listing`).
+        let mut files: Vec<FileId> = Vec::new();
+        let mut files_view = View::of(Form::Encoded, 0); // no files: unused
+        let mut ext = None;
+        let mut fixed = false;
         match node {
             Node::Root => {
-                entries.extend(views(0));
-                entries.push(dir(Node::JobsDir, OsStr::new("jobs")));
-                entries.push(dir(Node::ControlDir, OsStr::new(".prepfs")));
+                named.extend(views(0));
+                named.push(dir(Node::JobsDir, OsStr::new("jobs")));
+                named.push(dir(Node::ControlDir, OsStr::new(".prepfs")));
             }
             Node::ControlDir => {
-                entries.push(file(Node::StatsFile, "stats.json".into()));
-                entries.push(file(Node::ConfigFile, "config.yaml".into()));
-                entries.push(file(Node::MetricsFile, "metrics".into()));
-                entries.push(file(Node::LoaderFile, "loader.json".into()));
+                named.push(file(Node::StatsFile, "stats.json"));
+                named.push(file(Node::ConfigFile, "config.yaml"));
+                named.push(file(Node::MetricsFile, "metrics"));
+                named.push(file(Node::LoaderFile, "loader.json"));
             }
             Node::JobsDir => {
                 for job in self.jobs.active() {
-                    entries.push(dir(Node::JobRoot(job.code()), OsStr::new(job.name())));
+                    named.push(dir(Node::JobRoot(job.code()), OsStr::new(job.name())));
                 }
             }
             // A name no job has yet lists empty (listing it makes nothing).
             Node::JobRoot(code) => {
                 if self.job_for(code, caller, false)?.is_some() {
-                    entries.extend(views(code));
+                    named.extend(views(code));
                 }
             }
             Node::Dir(view, d) => {
@@ -251,7 +281,7 @@ impl Filesystem {
                 }
                 self.check_dir_access(d, caller, access::READ)?;
                 for sub in catalog.subdirs(d) {
-                    entries.push(dir(Node::Dir(view, sub), catalog.dir_name(sub)));
+                    named.push(dir(Node::Dir(view, sub), catalog.dir_name(sub)));
                 }
                 // Samples known bad are left out where the view hides them (`fs::bad`).
                 let shown: Vec<FileId>;
@@ -261,53 +291,89 @@ impl Filesystem {
                 } else {
                     catalog.images(d)
                 };
-                let samples: Arc<[FileId]> = if view.job == 0 {
-                    images.into()
+                let ordered: Arc<[FileId]>;
+                let samples: &[FileId] = if view.job == 0 {
+                    images
                 } else {
                     // Listing a job's view is a use: a pending name's job is made here.
                     let job = self.job_for(view.job, caller, true)?.ok_or(Error::NotFound)?;
                     let job = self.job_in_view(&job, view);
                     let rank = |c: FileId| self.preference_in(view, c, job.bit());
-                    job.listing_order(d, images, rank, self.config().jobs.ods)
+                    ordered = job.listing_order(d, images, rank, self.config().jobs.ods);
+                    &ordered
                 };
-                let ext = self.view_output(view).extension();
+                files_view = view;
+                fixed = view.job == 0 && !self.hides_bad(view);
+                files.reserve_exact(samples.len());
+                files.extend_from_slice(samples);
                 match view.form {
                     Form::Encoded => {
-                        for &f in samples.iter() {
-                            entries.push(file(Node::File(view, f), catalog.file_name(f).to_owned()));
+                        // Then the files that are not samples (and images hidden by a stem
+                        // collision): those of the directory's range not listed above, marked
+                        // in a bitmap of the range (no hashing per entry).
+                        let range = catalog.files(d);
+                        let mut listed = vec![false; range.len()];
+                        for &f in samples {
+                            if let Some(seen) = f.checked_sub(range.start).and_then(|i| listed.get_mut(i as usize)) {
+                                *seen = true;
+                            }
                         }
-                        // Files that are not samples (and images hidden by a stem collision).
-                        let listed: HashSet<FileId> = samples.iter().copied().collect();
-                        for f in catalog.files(d).filter(|&f| !listed.contains(&f) && !self.hidden(view, f)) {
-                            entries.push(file(Node::File(view, f), catalog.file_name(f).to_owned()));
-                        }
+                        let rest = range.zip(listed).filter(|&(f, seen)| !seen && !self.hidden(view, f)).map(|(f, _)| f);
+                        files.extend(rest);
                     }
                     Form::Decoded | Form::Augmented => {
-                        for &f in samples.iter() {
-                            let mut name = OsString::from(OsStr::from_bytes(catalog.stem(f)));
-                            name.push(".");
-                            name.push(ext);
-                            entries.push(file(Node::File(view, f), name));
-                        }
+                        let mut e = Vec::with_capacity(1 + self.view_output(view).extension().len());
+                        e.push(b'.');
+                        e.extend_from_slice(self.view_output(view).extension().as_bytes());
+                        ext = Some(e.into_boxed_slice());
                     }
                 }
             }
             Node::StatsFile | Node::ConfigFile | Node::MetricsFile | Node::LoaderFile | Node::File(..) => return Err(Error::NotADirectory),
         }
-        let handle = self.pin(HandleData::Listing(entries), caller)?;
+        let listing = Listing { named, view: files_view, files: files.into_boxed_slice(), ext, fixed };
+        let handle = self.pin(HandleData::Listing(listing), caller)?;
         Ok(self.handles.insert(handle))
     }
 
-    /// Entries of an open listing from `offset` on (offset k resumes after the k-th entry).
+    /// Entries of an open listing from `offset` on (offset k resumes after the k-th entry),
+    /// until `add` says the reply is full. A file's name is made here, from the catalog, into
+    /// one buffer reused for the call.
     pub fn readdir(&self, fh: u64, offset: u64, mut add: impl FnMut(&DirEntry, u64) -> bool) -> Result<()> {
         let handle = self.handles.get(fh)?;
-        let HandleData::Listing(entries) = &handle.data else { return Err(Error::NotADirectory) };
-        for (i, entry) in entries.iter().enumerate().skip(offset as usize) {
-            if add(entry, i as u64 + 1) {
+        let HandleData::Listing(listing) = &handle.data else { return Err(Error::NotADirectory) };
+        let catalog = self.catalog();
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        let mut name: Vec<u8> = Vec::new();
+        for i in start..listing.len() {
+            let full = match listing.named.get(i) {
+                Some((ino, kind, n)) => add(&DirEntry { ino: *ino, kind: *kind, name: n }, i as u64 + 1),
+                None => {
+                    let Some(&f) = listing.files.get(i - listing.named.len()) else { break };
+                    let file_name = match &listing.ext {
+                        None => catalog.file_name(f),
+                        Some(ext) => {
+                            name.clear();
+                            name.extend_from_slice(catalog.stem(f));
+                            name.extend_from_slice(ext);
+                            OsStr::from_bytes(&name)
+                        }
+                    };
+                    add(&DirEntry { ino: Node::File(listing.view, f).ino(), kind: Kind::File, name: file_name }, i as u64 + 1)
+                }
+            };
+            if full {
                 break; // the reply buffer is full
             }
         }
         Ok(())
+    }
+
+    /// Whether the open listing `fh` is the same at every opendir for the mount's life (a
+    /// top-level view's directory that hides no sample), so that the kernel may keep it and
+    /// list it again without asking (the adapter's `FOPEN_CACHE_DIR | FOPEN_KEEP_CACHE`).
+    pub fn listing_is_fixed(&self, fh: u64) -> bool {
+        self.handles.get(fh).is_ok_and(|h| matches!(&h.data, HandleData::Listing(l) if l.fixed))
     }
 
     /// Releases an open listing.

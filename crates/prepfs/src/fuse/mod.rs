@@ -255,6 +255,11 @@ impl fuser::Filesystem for FuseAdapter {
         bump(&self.fs.stats().requests.opendir, 1);
         self.reader_came(req, ino.0);
         match self.fs.opendir(ino.0, caller(req)) {
+            // A listing fixed for the mount's life is kept by the kernel (in the directory's
+            // page cache, across opens): listed again, it asks nothing.
+            Ok(fh) if self.fs.listing_is_fixed(fh) => {
+                reply.opened(FileHandle(fh), FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE)
+            }
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(errno(&e)),
         }
@@ -267,7 +272,7 @@ impl fuser::Filesystem for FuseAdapter {
                 Kind::Dir => FileType::Directory,
                 Kind::File => FileType::RegularFile,
             };
-            reply.add(INodeNo(entry.ino), next, kind, &entry.name)
+            reply.add(INodeNo(entry.ino), next, kind, entry.name)
         });
         match result {
             Ok(()) => reply.ok(),
@@ -287,7 +292,7 @@ impl fuser::Filesystem for FuseAdapter {
                 Ok(a) => (a, ttl(&a)),
                 Err(_) => (Attr::unknown(entry.ino, entry.kind), Duration::ZERO),
             };
-            reply.add(INodeNo(entry.ino), next, &entry.name, &ttl, &self.attr(&attr), Generation(0))
+            reply.add(INodeNo(entry.ino), next, entry.name, &ttl, &self.attr(&attr), Generation(0))
         });
         match result {
             Ok(()) => reply.ok(),
