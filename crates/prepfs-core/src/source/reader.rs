@@ -82,6 +82,8 @@ pub(crate) struct SampleReader {
 
 /// Bad samples `stats.json` lists by name (all are counted).
 const BAD_LISTED: usize = 1000;
+/// Bad samples logged on a line each; past these, one line a second at most (`log::allow`).
+const BAD_LOGGED_EACH: u64 = 100;
 
 impl SampleReader {
     pub(crate) fn new(catalog: Arc<Catalog>, source: Source, stats: Arc<Stats>, on_change: OnChange) -> SampleReader {
@@ -230,8 +232,14 @@ impl SampleReader {
         bump(&self.stats.decode_errors, 1);
         let why = reason.to_string();
         let err = Error::decode(path, reason);
-        // Once per file (and version): later opens are refused without a line.
-        tracing::warn!("{err}");
+        // Once per file (and version): later opens are refused without a line. A set of many
+        // bad files (the refill over a tree of empty ones logged 451k lines in minutes) gets a
+        // line each for the first ones, then at most one a second saying how many it held back.
+        if self.stats.decode_errors.load(std::sync::atomic::Ordering::Relaxed) <= BAD_LOGGED_EACH {
+            tracing::warn!("{err}");
+        } else {
+            crate::warn_limited!("bad-sample", "{err}");
+        }
         self.catalog.remember_size(id, Err(()));
         let mut bad = self.bad.lock_or_recover();
         if bad.len() < BAD_LISTED && !bad.iter().any(|(f, _)| *f == id) {
