@@ -79,13 +79,13 @@ impl SampleCache {
         (self.recipes.stores.len() + 1) as u8
     }
 
-    /// Each pipeline's share of the augmented budget (0: `augmented/`'s), summing to 1: the
-    /// shares [`SampleCache::set_output_reads`] splits it in, for the plan's room size.
-    pub(crate) fn output_shares(&self) -> Vec<f64> {
+    /// Each pipeline's share of the augmented budget (0: `augmented/`'s), summing to 1, and
+    /// whether it has been read: the shares [`SampleCache::set_output_reads`] splits it in, for
+    /// the plan's room size.
+    pub(crate) fn output_shares(&self) -> Vec<(f64, bool)> {
         let reads = self.recipes.reads.lock_or_recover().clone();
-        let weights: Vec<f64> = reads.iter().map(|&r| r as f64 + 1.0).collect();
-        let sum: f64 = weights.iter().sum();
-        weights.iter().map(|w| w / sum).collect()
+        let sum: f64 = reads.iter().map(|&r| r as f64 + 1.0).sum();
+        reads.iter().map(|&r| ((r as f64 + 1.0) / sum, r > 0)).collect()
     }
 
     /// Sets the augmented budget all pipelines share (a new split's), split between them.
@@ -175,9 +175,10 @@ mod tests {
     #[test]
     fn the_plan_is_told_the_shares_the_budget_is_split_in() {
         let cache = cache(2, 3000);
-        assert_eq!(cache.output_shares(), [1.0 / 3.0; 3]);
+        assert_eq!(cache.output_shares(), [(1.0 / 3.0, false); 3]);
         cache.set_output_reads(&[0, 99, 299]);
-        let shares = cache.output_shares();
+        let (shares, read): (Vec<f64>, Vec<bool>) = cache.output_shares().into_iter().unzip();
+        assert_eq!(read, [false, true, true]);
         assert!((shares.iter().sum::<f64>() - 1.0).abs() < 1e-9);
         // Each pipeline's reads counted one more, as the split counts them.
         assert_eq!(shares, [1.0 / 401.0, 100.0 / 401.0, 300.0 / 401.0]);

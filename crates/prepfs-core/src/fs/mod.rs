@@ -359,7 +359,7 @@ impl Filesystem {
             r => jobs.iter().filter(|j| j.recipe_state(r).is_some()).count(),
         };
         let shares = self.cache.output_shares();
-        Some((0..pipelines).zip(&shares).map(|(p, w)| w * readers(p).max(1) as f64).sum())
+        Some((0..pipelines).zip(&shares).map(|(p, (w, _))| w * readers(p).max(1) as f64).sum())
     }
 
     /// Epochs read so far: the top-level readers' passes, or the furthest job's.

@@ -441,8 +441,8 @@ impl PlanController {
         params.jobs = self.jobs_sharing.load(Ordering::Relaxed).max(1);
         params.output_jobs = *self.output_jobs.lock_or_recover();
         // With recipes, each pipeline keeps outputs for its own reads in its share of the room.
-        let shares = self.cache.output_shares();
-        if let (true, Some(size)) = (shares.len() > 1, super::prepfs::room_size(&shares, &self.output_sizes)) {
+        let (shares, read): (Vec<f64>, Vec<bool>) = self.cache.output_shares().into_iter().unzip();
+        if let (true, Some(size)) = (shares.len() > 1, super::prepfs::room_size(&shares, &self.output_sizes, &read)) {
             params.s_augmented = size;
         }
         let done = self.epochs_done.load(Ordering::Relaxed);
@@ -490,7 +490,7 @@ impl PlanController {
             "inputs": params,
             // Where recipes split the augmented room: each pipeline's share and output size
             // (`inputs.s_augmented` is the room's size per output a read finds of its own).
-            "pipelines": { "shares": shares, "output_bytes": self.output_sizes },
+            "pipelines": { "shares": shares, "read": read, "output_bytes": self.output_sizes },
             "from": from,
             "samples_timed": timed,
         });

@@ -73,7 +73,7 @@
 //!   `r (1 - h_R)` read the storage;
 //! - the predicted hit rate (served without reading the source) is `1 - r (1 - h_R)`.
 //! - with recipes (several pipelines, each keeping its own outputs in its share of the
-//!   augmented room, [`room_size`]), an output serves only the jobs reading its pipeline:
+//!   augmented room, counted by [`room_size`]), an output serves only the jobs reading its pipeline:
 //!   `a = 1 / g'(w_A)`, `g'` with `output_jobs` (the read-weighted mean of each pipeline's jobs)
 //!   in place of `jobs`, and where that splits the jobs, decodes and reads are shared through
 //!   the decoded and encoded windows only (`w_D`, `max(w_D, w_E)`).
@@ -108,17 +108,24 @@ pub(super) const PURE_HIT_SPEEDUP: f64 = 1.65;
 pub(super) const WINDOW_PER_DIR: f64 = 3.0;
 
 /// The output size the augmented form's budget is counted in where several pipelines
-/// (`augmented/` and each recipe) split it by `shares` (summing to 1), as the cache does by
-/// their reads, each kept output serving only its own pipeline's reads, which come in the same
-/// shares. The model's `B_A / s_augmented` is then the outputs a read finds of its own
-/// pipeline, `sum_p share_p * (share_p * B_A / size_p)`: `s_augmented = 1 / sum_p share_p^2 /
-/// size_p`. Two pipelines read alike with outputs of one size: twice it (each holds half as
-/// many), and every sample kept by each costs the two sizes together, as the cache's split
-/// needs. One pipeline: its own size. (The model's bytes moved per hit take it too, which
-/// overstates them; beside a decode they are next to nothing.)
-pub(crate) fn room_size(shares: &[f64], sizes: &[f64]) -> Option<f64> {
-    let per_byte: f64 = shares.iter().zip(sizes).filter(|(_, &s)| s > 0.0).map(|(w, s)| w * w / s).sum();
-    (per_byte > 0.0 && shares.len() == sizes.len()).then(|| 1.0 / per_byte)
+/// (`augmented/` and each recipe) split it, as the cache does, in `shares` (summing to 1), each
+/// kept output serving only its own pipeline's reads: the bytes of room per sample at which
+/// every pipeline that is `read` (every one, before any is) holds every sample of its own,
+/// `max_p size_p / share_p`. Two pipelines read alike with outputs of one size: twice the size
+/// (each holds half as many as one would). Where sizes or shares differ, a pipeline holds at
+/// least the share of its samples the model counts, so the model's hits are a floor and a form
+/// it plans to hold every sample is given room for every pipeline to hold them all. One
+/// pipeline: its own size.
+pub(crate) fn room_size(shares: &[f64], sizes: &[f64], read: &[bool]) -> Option<f64> {
+    let any_read = read.iter().any(|&r| r);
+    let per_sample = shares
+        .iter()
+        .zip(sizes)
+        .zip(read)
+        .filter(|&((&w, _), &r)| w > 0.0 && (r || !any_read))
+        .map(|((w, s), _)| s / w)
+        .fold(0.0, f64::max);
+    (per_sample > 0.0 && shares.len() == sizes.len() && sizes.len() == read.len()).then_some(per_sample)
 }
 
 /// Fractions of the samples each form holds, and the bytes each holds.
@@ -449,17 +456,21 @@ pub(super) mod tests {
 
     #[test]
     fn pipelines_splitting_the_augmented_budget_each_find_only_their_own_share_of_it() {
-        assert_eq!(room_size(&[1.0], &[250.0]), Some(250.0));
-        assert_eq!(room_size(&[0.5, 0.5], &[250.0, 250.0]), Some(500.0));
-        assert_eq!(room_size(&[1.0], &[0.0]), None);
-        // Read three to one, the busier pipeline's outputs a third the size: the outputs a read
-        // finds of its own pipeline, over a budget of 3000 B.
-        let s = room_size(&[0.75, 0.25], &[100.0, 300.0]).expect("sizes");
-        assert_close(3000.0 / s, 0.75 * (0.75 * 3000.0 / 100.0) + 0.25 * (0.25 * 3000.0 / 300.0));
+        assert_eq!(room_size(&[1.0], &[250.0], &[true]), Some(250.0));
+        assert_eq!(room_size(&[0.5, 0.5], &[250.0, 250.0], &[true, true]), Some(500.0));
+        assert_eq!(room_size(&[1.0], &[0.0], &[false]), None);
+        // Two recipes read alike, outputs of 27.6 and 12.3 KB, `augmented/` unread with a
+        // sliver: the room every read one needs to hold all its samples; the sliver left out.
+        let shares = [1.0 / 27.0, 13.0 / 27.0, 13.0 / 27.0];
+        let s = room_size(&shares, &[150_528.0, 27_663.0, 12_303.0], &[false, true, true]).expect("sizes");
+        assert_close(s, 27_663.0 * 27.0 / 13.0);
+        // Before any read, every pipeline counts.
+        let s = room_size(&[0.5, 0.5], &[100.0, 300.0], &[false, false]).expect("sizes");
+        assert_close(s, 600.0);
         // Two pipelines read alike hold half the augmented fraction one would, and hold every
         // sample only with room for both sizes.
         let one = base();
-        let two = PlanParams { s_augmented: room_size(&[0.5, 0.5], &[250.0, 250.0]).expect("sizes"), ..base() };
+        let two = PlanParams { s_augmented: room_size(&[0.5, 0.5], &[250.0, 250.0], &[true, true]).expect("sizes"), ..base() };
         let a = split("0-0-100");
         let small = PlanParams { s_cache: 100_000.0, ..one.clone() };
         assert_close(fill_fractions(&PlanParams { s_cache: 100_000.0, ..two.clone() }, a)[A], fill_fractions(&small, a)[A] / 2.0);
