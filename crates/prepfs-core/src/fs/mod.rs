@@ -345,21 +345,22 @@ impl Filesystem {
         self.plan.tick(jobs.len(), self.output_jobs(&jobs), self.epochs_done_by(&jobs))
     }
 
-    /// With recipes, the jobs one augmented output may serve: each pipeline's readers among
-    /// the active `jobs` (`augmented/`'s: those that have read their own views; a recipe's: those
-    /// with a state in its view), averaged over the pipelines by their shares of the room (their
-    /// reads). `None` without recipes (every job reads the one pipeline).
+    /// With recipes, the jobs one augmented output may serve, averaged over the pipelines by
+    /// their shares of the room (their reads): in `augmented/`, the active `jobs` that read their
+    /// own views (an output made at one's open is kept for the others that still need it); in a
+    /// recipe's view, one (an output made at an open is served to that open alone, and one kept
+    /// ahead by the refill to whichever job takes it first). `None` without recipes.
     fn output_jobs(&self, jobs: &[Arc<Job>]) -> Option<f64> {
         let pipelines = self.cache.pipelines();
         if pipelines < 2 {
             return None;
         }
         let readers = |p: u8| match p {
-            0 => jobs.iter().filter(|j| j.epoch() > 1 || j.served_this_epoch() > 0).count(),
-            r => jobs.iter().filter(|j| j.recipe_state(r).is_some()).count(),
+            0 => jobs.iter().filter(|j| j.epoch() > 1 || j.served_this_epoch() > 0).count().max(1),
+            _ => 1,
         };
         let shares = self.cache.output_shares();
-        Some((0..pipelines).zip(&shares).map(|(p, (w, _))| w * readers(p).max(1) as f64).sum())
+        Some((0..pipelines).zip(&shares).map(|(p, (w, _))| w * readers(p) as f64).sum())
     }
 
     /// Epochs read so far: the top-level readers' passes, or the furthest job's.
