@@ -223,11 +223,12 @@ fn seconds_since(started: u64) -> f64 {
 
 /// Seconds the machine's cores have been busy (all of them added up) since boot, from
 /// `/proc/stat`'s first line (user, nice, system, irq, softirq, steal; not idle or iowait),
-/// less the user time other processes ran niced: a build or batch job at `nice -n 19` takes
-/// only cores serving leaves idle, yet counted in it swung the several-jobs probe's serving
-/// cost 2x. This mount's own niced threads (its background work, or all of it where the daemon
-/// was started under `nice`) stay counted. Not left out: other processes' system time, and
-/// neighbours at nice 0 (they compete for the cores as a reader would).
+/// less the user time other processes ran niced: a build or batch job at `nice -n 19` is no
+/// part of serving's cost, yet counted in it swung the several-jobs probe's serving cost 2x
+/// (what it takes from serving's cores still shows in the rates measured). This mount's own
+/// niced threads (its background work, or all of it where the daemon was started under `nice`)
+/// stay counted. Not left out: other processes' system time, and neighbours at nice 0. Left out
+/// wrongly: readers run under `nice`.
 pub(crate) fn machine_busy_seconds() -> Option<f64> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
     let fields: Vec<u64> = stat.lines().next()?.split_whitespace().skip(1).map(|f| f.parse().ok()).collect::<Option<_>>()?;
