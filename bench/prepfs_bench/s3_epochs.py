@@ -1,0 +1,150 @@
+"""The same set as local files and as objects in an S3-compatible store (moto's server on
+loopback, as the tests start it), three back-to-back epochs of `augmented/` with 2 readers (each
+epoch shuffled) on a
+fresh mount each, the source unlimited, and limited to 100 MB/s and 10 MB/s (`read_limit`):
+samples/s and the MB read from the source per epoch (issue 36's measurement; moto answers about
+400 GETs a second on 2 cores, so its epochs are moto's rate, not a remote store's).
+
+    PYTHONPATH=bench python3 -m prepfs_bench.s3_epochs --prepfs target/release/prepfs \
+        --gen target/release/examples/make_dataset [--out bench/results/DATE-s3-epochs]
+"""
+import argparse
+import http.client
+import json
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from . import BENCH_DIR
+from .runs import write_report
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def upload(port, src):
+    """Every file of `src` as an object of bucket `train` under `data/`, 8 PUTs at a time."""
+    c = http.client.HTTPConnection("127.0.0.1", port)
+    c.request("PUT", "/train", b"")
+    c.getresponse().read()
+    files = [os.path.join(d, f) for d, _, fs in os.walk(src) for f in fs]
+
+    def put(k):
+        c = http.client.HTTPConnection("127.0.0.1", port)
+        for p in files[k::8]:
+            with open(p, "rb") as f:
+                c.request("PUT", "/train/data/" + os.path.relpath(p, src), f.read())
+            r = c.getresponse()
+            r.read()
+            assert r.status == 200, r.status
+    threads = [threading.Thread(target=put, args=(k,)) for k in range(8)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+
+
+def epochs(prepfs, workdir, name, source, src_yaml, n=3):
+    """`n` epochs of augmented/ on a fresh mount: per epoch samples/s and source MB."""
+    cfg = os.path.join(workdir, name + ".yaml")
+    with open(cfg, "w") as f:
+        f.write("seed: 1\nthreads: 2\ncache: { memory: 64MiB }\n" + src_yaml)
+    mnt = os.path.join(workdir, "mnt-" + name)
+    os.makedirs(mnt, exist_ok=True)
+    log = open(os.path.join(workdir, name + ".log"), "w")
+    started = time.time()
+    daemon = subprocess.Popen(["timeout", "600", prepfs, "mount", source, mnt, "--config", cfg], stdout=log, stderr=log)
+    out = {"setting": name}
+    try:
+        while not os.path.exists(os.path.join(mnt, ".prepfs", "stats.json")):
+            if daemon.poll() is not None:
+                raise RuntimeError(f"{name}: the mount ended: see {log.name}")
+            time.sleep(0.1)
+        out["mount_s"] = time.time() - started
+        view = os.path.join(mnt, "augmented")
+        paths = [os.path.join(view, c, f) for c in sorted(os.listdir(view)) for f in sorted(os.listdir(os.path.join(view, c)))]
+        for e in range(1, n + 1):
+            # Each epoch in its own shuffled order, as a training loop reads.
+            random.Random(e).shuffle(paths)
+            with open(os.path.join(mnt, ".prepfs", "stats.json")) as f:
+                before = json.load(f)["source_bytes_read"]
+            t = time.time()
+
+            def read(k):
+                for p in paths[k::2]:
+                    with open(p, "rb") as f:
+                        f.read()
+            threads = [threading.Thread(target=read, args=(k,)) for k in range(2)]
+            [x.start() for x in threads]
+            [x.join() for x in threads]
+            took = time.time() - t
+            with open(os.path.join(mnt, ".prepfs", "stats.json")) as f:
+                after = json.load(f)
+            out[f"e{e}_per_s"] = len(paths) / took
+            out[f"e{e}_source_mb"] = (after["source_bytes_read"] - before) / 1e6
+            out["split"] = (after.get("plan") or {}).get("split")
+    finally:
+        subprocess.run(["fusermount3", "-u", mnt], stderr=subprocess.DEVNULL)
+        daemon.wait(60)
+    print(json.dumps(out), flush=True)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--prepfs", required=True)
+    ap.add_argument("--gen", required=True)
+    ap.add_argument("--out", default=os.path.join(BENCH_DIR, "results", time.strftime("%Y-%m-%d") + "-s3-epochs"))
+    args = ap.parse_args()
+    workdir = tempfile.mkdtemp(prefix="prepfs-s3-epochs-")
+    port = free_port()
+    moto = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        src = os.path.join(workdir, "src")
+        subprocess.run([args.gen, "--out", src, "--classes", "30", "--per-class", "40", "--quiet"], check=True)
+        if os.path.exists(os.path.join(src, "README.txt")):
+            os.remove(os.path.join(src, "README.txt"))
+        set_mb = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(src) for f in fs) / 1e6
+        for _ in range(150):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        upload(port, src)
+        os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
+        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
+        endpoint = f"http://127.0.0.1:{port}"
+        rows = []
+        for limit in (None, "100MB/s", "10MB/s"):
+            extra = f", read_limit: {limit}" if limit else ""
+            tag = (limit or "unlimited").replace("/", "")
+            rows.append(epochs(args.prepfs, workdir, "local-" + tag, src, f"source: {{ path: /unused{extra} }}\n"))
+            rows.append(epochs(args.prepfs, workdir, "s3-" + tag, "s3://train/data",
+                               f"source: {{ url: s3://train/data, endpoint: \"{endpoint}\", region: us-east-1{extra} }}\n"))
+        lines = [f"The same {set_mb:.1f} MB set (1,200 generated JPEGs, 30 classes) as local files and as objects in moto's S3 "
+                 "server on loopback; `augmented/`, 2 readers, 3 epochs, `cache: { memory: 64MiB }` (`split: auto`), a fresh mount each; each epoch in a shuffled order.",
+                 "", "| source | mount s | epoch 1 /s (source MB) | epoch 2 /s (source MB) | epoch 3 /s (source MB) | split at the end |",
+                 "| --- | ---: | ---: | ---: | ---: | --- |"]
+        for r in rows:
+            lines.append(f"| {r['setting']} | {r['mount_s']:.1f} | " + " | ".join(
+                f"{r[f'e{e}_per_s']:.0f} ({r[f'e{e}_source_mb']:.1f})" for e in (1, 2, 3)) + f" | {r.get('split')} |")
+        write_report(args.out, rows, lines)
+    finally:
+        moto.terminate()
+        moto.wait(10)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
