@@ -145,6 +145,25 @@ def ready_made(view, out):
                 g.write(f.read())
 
 
+def generated_source(gen, out, classes, per_class):
+    """`classes` x `per_class` JPEGs from the generator at OUT (its README left out): OUT."""
+    subprocess.run([gen, "--out", out, "--classes", str(classes), "--per-class", str(per_class), "--quiet"], check=True)
+    readme = os.path.join(out, "README.txt")
+    if os.path.exists(readme):
+        os.remove(readme)
+    return out
+
+
+def tree_bytes(root):
+    """The bytes of every file under `root`."""
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs)
+
+
+def hits_and_misses(jobs):
+    """The opens of stats.json's active `jobs` served from a cache form, and those not."""
+    return sum(sum(j["hits"].values()) for j in jobs), sum(j["misses"] for j in jobs)
+
+
 def pixel_seconds(work):
     """CPU seconds of the mount's pixel work, from stats.json's `work` counts and means."""
     return sum(work.get(n, 0) * (work.get(n[:-1] + "_ms_mean") or 0) / 1e3
@@ -182,14 +201,8 @@ def main():
     workdir = tempfile.mkdtemp(prefix="prepfs-jobs-")
     rows = []
     try:
-        source = args.source or os.path.join(workdir, "source")
-        if not args.source:
-            subprocess.run([args.gen, "--out", source, "--classes", str(args.classes), "--per-class", str(args.per_class), "--quiet"],
-                           check=True)
-            readme = os.path.join(source, "README.txt")
-            if os.path.exists(readme):
-                os.remove(readme)
-        set_bytes = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(source) for f in fs)
+        source = args.source or generated_source(args.gen, os.path.join(workdir, "source"), args.classes, args.per_class)
+        set_bytes = tree_bytes(source)
         cache = max(1 << 20, set_bytes // 5)
         chosen = args.settings.split(",")
         for setting, limit in [s for s in (("storage 10 MB/s", "10MB/s"), ("local storage", None)) if ("limited" if s[1] else "local") in chosen]:
@@ -221,8 +234,7 @@ def main():
             finally:
                 mount.close()
             jobs = st["jobs"]["active"]
-            hits = sum(sum(j["hits"].values()) for j in jobs)
-            misses = sum(j["misses"] for j in jobs)
+            hits, misses = hits_and_misses(jobs)
             served = sum(j["samples_served"] for j in jobs)
             row = {
                 "setting": setting,

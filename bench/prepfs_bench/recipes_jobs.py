@@ -13,12 +13,11 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 import time
 
 from . import BENCH_DIR
-from .jobs import makespan
+from .jobs import generated_source, hits_and_misses, makespan, tree_bytes
 from .mount import Mount
 from .runs import write_report
 
@@ -43,8 +42,7 @@ def run(prepfs, source, workdir, cache, views, split):
     finally:
         mount.close()
     jobs = st["jobs"]["active"]
-    hits = sum(sum(j["hits"].values()) for j in jobs)
-    misses = sum(j["misses"] for j in jobs)
+    hits, misses = hits_and_misses(jobs)
     # A job's figures count its opens in every view (its epochs' own counts are per view).
     served = hits + misses
     plan = st.get("plan") or {}
@@ -78,13 +76,8 @@ def main():
     args = ap.parse_args()
     workdir = tempfile.mkdtemp(prefix="prepfs-recipes-jobs-")
     try:
-        source = os.path.join(workdir, "source")
-        subprocess.run([args.gen, "--out", source, "--classes", str(args.classes), "--per-class", str(args.per_class), "--quiet"],
-                       check=True)
-        readme = os.path.join(source, "README.txt")
-        if os.path.exists(readme):
-            os.remove(readme)
-        set_bytes = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(source) for f in fs)
+        source = generated_source(args.gen, os.path.join(workdir, "source"), args.classes, args.per_class)
+        set_bytes = tree_bytes(source)
         cache = max(1 << 20, set_bytes // 5)
         rows = []
         for views in (["r224"] * 3, ["r224", "r192", "r160"]):

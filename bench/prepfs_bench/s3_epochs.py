@@ -22,6 +22,7 @@ import threading
 import time
 
 from . import BENCH_DIR
+from .jobs import generated_source, tree_bytes
 from .runs import write_report
 
 
@@ -110,11 +111,8 @@ def main():
     moto = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        src = os.path.join(workdir, "src")
-        subprocess.run([args.gen, "--out", src, "--classes", "30", "--per-class", "40", "--quiet"], check=True)
-        if os.path.exists(os.path.join(src, "README.txt")):
-            os.remove(os.path.join(src, "README.txt"))
-        set_mb = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(src) for f in fs) / 1e6
+        src = generated_source(args.gen, os.path.join(workdir, "src"), 30, 40)
+        set_mb = tree_bytes(src) / 1e6
         for _ in range(150):
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
