@@ -196,8 +196,6 @@ pub struct Stats {
     pub(crate) source_read_blocked_nanos: AtomicU64,
     /// Full decodes and their total time.
     pub(crate) full_decodes: AtomicU64,
-    /// Bytes of the pixels the full decodes made (their mean is the plan's decoded size).
-    pub(crate) full_decode_bytes: AtomicU64,
     pub(crate) full_decode_nanos: AtomicU64,
     /// Decode-and-augment from encoded bytes (the model's `t_da`) and their total time.
     pub(crate) decode_augments: AtomicU64,
@@ -205,6 +203,12 @@ pub struct Stats {
     /// Augment-only from decoded pixels (the model's `t_a`) and their total time.
     pub(crate) pixel_augments: AtomicU64,
     pub(crate) pixel_augment_nanos: AtomicU64,
+    /// Samples the pixel work has augmented at least once, and their full pixels' bytes (width
+    /// x height x 3), each sample counted at its first augmentation: the set's decoded size as
+    /// the mount reads it (the plan's `s_decoded`). Not the full decodes' mean: those are of
+    /// the samples decoded's room takes, its smallest where it has little.
+    pub(crate) sized_samples: AtomicU64,
+    pub(crate) sized_pixel_bytes: AtomicU64,
     /// Latency histograms of opens and pixel work (percentiles in `latency_us`).
     pub(crate) latency: Latencies,
 }
@@ -232,12 +236,13 @@ impl Default for Stats {
             source_read_cpu_nanos: AtomicU64::new(0),
             source_read_blocked_nanos: AtomicU64::new(0),
             full_decodes: AtomicU64::new(0),
-            full_decode_bytes: AtomicU64::new(0),
             full_decode_nanos: AtomicU64::new(0),
             decode_augments: AtomicU64::new(0),
             decode_augment_nanos: AtomicU64::new(0),
             pixel_augments: AtomicU64::new(0),
             pixel_augment_nanos: AtomicU64::new(0),
+            sized_samples: AtomicU64::new(0),
+            sized_pixel_bytes: AtomicU64::new(0),
             latency: Latencies::default(),
         }
     }
@@ -351,6 +356,9 @@ impl Stats {
                 "decode_augment_ms_mean": mean_ms(&self.decode_augments, &self.decode_augment_nanos),
                 "pixel_augments": get(&self.pixel_augments),
                 "pixel_augment_ms_mean": mean_ms(&self.pixel_augments, &self.pixel_augment_nanos),
+                // The set's decoded size as read: each sample's pixels counted once.
+                "sized_samples": get(&self.sized_samples),
+                "sized_pixel_bytes": get(&self.sized_pixel_bytes),
                 "source_reads": get(&self.source_reads),
                 "source_read_ms_mean": mean_ms(&self.source_reads, &self.source_read_nanos),
                 "source_read_cpu_ms_mean": mean_ms(&self.source_reads, &self.source_read_cpu_nanos),

@@ -392,6 +392,24 @@ fn the_refill_keeps_as_pixels_the_samples_readers_left_as_bytes_while_decoded_ha
 }
 
 #[test]
+fn the_sets_decoded_size_counts_each_sample_once_at_its_first_augmentation_whatever_decoded_has_room_for() {
+    let (_dir, fs) = core_where_misses_keep_bytes(4);
+    // Room in decoded for the smallest sample's pixels alone (320x240; the others are wider).
+    let split = crate::planner::Split::new(0, 0, 100).expect("split");
+    let smallest = 320 * 240 * 3;
+    fs.cache().set_split_budgets(split, [8 << 20, smallest + crate::cache::ENTRY_OVERHEAD + 64, 32 << 20]);
+    let work = |key: &str| work_count(&fs, key);
+    let set: u64 = (0..4).map(|i| (320 + 8 * i) * 240 * 3).sum();
+    for _ in 0..3 {
+        epoch(&fs, 4);
+        assert_eq!((work("sized_samples"), work("sized_pixel_bytes")), (4, set));
+    }
+    // The full decodes were of what decoded took: not the set's mean.
+    assert!(work("full_decodes") >= 1);
+    assert_eq!(fs.cache().decoded.entries(), 1);
+}
+
+#[test]
 fn a_reader_that_meets_a_sample_held_as_bytes_again_keeps_its_pixels_so_it_is_decoded_in_full_once() {
     // As above, readers' first misses keep bytes; here no refill comes by before the next epoch.
     let (_dir, fs) = core_where_misses_keep_bytes(4);

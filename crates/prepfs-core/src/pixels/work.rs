@@ -125,7 +125,7 @@ impl PixelWork {
     /// `augmented/`'s). Every pipeline's work is timed into the same rates, so the plan's
     /// augment cost is the mean over what readers read.
     pub(crate) fn augment_pixels(&self, recipe: u8, id: FileId, pixels: &Rgb) -> Result<ServedBytes, PixelError> {
-        let mut rng = self.next_draw(id);
+        let mut rng = self.next_draw(id, Size2::new(pixels.width, pixels.height));
         let dest = self.dest();
         let p = self.pipeline(recipe);
         self.timed(Timing::AugmentPixels(recipe), || augment_pixels_served(pixels, &p.augment, &mut rng, &p.output, dest))
@@ -141,19 +141,21 @@ impl PixelWork {
     /// `size`: the image's, when its header was probed already (else it is probed here). The
     /// time taken includes writing the served bytes.
     pub(crate) fn decode_augment(&self, recipe: u8, id: FileId, bytes: &[u8], size: Option<Size2>) -> Result<ServedBytes, PixelError> {
-        let mut rng = self.next_draw(id);
         let dest = self.dest();
         let p = self.pipeline(recipe);
         self.timed(Timing::DecodeAugment(recipe), || {
-            decode_augment_served(bytes, size, &p.augment, &mut rng, self.max_pixels, &p.output, dest)
+            let size = match size {
+                Some(size) => size,
+                None => pipeline::probe_size(std::io::Cursor::new(bytes))?,
+            };
+            let mut rng = self.next_draw(id, size);
+            decode_augment_served(bytes, Some(size), &p.augment, &mut rng, self.max_pixels, &p.output, dest)
         })
     }
 
     /// The full pixels of encoded bytes.
     pub(crate) fn decode_full(&self, bytes: &[u8]) -> Result<Rgb, PixelError> {
-        let pixels = self.timed(Timing::Decode, || pipeline::decode_full(bytes, self.max_pixels))?;
-        bump(&self.stats.full_decode_bytes, pixels.pixels.len() as u64);
-        Ok(pixels)
+        self.timed(Timing::Decode, || pipeline::decode_full(bytes, self.max_pixels))
     }
 
     /// Full pixels as the `decoded` view serves them. Fails only where the format's encoder
@@ -168,9 +170,14 @@ impl PixelWork {
     }
 
     /// The random source of `id`'s next augmentation: (seed, 0, draw, sample), a new draw each
-    /// call.
-    fn next_draw(&self, id: FileId) -> impl rand::Rng {
+    /// call. `size`: the image's; its first draw counts its pixels' bytes into the set's
+    /// decoded size (`Stats::sized_samples`).
+    fn next_draw(&self, id: FileId, size: Size2) -> impl rand::Rng {
         let draw = u64::from(self.draws[id as usize].fetch_add(1, Ordering::Relaxed));
+        if draw == 0 {
+            bump(&self.stats.sized_samples, 1);
+            bump(&self.stats.sized_pixel_bytes, u64::from(size.width) * u64::from(size.height) * 3);
+        }
         draw_rng(self.seed, 0, draw, u64::from(id))
     }
 

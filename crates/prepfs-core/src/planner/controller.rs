@@ -280,7 +280,8 @@ impl PlanController {
         let (da_n, da_ns) = (get(&s.decode_augments), get(&s.decode_augment_nanos));
         // Recipes: each pipeline's measured augment cost, weighted by its reads (`stats.rs`).
         let (a_n, a_ns) = s.read_weighted_augments(self.cache.pipelines());
-        let (full_n, full_ns, full_bytes) = (get(&s.full_decodes), get(&s.full_decode_nanos), get(&s.full_decode_bytes));
+        let (full_n, full_ns) = (get(&s.full_decodes), get(&s.full_decode_nanos));
+        let (sized_n, sized_bytes) = (get(&s.sized_samples), get(&s.sized_pixel_bytes));
         let (reads, read_bytes) = (get(&s.source_reads), get(&s.source_bytes_read));
         let (read_cpu_ns, read_blocked_ns) = (get(&s.source_read_cpu_nanos), get(&s.source_read_blocked_nanos));
         let timed = da_n + a_n;
@@ -329,10 +330,13 @@ impl PlanController {
         if a_n >= REPLAN_MIN_SAMPLES / 4 {
             params.t_a = threads * a_n as f64 / (a_ns as f64 / 1e9).max(1e-9);
         }
-        if full_n >= REPLAN_MIN_SAMPLES / 4 {
-            // Sizes as this data set's decodes measure them, not calibration's dozen samples:
-            // a form planned to hold every sample's pixels must hold the set's mean, not theirs.
-            params.s_decoded = full_bytes as f64 / full_n as f64;
+        if sized_n >= REPLAN_MIN_SAMPLES {
+            // Sizes as this data set's reads measure them, each sample once, not calibration's
+            // dozen samples: a form planned to hold every sample's pixels must hold the set's
+            // mean, not theirs. (Not the full decodes' mean: with little room in decoded, the
+            // samples it took were the smallest, and the generator's 500x375 set, 552 KB a
+            // sample, measured 29 KB, which put a split with a decoded share 10x fast.)
+            params.s_decoded = sized_bytes as f64 / sized_n as f64;
         }
         let mut read_cpu = None;
         if reads >= REPLAN_MIN_SAMPLES / 4 {
@@ -469,6 +473,11 @@ impl PlanController {
                 t_da = format!("{:.0}", params.t_da),
                 t_a = format!("{:.0}", params.t_a),
                 b_storage_mb_s = format!("{:.0}", params.b_storage / 1e6),
+                s_data = format!("{:.0}", params.s_data),
+                s_decoded = format!("{:.0}", params.s_decoded),
+                s_augmented = format!("{:.0}", params.s_augmented),
+                t_serve = format!("{:.0}", params.t_serve.unwrap_or(0.0)),
+                epochs_done = done,
                 from,
                 "cache plan"
             );
