@@ -132,6 +132,7 @@ impl Filesystem {
         let memory = memory.as_object().map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_u64()?))).collect()).unwrap_or_default();
         let gauges = Gauges {
             memory,
+            recipes: self.config().recipes.iter().map(|r| r.name.clone()).collect(),
             samples: self.catalog().sample_count() as u64,
             cache: forms,
             jobs_active: self.jobs.active().len() as u64,

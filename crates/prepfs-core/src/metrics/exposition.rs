@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::shared::Form;
-use crate::stats::Stats;
+use crate::stats::{PipelineCounters, Stats};
 
 use super::latency::{Outcome, PixelKind, Snapshot, BUCKETS_S};
 
@@ -24,6 +24,8 @@ pub(crate) struct Gauges {
     pub(crate) jobs: Vec<JobFigures>,
     /// The daemon's memory by part (`stats.json`'s `memory`).
     pub(crate) memory: Vec<(String, u64)>,
+    /// The recipes' names, recipe `r`'s at `r - 1` (their series are labelled `recipe`).
+    pub(crate) recipes: Vec<String>,
 }
 
 /// One job's series: `job` labels them with its name.
@@ -157,6 +159,19 @@ pub(crate) fn exposition(stats: &Stats, gauges: &Gauges) -> String {
             w.sample(name, &[("job", &job.name)], pick(job));
         }
     }
+    type RecipePick = fn(&PipelineCounters) -> f64;
+    let per_recipe: [(&str, &str, RecipePick); 4] = [
+        ("prepfs_recipe_opens_total", "Opens of a recipe's files (its top-level view and the jobs'), by recipe.", |c| c.opens() as f64),
+        ("prepfs_recipe_served_kept_total", "Opens of a recipe's files served an output kept ahead (refill, prefetch, another job's open), by recipe.", |c| get(&c.served_kept) as f64),
+        ("prepfs_recipe_outputs_made_total", "Outputs made through a recipe's pipeline, wherever, by recipe.", |c| get(&c.made) as f64),
+        ("prepfs_recipe_pixel_seconds_total", "CPU seconds of the pixel work that made a recipe's outputs (a decode included where one was made), by recipe.", |c| get(&c.made_nanos) as f64 / 1e9),
+    ];
+    for (name, help, pick) in per_recipe {
+        w.family(name, "counter", help);
+        for (recipe, r) in gauges.recipes.iter().zip(1u8..) {
+            w.sample(name, &[("recipe", recipe)], pick(stats.pipeline(r)));
+        }
+    }
     w.family("prepfs_memory_bytes", "gauge", "The daemon's memory by part (resident: the whole process, as ps shows it).");
     for (part, bytes) in &gauges.memory {
         w.sample("prepfs_memory_bytes", &[("part", part)], bytes);
@@ -228,11 +243,14 @@ mod tests {
         }
         stats.latency.record_open(Form::Augmented, Outcome::Hit, Duration::from_micros(80));
         stats.latency.record_pixel(PixelKind::DecodeAugment, Duration::from_millis(3));
+        // Recipe 1 (`ta`): two opens served kept outputs, one made its own.
+        crate::stats::bump(&stats.pipeline(1).served_kept, 2);
+        crate::stats::bump(&stats.pipeline(1).made_at_open, 1);
         stats
     }
 
     fn gauges() -> Gauges {
-        Gauges { samples: 7, cache: vec![("augmented", 10, 100), ("disk", 0, 0)], jobs_active: 1, passthrough_on: true, remote_forged: Some(3), jobs: Vec::new(), memory: vec![("resident".into(), 5)] }
+        Gauges { samples: 7, cache: vec![("augmented", 10, 100), ("disk", 0, 0)], jobs_active: 1, passthrough_on: true, remote_forged: Some(3), jobs: Vec::new(), memory: vec![("resident".into(), 5)], recipes: vec!["ta".into()] }
     }
 
     #[test]
@@ -263,6 +281,8 @@ mod tests {
         assert!(text.contains("prepfs_remote_forged_total 3\n"), "{text}");
         assert!(text.contains("prepfs_fuse_requests_total{kind=\"open\"} 5\n"), "{text}");
         assert!(text.contains("prepfs_cache_budget_bytes{form=\"augmented\"} 100\n"), "{text}");
+        assert!(text.contains("prepfs_recipe_opens_total{recipe=\"ta\"} 3\n"), "{text}");
+        assert!(text.contains("prepfs_recipe_served_kept_total{recipe=\"ta\"} 2\n"), "{text}");
     }
 
     #[test]
