@@ -400,13 +400,15 @@ fn index_shards_with_progress(
     Ok((catalog, indexed))
 }
 
-/// Lists the object store `store` names, its progress shown; gives up when `stop` is set.
+/// Lists the object store `store` names (or reuses the listing kept in `listing_dir`), its
+/// progress shown; gives up when `stop` is set.
 fn list_objects_with_progress(
     store: &prepfs_core::config::ObjectStoreConfig,
+    listing_dir: Option<&Path>,
     stop: &AtomicBool,
 ) -> Result<(Catalog, prepfs_core::source::s3::ObjectStore), MountError> {
     let progress = Progress::start("listing the object store", "keys", None);
-    let listed = prepfs_core::source::s3::ObjectStore::list(store, |n| progress.set(n as u64), stop);
+    let listed = prepfs_core::source::s3::ObjectStore::list(store, listing_dir, |n| progress.set(n as u64), stop);
     progress.finish();
     let mut listed = listed.map_err(|e| match e.kind() {
         io::ErrorKind::Interrupted => MountError::Stopped,
@@ -420,6 +422,10 @@ fn list_objects_with_progress(
         skipped = report.skipped,
         samples = report.samples,
         bytes = report.bytes,
+        reused = report.reused,
+        listing_age_s = format!("{:.0}", report.age_s),
+        listing_bytes = report.kept_bytes,
+        listing_dir = %listing_dir.map_or("none".into(), |d| d.display().to_string()),
         retry_timeout = store.retry_timeout_s,
         "object store ready"
     );
@@ -500,7 +506,7 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
             (catalog, Some(shards), None)
         }
         (None, Some(store)) => {
-            let (catalog, store) = list_objects_with_progress(store, &waiter.stopping)?;
+            let (catalog, store) = list_objects_with_progress(store, config.listing_dir().as_deref(), &waiter.stopping)?;
             (catalog, None, Some(store))
         }
         (None, None) => (scan_with_progress(&config.source, &waiter.stopping)?, None, None),

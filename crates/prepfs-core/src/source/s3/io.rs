@@ -32,10 +32,10 @@ pub(crate) struct Object {
     /// Its key below the prefix (`<class>/<file>`).
     pub(super) rel: String,
     /// Its key, as the store names it.
-    location: object_store::path::Path,
+    pub(super) location: object_store::path::Path,
     pub(super) size: u64,
-    etag: Option<String>,
-    modified_ns: i128,
+    pub(super) etag: Option<String>,
+    pub(super) modified_ns: i128,
     /// Gone from the store since it was listed.
     gone: bool,
 }
@@ -44,6 +44,11 @@ impl Object {
     pub(super) fn of(rel: String, meta: &ObjectMeta) -> Object {
         let modified_ns = meta.last_modified.timestamp_nanos_opt().map_or(0, i128::from);
         Object { rel, location: meta.location.clone(), size: meta.size, etag: meta.e_tag.clone(), modified_ns, gone: false }
+    }
+
+    /// An object as a kept listing recorded it.
+    pub(super) fn kept(rel: String, location: object_store::path::Path, size: u64, etag: Option<String>, modified_ns: i128) -> Object {
+        Object { rel, location, size, etag, modified_ns, gone: false }
     }
 }
 
@@ -75,8 +80,9 @@ const FILE_MODE: u32 = 0o644;
 const DIR_MODE: u32 = 0o755;
 
 impl S3Source {
-    /// The tree at `root` of `objects` (sorted by key, each once) read through `client`.
-    pub(super) fn new(client: Client, root: &Path, url: &str, objects: Vec<Object>) -> S3Source {
+    /// The tree at `root` of `objects` (sorted by key, each once, as listed at `listed_at`)
+    /// read through `client`.
+    pub(super) fn new(client: Client, root: &Path, url: &str, objects: Vec<Object>, listed_at: SystemTime) -> S3Source {
         let mut dirs: Vec<String> = objects.iter().flat_map(|o| super::parents(&o.rel).map(str::to_string)).collect();
         dirs.push(String::new());
         dirs.sort();
@@ -90,7 +96,7 @@ impl S3Source {
             uid: nix::unistd::geteuid().as_raw(),
             gid: nix::unistd::getegid().as_raw(),
             dev: crate::shared::fnv1a64(&[url.as_bytes()]),
-            listed_at: SystemTime::now(),
+            listed_at,
         };
         S3Source { shared: Arc::new(shared) }
     }
