@@ -9,6 +9,7 @@ samples/s and the MB read from the source per epoch (issue 36's measurement; mot
         --gen target/release/examples/make_dataset [--out bench/results/DATE-s3-epochs]
 """
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -56,6 +57,19 @@ def stop_moto(moto):
     except subprocess.TimeoutExpired:
         moto.kill()
         moto.wait(10)
+
+
+@contextlib.contextmanager
+def moto_in_workdir(prefix):
+    """A temporary work directory and moto's server on a free port: `(workdir, port)`, both
+    gone after the `with` block."""
+    workdir = tempfile.mkdtemp(prefix=prefix)
+    moto, port = start_moto()
+    try:
+        yield workdir, port
+    finally:
+        stop_moto(moto)
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def put_all(port, objects):
@@ -138,9 +152,7 @@ def main():
     ap.add_argument("--gen", required=True)
     ap.add_argument("--out", default=os.path.join(BENCH_DIR, "results", time.strftime("%Y-%m-%d") + "-s3-epochs"))
     args = ap.parse_args()
-    workdir = tempfile.mkdtemp(prefix="prepfs-s3-epochs-")
-    moto, port = start_moto()
-    try:
+    with moto_in_workdir("prepfs-s3-epochs-") as (workdir, port):
         src = generated_source(args.gen, os.path.join(workdir, "src"), 30, 40)
         set_mb = tree_bytes(src) / 1e6
         upload(port, src)
@@ -162,9 +174,6 @@ def main():
             lines.append(f"| {r['setting']} | {r['mount_s']:.1f} | " + " | ".join(
                 f"{r[f'e{e}_per_s']:.0f} ({r[f'e{e}_source_mb']:.1f})" for e in (1, 2, 3)) + f" | {r.get('split')} |")
         write_report(args.out, rows, lines)
-    finally:
-        stop_moto(moto)
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

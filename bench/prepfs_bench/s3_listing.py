@@ -10,14 +10,12 @@ the kept listing was used, and the kept file's size (README, "Object stores (S3)
 import argparse
 import os
 import re
-import shutil
-import tempfile
 import time
 
 from . import BENCH_DIR
 from .mount import Mount
 from .runs import write_report
-from .s3_epochs import put_all, start_moto, stop_moto
+from .s3_epochs import moto_in_workdir, put_all
 
 
 def main():
@@ -26,9 +24,7 @@ def main():
     ap.add_argument("--keys", type=int, default=100_000)
     ap.add_argument("--out", default=os.path.join(BENCH_DIR, "results", time.strftime("%Y-%m-%d") + "-s3-listing"))
     args = ap.parse_args()
-    workdir = tempfile.mkdtemp(prefix="prepfs-s3-listing-")
-    moto, port = start_moto()
-    try:
+    with moto_in_workdir("prepfs-s3-listing-") as (workdir, port):
         started = time.time()
         put_all(port, [(f"data/c{i // 1000:04d}/k{i:07d}.bin", lambda: b"x" * 100) for i in range(args.keys)])
         print(f"uploaded {args.keys} keys in {time.time() - started:.0f} s", flush=True)
@@ -57,9 +53,6 @@ def main():
             how = "kept, reused" if r["reused"] == "true" else "listed from the store"
             lines.append(f"| {r['mount']} | {how} | {r['files']:,} | {r['mount_s']:.1f} | {r['kept_bytes'] / 1e6:.1f} |")
         write_report(args.out, rows, lines)
-    finally:
-        stop_moto(moto)
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":
