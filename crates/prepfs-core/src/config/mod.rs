@@ -234,27 +234,40 @@ impl Config {
             .map(|p| SourceGiven::of(&p.to_string_lossy()))
             .or(yaml_source)
             .ok_or_else(|| ConfigError::at(text, "source", "missing (set it or pass --source)"))?;
-        // Shards: their directory is the source (the served tree's root, never written, never
-        // holding the mount or the disk tier).
-        let (source, shards) = match given {
-            SourceGiven::ObjectStore(url) => {
-                let (endpoint, region, retry, max_age) = store_keys;
-                // Retried for a third of the source's timeout by default (at most 10 s), so that
-                // a request that gives up says why before the I/O thread's timeout speaks for it.
-                let timeout = source_limits.timeout_s;
-                let retry_timeout_s = retry.unwrap_or((timeout / 3.0).min(10.0));
-                if retry_timeout_s * 2.0 > timeout {
-                    return Err(ConfigError::at(text, "source.retry_timeout", format!("at most half of source.timeout ({timeout} s): a request is retried, then its last try may take as long again")));
-                }
-                let mut store = ObjectStoreConfig::of_url(&url, endpoint, region, retry_timeout_s).map_err(|e| ConfigError::at(text, "source", e))?;
-                store.index_dir = index_dir.map(|d| std::path::absolute(&d).unwrap_or(d));
-                store.listing_max_age_s = max_age.unwrap_or(DEFAULT_LISTING_MAX_AGE_S);
-                let mountpoint = overrides.mountpoint.clone().or(raw.mountpoint.take()).ok_or_else(|| {
-                    ConfigError::at(text, "mountpoint", "missing (set it or pass --mountpoint)")
-                })?;
-                return Config::finish(text, raw, overrides, effects, PathBuf::from(&store.url), None, Some(store), mountpoint, source_read_limit, source_limits);
+        // An object store: its keys under a prefix, or WebDataset shards among them
+        // (`s3://BUCKET/PREFIX/train-*.tar`: the prefix is the pattern's directory).
+        let in_store = match &given {
+            SourceGiven::ObjectStore(url) => Some((url.clone(), None)),
+            SourceGiven::Shards(pattern) if is_object_store_url(pattern) => {
+                let (dir, _) = crate::source::shards::split_pattern(pattern).map_err(|e| ConfigError::at(text, "source", e))?;
+                Some((dir.to_string_lossy().into_owned(), Some(pattern.clone())))
             }
+            SourceGiven::Dir(_) | SourceGiven::Shards(_) => None,
+        };
+        if let Some((url, pattern)) = in_store {
+            let (endpoint, region, retry, max_age) = store_keys;
+            // Retried for a third of the source's timeout by default (at most 10 s), so that
+            // a request that gives up says why before the I/O thread's timeout speaks for it.
+            let timeout = source_limits.timeout_s;
+            let retry_timeout_s = retry.unwrap_or((timeout / 3.0).min(10.0));
+            if retry_timeout_s * 2.0 > timeout {
+                return Err(ConfigError::at(text, "source.retry_timeout", format!("at most half of source.timeout ({timeout} s): a request is retried, then its last try may take as long again")));
+            }
+            let mut store = ObjectStoreConfig::of_url(&url, endpoint, region, retry_timeout_s).map_err(|e| ConfigError::at(text, "source", e))?;
+            store.index_dir = index_dir.map(|d| std::path::absolute(&d).unwrap_or(d));
+            store.listing_max_age_s = max_age.unwrap_or(DEFAULT_LISTING_MAX_AGE_S);
+            let mountpoint = overrides.mountpoint.clone().or(raw.mountpoint.take()).ok_or_else(|| {
+                ConfigError::at(text, "mountpoint", "missing (set it or pass --mountpoint)")
+            })?;
+            let shards = pattern.map(|pattern| ShardsConfig { pattern, index_dir: store.index_dir.clone() });
+            return Config::finish(text, raw, overrides, effects, PathBuf::from(&store.url), shards, Some(store), mountpoint, source_read_limit, source_limits);
+        }
+        let (source, shards) = match given {
+            // Served from the store above.
+            SourceGiven::ObjectStore(url) => return Err(ConfigError::at(text, "source", format!("{url}: an object store, not a directory"))),
             SourceGiven::Dir(dir) => (dir, None),
+            // Shards: their directory is the source (the served tree's root, never written,
+            // never holding the mount or the disk tier).
             SourceGiven::Shards(pattern) => {
                 let (dir, name) = crate::source::shards::split_pattern(&pattern).map_err(|e| ConfigError::at(text, "source", e))?;
                 let dir = dir.canonicalize().map_err(|e| ConfigError::at(text, "source", format!("{}: {e}", dir.display())))?;

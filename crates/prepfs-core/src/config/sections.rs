@@ -337,13 +337,14 @@ pub fn is_object_store_url(text: &str) -> bool {
 }
 
 impl SourceGiven {
-    /// A path as given: shards where it is a shard pattern (`source::shards::is_shard_pattern`),
-    /// an object store where it is an `s3://` URL.
+    /// A path as given: shards where it is a shard pattern (`source::shards::is_shard_pattern`;
+    /// in an object store too: `s3://BUCKET/train-*.tar`), an object store where it is another
+    /// `s3://` URL.
     pub(super) fn of(text: &str) -> SourceGiven {
-        if is_object_store_url(text) {
-            SourceGiven::ObjectStore(text.to_string())
-        } else if crate::source::shards::is_shard_pattern(text) {
+        if crate::source::shards::is_shard_pattern(text) {
             SourceGiven::Shards(text.to_string())
+        } else if is_object_store_url(text) {
+            SourceGiven::ObjectStore(text.to_string())
         } else {
             SourceGiven::Dir(PathBuf::from(text))
         }
@@ -380,7 +381,7 @@ pub(super) fn source_value(text: &str, value: Value) -> Result<RawSource, Config
                     (Some("path"), _) => return Err(ConfigError::at(text, "source.path", "must be a directory path")),
                     (Some("shards"), Value::String(p)) => given = Some(SourceGiven::Shards(p)),
                     (Some("shards"), _) => return Err(ConfigError::at(text, "source.shards", "must be a shard pattern (\"/data/train-{000000..000099}.tar\")")),
-                    (Some("url"), Value::String(u)) if is_object_store_url(&u) => given = Some(SourceGiven::ObjectStore(u)),
+                    (Some("url"), Value::String(u)) if is_object_store_url(&u) => given = Some(SourceGiven::of(&u)),
                     (Some("url"), _) => return Err(ConfigError::at(text, "source.url", "must be an object store URL (s3://BUCKET/PREFIX)")),
                     (Some("endpoint"), Value::String(e)) if e.starts_with("http://") || e.starts_with("https://") => endpoint = Some(e),
                     (Some("endpoint"), Value::Null) => {}
@@ -416,7 +417,12 @@ pub(super) fn source_value(text: &str, value: Value) -> Result<RawSource, Config
                 }
             }
             let given = given.ok_or_else(|| ConfigError::at(text, "source", "`path` (or `shards`, or `url`) is missing"))?;
-            if !matches!(given, SourceGiven::ObjectStore(_)) && (endpoint.is_some() || region.is_some() || retry_timeout_s.is_some() || listing_max_age_s.is_some()) {
+            let in_store = match &given {
+                SourceGiven::ObjectStore(_) => true,
+                SourceGiven::Shards(pattern) => is_object_store_url(pattern),
+                SourceGiven::Dir(_) => false,
+            };
+            if !in_store && (endpoint.is_some() || region.is_some() || retry_timeout_s.is_some() || listing_max_age_s.is_some()) {
                 return Err(ConfigError::at(text, "source", "`endpoint`, `region`, `retry_timeout` and `listing_max_age` are an object store's (`url: s3://BUCKET/PREFIX`)"));
             }
             Ok(RawSource { given, read_limit: limit, limits, index_dir, endpoint, region, retry_timeout_s, listing_max_age_s })

@@ -104,6 +104,11 @@ impl S3Source {
     pub(super) fn root(&self) -> &Path {
         &self.shared.root
     }
+
+    /// The names of the objects directly below the root (no `/` in their key below the prefix).
+    pub(super) fn names_at_root(&self) -> Vec<String> {
+        self.shared.objects.read_or_recover().iter().filter(|o| !o.gone && !o.rel.contains('/')).map(|o| o.rel.clone()).collect()
+    }
 }
 
 impl Shared {

@@ -71,7 +71,7 @@ impl ObjectStore {
     }
 
     /// [`ObjectStore::list`] through `client`.
-    fn list_through(client: Client, config: &ObjectStoreConfig, listing_dir: Option<&Path>, progress: impl FnMut(usize), stop: &AtomicBool) -> std::io::Result<ObjectStore> {
+    pub(crate) fn list_through(client: Client, config: &ObjectStoreConfig, listing_dir: Option<&Path>, progress: impl FnMut(usize), stop: &AtomicBool) -> std::io::Result<ObjectStore> {
         let started = Instant::now();
         let strip = if config.prefix.is_empty() { String::new() } else { format!("{}/", config.prefix) };
         let store = kept::store_of(config);
@@ -130,6 +130,11 @@ impl ObjectStore {
     /// The objects as the filesystem reads its source.
     pub(crate) fn io(&self) -> Arc<dyn SourceIo> {
         Arc::clone(&self.source) as Arc<dyn SourceIo>
+    }
+
+    /// The names of the objects directly below the prefix (a shard pattern's candidates).
+    pub(crate) fn names_at_root(&self) -> Vec<String> {
+        self.source.names_at_root()
     }
 
     /// The root the catalog's paths begin with (the URL, as a path).
@@ -200,4 +205,4 @@ fn parents(rel: &str) -> impl Iterator<Item = &str> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

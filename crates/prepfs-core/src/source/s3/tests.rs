@@ -62,15 +62,15 @@ impl Drop for Moto {
     }
 }
 
-fn config(moto: &Moto, url: &str) -> ObjectStoreConfig {
+pub(crate) fn config(moto: &Moto, url: &str) -> ObjectStoreConfig {
     ObjectStoreConfig::of_url(url, Some(moto.endpoint()), Some("us-east-1".into()), 2.0).expect("url")
 }
 
-fn client(config: &ObjectStoreConfig) -> Client {
+pub(crate) fn client(config: &ObjectStoreConfig) -> Client {
     Client::with_keys(config, Some(("testing", "testing"))).expect("client")
 }
 
-fn put(client: &Client, key: &str, bytes: &[u8]) {
+pub(crate) fn put(client: &Client, key: &str, bytes: &[u8]) {
     let location = object_store::path::Path::from(key);
     let payload = object_store::PutPayload::from(bytes.to_vec());
     client.block_on(object_store::ObjectStore::put(&client.store, &location, payload)).expect("runtime").expect("put");
