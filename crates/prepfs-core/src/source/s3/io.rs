@@ -11,7 +11,8 @@
 //! opening the new version (`Source`'s `read_current`); the next open sees the new version, as
 //! a replaced local file is seen, and what was made of the old one is dropped. An object is
 //! asked about only when read (a request per open would cost what the cache saves), so forms
-//! cached from an old version are served until a read from the store finds the change. A request
+//! cached from an old version are served until a read from the store finds the change; that
+//! change also removes the kept listing (`kept`), so the next mount lists the store again. A request
 //! that fails after its retries is a clear `EIO`, and one log line.
 
 use std::io;
@@ -72,6 +73,9 @@ struct Shared {
     /// Tells this store's identities from another's.
     dev: u64,
     listed_at: SystemTime,
+    /// The kept listing this tree was served from or written to: removed once an object is
+    /// found changed, so that the next mount lists the store again rather than trust it.
+    kept_file: Option<PathBuf>,
 }
 
 /// Mode bits of every file and directory: a readable file of its owner's (write bits are
@@ -82,7 +86,7 @@ const DIR_MODE: u32 = 0o755;
 impl S3Source {
     /// The tree at `root` of `objects` (sorted by key, each once, as listed at `listed_at`)
     /// read through `client`.
-    pub(super) fn new(client: Client, root: &Path, url: &str, objects: Vec<Object>, listed_at: SystemTime) -> S3Source {
+    pub(super) fn new(client: Client, root: &Path, url: &str, objects: Vec<Object>, listed_at: SystemTime, kept_file: Option<PathBuf>) -> S3Source {
         let mut dirs: Vec<String> = objects.iter().flat_map(|o| super::parents(&o.rel).map(str::to_string)).collect();
         dirs.push(String::new());
         dirs.sort();
@@ -97,6 +101,7 @@ impl S3Source {
             gid: nix::unistd::getegid().as_raw(),
             dev: crate::shared::fnv1a64(&[url.as_bytes()]),
             listed_at,
+            kept_file,
         };
         S3Source { shared: Arc::new(shared) }
     }
@@ -192,6 +197,10 @@ impl Shared {
             }
         }
         tracing::info!(object = %format!("{}/{}", self.url, object.rel), "object changed since it was listed; the next open reads the new version");
+        if let Some(file) = &self.kept_file {
+            // The kept listing is out of date: the next mount lists the store again.
+            let _ = std::fs::remove_file(file);
+        }
         io::Error::new(
             io::ErrorKind::StaleNetworkFileHandle,
             format!("{}/{}: changed since it was listed (its ETag); the next open reads the new version", self.url, object.rel),

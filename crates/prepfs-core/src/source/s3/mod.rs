@@ -113,7 +113,8 @@ impl ObjectStore {
         let (objects, catalog) = served(objects, &config.url, &mut report);
         report.seconds = started.elapsed().as_secs_f64();
         tracing::info!(url = %config.url, keys = report.keys, files = report.files, skipped = report.skipped, samples = report.samples, reused, age_s, secs = report.seconds, "listed the object store");
-        let source = S3Source::new(client, &PathBuf::from(&config.url), &config.url, objects, listed_at);
+        let kept_file = dir.map(|d| kept::file_for(d, &store));
+        let source = S3Source::new(client, &PathBuf::from(&config.url), &config.url, objects, listed_at, kept_file);
         Ok(ObjectStore { source: Arc::new(source), catalog: Some(catalog), report })
     }
 

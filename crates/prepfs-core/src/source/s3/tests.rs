@@ -315,7 +315,7 @@ fn a_kept_listing_of_another_prefix_is_never_used() {
 }
 
 #[test]
-fn an_object_replaced_after_the_listing_was_kept_is_read_as_its_new_version() {
+fn an_object_replaced_after_the_listing_was_kept_is_read_as_its_new_version_and_the_listing_made_again() {
     let Kept { moto: _moto, config, uploader, dir, .. } = listed_once(3, 3600.0);
     put(&uploader, "data/c1/s01.jpg", &[42u8; 77]);
     let store = list_kept(&config, dir.path());
@@ -326,4 +326,7 @@ fn an_object_replaced_after_the_listing_was_kept_is_read_as_its_new_version() {
     let (bytes, meta, _) = source.read_sized(&path, 11).expect("read");
     assert_eq!((&bytes[..], meta.len()), (&[42u8; 77][..], 77), "the new version, never the kept one's bytes");
     source.shutdown(Duration::from_secs(2));
+    // Found out of date: the next listing asks the store.
+    assert!(!kept::file_for(dir.path(), &kept::store_of(&config)).exists(), "the kept listing is removed");
+    assert!(!list_kept(&config, dir.path()).report().reused);
 }
