@@ -14,18 +14,15 @@ moto's rate where the limit allows more.
 """
 import argparse
 import os
-import shutil
 import socket
 import subprocess
-import sys
-import tempfile
 import threading
 import time
 
 from . import BENCH_DIR
 from .jobs import generated_source, tree_bytes
 from .runs import write_report
-from .s3_epochs import free_port, upload
+from .s3_epochs import free_port, moto_in_workdir, upload
 
 
 class Limiter:
@@ -159,20 +156,11 @@ def main():
     ap.add_argument("--gen", required=True)
     ap.add_argument("--out", default=os.path.join(BENCH_DIR, "results", time.strftime("%Y-%m-%d") + "-s3-bucket"))
     args = ap.parse_args()
-    workdir = tempfile.mkdtemp(prefix="prepfs-s3-bucket-")
-    moto_port, port = free_port(), free_port()
-    moto = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(moto_port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     stop = threading.Event()
-    try:
+    with moto_in_workdir("prepfs-s3-bucket-") as (workdir, moto_port):
+        port = free_port()
         src = generated_source(args.gen, os.path.join(workdir, "src"), 30, 40)
         set_mb = tree_bytes(src) / 1e6
-        for _ in range(150):
-            try:
-                socket.create_connection(("127.0.0.1", moto_port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.2)
         upload(moto_port, src)
         os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
         os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
@@ -203,11 +191,7 @@ def main():
         for r in rows:
             lines.append(f"| {r['setting']} | " + " | ".join(f"{r[f'e{e}_per_s']:.0f} ({r[f'e{e}_mb']:.1f})" for e in (1, 2, 3)) + " |")
         write_report(args.out, rows, lines)
-    finally:
         stop.set()
-        moto.terminate()
-        moto.wait(10)
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

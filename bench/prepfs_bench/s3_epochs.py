@@ -9,6 +9,7 @@ samples/s and the MB read from the source per epoch (issue 36's measurement; mot
         --gen target/release/examples/make_dataset [--out bench/results/DATE-s3-epochs]
 """
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -34,24 +35,69 @@ def free_port():
     return port
 
 
-def upload(port, src):
-    """Every file of `src` as an object of bucket `train` under `data/`, 8 PUTs at a time."""
+def start_moto():
+    """moto's S3 server on a free loopback port, once it answers: (process, port)."""
+    port = free_port()
+    moto = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(150):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.2)
+    return moto, port
+
+
+def stop_moto(moto):
+    """Ends moto's server (killed if it has not ended 30 s after SIGTERM) and reaps it."""
+    moto.terminate()
+    try:
+        moto.wait(30)
+    except subprocess.TimeoutExpired:
+        moto.kill()
+        moto.wait(10)
+
+
+@contextlib.contextmanager
+def moto_in_workdir(prefix):
+    """A temporary work directory and moto's server on a free port: `(workdir, port)`, both
+    gone after the `with` block."""
+    workdir = tempfile.mkdtemp(prefix=prefix)
+    moto, port = start_moto()
+    try:
+        yield workdir, port
+    finally:
+        stop_moto(moto)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def put_all(port, objects):
+    """Bucket `train`, and in it each `(key, body())` of `objects` (a list), 8 PUTs at a time."""
     c = http.client.HTTPConnection("127.0.0.1", port)
     c.request("PUT", "/train", b"")
     c.getresponse().read()
-    files = [os.path.join(d, f) for d, _, fs in os.walk(src) for f in fs]
 
     def put(k):
         c = http.client.HTTPConnection("127.0.0.1", port)
-        for p in files[k::8]:
-            with open(p, "rb") as f:
-                c.request("PUT", "/train/data/" + os.path.relpath(p, src), f.read())
+        for key, body in objects[k::8]:
+            c.request("PUT", "/train/" + key, body())
             r = c.getresponse()
             r.read()
             assert r.status == 200, r.status
     threads = [threading.Thread(target=put, args=(k,)) for k in range(8)]
     [t.start() for t in threads]
     [t.join() for t in threads]
+
+
+def upload(port, src):
+    """Every file of `src` as an object of bucket `train` under `data/`."""
+    files = [os.path.join(d, f) for d, _, fs in os.walk(src) for f in fs]
+
+    def body(p):
+        with open(p, "rb") as f:
+            return f.read()
+    put_all(port, [("data/" + os.path.relpath(p, src), lambda p=p: body(p)) for p in files])
 
 
 def epochs(prepfs, workdir, name, source, src_yaml, n=3):
@@ -106,19 +152,9 @@ def main():
     ap.add_argument("--gen", required=True)
     ap.add_argument("--out", default=os.path.join(BENCH_DIR, "results", time.strftime("%Y-%m-%d") + "-s3-epochs"))
     args = ap.parse_args()
-    workdir = tempfile.mkdtemp(prefix="prepfs-s3-epochs-")
-    port = free_port()
-    moto = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
+    with moto_in_workdir("prepfs-s3-epochs-") as (workdir, port):
         src = generated_source(args.gen, os.path.join(workdir, "src"), 30, 40)
         set_mb = tree_bytes(src) / 1e6
-        for _ in range(150):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.2)
         upload(port, src)
         os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
         os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
@@ -138,10 +174,6 @@ def main():
             lines.append(f"| {r['setting']} | {r['mount_s']:.1f} | " + " | ".join(
                 f"{r[f'e{e}_per_s']:.0f} ({r[f'e{e}_source_mb']:.1f})" for e in (1, 2, 3)) + f" | {r.get('split')} |")
         write_report(args.out, rows, lines)
-    finally:
-        moto.terminate()
-        moto.wait(10)
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -367,15 +367,18 @@ pub(crate) fn scan_with_progress(source: &Path, stop: &AtomicBool) -> Result<Cat
     catalog
 }
 
-/// Indexes the shards `shards` names, kept indexes in `index_dir` reused, its progress shown;
-/// gives up when `stop` is set.
-fn index_shards_with_progress(
-    shards: &prepfs_core::config::ShardsConfig,
-    index_dir: Option<&Path>,
-    stop: &AtomicBool,
-) -> Result<(Catalog, prepfs_core::source::shards::Shards), MountError> {
+/// Indexes the shards `shards` names (in a directory, or in the object store `config` names),
+/// the indexes kept in `config.shard_index_dir()` reused, its progress shown; gives up when
+/// `stop` is set.
+fn index_shards_with_progress(config: &Config, shards: &prepfs_core::config::ShardsConfig, stop: &AtomicBool) -> Result<(Catalog, prepfs_core::source::shards::Shards), MountError> {
+    let index_dir = config.shard_index_dir();
+    let index_dir = index_dir.as_deref();
     let progress = Progress::start("indexing the shards", "samples", None);
-    let indexed = prepfs_core::source::shards::Shards::index(shards, index_dir, |n| progress.set(n as u64), stop);
+    let indexed = match &config.object_store {
+        // Shards in an object store: its listing (kept as any store's), then their headers.
+        Some(store) => prepfs_core::source::shards::Shards::index_in_store(shards, store, index_dir, config.listing_dir().as_deref(), |n| progress.set(n as u64), stop),
+        None => prepfs_core::source::shards::Shards::index(shards, index_dir, |n| progress.set(n as u64), stop),
+    };
     progress.finish();
     let mut indexed = indexed.map_err(|e| match e.kind() {
         io::ErrorKind::Interrupted => MountError::Stopped,
@@ -400,13 +403,15 @@ fn index_shards_with_progress(
     Ok((catalog, indexed))
 }
 
-/// Lists the object store `store` names, its progress shown; gives up when `stop` is set.
+/// Lists the object store `store` names (or reuses the listing kept in `listing_dir`), its
+/// progress shown; gives up when `stop` is set.
 fn list_objects_with_progress(
     store: &prepfs_core::config::ObjectStoreConfig,
+    listing_dir: Option<&Path>,
     stop: &AtomicBool,
 ) -> Result<(Catalog, prepfs_core::source::s3::ObjectStore), MountError> {
     let progress = Progress::start("listing the object store", "keys", None);
-    let listed = prepfs_core::source::s3::ObjectStore::list(store, |n| progress.set(n as u64), stop);
+    let listed = prepfs_core::source::s3::ObjectStore::list(store, listing_dir, |n| progress.set(n as u64), stop);
     progress.finish();
     let mut listed = listed.map_err(|e| match e.kind() {
         io::ErrorKind::Interrupted => MountError::Stopped,
@@ -420,6 +425,10 @@ fn list_objects_with_progress(
         skipped = report.skipped,
         samples = report.samples,
         bytes = report.bytes,
+        reused = report.reused,
+        listing_age_s = format!("{:.0}", report.age_s),
+        listing_bytes = report.kept_bytes,
+        listing_dir = %listing_dir.map_or("none".into(), |d| d.display().to_string()),
         retry_timeout = store.retry_timeout_s,
         "object store ready"
     );
@@ -496,11 +505,11 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
     // the directory scan.
     let (catalog, shards, store) = match (&config.shards, &config.object_store) {
         (Some(shards), _) => {
-            let (catalog, shards) = index_shards_with_progress(shards, config.shard_index_dir().as_deref(), &waiter.stopping)?;
+            let (catalog, shards) = index_shards_with_progress(&config, shards, &waiter.stopping)?;
             (catalog, Some(shards), None)
         }
         (None, Some(store)) => {
-            let (catalog, store) = list_objects_with_progress(store, &waiter.stopping)?;
+            let (catalog, store) = list_objects_with_progress(store, config.listing_dir().as_deref(), &waiter.stopping)?;
             (catalog, None, Some(store))
         }
         (None, None) => (scan_with_progress(&config.source, &waiter.stopping)?, None, None),

@@ -4,7 +4,8 @@
 //! for byte in `encoded/`, the classes listed, decodable samples of the right ids in
 //! `augmented/`; and the store failing: 503 SlowDown answers and an outage shorter than the
 //! retry window cost the reader nothing, one longer fails the read with EIO and a log line; an
-//! object replaced after the listing is served as its new version once a read finds it.
+//! object replaced after the listing is served as its new version once a read finds it; a
+//! second mount serves the listing the first kept, until it is too old.
 //!
 //! moto keeps its objects in memory, so stopping it would lose them: the outages are made by a
 //! small loopback TCP forwarder of this file's own between prepfs and moto, stopped (its
@@ -55,6 +56,10 @@ impl Moto {
         moto
     }
 
+    fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
     /// One unsigned request (moto's server takes them), its status line checked.
     fn request(&self, method: &str, path: &str, body: &[u8]) {
         let mut stream = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
@@ -90,6 +95,13 @@ fn upload(moto: &Moto, dir: &Path) -> Vec<(String, Vec<u8>)> {
     // Beside the prefix: not served.
     moto.request("PUT", "/train/other/c9/x.jpg", b"elsewhere");
     objects
+}
+
+/// A server started with the tests' dataset uploaded ([`upload`]).
+fn uploaded(dir: &Path) -> (Moto, Vec<(String, Vec<u8>)>) {
+    let moto = Moto::start();
+    let objects = upload(&moto, dir);
+    (moto, objects)
 }
 
 /// A mount's run directory, its config naming the store at `endpoint`.
@@ -136,9 +148,8 @@ fn names(dir: &Path) -> Vec<String> {
 #[test]
 fn an_object_store_source_serves_every_object_byte_for_byte() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let moto = Moto::start();
-    let objects = upload(&moto, dir.path());
-    let endpoint = format!("http://127.0.0.1:{}", moto.port);
+    let (moto, objects) = uploaded(dir.path());
+    let endpoint = moto.endpoint();
     let (run, config) = config(dir.path(), &endpoint, "");
     // The URL on the command line, as `prepfs mount s3://BUCKET/PREFIX MNT`.
     let mnt = mount(&run, &config, "s3://train/data");
@@ -278,8 +289,7 @@ fn serve(client: TcpStream, upstream: u16, state: &Arc<ForwarderState>) {
 #[test]
 fn a_store_that_slows_down_or_goes_away_within_the_retry_window_costs_the_reader_nothing_and_past_it_fails_with_eio() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let moto = Moto::start();
-    let objects = upload(&moto, dir.path());
+    let (moto, objects) = uploaded(dir.path());
     let mut forwarder = Forwarder::start(moto.port);
     let endpoint = format!("http://127.0.0.1:{}", forwarder.port);
     // Each request retried for 4 s, within the source's timeout of 10 s.
@@ -330,5 +340,36 @@ fn a_store_that_slows_down_or_goes_away_within_the_retry_window_costs_the_reader
     let (_, _, rgb) = parse_ppm(&out);
     assert_eq!(id_of_pixels(rgb).0, 3, "made of the object as it is now");
     assert!(mnt.log().contains("object changed since it was listed"), "{}", mnt.log());
+    assert_eq!(mnt.stop().code(), Some(0));
+}
+
+#[test]
+fn a_second_mount_serves_the_kept_listing_without_listing_the_store_until_it_is_too_old() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (moto, objects) = uploaded(dir.path());
+    let endpoint = moto.endpoint();
+    let kept = dir.path().join("listing");
+    let (run, config) = self::config(dir.path(), &endpoint, &format!(", index_dir: \"{}\"", kept.display()));
+    let mnt = mount(&run, &config, "s3://train/data");
+    assert_eq!(names(&mnt.path("encoded/c1")), ["s04.jpg", "s05.jpg", "s06.jpg", "s07.jpg"]);
+    assert!(mnt.log().contains("reused=false"), "{}", mnt.log());
+    assert_eq!(mnt.stop().code(), Some(0));
+    assert_eq!(std::fs::read_dir(&kept).expect("kept").count(), 1, "one listing file");
+
+    // A key added since: a mount from the kept listing does not see it (it listed nothing), and
+    // serves the listed objects' bytes from the store.
+    replace(&moto, dir.path(), "data/c1/late.jpg", &objects[0].1);
+    let mnt = mount(&run, &config, "s3://train/data");
+    assert!(mnt.log().contains("reused=true"), "{}", mnt.log());
+    assert_eq!(names(&mnt.path("encoded/c1")), ["s04.jpg", "s05.jpg", "s06.jpg", "s07.jpg"]);
+    let (rel, bytes) = &objects[5];
+    assert!(&std::fs::read(mnt.path(&format!("encoded/{rel}"))).expect("read") == bytes);
+    assert_eq!(mnt.stop().code(), Some(0));
+
+    // Kept no longer than 0 s: the store is listed again, and the key appears.
+    let (run, config) = self::config(dir.path(), &endpoint, &format!(", index_dir: \"{}\", listing_max_age: 0", kept.display()));
+    let mnt = mount(&run, &config, "s3://train/data");
+    assert!(mnt.log().contains("reused=false"), "{}", mnt.log());
+    assert_eq!(names(&mnt.path("encoded/c1")), ["late.jpg", "s04.jpg", "s05.jpg", "s06.jpg", "s07.jpg"]);
     assert_eq!(mnt.stop().code(), Some(0));
 }

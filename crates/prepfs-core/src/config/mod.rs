@@ -34,7 +34,7 @@ pub(crate) use error::ConfigError;
 pub use output::{Dtype, Format, OutputConfig};
 pub(crate) use recipes::{Recipe, MAX_RECIPES};
 pub use sections::{
-    AccessConfig, BadSamplesConfig, HideBad, JobsConfig, LoaderConfig, ObjectStoreConfig, ShardsConfig, SourceLimits, Validate, DEFAULT_MAX_FILE_SIZE,
+    AccessConfig, BadSamplesConfig, HideBad, JobsConfig, LoaderConfig, ObjectStoreConfig, ShardsConfig, SourceLimits, Validate, DEFAULT_LISTING_MAX_AGE_S, DEFAULT_MAX_FILE_SIZE,
     DEFAULT_MAX_OPEN_BYTES, DEFAULT_RING_MEMORY, DEFAULT_RING_MEMORY_PER_USER, MAX_ID, MIN_MAX_OPEN_BYTES,
 };
 pub use sections::is_object_store_url;
@@ -179,6 +179,17 @@ impl Config {
         }
     }
 
+    /// Where an object store's listing is kept between mounts: beside the disk tier's entries
+    /// (`<cache.disk.path>/s3-listing`) when there is one, else `source.index_dir`; `None` when
+    /// the source is no object store, nowhere is named, or `source.listing_max_age` is 0.
+    pub fn listing_dir(&self) -> Option<PathBuf> {
+        let store = self.object_store.as_ref().filter(|s| s.listing_max_age_s > 0.0)?;
+        match &self.cache.disk {
+            Some(disk) => Some(disk.path.join("s3-listing")),
+            None => store.index_dir.clone(),
+        }
+    }
+
     /// Reads, parses and validates a config file.
     pub fn load(path: &Path, overrides: &Overrides) -> Result<Config, ConfigError> {
         Config::load_with(path, overrides, Effects::Mount)
@@ -213,9 +224,9 @@ impl Config {
         let (yaml_source, source_read_limit, source_limits, index_dir, store_keys) = match raw.source.take() {
             Some(v) => {
                 let raw = source_value(text, v)?;
-                (Some(raw.given), raw.read_limit, raw.limits, raw.index_dir, (raw.endpoint, raw.region, raw.retry_timeout_s))
+                (Some(raw.given), raw.read_limit, raw.limits, raw.index_dir, (raw.endpoint, raw.region, raw.retry_timeout_s, raw.listing_max_age_s))
             }
-            None => (None, None, SourceLimits::default(), None, (None, None, None)),
+            None => (None, None, SourceLimits::default(), None, (None, None, None, None)),
         };
         let given = overrides
             .source
@@ -223,28 +234,40 @@ impl Config {
             .map(|p| SourceGiven::of(&p.to_string_lossy()))
             .or(yaml_source)
             .ok_or_else(|| ConfigError::at(text, "source", "missing (set it or pass --source)"))?;
-        // Shards: their directory is the source (the served tree's root, never written, never
-        // holding the mount or the disk tier).
-        let (source, shards) = match given {
-            SourceGiven::ObjectStore(url) => {
-                let (endpoint, region, retry) = store_keys;
-                // Retried for a third of the source's timeout by default (at most 10 s), so that
-                // a request that gives up says why before the I/O thread's timeout speaks for it.
-                let timeout = source_limits.timeout_s;
-                let retry_timeout_s = retry.unwrap_or((timeout / 3.0).min(10.0));
-                if retry_timeout_s * 2.0 > timeout {
-                    return Err(ConfigError::at(text, "source.retry_timeout", format!("at most half of source.timeout ({timeout} s): a request is retried, then its last try may take as long again")));
-                }
-                let store = ObjectStoreConfig::of_url(&url, endpoint, region, retry_timeout_s).map_err(|e| ConfigError::at(text, "source", e))?;
-                if index_dir.is_some() {
-                    return Err(ConfigError::at(text, "source.index_dir", "an object store's listing is not kept between mounts"));
-                }
-                let mountpoint = overrides.mountpoint.clone().or(raw.mountpoint.take()).ok_or_else(|| {
-                    ConfigError::at(text, "mountpoint", "missing (set it or pass --mountpoint)")
-                })?;
-                return Config::finish(text, raw, overrides, effects, PathBuf::from(&store.url), None, Some(store), mountpoint, source_read_limit, source_limits);
+        // An object store: its keys under a prefix, or WebDataset shards among them
+        // (`s3://BUCKET/PREFIX/train-*.tar`: the prefix is the pattern's directory).
+        let in_store = match &given {
+            SourceGiven::ObjectStore(url) => Some((url.clone(), None)),
+            SourceGiven::Shards(pattern) if is_object_store_url(pattern) => {
+                let (dir, _) = crate::source::shards::split_pattern(pattern).map_err(|e| ConfigError::at(text, "source", e))?;
+                Some((dir.to_string_lossy().into_owned(), Some(pattern.clone())))
             }
+            SourceGiven::Dir(_) | SourceGiven::Shards(_) => None,
+        };
+        if let Some((url, pattern)) = in_store {
+            let (endpoint, region, retry, max_age) = store_keys;
+            // Retried for a third of the source's timeout by default (at most 10 s), so that
+            // a request that gives up says why before the I/O thread's timeout speaks for it.
+            let timeout = source_limits.timeout_s;
+            let retry_timeout_s = retry.unwrap_or((timeout / 3.0).min(10.0));
+            if retry_timeout_s * 2.0 > timeout {
+                return Err(ConfigError::at(text, "source.retry_timeout", format!("at most half of source.timeout ({timeout} s): a request is retried, then its last try may take as long again")));
+            }
+            let mut store = ObjectStoreConfig::of_url(&url, endpoint, region, retry_timeout_s).map_err(|e| ConfigError::at(text, "source", e))?;
+            store.index_dir = index_dir.map(|d| std::path::absolute(&d).unwrap_or(d));
+            store.listing_max_age_s = max_age.unwrap_or(DEFAULT_LISTING_MAX_AGE_S);
+            let mountpoint = overrides.mountpoint.clone().or(raw.mountpoint.take()).ok_or_else(|| {
+                ConfigError::at(text, "mountpoint", "missing (set it or pass --mountpoint)")
+            })?;
+            let shards = pattern.map(|pattern| ShardsConfig { pattern, index_dir: store.index_dir.clone() });
+            return Config::finish(text, raw, overrides, effects, PathBuf::from(&store.url), shards, Some(store), mountpoint, source_read_limit, source_limits);
+        }
+        let (source, shards) = match given {
+            // Served from the store above.
+            SourceGiven::ObjectStore(url) => return Err(ConfigError::at(text, "source", format!("{url}: an object store, not a directory"))),
             SourceGiven::Dir(dir) => (dir, None),
+            // Shards: their directory is the source (the served tree's root, never written,
+            // never holding the mount or the disk tier).
             SourceGiven::Shards(pattern) => {
                 let (dir, name) = crate::source::shards::split_pattern(&pattern).map_err(|e| ConfigError::at(text, "source", e))?;
                 let dir = dir.canonicalize().map_err(|e| ConfigError::at(text, "source", format!("{}: {e}", dir.display())))?;

@@ -286,7 +286,16 @@ pub struct ObjectStoreConfig {
     /// How long one request is retried (5xx, SlowDown, timeouts, refused connections) before
     /// it fails with EIO, seconds: `source.retry_timeout`, at most half of `source.timeout`.
     pub retry_timeout_s: f64,
+    /// Where the listing is kept between mounts when there is no disk tier (`index_dir`);
+    /// `None`: not kept.
+    pub index_dir: Option<PathBuf>,
+    /// How old a kept listing may be and still be used, seconds (`source.listing_max_age`,
+    /// [`DEFAULT_LISTING_MAX_AGE_S`]); 0: the store is listed at every mount, nothing kept.
+    pub listing_max_age_s: f64,
 }
+
+/// How old a kept listing may be by default: an hour.
+pub const DEFAULT_LISTING_MAX_AGE_S: f64 = 3600.0;
 
 impl ObjectStoreConfig {
     /// `s3://BUCKET[/PREFIX]` parsed; an error says what is wrong with it.
@@ -301,7 +310,16 @@ impl ObjectStoreConfig {
             return Err(format!("{url}: the prefix must not hold `.`, `..` or an empty part"));
         }
         let url = if prefix.is_empty() { format!("s3://{bucket}") } else { format!("s3://{bucket}/{prefix}") };
-        Ok(ObjectStoreConfig { url, bucket: bucket.to_string(), prefix: prefix.to_string(), endpoint, region, retry_timeout_s })
+        Ok(ObjectStoreConfig {
+            url,
+            bucket: bucket.to_string(),
+            prefix: prefix.to_string(),
+            endpoint,
+            region,
+            retry_timeout_s,
+            index_dir: None,
+            listing_max_age_s: DEFAULT_LISTING_MAX_AGE_S,
+        })
     }
 }
 
@@ -319,13 +337,14 @@ pub fn is_object_store_url(text: &str) -> bool {
 }
 
 impl SourceGiven {
-    /// A path as given: shards where it is a shard pattern (`source::shards::is_shard_pattern`),
-    /// an object store where it is an `s3://` URL.
+    /// A path as given: shards where it is a shard pattern (`source::shards::is_shard_pattern`;
+    /// in an object store too: `s3://BUCKET/train-*.tar`), an object store where it is another
+    /// `s3://` URL.
     pub(super) fn of(text: &str) -> SourceGiven {
-        if is_object_store_url(text) {
-            SourceGiven::ObjectStore(text.to_string())
-        } else if crate::source::shards::is_shard_pattern(text) {
+        if crate::source::shards::is_shard_pattern(text) {
             SourceGiven::Shards(text.to_string())
+        } else if is_object_store_url(text) {
+            SourceGiven::ObjectStore(text.to_string())
         } else {
             SourceGiven::Dir(PathBuf::from(text))
         }
@@ -342,25 +361,27 @@ pub(super) struct RawSource {
     pub(super) endpoint: Option<String>,
     pub(super) region: Option<String>,
     pub(super) retry_timeout_s: Option<f64>,
+    /// An object store's `listing_max_age` (seconds).
+    pub(super) listing_max_age_s: Option<f64>,
 }
 
 /// `source` as written: a path (or shard pattern, or `s3://` URL), or a mapping with `path`,
-/// `shards` or `url` (with `endpoint`, `region`, `retry_timeout`), `index_dir`, `read_limit`,
+/// `shards` or `url` (with `endpoint`, `region`, `retry_timeout`, `listing_max_age`), `index_dir`, `read_limit`,
 /// `max_file_size` and `timeout`.
 pub(super) fn source_value(text: &str, value: Value) -> Result<RawSource, ConfigError> {
     let mut limits = SourceLimits::default();
     match value {
-        Value::String(s) => Ok(RawSource { given: SourceGiven::of(&s), read_limit: None, limits, index_dir: None, endpoint: None, region: None, retry_timeout_s: None }),
+        Value::String(s) => Ok(RawSource { given: SourceGiven::of(&s), read_limit: None, limits, index_dir: None, endpoint: None, region: None, retry_timeout_s: None, listing_max_age_s: None }),
         Value::Mapping(map) => {
             let (mut given, mut limit, mut index_dir) = (None, None, None);
-            let (mut endpoint, mut region, mut retry_timeout_s) = (None, None, None);
+            let (mut endpoint, mut region, mut retry_timeout_s, mut listing_max_age_s) = (None, None, None, None);
             for (k, v) in map {
                 match (k.as_str(), v) {
                     (Some("path"), Value::String(p)) => given = Some(SourceGiven::Dir(PathBuf::from(p))),
                     (Some("path"), _) => return Err(ConfigError::at(text, "source.path", "must be a directory path")),
                     (Some("shards"), Value::String(p)) => given = Some(SourceGiven::Shards(p)),
                     (Some("shards"), _) => return Err(ConfigError::at(text, "source.shards", "must be a shard pattern (\"/data/train-{000000..000099}.tar\")")),
-                    (Some("url"), Value::String(u)) if is_object_store_url(&u) => given = Some(SourceGiven::ObjectStore(u)),
+                    (Some("url"), Value::String(u)) if is_object_store_url(&u) => given = Some(SourceGiven::of(&u)),
                     (Some("url"), _) => return Err(ConfigError::at(text, "source.url", "must be an object store URL (s3://BUCKET/PREFIX)")),
                     (Some("endpoint"), Value::String(e)) if e.starts_with("http://") || e.starts_with("https://") => endpoint = Some(e),
                     (Some("endpoint"), Value::Null) => {}
@@ -369,6 +390,7 @@ pub(super) fn source_value(text: &str, value: Value) -> Result<RawSource, Config
                     (Some("region"), Value::Null) => {}
                     (Some("region"), _) => return Err(ConfigError::at(text, "source.region", "must be a region name")),
                     (Some("retry_timeout"), v) => retry_timeout_s = Some(duration_value(text, "source.retry_timeout", &v)?),
+                    (Some("listing_max_age"), v) => listing_max_age_s = Some(duration_or_zero(text, "source.listing_max_age", &v)?),
                     (Some("index_dir"), Value::String(p)) => index_dir = Some(PathBuf::from(p)),
                     (Some("index_dir"), Value::Null) => {}
                     (Some("index_dir"), _) => return Err(ConfigError::at(text, "source.index_dir", "must be a directory path")),
@@ -388,17 +410,22 @@ pub(super) fn source_value(text: &str, value: Value) -> Result<RawSource, Config
                         return Err(ConfigError::at(
                             text,
                             other,
-                            format!("unknown key `{other}` in `source`; known: path, shards, url, endpoint, region, retry_timeout, index_dir, read_limit, max_file_size, timeout"),
+                            format!("unknown key `{other}` in `source`; known: path, shards, url, endpoint, region, retry_timeout, listing_max_age, index_dir, read_limit, max_file_size, timeout"),
                         ))
                     }
                     (None, _) => return Err(ConfigError::at(text, "source", "keys are names")),
                 }
             }
             let given = given.ok_or_else(|| ConfigError::at(text, "source", "`path` (or `shards`, or `url`) is missing"))?;
-            if !matches!(given, SourceGiven::ObjectStore(_)) && (endpoint.is_some() || region.is_some() || retry_timeout_s.is_some()) {
-                return Err(ConfigError::at(text, "source", "`endpoint`, `region` and `retry_timeout` are an object store's (`url: s3://BUCKET/PREFIX`)"));
+            let in_store = match &given {
+                SourceGiven::ObjectStore(_) => true,
+                SourceGiven::Shards(pattern) => is_object_store_url(pattern),
+                SourceGiven::Dir(_) => false,
+            };
+            if !in_store && (endpoint.is_some() || region.is_some() || retry_timeout_s.is_some() || listing_max_age_s.is_some()) {
+                return Err(ConfigError::at(text, "source", "`endpoint`, `region`, `retry_timeout` and `listing_max_age` are an object store's (`url: s3://BUCKET/PREFIX`)"));
             }
-            Ok(RawSource { given, read_limit: limit, limits, index_dir, endpoint, region, retry_timeout_s })
+            Ok(RawSource { given, read_limit: limit, limits, index_dir, endpoint, region, retry_timeout_s, listing_max_age_s })
         }
         _ => Err(ConfigError::at(text, "source", "a directory path, or { path: DIR, read_limit: 200MB/s }, or { shards: PATTERN }, or { url: s3://BUCKET/PREFIX }")),
     }

@@ -608,6 +608,22 @@ fn an_s3_url_as_the_source_is_an_object_store_with_its_endpoint_region_and_bound
     let written = c.to_yaml();
     assert!(written.contains("url:") && written.contains("s3://b") && written.contains("retry_timeout: 4"), "{written}");
     assert_eq!(mount(&written, None).expect("round trip").object_store, c.object_store);
+    // The listing is kept in `index_dir`, or beside a disk tier's entries, for an hour by
+    // default; `listing_max_age: 0` keeps it nowhere.
+    assert_eq!((c.listing_dir(), store.listing_max_age_s), (None, 3600.0), "kept nowhere unless named");
+    let c = mount("source: { url: s3://b, index_dir: /tmp/kept, listing_max_age: 10m }\n", None).expect("kept");
+    assert_eq!((c.listing_dir(), c.object_store.as_ref().map(|s| s.listing_max_age_s)), (Some(PathBuf::from("/tmp/kept")), Some(600.0)));
+    assert_eq!(mount(&c.to_yaml(), None).expect("round trip").object_store, c.object_store);
+    let disk = tempfile::tempdir().expect("tempdir");
+    let c = mount(&format!("source: {{ url: s3://b, index_dir: /tmp/kept }}\ncache: {{ disk: {{ path: {}, size: 1GiB }} }}\n", disk.path().display()), None).expect("disk");
+    assert_eq!(c.listing_dir(), Some(disk.path().join("s3-listing")));
+    assert_eq!(mount("source: { url: s3://b, index_dir: /tmp/kept, listing_max_age: 0 }\n", None).expect("never").listing_dir(), None);
+    // WebDataset shards in a store: the pattern's directory is the prefix listed.
+    for (yaml, source) in [("seed: 1\n", Some("s3://b/wds/train-{000..009}.tar")), ("source: { shards: \"s3://b/wds/train-*.tar\", endpoint: \"http://127.0.0.1:9000\" }\n", None)] {
+        let c = mount(yaml, source).expect("shards in a store");
+        assert_eq!(c.object_store.as_ref().map(|s| (s.bucket.as_str(), s.prefix.as_str())), Some(("b", "wds")), "{yaml}");
+        assert!(c.shards.as_ref().is_some_and(|s| s.pattern.starts_with("s3://b/wds/train-")), "{yaml}");
+    }
     // The default retry window is a third of the source's timeout (at most 10 s).
     assert_eq!(mount("source: { url: s3://b/p, timeout: 6s }\n", None).expect("short").object_store.map(|s| s.retry_timeout_s), Some(2.0));
     // The URL on the command line keeps the YAML's endpoint.
@@ -621,7 +637,8 @@ fn an_s3_url_as_the_source_is_an_object_store_with_its_endpoint_region_and_bound
         ("source: { url: /data }\n", "source.url", "s3://BUCKET/PREFIX"),
         ("source: { url: s3://b, endpoint: \"127.0.0.1:9000\" }\n", "source.endpoint", "http://"),
         ("source: { path: /tmp, region: us-east-1 }\n", "source", "object store"),
-        ("source: { url: s3://b, index_dir: /tmp/i }\n", "source.index_dir", "not kept"),
+        ("source: { path: /tmp, listing_max_age: 1h }\n", "source", "object store"),
+        ("source: { url: s3://b, listing_max_age: soon }\n", "source.listing_max_age", ""),
     ] {
         let err = mount(yaml, None).expect_err(yaml).to_string();
         assert!(err.contains(key) && err.contains(why), "{yaml}: {err}");

@@ -71,6 +71,8 @@ struct WrittenSource<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     retry_timeout: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    listing_max_age: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     index_dir: Option<&'a Path>,
     #[serde(skip_serializing_if = "Option::is_none")]
     read_limit: Option<u64>,
@@ -114,7 +116,8 @@ impl<'a> From<&'a Config> for WrittenConfig<'a> {
                 endpoint: c.object_store.as_ref().and_then(|o| o.endpoint.as_deref()),
                 region: c.object_store.as_ref().and_then(|o| o.region.as_deref()),
                 retry_timeout: c.object_store.as_ref().map(|o| o.retry_timeout_s),
-                index_dir: c.shards.as_ref().and_then(|s| s.index_dir.as_deref()),
+                listing_max_age: c.object_store.as_ref().map(|o| o.listing_max_age_s),
+                index_dir: c.shards.as_ref().and_then(|s| s.index_dir.as_deref()).or_else(|| c.object_store.as_ref().and_then(|o| o.index_dir.as_deref())),
                 read_limit: c.source_read_limit,
                 max_file_size: c.source_limits.max_file_size,
                 timeout: c.source_limits.timeout_s,

@@ -20,6 +20,7 @@ pub mod catalog;
 #[cfg(test)]
 mod faults;
 mod freshness;
+mod kept;
 mod local;
 mod pool;
 mod reader;

@@ -11,7 +11,8 @@
 //! opening the new version (`Source`'s `read_current`); the next open sees the new version, as
 //! a replaced local file is seen, and what was made of the old one is dropped. An object is
 //! asked about only when read (a request per open would cost what the cache saves), so forms
-//! cached from an old version are served until a read from the store finds the change. A request
+//! cached from an old version are served until a read from the store finds the change; that
+//! change also removes the kept listing (`kept`), so the next mount lists the store again. A request
 //! that fails after its retries is a clear `EIO`, and one log line.
 
 use std::io;
@@ -32,10 +33,10 @@ pub(crate) struct Object {
     /// Its key below the prefix (`<class>/<file>`).
     pub(super) rel: String,
     /// Its key, as the store names it.
-    location: object_store::path::Path,
+    pub(super) location: object_store::path::Path,
     pub(super) size: u64,
-    etag: Option<String>,
-    modified_ns: i128,
+    pub(super) etag: Option<String>,
+    pub(super) modified_ns: i128,
     /// Gone from the store since it was listed.
     gone: bool,
 }
@@ -44,6 +45,11 @@ impl Object {
     pub(super) fn of(rel: String, meta: &ObjectMeta) -> Object {
         let modified_ns = meta.last_modified.timestamp_nanos_opt().map_or(0, i128::from);
         Object { rel, location: meta.location.clone(), size: meta.size, etag: meta.e_tag.clone(), modified_ns, gone: false }
+    }
+
+    /// An object as a kept listing recorded it.
+    pub(super) fn kept(rel: String, location: object_store::path::Path, size: u64, etag: Option<String>, modified_ns: i128) -> Object {
+        Object { rel, location, size, etag, modified_ns, gone: false }
     }
 }
 
@@ -67,6 +73,9 @@ struct Shared {
     /// Tells this store's identities from another's.
     dev: u64,
     listed_at: SystemTime,
+    /// The kept listing this tree was served from or written to: removed once an object is
+    /// found changed, so that the next mount lists the store again rather than trust it.
+    kept_file: Option<PathBuf>,
 }
 
 /// Mode bits of every file and directory: a readable file of its owner's (write bits are
@@ -75,8 +84,9 @@ const FILE_MODE: u32 = 0o644;
 const DIR_MODE: u32 = 0o755;
 
 impl S3Source {
-    /// The tree at `root` of `objects` (sorted by key, each once) read through `client`.
-    pub(super) fn new(client: Client, root: &Path, url: &str, objects: Vec<Object>) -> S3Source {
+    /// The tree at `root` of `objects` (sorted by key, each once, as listed at `listed_at`)
+    /// read through `client`.
+    pub(super) fn new(client: Client, root: &Path, url: &str, objects: Vec<Object>, listed_at: SystemTime, kept_file: Option<PathBuf>) -> S3Source {
         let mut dirs: Vec<String> = objects.iter().flat_map(|o| super::parents(&o.rel).map(str::to_string)).collect();
         dirs.push(String::new());
         dirs.sort();
@@ -90,13 +100,19 @@ impl S3Source {
             uid: nix::unistd::geteuid().as_raw(),
             gid: nix::unistd::getegid().as_raw(),
             dev: crate::shared::fnv1a64(&[url.as_bytes()]),
-            listed_at: SystemTime::now(),
+            listed_at,
+            kept_file,
         };
         S3Source { shared: Arc::new(shared) }
     }
 
     pub(super) fn root(&self) -> &Path {
         &self.shared.root
+    }
+
+    /// The names of the objects directly below the root (no `/` in their key below the prefix).
+    pub(super) fn names_at_root(&self) -> Vec<String> {
+        self.shared.objects.read_or_recover().iter().filter(|o| !o.gone && !o.rel.contains('/')).map(|o| o.rel.clone()).collect()
     }
 }
 
@@ -181,6 +197,10 @@ impl Shared {
             }
         }
         tracing::info!(object = %format!("{}/{}", self.url, object.rel), "object changed since it was listed; the next open reads the new version");
+        if let Some(file) = &self.kept_file {
+            // The kept listing is out of date: the next mount lists the store again.
+            let _ = std::fs::remove_file(file);
+        }
         io::Error::new(
             io::ErrorKind::StaleNetworkFileHandle,
             format!("{}/{}: changed since it was listed (its ETag); the next open reads the new version", self.url, object.rel),

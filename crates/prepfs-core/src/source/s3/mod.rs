@@ -8,16 +8,18 @@
 //!   runtime the source owns; everything else blocks on it.
 //! - [`io`]: the objects as a `SourceIo`: metadata from the listing, each read one ranged GET
 //!   of the version listed (an object changed since is a replaced file).
+//! - [`kept`]: the listing kept between mounts, and when a kept one is used.
 //!
 //! [`ObjectStore::list`] runs at mount in place of the directory scan and gives the catalog.
 
 mod client;
 mod io;
+mod kept;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant, SystemTime};
 
 use futures::StreamExt;
 
@@ -40,6 +42,12 @@ pub struct ListingReport {
     pub samples: usize,
     pub bytes: u64,
     pub seconds: f64,
+    /// Whether a kept listing was served (no listing request made), and how old it was then
+    /// (seconds); else 0.
+    pub reused: bool,
+    pub age_s: f64,
+    /// Bytes of the kept listing file (read or written; 0 with none).
+    pub kept_bytes: u64,
 }
 
 /// The listed objects, ready to serve: see the module documentation.
@@ -53,60 +61,60 @@ pub struct ObjectStore {
 const NAME_MAX: usize = 255;
 
 impl ObjectStore {
-    /// Lists the objects under `config`'s prefix (paginated, as the store pages them), calling
-    /// `progress` with the keys found so far; gives up with `Interrupted` once `stop` is set.
-    /// Fails, saying why, when the store cannot be listed (after its retries).
-    pub fn list(config: &ObjectStoreConfig, progress: impl FnMut(usize), stop: &AtomicBool) -> std::io::Result<ObjectStore> {
-        ObjectStore::list_through(Client::new(config)?, config, progress, stop)
+    /// The objects under `config`'s prefix: from the listing kept in `listing_dir` where the
+    /// rule of [`kept`] lets it be used, else listed from the store (paginated, as the store
+    /// pages them, calling `progress` with the keys found so far) and kept there. Gives up with
+    /// `Interrupted` once `stop` is set. Fails, saying why, when the store cannot be listed
+    /// (after its retries).
+    pub fn list(config: &ObjectStoreConfig, listing_dir: Option<&Path>, progress: impl FnMut(usize), stop: &AtomicBool) -> std::io::Result<ObjectStore> {
+        ObjectStore::list_through(Client::new(config)?, config, listing_dir, progress, stop)
     }
 
     /// [`ObjectStore::list`] through `client`.
-    fn list_through(client: Client, config: &ObjectStoreConfig, mut progress: impl FnMut(usize), stop: &AtomicBool) -> std::io::Result<ObjectStore> {
+    pub(crate) fn list_through(client: Client, config: &ObjectStoreConfig, listing_dir: Option<&Path>, progress: impl FnMut(usize), stop: &AtomicBool) -> std::io::Result<ObjectStore> {
         let started = Instant::now();
-        let root = PathBuf::from(&config.url);
-        let prefix = (!config.prefix.is_empty()).then(|| object_store::path::Path::from(config.prefix.as_str()));
         let strip = if config.prefix.is_empty() { String::new() } else { format!("{}/", config.prefix) };
-        let mut listed: Vec<Object> = Vec::new();
-        let mut report = ListingReport::default();
-        let outcome: std::io::Result<()> = client.block_on(async {
-            let mut stream = object_store::ObjectStore::list(&client.store, prefix.as_ref());
-            while let Some(item) = stream.next().await {
-                if stop.load(Ordering::Relaxed) {
-                    return Err(std::io::Error::new(std::io::ErrorKind::Interrupted, "listing stopped"));
-                }
-                let meta = item.map_err(|e| io::store_error(&config.url, "", &e, client.retry_timeout))?;
-                report.keys += 1;
-                if report.keys % 1000 == 0 {
-                    progress(report.keys);
-                }
-                match meta.location.as_ref().strip_prefix(strip.as_str()).filter(|rel| servable(rel)) {
-                    Some(rel) => listed.push(Object::of(rel.to_string(), &meta)),
-                    None => report.skipped += 1,
-                }
+        let store = kept::store_of(config);
+        let max_age = Duration::from_secs_f64(config.listing_max_age_s.max(0.0));
+        let dir = listing_dir.filter(|_| !max_age.is_zero());
+        let found = match dir.map(|d| (d, kept::load(d, &store, &strip, max_age))) {
+            Some((d, Ok(listing))) => {
+                let bytes = std::fs::metadata(kept::file_for(d, &store)).map_or(0, |m| m.len());
+                Some((listing, bytes))
             }
-            Ok(())
-        })?;
-        outcome?;
-        progress(report.keys);
-        // A key where another key makes a directory (`a` beside `a/b`) is not served: a
-        // directory cannot be a file too.
-        listed.sort_by(|a, b| a.rel.cmp(&b.rel));
-        let dirs: std::collections::HashSet<&str> = listed.iter().flat_map(|o| parents(&o.rel)).collect();
-        let hidden: std::collections::HashSet<usize> = listed.iter().enumerate().filter(|(_, o)| dirs.contains(o.rel.as_str())).map(|(i, _)| i).collect();
-        if !hidden.is_empty() {
-            tracing::warn!(keys = hidden.len(), "keys that are also a prefix of other keys are not served (a directory cannot be a file too)");
-        }
-        report.skipped += hidden.len();
-        let objects: Vec<Object> = listed.into_iter().enumerate().filter(|(i, _)| !hidden.contains(i)).map(|(_, o)| o).collect();
-        let paths: Vec<Vec<&[u8]>> = objects.iter().map(|o| o.rel.split('/').map(str::as_bytes).collect()).collect();
-        let catalog = Catalog::of_paths(&root, &paths);
-        drop(paths);
-        report.files = objects.len();
-        report.bytes = objects.iter().map(|o| o.size).sum();
-        report.samples = catalog.sample_count();
+            Some((d, Err(why))) => {
+                match why {
+                    kept::NotUsed::Missing => {}
+                    kept::NotUsed::Stale { age_s } => tracing::info!(age_s, max_age_s = max_age.as_secs_f64(), "the kept listing is too old (or from the future); listing the store again"),
+                    kept::NotUsed::Damaged(why) => tracing::warn!(file = %kept::file_for(d, &store).display(), "the kept listing is not used ({why}); listing the store again"),
+                }
+                None
+            }
+            None => None,
+        };
+        let (listing, reused, kept_bytes) = match found {
+            Some((listing, bytes)) => (listing, true, bytes),
+            None => {
+                let listing = list_store(&client, config, &strip, progress, stop)?;
+                let bytes = match dir.map(|d| kept::save(d, &store, &listing)) {
+                    Some(Ok(bytes)) => bytes,
+                    Some(Err(e)) => {
+                        tracing::warn!("cannot keep the object store's listing ({e}); the next mount lists the store again");
+                        0
+                    }
+                    None => 0,
+                };
+                (listing, false, bytes)
+            }
+        };
+        let age_s = if reused { SystemTime::now().duration_since(listing.listed_at).map_or(0.0, |d| d.as_secs_f64()) } else { 0.0 };
+        let mut report = ListingReport { keys: listing.keys, skipped: listing.skipped, reused, age_s, kept_bytes, ..ListingReport::default() };
+        let (objects, listed_at) = (listing.objects, listing.listed_at);
+        let (objects, catalog) = served(objects, &config.url, &mut report);
         report.seconds = started.elapsed().as_secs_f64();
-        tracing::info!(url = %config.url, keys = report.keys, files = report.files, skipped = report.skipped, samples = report.samples, secs = report.seconds, "listed the object store");
-        let source = S3Source::new(client, &root, &config.url, objects);
+        tracing::info!(url = %config.url, keys = report.keys, files = report.files, skipped = report.skipped, samples = report.samples, reused, age_s, secs = report.seconds, "listed the object store");
+        let kept_file = dir.map(|d| kept::file_for(d, &store));
+        let source = S3Source::new(client, &PathBuf::from(&config.url), &config.url, objects, listed_at, kept_file);
         Ok(ObjectStore { source: Arc::new(source), catalog: Some(catalog), report })
     }
 
@@ -125,10 +133,65 @@ impl ObjectStore {
         Arc::clone(&self.source) as Arc<dyn SourceIo>
     }
 
+    /// The names of the objects directly below the prefix (a shard pattern's candidates).
+    pub(crate) fn names_at_root(&self) -> Vec<String> {
+        self.source.names_at_root()
+    }
+
     /// The root the catalog's paths begin with (the URL, as a path).
     pub fn root(&self) -> &Path {
         self.source.root()
     }
+}
+
+/// Lists the keys under `config`'s prefix from the store (`strip`: the prefix and its `/`):
+/// those a file can be named by, and the counts of keys listed and skipped.
+fn list_store(client: &Client, config: &ObjectStoreConfig, strip: &str, mut progress: impl FnMut(usize), stop: &AtomicBool) -> std::io::Result<kept::KeptListing> {
+    let listed_at = SystemTime::now();
+    let prefix = (!config.prefix.is_empty()).then(|| object_store::path::Path::from(config.prefix.as_str()));
+    let (mut keys, mut skipped, mut objects) = (0, 0, Vec::new());
+    let outcome: std::io::Result<()> = client.block_on(async {
+        let mut stream = object_store::ObjectStore::list(&client.store, prefix.as_ref());
+        while let Some(item) = stream.next().await {
+            if stop.load(Ordering::Relaxed) {
+                return Err(std::io::Error::new(std::io::ErrorKind::Interrupted, "listing stopped"));
+            }
+            let meta = item.map_err(|e| io::store_error(&config.url, "", &e, client.retry_timeout))?;
+            keys += 1;
+            if keys % 1000 == 0 {
+                progress(keys);
+            }
+            match meta.location.as_ref().strip_prefix(strip).filter(|rel| servable(rel)) {
+                Some(rel) => objects.push(Object::of(rel.to_string(), &meta)),
+                None => skipped += 1,
+            }
+        }
+        Ok(())
+    })?;
+    outcome?;
+    progress(keys);
+    Ok(kept::KeptListing { listed_at, keys, skipped, objects })
+}
+
+/// The objects served of those `listed` (a key where another key makes a directory, `a` beside
+/// `a/b`, is not: a directory cannot be a file too), sorted by name, and their catalog (rooted
+/// at `url`); `report` counts them.
+fn served(mut listed: Vec<Object>, url: &str, report: &mut ListingReport) -> (Vec<Object>, Catalog) {
+    listed.sort_by(|a, b| a.rel.cmp(&b.rel));
+    let dirs: std::collections::HashSet<&str> = listed.iter().flat_map(|o| parents(&o.rel)).collect();
+    let hidden: std::collections::HashSet<usize> = listed.iter().enumerate().filter(|(_, o)| dirs.contains(o.rel.as_str())).map(|(i, _)| i).collect();
+    if !hidden.is_empty() {
+        tracing::warn!(keys = hidden.len(), "keys that are also a prefix of other keys are not served (a directory cannot be a file too)");
+    }
+    report.skipped += hidden.len();
+    let objects: Vec<Object> = listed.into_iter().enumerate().filter(|(i, _)| !hidden.contains(i)).map(|(_, o)| o).collect();
+    let paths: Vec<Vec<&[u8]>> = objects.iter().map(|o| o.rel.split('/').map(str::as_bytes).collect()).collect();
+    let catalog = Catalog::of_paths(Path::new(url), &paths);
+    drop(paths);
+    report.files = objects.len();
+    report.bytes = objects.iter().map(|o| o.size).sum();
+    report.samples = catalog.sample_count();
+    (objects, catalog)
 }
 
 /// Whether a key below the prefix names a file the tree can hold: no empty name (`a//b`), no
@@ -143,4 +206,4 @@ fn parents(rel: &str) -> impl Iterator<Item = &str> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -62,15 +62,15 @@ impl Drop for Moto {
     }
 }
 
-fn config(moto: &Moto, url: &str) -> ObjectStoreConfig {
+pub(crate) fn config(moto: &Moto, url: &str) -> ObjectStoreConfig {
     ObjectStoreConfig::of_url(url, Some(moto.endpoint()), Some("us-east-1".into()), 2.0).expect("url")
 }
 
-fn client(config: &ObjectStoreConfig) -> Client {
+pub(crate) fn client(config: &ObjectStoreConfig) -> Client {
     Client::with_keys(config, Some(("testing", "testing"))).expect("client")
 }
 
-fn put(client: &Client, key: &str, bytes: &[u8]) {
+pub(crate) fn put(client: &Client, key: &str, bytes: &[u8]) {
     let location = object_store::path::Path::from(key);
     let payload = object_store::PutPayload::from(bytes.to_vec());
     client.block_on(object_store::ObjectStore::put(&client.store, &location, payload)).expect("runtime").expect("put");
@@ -82,7 +82,19 @@ fn delete(client: &Client, key: &str) {
 }
 
 fn list(config: &ObjectStoreConfig) -> ObjectStore {
-    ObjectStore::list_through(client(config), config, |_| {}, &AtomicBool::new(false)).expect("list")
+    ObjectStore::list_through(client(config), config, None, |_| {}, &AtomicBool::new(false)).expect("list")
+}
+
+/// Lists as a mount keeping its listing in `dir` does.
+fn list_kept(config: &ObjectStoreConfig, dir: &Path) -> ObjectStore {
+    ObjectStore::list_through(client(config), config, Some(dir), |_| {}, &AtomicBool::new(false)).expect("list")
+}
+
+/// The served files' names below the root, in the catalog's order.
+fn files(store: &mut ObjectStore) -> Vec<String> {
+    let catalog = store.take_catalog().expect("catalog");
+    let root = store.root().to_path_buf();
+    (0..catalog.file_count() as u32).map(|f| catalog.file_path(f).strip_prefix(&root).expect("under root").display().to_string()).collect()
 }
 
 /// The keys of the first test: what a directory would hold, and what it could not.
@@ -197,9 +209,124 @@ fn a_store_that_does_not_answer_fails_the_listing_after_the_retry_window_naming_
     let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
     let config = ObjectStoreConfig::of_url("s3://nowhere/p", Some(format!("http://127.0.0.1:{port}")), None, 1.0).expect("url");
     let started = Instant::now();
-    let err = ObjectStore::list_through(client(&config), &config, |_| {}, &AtomicBool::new(false)).err().expect("refused");
+    let err = ObjectStore::list_through(client(&config), &config, None, |_| {}, &AtomicBool::new(false)).err().expect("refused");
     let took = started.elapsed();
     assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(8), "retried for the window: {took:?}");
     assert_eq!(err.kind(), std::io::ErrorKind::Other);
     assert!(err.to_string().contains("s3://nowhere/p") && err.to_string().contains("retried"), "{err}");
+}
+
+/// A bucket `kept` with `n` keys under `data/c<i % 3>/` and two beside the prefix.
+fn kept_bucket(moto: &Moto, n: usize) -> (ObjectStoreConfig, Client) {
+    moto.make_bucket("kept");
+    let config = config(moto, "s3://kept/data");
+    let uploader = client(&config);
+    for i in 0..n {
+        put(&uploader, &format!("data/c{}/s{i:02}.jpg", i % 3), &vec![i as u8; 10 + i]);
+    }
+    put(&uploader, "val/c0/v.jpg", b"another prefix");
+    put(&uploader, "val/c1/w.jpg", b"another prefix");
+    (config, uploader)
+}
+
+/// [`kept_bucket`] of `n` keys, listed once with its listing kept in a directory of its own.
+struct Kept {
+    moto: Moto,
+    config: ObjectStoreConfig,
+    uploader: Client,
+    dir: tempfile::TempDir,
+    first: ObjectStore,
+}
+
+fn listed_once(n: usize, max_age_s: f64) -> Kept {
+    let moto = Moto::start();
+    let (mut config, uploader) = kept_bucket(&moto, n);
+    config.listing_max_age_s = max_age_s;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let first = list_kept(&config, dir.path());
+    assert!(!first.report().reused && first.report().kept_bytes > 0, "{:?}", first.report());
+    Kept { moto, config, uploader, dir, first }
+}
+
+#[test]
+fn a_second_listing_reuses_the_kept_listing_and_asks_the_store_nothing() {
+    let Kept { moto, config, dir, mut first, .. } = listed_once(7, 3600.0);
+    let first_files = files(&mut first);
+    let first_report = first.report().clone();
+    // The store gone (its port refuses): only a kept listing can answer.
+    drop(moto);
+    let mut second = list_kept(&config, dir.path());
+    assert!(second.report().reused, "{:?}", second.report());
+    assert!(second.report().age_s >= 0.0 && second.report().age_s < 60.0);
+    assert_eq!(files(&mut second), first_files);
+    let strip = |r: &ListingReport| (r.keys, r.files, r.skipped, r.samples, r.bytes);
+    assert_eq!(strip(second.report()), strip(&first_report));
+    // Metadata as listed, with no request.
+    let meta = second.io().metadata(&second.root().join("c1/s04.jpg")).expect("stat");
+    assert_eq!(meta.len(), 14);
+}
+
+#[test]
+fn a_kept_listing_older_than_its_max_age_is_listed_again() {
+    let Kept { moto: _moto, mut config, uploader, dir, .. } = listed_once(3, 0.3);
+    put(&uploader, "data/c0/new.jpg", b"added since");
+    std::thread::sleep(Duration::from_millis(400));
+    let mut again = list_kept(&config, dir.path());
+    assert!(!again.report().reused, "too old: {:?}", again.report());
+    assert!(files(&mut again).contains(&"c0/new.jpg".to_string()), "the new key is listed");
+    // Just written: young enough for the next listing.
+    assert!(list_kept(&config, dir.path()).report().reused);
+    // A max age of 0: nothing kept, nothing reused.
+    config.listing_max_age_s = 0.0;
+    let never = tempfile::tempdir().expect("tempdir");
+    assert!(!list_kept(&config, never.path()).report().reused);
+    assert!(!list_kept(&config, never.path()).report().reused);
+    assert_eq!(std::fs::read_dir(never.path()).expect("dir").count(), 0, "nothing written");
+}
+
+#[test]
+fn a_damaged_kept_listing_is_ignored_and_the_store_listed_again() {
+    let Kept { moto: _moto, config, dir, mut first, .. } = listed_once(5, 3600.0);
+    let listed = files(&mut first);
+    let file = kept::file_for(dir.path(), &kept::store_of(&config));
+    let bytes = std::fs::read(&file).expect("kept");
+    for damaged in [bytes[..bytes.len() / 2].to_vec(), { let mut b = bytes.clone(); b[bytes.len() / 3] ^= 0x20; b }, Vec::new()] {
+        std::fs::write(&file, &damaged).expect("damage");
+        let mut again = list_kept(&config, dir.path());
+        assert!(!again.report().reused, "never trusted");
+        assert_eq!(files(&mut again), listed);
+        assert_eq!(std::fs::read(&file).expect("rewritten").len(), bytes.len(), "written whole again");
+    }
+}
+
+#[test]
+fn a_kept_listing_of_another_prefix_is_never_used() {
+    let Kept { moto, config, dir, .. } = listed_once(4, 3600.0);
+    let val = self::config(&moto, "s3://kept/val");
+    // The other prefix's listing put where this prefix's would be: not taken for it.
+    std::fs::copy(kept::file_for(dir.path(), &kept::store_of(&config)), kept::file_for(dir.path(), &kept::store_of(&val))).expect("copy");
+    let mut other = list_kept(&val, dir.path());
+    assert!(!other.report().reused, "{:?}", other.report());
+    assert_eq!(files(&mut other), ["c0/v.jpg", "c1/w.jpg"]);
+    // Another endpoint for the same bucket and prefix is another store too.
+    let mut elsewhere = config.clone();
+    elsewhere.endpoint = Some(format!("http://localhost:{}", moto.port));
+    assert_ne!(kept::store_of(&elsewhere), kept::store_of(&config));
+}
+
+#[test]
+fn an_object_replaced_after_the_listing_was_kept_is_read_as_its_new_version_and_the_listing_made_again() {
+    let Kept { moto: _moto, config, uploader, dir, .. } = listed_once(3, 3600.0);
+    put(&uploader, "data/c1/s01.jpg", &[42u8; 77]);
+    let store = list_kept(&config, dir.path());
+    assert!(store.report().reused);
+    let path = store.root().join("c1/s01.jpg");
+    assert_eq!(store.io().metadata(&path).expect("stat").len(), 11, "the kept listing's size until a read asks");
+    let source = Source::new(store.io(), 2, Duration::from_secs(10), 1 << 20, None).expect("source");
+    let (bytes, meta, _) = source.read_sized(&path, 11).expect("read");
+    assert_eq!((&bytes[..], meta.len()), (&[42u8; 77][..], 77), "the new version, never the kept one's bytes");
+    source.shutdown(Duration::from_secs(2));
+    // Found out of date: the next listing asks the store.
+    assert!(!kept::file_for(dir.path(), &kept::store_of(&config)).exists(), "the kept listing is removed");
+    assert!(!list_kept(&config, dir.path()).report().reused);
 }

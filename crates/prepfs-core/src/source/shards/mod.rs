@@ -1,5 +1,6 @@
 //! WebDataset tar shards as a source: `prepfs mount '/data/train-{000000..000099}.tar' MNT`, or
-//! `source: { shards: "/data/train-*.tar" }`. The samples (the members sharing a key: an image,
+//! `source: { shards: "/data/train-*.tar" }`, in a directory or in an object store
+//! (`s3://BUCKET/PREFIX/train-*.tar`: the shards read through `source::s3`'s `SourceIo`). The samples (the members sharing a key: an image,
 //! and a `.cls` or `.json` label) are served as the ImageFolder tree `<class>/<KEY>.<ext>`, so
 //! every view, the cache, the plan and opportunistic sampling work on them as on files.
 //!
@@ -29,8 +30,9 @@ use std::time::Instant;
 pub use pattern::is_shard_pattern;
 pub(crate) use pattern::{expand, split_pattern};
 
-use crate::config::ShardsConfig;
+use crate::config::{ObjectStoreConfig, ShardsConfig};
 use crate::source::catalog::Catalog;
+use crate::source::s3::ObjectStore;
 use crate::source::{LocalSource, SourceIo};
 use index::{ShardIndex, Stamp};
 use io::{Placed, Shard, ShardSource};
@@ -76,6 +78,30 @@ impl Shards {
         let root = dir.canonicalize().map_err(|e| named(&dir, e))?;
         let inner: Arc<dyn SourceIo> = Arc::new(LocalSource::new(&root)?);
         Shards::index_over(inner, &root, names, index_dir, progress, stop)
+    }
+
+    /// [`Shards::index`] of shards in an object store (`s3://BUCKET/PREFIX/train-*.tar`: the
+    /// pattern's directory is `store`'s prefix): the keys below the prefix are listed (or the
+    /// listing kept in `listing_dir` reused, as for any object store), those the pattern names
+    /// indexed from their tar headers by ranged GETs, and each sample served by one ranged GET.
+    pub fn index_in_store(
+        config: &ShardsConfig,
+        store: &ObjectStoreConfig,
+        index_dir: Option<&Path>,
+        listing_dir: Option<&Path>,
+        progress: impl FnMut(usize),
+        stop: &AtomicBool,
+    ) -> std::io::Result<Shards> {
+        Shards::index_listed(config, ObjectStore::list(store, listing_dir, |_| {}, stop)?, index_dir, progress, stop)
+    }
+
+    /// [`Shards::index_in_store`] of the objects `listed`.
+    pub(crate) fn index_listed(config: &ShardsConfig, listed: ObjectStore, index_dir: Option<&Path>, progress: impl FnMut(usize), stop: &AtomicBool) -> std::io::Result<Shards> {
+        let (_, name) = pattern::split_pattern(&config.pattern).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let at_root = listed.names_at_root();
+        let known: std::collections::HashSet<&str> = at_root.iter().map(String::as_str).collect();
+        let names = pattern::expand_in(&config.pattern, name, || Ok(at_root.clone()), |n| known.contains(n))?;
+        Shards::index_over(listed.io(), listed.root(), names, index_dir, progress, stop)
     }
 
     /// [`Shards::index`] of the shards `names` in `root`, read through `inner` (the local

@@ -23,10 +23,28 @@ pub fn is_shard_pattern(text: &str) -> bool {
 /// The shards `pattern` names: their directory and their file names, in the order the pattern
 /// gives them (each brace alternative in turn, each glob's matches sorted), each once.
 pub(crate) fn expand(pattern: &str) -> io::Result<(PathBuf, Vec<String>)> {
-    let invalid = |why: String| io::Error::new(io::ErrorKind::InvalidInput, format!("shard pattern {pattern:?}: {why}"));
     let (dir, name) = split_pattern(pattern).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let listing = || -> io::Result<Vec<String>> {
+        let mut all = Vec::new();
+        for entry in std::fs::read_dir(&dir)? {
+            if let Some(n) = entry?.file_name().to_str() {
+                all.push(n.to_string());
+            }
+        }
+        Ok(all)
+    };
+    let names = expand_in(pattern, name, listing, |n| dir.join(n).exists())?;
+    Ok((dir, names))
+}
+
+/// The names the file-name part `name` of `pattern` gives in a directory whose names `listing`
+/// gives (asked once, and only for a glob) and where `exists` says a name is (a name the braces
+/// make must be there, as WebDataset fails on a missing shard too): see [`expand`].
+pub(crate) fn expand_in(pattern: &str, name: &str, listing: impl FnOnce() -> io::Result<Vec<String>>, exists: impl Fn(&str) -> bool) -> io::Result<Vec<String>> {
+    let invalid = |why: String| io::Error::new(io::ErrorKind::InvalidInput, format!("shard pattern {pattern:?}: {why}"));
     let names = braces(name).map_err(invalid)?;
-    let mut listing: Option<Vec<String>> = None;
+    let mut listing = Some(listing);
+    let mut listed: Vec<String> = Vec::new();
     let mut found = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for name in names {
@@ -35,26 +53,19 @@ pub(crate) fn expand(pattern: &str) -> io::Result<(PathBuf, Vec<String>)> {
         }
         if name.contains(['*', '?', '[']) {
             let glob = glob::Pattern::new(&name).map_err(|e| invalid(e.to_string()))?;
-            if listing.is_none() {
-                let mut all = Vec::new();
-                for entry in std::fs::read_dir(&dir)? {
-                    if let Some(n) = entry?.file_name().to_str() {
-                        all.push(n.to_string());
-                    }
-                }
-                all.sort();
-                listing = Some(all);
+            if let Some(list) = listing.take() {
+                listed = list()?;
+                listed.sort();
             }
             let options = glob::MatchOptions { require_literal_leading_dot: true, ..Default::default() };
-            for n in listing.iter().flatten().filter(|n| glob.matches_with(n, options)) {
+            for n in listed.iter().filter(|n| glob.matches_with(n, options)) {
                 if seen.insert(n.clone()) {
                     found.push(n.clone());
                 }
             }
         } else if seen.insert(name.clone()) {
-            // A name the braces made must be there (WebDataset fails on a missing shard too).
-            if !dir.join(&name).exists() {
-                return Err(io::Error::new(io::ErrorKind::NotFound, format!("shard pattern {pattern:?}: no shard {}", dir.join(&name).display())));
+            if !exists(&name) {
+                return Err(io::Error::new(io::ErrorKind::NotFound, format!("shard pattern {pattern:?}: no shard {name}")));
             }
             found.push(name);
         }
@@ -62,7 +73,7 @@ pub(crate) fn expand(pattern: &str) -> io::Result<(PathBuf, Vec<String>)> {
     if found.is_empty() {
         return Err(io::Error::new(io::ErrorKind::NotFound, format!("shard pattern {pattern:?} matches no file")));
     }
-    Ok((dir, found))
+    Ok(found)
 }
 
 /// A pattern's directory and its file-name part; refused (in words) where the directory has a

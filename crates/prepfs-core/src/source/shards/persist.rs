@@ -4,7 +4,8 @@
 //! Format (little-endian): magic `PFSHIDX1`; the shard's path; its [`Stamp`]; its problems; the
 //! samples (key, extension, offset, length, label); a CRC-32 of everything before it. A file
 //! that is damaged, of another version, for another path or of another stamp is not used (the
-//! shard is indexed again and the file rewritten). Written to a temporary name, then renamed.
+//! shard is indexed again and the file rewritten). The framing (fields, CRC, the atomic write)
+//! is `source::kept`'s.
 
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -12,8 +13,12 @@ use std::path::{Path, PathBuf};
 
 use super::index::{Indexed, Problems, ShardIndex, Stamp};
 use super::label::Label;
+use crate::source::kept::{self, put_bytes, Reader};
 
 const MAGIC: &[u8; 8] = b"PFSHIDX1";
+
+/// The largest index file read (a shard of 16 million samples): a larger one is not used.
+const MAX_FILE_BYTES: u64 = 1 << 30;
 
 /// Where the index of the shard at `shard` is kept in `dir`.
 pub(crate) fn file_for(dir: &Path, shard: &Path) -> PathBuf {
@@ -23,20 +28,14 @@ pub(crate) fn file_for(dir: &Path, shard: &Path) -> PathBuf {
 
 /// The index kept for `shard` in `dir`, if there is one of this version of it (`stamp`).
 pub(crate) fn load(dir: &Path, shard: &Path, stamp: Stamp) -> Option<ShardIndex> {
-    let bytes = std::fs::read(file_for(dir, shard)).ok()?;
+    let bytes = kept::read_bounded(&file_for(dir, shard), MAX_FILE_BYTES).ok()?;
     let index = decode(&bytes, shard)?;
     (index.stamp == stamp).then_some(index)
 }
 
 /// Keeps `index` of `shard` in `dir` (made if missing).
 pub(crate) fn save(dir: &Path, shard: &Path, index: &ShardIndex) -> io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let path = file_for(dir, shard);
-    let tmp = path.with_extension("idx.tmp");
-    std::fs::write(&tmp, encode(shard, index))?;
-    std::fs::rename(&tmp, &path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
+    kept::write_atomically(&file_for(dir, shard), &encode(shard, index))
 }
 
 /// The file's bytes.
@@ -70,39 +69,29 @@ pub(crate) fn encode(shard: &Path, index: &ShardIndex) -> Vec<u8> {
             }
         }
     }
-    let crc = crc32fast::hash(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
+    kept::seal(&mut out);
     out
-}
-
-fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
-    out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-    out.extend_from_slice(bytes);
 }
 
 /// The index in `bytes`, if they are a whole, undamaged index of `shard`.
 pub(crate) fn decode(bytes: &[u8], shard: &Path) -> Option<ShardIndex> {
-    let (body, crc) = bytes.split_at(bytes.len().checked_sub(4)?);
-    if crc32fast::hash(body).to_le_bytes() != crc {
+    let mut r = Reader::open(bytes, MAGIC)?;
+    if r.bytes_field()? != shard.as_os_str().as_bytes() {
         return None;
     }
-    let mut r = Reader { bytes: body };
-    if r.take(8)? != MAGIC || r.bytes_field()? != shard.as_os_str().as_bytes() {
-        return None;
-    }
-    let stamp = Stamp { len: r.u64()?, mtime_ns: i128::from_le_bytes(r.take(16)?.try_into().ok()?), ino: r.u64()? };
+    let stamp = Stamp { len: r.u64()?, mtime_ns: r.i128()?, ino: r.u64()? };
     let bad_labels = r.u32()?;
     let extra_images = r.u32()?;
-    let cut = r.take(1)?[0] != 0;
+    let cut = r.u8()? != 0;
     let first = r.bytes_field()?;
     let first = (!first.is_empty()).then(|| String::from_utf8_lossy(first).into_owned());
     let count = r.u32()? as usize;
-    let mut samples = Vec::with_capacity(count.min(body.len() / 32));
+    let mut samples = Vec::with_capacity(count.min(r.left() / 32));
     for _ in 0..count {
         let key = r.bytes_field()?.to_vec();
         let ext = r.bytes_field()?.to_vec();
         let (offset, len) = (r.u64()?, r.u64()?);
-        let label = match r.take(1)?[0] {
+        let label = match r.u8()? {
             0 => Label::None,
             1 => Label::Number(r.u64()?),
             2 => Label::Name(r.bytes_field()?.to_vec()),
@@ -110,31 +99,7 @@ pub(crate) fn decode(bytes: &[u8], shard: &Path) -> Option<ShardIndex> {
         };
         samples.push(Indexed { key, ext, offset, len, label });
     }
-    r.bytes.is_empty().then_some(ShardIndex { stamp, samples, problems: Problems { bad_labels, extra_images, cut, first } })
-}
-
-struct Reader<'a> {
-    bytes: &'a [u8],
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        (self.bytes.len() >= n).then(|| {
-            let (head, rest) = self.bytes.split_at(n);
-            self.bytes = rest;
-            head
-        })
-    }
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
-    }
-    fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
-    fn bytes_field(&mut self) -> Option<&'a [u8]> {
-        let n = self.u32()? as usize;
-        self.take(n)
-    }
+    (r.left() == 0).then_some(ShardIndex { stamp, samples, problems: Problems { bad_labels, extra_images, cut, first } })
 }
 
 #[cfg(test)]

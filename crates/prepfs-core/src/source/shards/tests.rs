@@ -199,3 +199,43 @@ fn a_sample_is_one_ranged_read_of_its_shard_through_the_bounded_source() {
     }
     source.shutdown(std::time::Duration::from_secs(1));
 }
+
+#[test]
+fn shards_in_an_object_store_are_indexed_by_ranged_reads_of_their_headers_and_serve_each_sample_by_content() {
+    use crate::source::s3::tests::{client, config as store_config, put, Moto};
+    let moto = Moto::start();
+    moto.make_bucket("wds");
+    let dir = tempfile::tempdir().expect("tempdir");
+    two_shards(dir.path());
+    let store = store_config(&moto, "s3://wds/train");
+    let uploader = client(&store);
+    for name in ["train-000.tar", "train-001.tar"] {
+        put(&uploader, &format!("train/{name}"), &std::fs::read(dir.path().join(name)).expect("shard"));
+    }
+    // Beside the shards: not named by the pattern, or not directly below the prefix.
+    put(&uploader, "train/val-000.tar", b"not a shard of the pattern");
+    put(&uploader, "train/deeper/train-002.tar", b"below the prefix's directory");
+    let kept = tempfile::tempdir().expect("tempdir");
+    let index_in_store = |pattern: &str| {
+        let config = ShardsConfig { pattern: pattern.to_string(), index_dir: None };
+        let listed = ObjectStore::list_through(client(&store), &store, None, |_| {}, &AtomicBool::new(false)).expect("listed");
+        Shards::index_listed(&config, listed, Some(kept.path()), |_| {}, &AtomicBool::new(false))
+    };
+    let mut shards = index_in_store("s3://wds/train/train-*.tar").expect("indexed");
+    let report = shards.report().clone();
+    assert_eq!((report.shards, report.samples, report.indexed, report.reused), (2, 5, 2, 0), "{report:?}");
+    let catalog = shards.take_catalog().expect("catalog");
+    let classes: Vec<_> = catalog.subdirs(0).map(|d| catalog.dir_name(d).to_owned()).collect();
+    assert_eq!(classes, ["03", "12", "_unlabeled", "cat"]);
+    let io = shards.io();
+    let root = catalog.root().to_path_buf();
+    for (path, want) in [("03/a.jpg", &b"A-bytes"[..]), ("03/e.jpeg", b"E-bytes"), ("12/sub%2Fdir%2Fb.jpg", b"B-bytes"), ("cat/c.png", b"C-bytes"), ("_unlabeled/d.jpg", b"D-bytes")] {
+        assert_eq!(read_all(&*io, &root.join(path)), want, "{path}");
+    }
+    // The indexes are kept as for local shards: the next mount reads no header.
+    let again = index_in_store("s3://wds/train/train-{000..001}.tar").expect("again");
+    assert_eq!((again.report().reused, again.report().indexed), (2, 0));
+    // A brace naming a shard the store does not hold is refused, naming it.
+    let err = index_in_store("s3://wds/train/train-{000..002}.tar").err().expect("no train-002");
+    assert!(err.to_string().contains("train-002.tar"), "{err}");
+}
