@@ -17,7 +17,9 @@ missing), `split_runs` (the text before
 
 from __future__ import annotations
 
+import argparse
 import datetime
+import time
 import json
 import os
 import re
@@ -25,7 +27,7 @@ import shlex
 import sys
 from typing import List, Optional, Sequence, Tuple
 
-from . import ROOT, show_path
+from . import BENCH_DIR, ROOT, show_path
 
 RUNS_HEADING = "## Runs"
 RUNS_INTRO = ("One section per benchmark run, newest first: the date, the command and the run's "
@@ -149,3 +151,15 @@ def write_report(out: str, data, lines: Sequence[str], summary: Optional[Sequenc
         append_run(md, os.path.basename(out), script_command(),
                    summary if summary is not None else summary_of(lines),
                    f"`{show_path(os.path.abspath(out))}.json`, `.md` (kept out of git)")
+
+
+def script_args(doc: str, stem: str, gen: bool = True) -> argparse.ArgumentParser:
+    """A standalone script's arguments, for it to add its own to: `--prepfs` (the binary),
+    `--gen` (the data set generator, where the script makes its set: GEN) and `--out` (default
+    bench/results/DATE-STEM)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--prepfs", required=True)
+    if gen:
+        ap.add_argument("--gen", required=True)
+    ap.add_argument("--out", default=os.path.join(BENCH_DIR, "results", time.strftime("%Y-%m-%d") + "-" + stem))
+    return ap

@@ -12,17 +12,14 @@ so both read the same limited store and the forwarder counts the bytes each epoc
 moto answers about 400 GETs a second on 2 cores, so an epoch that fetches every sample runs at
 moto's rate where the limit allows more.
 """
-import argparse
 import os
 import socket
 import subprocess
 import threading
 import time
 
-from . import BENCH_DIR
-from .jobs import generated_source, tree_bytes
-from .runs import write_report
-from .s3_epochs import free_port, moto_in_workdir, upload
+from .runs import script_args, write_report
+from .s3_epochs import free_port, moto_in_workdir, uploaded_set
 
 
 class Limiter:
@@ -151,19 +148,12 @@ def prepfs_epochs(prepfs, workdir, name, endpoint, limiter):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--prepfs", required=True)
-    ap.add_argument("--gen", required=True)
-    ap.add_argument("--out", default=os.path.join(BENCH_DIR, "results", time.strftime("%Y-%m-%d") + "-s3-bucket"))
+    ap = script_args(__doc__, "s3-bucket")
     args = ap.parse_args()
     stop = threading.Event()
     with moto_in_workdir("prepfs-s3-bucket-") as (workdir, moto_port):
         port = free_port()
-        src = generated_source(args.gen, os.path.join(workdir, "src"), 30, 40)
-        set_mb = tree_bytes(src) / 1e6
-        upload(moto_port, src)
-        os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
-        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
+        src, set_mb = uploaded_set(args.gen, workdir, moto_port)
         endpoint = f"http://127.0.0.1:{port}"
         limiter = Limiter(100e6)
         forwarder(port, moto_port, limiter, stop)

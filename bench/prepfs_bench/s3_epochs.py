@@ -8,7 +8,6 @@ samples/s and the MB read from the source per epoch (issue 36's measurement; mot
     PYTHONPATH=bench python3 -m prepfs_bench.s3_epochs --prepfs target/release/prepfs \
         --gen target/release/examples/make_dataset [--out bench/results/DATE-s3-epochs]
 """
-import argparse
 import contextlib
 import http.client
 import json
@@ -22,9 +21,8 @@ import tempfile
 import threading
 import time
 
-from . import BENCH_DIR
 from .jobs import generated_source, tree_bytes
-from .runs import write_report
+from .runs import script_args, write_report
 
 
 def free_port():
@@ -100,6 +98,17 @@ def upload(port, src):
     put_all(port, [("data/" + os.path.relpath(p, src), lambda p=p: body(p)) for p in files])
 
 
+def uploaded_set(gen, workdir, port):
+    """The generator's set of 1,200 images in 30 classes, in WORKDIR/src and as objects of
+    bucket `train` under `data/` in the store on PORT, with test credentials in the
+    environment: (its directory, its MB)."""
+    src = generated_source(gen, os.path.join(workdir, "src"), 30, 40)
+    upload(port, src)
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
+    return src, tree_bytes(src) / 1e6
+
+
 def epochs(prepfs, workdir, name, source, src_yaml, n=3):
     """`n` epochs of augmented/ on a fresh mount: per epoch samples/s and source MB."""
     cfg = os.path.join(workdir, name + ".yaml")
@@ -147,17 +156,10 @@ def epochs(prepfs, workdir, name, source, src_yaml, n=3):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--prepfs", required=True)
-    ap.add_argument("--gen", required=True)
-    ap.add_argument("--out", default=os.path.join(BENCH_DIR, "results", time.strftime("%Y-%m-%d") + "-s3-epochs"))
+    ap = script_args(__doc__, "s3-epochs")
     args = ap.parse_args()
     with moto_in_workdir("prepfs-s3-epochs-") as (workdir, port):
-        src = generated_source(args.gen, os.path.join(workdir, "src"), 30, 40)
-        set_mb = tree_bytes(src) / 1e6
-        upload(port, src)
-        os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
-        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
+        src, set_mb = uploaded_set(args.gen, workdir, port)
         endpoint = f"http://127.0.0.1:{port}"
         rows = []
         for limit in (None, "100MB/s", "10MB/s"):

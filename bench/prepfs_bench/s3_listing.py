@@ -7,22 +7,18 @@ the kept listing was used, and the kept file's size (README, "Object stores (S3)
     PYTHONPATH=bench python3 -m prepfs_bench.s3_listing --prepfs target/release/prepfs \
         --keys 100000 [--out bench/results/DATE-s3-listing]
 """
-import argparse
 import os
 import re
 import time
 
-from . import BENCH_DIR
 from .mount import Mount
-from .runs import write_report
+from .runs import script_args, write_report
 from .s3_epochs import moto_in_workdir, put_all
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--prepfs", required=True)
+    ap = script_args(__doc__, "s3-listing", gen=False)
     ap.add_argument("--keys", type=int, default=100_000)
-    ap.add_argument("--out", default=os.path.join(BENCH_DIR, "results", time.strftime("%Y-%m-%d") + "-s3-listing"))
     args = ap.parse_args()
     with moto_in_workdir("prepfs-s3-listing-") as (workdir, port):
         started = time.time()
