@@ -216,17 +216,17 @@ fn takes_and_admissions_racing_leave_the_status_bits_in_step_with_the_stores() {
             thread::spawn(move || {
                 cache.augmented.admit(1, AugmentedEntry::fresh(bytes(10)));
                 cache.encoded.admit(1, bytes(10));
-                cache.take_augmented_for_job(1, a, active);
+                cache.take_output_for_job(0, 1, a, active);
                 cache.augmented.admit(2, AugmentedEntry::fresh(bytes(10)));
             })
         };
         let t2 = {
             let cache = Arc::clone(&cache);
             thread::spawn(move || {
-                cache.take_augmented_for_job(1, b, active);
+                cache.take_output_for_job(0, 1, b, active);
                 cache.decoded.admit(1, pixels);
                 cache.augmented.admit(1, AugmentedEntry::fresh(bytes(20)));
-                cache.take_augmented_for_job(2, b, active);
+                cache.take_output_for_job(0, 2, b, active);
             })
         };
         let t3 = {

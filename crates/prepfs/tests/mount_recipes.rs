@@ -374,3 +374,33 @@ fn two_recipes_read_at_once_are_served_their_own_kept_outputs_each_a_new_draw_ov
     assert_eq!(second["source_bytes_read"], first["source_bytes_read"], "epoch 2 read the source");
     assert!(decodes(&second) - decodes(&before) <= samples + samples / 2, "the refill or epoch 2 decoded again");
 }
+
+/// `ta` alone, its outputs random crops (uint8 npy), the refill off: what a job's open is served
+/// comes from its own miss or another job's.
+const ONE_RECIPE_NO_REFILL: &str = "seed: 3\ncache: { memory: 64MiB, refill: false }\nrecipes:\n  ta:\n    augment: [ {random_resized_crop: {size: 24}}, {random_horizontal_flip: {}} ]\n    output: { format: npy }\n";
+
+#[test]
+fn two_jobs_reading_one_recipe_share_the_outputs_one_made_each_served_once() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (source, class_of) = make_id_dataset(tmp.path(), 2, 3);
+    let config = write_config(tmp.path(), ONE_RECIPE_NO_REFILL);
+    let mnt = Mounted::start(tmp.path(), &config, &source, LIMIT);
+    let path = |job: &str, id: usize| format!("jobs/{job}/ta/c{}/s{id:02}.npy", class_of[id]);
+    let read = |rel: String| fs::read(mnt.path(&rel)).unwrap_or_else(|e| panic!("{rel}: {e}\n{}", mnt.log()));
+    // b reads its first sample in ta; then a reads the whole set there.
+    assert_eq!(npy_id(&read(path("b", 0))), 0);
+    let a_outputs: Vec<Vec<u8>> = (0..class_of.len()).map(|id| read(path("a", id))).collect();
+    let before = mnt.stats();
+    assert_eq!(before["recipes"]["ta"]["kept"].as_u64(), Some(class_of.len() as u64 - 1), "{}", before["recipes"]);
+    // b's reads of the rest are a's outputs, the same bytes, made by no decode of b's.
+    for id in 1..class_of.len() {
+        let out = read(path("b", id));
+        assert_eq!(npy_id(&out), id);
+        assert!(a_outputs.contains(&out), "b's read of {id} is not the output a made");
+    }
+    let after = mnt.stats();
+    assert_eq!(decodes(&after), decodes(&before), "b's reads decoded");
+    let (f0, f1) = (&before["recipes"]["ta"], &after["recipes"]["ta"]);
+    assert_eq!(f1["served_kept"].as_u64().unwrap_or(0) - f0["served_kept"].as_u64().unwrap_or(0), class_of.len() as u64 - 1, "{f1}");
+    assert_eq!(f1["kept"].as_u64(), Some(0), "an output both jobs used stays kept: {f1}");
+}

@@ -1,7 +1,14 @@
 //! The kept augmented outputs of every pipeline the mount serves: `augmented/`'s (pipeline 0,
 //! `SampleCache::augmented`, the store whose status bits opportunistic sampling reads) and each
 //! recipe's (its number, from 1: a store of its own, so no view is ever served another's
-//! output), and how the plan's augmented budget is split between them.
+//! output), how the jobs reading a pipeline share its outputs, and how the plan's augmented
+//! budget is split between them.
+//!
+//! Sharing is alike in every pipeline (Seneca's): an output records the jobs that used it (one
+//! bit per job slot); a job takes only one it has not used, and it is dropped once every job
+//! still needing the sample (in that pipeline's view) has used it, or when the job that made a
+//! job wait retires. With several jobs reading, a full store makes room for a new one by
+//! evicting the oldest kept.
 //!
 //! The split is kept simple on purpose: the plan gives one augmented budget (its model knows no
 //! recipes), and each pipeline gets the share of it that its reads are of all pipelines' reads
@@ -15,6 +22,8 @@ use crate::sync::{LockExt, Mutex};
 use crate::config::EvictionPolicy;
 
 use super::tiers::{AugmentedEntry, FormStore, SampleCache};
+use crate::served::ServedBytes;
+use crate::source::catalog::FileId;
 
 /// The recipes' own output stores and the state of the budget's split (in [`SampleCache`]).
 pub(super) struct RecipeOutputs {
@@ -71,6 +80,56 @@ impl SampleCache {
         match pipeline {
             0 => Some(&self.augmented),
             r => self.recipes.stores.get(usize::from(r) - 1),
+        }
+    }
+
+    /// Every pipeline's kept outputs, `augmented/`'s first.
+    pub(crate) fn all_outputs(&self) -> impl Iterator<Item = &FormStore<AugmentedEntry>> {
+        std::iter::once(&self.augmented).chain(self.recipes.stores())
+    }
+
+    /// Pipeline `pipeline`'s output of `id` for a job (its used-by bit `job`, the jobs that still
+    /// need the sample in that pipeline `active`): one the job has not used, marked used by it,
+    /// and dropped once every one of `active` has used it.
+    pub fn take_output_for_job(&self, pipeline: u8, id: FileId, job: u64, active: u64) -> Option<ServedBytes> {
+        let store = self.outputs(pipeline)?;
+        store.use_entry(id, |entry| {
+            if entry.used_by & job != 0 {
+                return (None, false);
+            }
+            entry.used_by |= job;
+            store.set_refs(id, entry.used_by.count_ones());
+            (Some(entry.bytes.clone()), entry.used_by & active == active)
+        })
+    }
+
+    /// Whether pipeline `pipeline` keeps an output of `id` the job (its used-by bit `job`) has
+    /// not used.
+    pub(crate) fn output_usable_by(&self, pipeline: u8, id: FileId, job: u64) -> bool {
+        self.outputs(pipeline).and_then(|store| store.peek(id, |entry| entry.used_by & job == 0)).unwrap_or(false)
+    }
+
+    /// After a job (bit `job`) retired: forgets its uses in every pipeline and drops the outputs
+    /// every remaining active job (`active`) has used. Returns how many were dropped.
+    pub fn forget_job(&self, job: u64, active: u64) -> u64 {
+        let forget = |store: &FormStore<AugmentedEntry>| {
+            store.retain(|id, entry| {
+                if entry.used_by & job != 0 {
+                    entry.used_by &= !job;
+                    store.set_refs(id, entry.used_by.count_ones());
+                }
+                entry.used_by == 0 || entry.used_by & active != active
+            })
+        };
+        self.all_outputs().map(forget).sum()
+    }
+
+    /// With several jobs reading, the cache is a window (see `planner::prepfs`): a job's new
+    /// output evicts the oldest one kept for the other jobs rather than be dropped (`shared`), in
+    /// every pipeline; with one job or none, outputs wait for room.
+    pub(crate) fn set_shared_outputs(&self, shared: bool) {
+        for store in self.all_outputs() {
+            store.set_lru(shared);
         }
     }
 

@@ -228,6 +228,14 @@ impl<V: Clone + Weighed> FormStore<V> {
         }
     }
 
+    /// Sets how many jobs have used `id`'s entry in the status table, where this store keeps
+    /// one (`augmented/`'s outputs; a recipe's store keeps none).
+    pub(super) fn set_refs(&self, id: FileId, refs: u32) {
+        if let Some((status, _)) = &self.status {
+            status.set_refs(id, refs);
+        }
+    }
+
     fn shard(&self, id: FileId) -> MutexGuard<'_, LruCache<FileId, V>> {
         self.shards[id as usize % SHARDS].lock_or_recover()
     }
@@ -548,44 +556,11 @@ impl SampleCache {
         }
     }
 
-    /// The augmented output of `id` for a job (its used-by bit `job`, the active jobs'
-    /// `active`): one the job has not used, marked used by it, and dropped once every active
-    /// job has used it.
-    pub fn take_augmented_for_job(&self, id: FileId, job: u64, active: u64) -> Option<ServedBytes> {
-        let status = &self.status;
-        self.augmented.use_entry(id, |entry| {
-            if entry.used_by & job != 0 {
-                return (None, false);
-            }
-            entry.used_by |= job;
-            status.set_refs(id, entry.used_by.count_ones());
-            (Some(entry.bytes.clone()), entry.used_by & active == active)
-        })
-    }
-
-    /// Whether `id`'s augmented output is one the job (its used-by bit `job`) has not used.
-    pub(crate) fn augmented_usable_by(&self, id: FileId, job: u64) -> bool {
-        self.augmented.peek(id, |entry| entry.used_by & job == 0).unwrap_or(false)
-    }
-
-    /// After a job (bit `job`) retired: forgets its uses and drops the outputs every remaining
-    /// active job (`active`) has used. Returns how many were dropped.
-    pub fn forget_job(&self, job: u64, active: u64) -> u64 {
-        let status = &self.status;
-        self.augmented.retain(|id, entry| {
-            if entry.used_by & job != 0 {
-                entry.used_by &= !job;
-                status.set_refs(id, entry.used_by.count_ones());
-            }
-            entry.used_by == 0 || entry.used_by & active != active
-        })
-    }
-
     /// Drops every form of `id` (its source file changed: what was made of it is stale).
     pub fn forget_sample(&self, id: FileId) {
         self.encoded.remove(id);
         self.decoded.remove(id);
-        for store in std::iter::once(&self.augmented).chain(self.recipes.stores()) {
+        for store in self.all_outputs() {
             store.remove(id);
         }
     }
@@ -649,13 +624,6 @@ impl SampleCache {
         self.decoded.set_lru(lru);
     }
 
-    /// With several jobs reading, the cache is a window (see `planner::prepfs`): a job's new
-    /// augmented output evicts the oldest one kept for the other jobs rather than be dropped
-    /// (`shared`); with one job or none, outputs wait for room.
-    pub(crate) fn set_shared_outputs(&self, shared: bool) {
-        self.augmented.set_lru(shared);
-    }
-
     /// No active job needs `id` again this epoch: under LRU its encoded bytes and decoded pixels
     /// make room before what a job still needs (see [`FormStore::retire`]).
     pub(crate) fn done_with(&self, id: FileId) {
@@ -681,7 +649,7 @@ impl SampleCache {
     /// the next form that holds it.
     pub(crate) fn rank_for_job(&self, id: FileId, form: Form, job: u64) -> Rank {
         let rank = self.rank(id, form);
-        if form == Form::Augmented && rank == 3 && !self.augmented_usable_by(id, job) {
+        if form == Form::Augmented && rank == 3 && !self.output_usable_by(0, id, job) {
             let held = self.status.held(id);
             return if held & HELD_DECODED != 0 { 2 } else if held & HELD_ENCODED != 0 { 1 } else { 0 };
         }
@@ -939,11 +907,11 @@ mod tests {
         let cache = SampleCache::new(1 << 20, split(0, 0, 100), EvictionPolicy::Keep, 4);
         // Job a made it on a miss and used it; b and c are active.
         assert!(cache.augmented.admit(0, AugmentedEntry { bytes: bytes(50).into(), used_by: a }));
-        assert!(cache.take_augmented_for_job(0, a, a | b | c).is_none(), "a never gets its own output twice");
-        assert!(cache.take_augmented_for_job(0, b, a | b | c).is_some());
+        assert!(cache.take_output_for_job(0, 0, a, a | b | c).is_none(), "a never gets its own output twice");
+        assert!(cache.take_output_for_job(0, 0, b, a | b | c).is_some());
         assert_eq!(cache.status.refs(0), 2);
-        assert!(cache.take_augmented_for_job(0, b, a | b | c).is_none());
-        assert!(cache.take_augmented_for_job(0, c, a | b | c).is_some());
+        assert!(cache.take_output_for_job(0, 0, b, a | b | c).is_none());
+        assert!(cache.take_output_for_job(0, 0, c, a | b | c).is_some());
         assert_eq!(cache.status.held(0), 0, "dropped once every active job used it");
         assert_eq!(cache.augmented.used(), 0);
         // A job retiring lets go of outputs only it was still waiting for.
@@ -953,7 +921,7 @@ mod tests {
         assert_eq!(cache.forget_job(c, a | b), 1, "output 1 was waiting only for c");
         assert!(!cache.augmented.contains(1) && cache.augmented.contains(2) && cache.augmented.contains(3));
         assert_eq!(cache.forget_job(a, b), 0, "output 2 is unused again, so it stays for b");
-        assert!(cache.take_augmented_for_job(2, b, b).is_some());
+        assert!(cache.take_output_for_job(0, 2, b, b).is_some());
         assert_eq!(cache.augmented.entries(), 1);
     }
 

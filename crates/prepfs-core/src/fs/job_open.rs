@@ -16,7 +16,6 @@ use super::{Caller, Filesystem, View};
 use crate::cache::{Origin, SampleCache};
 use crate::error::{Error, Result};
 use crate::metrics::Outcome;
-use crate::producer::Consumer;
 use crate::sampling::{Choice, Job, Jobs};
 use crate::shared::Form;
 use crate::source::catalog::FileId;
@@ -67,16 +66,10 @@ impl Filesystem {
             } else {
                 Ok(Cow::Borrowed(&requested))
             };
-            // The other active jobs that still need this sample this epoch.
-            let others = self.jobs_needing(choice.sample) & !job.bit();
             let produced = resolved.and_then(|sample| match view.form {
-                Form::Augmented if view.recipe != 0 => self.producer.recipe(&sample, view.recipe),
-                Form::Augmented => {
-                    // Shared with the jobs that still need this sample this epoch: an output kept
-                    // for a job that has seen the sample would wait an epoch, clogging the room.
-                    let consumer = Consumer::Job { bit: job.bit(), active: others | job.bit() };
-                    self.producer.augmented(&sample, consumer)
-                }
+                // Shared with the jobs that still need this sample this epoch in this view
+                // (`augmented/` or the recipe's).
+                Form::Augmented => self.producer.output(view.recipe, &sample, self.job_consumer(&job, view.recipe, sample.id)),
                 Form::Decoded => self.producer.decoded(&sample),
                 Form::Encoded => self.producer.encoded(&sample).map(|(bytes, origin)| (bytes.into(), origin)),
             });

@@ -10,10 +10,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::recipes::states_in;
 use super::{Attr, Caller, Filesystem, Node};
 use crate::error::{Error, Result};
 use super::inodes::PENDING_JOB;
-use crate::producer::RefillScope;
+use crate::producer::{Consumer, RefillScope};
 use crate::sampling::{check_name, Job};
 use crate::shared::Form;
 use crate::source::catalog::{DirId, FileId};
@@ -255,9 +256,8 @@ impl Filesystem {
         }
         // The readers of the pipeline: the jobs themselves in augmented/, their states in a
         // recipe's view (those that read it).
-        let states: Vec<Arc<Job>> =
-            if pipeline == 0 { jobs.to_vec() } else { jobs.iter().filter_map(|j| j.recipe_state(pipeline)).collect() };
-        let pass = if pipeline == 0 { Some(&self.top_pass) } else { self.recipe_passes.get(usize::from(pipeline) - 1) };
+        let states = states_in(jobs, pipeline);
+        let pass = self.top_pass_of(pipeline);
         let to_come = |f: FileId| {
             if states.is_empty() {
                 pass.is_none_or(|p| !p.has_seen(f))
@@ -284,19 +284,37 @@ impl Filesystem {
         prepared
     }
 
-    /// The used-by bits of the active jobs that have not been served `sample` this epoch.
-    pub(super) fn jobs_needing(&self, sample: FileId) -> u64 {
-        self.jobs.active().iter().filter(|j| !j.has_seen(sample)).fold(0, |m, j| m | j.bit())
+    /// The used-by bits of the active jobs whose state in pipeline `pipeline`'s view (0:
+    /// `augmented/`, the jobs themselves; else the recipe's, of the jobs that read it) has not
+    /// been served `sample` this epoch.
+    pub(super) fn jobs_needing(&self, pipeline: u8, sample: FileId) -> u64 {
+        needing(&states_in(&self.jobs.active(), pipeline), sample)
     }
 
-    /// Drops the augmented outputs kept for jobs that have all been served their sample since
-    /// (by another path): they would wait an epoch for a taker, taking room from outputs that
-    /// can be shared now. Outputs no job has used yet stay. Returns how many were dropped.
+    /// How `job` (its state in pipeline `pipeline`'s view) takes an output of `sample`: one it
+    /// has not used, and a miss's kept for the other jobs that still need the sample there (an
+    /// output kept for a job that has seen the sample would wait an epoch, clogging the room).
+    pub(super) fn job_consumer(&self, job: &Job, pipeline: u8, sample: FileId) -> Consumer {
+        let others = self.jobs_needing(pipeline, sample) & !job.bit();
+        Consumer::Job { bit: job.bit(), active: others | job.bit() }
+    }
+
+    /// Drops the outputs (of every pipeline) kept for jobs that have all been served their
+    /// sample in that pipeline's view since (by another path): they would wait an epoch for a
+    /// taker, taking room from outputs that can be shared now. Outputs no job has used yet stay.
+    /// Returns how many were dropped.
     pub fn drop_outputs_no_job_needs(&self) -> u64 {
-        if self.jobs.active().is_empty() {
+        let jobs = self.jobs.active();
+        if jobs.is_empty() {
             return 0;
         }
-        self.cache().augmented.retain(|id, entry| entry.used_by == 0 || self.jobs_needing(id) & !entry.used_by != 0)
+        let cache = self.cache();
+        let drop_in = |pipeline: u8| {
+            let states = states_in(&jobs, pipeline);
+            let store = cache.outputs(pipeline);
+            store.map_or(0, |s| s.retain(|id, entry| entry.used_by == 0 || needing(&states, id) & !entry.used_by != 0))
+        };
+        (0..cache.pipelines()).map(drop_in).sum()
     }
 
     /// Retires the jobs idle past `jobs.idle_timeout`; returns how many.
@@ -309,9 +327,14 @@ impl Filesystem {
         retired.len()
     }
 
-    /// What retiring `job` frees in the cache: its uses of augmented outputs.
+    /// What retiring `job` frees in the cache: its uses of every pipeline's outputs.
     fn forget_job(&self, job: &Job) {
         let dropped = self.cache().forget_job(job.bit(), self.jobs.active_mask());
         tracing::info!(job = job.name(), outputs_dropped = dropped, "job state freed");
     }
+}
+
+/// The used-by bits of the job states in `states` that have not been served `sample` this epoch.
+fn needing(states: &[Arc<Job>], sample: FileId) -> u64 {
+    states.iter().filter(|j| !j.has_seen(sample)).fold(0, |m, j| m | j.bit())
 }

@@ -21,7 +21,6 @@ use super::access::DirVerdicts;
 use super::{Caller, Filesystem, View};
 use crate::config::{Dtype, Format};
 use crate::error::{Error, Result};
-use crate::producer::Consumer;
 use crate::sampling::{Choice, Job};
 use crate::shared::{draw_rng, Form, Size2};
 use crate::source::catalog::{DirId, FileId};
@@ -232,11 +231,7 @@ impl Filesystem {
                 .map(|(choice, place)| {
                     let sample = self.resolve(choice.sample)?;
                     self.check_file_as_kernel(&sample.meta, caller)?;
-                    let others = self.jobs_needing(sample.id) & !job.bit();
-                    let (bytes, origin) = match walk.recipe {
-                        0 => self.producer.augmented(&sample, Consumer::Job { bit: job.bit(), active: others | job.bit() })?,
-                        recipe => self.producer.recipe(&sample, recipe)?,
-                    };
+                    let (bytes, origin) = self.producer.output(walk.recipe, &sample, self.job_consumer(job, walk.recipe, sample.id))?;
                     bytes.copy_tail_into(place).map_err(|e| Error::source_io(&sample.path, e))?;
                     Ok(origin.is_miss())
                 })

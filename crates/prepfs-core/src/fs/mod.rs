@@ -346,19 +346,16 @@ impl Filesystem {
     }
 
     /// With recipes, the jobs one augmented output may serve, averaged over the pipelines by
-    /// their shares of the room (their reads): in `augmented/`, the active `jobs` that read their
-    /// own views (an output made at one's open is kept for the others that still need it); in a
-    /// recipe's view, one (an output made at an open is served to that open alone, and one kept
-    /// ahead by the refill to whichever job takes it first). `None` without recipes.
+    /// their shares of the room (their reads): in each pipeline's view (`augmented/`'s or a
+    /// recipe's), the active `jobs` reading it (an output made at one's open is kept for the
+    /// others that still need it there), at least one (a top-level reader's output serves it
+    /// alone). `None` without recipes.
     fn output_jobs(&self, jobs: &[Arc<Job>]) -> Option<f64> {
         let pipelines = self.cache.pipelines();
         if pipelines < 2 {
             return None;
         }
-        let readers = |p: u8| match p {
-            0 => jobs.iter().filter(|j| j.epoch() > 1 || j.served_this_epoch() > 0).count().max(1),
-            _ => 1,
-        };
+        let readers = |p: u8| recipes::states_in(jobs, p).iter().filter(|j| j.epoch() > 1 || j.served_this_epoch() > 0).count().max(1);
         let shares = self.cache.output_shares();
         Some((0..pipelines).zip(&shares).map(|(p, (w, _))| w * readers(p) as f64).sum())
     }

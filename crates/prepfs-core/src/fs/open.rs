@@ -179,15 +179,12 @@ impl Filesystem {
         }
         let (bytes, origin) = match form {
             Form::Decoded => self.producer.decoded(sample)?,
-            _ if view.recipe != 0 => {
-                if let Some(pass) = self.recipe_passes.get(usize::from(view.recipe) - 1) {
+            _ => {
+                let pass = self.top_pass_of(view.recipe);
+                if let Some(pass) = pass {
                     pass.mark(sample.id);
                 }
-                self.producer.recipe(sample, view.recipe)?
-            }
-            _ => {
-                self.top_pass.mark(sample.id);
-                self.producer.augmented(sample, Consumer::TopLevel)?
+                self.producer.output(view.recipe, sample, Consumer::TopLevel)?
             }
         };
         Ok((self.pin(HandleData::bytes(bytes, form, None), caller)?, Outcome::served(origin.is_miss())))

@@ -1,6 +1,7 @@
 //! The core's unit tests of recipes' kept outputs: each recipe's own store, filled by the
-//! refill, served once in its own view only, its figures in `stats.json`, and the encoded and
-//! decoded forms every recipe shares.
+//! refill, served once in its own view only, shared between the jobs reading the recipe (each
+//! served an output once), its figures in `stats.json`, the jobs the plan counts per output,
+//! and the encoded and decoded forms every recipe shares.
 
 use std::collections::HashSet;
 
@@ -125,4 +126,145 @@ fn the_augmented_budget_is_split_between_augmented_and_the_recipes_by_their_read
     assert!(budget(2) > budget(1) && budget(2) > budget(0), "small, read alone, has the largest share");
     // However the plan moved the augmented budget, the three share it within the memory.
     assert!(budget(0) + budget(1) + budget(2) + fs.cache().encoded.budget() + fs.cache().decoded.budget() <= 256 << 20);
+}
+
+/// Makes jobs `names` and has each read `first` in recipe `recipe`'s view, so each has its state
+/// there (a job's outputs are kept for the jobs reading the recipe). Returns what each was served.
+fn jobs_reading(fs: &Filesystem, recipe: &str, names: &[&str], first: &str) -> Vec<Vec<u8>> {
+    names.iter().map(|job| read_file(fs, job_view_file_ino(fs, job, recipe, first))).collect()
+}
+
+/// Job `job`'s count of opens served from a kept augmented output (any pipeline's).
+fn kept_hits(fs: &Filesystem, job: &str) -> u64 {
+    fs.jobs().by_name(job).expect("job").counters.hits_augmented.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Decodes so far (full decodes and region decodes with an augmentation).
+fn decodes(fs: &Filesystem) -> u64 {
+    work_count(fs, "full_decodes") + work_count(fs, "decode_augments")
+}
+
+#[test]
+fn a_second_job_reading_a_recipe_is_served_the_output_the_first_made_which_is_dropped_once_both_used_it() {
+    let (_dir, fs) = core(4, TWO_RECIPES);
+    let kept = || fs.cache().outputs(1).expect("store").entries();
+    // Both jobs read `big`; b was served s000 already.
+    let b_first = jobs_reading(&fs, "big", &["b"], "s000.ppm");
+    // a's outputs of the samples b still needs in `big` are kept for b (its first is not).
+    let a_outputs: Vec<Vec<u8>> = (0..4).map(|i| read_file(&fs, job_view_file_ino(&fs, "a", "big", &format!("s{i:03}.ppm")))).collect();
+    assert_eq!(kept(), 3, "a's outputs of the samples b has not seen are kept for it");
+    assert_eq!(figures(&fs, "big")["made_at_open"].as_u64(), Some(5));
+    let before = (decodes(&fs), source_bytes(&fs));
+    // b's opens of the rest are hits on a's outputs: the same bytes, no decode, no source read.
+    let b_rest: Vec<Vec<u8>> = (1..4).map(|i| read_file(&fs, job_view_file_ino(&fs, "b", "big", &format!("s{i:03}.ppm")))).collect();
+    assert_eq!((decodes(&fs), source_bytes(&fs)), before, "b's opens decoded or read");
+    assert_eq!(kept_hits(&fs, "b"), 3);
+    assert_eq!(figures(&fs, "big")["served_kept"].as_u64(), Some(3));
+    for out in &b_rest {
+        assert_eq!(out.len(), ppm_len(16), "b was served another view's output");
+        assert!(a_outputs.contains(out), "b's hit is not the output a made");
+    }
+    assert!(!a_outputs.contains(&b_first[0]), "b's first open made its own");
+    // Both used each: nothing is kept any more. 8 served for 5 outputs made.
+    assert_eq!(kept(), 0, "an output both jobs used is dropped");
+    assert_eq!(fs.cache().outputs(1).expect("store").used(), 0);
+    assert_eq!(figures(&fs, "big")["opens"].as_u64(), Some(8));
+}
+
+#[test]
+fn a_job_is_never_served_a_kept_output_of_a_recipe_twice() {
+    let (_dir, fs) = core(4, TWO_RECIPES);
+    jobs_reading(&fs, "big", &["b"], "s000.ppm");
+    let mut served_to_a = HashSet::new();
+    let mut epoch_of_a = |fs: &Filesystem| {
+        for i in 0..4 {
+            let out = read_file(fs, job_view_file_ino(fs, "a", "big", &format!("s{i:03}.ppm")));
+            assert!(served_to_a.insert(out), "a was served an output twice");
+        }
+    };
+    // Epoch 1: a's outputs are kept for b, which reads no more.
+    epoch_of_a(&fs);
+    let kept = || fs.cache().outputs(1).expect("store").entries();
+    assert_eq!(kept(), 3);
+    // Idle CPU: the refill adds fresh outputs (b still needs three samples; the fourth, s000,
+    // only the top-level readers' pass).
+    let mut cursor = 0;
+    while fs.refill_once(&mut cursor) {}
+    assert_eq!(kept(), 4);
+    // Epoch 2: a takes the one fresh output (dropped: b has seen s000), never the three it
+    // used; they stay for b.
+    epoch_of_a(&fs);
+    assert_eq!(kept_hits(&fs, "a"), 1);
+    assert_eq!(kept(), 3);
+    // Epoch 3: every kept output is one a used: a is made new draws.
+    epoch_of_a(&fs);
+    assert_eq!(kept_hits(&fs, "a"), 1);
+    assert_eq!(served_to_a.len(), 12);
+}
+
+#[test]
+fn a_job_reading_one_recipe_is_never_served_an_output_of_another_recipe_or_of_augmented() {
+    let (_dir, fs) = core(4, TWO_RECIPES);
+    // a reads `big` (and has a state in `small` and its own views, so b's outputs there are
+    // kept for it); b reads `small` and `augmented/`.
+    jobs_reading(&fs, "small", &["a"], "s000.ppm");
+    jobs_reading(&fs, "big", &["a"], "s000.ppm");
+    let mut others = HashSet::new();
+    for i in 0..4 {
+        others.insert(read_file(&fs, job_view_file_ino(&fs, "b", "small", &format!("s{i:03}.ppm"))));
+        others.insert(read_file(&fs, job_view_file_ino(&fs, "b", "augmented", &format!("s{i:03}.ppm"))));
+    }
+    let mut cursor = 0;
+    while fs.refill_once(&mut cursor) {}
+    let held = || (0..3).map(|p| fs.cache().outputs(p).expect("store").entries()).collect::<Vec<_>>();
+    let before = held();
+    assert!(before[0] > 0 && before[2] > 0, "outputs of augmented/ and small are kept: {before:?}");
+    for i in 1..4 {
+        let out = read_file(&fs, job_view_file_ino(&fs, "a", "big", &format!("s{i:03}.ppm")));
+        assert_eq!(out.len(), ppm_len(16), "a was served another view's output");
+        assert!(!others.contains(&out));
+    }
+    let after = held();
+    assert_eq!((after[0], after[2]), (before[0], before[2]), "a's opens in big took from another store");
+}
+
+#[test]
+fn a_recipes_output_kept_for_a_job_goes_once_that_job_no_longer_needs_it() {
+    let (_dir, fs) = core(3, TWO_RECIPES);
+    let kept = || fs.cache().outputs(1).expect("store").entries();
+    // Every sample's pixels held (so a's open below is served the sample it asks for).
+    recipe_epoch(&fs, "big", 3);
+    jobs_reading(&fs, "big", &["b", "c"], "s000.ppm");
+    // a's output of s001 is kept for b and c.
+    read_file(&fs, job_view_file_ino(&fs, "a", "big", "s001.ppm"));
+    assert_eq!(kept(), 1);
+    assert_eq!(fs.drop_outputs_no_job_needs(), 0, "b and c still need it");
+    // b is served s001 in `big` another way: only c needs it now.
+    fs.jobs().by_name("b").and_then(|b| b.recipe_state(1)).expect("b's state in big").mark_served(1, false);
+    assert_eq!(fs.drop_outputs_no_job_needs(), 0, "c still needs it");
+    // c retires: no job needs it.
+    let jobs = fs.lookup(super::inodes::ROOT_INO, std::ffi::OsStr::new("jobs"), Caller::ROOT).expect("jobs").ino;
+    fs.rmdir(jobs, std::ffi::OsStr::new("c")).expect("rmdir c");
+    assert_eq!(fs.drop_outputs_no_job_needs(), 1);
+    assert_eq!(kept(), 0);
+}
+
+#[test]
+fn the_plan_counts_the_jobs_reading_a_recipe_as_sharing_its_outputs() {
+    let (_dir, fs) = core(4, TWO_RECIPES);
+    for i in 0..4 {
+        jobs_reading(&fs, "big", &["a", "b", "c"], &format!("s{i:03}.ppm"));
+    }
+    fs.replan();
+    // The shares are the reads counted one more: augmented/ 1, big 13, small 1 (of 15).
+    let jobs = fs.output_jobs(&fs.jobs().active()).expect("with recipes");
+    assert!((jobs - (1.0 + 13.0 * 3.0 + 1.0) / 15.0).abs() < 1e-9, "{jobs}");
+    // Each job reading its own recipe: one job an output.
+    let (_dir, fs) = core(4, TWO_RECIPES);
+    for i in 0..4 {
+        jobs_reading(&fs, "big", &["a"], &format!("s{i:03}.ppm"));
+        jobs_reading(&fs, "small", &["b"], &format!("s{i:03}.ppm"));
+    }
+    fs.replan();
+    assert!((fs.output_jobs(&fs.jobs().active()).expect("with recipes") - 1.0).abs() < 1e-9);
 }

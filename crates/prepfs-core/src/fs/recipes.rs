@@ -1,9 +1,10 @@
 //! Recipes' views (`recipes:` in the config): each recipe a view beside `augmented/`, at the
 //! top (`MNT/<recipe>/`) and in every job's directory (`jobs/<job>/<recipe>/`). What a
 //! directory of views lists and a name in it finds, whether a view's recipe exists, how its
-//! files are written, a job's sampling state in it (its own per recipe), and each recipe's
-//! figures in `stats.json`. A recipe's open is served like `augmented/`'s, through its own
-//! pipeline and from its own kept outputs (`SampleProducer::recipe`).
+//! files are written, a job's sampling state in it (its own per recipe: the readers its outputs
+//! are kept for, [`states_in`]), its top-level pass, and each recipe's figures in `stats.json`.
+//! A recipe's open is served as `augmented/`'s is, through its own pipeline and from its own
+//! kept outputs, shared between the jobs reading it (`SampleProducer::output`).
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -12,7 +13,7 @@ use super::{Filesystem, View};
 use crate::cache::SampleCache;
 use crate::config::OutputConfig;
 use crate::sampling::Rank;
-use crate::sampling::Job;
+use crate::sampling::{Job, Pass};
 use crate::shared::Form;
 use crate::source::catalog::FileId;
 use std::sync::Arc;
@@ -59,17 +60,27 @@ impl Filesystem {
     }
 
     /// What opportunistic sampling prefers `sample` by in `view` for a job (its used-by bit
-    /// `job`), up to `SampleCache::top_preference(view.form)`: in a recipe's view an output of
-    /// the recipe's kept ahead is the best, then the forms every view shares as `decoded/` ranks
-    /// them (another pipeline's output is no use there); elsewhere the view's own form.
+    /// `job`), up to `SampleCache::top_preference(view.form)`: in a recipe's view a kept output of
+    /// the recipe's the job has not used (kept ahead, or by another job's open) is the best, then
+    /// the forms every view shares as `decoded/` ranks them (another pipeline's output is no use
+    /// there); elsewhere the view's own form.
     pub(super) fn preference_in(&self, view: View, sample: FileId, job: u64) -> Rank {
         if view.recipe == 0 {
             return self.cache.preference(sample, view.form, job);
         }
-        if self.cache.outputs(view.recipe).is_some_and(|store| store.contains(sample)) {
+        if self.cache.output_usable_by(view.recipe, sample, job) {
             return SampleCache::top_preference(Form::Augmented);
         }
         self.cache.preference(sample, Form::Decoded, job)
+    }
+
+    /// The pass of pipeline `pipeline`'s top-level readers (0: `augmented/`'s, else the
+    /// recipe's): the samples its top-level view served in the current pass over the set.
+    pub(super) fn top_pass_of(&self, pipeline: u8) -> Option<&Pass> {
+        match pipeline {
+            0 => Some(&self.top_pass),
+            r => self.recipe_passes.get(usize::from(r) - 1),
+        }
     }
 
     /// `job`'s sampling state in `view`: its own in a recipe's view, else the job itself.
@@ -88,5 +99,15 @@ impl Filesystem {
             let own = !this(0) && !j.has_seen(sample);
             own || (1..=recipes).any(|r| !this(r) && j.recipe_state(r).is_some_and(|s| !s.has_seen(sample)))
         })
+    }
+}
+
+/// The sampling states of `jobs` in pipeline `pipeline`'s view, the readers its outputs are kept
+/// for: the jobs themselves in `augmented/` (0), else their states in the recipe's view, of those
+/// that have read it.
+pub(super) fn states_in(jobs: &[Arc<Job>], pipeline: u8) -> Vec<Arc<Job>> {
+    match pipeline {
+        0 => jobs.to_vec(),
+        r => jobs.iter().filter_map(|j| j.recipe_state(r)).collect(),
     }
 }

@@ -171,7 +171,7 @@ impl SampleProducer {
         };
         let done = match form {
             Form::Augmented if cache.augmented.has_room_for(self.pixels.out_len()) => {
-                self.augmented(&sample, Consumer::Prefetch).is_ok()
+                self.output(0, &sample, Consumer::Prefetch).is_ok()
             }
             Form::Encoded if encoded_fits() => self.encoded(&sample).is_ok(),
             Form::Augmented | Form::Decoded if decoded_fits() || encoded_fits() => self.load(&sample, Admit::Fill).is_ok(),

@@ -9,8 +9,8 @@
 //! - the pixel work ([`PixelWork`]): fresh draws, decodes and augmentations, timed;
 //! - background work (`background.rs`): refill and prefetch, through the same path.
 //!
-//! The hot path reads top to bottom in [`SampleProducer::augmented`]: an augmented hit, else
-//! augment what the tiers hold or read. It knows nothing of inodes, handles or jobs' rules: the
+//! The hot path reads top to bottom in [`SampleProducer::output`]: a kept output of the view's
+//! pipeline, else augment what the tiers hold or read. It knows nothing of inodes, handles or jobs' rules: the
 //! filesystem core decides *which* sample an open serves and resolves it, then asks for its
 //! bytes here. No lock is held across decoding or I/O.
 //!
@@ -37,11 +37,14 @@ use crate::stats::{bump, Stats};
 /// Who an augmented output is for, which decides what the cache keeps of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Consumer {
-    /// A top-level `augmented/` open: takes a cached output whole; a miss keeps a spare, fresh
-    /// augmentation for a later open while augmented has room.
+    /// A top-level open (`augmented/` or a recipe's view): takes a cached output whole; a miss
+    /// in `augmented/` keeps a spare, fresh augmentation for a later open while augmented has
+    /// room.
     TopLevel,
-    /// An open in a job's view (`bit` its used-by bit, `active` every active job's): uses a
-    /// cached output it has not used; a miss shares its own output with the other active jobs.
+    /// An open in a job's view (`augmented/` or a recipe's; `bit` its used-by bit, `active`
+    /// the bits of the jobs still needing the sample in that view, its own included): uses a
+    /// cached output of the view's pipeline it has not used; a miss shares its own output with
+    /// the other jobs.
     Job { bit: u64, active: u64 },
     /// Prefetch: the output goes to the cache, unused.
     Prefetch,
@@ -87,63 +90,52 @@ impl SampleProducer {
 
     // ---- the three forms ----------------------------------------------------------------------
 
-    /// The bytes of one `augmented` file of `sample` for `consumer`, and where they came from.
-    pub(crate) fn augmented(&self, sample: &Sample, consumer: Consumer) -> Result<(ServedBytes, Origin)> {
+    /// The bytes of one file of pipeline `pipeline`'s view of `sample` (0: `augmented/`, else the
+    /// recipe's number) for `consumer`, and where they came from: an output of the pipeline's
+    /// kept ahead (by the refill) or by another job's open, else a fresh draw of the pipeline
+    /// from what the encoded and decoded forms hold (which every view shares), else from the
+    /// source, kept in the fill order of an augmented read. Each pipeline keeps its outputs in a
+    /// store of its own ([`crate::cache::SampleCache::outputs`]), so no view is ever served
+    /// another's output; jobs share a pipeline's outputs alike in every pipeline.
+    pub(crate) fn output(&self, pipeline: u8, sample: &Sample, consumer: Consumer) -> Result<(ServedBytes, Origin)> {
         self.reader.refuse_known_bad(sample)?;
         let cache = self.tiers.memory();
+        let counters = self.stats.pipeline(pipeline);
         let hit = match consumer {
-            Consumer::TopLevel => cache.augmented.take(sample.id).map(|e| e.bytes),
-            Consumer::Job { bit, active } => cache.take_augmented_for_job(sample.id, bit, active),
+            Consumer::TopLevel => cache.outputs(pipeline).and_then(|store| store.take(sample.id)).map(|e| e.bytes),
+            Consumer::Job { bit, active } => cache.take_output_for_job(pipeline, sample.id, bit, active),
             Consumer::Prefetch => None,
         };
         if let Some(out) = hit {
-            bump(&self.stats.pipeline(0).served_kept, 1);
+            bump(&counters.served_kept, 1);
             return Ok((out, Origin::Augmented));
         }
-        // An output another mount made and offered, taken so no one else gets it.
-        if consumer != Consumer::Prefetch {
+        // An output another mount made and offered (`augmented/`'s only), taken so no one else
+        // gets it.
+        if pipeline == 0 && consumer != Consumer::Prefetch {
             if let Some(out) = self.tiers.claim_remote_augmented(sample) {
-                bump(&self.stats.pipeline(0).served_kept, 1);
+                bump(&counters.served_kept, 1);
                 return Ok((ServedBytes::Memory(out), Origin::Remote));
             }
         }
-        // Another active job will be handed this job's output; else a spare is worth making.
+        // Another active job will be handed this job's output; else a spare (`augmented/`'s, made
+        // beside the pixels a read decodes) is worth making.
         let shared = matches!(consumer, Consumer::Job { bit, active } if active & !bit != 0);
-        let spare = !shared && consumer != Consumer::Prefetch;
+        let spare = pipeline == 0 && !shared && consumer != Consumer::Prefetch;
         let (loaded, origin) = self.load_promoting(sample, Admit::Augmented { spare })?;
-        let out = self.augment(0, sample, &loaded)?;
-        match consumer {
+        let out = self.augment(pipeline, sample, &loaded)?;
+        let keep = match consumer {
             // Shared with the other active jobs (Seneca): dropped once they all used it.
-            Consumer::Job { bit, .. } if shared => {
-                cache.augmented.admit(sample.id, AugmentedEntry { bytes: out.clone(), used_by: bit });
-            }
-            Consumer::Prefetch => {
-                cache.augmented.admit(sample.id, AugmentedEntry::fresh(out.clone()));
-            }
-            _ => {}
+            Consumer::Job { bit, .. } if shared => Some(AugmentedEntry { bytes: out.clone(), used_by: bit }),
+            Consumer::Prefetch => Some(AugmentedEntry::fresh(out.clone())),
+            _ => None,
+        };
+        if let (Some(entry), Some(store)) = (keep, cache.outputs(pipeline)) {
+            store.admit(sample.id, entry);
         }
         if consumer != Consumer::Prefetch {
-            bump(&self.stats.pipeline(0).made_at_open, 1);
+            bump(&counters.made_at_open, 1);
         }
-        Ok((out, origin))
-    }
-
-    /// The bytes of one file of recipe `recipe`'s view (its number, from 1) of `sample`, and
-    /// where they came from: an output of the recipe's kept ahead (by the refill), taken so it is
-    /// served once; else a fresh draw of the recipe's pipeline from what the encoded and decoded
-    /// forms hold (which every view shares), else from the source, kept in the fill order of an
-    /// augmented read. Each recipe keeps its outputs in a store of its own
-    /// ([`crate::cache::SampleCache::outputs`]), so no view is ever served another's output.
-    pub(crate) fn recipe(&self, sample: &Sample, recipe: u8) -> Result<(ServedBytes, Origin)> {
-        self.reader.refuse_known_bad(sample)?;
-        let counters = self.stats.pipeline(recipe);
-        if let Some(kept) = self.tiers.memory().outputs(recipe).and_then(|store| store.take(sample.id)) {
-            bump(&counters.served_kept, 1);
-            return Ok((kept.bytes, Origin::Augmented));
-        }
-        let (loaded, origin) = self.load_promoting(sample, Admit::Augmented { spare: false })?;
-        let out = self.augment(recipe, sample, &loaded)?;
-        bump(&counters.made_at_open, 1);
         Ok((out, origin))
     }
 
