@@ -17,7 +17,7 @@ import tempfile
 import time
 
 from . import BENCH_DIR
-from .jobs import generated_source, hits_and_misses, makespan, tree_bytes
+from .jobs import generated_source, hits_and_misses, makespan, pct, tree_bytes
 from .mount import Mount
 from .runs import write_report
 
@@ -92,10 +92,9 @@ def main():
                  "| samples served per decode | source MB read |",
                  "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
         for r in rows:
-            pred = r["predicted_hit_rate"]
             lines.append(f"| {', '.join(r['views'])} | {r['split_asked']} | {r['makespan_s']:.1f} | {r['split']} | "
                          f"{'-' if r['output_jobs'] is None else format(r['output_jobs'], '.2f')} | {r['s_augmented']:.0f} "
-                         f"| {r['hit_rate'] * 100:.0f}% ({'-' if pred is None else format(pred * 100, '.0f') + '%'}) "
+                         f"| {pct(r['hit_rate'])} ({pct(r['predicted_hit_rate'])}) "
                          f"| {r['served_per_decode']:.2f} | {(r['source_bytes_read'] or 0) / 1e6:.1f} |")
         write_report(args.out, rows, lines)
     finally:
