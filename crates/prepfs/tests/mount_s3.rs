@@ -322,8 +322,15 @@ fn a_store_that_slows_down_or_goes_away_within_the_retry_window_costs_the_reader
     let took = started.elapsed();
     assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
     assert!(took >= Duration::from_secs(3) && took < Duration::from_secs(10), "failed after the retry window, before the source's timeout: {took:?}");
+    // The log says which read failed and how long it was retried. The refill reads ahead while
+    // the store is down too, and such lines are written at most once a second, so the line
+    // written may name another object of the prefix than the one this reader asked for.
     let log = mnt.log();
-    assert!(log.contains("object store read failed") && log.contains("s3://train/data/c2/s08.jpg") && log.contains("retried for up to 4.0 s"), "{log}");
+    let failed: Vec<&str> = log.lines().filter(|l| l.contains("object store read failed")).collect();
+    assert!(
+        failed.iter().any(|l| l.contains("s3://train/data/c") && l.contains(".jpg") && l.contains("retried for up to 4.0 s")),
+        "a line naming a failed object and the retry window: {failed:?}"
+    );
     forwarder.resume();
     assert!(read("c2/s08.jpg").expect("served again") == bytes_of("c2/s08.jpg"));
 
