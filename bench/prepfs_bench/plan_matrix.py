@@ -72,9 +72,17 @@ def run_jobs(prepfs, source, workdir, name, yaml, epochs):
         mount.close()
     served = sum(j["samples_served"] for j in st["jobs"]["active"])
     predicted = predicted_makespan(served, epochs, seen)
+    work = st.get("work") or {}
+    per = lambda k: (work.get(k) or 0) / served if served else None
     return {"config": name, "yaml": yaml.strip(), "jobs": 3, "samples_served": served, "total_s": took,
             "predicted_total_s": predicted, "split": (st.get("plan") or {}).get("split"),
-            "error": (predicted / took - 1) if predicted else None}
+            "error": (predicted / took - 1) if predicted else None,
+            # What the work came to per sample served (the several-jobs model's augments,
+            # decodes and reads), and the plan's per-epoch rates as they were seen.
+            "per_sample": {"augments": per("pixel_augments") + per("decode_augments") if served else None,
+                           "decodes": per("decode_augments") + per("full_decodes") if served else None,
+                           "reads": per("source_reads")},
+            "plan_epochs_seen": seen[:1] + seen[-1:]}
 
 
 def decoded_bytes(source):
