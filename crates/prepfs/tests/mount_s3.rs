@@ -5,7 +5,10 @@
 //! `augmented/`; and the store failing: 503 SlowDown answers and an outage shorter than the
 //! retry window cost the reader nothing, one longer fails the read with EIO and a log line; an
 //! object replaced after the listing is served as its new version once a read finds it; a
-//! second mount serves the listing the first kept, until it is too old.
+//! second mount serves the listing the first kept, until it is too old. And WebDataset shards
+//! in the store, mounted by their pattern (`s3://train/shards/train-*.tar`): every sample served
+//! byte for byte and identified by its pixels, a shard cut short serving the members before the
+//! cut, the shards' indexes kept for the next mount.
 //!
 //! moto keeps its objects in memory, so stopping it would lose them: the outages are made by a
 //! small loopback TCP forwarder of this file's own between prepfs and moto, stopped (its
@@ -23,7 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{id_of_pixels, make_id_dataset, parse_ppm, write_config, Mounted};
+use common::{add_tar_member, id_of_pixels, make_id_dataset, parse_ppm, write_config, Mounted};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -378,5 +381,108 @@ fn a_second_mount_serves_the_kept_listing_without_listing_the_store_until_it_is_
     let mnt = mount(&run, &config, "s3://train/data");
     assert!(mnt.log().contains("reused=false"), "{}", mnt.log());
     assert_eq!(names(&mnt.path("encoded/c1")), ["late.jpg", "s04.jpg", "s05.jpg", "s06.jpg", "s07.jpg"]);
+    assert_eq!(mnt.stop().code(), Some(0));
+}
+
+/// A sample packed in a shard: its served path below `encoded/` and its id.
+struct InShard {
+    rel: String,
+    id: usize,
+    jpeg: Vec<u8>,
+}
+
+/// WebDataset shards of 18 id-coded JPEGs in 3 classes, in bucket `train` under `shards/`:
+/// `train-000.tar` (ids 0-8, labels in `.cls`), `train-001.tar` (ids 9-17, labels in `.json`),
+/// `train-002.tar` (cut inside its second sample's data: only `t00`, id 0 again, is served),
+/// and beside them `val-000.tar`, which `train-*.tar` does not name. Returns the samples served.
+fn upload_shards(moto: &Moto, dir: &Path) -> Vec<InShard> {
+    let (images, class_of) = make_id_dataset(dir, 3, 6);
+    let jpeg = |id: usize| std::fs::read(images.join(format!("c{}/s{id:02}.jpg", class_of[id]))).expect("jpeg");
+    let shards = dir.join("shards");
+    std::fs::create_dir_all(&shards).expect("mkdir");
+    let mut served = Vec::new();
+    for (n, ids) in [(0, 0..9), (1, 9..18)] {
+        let path = shards.join(format!("train-00{n}.tar"));
+        let mut tar = tar::Builder::new(std::fs::File::create(&path).expect("create"));
+        for id in ids {
+            let key = format!("s{id:02}");
+            let class = class_of[id];
+            if n == 0 {
+                add_tar_member(&mut tar, &format!("{key}.jpg"), &jpeg(id));
+                add_tar_member(&mut tar, &format!("{key}.cls"), format!("{class}\n").as_bytes());
+            } else {
+                add_tar_member(&mut tar, &format!("{key}.json"), format!("{{\"class\": {class}}}").as_bytes());
+                add_tar_member(&mut tar, &format!("{key}.jpg"), &jpeg(id));
+            }
+            served.push(InShard { rel: format!("{class}/{key}.jpg"), id, jpeg: jpeg(id) });
+        }
+        tar.into_inner().expect("finish");
+    }
+    let cut = shards.join("train-002.tar");
+    let mut tar = tar::Builder::new(std::fs::File::create(&cut).expect("create"));
+    for (key, id) in [("t00", 0), ("t01", 1)] {
+        add_tar_member(&mut tar, &format!("{key}.jpg"), &jpeg(id));
+        add_tar_member(&mut tar, &format!("{key}.cls"), format!("{}", class_of[id]).as_bytes());
+    }
+    tar.into_inner().expect("finish");
+    served.push(InShard { rel: format!("{}/t00.jpg", class_of[0]), id: 0, jpeg: jpeg(0) });
+    let whole = std::fs::read(&cut).expect("read");
+    let t01_data = whole.len() - 1024 - 1024 - jpeg(1).len().div_ceil(512) * 512;
+    std::fs::write(&cut, &whole[..t01_data + 100]).expect("cut inside t01.jpg");
+    std::fs::copy(shards.join("train-000.tar"), shards.join("val-000.tar")).expect("val");
+    moto.request("PUT", "/train", b"");
+    for name in ["train-000.tar", "train-001.tar", "train-002.tar", "val-000.tar"] {
+        moto.request("PUT", &format!("/train/shards/{name}"), &std::fs::read(shards.join(name)).expect("shard"));
+    }
+    served
+}
+
+fn files_below(dir: &Path) -> usize {
+    names(dir).iter().map(|class| names(&dir.join(class)).len()).sum()
+}
+
+#[test]
+fn webdataset_shards_in_an_object_store_are_mounted_by_their_pattern_and_every_sample_is_served_byte_for_byte() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let moto = Moto::start();
+    let samples = upload_shards(&moto, dir.path());
+    let run = dir.path().join("run");
+    std::fs::create_dir_all(&run).expect("mkdir");
+    let pattern = "s3://train/shards/train-*.tar";
+    let yaml = format!(
+        "seed: 5\nthreads: 2\ncache: {{ memory: 64MiB }}\nsource: {{ shards: \"{pattern}\", endpoint: \"{}\", region: us-east-1, index_dir: \"{}\" }}\n",
+        moto.endpoint(),
+        dir.path().join("index").display()
+    );
+    let config = write_config(&run, &yaml);
+    // The pattern on the command line, as `prepfs mount 's3://BUCKET/PREFIX/train-*.tar' MNT`.
+    let mnt = mount(&run, &config, pattern);
+
+    // The classes from the labels; every sample once, val-000.tar's not at all.
+    assert_eq!(names(&mnt.path("encoded")), ["0", "1", "2"]);
+    assert_eq!(files_below(&mnt.path("encoded")), samples.len(), "t01, cut by the end of its shard, is not served");
+    assert!(!mnt.path("encoded/0/t01.jpg").exists());
+    for s in &samples {
+        let encoded = std::fs::read(mnt.path(&format!("encoded/{}", s.rel))).unwrap_or_else(|e| panic!("encoded/{}: {e}", s.rel));
+        assert!(encoded == s.jpeg, "encoded/{} is its member's bytes ({} served, {} packed)", s.rel, encoded.len(), s.jpeg.len());
+        let stem = s.rel.trim_end_matches(".jpg");
+        for view in ["decoded", "augmented"] {
+            let out = std::fs::read(mnt.path(&format!("{view}/{stem}.ppm"))).unwrap_or_else(|e| panic!("{view}/{stem}.ppm: {e}"));
+            let (w, h, rgb) = parse_ppm(&out);
+            assert!(w > 0 && h > 0);
+            assert_eq!(id_of_pixels(rgb).0, s.id, "{view}/{stem}.ppm holds sample {}'s pixels", s.id);
+        }
+    }
+    let log = mnt.log();
+    assert!(log.contains("shards ready") && log.contains("shards=3") && log.contains("indexed=3") && log.contains("cut_shards=1"), "{log}");
+    assert!(log.contains("shard has bad members"), "the cut shard is said: {log}");
+    assert_eq!(mnt.stop().code(), Some(0));
+
+    // The next mount: the kept listing and the kept indexes, no header read again.
+    let mnt = mount(&run, &config, pattern);
+    let log = mnt.log();
+    assert!(log.contains("reused=3") && log.contains("indexed=0"), "{log}");
+    let s = &samples[12];
+    assert!(std::fs::read(mnt.path(&format!("encoded/{}", s.rel))).expect("read") == s.jpeg);
     assert_eq!(mnt.stop().code(), Some(0));
 }

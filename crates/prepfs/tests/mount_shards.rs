@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::{id_of_pixels, make_id_dataset, parse_ppm, write_config, Mounted};
+use common::{add_tar_member as add, id_of_pixels, make_id_dataset, parse_ppm, write_config, Mounted};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -25,14 +25,6 @@ struct Packed {
     name: String,
     id: usize,
     jpeg: Vec<u8>,
-}
-
-fn add(builder: &mut tar::Builder<std::fs::File>, name: &str, bytes: &[u8]) {
-    let mut header = tar::Header::new_gnu();
-    header.set_size(bytes.len() as u64);
-    header.set_mode(0o644);
-    header.set_entry_type(tar::EntryType::Regular);
-    builder.append_data(&mut header, name, bytes).expect("append");
 }
 
 fn chmod(path: &Path, mode: u32) {

@@ -1,6 +1,7 @@
 //! Shared set-up of the mounted end-to-end tests: a synthetic dataset made by the project's
 //! generator, and a mount guard that runs the real `prepfs` binary, waits until it serves, and
-//! unmounts on every way out (drop, panic, or a watchdog when the test overruns its time limit).
+//! unmounts on every way out (drop, panic, or a watchdog when the test overruns its time limit);
+//! and a WebDataset shard's members packed into a tar (`add_tar_member`).
 
 #![allow(dead_code)]
 
@@ -377,6 +378,16 @@ pub fn make_id_dataset(dir: &Path, classes: usize, per_class: usize) -> (PathBuf
         }
     }
     (root, class_of)
+}
+
+/// Appends the member `name` holding `bytes` to a tar being built (a GNU header, mode 0644), as
+/// webdataset's writers pack a WebDataset shard's members.
+pub fn add_tar_member(builder: &mut tar::Builder<std::fs::File>, name: &str, bytes: &[u8]) {
+    let mut header = tar::Header::new_gnu();
+    header.set_size(bytes.len() as u64);
+    header.set_mode(0o644);
+    header.set_entry_type(tar::EntryType::Regular);
+    builder.append_data(&mut header, name, bytes).expect("append");
 }
 
 /// Aborts the FUSE connection of the mount at `path` (as given, not canonicalized: a mount that

@@ -1,7 +1,9 @@
 //! One shard's index: its samples' image members as (offset, length) in the tar, and their
 //! labels, found by walking the tar headers and seeking over the data (the `tar` crate's
 //! `entries_with_seek`); only the small label members (`.cls`, `.json`) are read. The walk reads
-//! through a [`SourceFile`] (`read_at`), so any source that answers ranged reads can be indexed.
+//! through a [`SourceFile`] (`read_at`), so any source that answers ranged reads can be indexed:
+//! a local shard one `pread` per header (the data seeked over, never read), a shard in an object
+//! store in large windows (one ranged GET holds many headers; see [`At`]).
 //!
 //! A bad member costs only its sample: a label that does not parse drops that sample, a member
 //! cut by the end of the file and everything after it are dropped (the members before the cut
@@ -84,14 +86,15 @@ struct Partial {
     json: Option<Result<Label, String>>,
 }
 
-/// Indexes the shard open as `file`.
-pub(crate) fn index(file: &dyn SourceFile) -> ShardIndex {
+/// Indexes the shard open as `file`, read in windows of `window` bytes (0: each read of the
+/// walk one `read_at`; see [`At`]).
+pub(crate) fn index(file: &dyn SourceFile, window: usize) -> ShardIndex {
     let stamp = Stamp::of(file.meta());
     let len = file.meta().len();
     let mut problems = Problems::default();
     let mut keys: Vec<Vec<u8>> = Vec::new();
     let mut partial: HashMap<Vec<u8>, Partial> = HashMap::new();
-    let mut archive = tar::Archive::new(At { file, pos: 0 });
+    let mut archive = tar::Archive::new(At::new(file, window));
     match archive.entries_with_seek() {
         Ok(entries) => {
             for entry in entries {
@@ -176,15 +179,76 @@ fn read_label(entry: &mut impl Read, size: u64) -> Result<Vec<u8>, String> {
     Ok(bytes)
 }
 
-/// A [`SourceFile`] as the `Read + Seek` the tar crate walks: each read is a `read_at`.
+/// A read of a window shorter than this is not made: a window after a member longer than the
+/// window is this long (a header, a long name, a label member), so a shard of large members
+/// costs little more than its headers.
+const SMALL_WINDOW: usize = 64 << 10;
+
+/// A [`SourceFile`] as the `Read + Seek` the tar crate walks. Without a window each read is a
+/// `read_at`. With one, a read outside the bytes held fetches a window from there (one
+/// `read_at`: one ranged GET of an object store), and the reads after it, the following
+/// headers and label members, are answered from it until the walk seeks past its end; a read
+/// that straddles the end gets the bytes held, and its rest comes from the next window. A fetch
+/// that starts past the last window's end (a member longer than what was left of the window
+/// was seeked over) fetches [`SMALL_WINDOW`] bytes, and a fetch that goes on where the last one
+/// ended fetches `window` again: a shard of large members is not read whole for its headers.
 struct At<'a> {
     file: &'a dyn SourceFile,
     pos: u64,
+    window: usize,
+    held: Vec<u8>,
+    held_at: u64,
+}
+
+impl<'a> At<'a> {
+    fn new(file: &'a dyn SourceFile, window: usize) -> At<'a> {
+        At { file, pos: 0, window, held: Vec::new(), held_at: 0 }
+    }
+
+    /// Fetches the window at `self.pos` into `held` (fewer bytes at the end of the file).
+    fn fetch(&mut self) -> io::Result<()> {
+        let held_end = self.held_at + self.held.len() as u64;
+        let skipped = !self.held.is_empty() && self.pos > held_end;
+        let want = if skipped { self.window.min(SMALL_WINDOW) } else { self.window };
+        let left = self.file.meta().len().saturating_sub(self.pos);
+        let want = (want as u64).min(left) as usize;
+        self.held.clear();
+        self.held.resize(want, 0);
+        self.held_at = self.pos;
+        let mut got = 0;
+        while got < want {
+            match self.file.read_at(&mut self.held[got..], self.pos + got as u64) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.held.clear();
+                    return Err(e);
+                }
+            }
+        }
+        self.held.truncate(got);
+        Ok(())
+    }
 }
 
 impl Read for At<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.file.read_at(buf, self.pos)?;
+        if self.window == 0 {
+            let n = self.file.read_at(buf, self.pos)?;
+            self.pos += n as u64;
+            return Ok(n);
+        }
+        let inside = |at: &At<'_>| at.pos >= at.held_at && at.pos < at.held_at + at.held.len() as u64;
+        if !inside(self) {
+            self.fetch()?;
+            if !inside(self) {
+                return Ok(0); // the end of the file
+            }
+        }
+        let from = (self.pos - self.held_at) as usize;
+        let n = buf.len().min(self.held.len() - from);
+        buf[..n].copy_from_slice(&self.held[from..from + n]);
         self.pos += n as u64;
         Ok(n)
     }
@@ -222,8 +286,98 @@ pub(crate) mod tests {
     }
 
     fn index_of(path: &Path) -> ShardIndex {
+        index_in_windows(path, 0).0
+    }
+
+    /// A file that counts its reads and the bytes they asked for.
+    struct Counted {
+        inner: Box<dyn SourceFile>,
+        reads: std::sync::Mutex<(usize, u64)>,
+    }
+
+    impl SourceFile for Counted {
+        fn meta(&self) -> &FileMeta {
+            self.inner.meta()
+        }
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+            let mut reads = self.reads.lock().expect("reads");
+            *reads = (reads.0 + 1, reads.1 + buf.len() as u64);
+            self.inner.read_at(buf, offset)
+        }
+    }
+
+    /// The index of the shard at `path` walked in windows of `window` bytes, and the reads it
+    /// took (how many, how many bytes).
+    fn index_in_windows(path: &Path, window: usize) -> (ShardIndex, (usize, u64)) {
         let source = LocalSource::new(path.parent().expect("dir")).expect("source");
-        index(&*source.open(path).expect("open"))
+        let file = Counted { inner: source.open(path).expect("open"), reads: std::sync::Mutex::new((0, 0)) };
+        let idx = index(&file, window);
+        let reads = *file.reads.lock().expect("reads");
+        (idx, reads)
+    }
+
+    #[test]
+    fn a_walk_in_windows_finds_what_a_read_per_header_finds_with_headers_and_labels_across_window_ends() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("s.tar");
+        // Sizes that put headers and label members at every offset of a window.
+        let images: Vec<Vec<u8>> = (0..60u32).map(|i| (0..(i * 397 % 3001 + 1)).map(|b| (b * 7 + i) as u8).collect()).collect();
+        let labels: Vec<String> = (0..60).map(|i| format!("{}", i % 7)).collect();
+        let names: Vec<(String, String)> = (0..60).map(|i| (format!("k{i:03}.jpg"), format!("k{i:03}.cls"))).collect();
+        let mut members: Vec<(&str, &[u8])> = Vec::new();
+        for i in 0..60 {
+            members.push((names[i].0.as_str(), images[i].as_slice()));
+            members.push((names[i].1.as_str(), labels[i].as_bytes()));
+        }
+        write_tar(&path, &members);
+        let len = std::fs::metadata(&path).expect("stat").len();
+        let (direct, (direct_reads, _)) = index_in_windows(&path, 0);
+        assert_eq!(direct.samples.len(), 60);
+        assert!(!direct.problems.any(), "{:?}", direct.problems);
+        for window in [700, 1000, 4096, 10_000, 1 << 20] {
+            let (idx, (reads, bytes)) = index_in_windows(&path, window);
+            assert_eq!(idx, direct, "window {window}");
+            // Reads of at most a window each, going on where the last ended: about the
+            // shard's length over the window, never more reads than the direct walk's.
+            assert!(bytes <= len + window as u64, "window {window}: {bytes} bytes read of {len}");
+            assert!(reads <= (len as usize).div_ceil(window) + 1, "window {window}: {reads} reads");
+            if window >= 4096 {
+                assert!(reads * 4 < direct_reads, "window {window}: {reads} reads, direct {direct_reads}");
+            }
+        }
+        // A shard smaller than the window is one read.
+        assert_eq!(index_in_windows(&path, 1 << 20).1 .0, 1);
+        for s in &direct.samples {
+            let i: usize = String::from_utf8_lossy(&s.key[1..]).parse().expect("key");
+            assert_eq!(bytes_at(&path, s), images[i]);
+        }
+    }
+
+    #[test]
+    fn a_member_longer_than_the_window_is_seeked_over_and_the_shard_is_not_read_whole() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("s.tar");
+        let big: Vec<Vec<u8>> = (0..4u8).map(|i| vec![i; 300_000]).collect();
+        write_tar(&path, &[
+            ("a.jpg", b"A"), ("a.cls", b"1"),
+            ("b.jpg", &big[0]), ("b.cls", b"2"),
+            ("c.jpg", &big[1]), ("c.cls", b"3"),
+            ("d.jpg", &big[2]), ("e.jpg", &big[3]), ("e.json", br#"{"class": 5}"#),
+            ("f.jpg", b"F"), ("f.cls", b"6"),
+        ]);
+        let len = std::fs::metadata(&path).expect("stat").len();
+        let (direct, _) = index_in_windows(&path, 0);
+        let window = 200_000;
+        let (idx, (reads, bytes)) = index_in_windows(&path, window);
+        assert_eq!(idx, direct);
+        let keys: Vec<&[u8]> = idx.samples.iter().map(|s| &s.key[..]).collect();
+        assert_eq!(keys, [&b"a"[..], b"b", b"c", b"d", b"e", b"f"]);
+        for (s, want) in idx.samples[1..5].iter().zip(&big) {
+            assert_eq!(&bytes_at(&path, s), want);
+        }
+        // After a member longer than the window, small windows: far less than the shard read.
+        assert!(bytes < len / 2, "{bytes} bytes read of {len} in {reads} reads");
+        assert!(reads <= 8, "{reads} reads");
     }
 
     fn bytes_at(path: &Path, s: &Indexed) -> Vec<u8> {
@@ -313,6 +467,7 @@ pub(crate) mod tests {
             ("e.jpg", b"E"), ("e.cls", b"1"),
         ]);
         let idx = index_of(&path);
+        assert_eq!(index_in_windows(&path, 1000).0, idx, "the same in windows");
         let keys: Vec<&[u8]> = idx.samples.iter().map(|s| &s.key[..]).collect();
         assert_eq!(keys, [&b"d"[..], b"e"]);
         assert_eq!((idx.problems.bad_labels, idx.problems.extra_images, idx.problems.cut), (3, 1, false));
@@ -336,12 +491,16 @@ pub(crate) mod tests {
         let cut_at = whole.windows(4).position(|w| w == [7, 7, 7, 7]).expect("b's data") + 100;
         std::fs::write(&path, &whole[..cut_at]).expect("cut");
         let idx = index_of(&path);
+        for window in [700, 1 << 20] {
+            assert_eq!(index_in_windows(&path, window).0, idx, "the same in windows of {window}");
+        }
         assert_eq!(idx.samples.iter().map(|s| &s.key[..]).collect::<Vec<_>>(), [&b"a"[..]]);
         assert!(idx.problems.cut, "{:?}", idx.problems);
         assert!(idx.problems.first.as_deref().is_some_and(|w| w.contains("b.jpg")), "{:?}", idx.problems.first);
         // Cut inside a header: the samples before it, and a damaged header said.
         std::fs::write(&path, &whole[..1024 + 200]).expect("cut in a header");
         let idx = index_of(&path);
+        assert_eq!(index_in_windows(&path, 700).0, idx, "the same in windows");
         assert_eq!(idx.samples.len(), 1);
         assert!(idx.problems.cut);
         // Not a tar at all: nothing, said.

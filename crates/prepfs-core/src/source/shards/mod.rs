@@ -38,6 +38,11 @@ use index::{ShardIndex, Stamp};
 use io::{Placed, Shard, ShardSource};
 use label::Naming;
 
+/// The window a shard in an object store is indexed in: one ranged GET of up to 8 MiB holds
+/// the headers of every member in it (a shard of ~100 KB images: ~80 headers a request, where
+/// a GET per header would pay a round trip each); a shard this small is one GET.
+const STORE_WINDOW: usize = 8 << 20;
+
 /// What indexing the shards found, for the log and the bench.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ShardReport {
@@ -77,7 +82,7 @@ impl Shards {
         let (dir, names) = pattern::expand(&config.pattern)?;
         let root = dir.canonicalize().map_err(|e| named(&dir, e))?;
         let inner: Arc<dyn SourceIo> = Arc::new(LocalSource::new(&root)?);
-        Shards::index_over(inner, &root, names, index_dir, progress, stop)
+        Shards::index_over(inner, &root, names, 0, index_dir, progress, stop)
     }
 
     /// [`Shards::index`] of shards in an object store (`s3://BUCKET/PREFIX/train-*.tar`: the
@@ -101,15 +106,17 @@ impl Shards {
         let at_root = listed.names_at_root();
         let known: std::collections::HashSet<&str> = at_root.iter().map(String::as_str).collect();
         let names = pattern::expand_in(&config.pattern, name, || Ok(at_root.clone()), |n| known.contains(n))?;
-        Shards::index_over(listed.io(), listed.root(), names, index_dir, progress, stop)
+        Shards::index_over(listed.io(), listed.root(), names, STORE_WINDOW, index_dir, progress, stop)
     }
 
     /// [`Shards::index`] of the shards `names` in `root`, read through `inner` (the local
-    /// directory; an instrumented one in tests).
+    /// directory, an object store's objects; an instrumented one in tests), each shard's walk
+    /// in reads of `window` bytes (0: a read per header; see `index::index`).
     pub(crate) fn index_over(
         inner: Arc<dyn SourceIo>,
         root: &Path,
         names: Vec<String>,
+        window: usize,
         index_dir: Option<&Path>,
         mut progress: impl FnMut(usize),
         stop: &AtomicBool,
@@ -125,7 +132,7 @@ impl Shards {
                 return Err(std::io::Error::new(std::io::ErrorKind::Interrupted, "indexing stopped"));
             }
             let path = root.join(&name);
-            let (index, reused) = index_one(&*inner, &path, index_dir)?;
+            let (index, reused) = index_one(&*inner, &path, window, index_dir)?;
             if reused {
                 report.reused += 1;
             } else {
@@ -204,13 +211,13 @@ fn named(path: &Path, e: std::io::Error) -> std::io::Error {
 
 /// The index of the shard at `path`: the one kept in `index_dir` if it is of this version of
 /// the shard, else made from its headers (and kept). Whether the kept one was used.
-fn index_one(inner: &dyn SourceIo, path: &PathBuf, index_dir: Option<&Path>) -> std::io::Result<(ShardIndex, bool)> {
+fn index_one(inner: &dyn SourceIo, path: &PathBuf, window: usize, index_dir: Option<&Path>) -> std::io::Result<(ShardIndex, bool)> {
     let meta = inner.metadata(path).map_err(|e| named(path, e))?;
     if let Some(kept) = index_dir.and_then(|dir| persist::load(dir, path, Stamp::of(&meta))) {
         return Ok((kept, true));
     }
     let file = inner.open(path).map_err(|e| named(path, e))?;
-    let index = index::index(&*file);
+    let index = index::index(&*file, window);
     if let Some(dir) = index_dir {
         if let Err(e) = persist::save(dir, path, &index) {
             tracing::warn!(dir = %dir.display(), "cannot keep the shard index ({e}); the next mount indexes the shard again");
