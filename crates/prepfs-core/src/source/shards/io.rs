@@ -1,7 +1,7 @@
 //! The shards as a [`SourceIo`]: the tree `<root>/<class>/<name>` their index describes, each
 //! sample's bytes one ranged read of its shard. It sits on another `SourceIo` that reads the
-//! shard files themselves (the local directory of the shards; an object store's ranged reads
-//! would slot in there), so what a source's checks refuse (a FIFO, a link out of it) stays
+//! shard files themselves (the local directory of the shards, or an object store's objects,
+//! each read a ranged GET), so what a source's checks refuse (a FIFO, a link out of it) stays
 //! refused.
 //!
 //! A sample shows its shard's owner, mode and times (its size is its own): nothing a shard's
