@@ -148,6 +148,8 @@ pub(crate) fn measure(
         // A read's wall time: on local storage its CPU (the controller zeroes it behind a read
         // limit, where a read waits for the link).
         t_read: sum.read_s / n,
+        // A made output's cost beyond its pixel work and read: the serving probe's, with jobs.
+        t_output: 0.0,
     };
     Some(Calibration { params, samples_timed: sum.n, t_full: threads * n / sum.full_s.max(1e-9) })
 }

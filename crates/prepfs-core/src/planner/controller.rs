@@ -140,21 +140,23 @@ struct ServeProbe {
     /// The machine's busy core-seconds and the pixel work's CPU nanoseconds at `at`.
     busy: Option<f64>,
     pixel_ns: u64,
-    /// Source reads and the jobs sharing at `at`.
+    /// Source reads, outputs made and the jobs sharing at `at`.
     reads: u64,
+    made: u64,
     jobs: u32,
     /// Over the intervals that served enough with the same jobs throughout: intervals, samples
     /// served, and core-seconds spent on them beyond the pixel work.
     costed: (u32, u64, f64),
-    /// The same intervals, fitted as a cost per sample served and per source read.
+    /// The same intervals, fitted as a cost per sample served and per output made.
     fit: ServeFit,
 }
 
 /// What the serving probe found: the model's `t_serve`, and with several jobs, where the
-/// intervals tell it apart, a source read's CPU beyond its pixel work (core-seconds).
+/// intervals tell it apart, what an output made costs beyond its pixel work (core-seconds) and
+/// the source reads per output made it was measured at (`serve_fit`).
 struct Serving {
     t_serve: Option<f64>,
-    per_read: Option<f64>,
+    per_made: Option<(f64, f64)>,
 }
 
 impl PlanController {
@@ -176,6 +178,7 @@ impl PlanController {
                 busy: machine_busy_seconds(),
                 pixel_ns: 0,
                 reads: 0,
+                made: 0,
                 jobs: 1,
                 costed: (0, 0, 0.0),
                 fit: ServeFit::default(),
@@ -275,7 +278,7 @@ impl PlanController {
     /// per thread times the decodes that can run at once, and the source's read rate.
     fn replan_from_live_rates(&self) -> bool {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let Serving { t_serve, per_read } = self.probe_serve();
+        let Serving { t_serve, per_made } = self.probe_serve();
         let s = &self.stats;
         let (da_n, da_ns) = (get(&s.decode_augments), get(&s.decode_augment_nanos));
         // Recipes: each pipeline's measured augment cost, weighted by its reads (`stats.rs`).
@@ -368,11 +371,16 @@ impl PlanController {
         }
         self.behind_read_limit(&mut params);
         // A read's CPU, measured on its thread: behind a limit too (calibration's read time
-        // is the link's, which `behind_read_limit` takes out). With several jobs, what a miss
-        // costs beyond its pixel work where the serving probe tells it apart from serving
-        // (`serve_fit`: the read, the output written, their round trips).
-        if let Some(cpu) = per_read.or(read_cpu) {
+        // is the link's, which `behind_read_limit` takes out).
+        if let Some(cpu) = read_cpu {
             params.t_read = cpu;
+        }
+        // With several jobs, what an output made costs beyond its pixel work where the serving
+        // probe tells it apart from serving (`serve_fit`: the output written, the round trips,
+        // the read where it read), less the reads' own CPU it was measured with: only that is
+        // spared where the encoded form spares the read.
+        if let Some((per_made, reads_per_made)) = per_made {
+            params.t_output = (per_made - reads_per_made * read_cpu.unwrap_or(0.0)).max(0.0);
         }
         self.apply(params, t_full, "rates measured while serving", timed);
         true
@@ -401,13 +409,14 @@ impl PlanController {
     /// mix changes from the first epoch to the second, so a lumped cost would mispredict both.)
     /// With several jobs, only intervals with the same jobs throughout count, and only once
     /// [`SERVE_PROBE_INTERVALS`] have; where their mixes tell them apart, the cost is split into
-    /// one per sample served and one per source read (`serve_fit`), so that a first epoch of
+    /// one per sample served and one per output made (`serve_fit`), so that a first epoch of
     /// misses does not price the later epochs' hits.
     fn probe_serve(&self) -> Serving {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let s = &self.stats;
         let opens = get(&s.encoded.opens) + get(&s.decoded.opens) + get(&s.augmented.opens);
         let reads = get(&s.source_reads);
+        let made = get(&s.decode_augments) + get(&s.pixel_augments);
         let work = s.decodes() + reads;
         let pixel_ns = get(&s.full_decode_nanos) + get(&s.decode_augment_nanos) + get(&s.pixel_augment_nanos);
         let busy = machine_busy_seconds();
@@ -427,20 +436,22 @@ impl PlanController {
                 let spent = now - then - pixel_ns.saturating_sub(probe.pixel_ns) as f64 / 1e9;
                 if served >= SERVE_PROBE_MIN && spent > 0.0 {
                     costed = (costed.0 + 1, costed.1 + served, costed.2 + spent);
-                    fit.add(served, reads.saturating_sub(probe.reads), spent);
+                    fit.add(served, made.saturating_sub(probe.made), reads.saturating_sub(probe.reads), spent);
                 }
             }
-            *probe = ServeProbe { at: Instant::now(), opens, work, best: probe.best, busy, pixel_ns, reads, jobs, costed, fit };
+            *probe = ServeProbe { at: Instant::now(), opens, work, best: probe.best, busy, pixel_ns, reads, made, jobs, costed, fit };
         }
         let costed = probe.costed.0 >= SERVE_PROBE_INTERVALS;
         match (probe.best, probe.costed, probe.fit.costs()) {
             // Core-seconds a sample on `cores` cores: the machine serves cores / that a second;
-            // a read's cost apart where the intervals tell it apart (`serve_fit`).
-            (_, _, Some(c)) if jobs > 1 && costed => Serving { t_serve: Some(self.threads / c.per_sample), per_read: Some(c.per_read) },
-            (_, (_, n, spent), _) if jobs > 1 && costed => Serving { t_serve: Some(self.threads * n as f64 / spent), per_read: None },
+            // an output's cost apart where the intervals tell it apart (`serve_fit`).
+            (_, _, Some(c)) if jobs > 1 && costed => {
+                Serving { t_serve: Some(self.threads / c.per_sample), per_made: Some((c.per_made, c.reads_per_made)) }
+            }
+            (_, (_, n, spent), _) if jobs > 1 && costed => Serving { t_serve: Some(self.threads * n as f64 / spent), per_made: None },
             // Pure serving, measured where nothing was made: the model's `t_serve` has an
             // output made for each one served.
-            (best, _, _) => Serving { t_serve: best.map(|rate| rate / crate::planner::prepfs::PURE_HIT_SPEEDUP), per_read: None },
+            (best, _, _) => Serving { t_serve: best.map(|rate| rate / crate::planner::prepfs::PURE_HIT_SPEEDUP), per_made: None },
         }
     }
 

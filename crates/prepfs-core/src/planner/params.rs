@@ -86,6 +86,11 @@ pub struct PlanParams {
     /// prepfs's model only: core-seconds a read from the storage costs the node's CPU (the
     /// system call, the copy, the buffer's pages; 0: free, as behind a slow link).
     pub(crate) t_read: f64,
+    /// prepfs's model only, several jobs: core-seconds an augmented output made costs beyond
+    /// its pixel work and any source read (writing it into the cache, the round trips of the
+    /// miss that made it; 0: not measured). The serving probe's fit measures a miss's cost, and
+    /// only the read's own CPU (`t_read`) is saved by a form that spares the read.
+    pub(crate) t_output: f64,
 }
 
 
@@ -191,8 +196,10 @@ impl PlanParams {
         if !(self.t_remote.is_finite() && self.t_remote >= 0.0) {
             return Err(invalid("t_remote", format!("must be a number of seconds, 0 or more, got {}", self.t_remote)));
         }
-        if !(self.t_read.is_finite() && self.t_read >= 0.0) {
-            return Err(invalid("t_read", format!("must be a number of seconds, 0 or more, got {}", self.t_read)));
+        for (key, t) in [("t_read", self.t_read), ("t_output", self.t_output)] {
+            if !(t.is_finite() && t >= 0.0) {
+                return Err(invalid(key, format!("must be a number of seconds, 0 or more, got {t}")));
+            }
         }
         if !(0.0..=1.0).contains(&self.remote_decoded) {
             return Err(invalid("remote_decoded", format!("must be a share from 0 to 1, got {}", self.remote_decoded)));
@@ -272,6 +279,8 @@ struct RawPlanParams {
     t_remote: Option<f64>,
     #[serde(default)]
     t_read: Option<f64>,
+    #[serde(default)]
+    t_output: Option<f64>,
 }
 
 /// A key that is present deserialises to `Some(value or None for null)`; `#[serde(default)]`
@@ -354,6 +363,7 @@ impl RawPlanParams {
             remote_decoded: self.remote_decoded.unwrap_or(0.0),
             t_remote: self.t_remote.unwrap_or(0.0),
             t_read: self.t_read.unwrap_or(0.0),
+            t_output: self.t_output.unwrap_or(0.0),
         };
         params.validate_in(text)?;
         Ok(params)

@@ -66,7 +66,9 @@
 //!
 //! - augmentations `a = 1 / g(w_A)`; decodes `d = min(a, (1 - H_D) / g(max(w_A, w_D)))`;
 //!   storage reads `r = min(d, (1 - H_E) / g(max(w_A, w_D, w_E)))`;
-//! - CPU time `1 / t_serve + (a - d) / t_a + d / t_da`, storage bytes `r · s_data`;
+//! - CPU time `1 / t_serve + (a - d) / t_a + d / t_da + a c_o + r c_r`, storage bytes
+//!   `r · s_data`, with `c_o` the CPU an output made costs beyond its pixel work and read (its
+//!   writing and round trips: `t_output`, from the serving probe's fit) and `c_r` a read's own;
 //! - with a remote tier, the reads come from it in the share `h_R` (`r h_R` samples cross the
 //!   NIC, `s_remote_entry` bytes each, costing `t_remote / nodes`, and those held as pixels
 //!   save their decode), and only
@@ -290,7 +292,8 @@ fn evaluate_shared(p: &PlanParams, split: Split, carried: bool) -> Evaluation {
         + (augments - decodes + saved_decodes) / t_a
         + (decodes - saved_decodes) / t_da
         + remote_reads * remote.read
-        + (reads - remote_reads) * read_seconds(p);
+        + (reads - remote_reads) * read_seconds(p)
+        + augments * output_seconds(p);
     let storage = (reads - remote_reads) * p.s_data;
     let nic_bytes = match p.s_remote > 0.0 {
         true => remote_reads * p.s_remote_entry,
@@ -371,6 +374,12 @@ pub(super) fn machine_seconds(t_serve: f64, waited: f64, work: f64) -> f64 {
 /// nodes' cores.
 pub(super) fn read_seconds(p: &PlanParams) -> f64 {
     p.t_read / f64::from(p.nodes.max(1) * p.cores.max(1))
+}
+
+/// Machine seconds an output made costs the CPU beyond its pixel work and read (several jobs):
+/// `t_output` core-seconds on one of the nodes' cores.
+pub(super) fn output_seconds(p: &PlanParams) -> f64 {
+    p.t_output / f64::from(p.nodes.max(1) * p.cores.max(1))
 }
 
 /// The serve, augment and decode+augment rates of all nodes' cores.
@@ -683,6 +692,24 @@ pub(super) mod tests {
         assert_close(ev.n_a, 1000.0 * (1.0 - a));
         assert_close(ev.n_storage, 1000.0 * a);
         // The same memory as bytes shares only the reads: every job decodes (800/s).
+    }
+
+    #[test]
+    fn with_several_jobs_an_output_made_costs_its_writing_and_bytes_held_spare_only_the_reads_own_cpu() {
+        // An output made costs 1 ms of a core beyond its pixel work, a read 0.1 ms (2 cores).
+        let p = PlanParams { jobs: 3, dirs: 10, s_cache: 50.0 * 250.0, t_output: 1e-3, t_read: 1e-4, ..base() };
+        let a = 1.0 / serves(50.0, 10.0);
+        let all_outputs = evaluate(&p, split("0-0-100"));
+        assert_close(all_outputs.samples_per_s, 1.0 / (1.0 / 4000.0 + a / 1000.0 + a * 0.5e-3 + a * 0.05e-3));
+        // Half the room as encoded bytes: 62.5 of them spare reads, but every output still
+        // costs its writing; only the reads' 0.05 ms is saved.
+        let (a, r) = (1.0 / serves(25.0, 10.0), 1.0 / serves(62.5, 10.0));
+        let half_bytes = evaluate(&p, split("50-0-50"));
+        assert_close(half_bytes.samples_per_s, 1.0 / (1.0 / 4000.0 + a / 1000.0 + a * 0.5e-3 + r * 0.05e-3));
+        assert!(half_bytes.samples_per_s < all_outputs.samples_per_s);
+        // One job: serving's measured rate has an output made in it; nothing is added.
+        let one = PlanParams { jobs: 1, ..p.clone() };
+        assert_eq!(evaluate(&one, split("0-0-100")), evaluate(&PlanParams { t_output: 0.0, ..one }, split("0-0-100")));
     }
 
     #[test]

@@ -151,6 +151,7 @@ pub(crate) mod tests {
             remote_decoded: 0.0,
             t_remote: 0.0,
             t_read: 0.0,
+            t_output: 0.0,
         }
     }
 
