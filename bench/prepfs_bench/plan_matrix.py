@@ -82,7 +82,9 @@ def run_jobs(prepfs, source, workdir, name, yaml, epochs):
             "per_sample": {"augments": per("pixel_augments") + per("decode_augments") if served else None,
                            "decodes": per("decode_augments") + per("full_decodes") if served else None,
                            "reads": per("source_reads")},
-            "plan_epochs_seen": seen[:1] + seen[-1:]}
+            "plan_epochs_seen": seen[:1] + seen[-1:],
+            # The model's inputs as the plan last measured them (t_read, t_da, t_serve, ...).
+            "plan_inputs": (st.get("plan") or {}).get("inputs"), "work": work}
 
 
 def decoded_bytes(source):
