@@ -11,6 +11,11 @@ kernel's `fuse_inode` slab objects after it (the inodes READDIRPLUS made).
 
     python3 -m prepfs_bench.listing --prepfs target/release/prepfs --dirs 1280 --files 1000
 
+With --shards, the same DIRS x FILES samples are WebDataset shards instead, one a directory
+(`train-NNNNN.tar`: `fNNNNNNNN.jpg`, empty, and `fNNNNNNNN.cls` naming the class), mounted by
+their pattern with the index kept beside; the mount's time is the scan of every header, and
+`find` runs through the mount only (the tree's own figures are those of a run without --shards).
+
 The tree is made under --root (default: bench/results/listing-tree/, on the disk: a tree
 of 10M files does not fit a tmpfs) and deleted at the end unless --keep (then a later run with
 the same --root, --dirs and --files reuses it). Results: bench/results/<name>.json and .md,
@@ -54,6 +59,47 @@ def make_tree(root: str, dirs: int, files: int) -> float:
             os.close(os.open(os.path.join(path, f"f{d * files + f:08d}.jpg"), flags, 0o644))
         if d % 500 == 499:
             print(f"  tree: {d + 1}/{dirs} directories", file=sys.stderr, flush=True)
+    return time.monotonic() - started
+
+
+def tar_header(name: bytes, size: int) -> bytes:
+    """A ustar header for a regular file NAME of SIZE bytes (mode 0644, mtime fixed)."""
+    h = bytearray(512)
+    h[0:len(name)] = name
+    h[100:108] = b"0000644\0"
+    h[108:116] = b"0000000\0"
+    h[116:124] = b"0000000\0"
+    h[124:136] = b"%011o\0" % size
+    h[136:148] = b"%011o\0" % 1795000000
+    h[148:156] = b" " * 8
+    h[156:157] = b"0"
+    h[257:265] = b"ustar\x0000"
+    h[148:156] = b"%06o\0 " % sum(h)
+    return bytes(h)
+
+
+def make_shards(root: str, dirs: int, files: int) -> float:
+    """DIRS shards `train-NNNNN.tar` of FILES samples each under ROOT (an empty `.jpg` and a
+    `.cls` naming the shard's class; made, or completed where an earlier run stopped); the
+    seconds it took."""
+    started = time.monotonic()
+    for d in range(dirs):
+        path = os.path.join(root, f"train-{d:05d}.tar")
+        label = str(d).encode()
+        size = files * (512 + 512 + 512) + 1024
+        if os.path.exists(path) and os.path.getsize(path) == size:
+            continue
+        pad = label + bytes(512 - len(label))
+        parts = []
+        for f in range(files):
+            key = f"f{d * files + f:08d}".encode()
+            parts += [tar_header(key + b".jpg", 0), tar_header(key + b".cls", len(label)), pad]
+        parts.append(bytes(1024))
+        with open(path + ".part", "wb") as out:
+            out.write(b"".join(parts))
+        os.rename(path + ".part", path)
+        if d % 500 == 499:
+            print(f"  shards: {d + 1}/{dirs}", file=sys.stderr, flush=True)
     return time.monotonic() - started
 
 
@@ -114,6 +160,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--root", default=os.path.join(BENCH_DIR, "results", "listing-tree"),
                     help="where the tree is made (on disk)")
     ap.add_argument("--keep", action="store_true", help="leave the tree for a later run")
+    ap.add_argument("--shards", action="store_true", help="the samples as WebDataset shards, one a directory")
     ap.add_argument("--limit", type=float, default=600, help="seconds allowed per command")
     ap.add_argument("--label", default="", help="a word said in the report (the build measured)")
     ap.add_argument("--out", default=None, help="results' stem (default bench/results/listing-<N>)")
@@ -121,23 +168,32 @@ def main(argv: Optional[List[str]] = None) -> int:
     if os.geteuid() != 0:
         ap.error("dropping the caches needs root")
     entries = args.dirs * args.files
-    tree = os.path.join(os.path.abspath(args.root), f"{args.dirs}x{args.files}")
+    kind = "shards" if args.shards else "files"
+    tree = os.path.join(os.path.abspath(args.root), f"{args.dirs}x{args.files}" + ("-shards" if args.shards else ""))
     os.makedirs(tree, exist_ok=True)
-    print(f"making {entries:,} files under {tree}", file=sys.stderr, flush=True)
-    made_s = make_tree(tree, args.dirs, args.files)
+    print(f"making {entries:,} {kind} under {tree}", file=sys.stderr, flush=True)
+    made_s = (make_shards if args.shards else make_tree)(tree, args.dirs, args.files)
     workdir = tempfile.mkdtemp(prefix="prepfs-listing-")
+    source, yaml, index_dir = tree, MOUNT_YAML, os.path.join(workdir, "index")
+    if args.shards:
+        source = f"{tree}/train-{{{0:05d}..{args.dirs - 1:05d}}}.tar"
+        yaml += f"source:\n  shards: \"{source}\"\n  index_dir: {index_dir}\n"
     rows = []
     mount = None
     rss_after_mb = 0.0
     try:
         started = time.monotonic()
-        mount = Mount(os.path.abspath(args.prepfs), tree, workdir, "listing", MOUNT_YAML,
+        mount = Mount(os.path.abspath(args.prepfs), source, workdir, "listing", yaml,
                       read_only=True, timeout=args.limit)
         mount_s = time.monotonic() - started
         rss_mb = mount.rss_mb()
-        one = "c00000"
-        cases = [("source", tree, None), ("encoded", mount.view("encoded"), mount),
-                 ("augmented", mount.view("augmented"), mount)]
+        cases = [("encoded", mount.view("encoded"), mount), ("augmented", mount.view("augmented"), mount)]
+        if args.shards:
+            one = min(os.listdir(mount.view("encoded")))
+            index_bytes = sum(os.path.getsize(os.path.join(index_dir, n)) for n in os.listdir(index_dir))
+        else:
+            one = "c00000"
+            cases.insert(0, ("source", tree, None))
         for name, path, m in cases:
             rows.append(measure(f"find {name}", f"find {path} -type f | wc -l", args.limit, m))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
@@ -155,9 +211,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         want = entries if row["target"].startswith("find") else args.files + 2
         for k in ("cold", "warm"):
             row[k]["complete"] = row[k]["count"] == want
+    per_case = len(cases)
     src = {k: rows[0][k]["seconds"] for k in ("cold", "warm")}
     label = f" ({args.label})" if args.label else ""
-    lines = [f"# Listing {entries:,} entries ({args.dirs:,} directories x {args.files:,} files){label}", "",
+    shards_note = (f"The samples as {args.dirs:,} WebDataset shards (an empty `.jpg` and a `.cls` each), mounted by "
+                   f"their pattern; the mount's time is the scan of every tar header, the index kept: "
+                   f"{index_bytes / 1e6:.1f} MB ({index_bytes / entries:.0f} B a sample). No source tree: "
+                   f"x source is against the first row. " if args.shards else "")
+    lines = [f"# Listing {entries:,} entries ({args.dirs:,} directories x {args.files:,} {kind}){label}", "", shards_note +
              f"`find DIR -type f | wc -l` on the source and through the mount, cold (caches dropped) and "
              f"warm (again at once), each under `timeout {int(args.limit)}`. Mounted in {mount_s:.1f} s; "
              f"daemon RSS after mount {rss_mb:.0f} MB, after the listings {rss_after_mb:.0f} MB. x source: the mount's time over the source's. "
@@ -168,15 +229,16 @@ def main(argv: Optional[List[str]] = None) -> int:
              "|---|---:|---:|---:|---:|:---:|---:|---|---:|"]
     for row in rows:
         c, w = row["cold"], row["warm"]
-        base = src if row["target"].startswith("find") else {k: rows[3][k]["seconds"] for k in ("cold", "warm")}
+        base = src if row["target"].startswith("find") else {k: rows[per_case][k]["seconds"] for k in ("cold", "warm")}
         req = c.get("requests")
         reqs = "" if req is None else f"{req.get('readdirplus', 0):,} / {req.get('readdir', 0):,} / {req.get('lookup', 0):,}"
         lines.append(f"| `{row['target']}` | {c['seconds']:.2f} | {fmt_num(c['seconds'] / base['cold'], 1)} | "
                      f"{w['seconds']:.2f} | {fmt_num(w['seconds'] / base['warm'], 1)} | "
                      f"{'yes' if c['complete'] and w['complete'] else 'NO'} | {c.get('daemon_cpu_s', '')} | {reqs} | "
                      f"{'' if w['fuse_inodes'] is None else format(w['fuse_inodes'], ',')} |")
-    out = args.out or os.path.join(BENCH_DIR, "results", f"listing-{args.dirs}x{args.files}")
-    data = {"dirs": args.dirs, "files": args.files, "tree_made_s": round(made_s, 1),
+    out = args.out or os.path.join(BENCH_DIR, "results", f"listing-{args.dirs}x{args.files}" + ("-shards" if args.shards else ""))
+    data = {"dirs": args.dirs, "files": args.files, "shards": args.shards, "tree_made_s": round(made_s, 1),
+            "index_bytes": index_bytes if args.shards else None,
             "mount_s": round(mount_s, 2), "rss_mb": round(rss_mb), "rss_after_mb": round(rss_after_mb), "label": args.label, "rows": rows}
     write_report(out, data, lines)
     return 0 if all(r[k]["complete"] for r in rows for k in ("cold", "warm")) else 1

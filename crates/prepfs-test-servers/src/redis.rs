@@ -3,13 +3,9 @@
 //! guard's drop, a panic unwinding through it, or the test process dying (the server gets
 //! SIGKILL when the thread that started it ends). [`RedisCluster`]: three such servers with
 //! `--cluster-enabled yes`, joined by `redis-cli --cluster create`.
-//!
-//! A dev-dependency of the core (the remote tier's unit tests) and of the binary crate (the
-//! mounted tests, through `tests/common`); it uses std and libc only.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::os::unix::process::CommandExt;
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -23,10 +19,7 @@ pub struct RedisServer {
     extra: Vec<String>,
 }
 
-/// A port nothing listens on now (the kernel's pick, released at once).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free loopback port")
-}
+use crate::{die_with_parent, free_port};
 
 impl RedisServer {
     /// Starts a server on a free port with `dir` as its working directory (created).
@@ -58,13 +51,7 @@ impl RedisServer {
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log);
-        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
+        die_with_parent(&mut cmd);
         let Ok(child) = cmd.spawn() else { return false };
         self.child = Some(child);
         let started = Instant::now();

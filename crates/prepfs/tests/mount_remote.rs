@@ -10,7 +10,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use prepfs_test_redis::{RedisCluster, RedisServer, SharedRedis};
+use prepfs_test_servers::{RedisCluster, RedisServer, SharedRedis};
 use common::{augmented_files, id_of_pixels, make_dataset, make_id_dataset, parse_ppm, source_bytes, write_config, Mounted};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;

@@ -21,71 +21,21 @@ mod common;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{add_tar_member, id_of_pixels, make_id_dataset, parse_ppm, write_config, Mounted};
+use prepfs_test_servers::{free_port, Moto};
 
 const LIMIT: Duration = Duration::from_secs(120);
-
-/// A moto S3 server on a loopback port; killed and reaped on drop.
-struct Moto {
-    child: Child,
-    port: u16,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port()
-}
-
-impl Moto {
-    fn start() -> Moto {
-        let port = free_port();
-        let child = Command::new("python3")
-            .args(["-m", "moto.server", "-H", "127.0.0.1", "-p", &port.to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("python3 -m moto.server (make test installs moto[server])");
-        let moto = Moto { child, port };
-        let started = Instant::now();
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(started.elapsed() < Duration::from_secs(30), "moto did not come up on {port}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        moto
-    }
-
-    fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    /// One unsigned request (moto's server takes them), its status line checked.
-    fn request(&self, method: &str, path: &str, body: &[u8]) {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
-        write!(stream, "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", self.port, body.len()).expect("send");
-        stream.write_all(body).expect("body");
-        let mut answer = Vec::new();
-        stream.read_to_end(&mut answer).expect("answer");
-        assert!(answer.starts_with(b"HTTP/1.1 200"), "{method} {path}: {}", String::from_utf8_lossy(&answer));
-    }
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// The tests' dataset in bucket `train` under `data/`: `c0..c2`, 4 id-coded JPEGs each, and a
 /// file that is no image. Returns each object's key below `data/` and bytes.
 fn upload(moto: &Moto, dir: &Path) -> Vec<(String, Vec<u8>)> {
     let (images, class_of) = make_id_dataset(dir, 3, 4);
-    moto.request("PUT", "/train", b"");
+    moto.make_bucket("train");
     let mut objects = Vec::new();
     for (id, class) in class_of.iter().enumerate() {
         let rel = format!("c{class}/s{id:02}.jpg");
@@ -430,7 +380,7 @@ fn upload_shards(moto: &Moto, dir: &Path) -> Vec<InShard> {
     let t01_data = whole.len() - 1024 - 1024 - jpeg(1).len().div_ceil(512) * 512;
     std::fs::write(&cut, &whole[..t01_data + 100]).expect("cut inside t01.jpg");
     std::fs::copy(shards.join("train-000.tar"), shards.join("val-000.tar")).expect("val");
-    moto.request("PUT", "/train", b"");
+    moto.make_bucket("train");
     for name in ["train-000.tar", "train-001.tar", "train-002.tar", "val-000.tar"] {
         moto.request("PUT", &format!("/train/shards/{name}"), &std::fs::read(shards.join(name)).expect("shard"));
     }

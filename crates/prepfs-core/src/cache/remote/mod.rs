@@ -522,4 +522,4 @@ impl Drop for RemoteTier {
 }
 
 #[cfg(test)]
-pub(crate) use prepfs_test_redis as redis_server;
+pub(crate) use prepfs_test_servers as redis_server;

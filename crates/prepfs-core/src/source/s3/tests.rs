@@ -1,66 +1,14 @@
 //! The object store source against a real S3 server: moto's (`python3 -m moto.server`, which
-//! `make test` installs), started on a loopback port of its own per test and killed at the end.
+//! `make test` installs; `prepfs_test_servers::Moto`), started on a loopback port of its own per
+//! test and killed at the end.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use super::*;
 use crate::source::Source;
 
-/// A moto S3 server on a loopback port; killed and reaped on drop.
-pub(crate) struct Moto {
-    child: Child,
-    pub(crate) port: u16,
-}
-
-impl Moto {
-    pub(crate) fn start() -> Moto {
-        let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
-        let child = Command::new("python3")
-            .args(["-m", "moto.server", "-H", "127.0.0.1", "-p", &port.to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("python3 -m moto.server (scripts/install-deps.sh installs moto[server])");
-        let moto = Moto { child, port };
-        let started = Instant::now();
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(started.elapsed() < Duration::from_secs(30), "moto did not come up on {port}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        moto
-    }
-
-    pub(crate) fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    /// Makes `bucket` (moto takes an unsigned request).
-    pub(crate) fn make_bucket(&self, bucket: &str) {
-        self.put_raw(&format!("/{bucket}"), b"");
-    }
-
-    /// An unsigned PUT of `path` (a key `object_store` would not make: `a/`).
-    pub(crate) fn put_raw(&self, path: &str, body: &[u8]) {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
-        write!(stream, "PUT {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", self.port, body.len()).expect("send");
-        stream.write_all(body).expect("body");
-        let mut answer = String::new();
-        stream.read_to_string(&mut answer).expect("answer");
-        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    }
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+pub(crate) use prepfs_test_servers::Moto;
 
 pub(crate) fn config(moto: &Moto, url: &str) -> ObjectStoreConfig {
     ObjectStoreConfig::of_url(url, Some(moto.endpoint()), Some("us-east-1".into()), 2.0).expect("url")
@@ -111,7 +59,7 @@ fn the_keys_under_the_prefix_are_served_as_the_tree_a_directory_holding_them_wou
     }
     // A directory marker (the client reads `c0/` as `c0`) and a key that keys below it make a
     // directory, keys beside the prefix: none served.
-    moto.put_raw("/train/data/c0/", b"");
+    moto.request("PUT", "/train/data/c0/", b"");
     for key in ["data/conflict", "other/c0/no.jpg", "data2/q.jpg"] {
         put(&uploader, key, b"not served");
     }
@@ -206,7 +154,7 @@ fn an_object_replaced_since_the_listing_is_read_as_its_new_version_and_never_mix
 #[test]
 fn a_store_that_does_not_answer_fails_the_listing_after_the_retry_window_naming_the_store() {
     // Nothing listens on this port: every try is refused, and retried for the window.
-    let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
+    let port = prepfs_test_servers::free_port();
     let config = ObjectStoreConfig::of_url("s3://nowhere/p", Some(format!("http://127.0.0.1:{port}")), None, 1.0).expect("url");
     let started = Instant::now();
     let err = ObjectStore::list_through(client(&config), &config, None, |_| {}, &AtomicBool::new(false)).err().expect("refused");

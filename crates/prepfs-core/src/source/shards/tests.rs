@@ -201,15 +201,23 @@ fn a_sample_is_one_ranged_read_of_its_shard_through_the_bounded_source() {
     source.shutdown(std::time::Duration::from_secs(1));
 }
 
-#[test]
-fn shards_in_an_object_store_are_indexed_by_ranged_reads_of_their_headers_and_serve_each_sample_by_content() {
-    use crate::source::s3::tests::{client, config as store_config, put, Moto};
+/// A moto server with bucket `wds`, and the store config of `s3://wds/train` (the server must
+/// outlive it).
+fn store_with_bucket() -> (crate::source::s3::tests::Moto, ObjectStoreConfig) {
+    use crate::source::s3::tests::{config, Moto};
     let moto = Moto::start();
     moto.make_bucket("wds");
+    let store = config(&moto, "s3://wds/train");
+    (moto, store)
+}
+
+#[test]
+fn shards_in_an_object_store_are_indexed_by_ranged_reads_of_their_headers_and_serve_each_sample_by_content() {
+    use crate::source::s3::tests::{client, put};
+    let (_moto, store) = store_with_bucket();
+    let uploader = client(&store);
     let dir = tempfile::tempdir().expect("tempdir");
     two_shards(dir.path());
-    let store = store_config(&moto, "s3://wds/train");
-    let uploader = client(&store);
     for name in ["train-000.tar", "train-001.tar"] {
         put(&uploader, &format!("train/{name}"), &std::fs::read(dir.path().join(name)).expect("shard"));
     }
@@ -275,10 +283,8 @@ fn index_counted(store: &ObjectStoreConfig, names: &[String], window: usize) -> 
 
 #[test]
 fn shards_in_an_object_store_are_indexed_in_a_few_large_gets_rather_than_one_per_header() {
-    use crate::source::s3::tests::{client, config as store_config, put, Moto};
-    let moto = Moto::start();
-    moto.make_bucket("wds");
-    let store = store_config(&moto, "s3://wds/train");
+    use crate::source::s3::tests::{client, put};
+    let (_moto, store) = store_with_bucket();
     let uploader = client(&store);
     let names = upload_many(|key, bytes| put(&uploader, key, bytes), 2, 40);
     let (direct, direct_gets) = index_counted(&store, &names, 0);
@@ -301,10 +307,8 @@ fn shards_in_an_object_store_are_indexed_in_a_few_large_gets_rather_than_one_per
 #[test]
 #[ignore = "a measurement: run it by name"]
 fn scan_of_shards_in_a_store_measured() {
-    use crate::source::s3::tests::{client, config as store_config, put, Moto};
-    let moto = Moto::start();
-    moto.make_bucket("wds");
-    let store = store_config(&moto, "s3://wds/train");
+    use crate::source::s3::tests::{client, put};
+    let (_moto, store) = store_with_bucket();
     let uploader = client(&store);
     let names = upload_many(|key, bytes| put(&uploader, key, bytes), 4, 250);
     for (how, window) in [("a GET per header", 0), ("8 MiB windows", STORE_WINDOW), ("a GET per header", 0), ("8 MiB windows", STORE_WINDOW)] {
