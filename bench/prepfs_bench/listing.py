@@ -168,7 +168,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if os.geteuid() != 0:
         ap.error("dropping the caches needs root")
     entries = args.dirs * args.files
-    kind = "shards" if args.shards else "files"
+    kind = "samples in shards" if args.shards else "files"
     tree = os.path.join(os.path.abspath(args.root), f"{args.dirs}x{args.files}" + ("-shards" if args.shards else ""))
     os.makedirs(tree, exist_ok=True)
     print(f"making {entries:,} {kind} under {tree}", file=sys.stderr, flush=True)
