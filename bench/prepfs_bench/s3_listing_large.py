@@ -329,7 +329,8 @@ def measure(prepfs, n, workdir, peer_max):
                 listing_s, reused = listed_secs(mnt.log_path)
                 rec = {"mount": m, "mount_s": took, "listing_s": listing_s, "reused": reused == "true",
                        "server": server.stats(),
-                       "kept_bytes": sum(os.path.getsize(os.path.join(kept, f)) for f in os.listdir(kept))}
+                       "kept_bytes": sum(os.path.getsize(os.path.join(kept, f)) for f in os.listdir(kept)),
+                       "rss_mounted_mb": mnt.rss_mb()}
                 if m == "kept":
                     rec["find_files"], rec["find_s"] = find_count(mnt.mnt, 3000)
                     rec["rss_mb"] = mnt.rss_mb()

@@ -520,6 +520,8 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
         bytes_per_sample = format!("{:.0}", catalog.bytes_per_sample()),
         "catalog ready"
     );
+    // Listing millions of entries frees far more than the catalog keeps.
+    prepfs_core::alloc::release_freed();
     let pool = OpenPool::new(config.threads).map_err(|e| MountError::Pool(e.to_string()))?;
     let mountpoint = config.mountpoint.clone();
     let fuse_config = fuser_config(&config, lifecycle.read_only);

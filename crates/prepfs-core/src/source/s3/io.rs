@@ -27,29 +27,86 @@ use super::client::Client;
 use crate::source::{FileMeta, Identity, SourceFile, SourceIo, Space};
 use crate::sync::{RwLock, RwLockExt};
 
-/// One object as listed (or as looked up again after it changed).
+/// One object as listed (or as looked up again after it changed), kept small: a listing of
+/// 10M keys holds 10M of them. Its key is the prefix's `strip` and `rel`; a plain MD5 ETag is
+/// kept as its 16 bytes.
 #[derive(Debug, Clone)]
 pub(crate) struct Object {
     /// Its key below the prefix (`<class>/<file>`).
-    pub(super) rel: String,
-    /// Its key, as the store names it.
-    pub(super) location: object_store::path::Path,
+    pub(super) rel: Box<str>,
     pub(super) size: u64,
-    pub(super) etag: Option<String>,
-    pub(super) modified_ns: i128,
+    etag: Etag,
+    /// Its last-modified time, in ns since the epoch.
+    pub(super) modified_ns: i64,
     /// Gone from the store since it was listed.
     gone: bool,
 }
 
+/// An ETag as the store wrote it, the common form (`"` 32 lowercase hex digits `"`, a
+/// single-part upload's MD5) packed into its 16 bytes, any other kept as written.
+#[derive(Debug, Clone, PartialEq)]
+enum Etag {
+    None,
+    Md5([u8; 16]),
+    Other(Box<str>),
+}
+
+impl Etag {
+    fn of(etag: Option<&str>) -> Etag {
+        let Some(etag) = etag else { return Etag::None };
+        let hex = etag.strip_prefix('"').and_then(|e| e.strip_suffix('"')).filter(|h| h.len() == 32);
+        let digit = |c: u8| match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            _ => None,
+        };
+        let packed = hex.and_then(|h| {
+            let mut md5 = [0u8; 16];
+            for (byte, pair) in md5.iter_mut().zip(h.as_bytes().chunks_exact(2)) {
+                *byte = digit(pair[0])? << 4 | digit(pair[1])?;
+            }
+            Some(md5)
+        });
+        packed.map_or_else(|| Etag::Other(etag.into()), Etag::Md5)
+    }
+
+    /// As the store wrote it.
+    fn text(&self) -> Option<String> {
+        match self {
+            Etag::None => None,
+            Etag::Md5(md5) => {
+                let mut text = String::with_capacity(34);
+                text.push('"');
+                for b in md5 {
+                    text.push_str(&format!("{b:02x}"));
+                }
+                text.push('"');
+                Some(text)
+            }
+            Etag::Other(text) => Some(text.to_string()),
+        }
+    }
+}
+
 impl Object {
-    pub(super) fn of(rel: String, meta: &ObjectMeta) -> Object {
-        let modified_ns = meta.last_modified.timestamp_nanos_opt().map_or(0, i128::from);
-        Object { rel, location: meta.location.clone(), size: meta.size, etag: meta.e_tag.clone(), modified_ns, gone: false }
+    pub(super) fn of(rel: &str, meta: &ObjectMeta) -> Object {
+        let modified_ns = meta.last_modified.timestamp_nanos_opt().unwrap_or(0);
+        Object::kept(rel, meta.size, meta.e_tag.as_deref(), modified_ns)
     }
 
     /// An object as a kept listing recorded it.
-    pub(super) fn kept(rel: String, location: object_store::path::Path, size: u64, etag: Option<String>, modified_ns: i128) -> Object {
-        Object { rel, location, size, etag, modified_ns, gone: false }
+    pub(super) fn kept(rel: &str, size: u64, etag: Option<&str>, modified_ns: i64) -> Object {
+        Object { rel: rel.into(), size, etag: Etag::of(etag), modified_ns, gone: false }
+    }
+
+    /// Its ETag as the store wrote it.
+    pub(super) fn etag(&self) -> Option<String> {
+        self.etag.text()
+    }
+
+    /// Its key in the store, below the prefix's `strip` (the prefix and its `/`).
+    pub(super) fn location(&self, strip: &str) -> io::Result<object_store::path::Path> {
+        object_store::path::Path::parse(format!("{strip}{}", self.rel)).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{strip}{}: {e}", self.rel)))
     }
 }
 
@@ -63,6 +120,8 @@ struct Shared {
     client: Client,
     root: PathBuf,
     url: String,
+    /// The prefix and its `/` (`""` for none): an object's key is this and its `rel`.
+    strip: String,
     /// Sorted by `rel`; an entry changes only when its object is found changed.
     objects: RwLock<Vec<Object>>,
     /// Directories (their key below the prefix, `""` the root), sorted.
@@ -86,7 +145,7 @@ const DIR_MODE: u32 = 0o755;
 impl S3Source {
     /// The tree at `root` of `objects` (sorted by key, each once, as listed at `listed_at`)
     /// read through `client`.
-    pub(super) fn new(client: Client, root: &Path, url: &str, objects: Vec<Object>, listed_at: SystemTime, kept_file: Option<PathBuf>) -> S3Source {
+    pub(super) fn new(client: Client, root: &Path, url: &str, strip: &str, objects: Vec<Object>, listed_at: SystemTime, kept_file: Option<PathBuf>) -> S3Source {
         let mut dirs: Vec<String> = objects.iter().flat_map(|o| super::parents(&o.rel).map(str::to_string)).collect();
         dirs.push(String::new());
         dirs.sort();
@@ -95,6 +154,7 @@ impl S3Source {
             client,
             root: root.to_path_buf(),
             url: url.to_string(),
+            strip: strip.to_string(),
             objects: RwLock::new(objects),
             dirs,
             uid: nix::unistd::geteuid().as_raw(),
@@ -112,7 +172,7 @@ impl S3Source {
 
     /// The names of the objects directly below the root (no `/` in their key below the prefix).
     pub(super) fn names_at_root(&self) -> Vec<String> {
-        self.shared.objects.read_or_recover().iter().filter(|o| !o.gone && !o.rel.contains('/')).map(|o| o.rel.clone()).collect()
+        self.shared.objects.read_or_recover().iter().filter(|o| !o.gone && !o.rel.contains('/')).map(|o| o.rel.to_string()).collect()
     }
 }
 
@@ -126,15 +186,18 @@ impl Shared {
     /// The object at `rel`, as last known.
     fn object(&self, rel: &str) -> Option<(usize, Object)> {
         let objects = self.objects.read_or_recover();
-        let at = objects.binary_search_by(|o| o.rel.as_str().cmp(rel)).ok()?;
+        let at = objects.binary_search_by(|o| o.rel.as_ref().cmp(rel)).ok()?;
         Some((at, objects[at].clone()))
     }
 
     fn file_meta(&self, o: &Object) -> FileMeta {
-        let ino = crate::shared::fnv1a64(&[o.etag.as_deref().unwrap_or("").as_bytes(), o.location.as_ref().as_bytes()]);
+        // The object's version and key: its ETag as written, the prefix and its name.
+        let etag = o.etag().unwrap_or_default();
+        let ino = crate::shared::fnv1a64(&[etag.as_bytes(), self.strip.as_bytes(), o.rel.as_bytes()]);
         let mtime = system_time(o.modified_ns);
+        let ns = i128::from(o.modified_ns);
         FileMeta {
-            identity: Identity { dev: self.dev, ino, len: o.size, mtime_ns: o.modified_ns, ctime_ns: o.modified_ns },
+            identity: Identity { dev: self.dev, ino, len: o.size, mtime_ns: ns, ctime_ns: ns },
             uid: self.uid,
             gid: self.gid,
             mode: FILE_MODE,
@@ -158,10 +221,11 @@ impl Shared {
     /// Reads `range` of the version of `object` listed: one GET. An object changed since is
     /// looked up again and recorded ([`S3Source::changed`]); the read fails.
     fn get(&self, at: usize, object: &Object, range: std::ops::Range<u64>) -> io::Result<impl std::ops::Deref<Target = [u8]>> {
-        let options = GetOptions { if_match: object.etag.clone(), range: Some(GetRange::Bounded(range)), ..GetOptions::default() };
+        let options = GetOptions { if_match: object.etag(), range: Some(GetRange::Bounded(range)), ..GetOptions::default() };
+        let location = object.location(&self.strip)?;
         let store = &self.client.store;
         let got = self.client.block_on(async move {
-            let result = object_store::ObjectStore::get_opts(store, &object.location, options).await?;
+            let result = object_store::ObjectStore::get_opts(store, &location, options).await?;
             result.bytes().await
         })?;
         match got {
@@ -186,11 +250,15 @@ impl Shared {
     /// gives the error of the read that found it changed.
     fn changed(&self, at: usize, object: &Object) -> io::Error {
         let store = &self.client.store;
-        let now = self.client.block_on(async move { object_store::ObjectStore::head(store, &object.location).await });
+        let location = object.location(&self.strip);
+        let now = match &location {
+            Ok(location) => self.client.block_on(async move { object_store::ObjectStore::head(store, location).await }),
+            Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+        };
         let mut objects = self.objects.write_or_recover();
         if let Some(entry) = objects.get_mut(at).filter(|o| o.rel == object.rel) {
             match now {
-                Ok(Ok(meta)) => *entry = Object::of(object.rel.clone(), &meta),
+                Ok(Ok(meta)) => *entry = Object::of(&object.rel, &meta),
                 Ok(Err(object_store::Error::NotFound { .. })) => entry.gone = true,
                 // Not known now: the next read tries the listed version again.
                 _ => {}
@@ -223,7 +291,7 @@ pub(super) fn store_error(url: &str, rel: &str, e: &object_store::Error, retried
     io::Error::new(kind, format!("{name}: {e}{after}"))
 }
 
-fn system_time(ns: i128) -> SystemTime {
+fn system_time(ns: i64) -> SystemTime {
     let nanos = u64::try_from(ns.max(0)).unwrap_or(u64::MAX);
     std::time::UNIX_EPOCH + Duration::from_nanos(nanos)
 }
@@ -312,4 +380,27 @@ impl SourceFile for ObjectFile {
     }
 
     // `as_file` stays `None`: there is no local file for the kernel to read.
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_etag_is_given_back_as_the_store_wrote_it_and_a_plain_md5_one_is_kept_in_16_bytes() {
+        for written in ["\"0123456789abcdef0fedcba987654321\"", "\"0123456789ABCDEF0FEDCBA987654321\"", "\"d41d8cd98f00b204e9800998ecf8427e-3\"", "W/\"x\"", "\"\"", "0123456789abcdef0fedcba987654321"] {
+            let o = Object::kept("c/a.jpg", 1, Some(written), 5);
+            assert_eq!(o.etag().as_deref(), Some(written));
+            assert_eq!(matches!(o.etag, Etag::Md5(_)), written == "\"0123456789abcdef0fedcba987654321\"", "{written}");
+        }
+        assert_eq!(Object::kept("c/a.jpg", 1, None, 5).etag(), None);
+        assert!(std::mem::size_of::<Object>() <= 64, "{}", std::mem::size_of::<Object>());
+    }
+
+    #[test]
+    fn an_objects_key_is_the_prefix_and_its_name() {
+        let o = Object::kept("c/a b.jpg", 1, None, 5);
+        assert_eq!(o.location("data/set/").expect("key").as_ref(), "data/set/c/a b.jpg");
+        assert_eq!(o.location("").expect("key").as_ref(), "c/a b.jpg");
+    }
 }

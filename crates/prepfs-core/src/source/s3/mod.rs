@@ -114,7 +114,7 @@ impl ObjectStore {
         report.seconds = started.elapsed().as_secs_f64();
         tracing::info!(url = %config.url, keys = report.keys, files = report.files, skipped = report.skipped, samples = report.samples, reused, age_s, secs = report.seconds, "listed the object store");
         let kept_file = dir.map(|d| kept::file_for(d, &store));
-        let source = S3Source::new(client, &PathBuf::from(&config.url), &config.url, objects, listed_at, kept_file);
+        let source = S3Source::new(client, &PathBuf::from(&config.url), &config.url, &strip, objects, listed_at, kept_file);
         Ok(ObjectStore { source: Arc::new(source), catalog: Some(catalog), report })
     }
 
@@ -162,7 +162,7 @@ fn list_store(client: &Client, config: &ObjectStoreConfig, strip: &str, mut prog
                 progress(keys);
             }
             match meta.location.as_ref().strip_prefix(strip).filter(|rel| servable(rel)) {
-                Some(rel) => objects.push(Object::of(rel.to_string(), &meta)),
+                Some(rel) => objects.push(Object::of(rel, &meta)),
                 None => skipped += 1,
             }
         }
@@ -179,7 +179,7 @@ fn list_store(client: &Client, config: &ObjectStoreConfig, strip: &str, mut prog
 fn served(mut listed: Vec<Object>, url: &str, report: &mut ListingReport) -> (Vec<Object>, Catalog) {
     listed.sort_by(|a, b| a.rel.cmp(&b.rel));
     let dirs: std::collections::HashSet<&str> = listed.iter().flat_map(|o| parents(&o.rel)).collect();
-    let hidden: std::collections::HashSet<usize> = listed.iter().enumerate().filter(|(_, o)| dirs.contains(o.rel.as_str())).map(|(i, _)| i).collect();
+    let hidden: std::collections::HashSet<usize> = listed.iter().enumerate().filter(|(_, o)| dirs.contains(o.rel.as_ref())).map(|(i, _)| i).collect();
     if !hidden.is_empty() {
         tracing::warn!(keys = hidden.len(), "keys that are also a prefix of other keys are not served (a directory cannot be a file too)");
     }
