@@ -75,10 +75,12 @@ impl Etag {
         match self {
             Etag::None => None,
             Etag::Md5(md5) => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
                 let mut text = String::with_capacity(34);
                 text.push('"');
                 for b in md5 {
-                    text.push_str(&format!("{b:02x}"));
+                    text.push(char::from(HEX[usize::from(b >> 4)]));
+                    text.push(char::from(HEX[usize::from(b & 15)]));
                 }
                 text.push('"');
                 Some(text)
