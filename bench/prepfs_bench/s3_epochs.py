@@ -1,9 +1,10 @@
 """The same set as local files and as objects in an S3-compatible store (moto's server on
-loopback, as the tests start it), three back-to-back epochs of `augmented/` with 2 readers (each
-epoch shuffled) on a
-fresh mount each, the source unlimited, and limited to 100 MB/s and 10 MB/s (`read_limit`):
-samples/s and the MB read from the source per epoch (issue 36's measurement; moto answers about
-400 GETs a second on 2 cores, so its epochs are moto's rate, not a remote store's).
+loopback, as the tests start it), and packed into WebDataset shards (`KEY.jpg` + `KEY.cls`,
+100 samples a shard) kept locally and as objects of the store, three back-to-back epochs of
+`augmented/` with 2 readers (each epoch shuffled) on a fresh mount each, the source unlimited,
+and limited to 100 MB/s and 10 MB/s (`read_limit`): samples/s and the MB read from the source
+per epoch (issue 36's measurement; moto answers about 400 GETs a second on 2 cores, so its
+epochs are moto's rate, not a remote store's). `--no-shards` leaves the shards' rows out.
 
     PYTHONPATH=bench python3 -m prepfs_bench.s3_epochs --prepfs target/release/prepfs \
         --gen target/release/examples/make_dataset [--out bench/results/DATE-s3-epochs]
@@ -109,6 +110,21 @@ def uploaded_set(gen, workdir, port):
     return src, tree_bytes(src) / 1e6
 
 
+def uploaded_shards(src, workdir, port, per_shard=100):
+    """SRC's images packed into WebDataset shards of PER_SHARD samples in WORKDIR/shards and
+    uploaded as objects of bucket `train` under `shards/`: (local pattern, store pattern)."""
+    from .shards import pack
+    shards_dir = os.path.join(workdir, "shards")
+    n, _ = pack(src, shards_dir, per_shard)
+
+    def body(p):
+        with open(p, "rb") as f:
+            return f.read()
+    names = sorted(os.listdir(shards_dir))
+    put_all(port, [("shards/" + name, lambda p=os.path.join(shards_dir, name): body(p)) for name in names])
+    return f"{shards_dir}/train-{{{0:06d}..{n - 1:06d}}}.tar", "s3://train/shards/train-*.tar"
+
+
 def epochs(prepfs, workdir, name, source, src_yaml, n=3):
     """`n` epochs of augmented/ on a fresh mount: per epoch samples/s and source MB."""
     cfg = os.path.join(workdir, name + ".yaml")
@@ -157,19 +173,30 @@ def epochs(prepfs, workdir, name, source, src_yaml, n=3):
 
 def main():
     ap = script_args(__doc__, "s3-epochs")
+    ap.add_argument("--no-shards", action="store_true", help="leave the shards' rows out")
     args = ap.parse_args()
     with moto_in_workdir("prepfs-s3-epochs-") as (workdir, port):
         src, set_mb = uploaded_set(args.gen, workdir, port)
         endpoint = f"http://127.0.0.1:{port}"
+        store = f"endpoint: \"{endpoint}\", region: us-east-1"
+        local_shards, store_shards = (None, None) if args.no_shards else uploaded_shards(src, workdir, port)
         rows = []
         for limit in (None, "100MB/s", "10MB/s"):
             extra = f", read_limit: {limit}" if limit else ""
             tag = (limit or "unlimited").replace("/", "")
             rows.append(epochs(args.prepfs, workdir, "local-" + tag, src, f"source: {{ path: /unused{extra} }}\n"))
             rows.append(epochs(args.prepfs, workdir, "s3-" + tag, "s3://train/data",
-                               f"source: {{ url: s3://train/data, endpoint: \"{endpoint}\", region: us-east-1{extra} }}\n"))
+                               f"source: {{ url: s3://train/data, {store}{extra} }}\n"))
+            if local_shards:
+                # Each mount indexes the shards afresh (no index kept between mounts here).
+                rows.append(epochs(args.prepfs, workdir, "local-shards-" + tag, local_shards,
+                                   f"source: {{ shards: \"{local_shards}\"{extra} }}\n"))
+                rows.append(epochs(args.prepfs, workdir, "s3-shards-" + tag, store_shards,
+                                   f"source: {{ shards: \"{store_shards}\", {store}{extra} }}\n"))
+        shards = "" if args.no_shards else (", and packed into 12 WebDataset shards of 100 samples (`KEY.jpg` + `KEY.cls`) "
+                                           "as local files and as objects of the same store (`*-shards-*`)")
         lines = [f"The same {set_mb:.1f} MB set (1,200 generated JPEGs, 30 classes) as local files and as objects in moto's S3 "
-                 "server on loopback; `augmented/`, 2 readers, 3 epochs, `cache: { memory: 64MiB }` (`split: auto`), a fresh mount each; each epoch in a shuffled order.",
+                 f"server on loopback{shards}; `augmented/`, 2 readers, 3 epochs, `cache: {{ memory: 64MiB }}` (`split: auto`), a fresh mount each; each epoch in a shuffled order.",
                  "", "| source | mount s | epoch 1 /s (source MB) | epoch 2 /s (source MB) | epoch 3 /s (source MB) | split at the end |",
                  "| --- | ---: | ---: | ---: | ---: | --- |"]
         for r in rows:
