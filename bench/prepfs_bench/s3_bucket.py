@@ -1,8 +1,10 @@
 """The same set in an S3-compatible store limited to 100 MB/s and to 10 MB/s, read for 3 epochs
-by a torchvision training loop two ways (issue 36's comparison): the plain bucket, each sample
+by a torchvision training loop three ways (issue 36's comparison): the plain bucket, each sample
 fetched with boto3 in the DataLoader's workers and transformed there (RandomResizedCrop(224),
-flip, ToTensor), as a user without a caching mount reads it; and prepfs mounted on the bucket,
-the same loop over `augmented/` with ToTensor alone. The store is moto's server on loopback
+flip, ToTensor), as a user without a caching mount reads it; ImageFolder with that transform
+over a plain FUSE mount of the bucket (s3fs-fuse with its defaults, Mountpoint-style: no data
+cache; left out where `s3fs` is not installed); and prepfs mounted on the bucket, the same
+loop over `augmented/` with ToTensor alone. The store is moto's server on loopback
 behind a forwarder that limits the bytes it sends (one bucket of tokens for every connection),
 so both read the same limited store and the forwarder counts the bytes each epoch fetched.
 
@@ -147,6 +149,40 @@ def prepfs_epochs(prepfs, workdir, name, endpoint, limiter):
         daemon.wait(60)
 
 
+def s3fs_epochs(workdir, name, endpoint, limiter):
+    """The boto3 loop's transform over a plain FUSE mount of the bucket (s3fs-fuse with its
+    defaults: no data cache, as Mountpoint for S3 without its cache), by ImageFolder; None
+    where s3fs is not installed."""
+    import shutil as _shutil
+    import torchvision
+    import torchvision.transforms as T
+    if _shutil.which("s3fs") is None:
+        print(f"{name}: s3fs is not installed (apt-get install s3fs): its row is left out", flush=True)
+        return None
+    mnt = os.path.join(workdir, "mnt-" + name)
+    os.makedirs(mnt, exist_ok=True)
+    passwd = os.path.join(workdir, "s3fs-passwd")
+    with open(passwd, "w") as f:
+        f.write("test:test\n")
+    os.chmod(passwd, 0o600)
+    before = limiter.sent
+    subprocess.run(["timeout", "60", "s3fs", "train", mnt, "-o", f"url={endpoint}", "-o", "use_path_request_style",
+                    "-o", f"passwd_file={passwd}", "-o", "ro"], check=True)
+    try:
+        for _ in range(100):
+            if os.path.isdir(os.path.join(mnt, "data")):
+                break
+            time.sleep(0.1)
+        transform = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor()])
+        dataset = torchvision.datasets.ImageFolder(os.path.join(mnt, "data"), transform=transform)
+        listing_mb = (limiter.sent - before) / 1e6
+        out = run_epochs(dataset, limiter)
+        out["listing_mb"] = listing_mb
+        return out
+    finally:
+        subprocess.run(["timeout", "60", "fusermount3", "-u", "-z", mnt], stderr=subprocess.DEVNULL)
+
+
 def main():
     ap = script_args(__doc__, "s3-bucket")
     args = ap.parse_args()
@@ -169,13 +205,20 @@ def main():
             row.update(run_epochs(BucketDataset(endpoint, keys, {c: i for i, c in enumerate(classes)}), limiter))
             print(row, flush=True)
             rows.append(row)
+            plain = s3fs_epochs(workdir, "s3fs-" + tag, endpoint, limiter)
+            if plain is not None:
+                row = {"setting": f"torchvision over an s3fs-fuse mount, {tag}"}
+                row.update(plain)
+                print(row, flush=True)
+                rows.append(row)
             row = {"setting": f"torchvision over prepfs augmented/, {tag}"}
             row.update(prepfs_epochs(args.prepfs, workdir, "prepfs-" + tag, endpoint, limiter))
             print(row, flush=True)
             rows.append(row)
         lines = [f"The same {set_mb:.1f} MB set ({len(keys):,} generated images, 30 classes) in moto's S3 server behind a forwarder limiting what the store "
                  "sends; a torchvision loop (DataLoader, 2 workers, batch 32, shuffled), 3 epochs: reading the bucket with boto3 and transforming "
-                 "(RandomResizedCrop 224, flip, ToTensor) in the workers, or reading prepfs's `augmented/` of a fresh mount of the bucket "
+                 "(RandomResizedCrop 224, flip, ToTensor) in the workers, the same transform by ImageFolder over a plain FUSE mount of the "
+                 "bucket (s3fs-fuse, its defaults: no data cache), or reading prepfs's `augmented/` of a fresh mount of the bucket "
                  "(`cache: { memory: 256MiB }`, ToTensor only). Samples/s, and the MB the store sent in the epoch.",
                  "", "| reader | epoch 1 /s (MB) | epoch 2 /s (MB) | epoch 3 /s (MB) |", "| --- | ---: | ---: | ---: |"]
         for r in rows:
