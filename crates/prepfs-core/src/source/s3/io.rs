@@ -70,22 +70,21 @@ impl Etag {
         packed.map_or_else(|| Etag::Other(etag.into()), Etag::Md5)
     }
 
-    /// As the store wrote it.
-    fn text(&self) -> Option<String> {
+    /// `f` of the ETag as the store wrote it (`None`: no ETag), a packed one written out on the
+    /// stack: no allocation on a `stat`.
+    fn with_text<R>(&self, f: impl FnOnce(Option<&str>) -> R) -> R {
         match self {
-            Etag::None => None,
+            Etag::None => f(None),
             Etag::Md5(md5) => {
                 const HEX: &[u8; 16] = b"0123456789abcdef";
-                let mut text = String::with_capacity(34);
-                text.push('"');
-                for b in md5 {
-                    text.push(char::from(HEX[usize::from(b >> 4)]));
-                    text.push(char::from(HEX[usize::from(b & 15)]));
+                let mut text = [b'"'; 34];
+                for (i, b) in md5.iter().enumerate() {
+                    text[1 + 2 * i] = HEX[usize::from(b >> 4)];
+                    text[2 + 2 * i] = HEX[usize::from(b & 15)];
                 }
-                text.push('"');
-                Some(text)
+                f(std::str::from_utf8(&text).ok())
             }
-            Etag::Other(text) => Some(text.to_string()),
+            Etag::Other(text) => f(Some(text)),
         }
     }
 }
@@ -103,7 +102,7 @@ impl Object {
 
     /// Its ETag as the store wrote it.
     pub(super) fn etag(&self) -> Option<String> {
-        self.etag.text()
+        self.etag.with_text(|text| text.map(str::to_string))
     }
 
     /// Its key in the store, below the prefix's `strip` (the prefix and its `/`).
@@ -194,8 +193,7 @@ impl Shared {
 
     fn file_meta(&self, o: &Object) -> FileMeta {
         // The object's version and key: its ETag as written, the prefix and its name.
-        let etag = o.etag().unwrap_or_default();
-        let ino = crate::shared::fnv1a64(&[etag.as_bytes(), self.strip.as_bytes(), o.rel.as_bytes()]);
+        let ino = o.etag.with_text(|etag| crate::shared::fnv1a64(&[etag.unwrap_or("").as_bytes(), self.strip.as_bytes(), o.rel.as_bytes()]));
         let mtime = system_time(o.modified_ns);
         let ns = i128::from(o.modified_ns);
         FileMeta {
