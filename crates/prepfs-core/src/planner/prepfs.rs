@@ -61,7 +61,13 @@
 //! augmentation is saved by the augmented window, a decode by the augmented or decoded one, a
 //! read by any. A window holds a sample from one epoch to the next only when it holds the whole
 //! set (LRU under random orders keeps next to nothing else): `H_D`, `H_E` are 1 then, else 0;
-//! in the jobs' first epoch they are 0 (nothing is held yet: every sample is read once).
+//! in the jobs' first epoch they are 0 (nothing is held yet: every sample is read once). Pixels
+//! are the exception: a decode keeps them only while decoded has room (`cache::fill`), so
+//! where the outputs' window is at least decoded's (`w_A >= w_D`, one pipeline), the share
+//! `h_D` that the first epoch kept stays, `H_D = h_D`. (Three jobs behind 10 MB/s with every
+//! output held and 23-25% of the pixels beside them read 0.25-0.28 of a sample per sample
+//! served, where 1/3 was predicted; with decoded the window, 0.37:
+//! BENCHMARKS.md#2026-11-27-plan-matrix-3jobs-10MBps-whole-half.)
 //! Per sample served, with `w_A`, `w_D`, `w_E` the entries each form's share holds:
 //!
 //! - augmentations `a = 1 / g(w_A)`; decodes `d = min(a, (1 - H_D) / g(max(w_A, w_D)))`;
@@ -279,7 +285,18 @@ fn evaluate_shared(p: &PlanParams, split: Split, carried: bool) -> Evaluation {
     // outputs hold no pixels this one can use; the decoded pixels serve them all.
     let split_jobs = p.output_jobs.is_some_and(|j| j < f64::from(p.jobs) - 0.5);
     let w_pixels = if split_jobs { w_d } else { w_a.max(w_d) };
-    let decodes = augments.min((1.0 - whole(D)) / serves(w_pixels));
+    // Pixels kept from an earlier epoch: all of them where decoded holds the set; where it holds
+    // part of it, that part too when the outputs' window is the one jobs share in, for a decode
+    // then keeps its pixels only while decoded has room (`cache::fill`), and what the first
+    // epoch kept stays; where decoded is itself the window, each decode displaces what it held.
+    let kept_pixels = if whole(D) > 0.0 {
+        1.0
+    } else if carried && !split_jobs && w_a >= w_d {
+        held[D]
+    } else {
+        0.0
+    };
+    let decodes = augments.min((1.0 - kept_pixels) / serves(w_pixels));
     let reads = decodes.min((1.0 - whole(E)) / serves(w_pixels.max(w_e)));
 
     let (t_serve, t_a, t_da) = cpu_rates(p);
@@ -398,7 +415,7 @@ pub(super) fn bounded(p: &PlanParams, cpu: f64, storage: f64, nic_bytes: f64) ->
     let reads = if p.s_data > 0.0 { storage / p.s_data } else { 0.0 };
     let storage_seconds = if storage > 0.0 { (storage / p.b_storage - reads * read_seconds(p)).max(0.0) } else { 0.0 };
     let bounds = [
-        cores_and_storage(cpu, storage_seconds, p.nodes.max(1) * p.cores.max(1)),
+        cores_and_storage(cpu, storage_seconds, p.nodes.max(1) * p.cores.max(1), requesters(p)),
         p.t_gpu.map_or(f64::INFINITY, |t| nodes * t),
         nodes * (p.b_pcie - p.c_pcie) / p.s_augmented,
         if nic_bytes > 0.0 { nodes * (p.b_nic - p.c_nw).max(0.0) / nic_bytes } else { f64::INFINITY },
@@ -406,30 +423,54 @@ pub(super) fn bounded(p: &PlanParams, cpu: f64, storage: f64, nic_bytes: f64) ->
     bounds.into_iter().fold(f64::INFINITY, f64::min)
 }
 
+/// Requests in flight at once, each taking a sample through the cores and the storage in turn:
+/// one a core, as the mount's own threads and one job's readers keep them (two readers on two
+/// cores fit: [`cores_and_storage`]), or one a job where more jobs read at once, each job's
+/// readers waiting on their own reads. Three jobs of one reader each behind 10 MB/s kept the
+/// storage busy 95-99% of their run where two in flight predicted 79%, the makespan 45-54% high
+/// (BENCHMARKS.md#2026-11-27-plan-matrix-3jobs-10MBps-whole-half).
+pub(super) fn requesters(p: &PlanParams) -> u32 {
+    (p.nodes.max(1) * p.cores.max(1)).max(p.jobs)
+}
+
 /// Samples a second through the cores and the storage at once, each sample taking `cpu`
-/// seconds of the whole machine and `storage` seconds of the storage (one device serving one
-/// read at a time, as a read limit does), with the work done by `threads` threads, one a core,
-/// each taking a sample through both in turn.
+/// seconds of the whole machine (`cores` cores) and `storage` seconds of the storage (one
+/// device serving one read at a time, as a read limit does), with `threads` requests in flight
+/// ([`requesters`]), each taking a sample through both in turn.
 ///
 /// Neither bound alone: a thread waiting on a read leaves its core idle, so with few threads
 /// the rate falls short of the lesser of `1 / cpu` and `1 / storage`, most where the two are
 /// close. This is mean value analysis of that closed network (Reiser and Lavenberg,
-/// "Mean-value analysis of closed multichain queuing networks", JACM 27(2), 1980): the cores a
-/// delay of `threads * cpu` a sample (no thread waits for a core), the storage a queue. With
-/// the generator's 500x375 set at 10 MB/s and a fifth of it cached, epoch 2 took 0.95 ms of
-/// the machine and 0.4 ms of the storage a sample on 2 cores: 1,357 samples/s measured, where
-/// the lesser bound said 2,100 and this says 1,360.
-pub(super) fn cores_and_storage(cpu: f64, storage: f64, threads: u32) -> f64 {
-    let threads = threads.max(1);
-    let at_cpu = f64::from(threads) * cpu;
-    let mut queued = 0.0;
-    let mut rate = 1.0 / cpu;
+/// "Mean-value analysis of closed multichain queuing networks", JACM 27(2), 1980), the storage
+/// a queue and the cores a station of `cores` servers, each sample one core's time
+/// (`cores * cpu`): the chance of `j` threads at the cores is carried from one population to
+/// the next (the algorithm's load-dependent form), so a thread waits for a core only when
+/// more threads than cores are there. With no more threads than cores that is a plain delay.
+/// With the generator's 500x375 set at 10 MB/s and a fifth of it cached, epoch 2 took 0.95 ms
+/// of the machine and 0.4 ms of the storage a sample on 2 cores: 1,357 samples/s measured,
+/// where the lesser bound said 2,100 and this says 1,360.
+pub(super) fn cores_and_storage(cpu: f64, storage: f64, cores: u32, threads: u32) -> f64 {
+    let (threads, cores) = (threads.max(1) as usize, cores.max(1) as usize);
+    let one_core = cores as f64 * cpu;
+    // `found[j]`: the chance of `j` threads at the cores, one thread fewer in all. A thread
+    // that finds `j - 1 >= cores` others there waits `(j - cores) / cores` of a sample's time
+    // more than its own.
+    let mut found = vec![1.0];
+    let (mut queued, mut rate) = (0.0, 1.0 / cpu);
     for n in 1..=threads {
-        let at_storage = storage * (1.0 + queued);
-        rate = f64::from(n) / (at_cpu + at_storage);
-        queued = rate * at_storage;
+        let waits: f64 = (cores + 1..=n).map(|j| (j - cores) as f64 / cores as f64 * found[j - 1]).sum();
+        let cores_time = one_core * (1.0 + waits);
+        let storage_time = storage * (1.0 + queued);
+        rate = n as f64 / (cores_time + storage_time);
+        let mut now = vec![0.0; n + 1];
+        for j in 1..=n {
+            now[j] = rate * one_core / j.min(cores) as f64 * found[j - 1];
+        }
+        now[0] = (1.0 - now[1..].iter().sum::<f64>()).max(0.0);
+        found = now;
+        queued = rate * storage_time;
     }
-    rate
+    rate.min(1.0 / cpu)
 }
 
 #[cfg(test)]
@@ -634,18 +675,18 @@ pub(super) mod tests {
     #[test]
     fn one_thread_adds_its_cpu_and_storage_times_and_more_threads_overlap_them() {
         // One thread: a sample is 1 ms of CPU then 1 ms of storage.
-        assert_close(cores_and_storage(1e-3, 1e-3, 1), 500.0);
+        assert_close(cores_and_storage(1e-3, 1e-3, 1, 1), 500.0);
         // Two threads, the machine 1 ms a sample (2 ms of one core), storage 1 ms: by hand, one
         // thread alone runs 1/3 samples a ms and keeps 1/3 of a read queued, so with two a
         // read waits 4/3 ms: 2 samples in 2 + 4/3 ms.
-        assert_close(cores_and_storage(1e-3, 1e-3, 2), 2.0 / (2e-3 + 4.0 / 3.0 * 1e-3));
+        assert_close(cores_and_storage(1e-3, 1e-3, 2, 2), 2.0 / (2e-3 + 4.0 / 3.0 * 1e-3));
         // More threads come to the lesser bound from below.
-        let rates: Vec<f64> = [1, 2, 4, 16, 64].iter().map(|&t| cores_and_storage(1e-3, 1e-3, t)).collect();
+        let rates: Vec<f64> = [1, 2, 4, 16, 64].iter().map(|&t| cores_and_storage(1e-3, 1e-3, t, t)).collect();
         assert!(rates.windows(2).all(|w| w[0] < w[1]) && rates[4] < 1000.0 && rates[4] > 850.0, "{rates:?}");
         // Storage far faster than the cores leaves the cores' rate; none at all is exactly it.
-        let fast = cores_and_storage(1e-3, 1e-6, 2);
+        let fast = cores_and_storage(1e-3, 1e-6, 2, 2);
         assert!(fast < 1000.0 && fast > 999.0, "{fast}");
-        assert_close(cores_and_storage(1e-3, 0.0, 2), 1000.0);
+        assert_close(cores_and_storage(1e-3, 0.0, 2, 2), 1000.0);
     }
 
     #[test]
@@ -727,6 +768,45 @@ pub(super) mod tests {
         // All three on one pipeline: as without recipes.
         let together = evaluate(&PlanParams { output_jobs: Some(3.0), ..p.clone() }, split("0-0-100"));
         assert_eq!(together, evaluate(&p, split("0-0-100")));
+    }
+
+    #[test]
+    fn with_several_jobs_pixels_kept_in_the_first_epoch_spare_their_decode_after_it_where_the_outputs_are_the_window() {
+        // Room for every output and, spilt beside them, 200 samples' pixels: each decode is
+        // shared through the outputs' window, and from the second epoch on the fifth of the
+        // samples kept as pixels in the first needs no decode and no read.
+        let p = PlanParams { jobs: 3, dirs: 10, s_cache: 1000.0 * 250.0 + 200.0 * 500.0, ..base() };
+        let g = serves(1000.0, 10.0);
+        let later = evaluate(&p, split("0-0-100"));
+        assert_close(later.n_d, 1000.0 * 0.2 / g);
+        assert_close(later.n_storage, 1000.0 * 0.8 / g);
+        // The first epoch finds nothing kept.
+        let first = evaluate_shared(&p, split("0-0-100"), false);
+        assert_close(first.n_d, 0.0);
+        assert_close(first.n_storage, 1000.0 / g);
+        assert!(first_epoch_shared(&p, split("0-0-100")) < later.samples_per_s);
+        // Without room for outputs decoded is the window: each decode displaces pixels it held,
+        // and nothing is kept from one epoch to the next.
+        let window = evaluate(&PlanParams { s_cache: 200.0 * 500.0, ..p }, split("0-100-0"));
+        assert_close(window.n_storage, 1000.0 / serves(200.0, 10.0));
+    }
+
+    #[test]
+    fn more_requests_in_flight_than_cores_wait_for_the_cores_and_keep_the_storage_busier() {
+        // Two cores, the machine 1 ms a sample (2 ms of a core), the storage 1 ms: two threads
+        // run 600/s (above). By hand, in ms: one thread, 1/3 a ms, at the cores 2/3 of the
+        // time; two, 2 / (2 + 4/3) = 3/5, none, one or two at the cores 1/5, 2/5 and 2/5 of
+        // the time, 4/5 of a read queued; three, waiting for a core only behind two:
+        // 3 / (2/5 * 2 + 2/5 * 2 + 2/5 * 3 + 9/5) = 5/7.
+        assert_close(cores_and_storage(1e-3, 1e-3, 2, 3), 5.0 / 7.0 * 1000.0);
+        // Many threads come to the lesser bound; the cores' never passed, and without storage
+        // time three threads on two cores keep both busy.
+        let many = cores_and_storage(1e-3, 1e-3, 2, 64);
+        assert!(many > 950.0 && many <= 1000.0, "{many}");
+        assert_close(cores_and_storage(1e-3, 0.0, 2, 3), 1000.0);
+        // One request in flight a core, or one a job where more jobs read.
+        assert_eq!(requesters(&base()), 2);
+        assert_eq!(requesters(&PlanParams { jobs: 3, ..base() }), 3);
     }
 
     #[test]
