@@ -43,6 +43,14 @@ def _interpolation(op: Any, default: str = "bilinear") -> str:
     return _mode_name(mode)
 
 
+def _warp(op: Any, args: dict) -> dict:
+    """A torchvision policy's arguments with its `interpolation` where it is not the default
+    (nearest): bilinear, as torchvision's reference recipe passes it."""
+    if _interpolation(op, "nearest") == "bilinear":
+        args["interpolation"] = "bilinear"
+    return args
+
+
 def _mode_name(mode: Any) -> str:
     mode = getattr(mode, "value", mode)  # torchvision's InterpolationMode, PIL's Resampling
     mode = {0: "nearest", 2: "bilinear", 3: "bicubic"}.get(mode, mode)  # PIL.Image's filters
@@ -215,7 +223,7 @@ def recipe(transform: Any, name: Optional[str] = None) -> str:
     ``RandomHorizontalFlip`` (p), ``Resize`` (an int: the shorter side, or (h, w); bilinear or
     bicubic, antialiased, no ``max_size``), ``CenterCrop``; after them the pixel ops
     ``ColorJitter``, ``RandomGrayscale``, ``GaussianBlur``, ``TrivialAugmentWide``,
-    ``RandAugment``, ``AutoAugment`` (imagenet; nearest, fill 0), timm's ``RandAugment`` (from
+    ``RandAugment``, ``AutoAugment`` (imagenet; nearest or bilinear, fill 0), timm's ``RandAugment`` (from
     ``rand_augment_transform`` or ``create_transform``: its default or ``inc1`` op list, as
     ``rand_augment: {timm: "rand-m9-n2-p0.5-mstd0.5-inc1", ...}``); ``RandomErasing`` last (a
     number, one per channel, or ``"random"`` as its value; after ``Normalize`` on float output,
@@ -245,6 +253,8 @@ def recipe(transform: Any, name: Optional[str] = None) -> str:
     erased = False
     for i, op in enumerate(ops):
         kind = _name(op)
+        if kind == "ToPureTensor":
+            continue  # v2's unwrapping of tv_tensors (the reference recipe's last step): the same values
         if erased and kind not in ("RandomHorizontalFlip", "Identity"):
             raise refuse(i, kind, "the mount serves nothing but a flip after RandomErasing")
         if to_float and kind not in ("Normalize", "ToDtype", "ConvertImageDtype", "RandomErasing", "Identity"):
@@ -264,8 +274,8 @@ def recipe(transform: Any, name: Optional[str] = None) -> str:
                 raise refuse(i, f"{kind}(antialias=False)", "the mount's resizes are antialiased")
         timm_ra = kind == "RandAugment" and _is_timm_rand_augment(op)
         if kind in ("TrivialAugmentWide", "RandAugment", "AutoAugment") and not timm_ra:
-            if _interpolation(op, "nearest") != "nearest":
-                raise refuse(i, f"{kind}(interpolation={_interpolation(op, 'nearest')})", "the mount's policies warp with nearest")
+            if _interpolation(op, "nearest") not in ("nearest", "bilinear"):
+                raise refuse(i, f"{kind}(interpolation={_interpolation(op, 'nearest')})", "the mount's policies warp nearest or bilinear")
             if not _fill_is_zero(op):
                 raise refuse(i, f"{kind}(fill={op.fill})", "the mount's policies fill with 0")
         if kind in _PIXEL_OPS:
@@ -324,18 +334,18 @@ def recipe(transform: Any, name: Optional[str] = None) -> str:
             sigma = [float(sigma), float(sigma)] if isinstance(sigma, (int, float)) else _pair(sigma)
             augment.append(("gaussian_blur", {"kernel_size": kernel, "sigma": sigma}))
         elif kind == "TrivialAugmentWide":
-            augment.append(("trivial_augment_wide", {"num_magnitude_bins": int(getattr(op, "num_magnitude_bins", 31))}))
+            augment.append(("trivial_augment_wide", _warp(op, {"num_magnitude_bins": int(getattr(op, "num_magnitude_bins", 31))})))
         elif timm_ra:
             augment.append(("rand_augment", _timm_rand_augment(op, lambda why: refuse(i, "RandAugment (timm's)", why))))
         elif kind == "RandAugment":
-            augment.append(("rand_augment", {"num_ops": int(op.num_ops), "magnitude": int(op.magnitude),
-                                             "num_magnitude_bins": int(getattr(op, "num_magnitude_bins", 31))}))
+            augment.append(("rand_augment", _warp(op, {"num_ops": int(op.num_ops), "magnitude": int(op.magnitude),
+                                                       "num_magnitude_bins": int(getattr(op, "num_magnitude_bins", 31))})))
         elif kind == "AutoAugment":
             policy = getattr(op, "policy", "imagenet")
             policy = str(getattr(policy, "value", policy)).lower()
             if policy != "imagenet":
                 raise refuse(i, f"AutoAugment(policy={policy})", "the mount's AutoAugment policy is imagenet")
-            augment.append(("auto_augment", {"policy": "imagenet"}))
+            augment.append(("auto_augment", _warp(op, {"policy": "imagenet"})))
         elif kind == "RandomErasing" and hasattr(op, "probability"):
             augment.append(("random_erasing", _timm_random_erasing(op, lambda why: refuse(i, "RandomErasing (timm's)", why))))
             erased = True

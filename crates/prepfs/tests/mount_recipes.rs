@@ -209,7 +209,7 @@ fn prepfs_recipe_turns_a_torchvision_compose_into_a_recipe_the_mount_serves() {
     let reference = got["reference"].as_str().expect("reference yaml");
     assert_eq!(
         reference,
-        "recipes:\n  ref:\n    augment:\n      - random_resized_crop: {size: [24, 24], scale: [0.08, 1.0], ratio: [0.75, 1.3333333333333333], interpolation: bicubic}\n      - random_horizontal_flip: {p: 0.5}\n      - trivial_augment_wide: {num_magnitude_bins: 31}\n      - normalize: {mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}\n      - random_erasing: {p: 0.1, scale: [0.02, 0.33], ratio: [0.3, 3.3], value: 0.0}\n    output: {format: npy, dtype: float32}\n"
+        "recipes:\n  ref:\n    augment:\n      - random_resized_crop: {size: [24, 24], scale: [0.08, 1.0], ratio: [0.75, 1.3333333333333333], interpolation: bicubic}\n      - random_horizontal_flip: {p: 0.5}\n      - trivial_augment_wide: {num_magnitude_bins: 31, interpolation: bilinear}\n      - normalize: {mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}\n      - random_erasing: {p: 0.1, scale: [0.02, 0.33], ratio: [0.3, 3.3], value: 0.0}\n    output: {format: npy, dtype: float32}\n"
     );
     let pixel = got["pixel"].as_str().expect("pixel yaml");
     assert_eq!(

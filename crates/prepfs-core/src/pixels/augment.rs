@@ -632,6 +632,20 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn the_policies_warp_nearest_by_default_or_bilinear_and_refuse_other_filters_by_name() {
+        for policy in ["trivial_augment_wide", "rand_augment", "auto_augment"] {
+            assert!(parse_one(&format!("{policy}: {{}}")).is_ok());
+            assert!(parse_one(&format!("{policy}: {{ interpolation: nearest }}")).is_ok());
+            let bilinear = parse_one(&format!("{policy}: {{ interpolation: bilinear }}")).expect("bilinear");
+            assert_ne!(bilinear, parse_one(&format!("{policy}: {{}}")).expect("nearest"));
+            assert_eq!(
+                parse_one(&format!("{policy}: {{ interpolation: bicubic }}")).unwrap_err(),
+                format!("{policy}: only `interpolation: nearest or bilinear` is supported")
+            );
+        }
+    }
+
+    #[test]
     fn refusals_name_the_operation_and_the_argument() {
         assert_eq!(parse_one("random_horizontal_flip: { p: 1.5 }").unwrap_err(), "random_horizontal_flip: `p` must lie in [0, 1], got 1.5");
         assert_eq!(parse_one("resize: { size: 8, interpolation: nearest }").unwrap_err(), "resize: only `interpolation: bilinear, bicubic or random` is supported");

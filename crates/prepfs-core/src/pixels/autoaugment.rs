@@ -1,7 +1,9 @@
 //! torchvision v2's automatic augmentation policies: `trivial_augment_wide`, `rand_augment`
 //! (num_ops, magnitude, num_magnitude_bins) and `auto_augment` (policy: imagenet), with
 //! torchvision's op lists, magnitude tables (`_AUGMENTATION_SPACE`), signed magnitudes (negated
-//! half the time), nearest interpolation and fill 0 for the geometric ops. [`AutoAugment::draw`]
+//! half the time), and fill 0 for the geometric ops, warped nearest as torchvision does a
+//! tensor (its default) or bilinear as it does a PIL image (torchvision's reference recipe:
+//! `TrivialAugmentWide(interpolation=BILINEAR)` before `PILToTensor`). [`AutoAugment::draw`]
 //! draws one sample's ops and magnitudes; [`AutoDraw::apply`] runs them.
 
 use std::collections::BTreeMap;
@@ -12,6 +14,8 @@ use serde_norway::Value;
 use crate::pixels::affine;
 use crate::pixels::augment::{Args, OpError};
 use crate::pixels::color;
+use crate::pixels::interpolation::Filter;
+use crate::pixels::pil_warp;
 use crate::pixels::tone;
 use crate::shared::Size2;
 
@@ -22,6 +26,16 @@ pub enum AutoAugment {
     RandAugment { num_ops: u32, magnitude: u32, num_magnitude_bins: u32 },
     /// `AutoAugment(AutoAugmentPolicy.IMAGENET)`.
     ImageNet,
+}
+
+/// How a policy's geometric ops resample (`interpolation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Warp {
+    /// torchvision's default, on a tensor: nearest on `grid_sample`'s grid (`affine.rs`).
+    #[default]
+    Nearest,
+    /// `InterpolationMode.BILINEAR` on a PIL image: PIL's affine transform (`pil_warp.rs`).
+    Bilinear,
 }
 
 /// An op of the policies' spaces.
@@ -48,6 +62,7 @@ pub(crate) enum Op {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct AutoDraw {
     pub(crate) ops: Vec<(Op, f64)>,
+    pub(crate) warp: Warp,
 }
 
 /// The ops of RandAugment's and TrivialAugmentWide's spaces, in torchvision's order.
@@ -149,8 +164,8 @@ impl AutoAugment {
         }
     }
 
-    /// Parses a policy by its name; `None` for another name.
-    pub(crate) fn from_args(name: &str, args: &Args<'_>) -> Result<Option<AutoAugment>, OpError> {
+    /// Parses a policy by its name, with its warp; `None` for another name.
+    pub(crate) fn from_args(name: &str, args: &Args<'_>) -> Result<Option<(AutoAugment, Warp)>, OpError> {
         let whole = |key: &str, default: u32, lo: u32, hi: u32| -> Result<u32, OpError> {
             match args.get(key) {
                 None => Ok(default),
@@ -163,13 +178,17 @@ impl AutoAugment {
         };
         let unsupported = |setting| OpError::Unsupported { op: args.op().to_string(), setting };
         let nearest_zero = |args: &Args<'_>| -> Result<(), OpError> {
-            if args.get("interpolation").is_some_and(|v| v.as_str() != Some("nearest")) {
-                return Err(unsupported("interpolation: nearest"));
+            if args.get("interpolation").is_some_and(|v| !matches!(v.as_str(), Some("nearest" | "bilinear"))) {
+                return Err(unsupported("interpolation: nearest or bilinear"));
             }
             if args.get("fill").is_some_and(|v| v.as_f64() != Some(0.0) && !matches!(v, Value::Null)) {
                 return Err(unsupported("fill: 0"));
             }
             Ok(())
+        };
+        let warp = match args.get("interpolation").and_then(|v| v.as_str()) {
+            Some("bilinear") => Warp::Bilinear,
+            _ => Warp::Nearest,
         };
         let policy = match name {
             "trivial_augment_wide" => {
@@ -197,11 +216,14 @@ impl AutoAugment {
             }
             _ => return Ok(None),
         };
-        Ok(Some(policy))
+        Ok(Some((policy, warp)))
     }
 
-    pub(crate) fn args(&self, out: &mut BTreeMap<&str, serde_json::Value>) {
+    pub(crate) fn args(&self, warp: Warp, out: &mut BTreeMap<&str, serde_json::Value>) {
         use serde_json::json;
+        if warp == Warp::Bilinear {
+            out.insert("interpolation", json!("bilinear"));
+        }
         match self {
             AutoAugment::TrivialAugmentWide { num_magnitude_bins } => {
                 out.insert("num_magnitude_bins", json!(num_magnitude_bins));
@@ -257,22 +279,39 @@ impl AutoAugment {
                 }
             }
         }
-        AutoDraw { ops }
+        AutoDraw { ops, warp: Warp::Nearest }
     }
 }
 
 impl AutoDraw {
+    /// `F.affine(angle=0, translate, scale=1, shear)` about the top-left corner (`corner`, the
+    /// shears) or the centre, warped as the policy says: on a PIL image torchvision passes the
+    /// centre in pixels to `_get_inverse_affine_matrix` and PIL's transform that matrix.
+    fn affine(&self, pixels: &mut [u8], size: Size2, translate: (f64, f64), shear: (f64, f64), corner: bool) {
+        match self.warp {
+            Warp::Nearest => affine::affine(pixels, size, translate, shear, corner),
+            Warp::Bilinear => {
+                let center = if corner { (0.0, 0.0) } else { (f64::from(size.width) * 0.5, f64::from(size.height) * 0.5) };
+                let matrix = affine::inverse_matrix(center, 0.0, translate, shear);
+                pil_warp::transform(pixels, size, &matrix, Filter::Bilinear, [0; 3]);
+            }
+        }
+    }
+
     /// torchvision's `_apply_image_or_video_transform` for each op, on packed RGB `pixels`.
     pub(crate) fn apply(&self, pixels: &mut [u8], size: Size2) {
         for &(op, m) in &self.ops {
             let factor = (1.0 + m) as f32;
             match op {
                 Op::Identity => {}
-                Op::ShearX => affine::affine(pixels, size, (0.0, 0.0), (m.atan().to_degrees(), 0.0), true),
-                Op::ShearY => affine::affine(pixels, size, (0.0, 0.0), (0.0, m.atan().to_degrees()), true),
-                Op::TranslateX => affine::affine(pixels, size, (m.trunc(), 0.0), (0.0, 0.0), false),
-                Op::TranslateY => affine::affine(pixels, size, (0.0, m.trunc()), (0.0, 0.0), false),
-                Op::Rotate => affine::rotate(pixels, size, m),
+                Op::ShearX => self.affine(pixels, size, (0.0, 0.0), (m.atan().to_degrees(), 0.0), true),
+                Op::ShearY => self.affine(pixels, size, (0.0, 0.0), (0.0, m.atan().to_degrees()), true),
+                Op::TranslateX => self.affine(pixels, size, (m.trunc(), 0.0), (0.0, 0.0), false),
+                Op::TranslateY => self.affine(pixels, size, (0.0, m.trunc()), (0.0, 0.0), false),
+                Op::Rotate => match self.warp {
+                    Warp::Nearest => affine::rotate(pixels, size, m),
+                    Warp::Bilinear => pil_warp::transform(pixels, size, &pil_warp::rotation(size, m), Filter::Bilinear, [0; 3]),
+                },
                 Op::Brightness => color::brightness(pixels, factor),
                 Op::Color => color::saturation(pixels, factor),
                 Op::Contrast => color::contrast(pixels, factor),
@@ -358,9 +397,34 @@ mod tests {
         for op in SPACE.into_iter().skip(1) {
             let mut px = orig.clone();
             let m = magnitude(Table::Standard, op, 31, 20, size).map_or(0.0, |(m, _)| m);
-            AutoDraw { ops: vec![(op, m)] }.apply(&mut px, size);
+            AutoDraw { ops: vec![(op, m)], warp: Warp::Nearest }.apply(&mut px, size);
             assert_eq!(px.len(), orig.len());
             assert_ne!(px, orig, "{op:?} changed nothing");
         }
+    }
+
+    #[test]
+    fn a_bilinear_policy_warps_as_pil_does_and_its_translations_move_whole_pixels_alike() {
+        let size = Size2::new(24, 16);
+        let orig: Vec<u8> = (0..24 * 16 * 3).map(|i| (i * 7 % 200 + 20) as u8).collect();
+        let run = |op, m, warp| {
+            let mut px = orig.clone();
+            AutoDraw { ops: vec![(op, m)], warp }.apply(&mut px, size);
+            px
+        };
+        // A whole-pixel translation samples pixel centres: bilinear and nearest agree.
+        assert_eq!(run(Op::TranslateX, 3.0, Warp::Bilinear), run(Op::TranslateX, 3.0, Warp::Nearest));
+        // A shear blends neighbours where nearest picks one: they differ, and bilinear is PIL's
+        // transform of torchvision's matrix about the top-left corner.
+        let sheared = run(Op::ShearX, 0.3, Warp::Bilinear);
+        assert_ne!(sheared, run(Op::ShearX, 0.3, Warp::Nearest));
+        let mut by_hand = orig.clone();
+        let matrix = affine::inverse_matrix((0.0, 0.0), 0.0, (0.0, 0.0), (0.3f64.atan().to_degrees(), 0.0));
+        pil_warp::transform(&mut by_hand, size, &matrix, Filter::Bilinear, [0; 3]);
+        assert_eq!(sheared, by_hand);
+        // A rotation is PIL's `Image.rotate`, filled with 0 at the corners.
+        let turned = run(Op::Rotate, 30.0, Warp::Bilinear);
+        assert_eq!(&turned[..3], &[0, 0, 0]);
+        assert_ne!(turned, orig);
     }
 }

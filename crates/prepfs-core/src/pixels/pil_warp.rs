@@ -3,7 +3,8 @@
 //! pixel's centre mapped through the matrix onto the source, sampled there with PIL's bilinear
 //! or bicubic filter (the source's edge pixels repeated beyond it, bicubic with a = -1 and
 //! clipped, both truncated to uint8), and the fill colour wherever the centre lands outside the
-//! source. torchvision's warps (nearest, fill 0) are `affine.rs`'.
+//! source. torchvision's policies use it too where they warp bilinear (as torchvision does a PIL
+//! image); their nearest warps, as on a tensor, are `affine.rs`'.
 
 use crate::pixels::interpolation::Filter;
 use crate::shared::Size2;

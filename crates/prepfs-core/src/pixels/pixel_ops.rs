@@ -16,7 +16,7 @@ use rand::Rng;
 use serde_norway::Value;
 
 use crate::pixels::augment::{Args, AugmentOp, OpError, PixelDraw};
-use crate::pixels::autoaugment::{AutoAugment, AutoDraw};
+use crate::pixels::autoaugment::{AutoAugment, AutoDraw, Warp};
 use crate::pixels::blur::{self, GaussianBlur};
 use crate::pixels::color::{self, ColorJitter, JitterDraw};
 use crate::pixels::erasing::{EraseValue, RandomErasing};
@@ -46,7 +46,7 @@ pub enum PixelOp {
     /// `RandomErasing(p, scale, ratio, value)`.
     RandomErasing(RandomErasing),
     /// `TrivialAugmentWide`, `RandAugment`, `AutoAugment`.
-    Auto(AutoAugment),
+    Auto(AutoAugment, Warp),
     /// timm's RandAugment (`rand_augment: { timm: "rand-m9-mstd0.5-inc1" }`).
     TimmRandAugment(TimmRandAugment),
 }
@@ -68,7 +68,7 @@ impl PixelOp {
             PixelOp::RandomGrayscale { .. } => "random_grayscale",
             PixelOp::GaussianBlur(_) => "gaussian_blur",
             PixelOp::RandomErasing(_) => "random_erasing",
-            PixelOp::Auto(a) => a.name(),
+            PixelOp::Auto(a, _) => a.name(),
             PixelOp::TimmRandAugment(_) => "rand_augment",
         }
     }
@@ -132,7 +132,7 @@ impl PixelOp {
             }
             "rand_augment" if args.get("timm").is_some() => PixelOp::TimmRandAugment(TimmRandAugment::from_args(args)?),
             other => match AutoAugment::from_args(other, args)? {
-                Some(auto) => PixelOp::Auto(auto),
+                Some((auto, warp)) => PixelOp::Auto(auto, warp),
                 None => return Ok(None),
             },
         };
@@ -166,7 +166,7 @@ impl PixelOp {
                     EraseValue::Random => out.insert("value", json!("random")),
                 };
             }
-            PixelOp::Auto(a) => a.args(out),
+            PixelOp::Auto(a, warp) => a.args(*warp, out),
             PixelOp::TimmRandAugment(t) => t.args(out),
         }
     }
@@ -187,7 +187,7 @@ impl PixelOp {
                 Some(erase) => PixelDraw::Erase(erase),
                 None => PixelDraw::Nothing,
             },
-            PixelOp::Auto(a) => PixelDraw::Step(PixelStep::Auto(a.draw(size, rng))),
+            PixelOp::Auto(a, warp) => PixelDraw::Step(PixelStep::Auto(AutoDraw { warp: *warp, ..a.draw(size, rng) })),
             PixelOp::TimmRandAugment(t) => PixelDraw::Step(PixelStep::Timm(t.draw(rng))),
         }
     }

@@ -113,6 +113,10 @@ def cases():
             lambda: v2.Compose([v2.ToDtype(torch.float32, scale=True), v2.Normalize(**NORMALIZE), v2.RandomErasing(0.5)]),
             output={"format": "npy", "dtype": "float32", **NORMALIZE}, erase=0.0),
         "trivial_augment_wide": op({"trivial_augment_wide": {}}, lambda: v2.TrivialAugmentWide()),
+        # Bilinear, as torchvision's reference recipe runs it: on the PIL image, before PILToTensor.
+        "trivial_augment_wide_bilinear": dict(
+            op({"trivial_augment_wide": {"interpolation": "bilinear"}}, lambda: v2.TrivialAugmentWide(interpolation=I.BILINEAR)),
+            pil=True),
         "rand_augment": op({"rand_augment": {}}, lambda: v2.RandAugment()),
         "auto_augment": op({"auto_augment": {"policy": "imagenet"}}, lambda: v2.AutoAugment()),
         "random_erasing_random_uint8": op({"random_erasing": {"p": 0.5, "value": "random"}},
@@ -125,7 +129,8 @@ def cases():
     }
     # Whole training transforms, moved to the mount by prepfs.recipe (the YAML it writes) and
     # compared from the source JPEG to the float32 tensor: torchvision's reference recipe
-    # (TrivialAugmentWide, RandomErasing 0.1) and timm's create_transform with RandAugment.
+    # (TrivialAugmentWide bilinear, as its train.py passes --interpolation, RandomErasing 0.1)
+    # and timm's create_transform with RandAugment.
     try:
         import prepfs
     except ImportError:
@@ -135,7 +140,8 @@ def cases():
             return {"yaml": prepfs.recipe(build()), "tv": build, "from_source": True, "erase": erase,
                     "output": {"format": "npy", "dtype": "float32"}}
         out["whole_torchvision_reference_recipe"] = whole(lambda: v2.Compose([
-            v2.RandomResizedCrop(48, antialias=True), v2.RandomHorizontalFlip(0.5), v2.TrivialAugmentWide(),
+            v2.RandomResizedCrop(48, antialias=True), v2.RandomHorizontalFlip(0.5),
+            v2.TrivialAugmentWide(interpolation=I.BILINEAR),
             v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(**NORMALIZE), v2.RandomErasing(0.1)]), 0.0)
         if has_timm():
             from timm.data import create_transform

@@ -76,6 +76,10 @@ class ToTensor:
     pass
 
 
+class ToPureTensor:  # v2's last step in the reference recipe: unwraps tv_tensors
+    pass
+
+
 class Normalize:
     def __init__(self, mean, std, inplace=False):
         self.mean, self.std, self.inplace = list(mean), list(std), inplace
@@ -189,10 +193,11 @@ out = {
         name="tv2",
     ),
     "v1": recipe(Compose([Resize(40), CenterCrop(32), ToTensor(), Normalize(MEAN, STD)]), name="tv1"),
-    # torchvision's reference recipe (TrivialAugmentWide, RandomErasing 0.1), bicubic as Swin's.
+    # torchvision's reference recipe (TrivialAugmentWide with the script's bilinear, RandomErasing
+    # 0.1), bicubic as Swin's.
     "reference": recipe(
-        Compose([RandomResizedCrop(24, interpolation=BICUBIC), RandomHorizontalFlip(), TrivialAugmentWide(),
-                 ToImage(), ToDtype(float32, scale=True), Normalize(MEAN, STD), RandomErasing(0.1)]),
+        Compose([RandomResizedCrop(24, interpolation=BICUBIC), RandomHorizontalFlip(), TrivialAugmentWide(interpolation=BILINEAR),
+                 ToImage(), ToDtype(float32, scale=True), Normalize(MEAN, STD), RandomErasing(0.1), ToPureTensor()]),
         name="ref",
     ),
     # The other pixel ops, as a uint8 recipe (no conversion: the mount's own output).
