@@ -418,8 +418,9 @@ pub(super) fn bounded(p: &PlanParams, cpu: f64, storage: f64, nic_bytes: f64) ->
 /// one a core, as the mount's own threads and one job's readers keep them (two readers on two
 /// cores fit: [`cores_and_storage`]), or one a job where more jobs read at once, each job's
 /// readers waiting on their own reads. Three jobs of one reader each behind 10 MB/s kept the
-/// storage busy 95-99% of their run where two in flight predicted 79%, the makespan 45-54% high
-/// (BENCHMARKS.md#2026-11-27-plan-matrix-3jobs-10MBps-whole-half).
+/// storage busy 95-99% of their run where two in flight predicted 79%: auto's makespans there
+/// were predicted 0-24% high, and 0-12% with a request in flight a job
+/// (BENCHMARKS.md#2026-11-27-plan-matrix-3jobs-10MBps-whole-half, `-mva-auto`).
 pub(super) fn requesters(p: &PlanParams) -> u32 {
     (p.nodes.max(1) * p.cores.max(1)).max(p.jobs)
 }
