@@ -177,28 +177,28 @@ impl AutoAugment {
             }
         };
         let unsupported = |setting| OpError::Unsupported { op: args.op().to_string(), setting };
-        let nearest_zero = |args: &Args<'_>| -> Result<(), OpError> {
-            if args.get("interpolation").is_some_and(|v| !matches!(v.as_str(), Some("nearest" | "bilinear"))) {
-                return Err(unsupported("interpolation: nearest or bilinear"));
-            }
+        // The geometric ops' interpolation (nearest or bilinear) and fill (0).
+        let warp_and_fill = |args: &Args<'_>| -> Result<Warp, OpError> {
+            let warp = match args.get("interpolation").map(|v| v.as_str()) {
+                None | Some(Some("nearest")) => Warp::Nearest,
+                Some(Some("bilinear")) => Warp::Bilinear,
+                Some(_) => return Err(unsupported("interpolation: nearest or bilinear")),
+            };
             if args.get("fill").is_some_and(|v| v.as_f64() != Some(0.0) && !matches!(v, Value::Null)) {
                 return Err(unsupported("fill: 0"));
             }
-            Ok(())
+            Ok(warp)
         };
-        let warp = match args.get("interpolation").and_then(|v| v.as_str()) {
-            Some("bilinear") => Warp::Bilinear,
-            _ => Warp::Nearest,
-        };
+        let warp;
         let policy = match name {
             "trivial_augment_wide" => {
                 args.only(&["num_magnitude_bins", "interpolation", "fill"])?;
-                nearest_zero(args)?;
+                warp = warp_and_fill(args)?;
                 AutoAugment::TrivialAugmentWide { num_magnitude_bins: whole("num_magnitude_bins", 31, 2, 1000)? }
             }
             "rand_augment" => {
                 args.only(&["num_ops", "magnitude", "num_magnitude_bins", "interpolation", "fill"])?;
-                nearest_zero(args)?;
+                warp = warp_and_fill(args)?;
                 let bins = whole("num_magnitude_bins", 31, 2, 1000)?;
                 AutoAugment::RandAugment {
                     num_ops: whole("num_ops", 2, 0, 16)?,
@@ -208,7 +208,7 @@ impl AutoAugment {
             }
             "auto_augment" => {
                 args.only(&["policy", "interpolation", "fill"])?;
-                nearest_zero(args)?;
+                warp = warp_and_fill(args)?;
                 if args.get("policy").is_some_and(|v| v.as_str() != Some("imagenet")) {
                     return Err(unsupported("policy: imagenet"));
                 }
