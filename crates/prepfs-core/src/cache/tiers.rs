@@ -40,7 +40,7 @@ use super::outputs::RecipeOutputs;
 /// allocator's rounding, measured as about 60 bytes on x86-64 glibc, rounded up.
 pub const ENTRY_OVERHEAD: u64 = 96;
 
-const SHARDS: usize = 16;
+pub(super) const SHARDS: usize = 16;
 
 /// A payload whose size the cache charges.
 pub trait Weighed {
@@ -316,6 +316,13 @@ impl<V: Clone + Weighed> FormStore<V> {
     /// Whether an entry of `payload` bytes would fit now.
     pub(crate) fn has_room_for(&self, payload: u64) -> bool {
         self.used.load(Ordering::Relaxed) + payload + ENTRY_OVERHEAD <= self.budget.load(Ordering::Relaxed)
+    }
+
+    /// Whether an admission of an entry of `payload` bytes can make room by evicting: under
+    /// LRU, with a budget it fits (what no job needs goes first: [`FormStore::retire`] moves it
+    /// to the eviction end).
+    pub(crate) fn evicts_for(&self, payload: u64) -> bool {
+        self.lru.load(Ordering::Relaxed) && payload + ENTRY_OVERHEAD <= self.budget.load(Ordering::Relaxed)
     }
 
     /// Admits `value` for `id` if the budget allows (evicting least recently used entries of

@@ -62,14 +62,18 @@
 //! read by any. A window holds a sample from one epoch to the next only when it holds the whole
 //! set (LRU under random orders keeps next to nothing else): `H_D`, `H_E` are 1 then, else 0;
 //! in the jobs' first epoch they are 0 (nothing is held yet: every sample is read once).
-//! (Pixels are kept only while decoded has room (`cache::fill`), so where the outputs are the
-//! window, part of the pixels the first epoch kept stays: three jobs behind 10 MB/s with every
-//! output held and 23-25% of the pixels beside them read 0.25-0.28 of a sample per sample
-//! served, where 1/3 is predicted. Crediting that share made the predictions right, 7 of 54
-//! makespans over 30% off to none, but made the plan prefer a large decoded share beside a
-//! small augmented one, which ran 15% slower than the split it displaced:
-//! BENCHMARKS.md#2026-11-27-plan-matrix-3jobs-10MBps-kept-pixels. Left out until the model
-//! sees why.)
+//! (A decoded share of the plan's own that holds more samples than the augmented share holds
+//! outputs is a window like the others: a decode evicts what no job needs, then the least
+//! recently used (`cache::fill`). Beside a larger augmented share, and in memory that only
+//! flowed to decoded, pixels are a stock, kept only while there is room, so part of what the
+//! first epoch kept stays: three jobs behind 10 MB/s with every output held and 23-25% of the
+//! pixels beside them read 0.25-0.28 of a sample per sample served, where 1/3 is predicted.
+//! That stock is not credited. Crediting it, `H_D = h_D` where `w_A >= w_D`, made the plan
+//! prefer a large decoded share beside a small augmented one (34-51-15 for 34-0-66), which ran
+//! 15% slower though it decoded less
+//! (BENCHMARKS.md#2026-11-27-plan-matrix-3jobs-10MBps-kept-pixels); crediting only memory
+//! that flowed to decoded made it prefer a large encoded share spilling into decoded beside a
+//! small augmented one (81-0-19 for 14-0-86, on the recorded inputs), the same shape.)
 //! Per sample served, with `w_A`, `w_D`, `w_E` the entries each form's share holds:
 //!
 //! - augmentations `a = 1 / g(w_A)`; decodes `d = min(a, (1 - H_D) / g(max(w_A, w_D)))`;
