@@ -198,8 +198,9 @@ impl Tiers {
         // of the set's pixels behind 10 MB/s kept 3,398 of 16,714 decodes, 0.62 a sample
         // served, and took 71.0 s; as a window 0.28, and 34.9 s.) Beside a larger augmented
         // window, and in room that only flowed to decoded, the pixels are a stock, kept while
-        // there is room (as a window there, 34-33-33 ran 10-16% slower: its full decodes
-        // shared nothing the outputs did not).
+        // there is room: a full decode there shares nothing the outputs do not (as a window,
+        // 34-33-33's runs were 10-16% slower than earlier ones, though within the drift of
+        // auto's own runs between the two).
         let entries = |store_budget: u64, len: u64| store_budget / (len + ENTRY_OVERHEAD);
         let window = self.memory.split().d() > 0
             && entries(self.memory.decoded.budget(), decoded_len) > entries(self.memory.augmented.budget(), out_len);
