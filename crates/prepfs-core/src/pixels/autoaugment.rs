@@ -239,8 +239,8 @@ impl AutoAugment {
         }
     }
 
-    /// torchvision's `forward` draws for an image of `size`.
-    pub(crate) fn draw(&self, size: Size2, rng: &mut impl Rng) -> AutoDraw {
+    /// torchvision's `forward` draws for an image of `size`, to be warped by `warp`.
+    pub(crate) fn draw(&self, warp: Warp, size: Size2, rng: &mut impl Rng) -> AutoDraw {
         let signed = |rng: &mut dyn rand::RngCore, (m, signed): (f64, bool)| {
             if signed && rng.gen::<f64>() <= 0.5 {
                 -m
@@ -279,7 +279,7 @@ impl AutoAugment {
                 }
             }
         }
-        AutoDraw { ops, warp: Warp::Nearest }
+        AutoDraw { ops, warp }
     }
 }
 
@@ -298,6 +298,15 @@ impl AutoDraw {
         }
     }
 
+    /// `F.rotate(angle)` about the centre, fill 0, warped as the policy says (on a PIL image,
+    /// PIL's `Image.rotate`).
+    fn rotate(&self, pixels: &mut [u8], size: Size2, degrees: f64) {
+        match self.warp {
+            Warp::Nearest => affine::rotate(pixels, size, degrees),
+            Warp::Bilinear => pil_warp::transform(pixels, size, &pil_warp::rotation(size, degrees), Filter::Bilinear, [0; 3]),
+        }
+    }
+
     /// torchvision's `_apply_image_or_video_transform` for each op, on packed RGB `pixels`.
     pub(crate) fn apply(&self, pixels: &mut [u8], size: Size2) {
         for &(op, m) in &self.ops {
@@ -308,10 +317,7 @@ impl AutoDraw {
                 Op::ShearY => self.affine(pixels, size, (0.0, 0.0), (0.0, m.atan().to_degrees()), true),
                 Op::TranslateX => self.affine(pixels, size, (m.trunc(), 0.0), (0.0, 0.0), false),
                 Op::TranslateY => self.affine(pixels, size, (0.0, m.trunc()), (0.0, 0.0), false),
-                Op::Rotate => match self.warp {
-                    Warp::Nearest => affine::rotate(pixels, size, m),
-                    Warp::Bilinear => pil_warp::transform(pixels, size, &pil_warp::rotation(size, m), Filter::Bilinear, [0; 3]),
-                },
+                Op::Rotate => self.rotate(pixels, size, m),
                 Op::Brightness => color::brightness(pixels, factor),
                 Op::Color => color::saturation(pixels, factor),
                 Op::Contrast => color::contrast(pixels, factor),
@@ -354,7 +360,7 @@ mod tests {
         let mut rng = draw_rng(6, 0, 0, 0);
         let (mut seen, mut negative) = (std::collections::HashSet::new(), 0);
         for _ in 0..3000 {
-            let d = policy.draw(Size2::new(32, 32), &mut rng);
+            let d = policy.draw(Warp::Nearest, Size2::new(32, 32), &mut rng);
             assert_eq!(d.ops.len(), 1);
             let (op, m) = d.ops[0];
             seen.insert(op as u8);
@@ -370,7 +376,7 @@ mod tests {
         let policy = AutoAugment::RandAugment { num_ops: 2, magnitude: 9, num_magnitude_bins: 31 };
         let mut rng = draw_rng(7, 0, 0, 0);
         for _ in 0..200 {
-            let d = policy.draw(Size2::new(224, 224), &mut rng);
+            let d = policy.draw(Warp::Nearest, Size2::new(224, 224), &mut rng);
             assert_eq!(d.ops.len(), 2);
             for (op, m) in d.ops {
                 if op == Op::Rotate {
@@ -383,7 +389,7 @@ mod tests {
     #[test]
     fn auto_augment_applies_each_half_of_a_sub_policy_with_its_probability() {
         let mut rng = draw_rng(8, 0, 0, 0);
-        let counts: Vec<usize> = (0..2000).map(|_| AutoAugment::ImageNet.draw(Size2::new(64, 64), &mut rng).ops.len()).collect();
+        let counts: Vec<usize> = (0..2000).map(|_| AutoAugment::ImageNet.draw(Warp::Nearest, Size2::new(64, 64), &mut rng).ops.len()).collect();
         let mean = counts.iter().sum::<usize>() as f64 / counts.len() as f64;
         // The policy's probabilities average (sum of 50 p) / 25 = 1.2 ops a sample.
         let expected: f64 = IMAGENET.iter().flatten().map(|(_, p, _)| p).sum::<f64>() / 25.0;

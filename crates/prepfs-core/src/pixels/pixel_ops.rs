@@ -187,7 +187,7 @@ impl PixelOp {
                 Some(erase) => PixelDraw::Erase(erase),
                 None => PixelDraw::Nothing,
             },
-            PixelOp::Auto(a, warp) => PixelDraw::Step(PixelStep::Auto(AutoDraw { warp: *warp, ..a.draw(size, rng) })),
+            PixelOp::Auto(a, warp) => PixelDraw::Step(PixelStep::Auto(a.draw(*warp, size, rng))),
             PixelOp::TimmRandAugment(t) => PixelDraw::Step(PixelStep::Timm(t.draw(rng))),
         }
     }
