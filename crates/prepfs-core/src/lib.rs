@@ -27,6 +27,9 @@
 //! - [`config`]: the one typed configuration, validated once.
 //! - [`machine_memory`]: the machine-wide registry of the mounts' cache memory, from which
 //!   `cache.memory: auto` takes its share.
+//! - [`private_dir`]: every directory and file the mount writes outside itself (disk tier, kept
+//!   indexes and listings, the memory registry, the log), opened so no other user can redirect
+//!   or read them.
 //! - [`served`]: a produced output's bytes as kept and served: in memory, or in an output file
 //!   the kernel reads directly (passthrough); the mount's `OutputFiles` makes them and closes
 //!   them when spent.
@@ -37,7 +40,8 @@
 //!   (`.prepfs/metrics`).
 //! - [`error`]: the core's error type, and [`error::ToErrno`], by which each layer's typed error
 //!   (source, sampling, jpeg, pipeline) says its errno beside it.
-//! - [`log`]: log lines that cannot flood or fail.
+//! - [`log`]: log lines that cannot flood or fail; [`escape`]: the one rule by which a name
+//!   (a path, a file name, a key) is printed in them and in messages.
 //! - `tasks`: every thread of a mount, named, at its priority, owned and joined: the task
 //!   queues of the decode and I/O threads, the pool of batch fills, the mount's workers.
 
@@ -50,12 +54,14 @@ pub mod cache;
 pub mod config;
 pub mod drain;
 pub mod error;
+pub mod escape;
 pub mod fs;
 pub mod loader;
 pub mod log;
 pub mod machine_memory;
 pub mod pixels;
 pub mod planner;
+pub mod private_dir;
 pub mod progress;
 pub mod producer;
 pub mod sampling;

@@ -78,10 +78,10 @@ pub fn parse_filter(text: &str) -> Result<tracing_subscriber::EnvFilter, String>
     tracing_subscriber::EnvFilter::builder().parse(text).map_err(|e| format!("{e}; {expected}"))
 }
 
-/// Opens the `--log-file` for appending, creating it with mode 0640 if missing.
+/// Opens the `--log-file` for appending, creating it with mode 0600 if missing; through no
+/// link, in a directory no other user can redirect ([`crate::private_dir::open_append`]).
 pub fn open_log_file(path: &std::path::Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new().create(true).append(true).mode(0o640).open(path)
+    crate::private_dir::open_append(path)
 }
 
 /// Writes a line to stderr, dropping it if stderr is gone (never a panic, unlike `eprintln!`).

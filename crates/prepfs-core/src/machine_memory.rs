@@ -2,23 +2,27 @@
 //! in a file of a machine-wide directory while it serves, and `cache.memory: auto` takes its
 //! share of one machine-wide budget given what the others hold.
 //!
-//! The directory is `$PREPFS_RUN_DIR`, else `/run/prepfs-mounts` as root (only root writes it),
-//! else `/tmp/prepfs-mounts` (made sticky and world-writable, like /tmp, so every user's mounts
-//! register there). Each mount's entry is `<pid>.json`; [`Registration`] removes it when dropped
-//! (at unmount); the entry of a process that is gone is ignored (and removed where allowed).
-//! Only entries of this user or root count (another user could plant entries to shrink ours),
-//! read without following links, at most 4 KiB, regular files only.
+//! Each user's mounts register in a directory of that user's (a [`PrivateDir`] readable by all,
+//! refused if another user could write to it or put a link in its place): `$PREPFS_RUN_DIR`,
+//! else `/run/prepfs-mounts` as root, else `$XDG_RUNTIME_DIR/prepfs-mounts`, else
+//! `/tmp/prepfs-mounts-<uid>`. A mount counts the entries of its own directory and, for a user
+//! other than root, those of root's. Each mount's entry is `<pid>.json`; [`Registration`]
+//! removes it when dropped (at unmount); the entry of a process that is gone is ignored (and
+//! removed where allowed). Only entries of this user or root count, read without following
+//! links, at most 4 KiB, regular files only, at most [`MAX_ENTRIES`] a directory.
 //!
 //! The rule ([`auto_share`]): the machine budget is half of the memory available now plus what
 //! the other mounts hold (their budgets count as memory they hold or will); a mount set to
 //! `auto` takes half of what the others leave of it. Alone it takes a quarter of available
 //! memory, as before; with others, less, and all mounts together never more than the budget.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+
+use crate::private_dir::PrivateDir;
 
 /// How `cache.memory: auto` was decided, with its figures (stats.json's `memory_auto`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -41,36 +45,61 @@ struct Entry {
     memory: u64,
 }
 
-/// The registry directory.
+/// The most entries read from one registry directory (more mounts than any machine runs).
+const MAX_ENTRIES: usize = 1024;
+
+/// Root's registry directory.
+const ROOT_DIR: &str = "/run/prepfs-mounts";
+
+/// This user's registry directory.
 fn dir() -> PathBuf {
     if let Some(d) = std::env::var_os("PREPFS_RUN_DIR").filter(|d| !d.is_empty()) {
         return PathBuf::from(d);
     }
     // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        PathBuf::from("/run/prepfs-mounts")
+    let uid = unsafe { libc::geteuid() };
+    if uid == 0 {
+        return PathBuf::from(ROOT_DIR);
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        Some(run) => Path::new(&run).join("prepfs-mounts"),
+        None => PathBuf::from(format!("/tmp/prepfs-mounts-{uid}")),
+    }
+}
+
+/// The directories whose entries count: this user's, and root's for another user.
+fn dirs() -> Vec<PathBuf> {
+    let mine = dir();
+    let root = PathBuf::from(ROOT_DIR);
+    if mine != root && std::env::var_os("PREPFS_RUN_DIR").is_none() && root.is_dir() {
+        vec![mine, root]
     } else {
-        PathBuf::from("/tmp/prepfs-mounts")
+        vec![mine]
     }
 }
 
 /// The memory the other live mounts registered: (how many, bytes together).
 fn others() -> (usize, u64) {
     let me = std::process::id();
-    let Ok(entries) = std::fs::read_dir(dir()) else { return (0, 0) };
     let mut found = (0, 0u64);
-    for path in entries.flatten().map(|e| e.path()) {
-        let Some(entry) = read_entry(&path) else { continue };
-        if entry.pid == me {
-            continue;
+    for dir in dirs() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for path in entries.flatten().take(MAX_ENTRIES).map(|e| e.path()) {
+            if path.extension().is_none_or(|e| e != "json") {
+                continue;
+            }
+            let Some(entry) = read_entry(&path) else { continue };
+            if entry.pid == me {
+                continue;
+            }
+            if !alive(entry.pid) {
+                // Its process is gone (killed before unmounting): not held any more.
+                let _ = std::fs::remove_file(&path);
+                continue;
+            }
+            found.0 += 1;
+            found.1 = found.1.saturating_add(entry.memory);
         }
-        if !alive(entry.pid) {
-            // Its process is gone (killed before unmounting): not held any more.
-            let _ = std::fs::remove_file(&path);
-            continue;
-        }
-        found.0 += 1;
-        found.1 = found.1.saturating_add(entry.memory);
     }
     found
 }
@@ -137,28 +166,17 @@ impl Drop for Registration {
     }
 }
 
-/// Registers this process's mount at `mountpoint` holding `memory` bytes of cache.
+/// Registers this process's mount at `mountpoint` holding `memory` bytes of cache, in this
+/// user's registry directory (made if missing; refused if another user could change it).
 pub fn register(mountpoint: &Path, memory: u64) -> io::Result<Registration> {
-    let dir = dir();
-    if !dir.exists() {
-        std::fs::create_dir_all(&dir)?;
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            // Every user's mounts register here; the sticky bit keeps each one's entries its own.
-            use std::os::unix::fs::PermissionsExt;
-            let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777));
-        }
-    }
-    let path = dir.join(format!("{}.json", std::process::id()));
+    let dir = PrivateDir::open_readable(&dir())?;
+    let name = format!("{}.json", std::process::id());
     let entry = Entry { pid: std::process::id(), mountpoint: mountpoint.to_path_buf(), memory };
     let text = serde_json::to_vec(&entry).map_err(io::Error::other)?;
-    // Written whole under a temporary name, then renamed: a reader never sees half an entry.
-    // Made new (O_EXCL: never through a link another user planted there).
-    let tmp = dir.join(format!(".{}.json.tmp", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    std::fs::OpenOptions::new().write(true).create_new(true).mode(0o644).open(&tmp)?.write_all(&text)?;
-    std::fs::rename(&tmp, &path)?;
-    Ok(Registration { path })
+    // Written whole under an unpredictable temporary name, then renamed: a reader never sees
+    // half an entry, and no planted name is written through.
+    dir.write_atomically(&name, &[&text])?;
+    Ok(Registration { path: dir.path().join(name) })
 }
 
 #[cfg(test)]

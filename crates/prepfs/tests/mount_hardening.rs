@@ -11,34 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{force_unmount, id_of_pixels, is_mounted, kill_leaving_a_dead_mount, make_id_dataset, parse_ppm, write_config, Mounted};
+use common::{as_nobody, nobody_reads, open_tempdir, force_unmount, id_of_pixels, is_mounted, kill_leaving_a_dead_mount, make_id_dataset, parse_ppm, write_config, Mounted};
 
 const LIMIT: Duration = Duration::from_secs(120);
-
-/// A temporary directory the unprivileged user may traverse (tempdirs are 0700).
-fn open_tempdir() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    dir
-}
-
-/// Runs `args` as user and group 65534 (`nobody`), with no supplementary groups.
-fn as_nobody(args: &[&str]) -> std::process::Output {
-    Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .args(args)
-        .output()
-        .expect("setpriv (util-linux)")
-}
-
-fn nobody_reads(path: &Path) -> Result<Vec<u8>, String> {
-    let out = as_nobody(&["cat", &path.display().to_string()]);
-    if out.status.success() {
-        Ok(out.stdout)
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
-}
 
 fn chmod(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");

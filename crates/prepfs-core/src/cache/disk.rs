@@ -15,8 +15,11 @@
 //! - **Reads** check the header against the file's name and length and the CRC over the whole
 //!   payload, every time, by the codec's damage rules. A damaged, truncated or unreadable file
 //!   is deleted, counted (`corrupt_dropped`), logged, and answered as a miss: never served.
-//! - **Writes** go to a temporary name beside the entry, then `rename` (atomic): a crash leaves
-//!   a temporary file (removed by the next scan), never a half entry under a real name. They run
+//! - **Writes** go to an unpredictable temporary name beside the entry (made new, 0600, through
+//!   no link), then `rename` (atomic): a crash leaves a temporary file (removed by the next
+//!   scan), never a half entry under a real name. `DIR` and its kind and prefix directories are
+//!   [`PrivateDir`]s: the daemon's user's, 0700, refused if another user could write to them or
+//!   put a link in their place, so the decoded pixels of a private source stay private. They run
 //!   on the tier's write queue (`super::queue`: bounded by jobs and by bytes, one writer thread,
 //!   `prepfs-disk-writer`); a write that does not fit the queue is dropped (counted), never
 //!   waited for.
@@ -32,7 +35,8 @@
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::fs::{self, File};
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -45,6 +49,7 @@ use crate::cache::entry::{self, Damage, Dropped, Format, Header};
 use crate::cache::fill::Origin;
 use crate::cache::lower::{LowerHit, LowerKey, LowerTier, Payload, Put};
 use crate::cache::queue::{self, Jobs, WriteQueue};
+use crate::private_dir::PrivateDir;
 use crate::shared::{fnv1a64, Rgb};
 use crate::sync::{LockExt, Mutex, MutexGuard};
 
@@ -146,6 +151,8 @@ type Shard = Mutex<HashMap<u64, Slot>>;
 /// The state shared with the writer thread.
 struct Inner {
     dir: PathBuf,
+    /// `DIR/encoded` and `DIR/decoded`, checked private ([`PrivateDir`]) at open.
+    kind_dirs: [PrivateDir; 2],
     size: u64,
     used: AtomicU64,
     index: [Vec<Shard>; 2],
@@ -184,9 +191,14 @@ fn read_header(f: &mut File, kind: DiskKind, key: u64) -> Result<([u8; HEADER_LE
     Ok((h, header))
 }
 
+/// Opens an entry file for reading, through no link.
+fn open_entry(path: &Path) -> io::Result<File> {
+    fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path)
+}
+
 /// Reads one entry file whole and checks it. `Ok(None)`: the file is gone.
 fn read_entry(path: &Path, kind: DiskKind, key: u64) -> Result<Option<(Header, Vec<u8>)>, Damage> {
-    let mut f = match File::open(path) {
+    let mut f = match open_entry(path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(Damage::Io(e)),
@@ -200,7 +212,7 @@ fn read_entry(path: &Path, kind: DiskKind, key: u64) -> Result<Option<(Header, V
 
 /// Checks an entry's header and length only (the scan at open; reads check the payload).
 fn probe_entry(path: &Path, kind: DiskKind, key: u64) -> Result<u64, Damage> {
-    let mut f = File::open(path).map_err(Damage::Io)?;
+    let mut f = open_entry(path).map_err(Damage::Io)?;
     let (_, header) = read_header(&mut f, kind, key)?;
     Ok(HEADER_LEN as u64 + header.len)
 }
@@ -245,24 +257,14 @@ impl Inner {
         }
     }
 
-    /// Writes one queued entry: temporary file, then rename.
+    /// Writes one queued entry: an unpredictable temporary file (0600), then rename, inside
+    /// the private kind directory ([`PrivateDir::write_atomically`]).
     fn write(&self, job: &WriteJob) -> io::Result<()> {
-        let path = self.entry_path(job.kind, job.key);
-        let parent = path.parent().unwrap_or(&self.dir);
-        fs::create_dir_all(parent)?;
-        let tmp = parent.join(format!(".{:016x}.{}.tmp", job.key, job.gen));
+        let name = format!("{:016x}", job.key);
+        let prefix = self.kind_dirs[job.kind.index()].subdir(&name[..2])?;
         let data = job.payload.data();
         let head = entry::header(FORMAT, job.kind.entry(), job.key, data, job.payload.dims());
-        let written = File::create(&tmp).and_then(|mut f| {
-            f.write_all(&head)?;
-            f.write_all(data)?;
-            f.flush()
-        });
-        let result = written.and_then(|()| fs::rename(&tmp, &path));
-        if result.is_err() {
-            let _ = fs::remove_file(&tmp);
-        }
-        result
+        prefix.write_atomically(&format!("{name}.bin"), &[&head, data])
     }
 
     fn run_writer(&self, jobs: Jobs<WriteJob>) {
@@ -297,13 +299,13 @@ impl Inner {
             move |source| DiskError::Io { path, source }
         };
         for kind in DiskKind::ALL {
-            let kind_dir = self.dir.join(kind.dir_name());
-            fs::create_dir_all(&kind_dir).map_err(io_err(&kind_dir))?;
-            for prefix in fs::read_dir(&kind_dir).map_err(io_err(&kind_dir))? {
-                let prefix = prefix.map_err(io_err(&kind_dir))?.path();
-                if !prefix.is_dir() {
-                    continue;
+            let kind_dir = self.kind_dirs[kind.index()].path();
+            for prefix in fs::read_dir(kind_dir).map_err(io_err(kind_dir))? {
+                let prefix = prefix.map_err(io_err(kind_dir))?;
+                if !prefix.file_type().map_err(io_err(kind_dir))?.is_dir() {
+                    continue; // not ours (a link is not followed): left alone
                 }
+                let prefix = prefix.path();
                 for file in fs::read_dir(&prefix).map_err(io_err(&prefix))? {
                     let path = file.map_err(io_err(&prefix))?.path();
                     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -341,10 +343,15 @@ impl DiskCache {
     /// Opens (creating if missing) the store at `dir` with `size` bytes, rebuilding its index
     /// from the entries already there, and starts its writer thread.
     pub fn open(dir: &Path, size: u64) -> Result<DiskCache, DiskError> {
-        fs::create_dir_all(dir).map_err(|source| DiskError::Io { path: dir.to_path_buf(), source })?;
+        let io_err = |source| DiskError::Io { path: dir.to_path_buf(), source };
+        let root = PrivateDir::open(dir).map_err(io_err)?;
+        let kind_dirs = DiskKind::ALL.map(|kind| root.subdir(kind.dir_name()));
+        let [encoded, decoded] = kind_dirs;
+        let kind_dirs = [encoded.map_err(io_err)?, decoded.map_err(io_err)?];
         let shards = || (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect::<Vec<_>>();
         let inner = Arc::new(Inner {
             dir: dir.to_path_buf(),
+            kind_dirs,
             size,
             used: AtomicU64::new(0),
             index: [shards(), shards()],

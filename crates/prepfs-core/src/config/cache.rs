@@ -162,8 +162,9 @@ fn disk_config(text: &str, raw: RawDisk, source: &Path, mountpoint: &Path, effec
         }
         return Ok(DiskConfig { path: resolved, size });
     }
-    std::fs::create_dir_all(&resolved)
-        .map_err(|e| ConfigError::at(text, "cache.disk.path", format!("cannot create {}: {e}", resolved.display())))?;
+    // Made private, or refused where another user could redirect or read it (`PrivateDir`).
+    crate::private_dir::PrivateDir::open(&resolved)
+        .map_err(|e| ConfigError::at(text, "cache.disk.path", format!("cannot use {}: {e}", resolved.display())))?;
     let path = resolved.canonicalize().map_err(|e| ConfigError::at(text, "cache.disk.path", e))?;
     Ok(DiskConfig { path, size })
 }

@@ -1,12 +1,27 @@
 //! The framing of what the source keeps on disk between mounts (a shard's index, an object
 //! store's listing): a magic naming the format and its version, length-prefixed fields in
-//! little-endian, a CRC-32 of everything before it at the end; written to a temporary name,
-//! then renamed, so a reader sees the old file or the new one, never half of one; read only up
-//! to a bound, so a file of the wrong size is refused before it is read. A file that fails any
-//! check is not used: what it kept is made again.
+//! little-endian, a CRC-32 of everything before it at the end; read only up to a bound, so a
+//! file of the wrong size is refused before it is read. A file that fails any check is not
+//! used: what it kept is made again.
+//!
+//! A kept file decides samples' names and labels, so it is the mount's own and authenticated:
+//! its directory is a [`PrivateDir`] (the daemon's user's, 0700, opened through no link), the
+//! file is written under an unpredictable temporary name and renamed (0600), and it ends in a
+//! keyed BLAKE3 MAC of its name and bytes under a key kept in that directory (`.prepfs-kept.key`,
+//! 0600, made once). A file another user forged or moved from another name fails the MAC and is
+//! made again, as a damaged one is.
 
-use std::io::{self, Read};
+use std::io;
 use std::path::Path;
+
+use crate::private_dir::PrivateDir;
+
+/// The file in a kept directory holding the key of its files' MACs.
+const KEY_FILE: &str = ".prepfs-kept.key";
+/// What the MACs authenticate, and their format's version.
+const DOMAIN: &[u8] = b"prepfs-kept-file-v1\0";
+/// Bytes of a MAC at the end of a kept file.
+const MAC_LEN: usize = 32;
 
 /// Appends a length-prefixed field.
 pub(crate) fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
@@ -73,37 +88,47 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// The bytes of the file at `path`, if it is there and holds at most `max` bytes (a larger
-/// one is refused unread: an `InvalidData` error saying so).
+/// The kept directory of `path` and the file's name in it.
+fn place(path: &Path) -> io::Result<(PrivateDir, &str)> {
+    let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "a kept file's name is UTF-8"))?;
+    let dir = path.parent().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "a kept file has a directory"))?;
+    Ok((PrivateDir::open(dir)?, name))
+}
+
+fn mac(key: &[u8; 32], name: &str, bytes: &[u8]) -> blake3::Hash {
+    let mut h = blake3::Hasher::new_keyed(key);
+    h.update(DOMAIN);
+    h.update(&(name.len() as u64).to_le_bytes());
+    h.update(name.as_bytes());
+    h.update(bytes);
+    h.finalize()
+}
+
+/// The bytes of the kept file at `path`, if it is the mount's own, holds at most `max` bytes (a
+/// larger one is refused unread: `InvalidData`) and its MAC is right (else `InvalidData`).
 pub(crate) fn read_bounded(path: &Path, max: u64) -> io::Result<Vec<u8>> {
-    let file = std::fs::File::open(path)?;
-    let len = file.metadata()?.len();
-    if len > max {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{}: {len} bytes, over the {max} kept files may hold", path.display())));
+    let (dir, name) = place(path)?;
+    let mut bytes = dir.read_bounded(name, max + MAC_LEN as u64)?;
+    let key = dir.key(KEY_FILE)?;
+    let body_len = bytes.len().checked_sub(MAC_LEN).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("{}: shorter than its MAC", path.display())))?;
+    if body_len as u64 > max {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{}: {body_len} bytes, over the {max} kept files may hold", path.display())));
     }
-    let mut bytes = Vec::with_capacity(len as usize);
-    // Bounded even if the file grows meanwhile.
-    file.take(max + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > max {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{}: grew past the {max} bytes kept files may hold", path.display())));
+    // blake3::Hash's equality is constant-time.
+    if mac(&key, name, &bytes[..body_len]) != blake3::Hash::from_bytes(bytes[body_len..].try_into().expect("32 bytes")) {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{}: its MAC is wrong (not written by this user\'s mounts, or moved)", path.display())));
     }
+    bytes.truncate(body_len);
     Ok(bytes)
 }
 
-/// Writes `bytes` to `path` (its directory made if missing) through a temporary name beside
-/// it, renamed over `path` once written: a crash leaves the old file or none, never a part.
+/// Writes `bytes` to `path` (its directory made private if missing) with its MAC, through an
+/// unpredictable temporary name renamed over `path`: a crash leaves the old file or none,
+/// never a part, and no planted name is written through.
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".tmp{}", std::process::id()));
-    let tmp = std::path::PathBuf::from(tmp);
-    let written = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
+    let (dir, name) = place(path)?;
+    let key = dir.key(KEY_FILE)?;
+    dir.write_atomically(name, &[bytes, mac(&key, name, bytes).as_bytes()])
 }
 
 #[cfg(test)]
@@ -137,7 +162,23 @@ mod tests {
         write_atomically(&path, b"second").expect("rewrite");
         assert_eq!(read_bounded(&path, 6).expect("read"), b"second");
         assert_eq!(read_bounded(&path, 5).expect_err("over").kind(), io::ErrorKind::InvalidData);
-        let names: Vec<_> = std::fs::read_dir(path.parent().expect("dir")).expect("list").map(|e| e.expect("entry").file_name()).collect();
-        assert_eq!(names, ["kept.bin"], "no temporary file left");
+        let mut names: Vec<_> = std::fs::read_dir(path.parent().expect("dir")).expect("list").map(|e| e.expect("entry").file_name()).collect();
+        names.sort();
+        assert_eq!(names, [KEY_FILE, "kept.bin"], "no temporary file left");
+    }
+
+    #[test]
+    fn a_kept_file_rewritten_or_moved_by_anyone_without_the_key_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("a.idx");
+        write_atomically(&path, b"labels: 1 2 3").expect("write");
+        let mut forged = std::fs::read(&path).expect("read");
+        forged[8] = b'0';
+        std::fs::write(&path, &forged).expect("forge");
+        assert_eq!(read_bounded(&path, 100).expect_err("forged").kind(), io::ErrorKind::InvalidData);
+        write_atomically(&path, b"labels: 1 2 3").expect("write");
+        std::fs::copy(&path, dir.path().join("b.idx")).expect("copy");
+        assert_eq!(read_bounded(&dir.path().join("b.idx"), 100).expect_err("moved").kind(), io::ErrorKind::InvalidData);
+        assert_eq!(read_bounded(&path, 100).expect("whole"), b"labels: 1 2 3");
     }
 }

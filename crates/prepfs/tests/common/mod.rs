@@ -448,3 +448,60 @@ impl Drop for Refused {
         let _ = self.child.wait();
     }
 }
+
+/// A temporary directory the unprivileged user may traverse (tempdirs are 0700).
+pub fn open_tempdir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(dir.path(), <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755)).expect("chmod");
+    dir
+}
+
+/// Runs `args` as user and group 65534 (`nobody`), with no supplementary groups.
+pub fn as_nobody(args: &[&str]) -> std::process::Output {
+    Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .args(args)
+        .output()
+        .expect("setpriv (util-linux)")
+}
+
+pub fn nobody_reads(path: &Path) -> Result<Vec<u8>, String> {
+    let out = as_nobody(&["cat", &path.display().to_string()]);
+    if out.status.success() {
+        Ok(out.stdout)
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// `fs.protected_symlinks` set to 0 while any guard lives (the attack tests' setting: the kernel
+/// then follows a link another user planted in a sticky directory), restored to what it was when
+/// the last guard drops. Shared by the tests of one binary that run at once.
+pub struct SymlinksUnprotected;
+
+static SYMLINK_GUARDS: std::sync::Mutex<(usize, Option<String>)> = std::sync::Mutex::new((0, None));
+const PROTECTED_SYMLINKS: &str = "/proc/sys/fs/protected_symlinks";
+
+impl SymlinksUnprotected {
+    pub fn new() -> SymlinksUnprotected {
+        let mut guards = SYMLINK_GUARDS.lock().unwrap_or_else(|e| e.into_inner());
+        if guards.0 == 0 {
+            guards.1 = std::fs::read_to_string(PROTECTED_SYMLINKS).ok();
+            std::fs::write(PROTECTED_SYMLINKS, "0").expect("set fs.protected_symlinks=0 (the tests run as root)");
+        }
+        guards.0 += 1;
+        SymlinksUnprotected
+    }
+}
+
+impl Drop for SymlinksUnprotected {
+    fn drop(&mut self) {
+        let mut guards = SYMLINK_GUARDS.lock().unwrap_or_else(|e| e.into_inner());
+        guards.0 -= 1;
+        if guards.0 == 0 {
+            if let Some(was) = guards.1.take() {
+                let _ = std::fs::write(PROTECTED_SYMLINKS, was.trim());
+            }
+        }
+    }
+}
