@@ -300,7 +300,9 @@ impl Connection {
             bump(&fs.stats().loader.refused, 1);
             wire::write_frame(stream, &Reply::Error { message })
         };
-        let hello = wire::read_frame(&mut Deadline { stream: &stream, until: Instant::now() + HELLO_TIMEOUT });
+        // Requests are read within wire::MAX_REQUEST, their buffers growing only as bytes come
+        // and dropped once each is handled: an idle connection holds none.
+        let hello = wire::read_frame_within(&mut Deadline { stream: &stream, until: Instant::now() + HELLO_TIMEOUT }, wire::MAX_REQUEST);
         stream.set_read_timeout(None)?;
         let (job_name, batch, slots, view) = match hello {
             Ok(Request::Hello { version, job, batch_size, slots, view }) if version == wire::VERSION => (job, batch_size, slots, view),
@@ -347,7 +349,7 @@ impl Connection {
         let (job, mut walk) = fs.loader_walk(&job, facts.recipe, nonce);
         let mut begun = false;
         loop {
-            let request = match wire::read_frame::<Request>(&mut stream) {
+            let request = match wire::read_frame_within::<Request>(&mut stream, wire::MAX_REQUEST) {
                 Ok(r) => r,
                 Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
                 Err(e) => return Err(e),
