@@ -373,6 +373,10 @@ pub fn open_append(path: &Path) -> io::Result<File> {
         _ => Path::new("."),
     };
     let dir = walk(parent, Last::Existing)?;
+    if std::fs::symlink_metadata(dir.path().join(name)).is_ok_and(|m| m.file_type().is_symlink()) {
+        // Refused by name first, for a clear error (the open below would not follow it either).
+        return Err(unsafe_place(path, "a link"));
+    }
     let fd = open_at(&dir.fd, name, libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_NONBLOCK, FILE_MODE)
         .map_err(|e| if e.raw_os_error() == Some(libc::ELOOP) { unsafe_place(path, "a link") } else { e })?;
     let st = fstat(&fd)?;
