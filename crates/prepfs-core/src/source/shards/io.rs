@@ -6,7 +6,7 @@
 //!
 //! A sample shows its shard's owner, mode and times (its size is its own): nothing a shard's
 //! permissions deny is served from it. Class directories show the shards' directory's. A shard
-//! that changed since it was indexed (size, mtime or inode) serves nothing until a remount
+//! that changed since it was indexed (size, mtime, ctime or inode) serves nothing until a remount
 //! indexes it again: never a sample at an offset of another version.
 
 use std::ffi::OsStr;
@@ -113,8 +113,8 @@ impl ShardSource {
         let shard = &self.shards[member.shard as usize];
         if Stamp::of(shard_meta) != shard.stamp {
             return Err(io::Error::other(format!(
-                "shard {} changed since it was indexed (size, mtime or inode); remount to index it again",
-                shard.path.display()
+                "shard {} changed since it was indexed (size, mtime, ctime or inode); remount to index it again",
+                crate::escape::escaped(&shard.path)
             )));
         }
         let mut meta = *shard_meta;

@@ -36,6 +36,7 @@ use crate::source::s3::ObjectStore;
 use crate::source::{LocalSource, SourceIo};
 use index::{ShardIndex, Stamp};
 use io::{Placed, Shard, ShardSource};
+use crate::escape::escaped;
 use label::Naming;
 
 /// The window a shard in an object store is indexed in: one ranged GET of up to 8 MiB holds
@@ -77,7 +78,10 @@ impl Shards {
     /// Indexes the shards `config` names (reusing the kept index of each unchanged shard, and
     /// keeping each new one, in `index_dir` if given), calling `progress` with the samples
     /// found so far; gives up with `Interrupted` once `stop` is set. Fails, naming it, on a
-    /// pattern that matches nothing or a shard that cannot be read.
+    /// pattern that matches nothing or a shard that cannot be opened, and with `InvalidData`
+    /// when no shard gave a sample (each shard not readable as a tar, a compressed one, said).
+    /// A shard that cannot be read as a tar (compressed, a damaged first header, a header
+    /// larger than a header may be) is said in an error line and not served; the others are.
     pub fn index(config: &ShardsConfig, index_dir: Option<&Path>, progress: impl FnMut(usize), stop: &AtomicBool) -> std::io::Result<Shards> {
         let (dir, names) = pattern::expand(&config.pattern)?;
         let root = dir.canonicalize().map_err(|e| named(&dir, e))?;
@@ -127,6 +131,8 @@ impl Shards {
         let mut shards = Vec::with_capacity(names.len());
         let mut indexes = Vec::with_capacity(names.len());
         let mut found = 0;
+        // The shards that could not be read as a tar, each with why.
+        let mut unreadable: Vec<String> = Vec::new();
         for name in names {
             if stop.load(Ordering::Relaxed) {
                 return Err(std::io::Error::new(std::io::ErrorKind::Interrupted, "indexing stopped"));
@@ -142,8 +148,13 @@ impl Shards {
                 report.index_file_bytes += std::fs::metadata(persist::file_for(dir, &path)).map_or(0, |m| m.len());
             }
             let p = &index.problems;
-            if p.any() {
-                tracing::warn!(shard = %path.display(), bad_labels = p.bad_labels, extra_images = p.extra_images, cut = p.cut, first = p.first.as_deref().unwrap_or(""), "shard has bad members; the rest are served");
+            let shown = escaped(&path).to_string();
+            let why = p.first.as_deref().unwrap_or("");
+            if index.unreadable() {
+                tracing::error!(shard = %shown, why, "shard not served: it cannot be read as a tar; the other shards are served");
+                unreadable.push(format!("{shown}: {why}"));
+            } else if p.any() {
+                tracing::warn!(shard = %shown, bad_labels = p.bad_labels, extra_images = p.extra_images, cut = p.cut, first = why, "shard has bad members; the rest are served");
             }
             report.bad_labels += p.bad_labels as usize;
             report.cut_shards += usize::from(p.cut);
@@ -151,6 +162,14 @@ impl Shards {
             progress(found);
             shards.push(Shard { path, stamp: index.stamp });
             indexes.push(index);
+        }
+        if found == 0 {
+            // Nothing to serve: a mount of no samples is refused, saying why.
+            let why = match unreadable.len() {
+                0 => "the shards hold no samples (no image members: `KEY.jpg`, `KEY.png`, ...)".to_string(),
+                n => format!("no shard could be indexed ({n} of {} not readable as a tar): {}", report.shards, unreadable.iter().take(3).cloned().collect::<Vec<_>>().join("; ")),
+            };
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, why));
         }
         let naming = Naming::of(indexes.iter().flat_map(|i| i.samples.iter().map(|s| &s.label)));
         let mut classes: BTreeMap<Vec<u8>, Vec<Placed>> = BTreeMap::new();
@@ -204,9 +223,75 @@ impl Shards {
     }
 }
 
-/// An error that names the path it is about.
+/// What the header walk found in a shard held in memory ([`walk_in_memory`]): for the fuzz
+/// target over shard headers (`fuzz/fuzz_targets/shard_headers.rs`), not for mounts.
+#[doc(hidden)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderWalk {
+    /// Each sample: its key, extension, offset and length in the shard, its label (as text).
+    pub samples: Vec<(Vec<u8>, Vec<u8>, u64, u64, String)>,
+    /// Whether the walk ended early, and the first problem in words.
+    pub cut: bool,
+    pub first_problem: Option<String>,
+    /// The largest single read the walk made, and the bytes of all its reads.
+    pub largest_read: u64,
+    pub bytes_read: u64,
+}
+
+/// The most bytes an extension header (`L`, `K`, `x`, `g`) of a shard may hold.
+#[doc(hidden)]
+pub const MAX_HEADER_BYTES: u64 = index::MAX_EXTENSION_BYTES;
+
+/// Indexes `bytes` as a shard `len` bytes long (zeros after `bytes`, as a sparse file reads),
+/// read in windows of `window` bytes (0: a read per header): see [`HeaderWalk`].
+#[doc(hidden)]
+pub fn walk_in_memory(bytes: &[u8], len: u64, window: usize) -> HeaderWalk {
+    let file = InMemory { meta: in_memory_meta(len), bytes, reads: std::sync::Mutex::new((0, 0)) };
+    let index = index::index(&file, window);
+    let (largest_read, bytes_read) = *file.reads.lock().unwrap_or_else(|e| e.into_inner());
+    HeaderWalk {
+        samples: index.samples.into_iter().map(|s| (s.key, s.ext, s.offset, s.len, format!("{:?}", s.label))).collect(),
+        cut: index.problems.cut,
+        first_problem: index.problems.first,
+        largest_read,
+        bytes_read,
+    }
+}
+
+fn in_memory_meta(len: u64) -> crate::source::FileMeta {
+    crate::source::FileMeta::of_fields(crate::source::StatFields { dev: 0, ino: 1, len, mtime: (0, 0), ctime: (0, 0), uid: 0, gid: 0, mode: libc::S_IFREG | 0o644 })
+}
+
+/// A shard's bytes in memory, as a file of `meta.len()` bytes (zeros past `bytes`), counting
+/// the largest read and all bytes read.
+struct InMemory<'a> {
+    meta: crate::source::FileMeta,
+    bytes: &'a [u8],
+    reads: std::sync::Mutex<(u64, u64)>,
+}
+
+impl crate::source::SourceFile for InMemory<'_> {
+    fn meta(&self) -> &crate::source::FileMeta {
+        &self.meta
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        {
+            let mut reads = self.reads.lock().unwrap_or_else(|e| e.into_inner());
+            *reads = (reads.0.max(buf.len() as u64), reads.1 + buf.len() as u64);
+        }
+        let n = (buf.len() as u64).min(self.meta.len().saturating_sub(offset)) as usize;
+        let from = usize::try_from(offset).unwrap_or(usize::MAX).min(self.bytes.len());
+        let held = &self.bytes[from..(from + n).min(self.bytes.len())];
+        buf[..held.len()].copy_from_slice(held);
+        buf[held.len()..n].fill(0);
+        Ok(n)
+    }
+}
+
+/// An error that names the path it is about (escaped).
 fn named(path: &Path, e: std::io::Error) -> std::io::Error {
-    std::io::Error::new(e.kind(), format!("shard {}: {e}", path.display()))
+    std::io::Error::new(e.kind(), format!("shard {}: {e}", escaped(path)))
 }
 
 /// The index of the shard at `path`: the one kept in `index_dir` if it is of this version of
@@ -220,7 +305,7 @@ fn index_one(inner: &dyn SourceIo, path: &PathBuf, window: usize, index_dir: Opt
     let index = index::index(&*file, window);
     if let Some(dir) = index_dir {
         if let Err(e) = persist::save(dir, path, &index) {
-            tracing::warn!(dir = %dir.display(), "cannot keep the shard index ({e}); the next mount indexes the shard again");
+            tracing::warn!(dir = %escaped(dir), "cannot keep the shard index ({e}); the next mount indexes the shard again");
         }
     }
     Ok((index, false))

@@ -1,7 +1,7 @@
 //! Shard indexes kept on disk between mounts: one file per shard, `<dir>/<hash of the shard's
-//! path>.idx`, reused while the shard's size, mtime and inode are those it was indexed at.
+//! path>.idx`, reused while the shard's size, mtime, ctime and inode are those it was indexed at.
 //!
-//! Format (little-endian): magic `PFSHIDX1`; the shard's path; its [`Stamp`]; its problems; the
+//! Format (little-endian): magic `PFSHIDX2`; the shard's path; its [`Stamp`]; its problems; the
 //! samples (key, extension, offset, length, label); a CRC-32 of everything before it. A file
 //! that is damaged, of another version, for another path or of another stamp is not used (the
 //! shard is indexed again and the file rewritten). The framing (fields, CRC, the atomic write)
@@ -15,7 +15,9 @@ use super::index::{Indexed, Problems, ShardIndex, Stamp};
 use super::label::Label;
 use crate::source::kept::{self, put_bytes, Reader};
 
-const MAGIC: &[u8; 8] = b"PFSHIDX1";
+/// Version 2: the stamp holds the shard's ctime (a version 1 file is not used: its shard is
+/// indexed again).
+const MAGIC: &[u8; 8] = b"PFSHIDX2";
 
 /// The largest index file read (a shard of 16 million samples): a larger one is not used.
 const MAX_FILE_BYTES: u64 = 1 << 30;
@@ -45,6 +47,7 @@ pub(crate) fn encode(shard: &Path, index: &ShardIndex) -> Vec<u8> {
     put_bytes(&mut out, shard.as_os_str().as_bytes());
     out.extend_from_slice(&index.stamp.len.to_le_bytes());
     out.extend_from_slice(&index.stamp.mtime_ns.to_le_bytes());
+    out.extend_from_slice(&index.stamp.ctime_ns.to_le_bytes());
     out.extend_from_slice(&index.stamp.ino.to_le_bytes());
     let p = &index.problems;
     out.extend_from_slice(&p.bad_labels.to_le_bytes());
@@ -79,7 +82,7 @@ pub(crate) fn decode(bytes: &[u8], shard: &Path) -> Option<ShardIndex> {
     if r.bytes_field()? != shard.as_os_str().as_bytes() {
         return None;
     }
-    let stamp = Stamp { len: r.u64()?, mtime_ns: r.i128()?, ino: r.u64()? };
+    let stamp = Stamp { len: r.u64()?, mtime_ns: r.i128()?, ctime_ns: r.i128()?, ino: r.u64()? };
     let bad_labels = r.u32()?;
     let extra_images = r.u32()?;
     let cut = r.u8()? != 0;
@@ -108,7 +111,7 @@ mod tests {
 
     fn sample_index() -> ShardIndex {
         ShardIndex {
-            stamp: Stamp { len: 10_240, mtime_ns: 1_700_000_000_123_456_789, ino: 42 },
+            stamp: Stamp { len: 10_240, mtime_ns: 1_700_000_000_123_456_789, ctime_ns: 1_700_000_001_987_654_321, ino: 42 },
             samples: vec![
                 Indexed { key: b"a/b".to_vec(), ext: b"jpg".to_vec(), offset: 512, len: 100, label: Label::Number(7) },
                 Indexed { key: b"c".to_vec(), ext: b"png".to_vec(), offset: 2048, len: 5, label: Label::Name(b"dog".to_vec()) },
@@ -125,8 +128,8 @@ mod tests {
         let index = sample_index();
         save(dir.path(), shard, &index).expect("save");
         assert_eq!(load(dir.path(), shard, index.stamp), Some(index.clone()));
-        // Another version of the shard (size, mtime or inode), or another shard: not used.
-        for stamp in [Stamp { len: 1, ..index.stamp }, Stamp { mtime_ns: 1, ..index.stamp }, Stamp { ino: 1, ..index.stamp }] {
+        // Another version of the shard (size, mtime, ctime or inode), or another shard: not used.
+        for stamp in [Stamp { len: 1, ..index.stamp }, Stamp { mtime_ns: 1, ..index.stamp }, Stamp { ctime_ns: 1, ..index.stamp }, Stamp { ino: 1, ..index.stamp }] {
             assert_eq!(load(dir.path(), shard, stamp), None);
         }
         assert_eq!(decode(&encode(shard, &index), Path::new("/data/train-001.tar")), None);

@@ -144,6 +144,73 @@ fn a_pattern_that_matches_nothing_or_an_unreadable_shard_is_refused_by_name() {
     assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
 }
 
+#[test]
+fn a_shard_edited_in_place_with_its_mtime_set_back_is_indexed_again_and_not_served_from_its_old_index() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kept = tempfile::tempdir().expect("index dir");
+    two_shards(dir.path());
+    let cfg = config(dir.path(), "train-000.tar");
+    let mut first = index(&cfg, Some(kept.path()));
+    let root = first.take_catalog().expect("catalog").root().to_path_buf();
+    let io = first.io();
+    assert_eq!(read_all(&*io, &root.join("03/a.jpg")), b"A-bytes");
+    // Edit a.jpg's bytes and a.cls's label in place (same size, same inode), then set the
+    // mtime back to what it was: only the ctime tells.
+    let path = dir.path().join("train-000.tar");
+    let before = std::fs::metadata(&path).expect("stat");
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let mut bytes = std::fs::read(&path).expect("read");
+    let at = bytes.windows(7).position(|w| w == b"A-bytes").expect("a.jpg's bytes");
+    bytes[at..at + 7].copy_from_slice(b"EVILxxx");
+    let label = bytes.windows(6).position(|w| w == b"a.cls\0").expect("a.cls's header") + 512;
+    assert_eq!(bytes[label], b'3');
+    bytes[label] = b'4';
+    {
+        use std::io::Write;
+        let mut file = std::fs::OpenOptions::new().write(true).open(&path).expect("open");
+        file.write_all(&bytes).expect("write in place");
+        file.set_times(std::fs::FileTimes::new().set_modified(before.modified().expect("mtime"))).expect("set the mtime back");
+    }
+    let after = std::fs::metadata(&path).expect("stat");
+    assert_eq!((after.len(), after.modified().expect("mtime"), std::os::unix::fs::MetadataExt::ino(&after)), (before.len(), before.modified().expect("mtime"), std::os::unix::fs::MetadataExt::ino(&before)));
+    // The mount serving the old index serves nothing of the edited shard.
+    assert!(io.open(&root.join("03/a.jpg")).is_err(), "the old offsets of an edited shard were served");
+    // The next mount indexes it again: the new label, the new bytes.
+    let mut second = index(&cfg, Some(kept.path()));
+    assert_eq!((second.report().indexed, second.report().reused), (1, 0), "the kept index of an edited shard was reused");
+    let catalog = second.take_catalog().expect("catalog");
+    assert!(catalog.lookup(0, OsStr::new("03")).is_none(), "a.jpg served with its old label");
+    assert_eq!(read_all(&*second.io(), &root.join("04/a.jpg")), b"EVILxxx");
+}
+
+#[test]
+fn a_compressed_or_hostile_shard_is_not_served_and_said_by_name_and_the_others_are_served() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    two_shards(dir.path());
+    // A gzip shard, named with a newline to be printed escaped.
+    std::fs::write(dir.path().join("train-002\n.tar"), b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03junk").expect("gz");
+    let mut shards = index(&config(dir.path(), "train-*.tar"), None);
+    let report = shards.report().clone();
+    assert_eq!((report.shards, report.samples, report.cut_shards), (3, 5, 1), "{report:?}");
+    let root = shards.take_catalog().expect("catalog").root().to_path_buf();
+    assert_eq!(read_all(&*shards.io(), &root.join("03/a.jpg")), b"A-bytes");
+    // Every shard compressed: the mount is refused, saying why and naming them, escaped.
+    let gz = tempfile::tempdir().expect("tempdir");
+    for name in ["a.tar.gz", "b\n.tar.gz"] {
+        std::fs::write(gz.path().join(name), b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03junk").expect("gz");
+    }
+    let err = Shards::index(&config(gz.path(), "*.tar.gz"), None, |_| {}, &AtomicBool::new(false)).err().expect("refused");
+    let text = err.to_string();
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
+    assert!(text.contains("no shard could be indexed") && text.contains("compressed (gzip): compressed shards are not supported"), "{text}");
+    assert!(text.contains("a.tar.gz") && text.contains("b\\n.tar.gz") && !text.contains('\n'), "{text}");
+    // Shards that hold no sample at all: refused too.
+    let empty = tempfile::tempdir().expect("tempdir");
+    write_tar(&empty.path().join("s.tar"), &[("notes.txt", b"no sample")]);
+    let err = Shards::index(&config(empty.path(), "s.tar"), None, |_| {}, &AtomicBool::new(false)).err().expect("refused");
+    assert!(err.to_string().contains("hold no samples"), "{err}");
+}
+
 /// A source (the real local one, an object store's), counting the reads of the files it opens
 /// (each read of an object is one GET).
 struct CountingSource {
