@@ -232,7 +232,7 @@ impl Shared {
             Ok(bytes) => Ok(bytes),
             Err(object_store::Error::Precondition { .. }) => Err(self.changed(at, object)),
             Err(e) => {
-                let err = store_error(&self.url, &object.rel, &e, self.client.retry_timeout);
+                let err = store_error(&self.client, &self.url, &object.rel, &e);
                 if err.kind() == io::ErrorKind::NotFound {
                     // Deleted since it was listed: gone from the tree from now on.
                     if let Some(entry) = self.objects.write_or_recover().get_mut(at).filter(|o| o.rel == object.rel) {
@@ -276,11 +276,14 @@ impl Shared {
     }
 }
 
-/// An `object_store` error as the source's `io::Error`, naming the object: not found is
-/// `NotFound` (ENOENT), refused credentials `PermissionDenied` (EACCES), anything else (a
-/// server down or failing past the retries) `Other` (EIO).
-pub(super) fn store_error(url: &str, rel: &str, e: &object_store::Error, retried: Duration) -> io::Error {
+/// An `object_store` error of `client`'s as the source's `io::Error`, naming the object
+/// (escaped): not found is `NotFound` (ENOENT), refused credentials `PermissionDenied`
+/// (EACCES), anything else (a server down or failing past the retries) `Other` (EIO). A
+/// password in the endpoint is not in it.
+pub(super) fn store_error(client: &Client, url: &str, rel: &str, e: &object_store::Error) -> io::Error {
     use object_store::Error;
+    let retried = client.retry_timeout;
+    let rel = crate::escape::escaped(rel).to_string();
     let name = if rel.is_empty() { url.to_string() } else { format!("{url}/{rel}") };
     let kind = match e {
         Error::NotFound { .. } => io::ErrorKind::NotFound,
@@ -288,7 +291,7 @@ pub(super) fn store_error(url: &str, rel: &str, e: &object_store::Error, retried
         _ => io::ErrorKind::Other,
     };
     let after = if kind == io::ErrorKind::Other { format!(" (retried for up to {:.1} s)", retried.as_secs_f64()) } else { String::new() };
-    io::Error::new(kind, format!("{name}: {e}{after}"))
+    io::Error::new(kind, client.scrub(&format!("{name}: {e}{after}")))
 }
 
 fn system_time(ns: i64) -> SystemTime {

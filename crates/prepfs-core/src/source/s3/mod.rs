@@ -35,7 +35,8 @@ pub struct ListingReport {
     /// Keys listed under the prefix, and of them the files served.
     pub keys: usize,
     pub files: usize,
-    /// Keys not served: a name no file can have (empty, `.`, `..`, longer than 255 bytes), or
+    /// Keys not served: a name no file can have (an empty, `.` or `..` part, a control
+    /// character, a leading `/`, a part longer than 255 bytes: each said in a line, escaped), or
     /// a key where another key makes a directory (`a` beside `a/b`; a directory marker `a/`
     /// too, which `object_store` reads as `a`).
     pub skipped: usize,
@@ -150,27 +151,52 @@ fn list_store(client: &Client, config: &ObjectStoreConfig, strip: &str, mut prog
     let listed_at = SystemTime::now();
     let prefix = (!config.prefix.is_empty()).then(|| object_store::path::Path::from(config.prefix.as_str()));
     let (mut keys, mut skipped, mut objects) = (0, 0, Vec::new());
+    let mut said: Vec<String> = Vec::new();
     let outcome: std::io::Result<()> = client.block_on(async {
         let mut stream = object_store::ObjectStore::list(&client.store, prefix.as_ref());
         while let Some(item) = stream.next().await {
             if stop.load(Ordering::Relaxed) {
                 return Err(std::io::Error::new(std::io::ErrorKind::Interrupted, "listing stopped"));
             }
-            let meta = item.map_err(|e| io::store_error(&config.url, "", &e, client.retry_timeout))?;
+            let meta = item.map_err(|e| io::store_error(client, &config.url, "", &e))?;
             keys += 1;
             if keys % 1000 == 0 {
                 progress(keys);
             }
             match meta.location.as_ref().strip_prefix(strip).filter(|rel| servable(rel)) {
                 Some(rel) => objects.push(Object::of(rel, &meta)),
-                None => skipped += 1,
+                None => {
+                    skipped += 1;
+                    if said.len() < SKIPPED_SAID {
+                        said.push(meta.location.as_ref().to_string());
+                    }
+                }
             }
         }
         Ok(())
     })?;
     outcome?;
+    // The keys taken out of the pages before `object_store` saw them (it refuses them).
+    let unnamed = client.take_unnamed();
+    keys += unnamed.count;
+    skipped += unnamed.count;
+    said.extend(unnamed.first);
+    say_skipped(&config.url, skipped, &said);
     progress(keys);
     Ok(kept::KeptListing { listed_at, keys, skipped, objects })
+}
+
+/// How many skipped keys are said by name, each once; the rest are counted.
+const SKIPPED_SAID: usize = 20;
+
+/// Says the keys skipped (`said` of the `skipped`, escaped) in a line each, then the rest's count.
+fn say_skipped(url: &str, skipped: usize, said: &[String]) {
+    for key in said.iter().take(SKIPPED_SAID) {
+        tracing::warn!(url, key = %crate::escape::escaped(key.as_str()), "object store key skipped: it cannot be a path name (an empty, `.` or `..` part, a control character, a leading `/`, or a part over 255 bytes)");
+    }
+    if skipped > SKIPPED_SAID.min(said.len()) {
+        tracing::warn!(url, skipped, "object store keys skipped: {} more not said by name", skipped - SKIPPED_SAID.min(said.len()));
+    }
 }
 
 /// The objects served of those `listed` (a key where another key makes a directory, `a` beside
@@ -195,9 +221,10 @@ fn served(mut listed: Vec<Object>, url: &str, report: &mut ListingReport) -> (Ve
 }
 
 /// Whether a key below the prefix names a file the tree can hold: no empty name (`a//b`), no
-/// `.` or `..`, no name longer than [`NAME_MAX`].
+/// `.` or `..`, no control character, no name longer than [`NAME_MAX`] (the listing's pages
+/// are cleaned of most of these before they are parsed: `client::key_is_name`).
 fn servable(rel: &str) -> bool {
-    !rel.is_empty() && rel.split('/').all(|n| !n.is_empty() && n != "." && n != ".." && n.len() <= NAME_MAX)
+    !rel.is_empty() && rel.split('/').all(|n| !n.is_empty() && n != "." && n != ".." && n.len() <= NAME_MAX && !n.chars().any(char::is_control))
 }
 
 /// The directories a key lies in (`a/b/c` is in `a` and `a/b`).

@@ -278,3 +278,109 @@ fn an_object_replaced_after_the_listing_was_kept_is_read_as_its_new_version_and_
     assert!(!kept::file_for(dir.path(), &kept::store_of(&config)).exists(), "the kept listing is removed");
     assert!(!list_kept(&config, dir.path()).report().reused);
 }
+
+/// Puts `keys` (each holding its own name's bytes) into bucket `bucket` by boto3's signed PUTs
+/// (keys an `object_store` client refuses to make: `..`, `//`, a tab).
+fn put_odd_keys(moto: &Moto, bucket: &str, keys: &[&str]) {
+    let script = format!(
+        "import boto3, sys\ns3 = boto3.client('s3', endpoint_url='{}', region_name='us-east-1', aws_access_key_id='testing', aws_secret_access_key='testing')\nfor k in sys.argv[1:]:\n    s3.put_object(Bucket='{bucket}', Key=k, Body=k.encode())\n",
+        moto.endpoint()
+    );
+    let status = std::process::Command::new("python3").arg("-c").arg(script).args(keys).status().expect("python3");
+    assert!(status.success(), "boto3's put_object of {keys:?}");
+}
+
+/// The keys no file can be named by, below the prefix `data/`.
+const UNNAMED: &[&str] = &["data/c0/../up.jpg", "data/c0//double.jpg", "data/./c0/dot.jpg", "data/c0/t\tab.jpg", "data//lead.jpg", "data/c1/.", "data/c1/x\x1b[2J.jpg"];
+
+#[test]
+fn keys_that_cannot_be_path_names_are_skipped_counted_and_said_and_the_rest_are_listed() {
+    let moto = Moto::start();
+    moto.make_bucket("odd");
+    let config = config(&moto, "s3://odd/data");
+    let uploader = client(&config);
+    for rel in ["c0/a.jpg", "c1/b.jpg"] {
+        put(&uploader, &format!("data/{rel}"), rel.as_bytes());
+    }
+    // A name XML escapes in a listing (`object_store`'s own PUT would percent-encode it).
+    put_odd_keys(&moto, "odd", &["data/c1/amp&<>.jpg"]);
+    put_odd_keys(&moto, "odd", UNNAMED);
+    let mut store = list(&config);
+    let report = store.report().clone();
+    assert_eq!((report.keys, report.files, report.skipped), (3 + UNNAMED.len(), 3, UNNAMED.len()), "{report:?}");
+    assert_eq!(files(&mut store), ["c0/a.jpg", "c1/amp&<>.jpg", "c1/b.jpg"]);
+    // The rest read as ever, a name with XML's escapes in it too.
+    let file = store.io().open(&store.root().join("c1/amp&<>.jpg")).expect("open");
+    let mut buf = [0u8; 64];
+    let n = file.read_at(&mut buf, 0).expect("read");
+    assert_eq!(&buf[..n], b"data/c1/amp&<>.jpg");
+    // In pages of one key (the listing's next page asked for after a page emptied of its key).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut kept = list_kept(&config, dir.path());
+    assert_eq!(files(&mut kept).len(), 3);
+    assert_eq!(kept.report().skipped, UNNAMED.len(), "the count kept with the listing");
+}
+
+#[test]
+fn a_key_is_a_name_unless_it_has_an_empty_dot_or_dot_dot_part_a_control_character_or_a_leading_slash() {
+    use super::client::{key_is_name, without_unnamed_keys};
+    for good in ["a", "c0/a.jpg", "c0/", "a b/é.jpg", "x/.hidden", "x/..y", "amp&<>"] {
+        assert!(key_is_name(good), "{good:?}");
+    }
+    for bad in ["", "/", "/a", "a//b", "a/./b", "./a", "a/..", "../a", "a/b//", "t\tab", "n\nl", "e\x1b", "d\x7f", "c1\u{85}"] {
+        assert!(!key_is_name(bad), "{bad:?}");
+    }
+    let page = "<?xml version=\"1.0\"?><ListBucketResult><IsTruncated>true</IsTruncated><Contents><Key>a/ok&amp;&lt;.jpg</Key><Size>1</Size></Contents><Contents><Key>a/&#46;&#46;/x</Key><Size>2</Size></Contents><Contents><Key>a/t&#x9;b</Key></Contents><Contents><Key>a//b</Key></Contents><NextContinuationToken>tok</NextContinuationToken></ListBucketResult>";
+    let (cleaned, removed) = without_unnamed_keys(page).expect("some removed");
+    assert_eq!(removed, ["a/../x", "a/t\tb", "a//b"]);
+    assert_eq!(cleaned, "<?xml version=\"1.0\"?><ListBucketResult><IsTruncated>true</IsTruncated><Contents><Key>a/ok&amp;&lt;.jpg</Key><Size>1</Size></Contents><NextContinuationToken>tok</NextContinuationToken></ListBucketResult>");
+    assert_eq!(without_unnamed_keys("<ListBucketResult><Contents><Key>a/b</Key></Contents></ListBucketResult>"), None, "a page of names is used as it came");
+}
+
+/// Log lines written while `work` runs on this thread, at info and above.
+fn logged<T>(work: impl FnOnce() -> T) -> (T, String) {
+    #[derive(Clone, Default)]
+    struct Lines(Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("lines").extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt().with_ansi(false).with_max_level(tracing::Level::INFO).with_writer(move || writer.clone()).finish();
+    let out = tracing::subscriber::with_default(subscriber, work);
+    let text = String::from_utf8_lossy(&lines.0.lock().expect("lines")).into_owned();
+    (out, text)
+}
+
+#[test]
+fn an_outage_logs_about_a_retry_line_a_second_and_a_password_in_the_endpoint_is_never_printed() {
+    // Nothing listens on this port: every try is refused, and retried for the window.
+    let port = prepfs_test_servers::free_port();
+    let endpoint = format!("http://prepfs:hunter2pass@127.0.0.1:{port}");
+    let config = ObjectStoreConfig::of_url("s3://nowhere/p", Some(endpoint), None, 3.0).expect("url");
+    let client = client(&config);
+    let retries = Arc::clone(&client.retries);
+    let started = Instant::now();
+    let (err, log) = logged(|| ObjectStore::list_through(client, &config, None, |_| {}, &AtomicBool::new(false)).err().expect("refused"));
+    let took = started.elapsed().as_secs_f64();
+    let retries = retries.load(std::sync::atomic::Ordering::Relaxed);
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("retr")).collect();
+    eprintln!("{retries} retries in {took:.1} s, {} lines:\n{log}\nerror: {err}", lines.len());
+    assert!(took >= 2.9 && retries >= 5, "retried for the window: {retries} retries in {took:.1} s");
+    // Shared by the process's tests (a kind is limited for all): at most about one a second.
+    assert!(lines.len() as f64 <= took + 2.0, "{} retry lines in {took:.1} s ({retries} retries):\n{log}", lines.len());
+    // The password: in no line and not in the error.
+    let text = err.to_string();
+    assert!(!text.contains("hunter2pass") && !log.contains("hunter2pass"), "{text}\n{log}");
+    // Nor in the config as `prepfs check` prints it and `.prepfs/config.yaml` serves it.
+    let overrides = crate::config::Overrides { source: None, mountpoint: Some("/mnt/x".into()), seed: None };
+    let yaml = format!("source: {{ url: s3://b/p, endpoint: \"http://prepfs:hunter2pass@127.0.0.1:{port}\" }}\n");
+    let printed = crate::config::Config::parse(&yaml, &overrides).expect("config").to_yaml();
+    assert!(!printed.contains("hunter2pass") && printed.contains(&format!("http://prepfs:***@127.0.0.1:{port}")), "{printed}");
+}
