@@ -63,7 +63,7 @@ fn euid() -> u32 {
 fn unsafe_place(path: &Path, why: impl std::fmt::Display) -> io::Error {
     io::Error::new(
         io::ErrorKind::PermissionDenied,
-        format!("refusing {}: {why} (the mount writes only where no other user can redirect or read what it keeps)", path.display()),
+        format!("refusing {}: {why} (the mount writes only where no other user can redirect or read what it keeps)", crate::escape::escaped(path)),
     )
 }
 
@@ -190,13 +190,13 @@ fn walk(path: &Path, last: Last) -> io::Result<PrivateDir> {
             Ok(fd) => fd,
             Err(e) if e.kind() == io::ErrorKind::NotFound && last != Last::Existing => {
                 let mode = if is_last && last == Last::OwnReadable { 0o755 } else { DIR_MODE };
-                mkdir_at(&dir, name, mode).map_err(|e| io::Error::new(e.kind(), format!("cannot make {}: {e}", so_far.display())))?;
+                mkdir_at(&dir, name, mode).map_err(|e| io::Error::new(e.kind(), format!("cannot make {}: {e}", crate::escape::escaped(&so_far))))?;
                 open_at(&dir, name, flags, 0)?
             }
             Err(e) if e.raw_os_error() == Some(libc::ELOOP) || e.raw_os_error() == Some(libc::ENOTDIR) => {
                 return Err(unsafe_place(&so_far, "a link or not a directory where a directory was checked"));
             }
-            Err(e) => return Err(io::Error::new(e.kind(), format!("{}: {e}", so_far.display()))),
+            Err(e) => return Err(io::Error::new(e.kind(), format!("{}: {e}", crate::escape::escaped(&so_far)))),
         };
         let st = fstat(&next)?;
         check_dir(&so_far, &st, is_last.then_some(last))?;
@@ -265,7 +265,7 @@ impl PrivateDir {
         }
         .map_err(|e| match e.raw_os_error() {
             Some(libc::ELOOP | libc::ENOTDIR) => unsafe_place(&path, "a link or not a directory"),
-            _ => io::Error::new(e.kind(), format!("{}: {e}", path.display())),
+            _ => io::Error::new(e.kind(), format!("{}: {e}", crate::escape::escaped(&path))),
         })?;
         let st = fstat(&fd)?;
         check_dir(&path, &st, Some(Last::Own))?;
@@ -335,7 +335,7 @@ impl PrivateDir {
     pub fn read_bounded(&self, name: &str, max: u64) -> io::Result<Vec<u8>> {
         let file = self.open_file(name)?;
         let len = file.metadata()?.len();
-        let too_big = || io::Error::new(io::ErrorKind::InvalidData, format!("{}: over the {max} bytes it may hold", self.path.join(name).display()));
+        let too_big = || io::Error::new(io::ErrorKind::InvalidData, format!("{}: over the {max} bytes it may hold", crate::escape::escaped(&self.path.join(name))));
         if len > max {
             return Err(too_big());
         }

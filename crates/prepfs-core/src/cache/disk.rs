@@ -68,7 +68,7 @@ const QUEUE_BYTES: u64 = 64 << 20;
 /// A store that could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum DiskError {
-    #[error("disk cache {}: {source}", path.display())]
+    #[error("disk cache {}: {source}", crate::escape::escaped(path))]
     Io {
         path: PathBuf,
         #[source]
@@ -282,7 +282,7 @@ impl Inner {
                     self.write_errors.fetch_add(1, Ordering::Relaxed);
                     if self.admitting.swap(false, Ordering::AcqRel) {
                         tracing::warn!(
-                            dir = %self.dir.display(),
+                            dir = %crate::escape::escaped(&self.dir),
                             error = %e,
                             "disk cache write failed; the disk tier stops admitting for this mount"
                         );
@@ -327,7 +327,7 @@ impl Inner {
                             self.entries[kind.index()].fetch_add(1, Ordering::Relaxed);
                         }
                         Err(why) => {
-                            tracing::warn!(file = %path.display(), "disk cache entry dropped at scan: {why}");
+                            tracing::warn!(file = %crate::escape::escaped(&path), "disk cache entry dropped at scan: {why}");
                             self.corrupt_dropped.count(&why);
                             let _ = fs::remove_file(&path);
                         }
@@ -367,7 +367,7 @@ impl DiskCache {
         let started = Instant::now();
         inner.scan()?;
         tracing::info!(
-            dir = %dir.display(),
+            dir = %crate::escape::escaped(dir),
             encoded = inner.entries[0].load(Ordering::Relaxed),
             decoded = inner.entries[1].load(Ordering::Relaxed),
             bytes_used = inner.used.load(Ordering::Relaxed),
@@ -405,7 +405,7 @@ impl DiskCache {
                 Err(why) => {
                     if self.inner.forget(kind, key, slot.gen) {
                         self.inner.corrupt_dropped.count(&why);
-                        tracing::warn!(file = %path.display(), "disk cache entry dropped: {why}");
+                        tracing::warn!(file = %crate::escape::escaped(&path), "disk cache entry dropped: {why}");
                         let _ = fs::remove_file(&path);
                     }
                 }
