@@ -151,7 +151,7 @@ impl Shards {
             let shown = escaped(&path).to_string();
             let why = p.first.as_deref().unwrap_or("");
             if index.unreadable() {
-                tracing::error!(shard = %shown, why, "shard not served: it cannot be read as a tar; the other shards are served");
+                tracing::error!(shard = %shown, why, "shard not served: it cannot be read as a tar; the other shards are indexed");
                 unreadable.push(format!("{shown}: {why}"));
             } else if p.any() {
                 tracing::warn!(shard = %shown, bad_labels = p.bad_labels, extra_images = p.extra_images, cut = p.cut, first = why, "shard has bad members; the rest are served");

@@ -11,13 +11,15 @@ use std::path::{Path, PathBuf};
 const MAX_EXPANDED: usize = 1_000_000;
 
 /// Whether `text` names shards rather than a directory: it has a glob or a brace, or names a
-/// `.tar` file.
+/// `.tar` file (or a compressed one, `.tar.gz`, `.tgz`, ...: named as shards, so that the index
+/// says compressed shards are not supported, rather than the mount calling it no directory).
 pub fn is_shard_pattern(text: &str) -> bool {
     let path = Path::new(text);
     if path.is_dir() {
         return false;
     }
-    text.contains(['*', '?', '[', '{']) || text.ends_with(".tar")
+    const TARS: &[&str] = &[".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".tar.zst", ".tar.lz4"];
+    text.contains(['*', '?', '[', '{']) || TARS.iter().any(|t| text.ends_with(t))
 }
 
 /// The shards `pattern` names: their directory and their file names, in the order the pattern
@@ -200,6 +202,7 @@ mod tests {
         assert_eq!(expand(&format!("{root}/*/x.tar")).expect_err("dir glob").kind(), io::ErrorKind::InvalidInput);
         assert!(is_shard_pattern(&format!("{root}/train-*.tar")));
         assert!(is_shard_pattern("/data/one.tar"));
+        assert!(is_shard_pattern("/data/one.tar.gz") && is_shard_pattern("/data/one.tgz") && is_shard_pattern("s3://b/p/x.tar.zst"), "compressed: named as shards, said by the index");
         assert!(!is_shard_pattern(&root), "a directory is a directory");
     }
 }
