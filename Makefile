@@ -135,7 +135,7 @@ bench: build
 # target crashes (or fails to build); a crashing input is saved under fuzz/artifacts/T.
 FUZZ_RUNS ?= 20000
 FUZZ_MAX_LEN ?= 65536
-FUZZ_TARGETS ?= jpeg_probe_decode config_parse disk_entry
+FUZZ_TARGETS ?= jpeg_probe_decode config_parse disk_entry shard_headers
 
 fuzz: deps
 	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
