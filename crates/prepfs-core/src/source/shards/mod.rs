@@ -228,8 +228,7 @@ impl Shards {
 #[doc(hidden)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeaderWalk {
-    /// Each sample: its key, extension, offset and length in the shard, its label (as text).
-    pub samples: Vec<(Vec<u8>, Vec<u8>, u64, u64, String)>,
+    pub samples: Vec<WalkedSample>,
     /// Whether the walk ended early, and the first problem in words.
     pub cut: bool,
     pub first_problem: Option<String>,
@@ -237,6 +236,11 @@ pub struct HeaderWalk {
     pub largest_read: u64,
     pub bytes_read: u64,
 }
+
+/// A sample [`walk_in_memory`] found: its key, extension, offset and length in the shard, its
+/// label (as text).
+#[doc(hidden)]
+pub type WalkedSample = (Vec<u8>, Vec<u8>, u64, u64, String);
 
 /// The most bytes an extension header (`L`, `K`, `x`, `g`) of a shard may hold.
 #[doc(hidden)]
