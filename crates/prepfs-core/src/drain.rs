@@ -131,8 +131,9 @@ pub fn describe(pids: &[u32]) -> String {
     let mut text: Vec<String> = pids
         .iter()
         .take(NAMED)
-        .map(|pid| match std::fs::read_to_string(format!("/proc/{pid}/comm")) {
-            Ok(comm) => format!("{pid} ({})", comm.trim()),
+        // A process names itself (prctl): its name is printed escaped, as every name is.
+        .map(|pid| match std::fs::read(format!("/proc/{pid}/comm")) {
+            Ok(comm) => format!("{pid} ({})", crate::escape::escaped_bytes(comm.strip_suffix(b"\n").unwrap_or(&comm))),
             Err(_) => format!("{pid} (gone)"),
         })
         .collect();
@@ -223,5 +224,20 @@ mod tests {
         assert!(describe(&[me]).starts_with(&format!("{me} (")), "{}", describe(&[me]));
         assert_eq!(describe(&[]), "none");
         assert!(describe(&(1..=10).collect::<Vec<_>>()).ends_with("and 2 more"));
+    }
+
+    #[test]
+    fn a_process_that_names_itself_with_a_newline_is_described_on_one_line() {
+        // A thread's /proc/<tid>/comm is what a process holding a file would show.
+        let named = std::thread::spawn(|| {
+            // SAFETY: prctl on this thread with a NUL-terminated name; gettid has no arguments.
+            unsafe { libc::prctl(libc::PR_SET_NAME, c"x\n* * * * *\x1b".as_ptr()) };
+            let tid = unsafe { libc::gettid() } as u32;
+            describe(&[tid])
+        })
+        .join()
+        .expect("thread");
+        assert!(!named.contains('\n') && !named.contains('\x1b'), "{named:?}");
+        assert!(named.ends_with("(x\\n* * * * *\\x1b)"), "{named:?}");
     }
 }

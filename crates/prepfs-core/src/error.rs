@@ -17,6 +17,9 @@
 //! | [`Error::Decode`] | its [`crate::source::SampleError`]'s: `EIO` |
 //! | [`Error::Job`] | its [`crate::sampling::JobError`]'s: `EINVAL`, `ENAMETOOLONG`, `EUSERS`, `EDQUOT` |
 //! | [`Error::SourceIo`] | its `io::Error`'s (`source`): `ENOENT`, `EACCES`, else `EIO` |
+//!
+//! A path in a message is printed by [`crate::escape`]'s rule: a name with a newline writes no
+//! line of its own in the log.
 
 use std::io;
 use std::path::PathBuf;
@@ -57,7 +60,7 @@ pub enum Error {
     /// A sample that cannot be turned into pixels: corrupt, truncated, too many pixels,
     /// unsupported, or no sample prepfs will read. The file is named so the log line can say
     /// which.
-    #[error("cannot decode {path}: {reason}")]
+    #[error("cannot decode {}: {reason}", crate::escape::escaped(path))]
     Decode {
         path: PathBuf,
         #[source]
@@ -70,7 +73,7 @@ pub enum Error {
     #[error("open files pin max_open_bytes of output; close some")]
     TooManyOpen,
     /// Reading the source failed.
-    #[error("source I/O on {path}: {source}")]
+    #[error("source I/O on {}: {source}", crate::escape::escaped(path))]
     SourceIo {
         path: PathBuf,
         #[source]
@@ -144,6 +147,18 @@ mod tests {
         assert_eq!(huge.to_errno(), libc::EIO);
         let hung = Error::source_io("/x.jpg", io::Error::from(io::ErrorKind::TimedOut));
         assert_eq!(hung.to_errno(), libc::EIO);
+    }
+
+    #[test]
+    fn a_path_in_an_error_is_printed_escaped_on_one_line() {
+        use std::os::unix::ffi::OsStrExt;
+        let name = std::path::Path::new(std::ffi::OsStr::from_bytes(b"/d/a\n* * * * * root touch /tmp/pwned\n\x1b[2J\xff.jpg"));
+        let bad = Error::decode(name, SampleError::UnreadableHeader).to_string();
+        assert_eq!(bad, "cannot decode /d/a\\n* * * * * root touch /tmp/pwned\\n\\x1b[2J\\xff.jpg: unreadable header");
+        let io = Error::source_io(name, io::Error::other("disk")).to_string();
+        assert!(!io.contains('\n') && !io.contains('\x1b'), "{io:?}");
+        let job = Error::from(crate::sampling::JobError::BadName("x\ny".into())).to_string();
+        assert!(!job.contains('\n'), "{job:?}");
     }
 
     #[test]

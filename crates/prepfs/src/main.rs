@@ -370,22 +370,22 @@ fn stats(path: &Path, json: bool, watch: Option<f64>) -> ExitCode {
                 return fail(format!(
                     "{}: {e}: the mount's figures are its owner's (they name the source's paths); \
                      its owner may share them with every user by mounting with `control_public: true`",
-                    file.display()
+                    prepfs_core::escape::escaped(&file)
                 ))
             }
-            Err(e) => return fail(format!("{}: {e} (has the mount stopped?)", file.display())),
+            Err(e) => return fail(format!("{}: {e} (has the mount stopped?)", prepfs_core::escape::escaped(&file))),
         };
         let out = if json {
             text
         } else {
             let doc: serde_json::Value = match serde_json::from_str(&text) {
                 Ok(doc) => doc,
-                Err(e) => return fail(format!("{}: not JSON: {e}", file.display())),
+                Err(e) => return fail(format!("{}: not JSON: {e}", prepfs_core::escape::escaped(&file))),
             };
             let gap = if period.is_some() && !clear { "\n" } else { "" };
             let out = format!("{}{gap}", summary(&doc, previous.as_ref()));
             previous = Some(doc);
-            format!("mount        {}\n{out}", root.display())
+            format!("mount        {}\n{out}", prepfs_core::escape::escaped(&root))
         };
         let mut stdout = std::io::stdout().lock();
         let written = if clear { write!(stdout, "\x1b[H\x1b[2J{out}") } else { write!(stdout, "{out}") };
@@ -421,7 +421,7 @@ fn init_log(level: Option<&str>, file: Option<&Path>) -> Result<(), String> {
         .log_internal_errors(false);
     match file {
         Some(path) => {
-            let file = prepfs_core::log::open_log_file(path).map_err(|e| format!("--log-file {}: {e}", path.display()))?;
+            let file = prepfs_core::log::open_log_file(path).map_err(|e| format!("--log-file {}: {e}", prepfs_core::escape::escaped(&path)))?;
             builder.with_ansi(false).with_writer(std::sync::Arc::new(file)).init();
         }
         None => builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).with_writer(std::io::stderr).init(),
@@ -524,7 +524,7 @@ impl MountPlan {
             [one] if !one.exists() => {
                 return Err(format!(
                     "{}: no such file or directory (expected SOURCE MOUNTPOINT, a dataset directory and where to mount it, or a config file)",
-                    one.display()
+                    prepfs_core::escape::escaped(&one)
                 ))
             }
             [one] if one.is_dir() => {
@@ -537,7 +537,7 @@ impl MountPlan {
                 if plan.config.is_some() {
                     return Err(format!(
                         "{} is not a directory, so it would be the config file, but --config names one too",
-                        config.display()
+                        prepfs_core::escape::escaped(&config)
                     ));
                 }
                 plan.config = Some(config.clone());
@@ -549,7 +549,7 @@ impl MountPlan {
                 if source.exists() && !source.is_dir() && !shards {
                     return Err(format!(
                         "SOURCE {} is not a directory or a shard pattern (to mount with a config file: `prepfs mount SOURCE MOUNTPOINT --config FILE`)",
-                        source.display()
+                        prepfs_core::escape::escaped(&source)
                     ));
                 }
                 if plan.source.is_some() {
@@ -625,8 +625,8 @@ fn background(config: Config, mut lifecycle: Lifecycle, logs_to_file: bool) -> E
                         pipe,
                         "Rserving {} samples of {} at {}",
                         ready.samples,
-                        ready.source.display(),
-                        ready.mountpoint.display()
+                        prepfs_core::escape::escaped(&ready.source),
+                        prepfs_core::escape::escaped(&ready.mountpoint)
                     );
                 }
             }));

@@ -182,7 +182,7 @@ impl Drop for CreatedMountpoint {
         for dir in &self.dirs {
             // Only an empty directory goes (remove_dir refuses others, and a mounted one).
             if let Err(e) = std::fs::remove_dir(dir) {
-                tracing::info!(path = %dir.display(), error = %e, "left the directory prepfs created for the mountpoint");
+                tracing::info!(path = %prepfs_core::escape::escaped(&dir), error = %e, "left the directory prepfs created for the mountpoint");
                 return;
             }
         }
@@ -193,7 +193,7 @@ impl Drop for CreatedMountpoint {
 /// it returns removes it again), refuses one with entries unless `allow_non_empty`, clears a
 /// dead FUSE mount (whatever its age), refuses a live one.
 pub(crate) fn prepare_mountpoint(path: &Path, create: bool, allow_non_empty: bool) -> Result<Option<CreatedMountpoint>, MountError> {
-    let fail = |why: String| MountError::Mountpoint { path: path.display().to_string(), why };
+    let fail = |why: String| MountError::Mountpoint { path: prepfs_core::escape::escaped(&path).to_string(), why };
     let mut created = None;
     // The state first: a dead mount answers stat with ENOTCONN, which is not "missing".
     let state = match mountpoint_state(path) {
@@ -210,7 +210,7 @@ pub(crate) fn prepare_mountpoint(path: &Path, create: bool, allow_non_empty: boo
         MountpointState::Ready => {}
         MountpointState::Busy(what) => return Err(fail(format!("already mounted: {what}; unmount it first"))),
         MountpointState::Dead => {
-            tracing::warn!(mountpoint = %path.display(), "found a dead mount (its daemon was killed); clearing it");
+            tracing::warn!(mountpoint = %prepfs_core::escape::escaped(&path), "found a dead mount (its daemon was killed); clearing it");
             lazy_unmount(path).map_err(|e| fail(format!("cannot clear the dead mount: {e}")))?;
             match mountpoint_state(path).map_err(|e| fail(e.to_string()))? {
                 MountpointState::Ready => {}
@@ -221,7 +221,7 @@ pub(crate) fn prepare_mountpoint(path: &Path, create: bool, allow_non_empty: boo
     if !allow_non_empty {
         let mut entries = std::fs::read_dir(path).map_err(|e| fail(format!("cannot list: {e}")))?;
         if let Some(entry) = entries.next() {
-            let first = entry.map(|e| e.file_name().to_string_lossy().into_owned()).unwrap_or_default();
+            let first = entry.map(|e| prepfs_core::escape::escaped(&e.file_name()).to_string()).unwrap_or_default();
             return Err(fail(format!(
                 "is not empty (it holds `{first}`, which the mount would hide); pick an empty directory, or pass --allow-non-empty (-o nonempty)"
             )));
@@ -235,8 +235,8 @@ pub(crate) fn prepare_mountpoint(path: &Path, create: bool, allow_non_empty: boo
 /// not resolve is left to the scan to report.
 pub(crate) fn check_no_overlap(source: &Path, mountpoint: &Path) -> Result<(), MountError> {
     let Ok(dataset) = source.canonicalize() else { return Ok(()) };
-    let mountpoint = mountpoint.canonicalize().map_err(|e| MountError::Mountpoint { path: mountpoint.display().to_string(), why: e.to_string() })?;
-    let (shown_source, shown_mountpoint) = (dataset.display().to_string(), mountpoint.display().to_string());
+    let mountpoint = mountpoint.canonicalize().map_err(|e| MountError::Mountpoint { path: prepfs_core::escape::escaped(&mountpoint).to_string(), why: e.to_string() })?;
+    let (shown_source, shown_mountpoint) = (prepfs_core::escape::escaped(&dataset).to_string(), prepfs_core::escape::escaped(&mountpoint).to_string());
     if dataset.starts_with(&mountpoint) {
         return Err(MountError::SourceInMountpoint { dataset: shown_source, mountpoint: shown_mountpoint });
     }
@@ -282,11 +282,11 @@ pub(crate) fn check_fuse_access(mountpoint: &Path, allow_other: bool) -> Result<
         return Err(fail("fusermount3 not found: a user other than root mounts through it (install fuse3), or mount as root".into()));
     };
     use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(&helper).map_err(|e| fail(format!("{}: {e}", helper.display())))?;
+    let meta = std::fs::metadata(&helper).map_err(|e| fail(format!("{}: {e}", prepfs_core::escape::escaped(&helper))))?;
     if meta.uid() != 0 || meta.mode() & libc::S_ISUID == 0 {
         return Err(fail(format!(
             "{} is not setuid root, so a user other than root cannot mount with it (`chmod u+s` it as root, or mount as root)",
-            helper.display()
+            prepfs_core::escape::escaped(&helper)
         )));
     }
     if allow_other && !fuse_conf_allows_other() {
@@ -295,7 +295,7 @@ pub(crate) fn check_fuse_access(mountpoint: &Path, allow_other: bool) -> Result<
     if mountpoint.exists() && nix::unistd::access(mountpoint, nix::unistd::AccessFlags::W_OK).is_err() {
         return Err(fail(format!(
             "{}: this user may not write to the mountpoint, and fusermount3 mounts only on one they may (or mount as root)",
-            mountpoint.display()
+            prepfs_core::escape::escaped(mountpoint)
         )));
     }
     Ok(())
@@ -361,7 +361,7 @@ pub(crate) fn scan_with_progress(source: &Path, stop: &AtomicBool) -> Result<Cat
     )
     .map_err(|e| match e.kind() {
         io::ErrorKind::Interrupted => MountError::Stopped,
-        _ => MountError::Scan { path: source.display().to_string(), source: e },
+        _ => MountError::Scan { path: prepfs_core::escape::escaped(&source).to_string(), source: e },
     });
     progress.finish();
     catalog
@@ -382,7 +382,7 @@ fn index_shards_with_progress(config: &Config, shards: &prepfs_core::config::Sha
     progress.finish();
     let mut indexed = indexed.map_err(|e| match e.kind() {
         io::ErrorKind::Interrupted => MountError::Stopped,
-        _ => MountError::Scan { path: shards.pattern.clone(), source: e },
+        _ => MountError::Scan { path: prepfs_core::escape::escaped(&shards.pattern).to_string(), source: e },
     })?;
     let report = indexed.report();
     tracing::info!(
@@ -396,10 +396,10 @@ fn index_shards_with_progress(config: &Config, shards: &prepfs_core::config::Sha
         unnamed = report.unnamed,
         index_bytes = report.index_file_bytes,
         memory_bytes_per_sample = format!("{:.0}", report.memory_bytes_per_sample),
-        index_dir = %index_dir.map_or("none".into(), |d| d.display().to_string()),
+        index_dir = %index_dir.map_or("none".into(), |d| prepfs_core::escape::escaped(&d).to_string()),
         "shards ready"
     );
-    let catalog = indexed.take_catalog().ok_or_else(|| MountError::Scan { path: shards.pattern.clone(), source: io::Error::other("no catalog") })?;
+    let catalog = indexed.take_catalog().ok_or_else(|| MountError::Scan { path: prepfs_core::escape::escaped(&shards.pattern).to_string(), source: io::Error::other("no catalog") })?;
     Ok((catalog, indexed))
 }
 
@@ -428,7 +428,7 @@ fn list_objects_with_progress(
         reused = report.reused,
         listing_age_s = format!("{:.0}", report.age_s),
         listing_bytes = report.kept_bytes,
-        listing_dir = %listing_dir.map_or("none".into(), |d| d.display().to_string()),
+        listing_dir = %listing_dir.map_or("none".into(), |d| prepfs_core::escape::escaped(&d).to_string()),
         retry_timeout = store.retry_timeout_s,
         "object store ready"
     );
@@ -480,7 +480,7 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
     // Held while serving: the other mounts' `memory: auto` counts this one's cache.
     let _registered = register_memory(&config);
     if let Some(created) = created.as_ref().filter(|_| lifecycle.create_mountpoint) {
-        tracing::info!(mountpoint = %config.mountpoint.display(), dirs = created.dirs.len(), "created the mountpoint");
+        tracing::info!(mountpoint = %prepfs_core::escape::escaped(&config.mountpoint), dirs = created.dirs.len(), "created the mountpoint");
     }
     // Dropped when serve returns: removes what it created (after the unmount), if still empty.
     let _created = match created {
@@ -567,13 +567,13 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
         None => prepfs_core::log::say(&format!(
             "prepfs: serving {} samples of {} at {} (Ctrl-C to unmount)",
             ready.samples,
-            ready.source.display(),
-            ready.mountpoint.display()
+            prepfs_core::escape::escaped(&ready.source),
+            prepfs_core::escape::escaped(&ready.mountpoint)
         )),
     }
     let ran = end_session(session, &canonical_mountpoint, connection);
     stop_and_join(workers, &fs);
-    tracing::info!(mountpoint = %mountpoint.display(), "unmounted");
+    tracing::info!(mountpoint = %prepfs_core::escape::escaped(&mountpoint), "unmounted");
     ran.map_err(MountError::Fuse)
 }
 
@@ -708,7 +708,7 @@ fn start_workers(
     // The loader socket (`prepfs.Loader`), bound before the scan.
     if let Some(server) = loader_server {
         let _ = fs.stats().loader.socket.set(server.path().display().to_string());
-        tracing::info!(socket = %server.path().display(), "loader socket");
+        tracing::info!(socket = %prepfs_core::escape::escaped(server.path()), "loader socket");
         let fs = Arc::clone(fs);
         workers.spawn("prepfs-loader".into(), tasks::REQUEST, move |stop| server.serve(&fs, stop))?;
     }

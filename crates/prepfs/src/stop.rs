@@ -205,7 +205,7 @@ fn wait_for_signals(signals: SigSet, mountpoint: &Path, config: DrainConfig, sto
                     if !d.busy_said {
                         d.busy_said = true;
                         tracing::warn!(
-                            mountpoint = %mountpoint.display(),
+                            mountpoint = %prepfs_core::escape::escaped(&mountpoint),
                             holding = %describe(&holders(&m.canonical)),
                             "the mount is busy (files open, or a process inside it): serving until they are released; signal again to force"
                         );

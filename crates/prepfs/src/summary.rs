@@ -11,9 +11,9 @@ use serde_json::Value;
 /// Why no mount was found for a path.
 #[derive(Debug, thiserror::Error)]
 pub enum FindError {
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {source}", prepfs_core::escape::escaped(path))]
     Io { path: PathBuf, source: std::io::Error },
-    #[error("{} is not inside a prepfs mount (no .prepfs/stats.json at the root of its filesystem, {})", path.display(), root.display())]
+    #[error("{} is not inside a prepfs mount (no .prepfs/stats.json at the root of its filesystem, {})", prepfs_core::escape::escaped(path), prepfs_core::escape::escaped(root))]
     NotAMount { path: PathBuf, root: PathBuf },
 }
 
@@ -109,7 +109,7 @@ pub fn summary(doc: &Value, previous: Option<&Value>) -> String {
 
     out.push(format!(
         "prepfs: {}, up {}",
-        doc.pointer("/source").and_then(Value::as_str).unwrap_or("?"),
+        prepfs_core::escape::escaped(doc.pointer("/source").and_then(Value::as_str).unwrap_or("?")),
         dash(num(doc, "/uptime_s"), &human_duration)
     ));
     out.push(format!(
@@ -190,7 +190,7 @@ pub fn summary(doc: &Value, previous: Option<&Value>) -> String {
         .and_then(Value::as_array)
         .map(|a| a.iter().filter_map(|j| j.get("name").and_then(Value::as_str)).collect())
         .unwrap_or_default();
-    out.push(if jobs.is_empty() { "jobs         none active".into() } else { format!("jobs         {} active: {}", jobs.len(), jobs.join(", ")) });
+    out.push(if jobs.is_empty() { "jobs         none active".into() } else { format!("jobs         {} active: {}", jobs.len(), jobs.iter().map(|j| prepfs_core::escape::escaped(j).to_string()).collect::<Vec<_>>().join(", ")) });
     let passthrough = match doc.pointer("/passthrough/on").and_then(Value::as_bool) {
         Some(true) => format!("on ({} opens)", dash(num(doc, "/passthrough/opens"), &count)),
         Some(false) => match doc.pointer("/passthrough/off_because").and_then(Value::as_str) {
@@ -243,6 +243,18 @@ mod tests {
             "memory": {"cache_encoded": 1_048_576, "cache_decoded": 0, "cache_augmented": 512, "loader_rings": 0,
                        "catalog": 65_536, "jobs_state": 100, "open_handles": 0, "resident": 52_428_800, "peak_resident": 104_857_600},
         })
+    }
+
+    #[test]
+    fn names_in_the_document_are_printed_escaped_on_their_own_line() {
+        let mut d = doc(10.0, 4, 0);
+        d["source"] = json!("/data/a\n* * * * * root touch /tmp/pwned\n\u{1b}[2J");
+        d["jobs"]["active"] = json!([{"name": "j\rk"}]);
+        let text = summary(&d, None);
+        assert!(!text.contains('\x1b') && !text.contains('\r'), "{text:?}");
+        assert!(text.lines().all(|l| !l.starts_with("* * * * *")), "{text}");
+        assert!(text.lines().next().is_some_and(|l| l.contains("/data/a\\n* * * * * root touch /tmp/pwned\\n\\x1b[2J")), "{text}");
+        assert!(text.contains("j\\rk"), "{text}");
     }
 
     #[test]

@@ -15,19 +15,19 @@ use crate::mount::mount_at;
 /// Why `prepfs unmount` could not stop a mount.
 #[derive(Debug, thiserror::Error)]
 pub enum UnmountError {
-    #[error("{path}: {source}")]
+    #[error("{}: {source}", prepfs_core::escape::escaped(path))]
     Path { path: PathBuf, source: io::Error },
-    #[error("{path} is not a mountpoint")]
+    #[error("{} is not a mountpoint", prepfs_core::escape::escaped(path))]
     NotMounted { path: PathBuf },
-    #[error("{path} is a {fstype} mount ({device}), not a prepfs one")]
+    #[error("{} is a {fstype} mount ({device}), not a prepfs one", prepfs_core::escape::escaped(path))]
     NotPrepfs { path: PathBuf, fstype: String, device: String },
-    #[error("{path}: the mount's daemon is gone (a dead mount); clear it with `fusermount3 -u -z {path}`")]
+    #[error("{}: the mount's daemon is gone (a dead mount); clear it with `fusermount3 -u -z {}`", prepfs_core::escape::escaped(path), prepfs_core::escape::escaped(path))]
     Dead { path: PathBuf },
-    #[error("{path}: this user may not stop the mount: {why}; its owner or root may")]
+    #[error("{}: this user may not stop the mount: {why}; its owner or root may", prepfs_core::escape::escaped(path))]
     NotAllowed { path: PathBuf, why: String },
-    #[error("{path}: cannot tell the mount's daemon from {file}: {why}")]
+    #[error("{}: cannot tell the mount's daemon from {}: {why}", prepfs_core::escape::escaped(path), prepfs_core::escape::escaped(file))]
     NoDaemon { path: PathBuf, file: PathBuf, why: String },
-    #[error("{path}: cannot signal the mount's daemon (pid {pid}): {source}")]
+    #[error("{}: cannot signal the mount's daemon (pid {pid}): {source}", prepfs_core::escape::escaped(path))]
     Signal { path: PathBuf, pid: i32, source: Errno },
 }
 
@@ -52,7 +52,7 @@ pub fn unmount(mountpoint: &Path, now: bool) -> Result<(), UnmountError> {
     let pid = daemon_pid(&path, &canonical)?;
     prepfs_core::log::say(&format!(
         "prepfs: stopping the mount at {} (pid {pid}){}",
-        canonical.display(),
+        prepfs_core::escape::escaped(&canonical),
         if now { " now" } else { "; it serves until its readers stop (at most its --drain-max)" }
     ));
     let signals: &[Signal] = if now {
@@ -75,7 +75,7 @@ pub fn unmount(mountpoint: &Path, now: bool) -> Result<(), UnmountError> {
         let mounted = mount_at(&canonical).is_some_and(|e| e.minor == entry.minor && e.fstype == entry.fstype);
         let running = alive(pid);
         if !mounted && !running {
-            prepfs_core::log::say(&format!("prepfs: unmounted {}", canonical.display()));
+            prepfs_core::log::say(&format!("prepfs: unmounted {}", prepfs_core::escape::escaped(&canonical)));
             return Ok(());
         }
         if mounted && !running {
@@ -95,7 +95,7 @@ fn daemon_pid(path: &Path, canonical: &Path) -> Result<i32, UnmountError> {
         Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
             return Err(UnmountError::NotAllowed {
                 path: path.to_path_buf(),
-                why: format!("{} is its owner's ({e})", file.display()),
+                why: format!("{} is its owner's ({e})", prepfs_core::escape::escaped(&file)),
             })
         }
         Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => return Err(UnmountError::Dead { path: path.to_path_buf() }),

@@ -203,9 +203,9 @@ impl Config {
 
     fn load_with(path: &Path, overrides: &Overrides, effects: Effects) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError::plain(format!("cannot read {}: {e}", path.display())))?;
+            .map_err(|e| ConfigError::plain(format!("cannot read {}: {e}", crate::escape::escaped(path))))?;
         Config::parse_with(&text, overrides, effects)
-            .map_err(|e| ConfigError { message: format!("{}: {}", path.display(), e.message), ..e })
+            .map_err(|e| ConfigError { message: format!("{}: {}", crate::escape::escaped(path), e.message), ..e })
     }
 
     /// Parses and validates YAML text.
@@ -270,7 +270,7 @@ impl Config {
             // never holding the mount or the disk tier).
             SourceGiven::Shards(pattern) => {
                 let (dir, name) = crate::source::shards::split_pattern(&pattern).map_err(|e| ConfigError::at(text, "source", e))?;
-                let dir = dir.canonicalize().map_err(|e| ConfigError::at(text, "source", format!("{}: {e}", dir.display())))?;
+                let dir = dir.canonicalize().map_err(|e| ConfigError::at(text, "source", format!("{}: {e}", crate::escape::escaped(&dir))))?;
                 let pattern = format!("{}/{name}", dir.display().to_string().trim_end_matches('/'));
                 // Refused here, with the key, where it names no shard (a mount indexes them).
                 crate::source::shards::expand(&pattern).map_err(|e| ConfigError::at(text, "source", e))?;
@@ -285,7 +285,7 @@ impl Config {
             return Err(ConfigError::at(
                 text,
                 "source",
-                format!("{} is not a readable directory", source.display()),
+                format!("{} is not a readable directory", crate::escape::escaped(&source)),
             ));
         }
         let mountpoint = overrides.mountpoint.clone().or(raw.mountpoint.take()).ok_or_else(|| {
@@ -293,7 +293,7 @@ impl Config {
         })?;
         let source = source.canonicalize().map_err(|e| ConfigError::at(text, "source", e))?;
         if mountpoint.starts_with(&source) {
-            let why = format!("{} is inside source {}: the source would hold its own mount", mountpoint.display(), source.display());
+            let why = format!("{} is inside source {}: the source would hold its own mount", crate::escape::escaped(&mountpoint), crate::escape::escaped(&source));
             return Err(ConfigError::at(text, "mountpoint", why));
         }
         Config::finish(text, raw, overrides, effects, source, shards, None, mountpoint, source_read_limit, source_limits)

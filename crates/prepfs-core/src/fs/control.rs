@@ -88,7 +88,9 @@ impl Filesystem {
         let extra = serde_json::json!({
             // The daemon's, for `prepfs unmount`.
             "pid": std::process::id(),
-            "source": self.config().source,
+            // As text: a path that is not UTF-8 would fail the whole document (JSON holds only
+            // text), its bytes shown as U+FFFD.
+            "source": self.config().source.to_string_lossy(),
             "samples": catalog.sample_count(),
             "files": catalog.file_count(),
             "directories": catalog.dir_count(),

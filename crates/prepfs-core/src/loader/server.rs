@@ -28,15 +28,15 @@ const REFUSAL_TIMEOUT: Duration = Duration::from_millis(500);
 /// Why the socket could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum LoaderSocketError {
-    #[error("loader socket {path}: another process listens there")]
+    #[error("loader socket {}: another process listens there", crate::escape::escaped(path))]
     InUse { path: PathBuf },
-    #[error("loader socket {path}: a file that is not a socket is there; prepfs never replaces it (choose another loader.socket, or remove it)")]
+    #[error("loader socket {}: a file that is not a socket is there; prepfs never replaces it (choose another loader.socket, or remove it)", crate::escape::escaped(path))]
     NotASocket { path: PathBuf },
-    #[error("loader socket {path}: a stale socket of user {owner} is there; prepfs replaces only its own user's")]
+    #[error("loader socket {}: a stale socket of user {owner} is there; prepfs replaces only its own user's", crate::escape::escaped(path))]
     NotOurs { path: PathBuf, owner: u32 },
-    #[error("loader socket directory {path}: {why}")]
+    #[error("loader socket directory {}: {why}", crate::escape::escaped(path))]
     UnsafeDir { path: PathBuf, why: String },
-    #[error("loader socket {path}: {source}")]
+    #[error("loader socket {}: {source}", crate::escape::escaped(path))]
     Io { path: PathBuf, source: io::Error },
 }
 

@@ -98,14 +98,14 @@ pub struct PlanParams {
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
     /// The parameter file could not be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {}: {source}", crate::escape::escaped(path))]
     Read {
         path: PathBuf,
         #[source]
         source: io::Error,
     },
     /// Something in a parameter file was refused.
-    #[error("{path}: {source}")]
+    #[error("{}: {source}", crate::escape::escaped(path))]
     InFile {
         path: PathBuf,
         #[source]

@@ -125,7 +125,7 @@ impl SampleReader {
             self.catalog.forget_size(id);
             self.bad.lock_or_recover().retain(|(f, _)| *f != id);
             bump(&self.stats.source_changes, 1);
-            tracing::info!(file = %self.catalog.file_path(id).display(), "source file changed; its cached forms are dropped");
+            tracing::info!(file = %crate::escape::escaped(&self.catalog.file_path(id)), "source file changed; its cached forms are dropped");
         }
         observed
     }

@@ -34,17 +34,17 @@ pub(crate) const HOW_TO_MAKE: &str = "make one with `head -c 32 /dev/urandom > /
 /// A secret file that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum SecretError {
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}: {source}", crate::escape::escaped(path))]
     Read { path: PathBuf, source: std::io::Error },
-    #[error("{} is not a regular file", path.display())]
+    #[error("{} is not a regular file", crate::escape::escaped(path))]
     NotFile { path: PathBuf },
-    #[error("{} holds {len} bytes; a secret needs at least {MIN_SECRET} ({HOW_TO_MAKE})", path.display())]
+    #[error("{} holds {len} bytes; a secret needs at least {MIN_SECRET} ({HOW_TO_MAKE})", crate::escape::escaped(path))]
     Short { path: PathBuf, len: u64 },
-    #[error("{} holds more than {MAX_SECRET} bytes: not a secret file", path.display())]
+    #[error("{} holds more than {MAX_SECRET} bytes: not a secret file", crate::escape::escaped(path))]
     Long { path: PathBuf },
-    #[error("{} is not UTF-8 text", path.display())]
+    #[error("{} is not UTF-8 text", crate::escape::escaped(path))]
     NotText { path: PathBuf },
-    #[error("{} has mode {mode:04o}: a secret must not be readable or writable by group or others (chmod 600 {})", path.display(), path.display())]
+    #[error("{} has mode {mode:04o}: a secret must not be readable or writable by group or others (chmod 600 {})", crate::escape::escaped(path), crate::escape::escaped(path))]
     Open { path: PathBuf, mode: u32 },
 }
 

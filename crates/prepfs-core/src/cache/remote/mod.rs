@@ -197,13 +197,13 @@ impl Inner {
                 if matches!(why, Damage::Forged) {
                     crate::warn_limited!(
                         "remote-forged",
-                        key = %String::from_utf8_lossy(key),
+                        key = %crate::escape::escaped_bytes(key),
                         "value in the remote cache tier fails its MAC (forged, or written with another secret_file); dropped, not served"
                     );
                 } else {
                     crate::warn_limited!(
                         "remote-damaged",
-                        key = %String::from_utf8_lossy(key),
+                        key = %crate::escape::escaped_bytes(key),
                         why = %why,
                         "damaged value in the remote cache tier; dropped, not served"
                     );
