@@ -17,6 +17,7 @@
 //! | [`Error::Decode`] | its [`crate::source::SampleError`]'s: `EIO` |
 //! | [`Error::Job`] | its [`crate::sampling::JobError`]'s: `EINVAL`, `ENAMETOOLONG`, `EUSERS`, `EDQUOT` |
 //! | [`Error::SourceIo`] | its `io::Error`'s (`source`): `ENOENT`, `EACCES`, else `EIO` |
+//! | [`Error::PixelWork`] | `ENOMEM` |
 //!
 //! A path in a message is printed by [`crate::escape`]'s rule: a name with a newline writes no
 //! line of its own in the log.
@@ -79,6 +80,10 @@ pub enum Error {
         #[source]
         source: Arc<io::Error>,
     },
+    /// Pixel work refused by the bound on work in flight (`max_open_bytes`): too large for it,
+    /// or no room in time. Not the sample's fault: it is not marked bad.
+    #[error(transparent)]
+    PixelWork(#[from] crate::pixels::budget::WorkRefused),
     /// Reading the memory file holding an open handle's bytes failed.
     #[error("reading an open file's memory copy: {0}")]
     MemoryFile(Arc<io::Error>),
@@ -98,6 +103,7 @@ impl ToErrno for Error {
             Error::TooManyOpen => libc::ENFILE,
             Error::SourceIo { source, .. } => source.to_errno(),
             Error::MemoryFile(_) => libc::EIO,
+            Error::PixelWork(_) => libc::ENOMEM,
         }
     }
 }

@@ -338,6 +338,10 @@ fn main() -> ExitCode {
         Command::Check { config, source, mountpoint } => {
             match Config::check(&config, &Overrides { source, mountpoint, seed: None }) {
                 Ok(c) => {
+                    // On stderr: stdout stays a config file.
+                    for warning in c.memory_warnings() {
+                        prepfs_core::log::say(&format!("prepfs: warning: {warning}"));
+                    }
                     print!("{}", c.to_yaml());
                     ExitCode::SUCCESS
                 }

@@ -470,6 +470,9 @@ pub fn run(config: Config, lifecycle: Lifecycle) -> Result<(), MountError> {
 }
 
 fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Result<(), MountError> {
+    for warning in config.memory_warnings() {
+        tracing::warn!("{warning}");
+    }
     // Everything that can refuse the mount is asked before the scan, which may take minutes.
     check_fuse_access(&config.mountpoint, config.access.allow_other)?;
     let created = prepare_mountpoint(&config.mountpoint, lifecycle.create_mountpoint, lifecycle.allow_non_empty)?;

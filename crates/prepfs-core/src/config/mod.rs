@@ -6,7 +6,8 @@
 //!
 //! One concern per file: [`error`] (refusals), [`units`] (sizes, rates, durations as written),
 //! [`values`] (a YAML value read as one), [`machine`] (memory probing), [`output`], [`cache`],
-//! [`sections`] (stop, loader, bad samples, jobs, source, access), [`write`] (the YAML writer);
+//! [`sections`] (stop, loader, bad samples, jobs, source, access), [`write`] (the YAML writer),
+//! [`warnings`] (what a valid config should still be told: the memory bound);
 //! this file holds [`Config`] itself and the parse that builds it.
 
 mod cache;
@@ -19,6 +20,7 @@ mod sections;
 mod tests;
 mod units;
 mod values;
+mod warnings;
 mod write;
 
 use std::collections::BTreeMap;
@@ -39,6 +41,7 @@ pub use sections::{
 };
 pub use sections::is_object_store_url;
 pub use units::{parse_bytes, parse_duration, parse_rate};
+pub(crate) use units::human_bytes;
 #[cfg(test)]
 use error::Quantity;
 #[cfg(test)]

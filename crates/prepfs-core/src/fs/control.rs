@@ -105,6 +105,8 @@ impl Filesystem {
             "ods_metadata_bytes": self.ods_metadata_bytes(),
             "open_bytes": self.open_budget.held(),
             "max_open_bytes": self.config().access.max_open_bytes,
+            // Pixel work in flight, within max_open_bytes of its own (pixels::budget).
+            "pixel_work_bytes": self.producer.pixels_in_flight().0,
             "passthrough": self.passthrough_json(),
             "loader": self.stats().loader.to_json(),
             "recipes": self.recipes_json(),

@@ -805,3 +805,20 @@ fn a_listing_paged_one_entry_at_a_time_gives_what_one_read_gives_and_only_top_le
     }
     assert!(!fs.listing_is_fixed(u64::MAX), "no such handle");
 }
+
+#[test]
+fn an_output_larger_than_the_bound_on_pixel_work_is_refused_with_enomem_and_the_sample_stays_good() {
+    // max_open_bytes at its least, 1 MiB: a 1024x1024 output (3 MiB as PPM) cannot be made
+    // within it, however many other outputs are in flight (none here).
+    let (_dir, fs) = core(1, "max_open_bytes: 1MiB\naugment: [ {random_resized_crop: {size: 1024}} ]\ncache: { memory: 0, refill: false }\n");
+    let ino = ino_of(&fs, "augmented", "s000.ppm");
+    for _ in 0..2 {
+        let err = fs.open(ino, false, Caller::ROOT).expect_err("refused");
+        assert_eq!(err.to_errno(), libc::ENOMEM, "{err}");
+        assert!(err.to_string().contains("3.0 MiB") && err.to_string().contains("1.0 MiB"), "both figures: {err}");
+    }
+    // Not the sample's fault: it is not marked bad, and its decoded file (225 KiB) serves.
+    assert_eq!(fs.stats().decode_errors.load(Ordering::Relaxed), 0);
+    assert!(!read_file(&fs, ino_of(&fs, "decoded", "s000.ppm")).is_empty());
+    assert_eq!(fs.producer.pixels_in_flight().0, 0, "every reservation given back");
+}

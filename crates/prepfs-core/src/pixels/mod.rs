@@ -10,12 +10,14 @@
 //! - [`pipeline`]: source bytes to output pixels (the fast path and the reference path).
 //! - [`output`]: the served file in the configured format, with sizes known up front; PNG and
 //!   JPEG are encoded by `encode_png` and [`encode_jpeg`].
-//! - `work`: the mount's pixel work (`PixelWork`): fresh draws, timed decodes and augmentations.
+//! - `work`: the mount's pixel work (`PixelWork`): fresh draws, timed decodes and augmentations,
+//!   each within the bound on pixel work in flight (`budget`).
 //! - [`profile`]: a cold miss's pixel work stage by stage, for `examples/miss_profile.rs`.
 
 mod affine;
 pub(crate) mod augment;
 pub(crate) mod autoaugment;
+pub mod budget;
 pub(crate) mod blur;
 pub(crate) mod color;
 pub(crate) mod erasing;

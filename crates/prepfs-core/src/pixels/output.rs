@@ -198,6 +198,14 @@ fn write_served<E: From<EncodeError>>(
 /// Per-thread scratch buffers larger than this are freed after use rather than kept.
 pub(crate) const KEEP_SCRATCH_BYTES: usize = 4 << 20;
 
+/// The bytes one output of `size` holds while it is made: its served bytes, and the packed
+/// pixels they are encoded from where those are not written in place (PNG, JPEG, float32 npy).
+/// What the bound on pixel work in flight charges for it (`pixels::budget`).
+pub(crate) fn making_len(output: &OutputConfig, size: Size2) -> u64 {
+    let scratch = if pixels_in_place(output) { 0 } else { size.area() * 3 };
+    encoded_len(output, size).saturating_add(scratch)
+}
+
 /// Whether the format's body is the packed RGB pixels themselves.
 fn pixels_in_place(output: &OutputConfig) -> bool {
     matches!((output.format, output.dtype), (Format::Ppm, _) | (Format::Npy, Dtype::Uint8))

@@ -53,6 +53,10 @@ pub enum PixelError {
     /// The header claims more than `max_pixels`; refused before any pixel memory is allocated.
     #[error("{}x{} is {} pixels, over the limit of {max_pixels} (max_pixels)", .size.width, .size.height, .size.area())]
     TooManyPixels { size: Size2, max_pixels: u64 },
+    /// The bound on pixel work in flight refused the work (`ENOMEM`): the sample is not at
+    /// fault, and the producer does not mark it bad.
+    #[error(transparent)]
+    Refused(#[from] crate::pixels::budget::WorkRefused),
     /// The resampler refused the image buffer.
     #[error("resample: {0}")]
     ResampleBuffer(#[from] fast_image_resize::ImageBufferError),
@@ -68,6 +72,7 @@ impl ToErrno for PixelError {
     fn to_errno(&self) -> libc::c_int {
         match self {
             PixelError::Jpeg(e) => e.to_errno(),
+            PixelError::Refused(_) => libc::ENOMEM,
             _ => libc::EIO,
         }
     }

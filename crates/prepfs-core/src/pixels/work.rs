@@ -3,7 +3,13 @@
 //! and `t_a`), and the encoding of what is served.
 //!
 //! It holds no cache and does no I/O; a failure is the [`PixelError`] the pipeline gave, and
-//! whoever asked decides what a failed sample means (the serving path marks it bad).
+//! whoever asked decides what a failed sample means (the serving path marks it bad, but for
+//! [`PixelError::Refused`]).
+//!
+//! Each piece of work reserves what it holds at its peak from the bound on pixel work in flight
+//! ([`WorkBudget`], `max_open_bytes`) before it starts, once its size is known (the image's
+//! header probed, the draw made): the region it decodes, and the output it makes
+//! ([`output::making_len`]). Refused work is said in the log, at most a line a second.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
@@ -11,6 +17,7 @@ use std::sync::Arc;
 use crate::config::{Config, OutputConfig};
 use crate::pixels::augment::AugmentOp;
 use crate::pixels::augment::plan_sample;
+use crate::pixels::budget::{WorkBudget, WorkLease, WorkSize, WORK_WAIT};
 use crate::pixels::output::{self, Dest};
 use crate::pixels::pipeline::{self, PixelError};
 use crate::served::{OutputFiles, ServedBytes};
@@ -33,6 +40,8 @@ pub(crate) struct PixelWork {
     /// The mount's output files.
     files: Arc<OutputFiles>,
     stats: Arc<Stats>,
+    /// The bound on pixel work in flight.
+    budget: WorkBudget,
 }
 
 /// One pipeline the mount serves and how its outputs are written: `augmented/`'s, or a
@@ -75,7 +84,22 @@ impl PixelWork {
             seal: AtomicBool::new(false),
             files: output_files,
             stats,
+            budget: WorkBudget::new(config.access.max_open_bytes, WORK_WAIT),
         }
+    }
+
+    /// Reserves `size` of the bound on pixel work in flight; a refusal is said in the log (at
+    /// most a line a second) and is the work's error.
+    fn reserve(&self, size: WorkSize) -> Result<WorkLease<'_>, PixelError> {
+        self.budget.reserve(size).map_err(|refused| {
+            crate::warn_limited!("pixel-work", "{refused}");
+            PixelError::Refused(refused)
+        })
+    }
+
+    /// Bytes of pixel work in flight now, and the bound on them.
+    pub(crate) fn work_in_flight(&self) -> (u64, u64) {
+        (self.budget.held(), self.budget.max())
     }
 
     /// Pipeline `recipe`'s output size (0: `augmented/`'s).
@@ -125,10 +149,15 @@ impl PixelWork {
     /// `augmented/`'s). Every pipeline's work is timed into the same rates, so the plan's
     /// augment cost is the mean over what readers read.
     pub(crate) fn augment_pixels(&self, recipe: u8, id: FileId, pixels: &Rgb) -> Result<ServedBytes, PixelError> {
-        let mut rng = self.next_draw(id, Size2::new(pixels.width, pixels.height));
+        let size = Size2::new(pixels.width, pixels.height);
+        let mut rng = self.next_draw(id, size);
         let dest = self.dest();
         let p = self.pipeline(recipe);
-        self.timed(Timing::AugmentPixels(recipe), || augment_pixels_served(pixels, &p.augment, &mut rng, &p.output, dest))
+        self.timed(Timing::AugmentPixels(recipe), || {
+            let plan = plan_sample(&p.augment, size, &mut rng);
+            let _work = self.reserve(WorkSize { decode: 0, output: output::making_len(&p.output, plan.size()) })?;
+            pipeline::augment_pixels_served(pixels, &plan, &p.output, dest)
+        })
     }
 
     /// The image's width and height from its header; `None` when it has none this reads.
@@ -149,18 +178,50 @@ impl PixelWork {
                 None => pipeline::probe_size(std::io::Cursor::new(bytes))?,
             };
             let mut rng = self.next_draw(id, size);
-            decode_augment_served(bytes, Some(size), &p.augment, &mut rng, self.max_pixels, &p.output, dest)
+            // As decode_augment_served, with the work's size reserved once the draw says it.
+            pipeline::check_pixels(size, self.max_pixels)?;
+            let plan = plan_sample(&p.augment, size, &mut rng);
+            let decode = match pipeline::Codec::sniff(bytes) {
+                // The region the crop needs, at the DCT scale it is decoded at.
+                pipeline::Codec::Jpeg => {
+                    let cut = pipeline::jpeg_cut(size, &plan);
+                    u64::from(cut.region.width) * u64::from(cut.region.height) * 3
+                }
+                pipeline::Codec::Other => size.area() * 3,
+            };
+            let _work = self.reserve(WorkSize { decode, output: output::making_len(&p.output, plan.size()) })?;
+            pipeline::augment_served(bytes, &plan, self.max_pixels, &p.output, dest)
         })
     }
 
     /// The full pixels of encoded bytes.
     pub(crate) fn decode_full(&self, bytes: &[u8]) -> Result<Rgb, PixelError> {
+        let size = pipeline::probe_size(std::io::Cursor::new(bytes))?;
+        pipeline::check_pixels(size, self.max_pixels)?;
+        let _work = self.reserve(WorkSize { decode: size.area() * 3, output: 0 })?;
         self.timed(Timing::Decode, || pipeline::decode_full(bytes, self.max_pixels))
+    }
+
+    /// The `decoded` view's bytes of encoded bytes: the full pixels, encoded as served, the
+    /// decode and the output reserved together (both are held while the output is written).
+    pub(crate) fn decode_encode(&self, bytes: &[u8]) -> Result<ServedBytes, PixelError> {
+        let size = pipeline::probe_size(std::io::Cursor::new(bytes))?;
+        pipeline::check_pixels(size, self.max_pixels)?;
+        let _work = self.reserve(WorkSize { decode: size.area() * 3, output: output::making_len(&self.pipeline(0).output, size) })?;
+        let pixels = self.timed(Timing::Decode, || pipeline::decode_full(bytes, self.max_pixels))?;
+        self.encode_reserved(&pixels)
     }
 
     /// Full pixels as the `decoded` view serves them. Fails only where the format's encoder
     /// does (`format: jpeg`).
     pub(crate) fn encode(&self, pixels: &Rgb) -> Result<ServedBytes, PixelError> {
+        let size = Size2::new(pixels.width, pixels.height);
+        let _work = self.reserve(WorkSize { decode: 0, output: output::making_len(&self.pipeline(0).output, size) })?;
+        self.encode_reserved(pixels)
+    }
+
+    /// [`PixelWork::encode`], its work reserved by the caller.
+    fn encode_reserved(&self, pixels: &Rgb) -> Result<ServedBytes, PixelError> {
         let size = Size2::new(pixels.width, pixels.height);
         output::served_to(&self.pipeline(0).output, size, self.dest(), |dst| {
             let n = dst.len().min(pixels.pixels.len());

@@ -139,6 +139,11 @@ impl SampleProducer {
         Ok((out, origin))
     }
 
+    /// Bytes of pixel work in flight now, and the bound on them (`max_open_bytes`).
+    pub(crate) fn pixels_in_flight(&self) -> (u64, u64) {
+        self.pixels.work_in_flight()
+    }
+
     /// Bytes of one file of pipeline `recipe` (0: `augmented/`'s; else the recipe's number).
     pub(crate) fn recipe_out_len(&self, recipe: u8) -> u64 {
         self.pixels.recipe_out_len(recipe)
@@ -155,10 +160,7 @@ impl SampleProducer {
         let (loaded, origin) = self.load_promoting(sample, Admit::Pixels)?;
         let out = match loaded {
             Loaded::Pixels(p) => self.pixels.encode(&p).map_err(|why| self.bad(sample, why))?,
-            Loaded::Bytes { bytes: b, .. } => {
-                let pixels = self.pixels.decode_full(&b).map_err(|why| self.bad(sample, why))?;
-                self.pixels.encode(&pixels).map_err(|why| self.bad(sample, why))?
-            }
+            Loaded::Bytes { bytes: b, .. } => self.pixels.decode_encode(&b).map_err(|why| self.bad(sample, why))?,
         };
         Ok((out, origin))
     }
@@ -264,8 +266,12 @@ impl SampleProducer {
     }
 
     /// A sample the pixel work failed on: marked bad, the reader's error; what the tiers below
-    /// memory hold of it is dropped.
+    /// memory hold of it is dropped. Work the bound on pixel work in flight refused is no fault
+    /// of the sample: only the reader's error (`ENOMEM`).
     fn bad(&self, sample: &Sample, why: PixelError) -> crate::error::Error {
+        if let PixelError::Refused(refused) = why {
+            return refused.into();
+        }
         self.tiers.forget_lower(sample);
         self.reader.mark_bad(sample.id, &sample.path, why.into())
     }

@@ -9,6 +9,10 @@ user's python3 runs it, `nobody` included). Prints one JSON object.
         opens N connections asking for SLOTS slots of BATCH samples each and has every slot of
         those welcomed filled; {"welcomed": [ring bytes...], "errors": [messages...],
         "samples": samples written}; holds them until stdin closes
+    loader_attack.py idle SOCKET JOB N LENGTH
+        opens N connections that say hello, then declare a frame of LENGTH bytes and send only
+        its first 6; {"welcomed": how many, "errors": [messages...]}; holds them until stdin
+        closes
     loader_attack.py shrink SOCKET JOB
         takes a ring and tries to shrink and to grow the shared memory file under the daemon,
         then asks for a batch; {"shrink": errno name or "ok", "grow": ..., "batch": samples}
@@ -82,6 +86,26 @@ def rings(path, job, n, batch, slots):
     return None
 
 
+def idle(path, job, n, length):
+    welcomed, errors, held = 0, [], []
+    for _ in range(n):
+        try:
+            s, reply, fd = hello(path, job, 1, 1)
+        except OSError as e:
+            errors.append(str(e))
+            continue
+        if reply["op"] != "welcome":
+            errors.append(reply.get("message", str(reply)))
+            s.close()
+            continue
+        welcomed += 1
+        s.sendall(length.to_bytes(4, "little") + b'{"op":')
+        held.append((s, fd))
+    print(json.dumps({"welcomed": welcomed, "errors": errors}), flush=True)
+    sys.stdin.read()
+    return None
+
+
 def shrink(path, job):
     s, reply, fd = hello(path, job, 2, 1)
     if reply["op"] != "welcome":
@@ -109,6 +133,8 @@ if __name__ == "__main__":
         out = silent(args[0], int(args[1]), float(args[2]))
     elif mode == "rings":
         out = rings(args[0], args[1], int(args[2]), int(args[3]), int(args[4]))
+    elif mode == "idle":
+        out = idle(args[0], args[1], int(args[2]), int(args[3]))
     elif mode == "shrink":
         out = shrink(args[0], args[1])
     else:
