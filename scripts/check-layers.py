@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""The import graph among each crate's top-level modules, and a check that it tangles no further.
+
+A top-level module is a file or folder directly under a crate's src/ (lib.rs and main.rs aside).
+Module A uses module B when the code of a file of A (comments aside) names `crate::B` (or, in the binary, `prepfs::B` is
+another crate and does not count). The graph's strongly connected components of more than one
+module are its import cycles.
+
+The layers are not all separate crates yet (issue 51): the cycles that stand today are written
+down in scripts/layers-allowed.txt, one edge `crate: a -> b` a line. The check fails when an
+edge that lies on a cycle is not written there, so a change can untangle the graph (then remove
+the edges it freed from the file: the check says which are no longer needed) but never tangle it
+further. `--write` rewrites the file from the tree as it is.
+
+Usage: scripts/check-layers.py [--write]    (exit 0: no new cycle; 1: a new edge on a cycle)
+"""
+
+import os
+import re
+import sys
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+ALLOWED = os.path.join(ROOT, "scripts", "layers-allowed.txt")
+CRATES = ["crates/prepfs-core", "crates/prepfs", "crates/prepfs-wire", "crates/prepfs-test-servers"]
+USE = re.compile(r"\bcrate::([a-z_][a-z0-9_]*)")
+
+
+def modules(src):
+    out = {}
+    for name in sorted(os.listdir(src)):
+        path = os.path.join(src, name)
+        if name in ("lib.rs", "main.rs"):
+            continue
+        if os.path.isdir(path):
+            files = [os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs if f.endswith(".rs")]
+            out[name] = files
+        elif name.endswith(".rs"):
+            out[name[:-3]] = [path]
+    return out
+
+
+def edges_of(src):
+    mods = modules(src)
+    edges = set()
+    for mod, files in mods.items():
+        for f in files:
+            text = open(f, encoding="utf-8", errors="replace").read()
+            # Code only: a doc link or a comment naming a module is not an import.
+            code = "\n".join(line.split("//", 1)[0] for line in text.splitlines())
+            for used in USE.findall(code):
+                if used != mod and used in mods:
+                    edges.add((mod, used))
+    return sorted(mods), edges
+
+
+def cycles(nodes, edges):
+    """Tarjan's strongly connected components of more than one node."""
+    graph = {n: sorted(b for a, b in edges if a == n) for n in nodes}
+    index, low, on, stack, out = {}, {}, set(), [], []
+    counter = [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    sys.setrecursionlimit(10000)
+    for n in nodes:
+        if n not in index:
+            visit(n)
+    return out
+
+
+def main():
+    write = "--write" in sys.argv[1:]
+    on_cycles = set()
+    report = []
+    for crate in CRATES:
+        src = os.path.join(ROOT, crate, "src")
+        if not os.path.isdir(src):
+            continue
+        name = os.path.basename(crate)
+        nodes, edges = edges_of(src)
+        comps = cycles(nodes, edges)
+        for comp in comps:
+            members = set(comp)
+            inside = sorted((a, b) for a, b in edges if a in members and b in members)
+            on_cycles.update(f"{name}: {a} -> {b}" for a, b in inside)
+            report.append(f"{name}: a cycle of {len(comp)} modules: {' '.join(comp)} ({len(inside)} edges)")
+        if not comps:
+            report.append(f"{name}: no import cycle among its {len(nodes)} top-level modules")
+    print("\n".join(report))
+    if write:
+        with open(ALLOWED, "w") as f:
+            f.write("# Edges on today's import cycles (scripts/check-layers.py): remove what a change frees; never add.\n")
+            f.write("".join(line + "\n" for line in sorted(on_cycles)))
+        print(f"wrote {len(on_cycles)} edges to {os.path.relpath(ALLOWED, ROOT)}")
+        return 0
+    allowed = set()
+    if os.path.exists(ALLOWED):
+        allowed = {l.strip() for l in open(ALLOWED) if l.strip() and not l.startswith("#")}
+    new = sorted(on_cycles - allowed)
+    freed = sorted(allowed - on_cycles)
+    if freed:
+        print(f"{len(freed)} allowed edges are no longer on a cycle; remove them from scripts/layers-allowed.txt:")
+        print("".join(f"  {e}\n" for e in freed), end="")
+    if new:
+        print(f"{len(new)} new edges on an import cycle (a layer using one above it):", file=sys.stderr)
+        print("".join(f"  {e}\n" for e in new), end="", file=sys.stderr)
+        return 1
+    print(f"layers: no new edge on a cycle ({len(on_cycles)} allowed edges remain)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
