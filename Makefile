@@ -45,12 +45,15 @@ demo: build
 # installed for $(PYTHON), with the GPU path (the `gpu` feature: libcuda is loaded at run time, so
 # it builds and imports on machines without CUDA). pip (ensurepip) and maturin are installed
 # into $(PYTHON)'s own environment where missing (a venv's python: `make python PYTHON=venv/bin/python`).
+# MATURIN_PROFILE: `--release` for users; `make test` builds the module in cargo's dev profile
+# (the loader's tests check behaviour, not speed; the release build with LTO took 2.5 minutes).
+MATURIN_PROFILE ?= --release
 python: deps
 	@$(PYTHON) -m pip --version >/dev/null 2>&1 || { echo "installing pip for $(PYTHON)"; $(PYTHON) -m ensurepip --upgrade; }
 	@$(PYTHON) -m maturin --version >/dev/null 2>&1 || { echo "installing maturin for $(PYTHON)"; \
 	  $(PYTHON) -m pip install -q maturin 2>/dev/null || $(PYTHON) -m pip install -q --break-system-packages maturin; }
 	rm -rf target/wheels
-	cd python && $(PYTHON) -m maturin build --release --features gpu -o ../target/wheels
+	cd python && $(PYTHON) -m maturin build $(MATURIN_PROFILE) --features gpu -o ../target/wheels
 	$(PYTHON) -m pip install -q --force-reinstall --no-deps target/wheels/prepfs-*.whl 2>/dev/null \
 	  || $(PYTHON) -m pip install -q --force-reinstall --no-deps --break-system-packages target/wheels/prepfs-*.whl
 
@@ -77,10 +80,18 @@ ptx:
 # As root on Linux 6.9 or later the passthrough tests must run (PREPFS_REQUIRE_PASSTHROUGH):
 # elsewhere they say skipped.
 REQUIRE_PASSTHROUGH := $(shell [ "$$(id -u)" = 0 ] && printf '%s\n6.9\n' "$$(uname -r | cut -d- -f1)" | sort -V -C -r && echo 1)
-test: deps python
+# The tests run under cargo-nextest where it is installed (it is on this project's machines): every
+# binary's tests side by side, each in a process of its own, rather than cargo test's one binary
+# after another; plain `cargo test` otherwise. The layers' check (scripts/check-layers.py) first:
+# it takes a second and fails a change that adds an edge to an import cycle.
+NEXTEST := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo 1)
+TEST_RUN = $(if $(NEXTEST),$(CARGO) nextest run --no-fail-fast --status-level fail --final-status-level slow,$(CARGO) test)
+test: deps
+	$(PYTHON) scripts/check-layers.py
+	$(MAKE) python MATURIN_PROFILE="--profile dev"
 	$(CARGO) build --workspace --all-targets --features prepfs-fuzz/fuzz-targets
-	PREPFS_REQUIRE_LOADER=1 $(if $(REQUIRE_PASSTHROUGH),PREPFS_REQUIRE_PASSTHROUGH=1) $(CARGO) test --workspace --tests --examples
-	$(CARGO) test -p prepfs-core --features shuttle --test shuttle
+	PREPFS_REQUIRE_LOADER=1 $(if $(REQUIRE_PASSTHROUGH),PREPFS_REQUIRE_PASSTHROUGH=1) $(TEST_RUN) --workspace --tests --examples
+	$(TEST_RUN) -p prepfs-core --features shuttle --test shuttle
 	$(PYTHON) bench/tests
 
 # Each augment op against torchvision v2 on real photographs (tests/mount_torchvision.rs: KS tests
@@ -90,7 +101,7 @@ test: deps python
 compare-torchvision: deps
 	@$(PYTHON) -c "import torchvision, timm" 2>/dev/null || { echo "installing torch, torchvision and timm for $(PYTHON)"; \
 	  $(PYTHON) -m pip install -q torch torchvision timm 2>/dev/null || $(PYTHON) -m pip install -q --break-system-packages torch torchvision timm; }
-	PREPFS_REQUIRE_TORCHVISION=1 PREPFS_TORCH_PYTHON=$(PYTHON) $(CARGO) test -p prepfs --test mount_torchvision -- --nocapture
+	PREPFS_REQUIRE_TORCHVISION=1 PREPFS_TORCH_PYTHON=$(PYTHON) $(CARGO) test -p prepfs --test mounted torchvision:: -- --nocapture
 
 # Back-to-back epochs with the plan's predictions beside them (bench/results/<date>-epochs.md;
 # its table in BENCHMARKS.md's Runs), and 3 concurrent jobs with the defaults against jobs

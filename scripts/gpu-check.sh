@@ -13,7 +13,7 @@ fi
 nvidia-smi -L
 make python PYTHON="$PYTHON"
 cargo build --release --examples
-PREPFS_REQUIRE_LOADER=1 cargo test --release --test mount_loader the_gpu_path -- --nocapture
+PREPFS_REQUIRE_LOADER=1 cargo test --release --test mounted loader::the_gpu_path -- --nocapture
 tmp=$(mktemp -d)
 pid=
 cleanup() {

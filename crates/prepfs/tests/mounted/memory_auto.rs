@@ -2,7 +2,7 @@
 //! registers its cache memory machine-wide (here in a registry directory of the test's own,
 //! `PREPFS_RUN_DIR`), and a mount set to `auto` takes its share given what the others hold.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

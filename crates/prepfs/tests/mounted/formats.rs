@@ -2,7 +2,7 @@
 //! decoders users use (PIL; torchvision.io where installed), against the `ppm` output of the
 //! same source, with the size `stat` gave before the first read.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! stand-ins named like torchvision's transforms, its YAML mounted and served. Each test has its
 //! own temporary directory, a mount guard that unmounts on every way out, and a time limit.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::fs;

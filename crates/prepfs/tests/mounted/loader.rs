@@ -8,7 +8,7 @@
 //! Without the module these tests say so and pass, unless `PREPFS_REQUIRE_LOADER` is set (as
 //! `make test` sets it, after building and installing the module).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::fs;

@@ -2,7 +2,7 @@
 //! dataset, read through the kernel as a training job would. Each test has its own temporary
 //! directory, a mount guard that unmounts on every way out, and a time limit.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::fs;

@@ -4,7 +4,7 @@
 //! and joined at unmount (the daemon exits cleanly). The test has its own temporary directory,
 //! a mount guard that unmounts on every way out, and a time limit.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::fs;

@@ -5,7 +5,7 @@
 //! Each test mounts in its own temporary directory, under a time limit, and unmounts on every
 //! way out.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

@@ -5,7 +5,7 @@
 //! unprivileged user, and the kept index reused by the next mount. Its own temporary directory,
 //! a mount guard that unmounts on every way out, and a time limit.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -476,32 +476,53 @@ pub fn nobody_reads(path: &Path) -> Result<Vec<u8>, String> {
 
 /// `fs.protected_symlinks` set to 0 while any guard lives (the attack tests' setting: the kernel
 /// then follows a link another user planted in a sticky directory), restored to what it was when
-/// the last guard drops. Shared by the tests of one binary that run at once.
+/// the last guard drops. Shared by every test process running at once (nextest runs each test in
+/// a process of its own): a count and the value to restore in a state file, changed under an
+/// exclusive `flock` of it.
 pub struct SymlinksUnprotected;
 
-static SYMLINK_GUARDS: std::sync::Mutex<(usize, Option<String>)> = std::sync::Mutex::new((0, None));
 const PROTECTED_SYMLINKS: &str = "/proc/sys/fs/protected_symlinks";
+const SYMLINK_GUARDS: &str = "/run/prepfs-tests-protected-symlinks";
+
+/// Runs `change` on (guards alive, value to restore) under the state file's lock.
+fn with_symlink_guards(change: impl FnOnce(&mut usize, &mut String)) {
+    use std::io::{Read, Seek, Write};
+    use std::os::fd::AsRawFd;
+    let mut file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(SYMLINK_GUARDS).expect("guard state");
+    // SAFETY: flock on an open descriptor; released when the file closes.
+    assert_eq!(unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) }, 0, "flock");
+    let mut text = String::new();
+    file.read_to_string(&mut text).expect("read state");
+    let mut fields = text.split_whitespace();
+    let mut count: usize = fields.next().and_then(|c| c.parse().ok()).unwrap_or(0);
+    let mut restore = fields.next().unwrap_or("").to_string();
+    change(&mut count, &mut restore);
+    file.set_len(0).expect("truncate");
+    file.rewind().expect("rewind");
+    write!(file, "{count} {restore}").expect("write state");
+}
 
 impl SymlinksUnprotected {
     pub fn new() -> SymlinksUnprotected {
-        let mut guards = SYMLINK_GUARDS.lock().unwrap_or_else(|e| e.into_inner());
-        if guards.0 == 0 {
-            guards.1 = std::fs::read_to_string(PROTECTED_SYMLINKS).ok();
-            std::fs::write(PROTECTED_SYMLINKS, "0").expect("set fs.protected_symlinks=0 (the tests run as root)");
-        }
-        guards.0 += 1;
+        with_symlink_guards(|count, restore| {
+            if *count == 0 {
+                *restore = std::fs::read_to_string(PROTECTED_SYMLINKS).unwrap_or_default().trim().to_string();
+                std::fs::write(PROTECTED_SYMLINKS, "0").expect("set fs.protected_symlinks=0 (the tests run as root)");
+            }
+            *count += 1;
+        });
         SymlinksUnprotected
     }
 }
 
 impl Drop for SymlinksUnprotected {
     fn drop(&mut self) {
-        let mut guards = SYMLINK_GUARDS.lock().unwrap_or_else(|e| e.into_inner());
-        guards.0 -= 1;
-        if guards.0 == 0 {
-            if let Some(was) = guards.1.take() {
-                let _ = std::fs::write(PROTECTED_SYMLINKS, was.trim());
+        with_symlink_guards(|count, restore| {
+            *count = count.saturating_sub(1);
+            if *count == 0 && !restore.is_empty() {
+                let _ = std::fs::write(PROTECTED_SYMLINKS, restore.as_str());
+                restore.clear();
             }
-        }
+        });
     }
 }

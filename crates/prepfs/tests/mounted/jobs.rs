@@ -3,7 +3,7 @@
 //! `DataLoader` with two workers. Samples are identified by their content (id-coded images), so
 //! the tests check what was served, not what was asked for.
 
-mod common;
+use crate::common;
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeSet, HashSet};

@@ -4,7 +4,7 @@
 //! `--version`. Each test
 //! mounts in its own temporary directory, under a time limit, and unmounts on every way out.
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;

@@ -6,7 +6,7 @@
 //! Each test runs in its own directory under a time limit, and the mount guard unmounts on every
 //! way out.
 
-mod common;
+use crate::common;
 
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader};

@@ -10,7 +10,7 @@
 //! `PREPFS_TORCHVISION_CASES` (names, comma-separated) runs only those cases. timm's RandAugment
 //! variant is compared against timm itself, where timm is installed.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

@@ -16,7 +16,7 @@
 //! port, and told to answer requests with `503 SlowDown` itself. Each test has its own server,
 //! temporary directory, a mount guard that unmounts on every way out, and a time limit.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};

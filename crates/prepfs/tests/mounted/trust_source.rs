@@ -7,7 +7,7 @@
 //! root; what the attacker plants is `nobody`'s. Each test runs in its own directory under a
 //! time limit, and the mount guard unmounts on every way out.
 
-mod common;
+use crate::common;
 
 use std::io::{Seek, SeekFrom, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

@@ -5,7 +5,7 @@
 //! reply. Each its own temporary directory, a mount guard that unmounts on every way out, and a
 //! time limit.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;

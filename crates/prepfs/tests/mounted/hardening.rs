@@ -3,7 +3,7 @@
 //! the question. Each test runs in its own temporary directory under a time limit, and the mount
 //! guard unmounts on every way out.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

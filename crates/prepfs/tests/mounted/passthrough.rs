@@ -5,7 +5,7 @@
 //! in the kernel) all succeed. Where the kernel does not offer passthrough, the tests that
 //! need it say so and stop.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::path::{Path, PathBuf};

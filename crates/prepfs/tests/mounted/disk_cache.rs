@@ -2,7 +2,7 @@
 //! remount finds them (a warm restart reads nothing from the source), and a damaged cache file is
 //! dropped and refetched, never served.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! Mounted end-to-end tests of the sample cache: a second epoch over a dataset that fits reads
 //! nothing from the source, and the live stats say what the cache holds.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::path::PathBuf;

@@ -5,7 +5,7 @@
 //! is private. Each runs in its own temporary directory under a time limit; the mount guard
 //! unmounts on every way out.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};

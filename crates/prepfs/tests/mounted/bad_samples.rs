@@ -5,7 +5,7 @@
 //! `validate: scan` finds every one at mount. Each test has its own temporary directory, a mount
 //! guard that unmounts on every way out, and a time limit.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! `--json`, `--watch`), refusing a path outside any mount. Each test mounts in its own
 //! temporary directory, under a time limit, and unmounts on every way out.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::io::{Read, Write};

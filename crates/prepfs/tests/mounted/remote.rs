@@ -3,7 +3,7 @@
 //! job read through two mounts is served each sample once per epoch across both, and a killed
 //! server (or every node) is an outage the mount serves through, then uses again once it is back.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::fs;
