@@ -4,7 +4,7 @@ CARGO ?= cargo
 PYTHON ?= python3
 QUICK ?=
 
-.PHONY: all build deps demo test compare-torchvision python gpu-check ptx bench bench-plan bench-epochs bench-cold-epochs bench-jobs bench-floor fuzz clean install uninstall
+.PHONY: all build deps demo test check compare-torchvision python gpu-check ptx bench bench-plan bench-epochs bench-cold-epochs bench-jobs bench-floor fuzz clean install uninstall
 
 all: build
 
@@ -80,6 +80,14 @@ ptx:
 # As root on Linux 6.9 or later the passthrough tests must run (PREPFS_REQUIRE_PASSTHROUGH):
 # elsewhere they say skipped.
 REQUIRE_PASSTHROUGH := $(shell [ "$$(id -u)" = 0 ] && printf '%s\n6.9\n' "$$(uname -r | cut -d- -f1)" | sort -V -C -r && echo 1)
+# The edit loop's check (warm, about a minute): the layers, a build of every target, clippy, and
+# the core's in-process tests (no FUSE, no servers).
+check:
+	$(PYTHON) scripts/check-layers.py
+	$(CARGO) build --workspace --all-targets
+	$(CARGO) clippy --workspace --all-targets --quiet
+	$(TEST_RUN) -p prepfs-core --lib
+
 # The tests run under cargo-nextest where it is installed (it is on this project's machines): every
 # binary's tests side by side, each in a process of its own, rather than cargo test's one binary
 # after another; plain `cargo test` otherwise. The layers' check (scripts/check-layers.py) first:

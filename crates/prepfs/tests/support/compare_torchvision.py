@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What tests/mount_torchvision.rs asks: each augment op drawn many times through the mount and
+"""What tests/mounted/torchvision.rs asks: each augment op drawn many times through the mount and
 through torchvision v2 on the same photographs, the distributions of per-image statistics
 compared with a two-sample Kolmogorov-Smirnov test. Prints JSON.
 

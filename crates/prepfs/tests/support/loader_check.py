@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What tests/mount_loader.rs asks of prepfs.Loader (the installed module), printed as JSON.
+"""What tests/mounted/loader.rs asks of prepfs.Loader (the installed module), printed as JSON.
 
     loader_check.py pixels MOUNT JOB     one epoch; each sample's pixels against the mount's
                                          augmented/ file of the same name, and its label

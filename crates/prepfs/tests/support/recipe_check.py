@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What tests/mount_recipes.rs asks of prepfs.recipe, printed as JSON on the last line.
+"""What tests/mounted/recipes.rs asks of prepfs.recipe, printed as JSON on the last line.
 
     recipe_check.py PYTHON_DIR     prepfs.recipe (PYTHON_DIR/prepfs/_recipe.py, the source tree's,
                                    whatever module is installed) on stand-ins named like

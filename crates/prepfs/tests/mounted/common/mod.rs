@@ -18,7 +18,7 @@ pub fn prepfs_bin() -> PathBuf {
 
 /// `prepfs mount CONFIG --source SOURCE --mountpoint MOUNTPOINT --drain 0.2`, stdin closed; the
 /// caller picks stdout, stderr and how to run it. The short drain: a test's last read is just
-/// before its stop, and a stop waits out the drain after it (tests/mount_drain.rs tests it).
+/// before its stop, and a stop waits out the drain after it (tests/mounted/drain.rs tests it).
 pub fn mount_command(config: &Path, source: &Path, mountpoint: &Path) -> Command {
     let mut cmd = mount_command_without_drain(config, source, mountpoint);
     cmd.arg("--drain").arg("0.2");
@@ -28,7 +28,7 @@ pub fn mount_command(config: &Path, source: &Path, mountpoint: &Path) -> Command
 /// [`mount_command`] without `--drain`: the caller gives it, or the default applies.
 /// Each test mount registers its cache memory in a registry of its own (beside its config), so
 /// test mounts running in parallel do not shrink each other's `memory: auto` (tests/
-/// mount_memory_auto.rs shares one on purpose).
+/// mounted/memory_auto.rs shares one on purpose).
 pub fn mount_command_without_drain(config: &Path, source: &Path, mountpoint: &Path) -> Command {
     let mut cmd = Command::new(prepfs_bin());
     cmd.arg("mount").arg(config).arg("--source").arg(source).arg("--mountpoint").arg(mountpoint).stdin(Stdio::null());
