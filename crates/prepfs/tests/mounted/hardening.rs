@@ -4,6 +4,7 @@
 //! guard unmounts on every way out.
 
 use crate::common;
+use common::{chmod};
 
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -15,15 +16,9 @@ use common::{as_nobody, nobody_reads, open_tempdir, force_unmount, id_of_pixels,
 
 const LIMIT: Duration = Duration::from_secs(120);
 
-fn chmod(path: &Path, mode: u32) {
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
-}
-
 /// The daemon's peak resident memory (VmHWM), bytes.
 fn peak_rss(pid: i32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-    let line = status.lines().find(|l| l.starts_with("VmHWM:")).expect("VmHWM");
-    line.split_whitespace().nth(1).and_then(|k| k.parse::<u64>().ok()).expect("kB") * 1024
+    common::status_bytes(pid, "VmHWM:")
 }
 
 /// The id whose colour coding the PPM's pixels carry.

@@ -6,8 +6,8 @@
 //! a mount guard that unmounts on every way out, and a time limit.
 
 use crate::common;
+use common::{chmod};
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -25,10 +25,6 @@ struct Packed {
     name: String,
     id: usize,
     jpeg: Vec<u8>,
-}
-
-fn chmod(path: &Path, mode: u32) {
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
 }
 
 fn as_nobody_cat(path: &Path) -> Result<Vec<u8>, String> {

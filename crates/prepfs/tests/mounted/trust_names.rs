@@ -7,11 +7,11 @@
 //! way out.
 
 use crate::common;
+use common::{chmod, status_bytes};
 
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -19,17 +19,6 @@ use std::time::{Duration, Instant};
 use common::{make_id_dataset, mount_command, open_tempdir, prepfs_bin, write_config, Mounted};
 
 const LIMIT: Duration = Duration::from_secs(180);
-
-fn chmod(path: &Path, mode: u32) {
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
-}
-
-/// A status line of the daemon (`VmRSS`, `VmHWM`), bytes.
-fn status_bytes(pid: i32, key: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-    let line = status.lines().find(|l| l.starts_with(key)).unwrap_or_else(|| panic!("{key}"));
-    line.split_whitespace().nth(1).and_then(|k| k.parse::<u64>().ok()).expect("kB") * 1024
-}
 
 /// Writes `bytes` to `path` as `nobody` (the attacker adds a file to a dataset they may write).
 fn nobody_writes(path: &Path, bytes: &[u8]) {

@@ -8,9 +8,10 @@
 //! time limit, and the mount guard unmounts on every way out.
 
 use crate::common;
+use common::{chmod, status_bytes};
 
 use std::io::{Seek, SeekFrom, Write};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -19,17 +20,6 @@ use common::{add_tar_member as add, make_id_dataset, mount_command, open_tempdir
 use prepfs_test_servers::Moto;
 
 const LIMIT: Duration = Duration::from_secs(180);
-
-fn chmod(path: &Path, mode: u32) {
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
-}
-
-/// A status line of the daemon (`VmRSS`, `VmHWM`), bytes.
-fn status_bytes(pid: i32, key: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-    let line = status.lines().find(|l| l.starts_with(key)).unwrap_or_else(|| panic!("{key}"));
-    line.split_whitespace().nth(1).and_then(|k| k.parse::<u64>().ok()).expect("kB") * 1024
-}
 
 /// `n` id-coded JPEGs of class `0`..`2` (their id the index), and their classes.
 fn jpegs(dir: &Path, n: usize) -> (Vec<Vec<u8>>, Vec<usize>) {

@@ -526,3 +526,15 @@ impl Drop for SymlinksUnprotected {
         });
     }
 }
+
+/// Sets `path`'s mode.
+pub fn chmod(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(mode)).expect("chmod");
+}
+
+/// A line of a process's /proc status (`VmRSS:`, `VmHWM:`), bytes.
+pub fn status_bytes(pid: i32, key: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let line = status.lines().find(|l| l.starts_with(key)).unwrap_or_else(|| panic!("{key}"));
+    line.split_whitespace().nth(1).and_then(|k| k.parse::<u64>().ok()).expect("kB") * 1024
+}
