@@ -98,7 +98,7 @@ test: deps
 	$(PYTHON) scripts/check-layers.py
 	$(MAKE) python MATURIN_PROFILE="--profile dev"
 	$(CARGO) build --workspace --all-targets --features prepfs-fuzz/fuzz-targets
-	PREPFS_REQUIRE_LOADER=1 $(if $(REQUIRE_PASSTHROUGH),PREPFS_REQUIRE_PASSTHROUGH=1) $(TEST_RUN) --workspace --tests --examples
+	PREPFS_REQUIRE_LOADER=1 $(if $(REQUIRE_PASSTHROUGH),PREPFS_REQUIRE_PASSTHROUGH=1) $(TEST_RUN) --workspace --tests
 	$(TEST_RUN) -p prepfs-core --features shuttle --test shuttle
 	$(PYTHON) bench/tests
 

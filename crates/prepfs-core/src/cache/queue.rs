@@ -222,6 +222,7 @@ mod tests {
     #[test]
     fn a_batch_taken_stays_pending_until_it_is_dropped() {
         let (go, wait) = channel::<()>();
+        let (took, taken) = channel::<usize>();
         let queue = WriteQueue::start("prepfs-test-batch", 8, 1 << 20, move |jobs: Jobs<Write>| {
             let mut batch = Vec::new();
             while let Some(job) = jobs.recv() {
@@ -229,6 +230,7 @@ mod tests {
                 while let Some(more) = jobs.try_recv() {
                     batch.push(more);
                 }
+                let _ = took.send(batch.len());
                 let _ = wait.recv();
                 batch.clear();
             }
@@ -237,8 +239,10 @@ mod tests {
         for n in 0..3 {
             assert_eq!(queue.push(Write(n)), Ok(()));
         }
-        std::thread::sleep(Duration::from_millis(50));
-        assert!(queue.pending() > 0, "taken but not written");
+        // The worker has taken a batch (the event, not a time) and holds it: all three stay pending.
+        let took = taken.recv_timeout(Duration::from_secs(10)).expect("the worker takes a batch");
+        assert!(took >= 1);
+        assert_eq!(queue.pending(), 3, "taken but not written: still pending");
         go.send(()).expect("go");
         go.send(()).expect("go");
         go.send(()).expect("go");
