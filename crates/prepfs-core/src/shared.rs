@@ -4,7 +4,6 @@
 
 use rand_pcg::Pcg64Mcg;
 
-use crate::sampling::Rank;
 
 /// The three forms a sample is served in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -52,6 +51,10 @@ impl Form {
         }
     }
 }
+
+/// A preference for a sample in some view: 0 not cached, higher is cheaper to serve (what
+/// sampling orders and substitutes by).
+pub(crate) type Rank = u8;
 
 /// A width and a height in pixels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

@@ -4,6 +4,7 @@
 //! - `fuse`: the thin adapter from `fuser` callbacks onto the core's `Filesystem`.
 //! - [`mount`]: mounting, stale-mount recovery, the background workers; `stop`: the signals,
 //!   the drain before an unmount, the forced unmount.
+//! - `detach`: a mountpoint taken down, only if unused or at once (the mount and `stop` use it).
 //! - [`unmount`]: `prepfs unmount`: a mount's daemon asked to drain and stop, and waited for.
 //! - [`summary`]: `prepfs stats`: the mount found from a path inside it, its figures as a
 //!   readable summary.
@@ -13,6 +14,7 @@
 // The public API is what the command and the mounted tests use; this lint keeps the rest private.
 #![warn(unreachable_pub)]
 
+mod detach;
 mod fuse;
 pub mod mount;
 mod stop;

@@ -117,7 +117,7 @@ struct MountArgs {
     /// `prepfs=debug,fuser=warn`. Wins over PREPFS_LOG.
     #[arg(long, value_name = "LEVEL")]
     log_level: Option<String>,
-    /// Append the log to this file (created 0640 if missing) instead of writing it to stderr.
+    /// Append the log to this file (created 0600 if missing; never through a link) instead of writing it to stderr.
     #[arg(long, value_name = "PATH")]
     log_file: Option<PathBuf>,
     /// Create a missing mountpoint (removed again at unmount if still empty).

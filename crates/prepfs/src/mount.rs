@@ -16,6 +16,7 @@ use prepfs_core::config::Config;
 use prepfs_core::fs::Filesystem;
 use prepfs_core::drain::{Activity, DrainConfig};
 use crate::fuse::{FuseAdapter, OpenPool};
+use crate::detach::{lazy_unmount, try_unmount};
 use crate::stop::SignalWaiter;
 use prepfs_core::tasks::{self, Workers};
 
@@ -310,41 +311,6 @@ fn fuse_conf_allows_other() -> bool {
     std::fs::read_to_string("/etc/fuse.conf")
         .map(|t| t.lines().any(|l| l.split('#').next().unwrap_or("").trim() == "user_allow_other"))
         .unwrap_or(false)
-}
-
-/// Unmounts `path` if nothing uses it: `Err` with `ResourceBusy` while files are open or a
-/// process sits inside. Directly as root, else through `fusermount3 -u`.
-pub(crate) fn try_unmount(path: &Path) -> io::Result<()> {
-    match nix::mount::umount2(path, nix::mount::MntFlags::empty()) {
-        Ok(()) => Ok(()),
-        Err(nix::errno::Errno::EBUSY) => Err(io::Error::from(io::ErrorKind::ResourceBusy)),
-        Err(nix::errno::Errno::EINVAL) => Ok(()), // not mounted (any more)
-        Err(_) => {
-            let out = std::process::Command::new("fusermount3").arg("-u").arg(path).output()?;
-            if out.status.success() {
-                Ok(())
-            } else if String::from_utf8_lossy(&out.stderr).contains("busy") {
-                Err(io::Error::from(io::ErrorKind::ResourceBusy))
-            } else {
-                Err(io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_string()))
-            }
-        }
-    }
-}
-
-/// Detaches whatever is mounted at `path`: directly as root, else through `fusermount3`.
-pub(crate) fn lazy_unmount(path: &Path) -> io::Result<()> {
-    match nix::mount::umount2(path, nix::mount::MntFlags::MNT_DETACH) {
-        Ok(()) => Ok(()),
-        Err(_) => {
-            let status = std::process::Command::new("fusermount3").arg("-u").arg("-z").arg(path).status()?;
-            if status.success() {
-                Ok(())
-            } else {
-                Err(io::Error::other(format!("fusermount3 -u -z exited with {status}")))
-            }
-        }
-    }
 }
 
 /// Scans the source, its progress shown (`prepfs_core::progress`); gives up when `stop` is set.

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{SigSet, Signal};
 
 use prepfs_core::drain::{describe, holders, Activity, Drain, DrainConfig, Step};
-use crate::mount::{lazy_unmount, try_unmount};
+use crate::detach::{lazy_unmount, try_unmount};
 use prepfs_core::sync::{LockExt, Mutex};
 
 /// How long the waiter sleeps in `sigtimedwait` when nothing is draining: [`SignalWaiter::finish`]

@@ -60,8 +60,8 @@ pub(crate) const MAX_NAME_LEN: usize = 64;
 /// Substitution looks at most this many samples of a directory per open.
 pub(crate) const SCAN_LIMIT: usize = 4096;
 
-/// A preference for a sample in some view: 0 not cached, higher is cheaper to serve.
-pub(crate) type Rank = u8;
+/// A preference for a sample in some view (shared.rs's, beside the forms it ranks).
+pub(crate) use crate::shared::Rank;
 
 /// Why a job name is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

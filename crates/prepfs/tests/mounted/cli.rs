@@ -188,7 +188,7 @@ fn a_bad_log_level_is_refused_before_mounting() {
 }
 
 #[test]
-fn the_log_file_receives_the_log_and_is_created_0640() {
+fn the_log_file_receives_the_log_and_is_created_0600() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (source, _) = make_id_dataset(dir.path(), 2, 3);
     let mnt = dir.path().join("mnt");
@@ -204,7 +204,7 @@ fn the_log_file_receives_the_log_and_is_created_0640() {
         LIMIT,
     );
     let mode = std::fs::metadata(&log_file).expect("log file made").permissions().mode() & 0o777;
-    assert_eq!(mode, 0o640);
+    assert_eq!(mode, 0o600, "private: a log names the source's files");
     read_a_sample(&mnt);
     let status = mnt_guard.stop();
     assert!(status.success());

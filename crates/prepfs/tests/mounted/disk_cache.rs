@@ -114,7 +114,7 @@ impl SmallDisk {
     fn mount(path: PathBuf, size: &str) -> SmallDisk {
         fs::create_dir_all(&path).expect("mkdir");
         let status = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "prepfs-test-disk"])
+            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700"), "prepfs-test-disk"])
             .arg(&path)
             .status()
             .expect("mount(8)");
