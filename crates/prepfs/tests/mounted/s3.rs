@@ -69,7 +69,7 @@ fn config(dir: &Path, endpoint: &str, extra: &str) -> (PathBuf, PathBuf) {
 }
 
 /// `prepfs mount SOURCE MNT --config FILE` with moto's keys in the environment, as a user runs it.
-fn mount(run: &Path, config: &Path, source: &str) -> Mounted {
+pub(crate) fn mount(run: &Path, config: &Path, source: &str) -> Mounted {
     let mnt = run.join("mnt");
     std::fs::create_dir_all(&mnt).expect("mkdir");
     let mut cmd = Command::new(common::prepfs_bin());

@@ -220,17 +220,6 @@ fn put_keys(moto: &Moto, bucket: &str, keys: &[&str], body: &[u8]) {
     assert!(status.success(), "boto3's put_object of {keys:?}");
 }
 
-/// `prepfs mount SOURCE MNT --config FILE` with moto's keys in the environment.
-fn mount_store(run: &Path, config: &Path, source: &str) -> Mounted {
-    let mnt = run.join("mnt");
-    std::fs::create_dir_all(&mnt).expect("mkdir");
-    let mut cmd = Command::new(common::prepfs_bin());
-    cmd.arg("mount").arg(source).arg(&mnt).arg("--config").arg(config).arg("--drain").arg("0.2");
-    cmd.env("PREPFS_RUN_DIR", run.join("prepfs-run"));
-    cmd.env("AWS_ACCESS_KEY_ID", "testing").env("AWS_SECRET_ACCESS_KEY", "testing").env_remove("AWS_ENDPOINT_URL").env_remove("AWS_PROFILE");
-    Mounted::start_command(cmd, &mnt, &run.join("prepfs.log"), LIMIT)
-}
-
 fn names(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())).map(|e| e.expect("entry").file_name().to_string_lossy().into_owned()).collect();
     names.sort();
@@ -254,7 +243,7 @@ fn an_object_store_prefix_with_keys_that_cannot_be_names_mounts_serves_the_rest_
     std::fs::create_dir_all(&run).expect("mkdir");
     let config = write_config(&run, &format!("seed: 5\nthreads: 2\ncache: {{ memory: 64MiB }}\nsource: {{ url: s3://train/data, endpoint: \"{}\", region: us-east-1, retry_timeout: 10s }}\n", moto.endpoint()));
     let started = Instant::now();
-    let mnt = mount_store(&run, &config, "s3://train/data");
+    let mnt = crate::s3::mount(&run, &config, "s3://train/data");
     let up = started.elapsed();
     println!("prefix with {} odd keys mounted in {:.2} s", ODD_KEYS.len(), up.as_secs_f64());
     assert!(up < Duration::from_secs(8), "the listing was retried: {up:?}");
