@@ -21,7 +21,7 @@ import sys
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 ALLOWED = os.path.join(ROOT, "scripts", "layers-allowed.txt")
-CRATES = ["crates/prepfs-core", "crates/prepfs", "crates/prepfs-wire", "crates/prepfs-test-servers"]
+CRATES = sorted(os.path.join("crates", d) for d in os.listdir(os.path.join(ROOT, "crates")) if os.path.isdir(os.path.join(ROOT, "crates", d, "src")))
 USE = re.compile(r"\bcrate::([a-z_][a-z0-9_]*)")
 
 

@@ -211,5 +211,5 @@ fuzz_target!(|data: &[u8]| {
 });
 
 fn fnv(data: &[u8]) -> u64 {
-    prepfs_core::shared::fnv1a64(&[data])
+    prepfs_base::hash::fnv1a64(&[data])
 }

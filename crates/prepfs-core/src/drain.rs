@@ -133,7 +133,7 @@ pub fn describe(pids: &[u32]) -> String {
         .take(NAMED)
         // A process names itself (prctl): its name is printed escaped, as every name is.
         .map(|pid| match std::fs::read(format!("/proc/{pid}/comm")) {
-            Ok(comm) => format!("{pid} ({})", crate::escape::escaped_bytes(comm.strip_suffix(b"\n").unwrap_or(&comm))),
+            Ok(comm) => format!("{pid} ({})", prepfs_base::escape::escaped_bytes(comm.strip_suffix(b"\n").unwrap_or(&comm))),
             Err(_) => format!("{pid} (gone)"),
         })
         .collect();

@@ -19,7 +19,7 @@
 //! | [`Error::SourceIo`] | its `io::Error`'s (`source`): `ENOENT`, `EACCES`, else `EIO` |
 //! | [`Error::PixelWork`] | `ENOMEM` |
 //!
-//! A path in a message is printed by [`crate::escape`]'s rule: a name with a newline writes no
+//! A path in a message is printed by [`prepfs_base::escape`]'s rule: a name with a newline writes no
 //! line of its own in the log.
 
 use std::io;
@@ -28,12 +28,7 @@ use std::sync::Arc;
 
 use crate::source::SampleError;
 
-/// The errno a FUSE reply carries for an error: implemented by each layer for its own error
-/// type, beside it, so the errno is decided near the cause.
-pub trait ToErrno {
-    /// The errno of this error.
-    fn to_errno(&self) -> libc::c_int;
-}
+pub use prepfs_base::errno::ToErrno;
 
 /// Why a request (or mount set-up) failed. Cheap to clone (a source `io::Error` is shared), so
 /// the requests that wait on one load all get its error.
@@ -61,7 +56,7 @@ pub enum Error {
     /// A sample that cannot be turned into pixels: corrupt, truncated, too many pixels,
     /// unsupported, or no sample prepfs will read. The file is named so the log line can say
     /// which.
-    #[error("cannot decode {}: {reason}", crate::escape::escaped(path))]
+    #[error("cannot decode {}: {reason}", prepfs_base::escape::escaped(path))]
     Decode {
         path: PathBuf,
         #[source]
@@ -74,7 +69,7 @@ pub enum Error {
     #[error("open files pin max_open_bytes of output; close some")]
     TooManyOpen,
     /// Reading the source failed.
-    #[error("source I/O on {}: {source}", crate::escape::escaped(path))]
+    #[error("source I/O on {}: {source}", prepfs_base::escape::escaped(path))]
     SourceIo {
         path: PathBuf,
         #[source]

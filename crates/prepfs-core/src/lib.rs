@@ -49,19 +49,15 @@
 // else is `pub(crate)`, and this lint keeps it so.
 #![warn(unreachable_pub)]
 
-pub mod alloc;
 pub mod cache;
 pub mod config;
 pub mod drain;
 pub mod error;
-pub mod escape;
 pub mod fs;
 pub mod loader;
-pub mod log;
 pub mod machine_memory;
 pub mod pixels;
 pub mod planner;
-pub mod private_dir;
 pub mod progress;
 pub mod producer;
 pub mod sampling;
@@ -70,6 +66,3 @@ pub mod source;
 pub mod shared;
 pub mod stats;
 pub mod metrics;
-pub mod sync;
-pub mod tasks;
-mod yaml;

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::private_dir::PrivateDir;
+use prepfs_base::private_dir::PrivateDir;
 
 /// How `cache.memory: auto` was decided, with its figures (stats.json's `memory_auto`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::sync::{LockExt, Mutex};
+use prepfs_base::sync::{LockExt, Mutex};
 
 /// How often a log line reports work in progress when stderr is no terminal.
 pub(crate) const LOG_EVERY: Duration = Duration::from_secs(10);

@@ -1,6 +1,6 @@
 //! Small types and helpers that more than one subsystem uses, kept here rather than in whichever
 //! module needed them first: the forms a sample is served in, an image size, decoded pixels,
-//! the stable hash, the random draw of one augmentation, and a thread's CPU and waiting times.
+//! and the random draw of one augmentation.
 
 use rand_pcg::Pcg64Mcg;
 
@@ -81,17 +81,6 @@ pub struct Rgb {
     pub pixels: Vec<u8>,
 }
 
-/// FNV-1a, 64 bits: stable across builds and Rust versions (unlike `DefaultHasher`).
-pub fn fnv1a64(parts: &[&[u8]]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for part in parts {
-        for &b in *part {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
-    h
-}
 
 /// The random generator of one draw: a pure function of (seed, job, epoch, sample).
 pub fn draw_rng(seed: u64, job: u64, epoch: u64, sample: u64) -> Pcg64Mcg {
@@ -107,38 +96,4 @@ fn splitmix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
-}
-
-/// CPU time the calling thread has used, nanoseconds.
-pub(crate) fn thread_cpu_nanos() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes one timespec we own.
-    let ok = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } == 0;
-    if ok {
-        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-    } else {
-        0
-    }
-}
-
-/// The calling thread's CPU time and its time runnable but waiting for a core, nanoseconds
-/// since it started: the CPU clock, and the wait from `/proc/thread-self/schedstat` (kept open
-/// per thread; its CPU field lags up to a tick for a running thread, the wait is current), or
-/// no wait where the kernel does not keep it. A read's time off both is its time blocked on the
-/// storage: on a busy machine a read from the page cache can take 20 ms of wall time, nearly all
-/// of it waiting for a core, which the storage did not cost.
-pub(crate) fn thread_sched_nanos() -> (u64, u64) {
-    use std::cell::RefCell;
-    use std::os::unix::fs::FileExt;
-    thread_local! {
-        static SCHEDSTAT: RefCell<Option<std::fs::File>> = RefCell::new(std::fs::File::open("/proc/thread-self/schedstat").ok());
-    }
-    let waited = SCHEDSTAT.with(|f| {
-        let f = f.borrow();
-        let mut buf = [0u8; 96];
-        let n = f.as_ref()?.read_at(&mut buf, 0).ok()?;
-        let text = std::str::from_utf8(&buf[..n]).ok()?;
-        text.split_ascii_whitespace().nth(1)?.parse::<u64>().ok()
-    });
-    (thread_cpu_nanos(), waited.unwrap_or(0))
 }

@@ -1,6 +1,6 @@
 //! Model checks of the cache's and sampling's concurrency with shuttle: each test runs its threads
 //! under thousands of random (and PCT) schedules, switching threads at every lock, wait and atomic
-//! operation of `crate::sync`. Run with `cargo test --features shuttle --test shuttle`; a failure
+//! operation of `prepfs_base::sync`. Run with `cargo test --features shuttle --test shuttle`; a failure
 //! prints the schedule that found it, which shuttle can replay.
 //!
 //! What is checked: single-flight loads (`cache::SingleFlight`), the byte budget's reservation and

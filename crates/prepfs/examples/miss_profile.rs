@@ -19,7 +19,7 @@ use prepfs_core::pixels::profile::{MissProfiler, StageNanos};
 
 /// The daemon's allocator, so that a miss here meets memory as it does in the daemon.
 #[global_allocator]
-static ALLOCATOR: prepfs_core::alloc::MapLarge = prepfs_core::alloc::MapLarge;
+static ALLOCATOR: prepfs_base::alloc::MapLarge = prepfs_base::alloc::MapLarge;
 
 struct Args {
     data: PathBuf,
@@ -86,7 +86,7 @@ fn ms(nanos: u64, n: u64) -> f64 {
 }
 
 fn main() -> Result<(), String> {
-    prepfs_core::alloc::tune_malloc();
+    prepfs_base::alloc::tune_malloc();
     let args = parse_args()?;
     let mut paths = Vec::new();
     images(&args.data, &mut paths).map_err(|e| format!("{}: {e}", args.data.display()))?;

@@ -15,9 +15,9 @@ use prepfs_core::config::{Config, HideBad, Overrides, Validate};
 use prepfs::mount::{Lifecycle, MountError, Ready};
 
 /// Large Rust buffers (the cache's) get mappings of their own; the C decoders' per-image memory
-/// is reused from the heap (`prepfs_core::alloc`).
+/// is reused from the heap (`prepfs_base::alloc`).
 #[global_allocator]
-static ALLOCATOR: prepfs_core::alloc::MapLarge = prepfs_core::alloc::MapLarge;
+static ALLOCATOR: prepfs_base::alloc::MapLarge = prepfs_base::alloc::MapLarge;
 
 #[derive(Parser)]
 #[command(name = "prepfs", version = env!("PREPFS_VERSION"), about = "A FUSE filesystem serving decoded and augmented training samples")]
@@ -305,7 +305,7 @@ fn helper_call(args: Vec<OsString>) -> Vec<OsString> {
 }
 
 fn main() -> ExitCode {
-    prepfs_core::alloc::tune_malloc();
+    prepfs_base::alloc::tune_malloc();
     let command = Cli::parse_from(helper_call(std::env::args_os().collect())).command;
     if !matches!(command, Command::Mount(_)) {
         if let Err(e) = init_log(None, None) {
@@ -340,7 +340,7 @@ fn main() -> ExitCode {
                 Ok(c) => {
                     // On stderr: stdout stays a config file.
                     for warning in c.memory_warnings() {
-                        prepfs_core::log::say(&format!("prepfs: warning: {warning}"));
+                        prepfs_base::log::say(&format!("prepfs: warning: {warning}"));
                     }
                     print!("{}", c.to_yaml());
                     ExitCode::SUCCESS
@@ -374,22 +374,22 @@ fn stats(path: &Path, json: bool, watch: Option<f64>) -> ExitCode {
                 return fail(format!(
                     "{}: {e}: the mount's figures are its owner's (they name the source's paths); \
                      its owner may share them with every user by mounting with `control_public: true`",
-                    prepfs_core::escape::escaped(&file)
+                    prepfs_base::escape::escaped(&file)
                 ))
             }
-            Err(e) => return fail(format!("{}: {e} (has the mount stopped?)", prepfs_core::escape::escaped(&file))),
+            Err(e) => return fail(format!("{}: {e} (has the mount stopped?)", prepfs_base::escape::escaped(&file))),
         };
         let out = if json {
             text
         } else {
             let doc: serde_json::Value = match serde_json::from_str(&text) {
                 Ok(doc) => doc,
-                Err(e) => return fail(format!("{}: not JSON: {e}", prepfs_core::escape::escaped(&file))),
+                Err(e) => return fail(format!("{}: not JSON: {e}", prepfs_base::escape::escaped(&file))),
             };
             let gap = if period.is_some() && !clear { "\n" } else { "" };
             let out = format!("{}{gap}", summary(&doc, previous.as_ref()));
             previous = Some(doc);
-            format!("mount        {}\n{out}", prepfs_core::escape::escaped(&root))
+            format!("mount        {}\n{out}", prepfs_base::escape::escaped(&root))
         };
         let mut stdout = std::io::stdout().lock();
         let written = if clear { write!(stdout, "\x1b[H\x1b[2J{out}") } else { write!(stdout, "{out}") };
@@ -409,12 +409,12 @@ fn stats(path: &Path, json: bool, watch: Option<f64>) -> ExitCode {
 /// stderr. A level or filter that does not parse is refused (exit status 2).
 fn init_log(level: Option<&str>, file: Option<&Path>) -> Result<(), String> {
     let filter = match level {
-        Some(text) => prepfs_core::log::parse_filter(text).map_err(|e| format!("--log-level {text}: {e}"))?,
+        Some(text) => prepfs_base::log::parse_filter(text).map_err(|e| format!("--log-level {text}: {e}"))?,
         None => match std::env::var("PREPFS_LOG") {
             Ok(text) if !text.trim().is_empty() => {
-                prepfs_core::log::parse_filter(&text).map_err(|e| format!("PREPFS_LOG={text}: {e}"))?
+                prepfs_base::log::parse_filter(&text).map_err(|e| format!("PREPFS_LOG={text}: {e}"))?
             }
-            Ok(_) | Err(std::env::VarError::NotPresent) => prepfs_core::log::parse_filter("info")?,
+            Ok(_) | Err(std::env::VarError::NotPresent) => prepfs_base::log::parse_filter("info")?,
             Err(std::env::VarError::NotUnicode(_)) => return Err("PREPFS_LOG is not UTF-8".into()),
         },
     };
@@ -425,7 +425,7 @@ fn init_log(level: Option<&str>, file: Option<&Path>) -> Result<(), String> {
         .log_internal_errors(false);
     match file {
         Some(path) => {
-            let file = prepfs_core::log::open_log_file(path).map_err(|e| format!("--log-file {}: {e}", prepfs_core::escape::escaped(&path)))?;
+            let file = prepfs_base::log::open_log_file(path).map_err(|e| format!("--log-file {}: {e}", prepfs_base::escape::escaped(&path)))?;
             builder.with_ansi(false).with_writer(std::sync::Arc::new(file)).init();
         }
         None => builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).with_writer(std::io::stderr).init(),
@@ -528,7 +528,7 @@ impl MountPlan {
             [one] if !one.exists() => {
                 return Err(format!(
                     "{}: no such file or directory (expected SOURCE MOUNTPOINT, a dataset directory and where to mount it, or a config file)",
-                    prepfs_core::escape::escaped(&one)
+                    prepfs_base::escape::escaped(&one)
                 ))
             }
             [one] if one.is_dir() => {
@@ -541,7 +541,7 @@ impl MountPlan {
                 if plan.config.is_some() {
                     return Err(format!(
                         "{} is not a directory, so it would be the config file, but --config names one too",
-                        prepfs_core::escape::escaped(&config)
+                        prepfs_base::escape::escaped(&config)
                     ));
                 }
                 plan.config = Some(config.clone());
@@ -553,7 +553,7 @@ impl MountPlan {
                 if source.exists() && !source.is_dir() && !shards {
                     return Err(format!(
                         "SOURCE {} is not a directory or a shard pattern (to mount with a config file: `prepfs mount SOURCE MOUNTPOINT --config FILE`)",
-                        prepfs_core::escape::escaped(&source)
+                        prepfs_base::escape::escaped(&source)
                     ));
                 }
                 if plan.source.is_some() {
@@ -602,7 +602,7 @@ fn background(config: Config, mut lifecycle: Lifecycle, logs_to_file: bool) -> E
                 Some(("R", line)) => {
                     println!("prepfs: {line} (in the background, pid {child}; `prepfs unmount` the mountpoint to unmount)");
                     if !logs_to_file && std::env::var_os("JOURNAL_STREAM").is_none() {
-                        prepfs_core::log::say("prepfs: its log is discarded: pass --log-file FILE (-o log_file=FILE) to keep it");
+                        prepfs_base::log::say("prepfs: its log is discarded: pass --log-file FILE (-o log_file=FILE) to keep it");
                     }
                     ExitCode::SUCCESS
                 }
@@ -629,8 +629,8 @@ fn background(config: Config, mut lifecycle: Lifecycle, logs_to_file: bool) -> E
                         pipe,
                         "Rserving {} samples of {} at {}",
                         ready.samples,
-                        prepfs_core::escape::escaped(&ready.source),
-                        prepfs_core::escape::escaped(&ready.mountpoint)
+                        prepfs_base::escape::escaped(&ready.source),
+                        prepfs_base::escape::escaped(&ready.mountpoint)
                     );
                 }
             }));
@@ -675,14 +675,14 @@ fn detach_stdio(keep_stderr: bool) {
 }
 
 fn fail(e: impl std::fmt::Display) -> ExitCode {
-    prepfs_core::log::say(&format!("prepfs: {e}"));
+    prepfs_base::log::say(&format!("prepfs: {e}"));
     ExitCode::FAILURE
 }
 
 /// A command line or environment refused before anything starts: exit status 2, as clap's
 /// own usage errors.
 fn usage(e: impl std::fmt::Display) -> ExitCode {
-    prepfs_core::log::say(&format!("prepfs: {e}"));
+    prepfs_base::log::say(&format!("prepfs: {e}"));
     ExitCode::from(2)
 }
 

@@ -18,7 +18,7 @@ use prepfs_core::drain::{Activity, DrainConfig};
 use crate::fuse::{FuseAdapter, OpenPool};
 use crate::detach::{lazy_unmount, try_unmount};
 use crate::stop::SignalWaiter;
-use prepfs_core::tasks::{self, Workers};
+use prepfs_base::tasks::{self, Workers};
 
 /// Why a mount could not start.
 #[derive(Debug, thiserror::Error)]
@@ -183,7 +183,7 @@ impl Drop for CreatedMountpoint {
         for dir in &self.dirs {
             // Only an empty directory goes (remove_dir refuses others, and a mounted one).
             if let Err(e) = std::fs::remove_dir(dir) {
-                tracing::info!(path = %prepfs_core::escape::escaped(&dir), error = %e, "left the directory prepfs created for the mountpoint");
+                tracing::info!(path = %prepfs_base::escape::escaped(&dir), error = %e, "left the directory prepfs created for the mountpoint");
                 return;
             }
         }
@@ -194,7 +194,7 @@ impl Drop for CreatedMountpoint {
 /// it returns removes it again), refuses one with entries unless `allow_non_empty`, clears a
 /// dead FUSE mount (whatever its age), refuses a live one.
 pub(crate) fn prepare_mountpoint(path: &Path, create: bool, allow_non_empty: bool) -> Result<Option<CreatedMountpoint>, MountError> {
-    let fail = |why: String| MountError::Mountpoint { path: prepfs_core::escape::escaped(&path).to_string(), why };
+    let fail = |why: String| MountError::Mountpoint { path: prepfs_base::escape::escaped(&path).to_string(), why };
     let mut created = None;
     // The state first: a dead mount answers stat with ENOTCONN, which is not "missing".
     let state = match mountpoint_state(path) {
@@ -211,7 +211,7 @@ pub(crate) fn prepare_mountpoint(path: &Path, create: bool, allow_non_empty: boo
         MountpointState::Ready => {}
         MountpointState::Busy(what) => return Err(fail(format!("already mounted: {what}; unmount it first"))),
         MountpointState::Dead => {
-            tracing::warn!(mountpoint = %prepfs_core::escape::escaped(&path), "found a dead mount (its daemon was killed); clearing it");
+            tracing::warn!(mountpoint = %prepfs_base::escape::escaped(&path), "found a dead mount (its daemon was killed); clearing it");
             lazy_unmount(path).map_err(|e| fail(format!("cannot clear the dead mount: {e}")))?;
             match mountpoint_state(path).map_err(|e| fail(e.to_string()))? {
                 MountpointState::Ready => {}
@@ -222,7 +222,7 @@ pub(crate) fn prepare_mountpoint(path: &Path, create: bool, allow_non_empty: boo
     if !allow_non_empty {
         let mut entries = std::fs::read_dir(path).map_err(|e| fail(format!("cannot list: {e}")))?;
         if let Some(entry) = entries.next() {
-            let first = entry.map(|e| prepfs_core::escape::escaped(&e.file_name()).to_string()).unwrap_or_default();
+            let first = entry.map(|e| prepfs_base::escape::escaped(&e.file_name()).to_string()).unwrap_or_default();
             return Err(fail(format!(
                 "is not empty (it holds `{first}`, which the mount would hide); pick an empty directory, or pass --allow-non-empty (-o nonempty)"
             )));
@@ -236,8 +236,8 @@ pub(crate) fn prepare_mountpoint(path: &Path, create: bool, allow_non_empty: boo
 /// not resolve is left to the scan to report.
 pub(crate) fn check_no_overlap(source: &Path, mountpoint: &Path) -> Result<(), MountError> {
     let Ok(dataset) = source.canonicalize() else { return Ok(()) };
-    let mountpoint = mountpoint.canonicalize().map_err(|e| MountError::Mountpoint { path: prepfs_core::escape::escaped(&mountpoint).to_string(), why: e.to_string() })?;
-    let (shown_source, shown_mountpoint) = (prepfs_core::escape::escaped(&dataset).to_string(), prepfs_core::escape::escaped(&mountpoint).to_string());
+    let mountpoint = mountpoint.canonicalize().map_err(|e| MountError::Mountpoint { path: prepfs_base::escape::escaped(&mountpoint).to_string(), why: e.to_string() })?;
+    let (shown_source, shown_mountpoint) = (prepfs_base::escape::escaped(&dataset).to_string(), prepfs_base::escape::escaped(&mountpoint).to_string());
     if dataset.starts_with(&mountpoint) {
         return Err(MountError::SourceInMountpoint { dataset: shown_source, mountpoint: shown_mountpoint });
     }
@@ -283,11 +283,11 @@ pub(crate) fn check_fuse_access(mountpoint: &Path, allow_other: bool) -> Result<
         return Err(fail("fusermount3 not found: a user other than root mounts through it (install fuse3), or mount as root".into()));
     };
     use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(&helper).map_err(|e| fail(format!("{}: {e}", prepfs_core::escape::escaped(&helper))))?;
+    let meta = std::fs::metadata(&helper).map_err(|e| fail(format!("{}: {e}", prepfs_base::escape::escaped(&helper))))?;
     if meta.uid() != 0 || meta.mode() & libc::S_ISUID == 0 {
         return Err(fail(format!(
             "{} is not setuid root, so a user other than root cannot mount with it (`chmod u+s` it as root, or mount as root)",
-            prepfs_core::escape::escaped(&helper)
+            prepfs_base::escape::escaped(&helper)
         )));
     }
     if allow_other && !fuse_conf_allows_other() {
@@ -296,7 +296,7 @@ pub(crate) fn check_fuse_access(mountpoint: &Path, allow_other: bool) -> Result<
     if mountpoint.exists() && nix::unistd::access(mountpoint, nix::unistd::AccessFlags::W_OK).is_err() {
         return Err(fail(format!(
             "{}: this user may not write to the mountpoint, and fusermount3 mounts only on one they may (or mount as root)",
-            prepfs_core::escape::escaped(mountpoint)
+            prepfs_base::escape::escaped(mountpoint)
         )));
     }
     Ok(())
@@ -327,7 +327,7 @@ pub(crate) fn scan_with_progress(source: &Path, stop: &AtomicBool) -> Result<Cat
     )
     .map_err(|e| match e.kind() {
         io::ErrorKind::Interrupted => MountError::Stopped,
-        _ => MountError::Scan { path: prepfs_core::escape::escaped(&source).to_string(), source: e },
+        _ => MountError::Scan { path: prepfs_base::escape::escaped(&source).to_string(), source: e },
     });
     progress.finish();
     catalog
@@ -348,7 +348,7 @@ fn index_shards_with_progress(config: &Config, shards: &prepfs_core::config::Sha
     progress.finish();
     let mut indexed = indexed.map_err(|e| match e.kind() {
         io::ErrorKind::Interrupted => MountError::Stopped,
-        _ => MountError::Scan { path: prepfs_core::escape::escaped(&shards.pattern).to_string(), source: e },
+        _ => MountError::Scan { path: prepfs_base::escape::escaped(&shards.pattern).to_string(), source: e },
     })?;
     let report = indexed.report();
     tracing::info!(
@@ -362,10 +362,10 @@ fn index_shards_with_progress(config: &Config, shards: &prepfs_core::config::Sha
         unnamed = report.unnamed,
         index_bytes = report.index_file_bytes,
         memory_bytes_per_sample = format!("{:.0}", report.memory_bytes_per_sample),
-        index_dir = %index_dir.map_or("none".into(), |d| prepfs_core::escape::escaped(&d).to_string()),
+        index_dir = %index_dir.map_or("none".into(), |d| prepfs_base::escape::escaped(&d).to_string()),
         "shards ready"
     );
-    let catalog = indexed.take_catalog().ok_or_else(|| MountError::Scan { path: prepfs_core::escape::escaped(&shards.pattern).to_string(), source: io::Error::other("no catalog") })?;
+    let catalog = indexed.take_catalog().ok_or_else(|| MountError::Scan { path: prepfs_base::escape::escaped(&shards.pattern).to_string(), source: io::Error::other("no catalog") })?;
     Ok((catalog, indexed))
 }
 
@@ -394,7 +394,7 @@ fn list_objects_with_progress(
         reused = report.reused,
         listing_age_s = format!("{:.0}", report.age_s),
         listing_bytes = report.kept_bytes,
-        listing_dir = %listing_dir.map_or("none".into(), |d| prepfs_core::escape::escaped(&d).to_string()),
+        listing_dir = %listing_dir.map_or("none".into(), |d| prepfs_base::escape::escaped(&d).to_string()),
         retry_timeout = store.retry_timeout_s,
         "object store ready"
     );
@@ -449,7 +449,7 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
     // Held while serving: the other mounts' `memory: auto` counts this one's cache.
     let _registered = register_memory(&config);
     if let Some(created) = created.as_ref().filter(|_| lifecycle.create_mountpoint) {
-        tracing::info!(mountpoint = %prepfs_core::escape::escaped(&config.mountpoint), dirs = created.dirs.len(), "created the mountpoint");
+        tracing::info!(mountpoint = %prepfs_base::escape::escaped(&config.mountpoint), dirs = created.dirs.len(), "created the mountpoint");
     }
     // Dropped when serve returns: removes what it created (after the unmount), if still empty.
     let _created = match created {
@@ -490,7 +490,7 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
         "catalog ready"
     );
     // Listing millions of entries frees far more than the catalog keeps.
-    prepfs_core::alloc::release_freed();
+    prepfs_base::alloc::release_freed();
     let pool = OpenPool::new(config.threads).map_err(|e| MountError::Pool(e.to_string()))?;
     let mountpoint = config.mountpoint.clone();
     let fuse_config = fuser_config(&config, lifecycle.read_only);
@@ -533,16 +533,16 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
     let ready = Ready { samples: fs.catalog().sample_count(), source: &fs.config().source, mountpoint: &mountpoint };
     match lifecycle.on_ready.take() {
         Some(tell) => tell(&ready),
-        None => prepfs_core::log::say(&format!(
+        None => prepfs_base::log::say(&format!(
             "prepfs: serving {} samples of {} at {} (Ctrl-C to unmount)",
             ready.samples,
-            prepfs_core::escape::escaped(&ready.source),
-            prepfs_core::escape::escaped(&ready.mountpoint)
+            prepfs_base::escape::escaped(&ready.source),
+            prepfs_base::escape::escaped(&ready.mountpoint)
         )),
     }
     let ran = end_session(session, &canonical_mountpoint, connection);
     stop_and_join(workers, &fs);
-    tracing::info!(mountpoint = %prepfs_core::escape::escaped(&mountpoint), "unmounted");
+    tracing::info!(mountpoint = %prepfs_base::escape::escaped(&mountpoint), "unmounted");
     ran.map_err(MountError::Fuse)
 }
 
@@ -677,7 +677,7 @@ fn start_workers(
     // The loader socket (`prepfs.Loader`), bound before the scan.
     if let Some(server) = loader_server {
         let _ = fs.stats().loader.socket.set(server.path().display().to_string());
-        tracing::info!(socket = %prepfs_core::escape::escaped(server.path()), "loader socket");
+        tracing::info!(socket = %prepfs_base::escape::escaped(server.path()), "loader socket");
         let fs = Arc::clone(fs);
         workers.spawn("prepfs-loader".into(), tasks::REQUEST, move |stop| server.serve(&fs, stop))?;
     }

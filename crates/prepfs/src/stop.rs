@@ -12,7 +12,7 @@ use nix::sys::signal::{SigSet, Signal};
 
 use prepfs_core::drain::{describe, holders, Activity, Drain, DrainConfig, Step};
 use crate::detach::{lazy_unmount, try_unmount};
-use prepfs_core::sync::{LockExt, Mutex};
+use prepfs_base::sync::{LockExt, Mutex};
 
 /// How long the waiter sleeps in `sigtimedwait` when nothing is draining: [`SignalWaiter::finish`]
 /// wakes it at once, so this only bounds a missed wake.
@@ -72,7 +72,7 @@ impl SignalWaiter {
         let stopping = Arc::new(AtomicBool::new(false));
         let state = Arc::new(Mutex::new(WaiterState::default()));
         let (stop, st) = (Arc::clone(&stopping), Arc::clone(&state));
-        let thread = prepfs_core::tasks::spawn("prepfs-signals".into(), prepfs_core::tasks::REQUEST, move || {
+        let thread = prepfs_base::tasks::spawn("prepfs-signals".into(), prepfs_base::tasks::REQUEST, move || {
             wait_for_signals(signals, &mountpoint, drain, &stop, &st)
         })?;
         Ok(SignalWaiter { stopping, state, thread: Some(thread) })
@@ -205,7 +205,7 @@ fn wait_for_signals(signals: SigSet, mountpoint: &Path, config: DrainConfig, sto
                     if !d.busy_said {
                         d.busy_said = true;
                         tracing::warn!(
-                            mountpoint = %prepfs_core::escape::escaped(&mountpoint),
+                            mountpoint = %prepfs_base::escape::escaped(&mountpoint),
                             holding = %describe(&holders(&m.canonical)),
                             "the mount is busy (files open, or a process inside it): serving until they are released; signal again to force"
                         );
@@ -231,7 +231,7 @@ fn force_unmount(mountpoint: &Path, connection: Option<u64>) {
         let _ = std::fs::write(format!("/sys/fs/fuse/connections/{n}/abort"), "1");
     }
     // Detached: this thread is the process's exit of last resort, never joined.
-    let _ = prepfs_core::tasks::spawn("prepfs-force-exit".into(), prepfs_core::tasks::REQUEST, || {
+    let _ = prepfs_base::tasks::spawn("prepfs-force-exit".into(), prepfs_base::tasks::REQUEST, || {
         std::thread::sleep(Duration::from_secs(5));
         tracing::warn!("the session did not end after the forced unmount; exiting");
         std::process::exit(1);

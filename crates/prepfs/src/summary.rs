@@ -11,9 +11,9 @@ use serde_json::Value;
 /// Why no mount was found for a path.
 #[derive(Debug, thiserror::Error)]
 pub enum FindError {
-    #[error("{}: {source}", prepfs_core::escape::escaped(path))]
+    #[error("{}: {source}", prepfs_base::escape::escaped(path))]
     Io { path: PathBuf, source: std::io::Error },
-    #[error("{} is not inside a prepfs mount (no .prepfs/stats.json at the root of its filesystem, {})", prepfs_core::escape::escaped(path), prepfs_core::escape::escaped(root))]
+    #[error("{} is not inside a prepfs mount (no .prepfs/stats.json at the root of its filesystem, {})", prepfs_base::escape::escaped(path), prepfs_base::escape::escaped(root))]
     NotAMount { path: PathBuf, root: PathBuf },
 }
 
@@ -109,7 +109,7 @@ pub fn summary(doc: &Value, previous: Option<&Value>) -> String {
 
     out.push(format!(
         "prepfs: {}, up {}",
-        prepfs_core::escape::escaped(doc.pointer("/source").and_then(Value::as_str).unwrap_or("?")),
+        prepfs_base::escape::escaped(doc.pointer("/source").and_then(Value::as_str).unwrap_or("?")),
         dash(num(doc, "/uptime_s"), &human_duration)
     ));
     out.push(format!(
@@ -190,7 +190,7 @@ pub fn summary(doc: &Value, previous: Option<&Value>) -> String {
         .and_then(Value::as_array)
         .map(|a| a.iter().filter_map(|j| j.get("name").and_then(Value::as_str)).collect())
         .unwrap_or_default();
-    out.push(if jobs.is_empty() { "jobs         none active".into() } else { format!("jobs         {} active: {}", jobs.len(), jobs.iter().map(|j| prepfs_core::escape::escaped(j).to_string()).collect::<Vec<_>>().join(", ")) });
+    out.push(if jobs.is_empty() { "jobs         none active".into() } else { format!("jobs         {} active: {}", jobs.len(), jobs.iter().map(|j| prepfs_base::escape::escaped(j).to_string()).collect::<Vec<_>>().join(", ")) });
     let passthrough = match doc.pointer("/passthrough/on").and_then(Value::as_bool) {
         Some(true) => format!("on ({} opens)", dash(num(doc, "/passthrough/opens"), &count)),
         Some(false) => match doc.pointer("/passthrough/off_because").and_then(Value::as_str) {

@@ -15,19 +15,19 @@ use crate::mount::mount_at;
 /// Why `prepfs unmount` could not stop a mount.
 #[derive(Debug, thiserror::Error)]
 pub enum UnmountError {
-    #[error("{}: {source}", prepfs_core::escape::escaped(path))]
+    #[error("{}: {source}", prepfs_base::escape::escaped(path))]
     Path { path: PathBuf, source: io::Error },
-    #[error("{} is not a mountpoint", prepfs_core::escape::escaped(path))]
+    #[error("{} is not a mountpoint", prepfs_base::escape::escaped(path))]
     NotMounted { path: PathBuf },
-    #[error("{} is a {fstype} mount ({device}), not a prepfs one", prepfs_core::escape::escaped(path))]
+    #[error("{} is a {fstype} mount ({device}), not a prepfs one", prepfs_base::escape::escaped(path))]
     NotPrepfs { path: PathBuf, fstype: String, device: String },
-    #[error("{}: the mount's daemon is gone (a dead mount); clear it with `fusermount3 -u -z {}`", prepfs_core::escape::escaped(path), prepfs_core::escape::escaped(path))]
+    #[error("{}: the mount's daemon is gone (a dead mount); clear it with `fusermount3 -u -z {}`", prepfs_base::escape::escaped(path), prepfs_base::escape::escaped(path))]
     Dead { path: PathBuf },
-    #[error("{}: this user may not stop the mount: {why}; its owner or root may", prepfs_core::escape::escaped(path))]
+    #[error("{}: this user may not stop the mount: {why}; its owner or root may", prepfs_base::escape::escaped(path))]
     NotAllowed { path: PathBuf, why: String },
-    #[error("{}: cannot tell the mount's daemon from {}: {why}", prepfs_core::escape::escaped(path), prepfs_core::escape::escaped(file))]
+    #[error("{}: cannot tell the mount's daemon from {}: {why}", prepfs_base::escape::escaped(path), prepfs_base::escape::escaped(file))]
     NoDaemon { path: PathBuf, file: PathBuf, why: String },
-    #[error("{}: cannot signal the mount's daemon (pid {pid}): {source}", prepfs_core::escape::escaped(path))]
+    #[error("{}: cannot signal the mount's daemon (pid {pid}): {source}", prepfs_base::escape::escaped(path))]
     Signal { path: PathBuf, pid: i32, source: Errno },
 }
 
@@ -50,9 +50,9 @@ pub fn unmount(mountpoint: &Path, now: bool) -> Result<(), UnmountError> {
         return Err(UnmountError::NotPrepfs { path, fstype: entry.fstype, device: entry.source });
     }
     let pid = daemon_pid(&path, &canonical)?;
-    prepfs_core::log::say(&format!(
+    prepfs_base::log::say(&format!(
         "prepfs: stopping the mount at {} (pid {pid}){}",
-        prepfs_core::escape::escaped(&canonical),
+        prepfs_base::escape::escaped(&canonical),
         if now { " now" } else { "; it serves until its readers stop (at most its --drain-max)" }
     ));
     let signals: &[Signal] = if now {
@@ -75,7 +75,7 @@ pub fn unmount(mountpoint: &Path, now: bool) -> Result<(), UnmountError> {
         let mounted = mount_at(&canonical).is_some_and(|e| e.minor == entry.minor && e.fstype == entry.fstype);
         let running = alive(pid);
         if !mounted && !running {
-            prepfs_core::log::say(&format!("prepfs: unmounted {}", prepfs_core::escape::escaped(&canonical)));
+            prepfs_base::log::say(&format!("prepfs: unmounted {}", prepfs_base::escape::escaped(&canonical)));
             return Ok(());
         }
         if mounted && !running {
@@ -95,7 +95,7 @@ fn daemon_pid(path: &Path, canonical: &Path) -> Result<i32, UnmountError> {
         Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
             return Err(UnmountError::NotAllowed {
                 path: path.to_path_buf(),
-                why: format!("{} is its owner's ({e})", prepfs_core::escape::escaped(&file)),
+                why: format!("{} is its owner's ({e})", prepfs_base::escape::escaped(&file)),
             })
         }
         Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => return Err(UnmountError::Dead { path: path.to_path_buf() }),

@@ -49,9 +49,10 @@ use crate::cache::entry::{self, Damage, Dropped, Format, Header};
 use crate::cache::fill::Origin;
 use crate::cache::lower::{LowerHit, LowerKey, LowerTier, Payload, Put};
 use crate::cache::queue::{self, Jobs, WriteQueue};
-use crate::private_dir::PrivateDir;
-use crate::shared::{fnv1a64, Rgb};
-use crate::sync::{LockExt, Mutex, MutexGuard};
+use prepfs_base::private_dir::PrivateDir;
+use crate::shared::Rgb;
+use prepfs_base::hash::fnv1a64;
+use prepfs_base::sync::{LockExt, Mutex, MutexGuard};
 
 /// Bytes of the header before every payload.
 pub(crate) const HEADER_LEN: usize = entry::HEADER_LEN;
@@ -68,7 +69,7 @@ const QUEUE_BYTES: u64 = 64 << 20;
 /// A store that could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum DiskError {
-    #[error("disk cache {}: {source}", crate::escape::escaped(path))]
+    #[error("disk cache {}: {source}", prepfs_base::escape::escaped(path))]
     Io {
         path: PathBuf,
         #[source]
@@ -282,7 +283,7 @@ impl Inner {
                     self.write_errors.fetch_add(1, Ordering::Relaxed);
                     if self.admitting.swap(false, Ordering::AcqRel) {
                         tracing::warn!(
-                            dir = %crate::escape::escaped(&self.dir),
+                            dir = %prepfs_base::escape::escaped(&self.dir),
                             error = %e,
                             "disk cache write failed; the disk tier stops admitting for this mount"
                         );
@@ -327,7 +328,7 @@ impl Inner {
                             self.entries[kind.index()].fetch_add(1, Ordering::Relaxed);
                         }
                         Err(why) => {
-                            tracing::warn!(file = %crate::escape::escaped(&path), "disk cache entry dropped at scan: {why}");
+                            tracing::warn!(file = %prepfs_base::escape::escaped(&path), "disk cache entry dropped at scan: {why}");
                             self.corrupt_dropped.count(&why);
                             let _ = fs::remove_file(&path);
                         }
@@ -367,7 +368,7 @@ impl DiskCache {
         let started = Instant::now();
         inner.scan()?;
         tracing::info!(
-            dir = %crate::escape::escaped(dir),
+            dir = %prepfs_base::escape::escaped(dir),
             encoded = inner.entries[0].load(Ordering::Relaxed),
             decoded = inner.entries[1].load(Ordering::Relaxed),
             bytes_used = inner.used.load(Ordering::Relaxed),
@@ -405,7 +406,7 @@ impl DiskCache {
                 Err(why) => {
                     if self.inner.forget(kind, key, slot.gen) {
                         self.inner.corrupt_dropped.count(&why);
-                        tracing::warn!(file = %crate::escape::escaped(&path), "disk cache entry dropped: {why}");
+                        tracing::warn!(file = %prepfs_base::escape::escaped(&path), "disk cache entry dropped: {why}");
                         let _ = fs::remove_file(&path);
                     }
                 }

@@ -175,7 +175,7 @@ impl LowerTiers {
 pub(crate) mod tests {
     use super::*;
     use crate::cache::disk::DiskCache;
-    use crate::sync::{LockExt, Mutex};
+    use prepfs_base::sync::{LockExt, Mutex};
     use std::collections::HashMap;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 

@@ -16,8 +16,8 @@
 //! pipeline no one reads keeps a sliver). A share that shrinks evicts down to it before the
 //! others grow, as a new split does between the forms.
 
-use crate::sync::atomic::{AtomicU64, Ordering};
-use crate::sync::{LockExt, Mutex};
+use prepfs_base::sync::atomic::{AtomicU64, Ordering};
+use prepfs_base::sync::{LockExt, Mutex};
 
 use crate::config::EvictionPolicy;
 

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::sync::{LockExt, Mutex};
+use prepfs_base::sync::{LockExt, Mutex};
 
 /// What a queue carries: its payload bytes count against the queue's bound.
 pub(crate) trait Job: Send + 'static {
@@ -111,7 +111,7 @@ impl<J: Job> WriteQueue<J> {
         let (sender, receiver) = sync_channel(max_jobs);
         let pending = Arc::new(Pending::default());
         let jobs = Jobs { receiver, pending: Arc::clone(&pending) };
-        let worker = crate::tasks::spawn(name.to_string(), crate::tasks::REQUEST, move || work(jobs))?;
+        let worker = prepfs_base::tasks::spawn(name.to_string(), prepfs_base::tasks::REQUEST, move || work(jobs))?;
         Ok(WriteQueue { sender: Mutex::new(Some(sender)), worker: Mutex::new(Some(worker)), pending, max_bytes })
     }
 

@@ -21,8 +21,8 @@
 //! No lock is held across decoding or I/O: shards are locked only to find, insert or remove.
 
 use std::collections::HashMap;
-use crate::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use crate::sync::{Arc, LockExt, Mutex, MutexGuard, OnceLock};
+use prepfs_base::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use prepfs_base::sync::{Arc, LockExt, Mutex, MutexGuard, OnceLock};
 
 use lru::LruCache;
 use serde_json::json;

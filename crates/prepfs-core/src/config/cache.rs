@@ -158,13 +158,13 @@ fn disk_config(text: &str, raw: RawDisk, source: &Path, mountpoint: &Path, effec
     }
     if effects == Effects::CheckOnly {
         if resolved.exists() && !resolved.is_dir() {
-            return Err(ConfigError::at(text, "cache.disk.path", format!("{} is not a directory", crate::escape::escaped(&resolved))));
+            return Err(ConfigError::at(text, "cache.disk.path", format!("{} is not a directory", prepfs_base::escape::escaped(&resolved))));
         }
         return Ok(DiskConfig { path: resolved, size });
     }
     // Made private, or refused where another user could redirect or read it (`PrivateDir`).
-    crate::private_dir::PrivateDir::open(&resolved)
-        .map_err(|e| ConfigError::at(text, "cache.disk.path", format!("cannot use {}: {e}", crate::escape::escaped(&resolved))))?;
+    prepfs_base::private_dir::PrivateDir::open(&resolved)
+        .map_err(|e| ConfigError::at(text, "cache.disk.path", format!("cannot use {}: {e}", prepfs_base::escape::escaped(&resolved))))?;
     let path = resolved.canonicalize().map_err(|e| ConfigError::at(text, "cache.disk.path", e))?;
     Ok(DiskConfig { path, size })
 }
@@ -192,7 +192,7 @@ fn remote_config(text: &str, raw: RawRemote) -> Result<RemoteConfig, ConfigError
         return Err(ConfigError::at(text, "cache.remote.tls_ca_file", "needs a TLS URL (rediss:// or rediss+cluster://)"));
     }
     // Absolute, so that a mount that leaves its directory reads the same files.
-    let absolute = |key: &str, path: PathBuf| resolve(&path).map_err(|e| ConfigError::at(text, key, format!("{}: {e}", crate::escape::escaped(&path))));
+    let absolute = |key: &str, path: PathBuf| resolve(&path).map_err(|e| ConfigError::at(text, key, format!("{}: {e}", prepfs_base::escape::escaped(&path))));
     let secret_file = absolute("cache.remote.secret_file", secret_file)?;
     let password_file = raw.password_file.map(|p| absolute("cache.remote.password_file", p)).transpose()?;
     let tls_ca_file = raw.tls_ca_file.map(|p| absolute("cache.remote.tls_ca_file", p)).transpose()?;

@@ -3,8 +3,9 @@
 
 use std::fmt;
 
-use super::units::{figure, human_bytes, max_of, DURATION_UNITS, SIZE_UNITS};
-use crate::yaml::Line;
+use prepfs_base::human::human_bytes;
+use super::units::{figure, max_of, DURATION_UNITS, SIZE_UNITS};
+use prepfs_base::yaml::Line;
 
 /// A refused configuration: which key, where, and why.
 #[derive(Debug, thiserror::Error)]

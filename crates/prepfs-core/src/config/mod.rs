@@ -41,7 +41,6 @@ pub use sections::{
 };
 pub use sections::is_object_store_url;
 pub use units::{parse_bytes, parse_duration, parse_rate};
-pub(crate) use units::human_bytes;
 #[cfg(test)]
 use error::Quantity;
 #[cfg(test)]
@@ -55,7 +54,7 @@ use sections::{jobs_config, source_value, stop_config, RawBadSamples, RawJobs, R
 use values::memory_value;
 use crate::pixels::augment::AugmentOp;
 use crate::shared::Size2;
-use crate::yaml;
+use prepfs_base::yaml;
 
 /// Default limit on the pixels a sample's header may claim (64 megapixels).
 pub const DEFAULT_MAX_PIXELS: u64 = 64_000_000;
@@ -206,9 +205,9 @@ impl Config {
 
     fn load_with(path: &Path, overrides: &Overrides, effects: Effects) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError::plain(format!("cannot read {}: {e}", crate::escape::escaped(path))))?;
+            .map_err(|e| ConfigError::plain(format!("cannot read {}: {e}", prepfs_base::escape::escaped(path))))?;
         Config::parse_with(&text, overrides, effects)
-            .map_err(|e| ConfigError { message: format!("{}: {}", crate::escape::escaped(path), e.message), ..e })
+            .map_err(|e| ConfigError { message: format!("{}: {}", prepfs_base::escape::escaped(path), e.message), ..e })
     }
 
     /// Parses and validates YAML text.
@@ -273,7 +272,7 @@ impl Config {
             // never holding the mount or the disk tier).
             SourceGiven::Shards(pattern) => {
                 let (dir, name) = crate::source::shards::split_pattern(&pattern).map_err(|e| ConfigError::at(text, "source", e))?;
-                let dir = dir.canonicalize().map_err(|e| ConfigError::at(text, "source", format!("{}: {e}", crate::escape::escaped(&dir))))?;
+                let dir = dir.canonicalize().map_err(|e| ConfigError::at(text, "source", format!("{}: {e}", prepfs_base::escape::escaped(&dir))))?;
                 let pattern = format!("{}/{name}", dir.display().to_string().trim_end_matches('/'));
                 // Refused here, with the key, where it names no shard (a mount indexes them).
                 crate::source::shards::expand(&pattern).map_err(|e| ConfigError::at(text, "source", e))?;
@@ -288,7 +287,7 @@ impl Config {
             return Err(ConfigError::at(
                 text,
                 "source",
-                format!("{} is not a readable directory", crate::escape::escaped(&source)),
+                format!("{} is not a readable directory", prepfs_base::escape::escaped(&source)),
             ));
         }
         let mountpoint = overrides.mountpoint.clone().or(raw.mountpoint.take()).ok_or_else(|| {
@@ -296,7 +295,7 @@ impl Config {
         })?;
         let source = source.canonicalize().map_err(|e| ConfigError::at(text, "source", e))?;
         if mountpoint.starts_with(&source) {
-            let why = format!("{} is inside source {}: the source would hold its own mount", crate::escape::escaped(&mountpoint), crate::escape::escaped(&source));
+            let why = format!("{} is inside source {}: the source would hold its own mount", prepfs_base::escape::escaped(&mountpoint), prepfs_base::escape::escaped(&source));
             return Err(ConfigError::at(text, "mountpoint", why));
         }
         Config::finish(text, raw, overrides, effects, source, shards, None, mountpoint, source_read_limit, source_limits)

@@ -1,7 +1,7 @@
 //! The config's tests: parsing, validation, refusals and their messages, the YAML writer.
 
 use super::machine::auto_cache_memory;
-use super::units::human_bytes;
+use prepfs_base::human::human_bytes;
 use super::*;
 use crate::planner::Split;
 

@@ -23,23 +23,6 @@ pub(super) fn figure(written: &str, bytes: u64) -> String {
     }
 }
 
-/// Bytes for people: `23.5 GiB`, `512 B`.
-pub(crate) fn human_bytes(bytes: u64) -> String {
-    let mut value = bytes as f64;
-    let mut unit = "B";
-    for next in ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"] {
-        if value < 1024.0 {
-            break;
-        }
-        value /= 1024.0;
-        unit = next;
-    }
-    if unit == "B" {
-        format!("{bytes} B")
-    } else {
-        format!("{value:.1} {unit}")
-    }
-}
 
 /// Every unit a size (and a rate, before its `/s`) takes, matched in any case. `K`, `M`, `G`,
 /// `T` and `KB`, `MB`, `GB`, `TB` are powers of 1000 (as disks, networks, Kubernetes' `8G`

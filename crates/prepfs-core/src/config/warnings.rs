@@ -3,7 +3,8 @@
 //! work is refused at every open (`ENOMEM`), so the mount would serve nothing of that view;
 //! `prepfs check` prints these and the mount logs them, each with both figures.
 
-use super::{human_bytes, Config, OutputConfig};
+use prepfs_base::human::human_bytes;
+use super::{Config, OutputConfig};
 use crate::pixels::augment::{fixed_output_size, AugmentOp};
 use crate::pixels::output::making_len;
 use crate::shared::Size2;
@@ -15,7 +16,7 @@ impl Config {
         let fix = "make it smaller or raise max_open_bytes";
         let mut out = Vec::new();
         let pipelines = std::iter::once(("augmented/".to_string(), &self.augment[..], &self.output))
-            .chain(self.recipes.iter().map(|r| (format!("{}/", crate::escape::escaped(&r.name)), &r.augment[..], &r.output)));
+            .chain(self.recipes.iter().map(|r| (format!("{}/", prepfs_base::escape::escaped(&r.name)), &r.augment[..], &r.output)));
         for (view, augment, output) in pipelines {
             if let Some(made) = one_output(augment, output).filter(|&(_, bytes)| bytes > bound) {
                 let (size, bytes) = made;

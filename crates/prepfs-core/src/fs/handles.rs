@@ -16,7 +16,7 @@ use crate::shared::Form;
 use crate::source::catalog::FileId;
 use crate::source::SourceFile;
 use crate::stats::bump;
-use crate::sync::{LockExt, Mutex};
+use prepfs_base::sync::{LockExt, Mutex};
 
 /// How the kernel should cache an opened file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,7 +163,7 @@ impl Filesystem {
                 Some(lease) => Some(lease),
                 None => {
                     bump(&self.stats().opens_refused, 1);
-                    crate::warn_limited!("open-budget", uid = caller.uid, "open refused: open files pin max_open_bytes");
+                    prepfs_base::warn_limited!("open-budget", uid = caller.uid, "open refused: open files pin max_open_bytes");
                     return Err(Error::TooManyOpen);
                 }
             }

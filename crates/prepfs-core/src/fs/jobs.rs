@@ -19,7 +19,7 @@ use crate::sampling::{check_name, Job};
 use crate::shared::Form;
 use crate::source::catalog::{DirId, FileId};
 use crate::stats::bump;
-use crate::sync::{Condvar, CondvarExt, LockExt, Mutex};
+use prepfs_base::sync::{Condvar, CondvarExt, LockExt, Mutex};
 
 /// Samples waiting to be prepared ahead of the jobs that will read them.
 #[derive(Default)]

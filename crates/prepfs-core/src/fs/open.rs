@@ -15,7 +15,7 @@ use crate::shared::Form;
 use crate::source::catalog::FileId;
 use crate::source::{Observed, Sample};
 use crate::stats::bump;
-use crate::sync::LockExt;
+use prepfs_base::sync::LockExt;
 
 impl Filesystem {
     /// Resolves `file` for this request: its path and the version `stat` finds, checked

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::sync::{Condvar, CondvarExt, LockExt, Mutex};
+use prepfs_base::sync::{Condvar, CondvarExt, LockExt, Mutex};
 
 /// How long an open past the budget waits for releases before it is refused.
 pub(crate) const OPEN_WAIT: Duration = Duration::from_secs(2);

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::{Filesystem, Node};
 use crate::source::catalog::FileId;
-use crate::sync::{Condvar, CondvarExt, LockExt, Mutex};
+use prepfs_base::sync::{Condvar, CondvarExt, LockExt, Mutex};
 
 /// Inodes whose source changed: the kernel's cached pages and attributes of them are stale.
 /// The mount's notifier thread tells the kernel (never a request thread: a notification may

@@ -7,7 +7,7 @@ use std::ffi::OsStr;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use crate::config::Overrides;
-use crate::error::ToErrno;
+use prepfs_base::errno::ToErrno;
 use crate::producer::RefillScope;
 use crate::source::{Fault, FaultySource};
 use std::collections::HashSet;
@@ -669,7 +669,7 @@ fn with_passthrough_on_overlapping_opens_of_one_file_share_one_backing_until_the
     drop((second, third));
     fs.release(ino, second_fh);
     fs.release(ino, third_fh);
-    assert!(crate::sync::LockExt::lock_or_recover(&fs.shares).is_empty(), "the last release forgets the share");
+    assert!(prepfs_base::sync::LockExt::lock_or_recover(&fs.shares).is_empty(), "the last release forgets the share");
     // Off: no backing file is offered, and augmented/ opens are not shared.
     fs.disable_passthrough("test".into());
     let a = fs.open(ino, false, Caller::ROOT).expect("open");

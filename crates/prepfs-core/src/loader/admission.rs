@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::sync::{LockExt, Mutex};
+use prepfs_base::sync::{LockExt, Mutex};
 
 /// Connections served at once, in all.
 pub(crate) const MAX_CONNECTIONS: usize = 32;

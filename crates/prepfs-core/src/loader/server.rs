@@ -14,7 +14,7 @@ use super::admission::{Admission, Reservation};
 use super::wire::{self, Reply, Request};
 use crate::fs::{Caller, Filesystem};
 use crate::stats::bump;
-use crate::sync::{LockExt, Mutex};
+use prepfs_base::sync::{LockExt, Mutex};
 
 /// The most a loader's ring may take (all its slots), whatever the budget.
 const MAX_RING_BYTES: u64 = 8 << 30;
@@ -28,15 +28,15 @@ const REFUSAL_TIMEOUT: Duration = Duration::from_millis(500);
 /// Why the socket could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum LoaderSocketError {
-    #[error("loader socket {}: another process listens there", crate::escape::escaped(path))]
+    #[error("loader socket {}: another process listens there", prepfs_base::escape::escaped(path))]
     InUse { path: PathBuf },
-    #[error("loader socket {}: a file that is not a socket is there; prepfs never replaces it (choose another loader.socket, or remove it)", crate::escape::escaped(path))]
+    #[error("loader socket {}: a file that is not a socket is there; prepfs never replaces it (choose another loader.socket, or remove it)", prepfs_base::escape::escaped(path))]
     NotASocket { path: PathBuf },
-    #[error("loader socket {}: a stale socket of user {owner} is there; prepfs replaces only its own user's", crate::escape::escaped(path))]
+    #[error("loader socket {}: a stale socket of user {owner} is there; prepfs replaces only its own user's", prepfs_base::escape::escaped(path))]
     NotOurs { path: PathBuf, owner: u32 },
-    #[error("loader socket directory {}: {why}", crate::escape::escaped(path))]
+    #[error("loader socket directory {}: {why}", prepfs_base::escape::escaped(path))]
     UnsafeDir { path: PathBuf, why: String },
-    #[error("loader socket {}: {source}", crate::escape::escaped(path))]
+    #[error("loader socket {}: {source}", prepfs_base::escape::escaped(path))]
     Io { path: PathBuf, source: io::Error },
 }
 
@@ -59,7 +59,7 @@ pub struct LoaderServer {
 /// socket for theirs); one that is not is refused. `public` (the socket is for every user):
 /// others may search it.
 pub fn default_path(mountpoint: &Path, public: bool) -> Result<PathBuf, LoaderSocketError> {
-    let name = format!("{:016x}.sock", crate::shared::fnv1a64(&[mountpoint.as_os_str().as_encoded_bytes()]));
+    let name = format!("{:016x}.sock", prepfs_base::hash::fnv1a64(&[mountpoint.as_os_str().as_encoded_bytes()]));
     let run = Path::new("/run/prepfs");
     let dir = if private_dir(run, public).is_ok() && nix::unistd::access(run, nix::unistd::AccessFlags::W_OK).is_ok() {
         run.to_path_buf()
@@ -157,7 +157,7 @@ impl LoaderServer {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(20)),
                 Err(e) => {
-                    crate::warn_limited!("loader-accept", error = %e, "loader socket: accept failed");
+                    prepfs_base::warn_limited!("loader-accept", error = %e, "loader socket: accept failed");
                     std::thread::sleep(Duration::from_millis(100));
                 }
             }
@@ -199,7 +199,7 @@ impl LoaderServer {
         self.live.lock_or_recover().push((id, handle));
         // The connection ends at unmount by its stream's shutdown; `ending` ends its waits.
         let (fs, live, stopping) = (Arc::clone(fs), Arc::clone(&self.live), Arc::clone(&self.ending));
-        let spawned = crate::tasks::spawn("prepfs-loader".into(), crate::tasks::REQUEST, move || {
+        let spawned = prepfs_base::tasks::spawn("prepfs-loader".into(), prepfs_base::tasks::REQUEST, move || {
             bump(&fs.stats().loader.open_connections, 1);
             if let Err(e) = Connection::serve(&fs, stream, (caller, privileged), place, &stopping) {
                 tracing::debug!(error = %e, "loader connection ended");
@@ -345,7 +345,7 @@ impl Connection {
         };
         send_with_fd(&stream, &welcome, &ring.fd)?;
         tracing::info!(job = job.name(), uid = caller.uid, batch, slots, "loader connected");
-        let nonce = crate::shared::fnv1a64(&[&caller.uid.to_le_bytes(), &std::process::id().to_le_bytes(), &(Arc::as_ptr(&job) as usize).to_le_bytes(), &(stream.as_raw_fd() as u64).to_le_bytes()]);
+        let nonce = prepfs_base::hash::fnv1a64(&[&caller.uid.to_le_bytes(), &std::process::id().to_le_bytes(), &(Arc::as_ptr(&job) as usize).to_le_bytes(), &(stream.as_raw_fd() as u64).to_le_bytes()]);
         let (job, mut walk) = fs.loader_walk(&job, facts.recipe, nonce);
         let mut begun = false;
         loop {

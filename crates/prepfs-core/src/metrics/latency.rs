@@ -10,7 +10,7 @@ use hdrhistogram::Histogram;
 use serde_json::json;
 
 use crate::shared::Form;
-use crate::sync::{LockExt, Mutex};
+use prepfs_base::sync::{LockExt, Mutex};
 
 /// How an open ended: served from a cache form (or another open's handle), made from a source
 /// or disk read, or failed.

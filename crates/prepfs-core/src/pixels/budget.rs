@@ -18,8 +18,8 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::config::human_bytes;
-use crate::sync::{Condvar, CondvarExt, LockExt, Mutex};
+use prepfs_base::human::human_bytes;
+use prepfs_base::sync::{Condvar, CondvarExt, LockExt, Mutex};
 
 /// How long work waits for room before it is refused.
 pub(crate) const WORK_WAIT: Duration = Duration::from_secs(10);

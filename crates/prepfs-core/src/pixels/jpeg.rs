@@ -366,7 +366,7 @@ fn decode_with(
             // clearing) rather than a copy of them and a memset, faulted in by one call since
             // the decoder writes it whole.
             *buf = vec![0u8; len];
-            crate::alloc::populate(buf);
+            prepfs_base::alloc::populate(buf);
         } else if buf.len() < len {
             buf.resize(len, 0);
         }

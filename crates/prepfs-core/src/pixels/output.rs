@@ -92,7 +92,7 @@ pub(crate) fn served<E: From<EncodeError>>(
 ) -> Result<Arc<[u8]>, E> {
     let head = header(output, size);
     let total = encoded_len(output, size) as usize;
-    let mut shared: Arc<[u8]> = crate::alloc::zeroed_shared(total);
+    let mut shared: Arc<[u8]> = prepfs_base::alloc::zeroed_shared(total);
     let Some(bytes) = Arc::get_mut(&mut shared) else {
         // A fresh Arc has no other owner; kept total rather than assumed.
         let mut bytes = vec![0u8; total];

@@ -22,7 +22,7 @@ use fast_image_resize::images::{Image, ImageRef};
 use fast_image_resize::{PixelType, ResizeAlg, ResizeOptions, Resizer};
 
 use crate::config::OutputConfig;
-use crate::error::ToErrno;
+use prepfs_base::errno::ToErrno;
 use crate::pixels::augment::{Rect, SamplePlan};
 use crate::pixels::interpolation::Filter;
 use crate::pixels::pixel_ops;

@@ -21,7 +21,8 @@ use crate::pixels::budget::{WorkBudget, WorkLease, WorkSize, WORK_WAIT};
 use crate::pixels::output::{self, Dest};
 use crate::pixels::pipeline::{self, PixelError};
 use crate::served::{OutputFiles, ServedBytes};
-use crate::shared::{draw_rng, thread_cpu_nanos, Rgb, Size2};
+use crate::shared::{draw_rng, Rgb, Size2};
+use prepfs_base::thread_time::thread_cpu_nanos;
 use crate::source::catalog::FileId;
 use crate::metrics::PixelKind;
 use crate::stats::{bump, Stats};
@@ -92,7 +93,7 @@ impl PixelWork {
     /// most a line a second) and is the work's error.
     fn reserve(&self, size: WorkSize) -> Result<WorkLease<'_>, PixelError> {
         self.budget.reserve(size).map_err(|refused| {
-            crate::warn_limited!("pixel-work", "{refused}");
+            prepfs_base::warn_limited!("pixel-work", "{refused}");
             PixelError::Refused(refused)
         })
     }

@@ -15,7 +15,7 @@ use crate::pixels::output;
 use crate::pixels::pipeline;
 use crate::pixels::output::Dest;
 use crate::pixels::work;
-use crate::shared::thread_cpu_nanos;
+use prepfs_base::thread_time::thread_cpu_nanos;
 use crate::planner::PlanParams;
 
 /// Samples timed at mount, on all the decode threads at once: the pixel work of one image can

@@ -20,7 +20,7 @@ use crate::planner::serve_fit::ServeFit;
 use crate::planner::{run, Model, PlanParams, Split};
 use crate::source::catalog::{Catalog, FileId};
 use crate::stats::Stats;
-use crate::sync::{LockExt, Mutex};
+use prepfs_base::sync::{LockExt, Mutex};
 
 /// How many timed samples the plan waits for before it trusts live rates over the mount-time
 /// calibration.

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-pub(crate) use crate::yaml::Line;
+pub(crate) use prepfs_base::yaml::Line;
 
 /// The model's inputs, in the paper's symbols and SI units: bytes, bytes/s, samples/s.
 ///
@@ -98,14 +98,14 @@ pub struct PlanParams {
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
     /// The parameter file could not be read.
-    #[error("cannot read {}: {source}", crate::escape::escaped(path))]
+    #[error("cannot read {}: {source}", prepfs_base::escape::escaped(path))]
     Read {
         path: PathBuf,
         #[source]
         source: io::Error,
     },
     /// Something in a parameter file was refused.
-    #[error("{}: {source}", crate::escape::escaped(path))]
+    #[error("{}: {source}", prepfs_base::escape::escaped(path))]
     InFile {
         path: PathBuf,
         #[source]
@@ -382,7 +382,7 @@ impl TryFrom<RawPlanParams> for PlanParams {
 pub(crate) fn parse_params(text: &str) -> Result<PlanParams, PlanError> {
     let text_or_empty_map = if text.trim().is_empty() { "{}" } else { text };
     let raw: RawPlanParams =
-        serde_norway::from_str(text_or_empty_map).map_err(|e| PlanError::Yaml(crate::yaml::describe_error(&e)))?;
+        serde_norway::from_str(text_or_empty_map).map_err(|e| PlanError::Yaml(prepfs_base::yaml::describe_error(&e)))?;
     raw.resolve(text)
 }
 

@@ -4,10 +4,10 @@
 
 use std::collections::HashMap;
 // Statistics and the registry's counters are std's atomics (`stats::bump` takes them); the seen
-// and claimed bits and the pass counters, which synchronise, are crate::sync's (shuttle's under
+// and claimed bits and the pass counters, which synchronise, are prepfs_base::sync's (shuttle's under
 // `--features shuttle`; in `pass`), as are the locks.
 use std::sync::atomic::{AtomicU64, Ordering};
-use crate::sync::{Arc, LockExt, Mutex, MutexGuard};
+use prepfs_base::sync::{Arc, LockExt, Mutex, MutexGuard};
 
 use rand::seq::SliceRandom;
 
@@ -119,7 +119,7 @@ impl Job {
             slot,
             code,
             seed,
-            key: crate::shared::fnv1a64(&[name.as_bytes()]),
+            key: prepfs_base::hash::fnv1a64(&[name.as_bytes()]),
             epoch: Pass::new(files, samples),
             shared: None,
             claimed: Bitset::new(files),

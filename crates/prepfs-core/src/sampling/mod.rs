@@ -66,7 +66,7 @@ pub(crate) use crate::shared::Rank;
 /// Why a job name is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum JobError {
-    #[error("job name `{}`: use letters, digits, `.`, `_` and `-`, not starting with `.`", crate::escape::escaped(.0))]
+    #[error("job name `{}`: use letters, digits, `.`, `_` and `-`, not starting with `.`", prepfs_base::escape::escaped(.0))]
     BadName(String),
     #[error("job name longer than {MAX_NAME_LEN} bytes")]
     NameTooLong,

@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 
 use crate::source::catalog::FileId;
-use crate::sync::atomic::AtomicU64 as SyncAtomicU64;
+use prepfs_base::sync::atomic::AtomicU64 as SyncAtomicU64;
 
 /// A fixed-size set of sample ids, one atomic bit each.
 pub(crate) struct Bitset {

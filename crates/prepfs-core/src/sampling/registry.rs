@@ -1,10 +1,10 @@
 //! The mount's registry of jobs ([`Jobs`]): slots and generations (a job's inode code), the limits
 //! on how many jobs there are and who holds them, idle retirement, and the jobs' figures.
 
-// The registry's counters are std's atomics; its lock is crate::sync's (shuttle's under
+// The registry's counters are std's atomics; its lock is prepfs_base::sync's (shuttle's under
 // `--features shuttle`).
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use crate::sync::{Arc, RwLock, RwLockExt, RwLockReadGuard, RwLockWriteGuard};
+use prepfs_base::sync::{Arc, RwLock, RwLockExt, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Instant;
 
 use rand::Rng;

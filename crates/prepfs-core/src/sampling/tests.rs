@@ -9,7 +9,7 @@ use rand::seq::SliceRandom;
 
 use crate::shared::draw_rng;
 use crate::source::catalog::FileId;
-use crate::sync::Arc;
+use prepfs_base::sync::Arc;
 
 fn jobs(files: usize) -> Jobs {
     Jobs::new(8, files, files as u64, 7)

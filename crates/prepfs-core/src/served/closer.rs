@@ -12,7 +12,7 @@ use std::fs::File;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::sync::{Condvar, CondvarExt, LockExt, Mutex};
+use prepfs_base::sync::{Condvar, CondvarExt, LockExt, Mutex};
 
 /// How many spent files may wait to be closed (about 38 MB of 224x224 outputs), and at most a
 /// quarter of the descriptor budget.

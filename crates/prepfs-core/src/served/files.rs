@@ -54,7 +54,7 @@ impl OutputFiles {
         match self.make(bytes) {
             Ok(file) => Some(file),
             Err(e) => {
-                crate::warn_limited!("memfd", "cannot make a file for passthrough ({e}); the daemon serves this output's reads");
+                prepfs_base::warn_limited!("memfd", "cannot make a file for passthrough ({e}); the daemon serves this output's reads");
                 None
             }
         }

@@ -110,7 +110,7 @@ impl Catalog {
                 Ok(e) => e,
                 Err(e) if dir_id == 0 => return Err(e),
                 Err(e) => {
-                    tracing::warn!(dir = %crate::escape::escaped(&path), error = %e, "cannot list directory; skipped");
+                    tracing::warn!(dir = %prepfs_base::escape::escaped(&path), error = %e, "cannot list directory; skipped");
                     continue;
                 }
             };
@@ -150,7 +150,7 @@ impl Catalog {
         if let Some(first) = first_outside {
             tracing::warn!(
                 skipped = links_outside,
-                first = %crate::escape::escaped(&first),
+                first = %prepfs_base::escape::escaped(&first),
                 "symlinks leading outside the source are not served"
             );
         }
@@ -210,7 +210,7 @@ impl Catalog {
                 node.stem_len = node.name.len;
             }
             images.sort_by(|&a, &b| self.stem(a).cmp(self.stem(b)));
-            tracing::info!(dir = %crate::escape::escaped(path), files = shared.len(), "image files share a stem; each is served under its whole name (x.jpg.ppm, x.png.ppm)");
+            tracing::info!(dir = %prepfs_base::escape::escaped(path), files = shared.len(), "image files share a stem; each is served under its whole name (x.jpg.ppm, x.png.ppm)");
         }
         // What still collides (`a.jpg` + `a.png` beside `a.jpg.png`, served `a.jpg.ppm`
         // twice): the one whose own stem sorts first is served, the rest hidden from the
@@ -219,7 +219,7 @@ impl Catalog {
         images.dedup_by(|b, a| self.stem(*a) == self.stem(*b));
         if images.len() != before {
             tracing::warn!(
-                dir = %crate::escape::escaped(path),
+                dir = %prepfs_base::escape::escaped(path),
                 hidden = before - images.len(),
                 "image files would be served under one name; only the first is served decoded"
             );

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::{FileMeta, LocalSource, SourceFile, SourceIo};
-use crate::sync::{Condvar, CondvarExt, LockExt, Mutex};
+use prepfs_base::sync::{Condvar, CondvarExt, LockExt, Mutex};
 
 /// A fault of one path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,7 +14,7 @@
 use std::io;
 use std::path::Path;
 
-use crate::private_dir::PrivateDir;
+use prepfs_base::private_dir::PrivateDir;
 
 /// The file in a kept directory holding the key of its files' MACs.
 const KEY_FILE: &str = ".prepfs-kept.key";
@@ -110,13 +110,13 @@ pub(crate) fn read_bounded(path: &Path, max: u64) -> io::Result<Vec<u8>> {
     let (dir, name) = place(path)?;
     let mut bytes = dir.read_bounded(name, max + MAC_LEN as u64)?;
     let key = dir.key(KEY_FILE)?;
-    let body_len = bytes.len().checked_sub(MAC_LEN).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("{}: shorter than its MAC", crate::escape::escaped(path))))?;
+    let body_len = bytes.len().checked_sub(MAC_LEN).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("{}: shorter than its MAC", prepfs_base::escape::escaped(path))))?;
     if body_len as u64 > max {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{}: {body_len} bytes, over the {max} kept files may hold", crate::escape::escaped(path))));
+        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{}: {body_len} bytes, over the {max} kept files may hold", prepfs_base::escape::escaped(path))));
     }
     // blake3::Hash's equality is constant-time.
     if mac(&key, name, &bytes[..body_len]) != blake3::Hash::from_bytes(bytes[body_len..].try_into().expect("32 bytes")) {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{}: its MAC is wrong (not written by this user\'s mounts, or moved)", crate::escape::escaped(path))));
+        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{}: its MAC is wrong (not written by this user\'s mounts, or moved)", prepfs_base::escape::escaped(path))));
     }
     bytes.truncate(body_len);
     Ok(bytes)

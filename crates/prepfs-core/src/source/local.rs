@@ -93,7 +93,7 @@ impl SourceIo for LocalSource {
         if !real.starts_with(&self.root) {
             return Err(io::Error::new(
                 io::ErrorKind::PermissionDenied,
-                format!("leads outside the source (to {}); not served", crate::escape::escaped(&real)),
+                format!("leads outside the source (to {}); not served", prepfs_base::escape::escaped(&real)),
             ));
         }
         Ok(Box::new(LocalFile { meta: FileMeta::of(&meta), file }))

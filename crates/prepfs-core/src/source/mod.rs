@@ -42,22 +42,8 @@ pub use reader::Sample;
 pub(crate) use reader::SampleError;
 pub(crate) use reader::SampleReader;
 
-use crate::error::ToErrno;
-use crate::shared::thread_sched_nanos;
+use prepfs_base::thread_time::thread_sched_nanos;
 use throttle::ReadLimit;
-
-/// A failed source access as the reader sees it: a file gone is `ENOENT`, one the source
-/// denies is `EACCES`; anything else (a timeout, a file over `max_file_size`, a disk error) is
-/// `EIO`, as a failed read of the sample.
-impl ToErrno for io::Error {
-    fn to_errno(&self) -> libc::c_int {
-        match self.kind() {
-            io::ErrorKind::NotFound => libc::ENOENT,
-            io::ErrorKind::PermissionDenied => libc::EACCES,
-            _ => libc::EIO,
-        }
-    }
-}
 
 /// Who a file belongs to and what it is, as `stat` gives them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,7 +147,7 @@ impl Identity {
     pub(crate) fn fingerprint(&self) -> u64 {
         let (dev, ino, len) = (self.dev.to_le_bytes(), self.ino.to_le_bytes(), self.len.to_le_bytes());
         let (mtime, ctime) = (self.mtime_ns.to_le_bytes(), self.ctime_ns.to_le_bytes());
-        crate::shared::fnv1a64(&[&dev, &ino, &len, &mtime, &ctime]).max(1)
+        prepfs_base::hash::fnv1a64(&[&dev, &ino, &len, &mtime, &ctime]).max(1)
     }
 }
 
@@ -450,7 +436,7 @@ fn fill(file: &dyn SourceFile, buf: &mut [u8], offset: u64) -> io::Result<usize>
 /// always; one whose size changed meanwhile is read again by [`read_bounded`], with its limit.
 fn read_shared(file: &dyn SourceFile, max: u64) -> io::Result<Arc<[u8]>> {
     let expected = file.meta().len().min(max) as usize;
-    let mut bytes = crate::alloc::zeroed_shared(expected);
+    let mut bytes = prepfs_base::alloc::zeroed_shared(expected);
     if let Some(buf) = Arc::get_mut(&mut bytes) {
         // Full, and nothing after it: the common case, done.
         if fill(file, buf, 0)? == expected && fill(file, &mut [0u8; 1], expected as u64)? == 0 {
@@ -463,6 +449,7 @@ fn read_shared(file: &dyn SourceFile, max: u64) -> io::Result<Arc<[u8]>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use prepfs_base::errno::ToErrno;
 
     #[test]
     fn a_sample_read_whole_into_shared_bytes_has_the_files_bytes_whatever_its_size_did() {

@@ -6,7 +6,7 @@ use std::io;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use crate::tasks::{self, Task, TaskQueue};
+use prepfs_base::tasks::{self, Task, TaskQueue};
 
 /// See the module documentation.
 pub(crate) struct IoPool {

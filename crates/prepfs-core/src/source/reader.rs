@@ -21,9 +21,9 @@ use crate::shared::Size2;
 use crate::source::catalog::{Catalog, FileId};
 use crate::source::{FileMeta, Freshness, Observed, Source, SourceFile};
 use crate::stats::{bump, Stats};
-use crate::sync::{LockExt, Mutex};
+use prepfs_base::sync::{LockExt, Mutex};
 
-use crate::error::ToErrno;
+use prepfs_base::errno::ToErrno;
 use crate::pixels::pipeline::PixelError;
 
 /// Why a sample is refused as undecodable, in every view, until its file changes. Every one is
@@ -125,7 +125,7 @@ impl SampleReader {
             self.catalog.forget_size(id);
             self.bad.lock_or_recover().retain(|(f, _)| *f != id);
             bump(&self.stats.source_changes, 1);
-            tracing::info!(file = %crate::escape::escaped(&self.catalog.file_path(id)), "source file changed; its cached forms are dropped");
+            tracing::info!(file = %prepfs_base::escape::escaped(&self.catalog.file_path(id)), "source file changed; its cached forms are dropped");
         }
         observed
     }
@@ -183,7 +183,7 @@ impl SampleReader {
         }
         bump(&self.stats.source_errors, 1);
         let err = Error::source_io(path, e);
-        crate::warn_limited!("source", "{err}");
+        prepfs_base::warn_limited!("source", "{err}");
         err
     }
 
@@ -238,7 +238,7 @@ impl SampleReader {
         if self.stats.decode_errors.load(std::sync::atomic::Ordering::Relaxed) <= BAD_LOGGED_EACH {
             tracing::warn!("{err}");
         } else {
-            crate::warn_limited!("bad-sample", "{err}");
+            prepfs_base::warn_limited!("bad-sample", "{err}");
         }
         self.catalog.remember_size(id, Err(()));
         let mut bad = self.bad.lock_or_recover();

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::sync::{Condvar, CondvarExt, LockExt, Mutex};
+use prepfs_base::sync::{Condvar, CondvarExt, LockExt, Mutex};
 
 /// How far ahead of the rate a reader may run (absorbs timer slack and small reads).
 const BURST: Duration = Duration::from_millis(20);

@@ -16,7 +16,7 @@ use fuser::{BackingId, ReplyOpen};
 
 use prepfs_core::fs::{Backing, Filesystem};
 use prepfs_core::stats::bump;
-use prepfs_core::sync::{LockExt, Mutex};
+use prepfs_base::sync::{LockExt, Mutex};
 
 /// A registered backing id and what keeps its key meaningful.
 pub(super) struct Held {

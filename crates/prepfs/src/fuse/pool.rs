@@ -9,7 +9,7 @@
 
 use std::io;
 
-use prepfs_core::tasks::{self, TaskQueue};
+use prepfs_base::tasks::{self, TaskQueue};
 
 /// See the module documentation.
 pub(crate) struct OpenPool {
@@ -36,7 +36,7 @@ impl OpenPool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use prepfs_core::sync::{Arc, LockExt, Mutex};
+    use prepfs_base::sync::{Arc, LockExt, Mutex};
     use std::collections::HashSet;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;

@@ -34,17 +34,17 @@ pub(crate) const HOW_TO_MAKE: &str = "make one with `head -c 32 /dev/urandom > /
 /// A secret file that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum SecretError {
-    #[error("cannot read {}: {source}", crate::escape::escaped(path))]
+    #[error("cannot read {}: {source}", prepfs_base::escape::escaped(path))]
     Read { path: PathBuf, source: std::io::Error },
-    #[error("{} is not a regular file", crate::escape::escaped(path))]
+    #[error("{} is not a regular file", prepfs_base::escape::escaped(path))]
     NotFile { path: PathBuf },
-    #[error("{} holds {len} bytes; a secret needs at least {MIN_SECRET} ({HOW_TO_MAKE})", crate::escape::escaped(path))]
+    #[error("{} holds {len} bytes; a secret needs at least {MIN_SECRET} ({HOW_TO_MAKE})", prepfs_base::escape::escaped(path))]
     Short { path: PathBuf, len: u64 },
-    #[error("{} holds more than {MAX_SECRET} bytes: not a secret file", crate::escape::escaped(path))]
+    #[error("{} holds more than {MAX_SECRET} bytes: not a secret file", prepfs_base::escape::escaped(path))]
     Long { path: PathBuf },
-    #[error("{} is not UTF-8 text", crate::escape::escaped(path))]
+    #[error("{} is not UTF-8 text", prepfs_base::escape::escaped(path))]
     NotText { path: PathBuf },
-    #[error("{} has mode {mode:04o}: a secret must not be readable or writable by group or others (chmod 600 {})", crate::escape::escaped(path), crate::escape::escaped(path))]
+    #[error("{} has mode {mode:04o}: a secret must not be readable or writable by group or others (chmod 600 {})", prepfs_base::escape::escaped(path), prepfs_base::escape::escaped(path))]
     Open { path: PathBuf, mode: u32 },
 }
 

@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::time::SystemTime;
 
-use crate::sync::LockExt;
+use prepfs_base::sync::LockExt;
 
 use super::server::Conn;
 use super::{Inner, RETRY_EVERY};
@@ -110,7 +110,7 @@ impl Inner {
             Err(e) => {
                 // The server answered (an error reply): the connection is sound.
                 self.errors.fetch_add(1, Ordering::Relaxed);
-                crate::warn_limited!("remote-reply", url = %self.url, error = %e, "remote cache tier refused a call");
+                prepfs_base::warn_limited!("remote-reply", url = %self.url, error = %e, "remote cache tier refused a call");
                 self.give_back(generation, conn);
                 None
             }

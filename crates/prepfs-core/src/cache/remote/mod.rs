@@ -75,7 +75,8 @@ pub(crate) use auth::{ValueKey, HOW_TO_MAKE};
 pub(crate) use jobs::RemoteJobs;
 pub(crate) use network::Network;
 pub(crate) use gauge::RemoteGauge;
-pub(crate) use server::{redacted, server_urls};
+pub(crate) use prepfs_base::escape::redacted;
+pub(crate) use server::server_urls;
 pub(crate) use value::{
     dataset_fingerprint, held_key_of, key_of, recipe_fingerprint, waiting_key_of, RemoteKind, HEADER_LEN,
 };
@@ -95,7 +96,7 @@ use crate::cache::SampleStatus;
 use crate::shared::Rgb;
 use crate::source::catalog::FileId;
 use crate::source::Identity;
-use crate::sync::{LockExt, Mutex};
+use prepfs_base::sync::{LockExt, Mutex};
 
 use health::utc;
 use server::{Conn, Server};
@@ -195,15 +196,15 @@ impl Inner {
             Err(why) => {
                 self.dropped.count(&why);
                 if matches!(why, Damage::Forged) {
-                    crate::warn_limited!(
+                    prepfs_base::warn_limited!(
                         "remote-forged",
-                        key = %crate::escape::escaped_bytes(key),
+                        key = %prepfs_base::escape::escaped_bytes(key),
                         "value in the remote cache tier fails its MAC (forged, or written with another secret_file); dropped, not served"
                     );
                 } else {
-                    crate::warn_limited!(
+                    prepfs_base::warn_limited!(
                         "remote-damaged",
-                        key = %crate::escape::escaped_bytes(key),
+                        key = %prepfs_base::escape::escaped_bytes(key),
                         why = %why,
                         "damaged value in the remote cache tier; dropped, not served"
                     );

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::json;
 
 use super::Inner;
-use crate::sync::{LockExt, Mutex};
+use prepfs_base::sync::{LockExt, Mutex};
 
 /// A mount not stamped for this long is no longer counted.
 const MOUNT_STALE: Duration = Duration::from_secs(10);

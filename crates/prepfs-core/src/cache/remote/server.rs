@@ -33,7 +33,7 @@ pub(crate) fn server_urls(url: &str) -> Result<ServerUrls, String> {
             if node[scheme.len()..].contains('/') {
                 return Err("a cluster has no databases: no /DB after a node".into());
             }
-            redis::Client::open(node.as_str()).map_err(|e| format!("node `{}`: {e}", redacted(node)))?;
+            redis::Client::open(node.as_str()).map_err(|e| format!("node `{}`: {e}", prepfs_base::escape::redacted(node)))?;
         }
         return Ok(ServerUrls::Cluster(nodes));
     }
@@ -170,14 +170,3 @@ impl redis::ConnectionLike for Conn {
 }
 
 
-/// The URL as shown in stats, logs and the printed config: a password replaced by `***`.
-pub(crate) fn redacted(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
-        }
-        _ => url.to_string(),
-    }
-}

@@ -6,7 +6,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use crate::cache::entry::{self, Damage, Format};
-use crate::shared::fnv1a64;
+use prepfs_base::hash::fnv1a64;
 use crate::source::Identity;
 use crate::source::catalog::Catalog;
 

@@ -331,7 +331,7 @@ impl Service {
                 return outcome;
             }
             self.retries.fetch_add(1, Ordering::Relaxed);
-            if let Some(held) = crate::log::allow(kind) {
+            if let Some(held) = prepfs_base::log::allow(kind) {
                 let left = (self.retry_timeout - elapsed).as_secs_f64();
                 let line = self.scrub(&format!("object store request {} {} failed ({why}); retrying for up to {left:.1} s more", req.method(), req.uri()));
                 if held > 0 {

@@ -25,7 +25,7 @@ use object_store::{GetOptions, GetRange, ObjectMeta};
 
 use super::client::Client;
 use crate::source::{FileMeta, Identity, SourceFile, SourceIo, Space};
-use crate::sync::{RwLock, RwLockExt};
+use prepfs_base::sync::{RwLock, RwLockExt};
 
 /// One object as listed (or as looked up again after it changed), kept small: a listing of
 /// 10M keys holds 10M of them. Its key is the prefix's `strip` and `rel`; a plain MD5 ETag is
@@ -160,7 +160,7 @@ impl S3Source {
             dirs,
             uid: nix::unistd::geteuid().as_raw(),
             gid: nix::unistd::getegid().as_raw(),
-            dev: crate::shared::fnv1a64(&[url.as_bytes()]),
+            dev: prepfs_base::hash::fnv1a64(&[url.as_bytes()]),
             listed_at,
             kept_file,
         };
@@ -193,7 +193,7 @@ impl Shared {
 
     fn file_meta(&self, o: &Object) -> FileMeta {
         // The object's version and key: its ETag as written, the prefix and its name.
-        let ino = o.etag.with_text(|etag| crate::shared::fnv1a64(&[etag.unwrap_or("").as_bytes(), self.strip.as_bytes(), o.rel.as_bytes()]));
+        let ino = o.etag.with_text(|etag| prepfs_base::hash::fnv1a64(&[etag.unwrap_or("").as_bytes(), self.strip.as_bytes(), o.rel.as_bytes()]));
         let mtime = system_time(o.modified_ns);
         let ns = i128::from(o.modified_ns);
         FileMeta {
@@ -239,7 +239,7 @@ impl Shared {
                         entry.gone = true;
                     }
                 } else {
-                    crate::warn_limited!("s3", "object store read failed: {err}");
+                    prepfs_base::warn_limited!("s3", "object store read failed: {err}");
                 }
                 Err(err)
             }
@@ -283,7 +283,7 @@ impl Shared {
 pub(super) fn store_error(client: &Client, url: &str, rel: &str, e: &object_store::Error) -> io::Error {
     use object_store::Error;
     let retried = client.retry_timeout;
-    let rel = crate::escape::escaped(rel).to_string();
+    let rel = prepfs_base::escape::escaped(rel).to_string();
     let name = if rel.is_empty() { url.to_string() } else { format!("{url}/{rel}") };
     let kind = match e {
         Error::NotFound { .. } => io::ErrorKind::NotFound,

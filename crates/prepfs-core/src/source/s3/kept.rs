@@ -59,7 +59,7 @@ pub(super) fn store_of(config: &ObjectStoreConfig) -> String {
 
 /// Where the listing of `store` is kept in `dir`.
 pub(super) fn file_for(dir: &Path, store: &str) -> PathBuf {
-    dir.join(format!("{:016x}.listing", crate::shared::fnv1a64(&[store.as_bytes()])))
+    dir.join(format!("{:016x}.listing", prepfs_base::hash::fnv1a64(&[store.as_bytes()])))
 }
 
 /// The listing of `store` kept in `dir`, if the rule (module documentation) lets it be used now.

@@ -192,7 +192,7 @@ const SKIPPED_SAID: usize = 20;
 /// Says the keys skipped (`said` of the `skipped`, escaped) in a line each, then the rest's count.
 fn say_skipped(url: &str, skipped: usize, said: &[String]) {
     for key in said.iter().take(SKIPPED_SAID) {
-        tracing::warn!(url, key = %crate::escape::escaped(key.as_str()), "object store key skipped: it cannot be a path name (an empty, `.` or `..` part, a control character, a leading `/`, or a part over 255 bytes)");
+        tracing::warn!(url, key = %prepfs_base::escape::escaped(key.as_str()), "object store key skipped: it cannot be a path name (an empty, `.` or `..` part, a control character, a leading `/`, or a part over 255 bytes)");
     }
     if skipped > SKIPPED_SAID.min(said.len()) {
         tracing::warn!(url, skipped, "object store keys skipped: {} more not said by name", skipped - SKIPPED_SAID.min(said.len()));

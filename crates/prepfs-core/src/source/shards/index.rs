@@ -21,7 +21,7 @@ use std::io::{self, Read};
 
 use super::label::{self, Label, MAX_LABEL_BYTES};
 use super::names::split_member;
-use crate::escape::escaped_bytes as escaped;
+use prepfs_base::escape::escaped_bytes as escaped;
 use crate::source::catalog::IMAGE_EXTENSIONS;
 use crate::source::{FileMeta, SourceFile};
 

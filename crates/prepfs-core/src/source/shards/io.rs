@@ -114,7 +114,7 @@ impl ShardSource {
         if Stamp::of(shard_meta) != shard.stamp {
             return Err(io::Error::other(format!(
                 "shard {} changed since it was indexed (size, mtime, ctime or inode); remount to index it again",
-                crate::escape::escaped(&shard.path)
+                prepfs_base::escape::escaped(&shard.path)
             )));
         }
         let mut meta = *shard_meta;

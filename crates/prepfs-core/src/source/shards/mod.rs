@@ -36,7 +36,7 @@ use crate::source::s3::ObjectStore;
 use crate::source::{LocalSource, SourceIo};
 use index::{ShardIndex, Stamp};
 use io::{Placed, Shard, ShardSource};
-use crate::escape::escaped;
+use prepfs_base::escape::escaped;
 use label::Naming;
 
 /// The window a shard in an object store is indexed in: one ranged GET of up to 8 MiB holds

@@ -24,7 +24,7 @@ const MAX_FILE_BYTES: u64 = 1 << 30;
 
 /// Where the index of the shard at `shard` is kept in `dir`.
 pub(crate) fn file_for(dir: &Path, shard: &Path) -> PathBuf {
-    let hash = crate::shared::fnv1a64(&[shard.as_os_str().as_bytes()]);
+    let hash = prepfs_base::hash::fnv1a64(&[shard.as_os_str().as_bytes()]);
     dir.join(format!("{hash:016x}.idx"))
 }
 

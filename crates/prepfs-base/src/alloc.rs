@@ -22,7 +22,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 
 /// Rust allocations of this size and more are mapped on their own (see the module
 /// documentation).
-pub(crate) const LARGE: usize = 128 << 10;
+pub const LARGE: usize = 128 << 10;
 
 /// glibc allocations below this come from (and go back to) the heap: the C decoders' pools
 /// of images up to about 1.4 megapixels (a progressive 500x375 JPEG's coefficients are 575 KB).
@@ -59,7 +59,7 @@ fn map(size: usize) -> *mut u8 {
 /// caller is about to write whole: one `MADV_POPULATE_WRITE` instead of a fault per 4 KiB
 /// (286 us against 175 us for 562 KB here). Pages `buf` shares with other data (its first and
 /// last, if not page-aligned) are left alone; a kernel without it (before 5.14) faults as usual.
-pub(crate) fn populate(buf: &mut [u8]) {
+pub fn populate(buf: &mut [u8]) {
     const MADV_POPULATE_WRITE: libc::c_int = 23;
     let start = (buf.as_mut_ptr() as usize).next_multiple_of(PAGE);
     let end = (buf.as_mut_ptr() as usize + buf.len()) / PAGE * PAGE;
@@ -73,7 +73,7 @@ pub(crate) fn populate(buf: &mut [u8]) {
 
 /// A shared buffer of `len` zero bytes, allocated in place (no copy from a `Vec`), for bytes
 /// written once and then shared: a served output, a sample's source bytes.
-pub(crate) fn zeroed_shared(len: usize) -> std::sync::Arc<[u8]> {
+pub fn zeroed_shared(len: usize) -> std::sync::Arc<[u8]> {
     // SAFETY: zeroed memory is a valid `u8` slice.
     unsafe { std::sync::Arc::<[u8]>::new_zeroed_slice(len).assume_init() }
 }

@@ -25,9 +25,9 @@ mod workers;
 use std::io;
 use std::thread::JoinHandle;
 
-pub(crate) use parallel::Parallel;
+pub use parallel::Parallel;
 pub use queue::TaskQueue;
-pub(crate) use queue::Task;
+pub use queue::Task;
 pub use workers::Workers;
 
 /// How much nicer than the daemon work a request waits for runs: not at all.

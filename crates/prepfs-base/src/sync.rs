@@ -32,10 +32,10 @@ pub use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, RwLock, RwLockRea
 
 #[cfg(feature = "shuttle")]
 #[allow(unused_imports)]
-pub(crate) use shuttle::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
+pub use shuttle::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 
 #[cfg(feature = "shuttle")]
-pub(crate) use once_lock::OnceLock;
+pub use once_lock::OnceLock;
 
 use std::sync::{LockResult, PoisonError};
 use std::time::Duration;
@@ -66,7 +66,7 @@ impl<T> LockExt<T> for Mutex<T> {
 }
 
 /// [`RwLock::read`] and [`RwLock::write`] that recover a poisoned lock, as [`LockExt`] does.
-pub(crate) trait RwLockExt<T> {
+pub trait RwLockExt<T> {
     /// The read guard, whether or not a previous writer panicked.
     fn read_or_recover(&self) -> RwLockReadGuard<'_, T>;
     /// The write guard, whether or not a previous writer panicked.
@@ -83,9 +83,8 @@ impl<T> RwLockExt<T> for RwLock<T> {
 }
 
 /// [`Condvar`] waits that recover a poisoned lock, as [`LockExt`] does.
-pub(crate) trait CondvarExt {
+pub trait CondvarExt {
     /// Waits for a notification; the guard again.
-    #[cfg(any(test, feature = "shuttle"))]
     fn wait_or_recover<'a, T>(&self, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T>;
     /// Waits for a notification or `timeout`, whichever comes first; the guard again (callers
     /// check their condition, not whether the wait timed out).
@@ -93,7 +92,6 @@ pub(crate) trait CondvarExt {
 }
 
 impl CondvarExt for Condvar {
-    #[cfg(any(test, feature = "shuttle"))]
     fn wait_or_recover<'a, T>(&self, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
         recover(self.wait(guard))
     }
@@ -103,12 +101,12 @@ impl CondvarExt for Condvar {
 }
 
 /// Atomic integers and flags: `std::sync::atomic`, or shuttle's under `--features shuttle`.
-pub(crate) mod atomic {
+pub mod atomic {
     #[cfg(not(feature = "shuttle"))]
-    pub(crate) use std::sync::atomic::*;
+    pub use std::sync::atomic::*;
 
     #[cfg(feature = "shuttle")]
-    pub(crate) use shuttle::sync::atomic::*;
+    pub use shuttle::sync::atomic::*;
 }
 
 #[cfg(feature = "shuttle")]
@@ -119,7 +117,7 @@ mod once_lock {
     /// A cell written once, whose waiters wait through shuttle (see the module documentation).
     /// The value lives in a std `OnceLock` that is only ever set by one thread at a time (the
     /// one that won `running`), so it never blocks.
-    pub(crate) struct OnceLock<T> {
+    pub struct OnceLock<T> {
         value: std::sync::OnceLock<T>,
         /// Whether some thread is running an initialiser now.
         running: Mutex<bool>,
@@ -148,19 +146,19 @@ mod once_lock {
 
     impl<T> OnceLock<T> {
         /// An empty cell.
-        pub(crate) fn new() -> Self {
+        pub fn new() -> Self {
             OnceLock { value: std::sync::OnceLock::new(), running: Mutex::new(false), done: Condvar::new() }
         }
 
         /// The value, if set.
         #[allow(dead_code)]
-        pub(crate) fn get(&self) -> Option<&T> {
+        pub fn get(&self) -> Option<&T> {
             self.value.get()
         }
 
         /// The value, running `init` first if it is not set and no other thread is running an
         /// initialiser; if one is, waits for it.
-        pub(crate) fn get_or_init(&self, init: impl FnOnce() -> T) -> &T {
+        pub fn get_or_init(&self, init: impl FnOnce() -> T) -> &T {
             if let Some(v) = self.value.get() {
                 return v;
             }

@@ -119,3 +119,15 @@ mod tests {
         assert_eq!(printed.len(), names.len(), "{printed:?}");
     }
 }
+
+/// The URL as shown in stats, logs and the printed config: a password replaced by `***`.
+pub fn redacted(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_string(),
+    }
+}

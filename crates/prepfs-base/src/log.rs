@@ -20,7 +20,7 @@ fn kinds() -> &'static Mutex<HashMap<&'static str, (Instant, u64)>> {
 
 /// Whether a line of `kind` may be written now: `Some(lines held back since the last one)`,
 /// or `None` (this one is held back and counted).
-pub(crate) fn allow(kind: &'static str) -> Option<u64> {
+pub fn allow(kind: &'static str) -> Option<u64> {
     let now = Instant::now();
     let mut kinds = kinds().lock_or_recover();
     match kinds.get_mut(kind) {

@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 use crate::sync::{LockExt, Mutex};
 
 /// See the module documentation.
-pub(crate) struct Parallel {
+pub struct Parallel {
     /// `None` only while dropping.
     pool: Option<rayon::ThreadPool>,
     threads: Arc<Mutex<Vec<JoinHandle<()>>>>,
@@ -18,7 +18,7 @@ pub(crate) struct Parallel {
 
 impl Parallel {
     /// `threads` threads (at least one) named `<name>-<i>`, at nice `nice`.
-    pub(crate) fn start(name: &str, threads: usize, nice: i32) -> io::Result<Parallel> {
+    pub fn start(name: &str, threads: usize, nice: i32) -> io::Result<Parallel> {
         let started = Arc::new(Mutex::new(Vec::new()));
         let keep = Arc::clone(&started);
         let name = name.to_string();
@@ -35,7 +35,7 @@ impl Parallel {
     }
 
     /// Runs `work` on the pool: the parallel iterators inside it use the pool's threads.
-    pub(crate) fn install<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
+    pub fn install<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
         match &self.pool {
             Some(pool) => pool.install(work),
             None => work(),

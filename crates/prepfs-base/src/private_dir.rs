@@ -214,7 +214,7 @@ fn walk(path: &Path, last: Last) -> io::Result<PrivateDir> {
 }
 
 /// Random bytes from the kernel, for temporary names and keys.
-pub(crate) fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
+pub fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
     let mut out = [0u8; N];
     let mut filled = 0;
     while filled < N {

@@ -6,7 +6,7 @@ use std::fmt;
 
 /// serde_norway's message, with ` (line L)` added where the message does not already say where
 /// (its messages mostly carry "at line L column C"); unknown keys then read well.
-pub(crate) fn describe_error(e: &serde_norway::Error) -> String {
+pub fn describe_error(e: &serde_norway::Error) -> String {
     let text = e.to_string();
     match e.location() {
         Some(loc) if !text.contains("line") => format!("{text} (line {})", loc.line()),
@@ -18,7 +18,7 @@ pub(crate) fn describe_error(e: &serde_norway::Error) -> String {
 /// were refused: at the start of a line (after indentation, a list's `- ` or a flow map's `{`),
 /// or after a space inside a flow map (`cache: { memory: 2GiB, split: 20-30-50 }`). Spaces may
 /// stand before the colon. Comments are not looked at.
-pub(crate) fn line_of_key(text: &str, key: &str) -> Option<usize> {
+pub fn line_of_key(text: &str, key: &str) -> Option<usize> {
     let names_key = |s: &str| s.strip_prefix(key).is_some_and(|rest| rest.trim_start().starts_with(':'));
     text.lines()
         .position(|line| {
@@ -36,7 +36,7 @@ pub struct Line(pub Option<usize>);
 
 impl Line {
     /// The line of `key` in `text` (see [`line_of_key`]).
-    pub(crate) fn of(text: &str, key: &str) -> Line {
+    pub fn of(text: &str, key: &str) -> Line {
         Line(line_of_key(text, key))
     }
 }

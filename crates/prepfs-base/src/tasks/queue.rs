@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use crate::sync::{LockExt, Mutex};
 
 /// A unit of work for the threads.
-pub(crate) type Task = Box<dyn FnOnce() + Send>;
+pub type Task = Box<dyn FnOnce() + Send>;
 
 /// One thread of a queue.
 struct TaskThread {
@@ -70,7 +70,7 @@ impl TaskQueue {
 
     /// Closes the queue and joins its threads once they have run what was queued; with a
     /// `grace`, a thread still busy past it is left behind (said in the log).
-    pub(crate) fn close(&self, grace: Option<Duration>) {
+    pub fn close(&self, grace: Option<Duration>) {
         drop(self.tx.lock_or_recover().take());
         let threads = std::mem::take(&mut *self.threads.lock_or_recover());
         let deadline = grace.map(|g| Instant::now() + g);
