@@ -29,7 +29,7 @@ use std::time::Duration;
 use libfuzzer_sys::fuzz_target;
 use prepfs_core::cache::disk::{DiskCache, DiskKind};
 use prepfs_core::cache::lower::LowerHit;
-use prepfs_core::shared::Rgb;
+use prepfs_pixels::rgb::Rgb;
 
 const KEY: u64 = 0x0123_4567_89ab_cdef;
 const SIZE: u64 = 1 << 30;

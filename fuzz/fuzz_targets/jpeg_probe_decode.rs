@@ -11,8 +11,8 @@
 use std::io::Cursor;
 
 use libfuzzer_sys::fuzz_target;
-use prepfs_core::pixels::jpeg::{self, Region, Scale};
-use prepfs_core::pixels::pipeline;
+use prepfs_pixels::jpeg::{self, Region, Scale};
+use prepfs_pixels::pipeline;
 
 /// The largest image the harness decodes (headers claiming more are only probed).
 const MAX_PIXELS: u64 = 4_000_000;
@@ -26,7 +26,7 @@ fn fnv(data: &[u8]) -> u64 {
     h
 }
 
-fn check_rgb(what: &str, rgb: &prepfs_core::shared::Rgb, max_w: u32, max_h: u32) {
+fn check_rgb(what: &str, rgb: &prepfs_pixels::rgb::Rgb, max_w: u32, max_h: u32) {
     assert_eq!(
         rgb.pixels.len() as u64,
         u64::from(rgb.width) * u64::from(rgb.height) * 3,

@@ -77,6 +77,18 @@ fn escape_of(c: char) -> Option<Writer> {
     }
 }
 
+/// The URL as shown in stats, logs and the printed config: a password replaced by `***`.
+pub fn redacted(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,17 +129,5 @@ mod tests {
         let names: [&[u8]; 5] = [b"a\nb", b"a\\nb", b"a\\\nb", b"a\xffb", b"a\\xffb"];
         let printed: std::collections::HashSet<String> = names.iter().map(|n| escaped(OsStr::from_bytes(n)).to_string()).collect();
         assert_eq!(printed.len(), names.len(), "{printed:?}");
-    }
-}
-
-/// The URL as shown in stats, logs and the printed config: a password replaced by `***`.
-pub fn redacted(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
-        }
-        _ => url.to_string(),
     }
 }

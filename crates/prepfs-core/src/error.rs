@@ -78,7 +78,7 @@ pub enum Error {
     /// Pixel work refused by the bound on work in flight (`max_open_bytes`): too large for it,
     /// or no room in time. Not the sample's fault: it is not marked bad.
     #[error(transparent)]
-    PixelWork(#[from] crate::pixels::budget::WorkRefused),
+    PixelWork(#[from] prepfs_pixels::budget::WorkRefused),
     /// Reading the memory file holding an open handle's bytes failed.
     #[error("reading an open file's memory copy: {0}")]
     MemoryFile(Arc<io::Error>),
@@ -121,8 +121,8 @@ pub(crate) type Result<T> = std::result::Result<T, Error>;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pixels::jpeg::JpegError;
-    use crate::pixels::pipeline::PixelError;
+    use prepfs_pixels::jpeg::JpegError;
+    use prepfs_pixels::pipeline::PixelError;
 
     #[test]
     fn errors_map_to_the_errno_a_user_expects() {

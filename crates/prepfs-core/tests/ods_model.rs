@@ -17,7 +17,7 @@ use proptest::prelude::*;
 use rand::seq::SliceRandom;
 use rand::Rng;
 
-use prepfs_core::shared::draw_rng;
+use prepfs_pixels::draw::draw_rng;
 use prepfs_core::source::catalog::FileId;
 use prepfs_core::sampling::{Choice, Job, Jobs, Requester};
 

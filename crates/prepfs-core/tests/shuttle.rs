@@ -210,7 +210,7 @@ fn takes_and_admissions_racing_leave_the_status_bits_in_step_with_the_stores() {
         let cache = Arc::new(SampleCache::new(100_000, split, EvictionPolicy::Keep, 4));
         let (a, b) = (1u64, 2u64);
         let active = a | b;
-        let pixels = Arc::new(prepfs_core::shared::Rgb { width: 2, height: 1, pixels: vec![0; 6] });
+        let pixels = Arc::new(prepfs_pixels::rgb::Rgb { width: 2, height: 1, pixels: vec![0; 6] });
         let t1 = {
             let cache = Arc::clone(&cache);
             thread::spawn(move || {

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use prepfs_core::config::{Dtype, Format, OutputConfig};
-use prepfs_core::pixels::output;
-use prepfs_core::shared::Rgb;
+use prepfs_pixels::output;
+use prepfs_pixels::rgb::Rgb;
 
 #[path = "support/photos.rs"]
 mod support_photos;

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use prepfs_core::config::{Dtype, Format, OutputConfig, DEFAULT_MAX_PIXELS};
-use prepfs_core::pixels::profile::{MissProfiler, StageNanos};
+use prepfs_pixels::profile::{MissProfiler, StageNanos};
 
 /// The daemon's allocator, so that a miss here meets memory as it does in the daemon.
 #[global_allocator]
@@ -126,7 +126,7 @@ fn main() -> Result<(), String> {
         let (t, cpu) = (Instant::now(), thread_cpu_nanos());
         let full: Vec<_> = files
             .iter()
-            .map(|b| prepfs_core::pixels::pipeline::decode_full(b, DEFAULT_MAX_PIXELS).map_err(|e| format!("{e}")))
+            .map(|b| prepfs_pixels::pipeline::decode_full(b, DEFAULT_MAX_PIXELS).map_err(|e| format!("{e}")))
             .collect::<Result<_, _>>()?;
         let (nanos, cpu) = (t.elapsed().as_nanos() as u64, thread_cpu_nanos() - cpu);
         println!("full decode (thread CPU)          {:.3} ms/sample  (wall {:.3})", ms(cpu, n), ms(nanos, n));

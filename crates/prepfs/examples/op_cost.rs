@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use prepfs_core::config::{Config, OutputConfig, Overrides};
-use prepfs_core::pixels::pipeline::decode_full;
-use prepfs_core::pixels::profile::MissProfiler;
+use prepfs_pixels::pipeline::decode_full;
+use prepfs_pixels::profile::MissProfiler;
 
 const BASE: &str = "- random_resized_crop: {size: 224}\n- random_horizontal_flip: {}\n";
 const OPS: [(&str, &str); 14] = [

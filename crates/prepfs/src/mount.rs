@@ -466,7 +466,7 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
     };
     let loader_server = bind_loader_socket(&config)?;
     // Outputs are held in memory files while passthrough is on: one descriptor each.
-    match prepfs_core::served::raise_fd_limit() {
+    match prepfs_pixels::served::raise_fd_limit() {
         Ok(limit) => tracing::debug!(limit, "open file limit"),
         Err(e) => tracing::warn!("cannot raise the open file limit ({e}): fewer outputs are kept ready to pass through"),
     }

@@ -50,7 +50,7 @@ use crate::cache::fill::Origin;
 use crate::cache::lower::{LowerHit, LowerKey, LowerTier, Payload, Put};
 use crate::cache::queue::{self, Jobs, WriteQueue};
 use prepfs_base::private_dir::PrivateDir;
-use crate::shared::Rgb;
+use prepfs_pixels::rgb::Rgb;
 use prepfs_base::hash::fnv1a64;
 use prepfs_base::sync::{LockExt, Mutex, MutexGuard};
 

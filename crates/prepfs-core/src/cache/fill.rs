@@ -18,8 +18,9 @@ use crate::cache::disk::DiskCache;
 use crate::cache::lower::{LowerKey, LowerTier, LowerTiers, Payload};
 use crate::cache::remote::RemoteTier;
 use crate::cache::{AugmentedEntry, SampleCache, ENTRY_OVERHEAD};
-use crate::served::ServedBytes;
-use crate::shared::{Rgb, Size2};
+use prepfs_pixels::served::ServedBytes;
+use prepfs_pixels::rgb::Rgb;
+use prepfs_pixels::rgb::Size2;
 use crate::source::{FileMeta, Sample};
 
 /// Where an output came from: the cache form that held the sample, the disk tier, the remote

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::cache::fill::Origin;
-use crate::shared::Rgb;
+use prepfs_pixels::rgb::Rgb;
 use crate::source::catalog::FileId;
 use crate::source::Identity;
 

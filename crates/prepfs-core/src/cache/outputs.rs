@@ -22,7 +22,7 @@ use prepfs_base::sync::{LockExt, Mutex};
 use crate::config::EvictionPolicy;
 
 use super::tiers::{AugmentedEntry, FormStore, SampleCache};
-use crate::served::ServedBytes;
+use prepfs_pixels::served::ServedBytes;
 use crate::source::catalog::FileId;
 
 /// The recipes' own output stores and the state of the budget's split (in [`SampleCache`]).

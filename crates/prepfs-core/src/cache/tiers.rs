@@ -31,7 +31,7 @@ use crate::source::catalog::FileId;
 use crate::config::EvictionPolicy;
 use crate::planner::Split;
 use crate::sampling::Rank;
-use crate::served::ServedBytes;
+use prepfs_pixels::served::ServedBytes;
 use crate::shared::Form;
 
 use super::outputs::RecipeOutputs;
@@ -53,9 +53,9 @@ impl Weighed for Arc<[u8]> {
     }
 }
 
-impl Weighed for Arc<crate::shared::Rgb> {
+impl Weighed for Arc<prepfs_pixels::rgb::Rgb> {
     fn weight(&self) -> u64 {
-        self.pixels.len() as u64 + std::mem::size_of::<crate::shared::Rgb>() as u64
+        self.pixels.len() as u64 + std::mem::size_of::<prepfs_pixels::rgb::Rgb>() as u64
     }
 }
 
@@ -520,7 +520,7 @@ impl<T: Clone> SingleFlight<T> {
 /// The three stores, with their budgets from a split of one memory size.
 pub struct SampleCache {
     pub encoded: FormStore<Arc<[u8]>>,
-    pub decoded: FormStore<Arc<crate::shared::Rgb>>,
+    pub decoded: FormStore<Arc<prepfs_pixels::rgb::Rgb>>,
     pub augmented: FormStore<AugmentedEntry>,
     /// Each recipe's kept outputs, and the augmented budget's split between the pipelines
     /// (`outputs.rs`).
@@ -881,7 +881,7 @@ mod tests {
         assert_eq!(cache.status.held(3), HELD_ENCODED);
         // LRU eviction clears the bit of what it evicts.
         let lru = SampleCache::new(2 * (100 + ENTRY_OVERHEAD) * 100 / 40, split(0, 40, 60), EvictionPolicy::Lru, 64);
-        let pixels = |n: u32| Arc::new(crate::shared::Rgb { width: n, height: 1, pixels: vec![0; n as usize * 3] });
+        let pixels = |n: u32| Arc::new(prepfs_pixels::rgb::Rgb { width: n, height: 1, pixels: vec![0; n as usize * 3] });
         let id = |k: u32| k * SHARDS as u32;
         for k in 0..3 {
             lru.decoded.admit(id(k), pixels(20));
@@ -896,7 +896,7 @@ mod tests {
     #[test]
     fn the_census_counts_each_sample_once_by_the_most_served_form_it_has() {
         let cache = SampleCache::new(100_000, split(30, 30, 40), EvictionPolicy::Keep, 8);
-        let pixels = || Arc::new(crate::shared::Rgb { width: 2, height: 1, pixels: vec![0; 6] });
+        let pixels = || Arc::new(prepfs_pixels::rgb::Rgb { width: 2, height: 1, pixels: vec![0; 6] });
         // 0: bytes and an output; 1: pixels and an output; 2: pixels; 3: bytes; 4, 5, 6, 7: nothing.
         assert!(cache.encoded.admit(0, bytes(10)) && cache.augmented.admit(0, AugmentedEntry::fresh(bytes(10))));
         assert!(cache.decoded.admit(1, pixels()) && cache.augmented.admit(1, AugmentedEntry::fresh(bytes(10))));
@@ -972,7 +972,7 @@ mod tests {
                             let _admitting = gate.read().expect("gate");
                             match k % 3 {
                                 0 => cache.encoded.admit(id, bytes(size)),
-                                1 => cache.decoded.admit(id, Arc::new(crate::shared::Rgb { width: 1, height: 1, pixels: vec![1; size] })),
+                                1 => cache.decoded.admit(id, Arc::new(prepfs_pixels::rgb::Rgb { width: 1, height: 1, pixels: vec![1; size] })),
                                 _ => cache.augmented.admit(id, AugmentedEntry { bytes: bytes(size).into(), used_by: 0 }),
                             };
                             k += 2;

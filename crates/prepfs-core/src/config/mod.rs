@@ -33,7 +33,7 @@ pub use cache::{EvictionPolicy, DEFAULT_EPOCHS};
 pub(crate) use cache::{CacheConfig, DiskConfig, RemoteConfig, SplitChoice};
 pub use error::ValueError;
 pub(crate) use error::ConfigError;
-pub use output::{Dtype, Format, OutputConfig};
+pub use prepfs_pixels::output_config::{Dtype, Format, OutputConfig};
 pub(crate) use recipes::{Recipe, MAX_RECIPES};
 pub use sections::{
     AccessConfig, BadSamplesConfig, HideBad, JobsConfig, LoaderConfig, ObjectStoreConfig, ShardsConfig, SourceLimits, Validate, DEFAULT_LISTING_MAX_AGE_S, DEFAULT_MAX_FILE_SIZE,
@@ -52,8 +52,8 @@ use output::validate_output;
 use recipes::{augment_ops, recipes_config, RawRecipe};
 use sections::{jobs_config, source_value, stop_config, RawBadSamples, RawJobs, RawLoader, RawStop, SourceGiven};
 use values::memory_value;
-use crate::pixels::augment::AugmentOp;
-use crate::shared::Size2;
+use prepfs_pixels::augment::AugmentOp;
+use prepfs_pixels::rgb::Size2;
 use prepfs_base::yaml;
 
 /// Default limit on the pixels a sample's header may claim (64 megapixels).
@@ -422,6 +422,6 @@ impl Config {
 
     /// The size of every `augmented` output, if the pipeline fixes it.
     pub fn augmented_size(&self) -> Option<Size2> {
-        crate::pixels::augment::fixed_output_size(&self.augment)
+        prepfs_pixels::augment::fixed_output_size(&self.augment)
     }
 }

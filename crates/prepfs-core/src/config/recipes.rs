@@ -10,8 +10,9 @@ use serde::{Deserialize, Serialize};
 use serde_norway::Value;
 
 use super::error::ConfigError;
-use super::output::{validate_output, OutputConfig};
-use crate::pixels::augment::AugmentOp;
+use super::output::validate_output;
+use prepfs_pixels::output_config::OutputConfig;
+use prepfs_pixels::augment::AugmentOp;
 use crate::shared::Form;
 
 /// The most recipes one mount serves: a recipe's number has 4 bits in inode numbers
@@ -103,7 +104,7 @@ pub(super) fn recipes_config(
 #[cfg(test)]
 mod tests {
     use super::super::{Config, ConfigError, Dtype, Format, Overrides};
-    use crate::shared::Size2;
+    use prepfs_pixels::rgb::Size2;
 
     fn parse(yaml: &str) -> Result<Config, ConfigError> {
         let overrides = Overrides { source: Some(std::env::temp_dir()), mountpoint: Some("/mnt/x".into()), seed: None };
@@ -119,8 +120,8 @@ mod tests {
         assert_eq!(names, ["ta", "val"]);
         assert_eq!(c.recipes[0].output.format, Format::Npy, "ta's own output");
         assert_eq!(c.recipes[1].output.format, Format::Png, "val's is the top-level one");
-        assert_eq!(crate::pixels::augment::fixed_output_size(&c.recipes[0].augment), Some(Size2::new(176, 176)));
-        assert_eq!(c.augment, crate::pixels::augment::AugmentOp::imagenet_train(), "augmented/ keeps the top-level augment");
+        assert_eq!(prepfs_pixels::augment::fixed_output_size(&c.recipes[0].augment), Some(Size2::new(176, 176)));
+        assert_eq!(c.augment, prepfs_pixels::augment::AugmentOp::imagenet_train(), "augmented/ keeps the top-level augment");
     }
 
     #[test]

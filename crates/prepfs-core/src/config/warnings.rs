@@ -5,9 +5,9 @@
 
 use prepfs_base::human::human_bytes;
 use super::{Config, OutputConfig};
-use crate::pixels::augment::{fixed_output_size, AugmentOp};
-use crate::pixels::output::making_len;
-use crate::shared::Size2;
+use prepfs_pixels::augment::{fixed_output_size, AugmentOp};
+use prepfs_pixels::output::making_len;
+use prepfs_pixels::rgb::Size2;
 
 impl Config {
     /// The warnings of the memory bound, one line each (none for a config within it).

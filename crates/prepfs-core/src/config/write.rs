@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::{
     BadSamplesConfig, Config, DiskConfig, EvictionPolicy, LoaderConfig, OutputConfig, Recipe, RemoteConfig, SplitChoice,
 };
-use crate::pixels::augment::AugmentOp;
+use prepfs_pixels::augment::AugmentOp;
 
 impl Config {
     /// The effective configuration as YAML, in the keys and units [`Config::parse`] reads

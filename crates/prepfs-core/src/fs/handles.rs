@@ -11,7 +11,7 @@ use super::tree::Listing;
 use super::{Caller, Filesystem};
 use crate::error::{Error, Result};
 use crate::sampling::Job;
-use crate::served::ServedBytes;
+use prepfs_pixels::served::ServedBytes;
 use crate::shared::Form;
 use crate::source::catalog::FileId;
 use crate::source::SourceFile;

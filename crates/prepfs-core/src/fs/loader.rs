@@ -22,7 +22,9 @@ use super::{Caller, Filesystem, View};
 use crate::config::{Dtype, Format};
 use crate::error::{Error, Result};
 use crate::sampling::{Choice, Job};
-use crate::shared::{draw_rng, Form, Size2};
+use crate::shared::Form;
+use prepfs_pixels::draw::draw_rng;
+use prepfs_pixels::rgb::Size2;
 use crate::source::catalog::{DirId, FileId};
 use crate::stats::bump;
 

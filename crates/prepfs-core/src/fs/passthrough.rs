@@ -1,6 +1,6 @@
 //! Kernel FUSE passthrough, the core's half: whether it is on, and what an open file's reads
 //! may go to instead of the daemon ([`Backing`]): the source file itself (`encoded/`), or the
-//! file of its own holding a produced output's bytes (`crate::served::OutputFile`: an unnamed file
+//! file of its own holding a produced output's bytes (`prepfs_pixels::served::OutputFile`: an unnamed file
 //! in the mount's own tmpfs, or a sealed memfd where that cannot be made).
 //!
 //! The adapter (`fuse/mod.rs`, `fuse/backings.rs`) owns the other half: it registers a backing file with the kernel
@@ -22,7 +22,7 @@ use std::sync::{Arc, OnceLock};
 
 use super::handles::{Content, Handle, HandleData};
 use super::Filesystem;
-use crate::served::{OutputFile, OutputFiles};
+use prepfs_pixels::served::{OutputFile, OutputFiles};
 
 /// Whether opens are answered with backing files, and why not when they are not.
 pub(super) struct PassthroughState {

@@ -77,7 +77,7 @@ fn core(yaml: &str) -> (tempfile::TempDir, Filesystem) {
         let path = dir.path().join(format!("src/c{class}"));
         std::fs::create_dir_all(&path).expect("mkdir");
         for i in 0..PER_CLASS {
-            let jpeg = crate::pixels::pipeline::tests::photo_jpeg(96 + 16 * i + 8 * class, 80, turbojpeg::Subsamp::Sub2x2);
+            let jpeg = prepfs_pixels::synthetic::photo_jpeg(96 + 16 * i + 8 * class, 80, turbojpeg::Subsamp::Sub2x2);
             std::fs::write(path.join(format!("s{i}.jpg")), jpeg).expect("write");
         }
     }

@@ -184,7 +184,7 @@ fn a_changed_source_file_drops_its_cached_forms_and_its_inodes_are_made_stale() 
     // Replace it (by rename) with a bigger image.
     let path = dir.path().join("src/c0/s000.jpg");
     let tmp = dir.path().join("src/c0/.new");
-    std::fs::write(&tmp, crate::pixels::pipeline::tests::photo_jpeg(640, 480, turbojpeg::Subsamp::Sub2x2)).expect("write");
+    std::fs::write(&tmp, prepfs_pixels::synthetic::photo_jpeg(640, 480, turbojpeg::Subsamp::Sub2x2)).expect("write");
     std::fs::rename(&tmp, &path).expect("rename");
     let attr = fs.getattr(ino).expect("getattr");
     assert_eq!(attr.size, 3 * 640 * 480 + "P6\n640 480\n255\n".len() as u64, "the new size, not the one probed before");
@@ -207,7 +207,7 @@ pub(super) fn core(n: usize, cache_yaml: &str) -> (tempfile::TempDir, Filesystem
     let class = dir.path().join("src/c0");
     std::fs::create_dir_all(&class).expect("mkdir");
     for i in 0..n {
-        let jpeg = crate::pixels::pipeline::tests::photo_jpeg(320 + 8 * i, 240, turbojpeg::Subsamp::Sub2x2);
+        let jpeg = prepfs_pixels::synthetic::photo_jpeg(320 + 8 * i, 240, turbojpeg::Subsamp::Sub2x2);
         std::fs::write(class.join(format!("s{i:03}.jpg")), jpeg).expect("write");
     }
     let overrides = Overrides {
@@ -634,7 +634,7 @@ fn with_passthrough_on_the_refill_makes_outputs_into_memory_files_that_opens_han
         let ino = ino_of(&fs, "augmented", &name);
         let Some(Node::File(_, file)) = Node::from_ino(ino) else { panic!("{name}: not a file") };
         let cached = fs.cache().augmented.peek(file, |e| e.bytes.clone()).expect("cached");
-        let crate::served::ServedBytes::File(sealed) = cached else { panic!("{name}: the cached output is not in an output file") };
+        let prepfs_pixels::served::ServedBytes::File(sealed) = cached else { panic!("{name}: the cached output is not in an output file") };
         let opened = fs.open(ino, false, Caller::ROOT).expect("open");
         let file = opened.backing.as_ref().and_then(|b| b.file()).expect("a backing file");
         // The very file the cache held, not a copy made at open.

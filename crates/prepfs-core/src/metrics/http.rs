@@ -401,7 +401,7 @@ mod tests {
     fn a_scrape_is_answered_while_ten_thousand_silent_connections_are_open() {
         // Each connection is two descriptors in this process (both ends), and the server holds
         // up to its cap: raise the limit to the hard one, and use as many as it allows.
-        let limit = crate::served::raise_fd_limit().expect("RLIMIT_NOFILE");
+        let limit = prepfs_pixels::served::raise_fd_limit().expect("RLIMIT_NOFILE");
         let wanted = 10_000usize;
         let room = usize::try_from(limit).unwrap_or(usize::MAX).saturating_sub(LIMITS.max_connections + 256);
         let count = wanted.min(room);

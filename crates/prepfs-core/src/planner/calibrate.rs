@@ -8,13 +8,14 @@
 
 use std::time::Instant;
 
-use crate::shared::{draw_rng, Size2};
+use prepfs_pixels::draw::draw_rng;
+
+use prepfs_pixels::rgb::Size2;
 use crate::source::catalog::{Catalog, DirId};
 use crate::config::Config;
-use crate::pixels::output;
-use crate::pixels::pipeline;
-use crate::pixels::output::Dest;
-use crate::pixels::work;
+use prepfs_pixels::output;
+use prepfs_pixels::pipeline;
+use prepfs_pixels::output::Dest;
 use prepfs_base::thread_time::thread_cpu_nanos;
 use crate::planner::PlanParams;
 
@@ -157,7 +158,7 @@ pub(crate) fn measure(
 /// The bytes of one output of each pipeline: `augmented/`'s, then each recipe's in order (an
 /// output whose size the pipeline leaves open counted at 224x224).
 pub(crate) fn output_sizes(config: &Config) -> Vec<f64> {
-    let len = |output, augment| output::encoded_len(output, crate::pixels::augment::fixed_output_size(augment).unwrap_or(Size2::new(224, 224))) as f64;
+    let len = |output, augment| output::encoded_len(output, prepfs_pixels::augment::fixed_output_size(augment).unwrap_or(Size2::new(224, 224))) as f64;
     std::iter::once(len(&config.output, &config.augment)).chain(config.recipes.iter().map(|r| len(&r.output, &r.augment))).collect()
 }
 
@@ -187,7 +188,7 @@ fn time_samples(files: &[u32], config: &Config, read: &(impl Fn(u32) -> Option<V
         // The same draw for both ways of making the output.
         let rng = || draw_rng(config.seed, u64::MAX, 0, u64::from(file));
         let started = thread_cpu_nanos();
-        if work::decode_augment_served(&data, Some(size), &config.augment, &mut rng(), config.max_pixels, &config.output, Dest::Memory).is_err() {
+        if prepfs_pixels::pipeline::draw_augment_served(&data, Some(size), &config.augment, &mut rng(), config.max_pixels, &config.output, Dest::Memory).is_err() {
             continue;
         }
         let da = seconds_since(started);
@@ -195,7 +196,7 @@ fn time_samples(files: &[u32], config: &Config, read: &(impl Fn(u32) -> Option<V
         let Ok(full) = pipeline::decode_full(&data, config.max_pixels) else { continue };
         let full_decode = seconds_since(started);
         let started = thread_cpu_nanos();
-        if work::augment_pixels_served(&full, &config.augment, &mut rng(), &config.output, Dest::Memory).is_err() {
+        if prepfs_pixels::pipeline::draw_augment_pixels_served(&full, &config.augment, &mut rng(), &config.output, Dest::Memory).is_err() {
             continue;
         }
         let mut a = seconds_since(started);
@@ -203,7 +204,7 @@ fn time_samples(files: &[u32], config: &Config, read: &(impl Fn(u32) -> Option<V
         // planned alike (their shares of the room are equal), so the first plan takes their mean.
         for recipe in &config.recipes {
             let started = thread_cpu_nanos();
-            let _ = work::augment_pixels_served(&full, &recipe.augment, &mut rng(), &recipe.output, Dest::Memory);
+            let _ = prepfs_pixels::pipeline::draw_augment_pixels_served(&full, &recipe.augment, &mut rng(), &recipe.output, Dest::Memory);
             a += seconds_since(started);
         }
         let a = a / (1 + config.recipes.len()) as f64;

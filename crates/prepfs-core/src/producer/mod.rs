@@ -26,10 +26,10 @@ use std::sync::Arc;
 
 use crate::cache::{Admit, AugmentedEntry, Loaded, Made, Origin, SingleFlight, Tiers};
 use crate::error::Result;
-use crate::pixels::pipeline::{self, PixelError};
-use crate::pixels::work::PixelWork;
-use crate::served::ServedBytes;
-use crate::shared::Size2;
+use prepfs_pixels::pipeline::{self, PixelError};
+use crate::pixel_work::PixelWork;
+use prepfs_pixels::served::ServedBytes;
+use prepfs_pixels::rgb::Size2;
 use crate::source::catalog::{Catalog, FileId};
 use crate::source::{Observed, Sample, SampleReader};
 use crate::stats::{bump, Stats};

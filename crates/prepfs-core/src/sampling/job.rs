@@ -11,7 +11,7 @@ use prepfs_base::sync::{Arc, LockExt, Mutex, MutexGuard};
 
 use rand::seq::SliceRandom;
 
-use crate::shared::draw_rng;
+use prepfs_pixels::draw::draw_rng;
 use crate::stats::bump;
 use crate::source::catalog::{DirId, FileId};
 

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use rand::Rng;
 
-use crate::shared::draw_rng;
+use prepfs_pixels::draw::draw_rng;
 
 use super::{check_name, Job, JobError, Requester, SharedJobs, MAX_JOBS};
 

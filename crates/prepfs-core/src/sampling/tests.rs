@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use rand::seq::SliceRandom;
 
-use crate::shared::draw_rng;
+use prepfs_pixels::draw::draw_rng;
 use crate::source::catalog::FileId;
 use prepfs_base::sync::Arc;
 

@@ -18,7 +18,7 @@ use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
-use crate::shared::Size2;
+use prepfs_pixels::rgb::Size2;
 
 /// File name extensions that make a file a sample (case-insensitive).
 pub(crate) const IMAGE_EXTENSIONS: &[&str] =

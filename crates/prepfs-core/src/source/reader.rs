@@ -16,15 +16,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::pixels::pipeline;
-use crate::shared::Size2;
+use prepfs_pixels::pipeline;
+use prepfs_pixels::rgb::Size2;
 use crate::source::catalog::{Catalog, FileId};
 use crate::source::{FileMeta, Freshness, Observed, Source, SourceFile};
 use crate::stats::{bump, Stats};
 use prepfs_base::sync::{LockExt, Mutex};
 
 use prepfs_base::errno::ToErrno;
-use crate::pixels::pipeline::PixelError;
+use prepfs_pixels::pipeline::PixelError;
 
 /// Why a sample is refused as undecodable, in every view, until its file changes. Every one is
 /// `EIO` to a reader: the file is there, but no pixels can be served of it.

@@ -93,7 +93,7 @@ use crate::cache::fill::Origin;
 use crate::cache::lower::{LowerHit, LowerKey, LowerTier, Payload, Put};
 use crate::cache::queue::{self, WriteQueue};
 use crate::cache::SampleStatus;
-use crate::shared::Rgb;
+use prepfs_pixels::rgb::Rgb;
 use crate::source::catalog::FileId;
 use crate::source::Identity;
 use prepfs_base::sync::{LockExt, Mutex};

@@ -1,6 +1,6 @@
 //! Where the time of one cold `augmented/` miss goes, stage by stage (issue 12), for
 //! `examples/miss_profile.rs`. [`MissProfiler::serve`] is the served pixel work itself
-//! (`work::decode_augment_served`, what a miss runs after its source read); [`MissProfiler::staged`]
+//! (`pipeline::draw_augment_served`, what a miss runs after its source read); [`MissProfiler::staged`]
 //! runs the same step functions with a clock read between them, so the stages can be held
 //! against the whole. No I/O, no cache; nothing here runs while serving.
 
@@ -8,13 +8,14 @@ use std::io::Cursor;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::config::OutputConfig;
-use crate::pixels::augment::{plan_sample, AugmentOp};
-use crate::pixels::pipeline::{self, Codec, PixelError, RgbRef};
-use crate::pixels::output::Dest;
-use crate::pixels::{jpeg, output, work};
+use crate::output_config::OutputConfig;
+use crate::augment::{plan_sample, AugmentOp};
+use crate::pipeline::{self, Codec, PixelError, RgbRef};
+use crate::output::Dest;
+use crate::{jpeg, output};
 use crate::served::{OutputFiles, ServedBytes};
-use crate::shared::{draw_rng, Rgb};
+use crate::draw::draw_rng;
+use crate::rgb::Rgb;
 
 /// Nanoseconds spent in each stage of a miss's pixel work, summed over the misses timed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -79,14 +80,14 @@ impl MissProfiler {
     /// Draw `draw` of sample `sample`, through the served path, untimed inside.
     pub fn serve(&self, sample: u64, draw: u64, bytes: &[u8]) -> Result<ServedBytes, PixelError> {
         let mut rng = draw_rng(self.seed, 0, draw, sample);
-        work::decode_augment_served(bytes, None, &self.ops, &mut rng, self.max_pixels, &self.output, self.dest())
+        pipeline::draw_augment_served(bytes, None, &self.ops, &mut rng, self.max_pixels, &self.output, self.dest())
     }
 
     /// Draw `draw` of sample `sample` from its full pixels (a decoded-cache hit, or a miss that
     /// keeps pixels), through the served path.
     pub fn serve_from_pixels(&self, sample: u64, draw: u64, full: &Rgb) -> Result<ServedBytes, PixelError> {
         let mut rng = draw_rng(self.seed, 0, draw, sample);
-        work::augment_pixels_served(full, &self.ops, &mut rng, &self.output, self.dest())
+        pipeline::draw_augment_pixels_served(full, &self.ops, &mut rng, &self.output, self.dest())
     }
 
     /// The same miss as [`MissProfiler::serve`], its stages timed into `times`.
@@ -132,7 +133,7 @@ impl MissProfiler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pixels::pipeline::tests::photo_jpeg;
+    use crate::synthetic::photo_jpeg;
 
     #[test]
     fn staged_misses_serve_the_same_bytes_as_the_served_path() {

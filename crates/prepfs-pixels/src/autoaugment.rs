@@ -11,13 +11,13 @@ use std::collections::BTreeMap;
 use rand::Rng;
 use serde_norway::Value;
 
-use crate::pixels::affine;
-use crate::pixels::augment::{Args, OpError};
-use crate::pixels::color;
-use crate::pixels::interpolation::Filter;
-use crate::pixels::pil_warp;
-use crate::pixels::tone;
-use crate::shared::Size2;
+use crate::affine;
+use crate::op_args::{Args, OpError};
+use crate::color;
+use crate::interpolation::Filter;
+use crate::pil_warp;
+use crate::tone;
+use crate::rgb::Size2;
 
 /// One policy as configured.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -40,7 +40,7 @@ pub enum Warp {
 
 /// An op of the policies' spaces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Op {
+pub enum Op {
     Identity,
     ShearX,
     ShearY,
@@ -60,9 +60,9 @@ pub(crate) enum Op {
 
 /// One sample's ops with their (signed) magnitudes, in order.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct AutoDraw {
-    pub(crate) ops: Vec<(Op, f64)>,
-    pub(crate) warp: Warp,
+pub struct AutoDraw {
+    pub ops: Vec<(Op, f64)>,
+    pub warp: Warp,
 }
 
 /// The ops of RandAugment's and TrivialAugmentWide's spaces, in torchvision's order.
@@ -156,7 +156,7 @@ const IMAGENET: [[(Op, f64, u32); 2]; 25] = {
 };
 
 impl AutoAugment {
-    pub(crate) fn name(&self) -> &'static str {
+    pub fn name(&self) -> &'static str {
         match self {
             AutoAugment::TrivialAugmentWide { .. } => "trivial_augment_wide",
             AutoAugment::RandAugment { .. } => "rand_augment",
@@ -165,7 +165,7 @@ impl AutoAugment {
     }
 
     /// Parses a policy by its name, with its warp; `None` for another name.
-    pub(crate) fn from_args(name: &str, args: &Args<'_>) -> Result<Option<(AutoAugment, Warp)>, OpError> {
+    pub fn from_args(name: &str, args: &Args<'_>) -> Result<Option<(AutoAugment, Warp)>, OpError> {
         let whole = |key: &str, default: u32, lo: u32, hi: u32| -> Result<u32, OpError> {
             match args.get(key) {
                 None => Ok(default),
@@ -219,7 +219,7 @@ impl AutoAugment {
         Ok(Some((policy, warp)))
     }
 
-    pub(crate) fn args(&self, warp: Warp, out: &mut BTreeMap<&str, serde_json::Value>) {
+    pub fn args(&self, warp: Warp, out: &mut BTreeMap<&str, serde_json::Value>) {
         use serde_json::json;
         if warp == Warp::Bilinear {
             out.insert("interpolation", json!("bilinear"));
@@ -240,7 +240,7 @@ impl AutoAugment {
     }
 
     /// torchvision's `forward` draws for an image of `size`, to be warped by `warp`.
-    pub(crate) fn draw(&self, warp: Warp, size: Size2, rng: &mut impl Rng) -> AutoDraw {
+    pub fn draw(&self, warp: Warp, size: Size2, rng: &mut impl Rng) -> AutoDraw {
         let signed = |rng: &mut dyn rand::RngCore, (m, signed): (f64, bool)| {
             if signed && rng.gen::<f64>() <= 0.5 {
                 -m
@@ -308,7 +308,7 @@ impl AutoDraw {
     }
 
     /// torchvision's `_apply_image_or_video_transform` for each op, on packed RGB `pixels`.
-    pub(crate) fn apply(&self, pixels: &mut [u8], size: Size2) {
+    pub fn apply(&self, pixels: &mut [u8], size: Size2) {
         for &(op, m) in &self.ops {
             let factor = (1.0 + m) as f32;
             match op {
@@ -335,7 +335,7 @@ impl AutoDraw {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shared::draw_rng;
+    use crate::draw::draw_rng;
 
     #[test]
     fn magnitude_tables_are_torchvisions() {

@@ -14,7 +14,7 @@ use std::io::{self, Read};
 use std::sync::Arc;
 
 use turbojpeg_sys as tj;
-use crate::shared::Rgb;
+use crate::rgb::Rgb;
 
 /// Why a JPEG could not be probed or decoded. Every one is `EIO` to a reader: the sample is
 /// damaged or unsupported, not missing.
@@ -44,7 +44,7 @@ pub enum JpegError {
     CutShort,
 }
 
-impl crate::error::ToErrno for JpegError {
+impl prepfs_base::errno::ToErrno for JpegError {
     fn to_errno(&self) -> libc::c_int {
         libc::EIO
     }
@@ -55,10 +55,10 @@ impl crate::error::ToErrno for JpegError {
 pub struct JpegInfo {
     pub width: u32,
     pub height: u32,
-    pub(crate) components: u8,
-    pub(crate) progressive: bool,
+    pub components: u8,
+    pub progressive: bool,
     /// An Adobe APP14 segment: CMYK data in it is stored inverted.
-    pub(crate) adobe: bool,
+    pub adobe: bool,
 }
 
 /// Walks a JPEG's marker segments from SOI, the one place their framing is read (fill bytes
@@ -161,7 +161,7 @@ impl Scale {
     pub const ALL: [Scale; 4] = [Scale::One, Scale::Half, Scale::Quarter, Scale::Eighth];
 
     /// The denominator: 1, 2, 4 or 8.
-    pub(crate) fn denom(self) -> u32 {
+    pub fn denom(self) -> u32 {
         match self {
             Scale::One => 1,
             Scale::Half => 2,
@@ -242,15 +242,15 @@ pub fn decode(data: &[u8], scale: Scale, region: Option<Region>) -> Result<Decod
 /// Where [`decode_into`] put the pixels: packed RGB rows, `width * height * 3` bytes at the
 /// start of the buffer, the region's place in the scaled image at `origin`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct DecodedPart {
-    pub(crate) width: u32,
-    pub(crate) height: u32,
-    pub(crate) origin: (u32, u32),
+pub struct DecodedPart {
+    pub width: u32,
+    pub height: u32,
+    pub origin: (u32, u32),
 }
 
 impl DecodedPart {
     /// Bytes of RGB pixels at the start of the buffer.
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.width as usize * self.height as usize * 3
     }
 
@@ -259,7 +259,7 @@ impl DecodedPart {
 /// [`decode`] into `buf`, a buffer the caller reuses: it is grown when too small (never shrunk,
 /// never cleared), so a thread decoding one image after another allocates and zeroes nothing
 /// once it has met its largest region. The pixels are the first [`DecodedPart::len`] bytes.
-pub(crate) fn decode_into(data: &[u8], scale: Scale, region: Option<Region>, buf: &mut Vec<u8>) -> Result<DecodedPart, JpegError> {
+pub fn decode_into(data: &[u8], scale: Scale, region: Option<Region>, buf: &mut Vec<u8>) -> Result<DecodedPart, JpegError> {
     HANDLE.with(|cell| {
         let mut slot = cell.borrow_mut();
         let handle = match slot.as_ref() {
@@ -425,17 +425,6 @@ fn cmyk_to_rgb(cmyk: &[u8], adobe_inverted: bool) -> Vec<u8> {
     buf
 }
 
-/// Test helper: RGB `pixels` (rows packed) compressed at quality 90, as the tests' JPEGs.
-#[cfg(test)]
-pub(crate) fn compress_rgb(pixels: &[u8], width: usize, height: usize, subsamp: turbojpeg::Subsamp, progressive: bool) -> Vec<u8> {
-    let image = turbojpeg::Image { pixels, width, pitch: width * 3, height, format: turbojpeg::PixelFormat::RGB };
-    let mut c = turbojpeg::Compressor::new().expect("compressor");
-    c.set_quality(90).expect("quality");
-    c.set_subsamp(subsamp).expect("subsamp");
-    c.set_progressive(progressive).expect("progressive");
-    c.compress_to_owned(image).expect("compress").to_vec()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -450,7 +439,7 @@ mod tests {
                 pixels[i + 2] = ((x + y) % 256) as u8;
             }
         }
-        compress_rgb(&pixels, width, height, subsamp, progressive)
+        crate::synthetic::compress_rgb(&pixels, width, height, subsamp, progressive)
     }
 
     #[test]
@@ -532,7 +521,7 @@ mod tests {
 
     #[test]
     fn a_file_cut_short_below_the_crop_is_refused_like_a_full_decode_of_it() {
-        let jpeg = crate::pixels::pipeline::tests::photo_jpeg(600, 400, turbojpeg::Subsamp::Sub2x2);
+        let jpeg = crate::synthetic::photo_jpeg(600, 400, turbojpeg::Subsamp::Sub2x2);
         let top = Some(Region { x: 0, y: 0, width: 300, height: 40 });
         decode(&jpeg, Scale::One, top).expect("whole file");
         let cut = &jpeg[..jpeg.len() * 6 / 10];

@@ -107,7 +107,7 @@ pub(super) mod tests {
 
     use super::*;
 
-    pub(in crate::served) fn read_back(mut f: &File) -> Vec<u8> {
+    pub(crate) fn read_back(mut f: &File) -> Vec<u8> {
         f.seek(SeekFrom::Start(0)).unwrap();
         let mut back = Vec::new();
         f.read_to_end(&mut back).unwrap();

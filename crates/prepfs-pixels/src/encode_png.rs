@@ -6,7 +6,7 @@
 //! PPM, such as `torchvision.io.decode_image`, not to save space). [`write`] fills exactly
 //! [`len`] bytes.
 
-use crate::shared::Size2;
+use crate::rgb::Size2;
 
 const SIGNATURE: &[u8; 8] = b"\x89PNG\r\n\x1a\n";
 /// A stored deflate block holds at most this many bytes.
@@ -29,7 +29,7 @@ fn zlib_len(size: Size2) -> usize {
 }
 
 /// The exact size of the PNG of an image of `size` pixels.
-pub(crate) fn len(size: Size2) -> u64 {
+pub fn len(size: Size2) -> u64 {
     len_split(size, IDAT_MAX)
 }
 
@@ -41,7 +41,7 @@ fn len_split(size: Size2, idat_max: usize) -> u64 {
 }
 
 /// Writes the PNG of packed RGB `pixels` (`size`) into `out`, exactly [`len`] bytes.
-pub(crate) fn write(pixels: &[u8], size: Size2, out: &mut [u8]) {
+pub fn write(pixels: &[u8], size: Size2, out: &mut [u8]) {
     write_split(pixels, size, out, IDAT_MAX);
 }
 

@@ -18,7 +18,7 @@ pub enum Interpolation {
 
 /// The filter one sample is resampled with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) enum Filter {
+pub enum Filter {
     #[default]
     Bilinear,
     Bicubic,
@@ -26,7 +26,7 @@ pub(crate) enum Filter {
 
 impl Interpolation {
     /// The configuration's name of it.
-    pub(crate) fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Interpolation::Bilinear => "bilinear",
             Interpolation::Bicubic => "bicubic",
@@ -35,7 +35,7 @@ impl Interpolation {
     }
 
     /// Reads a configured name; `None` for a name prepfs does not resample with.
-    pub(crate) fn parse(name: &str) -> Option<Interpolation> {
+    pub fn parse(name: &str) -> Option<Interpolation> {
         match name {
             "bilinear" => Some(Interpolation::Bilinear),
             "bicubic" => Some(Interpolation::Bicubic),
@@ -46,7 +46,7 @@ impl Interpolation {
 
     /// This sample's filter: `random` draws one (timm's `random.choice`), the others are fixed
     /// and draw nothing.
-    pub(crate) fn draw(self, rng: &mut impl Rng) -> Filter {
+    pub fn draw(self, rng: &mut impl Rng) -> Filter {
         match self {
             Interpolation::Bilinear => Filter::Bilinear,
             Interpolation::Bicubic => Filter::Bicubic,
@@ -65,7 +65,7 @@ impl Filter {
     /// The resampler's convolution: Pillow's (and torchvision's antialiased) bilinear, and
     /// bicubic with a = -0.5 (Catmull-Rom), the kernel of Pillow and of torch's antialiased
     /// bicubic.
-    pub(crate) fn filter_type(self) -> FilterType {
+    pub fn filter_type(self) -> FilterType {
         match self {
             Filter::Bilinear => FilterType::Bilinear,
             Filter::Bicubic => FilterType::CatmullRom,
@@ -76,7 +76,7 @@ impl Filter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shared::draw_rng;
+    use crate::draw::draw_rng;
 
     #[test]
     fn random_interpolation_picks_bilinear_and_bicubic_about_equally() {

@@ -15,16 +15,16 @@ use std::collections::BTreeMap;
 use rand::Rng;
 use serde_norway::Value;
 
-use crate::pixels::augment::{Args, AugmentOp, OpError, PixelDraw};
-use crate::pixels::autoaugment::{AutoAugment, AutoDraw, Warp};
-use crate::pixels::blur::{self, GaussianBlur};
-use crate::pixels::color::{self, ColorJitter, JitterDraw};
-use crate::pixels::erasing::{EraseValue, RandomErasing};
-use crate::pixels::timm_rand::{TimmDraw, TimmRandAugment};
-use crate::shared::Size2;
+use crate::op_args::{Args, OpError};
+use crate::autoaugment::{AutoAugment, AutoDraw, Warp};
+use crate::blur::{self, GaussianBlur};
+use crate::color::{self, ColorJitter, JitterDraw};
+use crate::erasing::{Erase, EraseValue, RandomErasing};
+use crate::timm_rand::{TimmDraw, TimmRandAugment};
+use crate::rgb::Size2;
 
 /// The pixel ops' names in configs.
-pub(crate) const NAMES: [&str; 7] = [
+pub const NAMES: [&str; 7] = [
     "color_jitter",
     "random_grayscale",
     "gaussian_blur",
@@ -53,7 +53,7 @@ pub enum PixelOp {
 
 /// One pixel op as drawn for one sample.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum PixelStep {
+pub enum PixelStep {
     Jitter(JitterDraw),
     Grayscale,
     Blur { kernel: (u32, u32), sigma: f32 },
@@ -62,7 +62,7 @@ pub(crate) enum PixelStep {
 }
 
 impl PixelOp {
-    pub(crate) fn name(&self) -> &'static str {
+    pub fn name(&self) -> &'static str {
         match self {
             PixelOp::ColorJitter(_) => "color_jitter",
             PixelOp::RandomGrayscale { .. } => "random_grayscale",
@@ -74,7 +74,7 @@ impl PixelOp {
     }
 
     /// Parses the op `name` from its arguments; `None` for a name that is no pixel op.
-    pub(crate) fn from_args(name: &str, args: &Args<'_>) -> Result<Option<PixelOp>, OpError> {
+    pub fn from_args(name: &str, args: &Args<'_>) -> Result<Option<PixelOp>, OpError> {
         let op = match name {
             "color_jitter" => {
                 args.only(&["brightness", "contrast", "saturation", "hue"])?;
@@ -99,7 +99,7 @@ impl PixelOp {
                     }
                     _ => args.range("sigma", (0.1, 2.0))?,
                 };
-                if !(sigma.0 > 0.0) {
+                if sigma.0.is_nan() || sigma.0 <= 0.0 {
                     return Err(args.bad("sigma", "be positive"));
                 }
                 PixelOp::GaussianBlur(GaussianBlur { kernel, sigma })
@@ -140,7 +140,7 @@ impl PixelOp {
     }
 
     /// The arguments as the configuration's summary writes them.
-    pub(crate) fn args(&self, out: &mut BTreeMap<&str, serde_json::Value>) {
+    pub fn args(&self, out: &mut BTreeMap<&str, serde_json::Value>) {
         use serde_json::json;
         match self {
             PixelOp::ColorJitter(j) => {
@@ -172,7 +172,7 @@ impl PixelOp {
     }
 
     /// This sample's draw for an image of `size`.
-    pub(crate) fn draw(&self, size: Size2, rng: &mut impl Rng) -> PixelDraw {
+    pub fn draw(&self, size: Size2, rng: &mut impl Rng) -> PixelDraw {
         match self {
             PixelOp::ColorJitter(j) => PixelDraw::Step(PixelStep::Jitter(j.draw(rng))),
             PixelOp::RandomGrayscale { p } => {
@@ -194,7 +194,7 @@ impl PixelOp {
 }
 
 /// Applies the drawn steps in order to packed RGB `pixels` of `size`.
-pub(crate) fn apply(steps: &[PixelStep], size: Size2, pixels: &mut [u8]) {
+pub fn apply(steps: &[PixelStep], size: Size2, pixels: &mut [u8]) {
     for step in steps {
         match step {
             PixelStep::Jitter(j) => j.apply(pixels),
@@ -208,27 +208,14 @@ pub(crate) fn apply(steps: &[PixelStep], size: Size2, pixels: &mut [u8]) {
     }
 }
 
-/// Refuses a pixel op before a geometric op, and anything after `random_erasing` but a flip;
-/// the error is the op's index and why.
-pub(crate) fn check_order(ops: &[AugmentOp]) -> Result<(), (usize, OpError)> {
-    let geometry = |op: &AugmentOp| {
-        matches!(op, AugmentOp::RandomResizedCrop { .. } | AugmentOp::Resize { .. } | AugmentOp::CenterCrop { .. })
-    };
-    for (i, op) in ops.iter().enumerate() {
-        let AugmentOp::Pixel(pixel) = op else { continue };
-        let later = &ops[i + 1..];
-        if later.iter().any(geometry) {
-            let why = "goes after the geometry (random_resized_crop, resize, center_crop): prepfs runs it on the \
-                       output's pixels, where torchvision's recipes place it";
-            return Err((i, OpError::Placement { op: pixel.name().to_string(), why }));
-        }
-        let erasing = matches!(pixel, PixelOp::RandomErasing(_));
-        if erasing && later.iter().any(|o| !matches!(o, AugmentOp::RandomHorizontalFlip { .. })) {
-            let why = "comes last (after normalize), where torchvision places it";
-            return Err((i, OpError::Placement { op: pixel.name().to_string(), why }));
-        }
-    }
-    Ok(())
+/// What a pixel op's draw comes to for one sample.
+pub enum PixelDraw {
+    /// An op on the pixels, in the pipeline's order.
+    Step(PixelStep),
+    /// `random_erasing`'s rectangle.
+    Erase(Erase),
+    /// Nothing this time (a random op not drawn).
+    Nothing,
 }
 
 /// torchvision's `_check_input`: a number `v` is [center - v, center + v] (the low end clipped at
@@ -258,7 +245,7 @@ fn jitter_range(args: &Args<'_>, key: &str, center: f64, bound: (f64, f64)) -> R
 }
 
 /// `p`, in [0, 1], `default` when absent.
-pub(crate) fn probability(args: &Args<'_>, default: f64) -> Result<f64, OpError> {
+pub fn probability(args: &Args<'_>, default: f64) -> Result<f64, OpError> {
     let p = args.float("p")?.unwrap_or(default);
     if !(0.0..=1.0).contains(&p) {
         return Err(args.bad("p", format!("lie in [0, 1], got {p}")));
@@ -282,7 +269,8 @@ fn kernel_size(args: &Args<'_>) -> Result<(u32, u32), OpError> {
 mod tests {
     use super::*;
 
-    use crate::pixels::augment::tests::parse_one as parse;
+    use crate::augment::tests::parse_one as parse;
+    use crate::augment::{check_order, AugmentOp};
 
     #[test]
     fn color_jitter_reads_torchvisions_ranges() {
@@ -345,11 +333,11 @@ mod tests {
 
     #[test]
     fn resize_then_random_resized_crop_serves_torchvisions_two_resamples() {
-        use crate::pixels::augment::{plan_sample, ResizeTo};
-        use crate::pixels::interpolation::{Filter, Interpolation};
-        use crate::pixels::pipeline::{self, RgbRef};
-        use crate::shared::draw_rng;
-        let jpeg = pipeline::tests::photo_jpeg(512, 384, turbojpeg::Subsamp::None);
+        use crate::augment::{plan_sample, ResizeTo};
+        use crate::interpolation::{Filter, Interpolation};
+        use crate::pipeline::{self, RgbRef};
+        use crate::draw::draw_rng;
+        let jpeg = crate::synthetic::photo_jpeg(512, 384, turbojpeg::Subsamp::None);
         let ops = vec![
             AugmentOp::Resize { to: ResizeTo::ShorterSide(64), interpolation: Interpolation::Bilinear },
             AugmentOp::RandomResizedCrop {
@@ -365,13 +353,13 @@ mod tests {
             let served = pipeline::augment(&jpeg, &plan, 1 << 30).expect("served");
             // torchvision: the whole image resized, then the crop of that resized.
             let mut small = vec![0u8; 85 * 64 * 3];
-            let whole = crate::pixels::augment::Rect::whole(Size2::new(512, 384));
+            let whole = crate::augment::Rect::whole(Size2::new(512, 384));
             pipeline::resample_into(RgbRef::of(&full), (0, 0), whole, Size2::new(85, 64), Filter::Bilinear, &mut small).expect("resize");
             let mut crop = vec![0u8; 48 * 48 * 3];
             let stage = plan.then[0];
             let small = RgbRef { width: 85, height: 64, pixels: &small };
             pipeline::resample_into(small, (0, 0), stage.crop, stage.out, stage.filter, &mut crop).expect("crop");
-            let reference = crate::shared::Rgb { width: 48, height: 48, pixels: crop };
+            let reference = crate::rgb::Rgb { width: 48, height: 48, pixels: crop };
             let diff = pipeline::mean_abs_diff(&served, &reference);
             assert!(diff <= pipeline::FAST_PATH_TOLERANCE, "draw {sample}: {diff}");
         }
@@ -379,12 +367,12 @@ mod tests {
 
     #[test]
     fn erasing_on_float32_output_writes_the_value_after_normalising() {
-        use crate::config::{Dtype, Format, OutputConfig};
-        use crate::pixels::augment::plan_sample;
-        use crate::pixels::output::Dest;
-        use crate::pixels::pipeline;
-        use crate::shared::draw_rng;
-        let jpeg = pipeline::tests::photo_jpeg(200, 150, turbojpeg::Subsamp::None);
+        use crate::output_config::{Dtype, Format, OutputConfig};
+        use crate::augment::plan_sample;
+        use crate::output::Dest;
+        use crate::pipeline;
+        use crate::draw::draw_rng;
+        let jpeg = crate::synthetic::photo_jpeg(200, 150, turbojpeg::Subsamp::None);
         let list: Vec<BTreeMap<String, Value>> =
             serde_norway::from_str("- center_crop: {size: 64}\n- random_erasing: {p: 1.0, value: 0}").expect("yaml");
         let ops: Vec<AugmentOp> = list.iter().map(|e| AugmentOp::from_yaml(e).expect("op")).collect();

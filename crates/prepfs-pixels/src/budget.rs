@@ -22,10 +22,10 @@ use prepfs_base::human::human_bytes;
 use prepfs_base::sync::{Condvar, CondvarExt, LockExt, Mutex};
 
 /// How long work waits for room before it is refused.
-pub(crate) const WORK_WAIT: Duration = Duration::from_secs(10);
+pub const WORK_WAIT: Duration = Duration::from_secs(10);
 
 /// See the module documentation.
-pub(crate) struct WorkBudget {
+pub struct WorkBudget {
     max: u64,
     wait: Duration,
     held: AtomicU64,
@@ -37,11 +37,11 @@ pub(crate) struct WorkBudget {
 
 /// What one piece of pixel work holds at its peak, in parts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct WorkSize {
+pub struct WorkSize {
     /// The image's pixels as decoded (0: it is decoded already and held elsewhere).
-    pub(crate) decode: u64,
+    pub decode: u64,
     /// The output's pixels and its served bytes.
-    pub(crate) output: u64,
+    pub output: u64,
 }
 
 impl WorkSize {
@@ -51,7 +51,7 @@ impl WorkSize {
 }
 
 /// Bytes reserved by one piece of work; given back when dropped.
-pub(crate) struct WorkLease<'a> {
+pub struct WorkLease<'a> {
     budget: &'a WorkBudget,
     bytes: u64,
 }
@@ -78,22 +78,22 @@ pub enum WorkRefused {
 
 impl WorkBudget {
     /// A budget of `max` bytes; work past it waits up to `wait`.
-    pub(crate) fn new(max: u64, wait: Duration) -> WorkBudget {
+    pub fn new(max: u64, wait: Duration) -> WorkBudget {
         WorkBudget { max, wait, held: AtomicU64::new(0), waiting: AtomicUsize::new(0), lock: Mutex::new(()), freed: Condvar::new() }
     }
 
     /// The budget's size.
-    pub(crate) fn max(&self) -> u64 {
+    pub fn max(&self) -> u64 {
         self.max
     }
 
     /// Bytes reserved now.
-    pub(crate) fn held(&self) -> u64 {
+    pub fn held(&self) -> u64 {
         self.held.load(Ordering::Relaxed)
     }
 
     /// Reserves `size` for one piece of work (see the module documentation).
-    pub(crate) fn reserve(&self, size: WorkSize) -> Result<WorkLease<'_>, WorkRefused> {
+    pub fn reserve(&self, size: WorkSize) -> Result<WorkLease<'_>, WorkRefused> {
         for (what, part) in [("the decode of one image", size.decode), ("one output", size.output)] {
             if part > self.max {
                 return Err(WorkRefused::TooLarge { what, need: part, max: self.max });

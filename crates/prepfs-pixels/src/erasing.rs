@@ -9,21 +9,22 @@
 
 use rand::Rng;
 
-use crate::pixels::normal::standard_normal;
-use crate::shared::{draw_rng, Size2};
+use crate::normal::standard_normal;
+use crate::draw::draw_rng;
+use crate::rgb::Size2;
 
 /// `random_erasing`'s arguments.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RandomErasing {
-    pub(crate) p: f64,
-    pub(crate) scale: (f64, f64),
-    pub(crate) ratio: (f64, f64),
-    pub(crate) value: EraseValue,
+    pub p: f64,
+    pub scale: (f64, f64),
+    pub ratio: (f64, f64),
+    pub value: EraseValue,
 }
 
 /// What the rectangle is filled with.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum EraseValue {
+pub enum EraseValue {
     /// Per channel (one number is all three).
     Fixed([f32; 3]),
     /// `value: random`: N(0, 1) per value.
@@ -32,18 +33,18 @@ pub(crate) enum EraseValue {
 
 /// One sample's erased rectangle, in output pixels, and its fill.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Erase {
-    pub(crate) top: u32,
-    pub(crate) left: u32,
-    pub(crate) height: u32,
-    pub(crate) width: u32,
-    pub(crate) fill: EraseFill,
+pub struct Erase {
+    pub top: u32,
+    pub left: u32,
+    pub height: u32,
+    pub width: u32,
+    pub fill: EraseFill,
 }
 
 /// The drawn fill: fixed values, or the seed of the sample's noise (drawn with the rectangle,
 /// so a sample's draw stays a pure function of its seed).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum EraseFill {
+pub enum EraseFill {
     Value([f32; 3]),
     Noise(u64),
 }
@@ -52,7 +53,7 @@ impl RandomErasing {
     /// torchvision's `RandomErasing`: applied when `rand < p`; then `get_params`' ten tries (an
     /// area uniform in `scale`, a log-uniform aspect ratio, rounded sides strictly inside the
     /// image, a uniform position); `None` when not applied or no try fits.
-    pub(crate) fn draw(&self, size: Size2, rng: &mut impl Rng) -> Option<Erase> {
+    pub fn draw(&self, size: Size2, rng: &mut impl Rng) -> Option<Erase> {
         if rng.gen::<f64>() >= self.p {
             return None;
         }
@@ -98,7 +99,7 @@ impl Erase {
 
     /// Fills the rectangle of packed RGB uint8 `pixels` (`width` wide): a fixed value clamped
     /// to 0-255 and rounded; noise as torchvision's float-to-uint8 assignment casts it.
-    pub(crate) fn apply_u8(&self, pixels: &mut [u8], width: u32) {
+    pub fn apply_u8(&self, pixels: &mut [u8], width: u32) {
         let mut values = self.values();
         let random = matches!(self.fill, EraseFill::Noise(_));
         for c in 0..3 {
@@ -113,7 +114,7 @@ impl Erase {
     }
 
     /// Fills the rectangle of channels-first float32 little-endian `body` (`size`).
-    pub(crate) fn apply_f32(&self, body: &mut [u8], size: Size2) {
+    pub fn apply_f32(&self, body: &mut [u8], size: Size2) {
         let plane = size.area() as usize * 4;
         let mut values = self.values();
         for (c, out) in body.chunks_exact_mut(plane).enumerate().take(3) {
@@ -130,7 +131,7 @@ impl Erase {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shared::draw_rng;
+    use crate::draw::draw_rng;
 
     fn erasing(p: f64) -> RandomErasing {
         RandomErasing { p, scale: (0.02, 0.33), ratio: (0.3, 3.3), value: EraseValue::Fixed([0.0; 3]) }

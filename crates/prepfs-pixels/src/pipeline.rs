@@ -21,15 +21,16 @@ use std::sync::Arc;
 use fast_image_resize::images::{Image, ImageRef};
 use fast_image_resize::{PixelType, ResizeAlg, ResizeOptions, Resizer};
 
-use crate::config::OutputConfig;
+use crate::output_config::OutputConfig;
 use prepfs_base::errno::ToErrno;
-use crate::pixels::augment::{Rect, SamplePlan};
-use crate::pixels::interpolation::Filter;
-use crate::pixels::pixel_ops;
-use crate::pixels::jpeg::{self, JpegError, Region, Scale};
-use crate::pixels::output::{self, Dest};
+use crate::augment::{plan_sample, AugmentOp, Rect, SamplePlan};
+use crate::interpolation::Filter;
+use crate::pixel_ops;
+use crate::jpeg::{self, JpegError, Region, Scale};
+use crate::output::{self, Dest};
 use crate::served::ServedBytes;
-use crate::shared::{Rgb, Size2};
+use crate::rgb::Rgb;
+use crate::rgb::Size2;
 
 /// Why a sample's bytes could not be turned into pixels. Every one is `EIO` to a reader (the
 /// sample is damaged, unsupported or too big, not missing); the messages are the log line's.
@@ -56,7 +57,7 @@ pub enum PixelError {
     /// The bound on pixel work in flight refused the work (`ENOMEM`): the sample is not at
     /// fault, and the producer does not mark it bad.
     #[error(transparent)]
-    Refused(#[from] crate::pixels::budget::WorkRefused),
+    Refused(#[from] crate::budget::WorkRefused),
     /// The resampler refused the image buffer.
     #[error("resample: {0}")]
     ResampleBuffer(#[from] fast_image_resize::ImageBufferError),
@@ -65,7 +66,7 @@ pub enum PixelError {
     Resample(#[from] fast_image_resize::ResizeError),
     /// The output format's encoder could not make the file (`format: jpeg`).
     #[error(transparent)]
-    Encode(#[from] crate::pixels::encode_jpeg::EncodeError),
+    Encode(#[from] crate::encode_jpeg::EncodeError),
 }
 
 impl ToErrno for PixelError {
@@ -93,16 +94,52 @@ impl From<io::Error> for PixelError {
 /// The DCT may shrink the crop only while the shrunk crop keeps at least this many times the
 /// output's pixels per side: the resample that follows stays a downscale, and the result
 /// stays within [`FAST_PATH_TOLERANCE`] of the straightforward path.
-pub(crate) const DCT_SCALE_MARGIN: f64 = 1.0;
+pub const DCT_SCALE_MARGIN: f64 = 1.0;
+
+/// A fresh augmentation of encoded bytes with the draws of `rng`, as served: the cold
+/// `augmented/` miss's pixel work from source bytes to the bytes a reader gets (the header
+/// probed here unless `size` says it was).
+/// prepfs-core's `PixelWork::decode_augment` times it; `profile` runs it too.
+pub fn draw_augment_served(
+    bytes: &[u8],
+    size: Option<Size2>,
+    ops: &[AugmentOp],
+    rng: &mut impl rand::Rng,
+    max_pixels: u64,
+    out: &OutputConfig,
+    dest: Dest<'_>,
+) -> Result<ServedBytes, PixelError> {
+    let size = match size {
+        Some(size) => size,
+        None => probe_size(std::io::Cursor::new(bytes))?,
+    };
+    check_pixels(size, max_pixels)?;
+    let plan = plan_sample(ops, size, rng);
+    augment_served(bytes, &plan, max_pixels, out, dest)
+}
+
+/// A fresh augmentation of full pixels with the draws of `rng`, as served: a decoded-cache hit's
+/// (or a miss that kept pixels) pixel work. prepfs-core's `PixelWork::augment_pixels` times it;
+/// `profile` runs it too.
+pub fn draw_augment_pixels_served(
+    pixels: &Rgb,
+    ops: &[AugmentOp],
+    rng: &mut impl rand::Rng,
+    out: &OutputConfig,
+    dest: Dest<'_>,
+) -> Result<ServedBytes, PixelError> {
+    let plan = plan_sample(ops, Size2::new(pixels.width, pixels.height), rng);
+    augment_pixels_served(pixels, &plan, out, dest)
+}
 
 /// The mean absolute difference per channel (8-bit values) that the fast path may add against
 /// [`augment_reference`]; tests hold it.
 #[cfg(test)]
-pub(crate) const FAST_PATH_TOLERANCE: f64 = 3.0;
+pub const FAST_PATH_TOLERANCE: f64 = 3.0;
 
 /// What a sample's bytes are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Codec {
+pub enum Codec {
     Jpeg,
     /// PNG, BMP, GIF, WebP, TIFF: decoded by `image`.
     Other,
@@ -110,7 +147,7 @@ pub(crate) enum Codec {
 
 impl Codec {
     /// Sniffs the codec from the first bytes, whatever the file name says.
-    pub(crate) fn sniff(bytes: &[u8]) -> Codec {
+    pub fn sniff(bytes: &[u8]) -> Codec {
         if bytes.starts_with(&[0xFF, 0xD8]) {
             Codec::Jpeg
         } else {
@@ -137,7 +174,7 @@ pub fn probe_size(mut reader: impl BufRead + Seek) -> Result<Size2, PixelError> 
 }
 
 /// Refuses a header that claims too many pixels, before any pixel memory is allocated.
-pub(crate) fn check_pixels(size: Size2, max_pixels: u64) -> Result<(), PixelError> {
+pub fn check_pixels(size: Size2, max_pixels: u64) -> Result<(), PixelError> {
     if size.area() > max_pixels {
         return Err(PixelError::TooManyPixels { size, max_pixels });
     }
@@ -156,7 +193,7 @@ pub fn decode_full(bytes: &[u8], max_pixels: u64) -> Result<Rgb, PixelError> {
     }
 }
 
-pub(crate) fn decode_other(bytes: &[u8], max_pixels: u64) -> Result<Rgb, PixelError> {
+pub fn decode_other(bytes: &[u8], max_pixels: u64) -> Result<Rgb, PixelError> {
     let size = probe_size(Cursor::new(bytes))?;
     check_pixels(size, max_pixels)?;
     let mut reader = image::ImageReader::new(Cursor::new(bytes)).with_guessed_format()?;
@@ -173,7 +210,7 @@ pub(crate) fn decode_other(bytes: &[u8], max_pixels: u64) -> Result<Rgb, PixelEr
 /// The augmented pixels of one sample for `plan`, by the fast path (the tests' view of it; the
 /// mount serves [`augment_served`]).
 #[cfg(test)]
-pub(crate) fn augment(bytes: &[u8], plan: &SamplePlan, max_pixels: u64) -> Result<Rgb, PixelError> {
+pub fn augment(bytes: &[u8], plan: &SamplePlan, max_pixels: u64) -> Result<Rgb, PixelError> {
     let size = plan.size();
     let mut pixels = vec![0u8; size.area() as usize * 3];
     augment_into(bytes, plan, max_pixels, &mut pixels)?;
@@ -183,7 +220,7 @@ pub(crate) fn augment(bytes: &[u8], plan: &SamplePlan, max_pixels: u64) -> Resul
 /// The served bytes (header and pixels, in `output`'s format) of one sample for `plan`, by the
 /// fast path: the region is decoded into this thread's scratch buffer and resampled straight
 /// into the buffer a reader is served from; nothing else is allocated or copied.
-pub(crate) fn augment_served(
+pub fn augment_served(
     bytes: &[u8],
     plan: &SamplePlan,
     max_pixels: u64,
@@ -195,7 +232,7 @@ pub(crate) fn augment_served(
 
 /// [`augment`] into `dst`: the plan's output size, packed RGB rows (the erasing is the
 /// output's).
-pub(crate) fn augment_into(bytes: &[u8], plan: &SamplePlan, max_pixels: u64, dst: &mut [u8]) -> Result<(), PixelError> {
+pub fn augment_into(bytes: &[u8], plan: &SamplePlan, max_pixels: u64, dst: &mut [u8]) -> Result<(), PixelError> {
     match Codec::sniff(bytes) {
         Codec::Jpeg => {
             let cut = jpeg_cut_of(bytes, plan, max_pixels)?;
@@ -216,7 +253,7 @@ pub(crate) fn augment_into(bytes: &[u8], plan: &SamplePlan, max_pixels: u64, dst
 
 /// The plan's resamples: `crop` of `image` (at `origin`) to the first output, then each further
 /// resample of the previous one's output; the last into `dst`.
-pub(crate) fn resample_stages(image: RgbRef<'_>, origin: (u32, u32), crop: Rect, plan: &SamplePlan, dst: &mut [u8]) -> Result<(), PixelError> {
+pub fn resample_stages(image: RgbRef<'_>, origin: (u32, u32), crop: Rect, plan: &SamplePlan, dst: &mut [u8]) -> Result<(), PixelError> {
     let Some((last, between)) = plan.then.split_last() else {
         return resample_into(image, origin, crop, plan.out, plan.filter, dst);
     };
@@ -232,7 +269,7 @@ pub(crate) fn resample_stages(image: RgbRef<'_>, origin: (u32, u32), crop: Rect,
 }
 
 /// What follows the resamples on the output's pixels: the mirror, then the pixel ops.
-pub(crate) fn after_resample(plan: &SamplePlan, dst: &mut [u8]) {
+pub fn after_resample(plan: &SamplePlan, dst: &mut [u8]) {
     let size = plan.size();
     if plan.flip {
         mirror_rows(dst, size.width as usize);
@@ -243,12 +280,12 @@ pub(crate) fn after_resample(plan: &SamplePlan, dst: &mut [u8]) {
 /// Augments already-decoded full-resolution pixels (a decoded-cache hit): crop, resize, mirror
 /// (the tests' view; the mount serves [`augment_pixels_served`]).
 #[cfg(test)]
-pub(crate) fn augment_pixels(full: &Rgb, plan: &SamplePlan) -> Result<Rgb, PixelError> {
+pub fn augment_pixels(full: &Rgb, plan: &SamplePlan) -> Result<Rgb, PixelError> {
     finish(full, (0, 0), plan.crop, plan)
 }
 
 /// [`augment_pixels`] as served bytes, resampled straight into the served buffer.
-pub(crate) fn augment_pixels_served(full: &Rgb, plan: &SamplePlan, output: &OutputConfig, dest: Dest<'_>) -> Result<ServedBytes, PixelError> {
+pub fn augment_pixels_served(full: &Rgb, plan: &SamplePlan, output: &OutputConfig, dest: Dest<'_>) -> Result<ServedBytes, PixelError> {
     output::served_erased(output, plan.size(), dest, plan.erase.as_ref(), |dst| {
         resample_stages(RgbRef::of(full), (0, 0), plan.crop, plan, dst)?;
         after_resample(plan, dst);
@@ -258,13 +295,13 @@ pub(crate) fn augment_pixels_served(full: &Rgb, plan: &SamplePlan, output: &Outp
 
 /// The straightforward path: decode everything at full size, then crop and resize.
 #[cfg(test)]
-pub(crate) fn augment_reference(bytes: &[u8], plan: &SamplePlan, max_pixels: u64) -> Result<Rgb, PixelError> {
+pub fn augment_reference(bytes: &[u8], plan: &SamplePlan, max_pixels: u64) -> Result<Rgb, PixelError> {
     let full = decode_full(bytes, max_pixels)?;
     finish(&full, (0, 0), plan.crop, plan)
 }
 
 /// The coarsest DCT scale that keeps the crop at least [`DCT_SCALE_MARGIN`] times the output.
-pub(crate) fn dct_scale_for(crop: Rect, out: Size2) -> Scale {
+pub fn dct_scale_for(crop: Rect, out: Size2) -> Scale {
     let fits = |s: Scale| {
         let d = f64::from(s.denom());
         crop.width / d >= f64::from(out.width) * DCT_SCALE_MARGIN
@@ -274,7 +311,7 @@ pub(crate) fn dct_scale_for(crop: Rect, out: Size2) -> Scale {
 }
 
 /// The [`JpegCut`] of a JPEG for `plan`, from its header; refuses one over `max_pixels`.
-pub(crate) fn jpeg_cut_of(bytes: &[u8], plan: &SamplePlan, max_pixels: u64) -> Result<JpegCut, PixelError> {
+pub fn jpeg_cut_of(bytes: &[u8], plan: &SamplePlan, max_pixels: u64) -> Result<JpegCut, PixelError> {
     let info = jpeg::probe(bytes)?;
     let source = Size2::new(info.width, info.height);
     check_pixels(source, max_pixels)?;
@@ -290,7 +327,7 @@ thread_local! {
 /// Runs `work` with this thread's decode buffer: reused from one miss to the next, so a region
 /// decode allocates and zeroes nothing once the thread has met its largest region; one grown
 /// past [`output::KEEP_SCRATCH_BYTES`] (a huge image) is freed afterwards.
-pub(crate) fn with_decode_scratch<T>(work: impl FnOnce(&mut Vec<u8>) -> Result<T, PixelError>) -> Result<T, PixelError> {
+pub fn with_decode_scratch<T>(work: impl FnOnce(&mut Vec<u8>) -> Result<T, PixelError>) -> Result<T, PixelError> {
     DECODE_SCRATCH.with(|cell| {
         let mut buf = cell.borrow_mut();
         let result = work(&mut buf);
@@ -304,14 +341,14 @@ pub(crate) fn with_decode_scratch<T>(work: impl FnOnce(&mut Vec<u8>) -> Result<T
 /// What of a JPEG a plan needs decoded: the DCT scale, the crop in the scaled image's
 /// coordinates, and the region to decode (the crop plus the resampling filter's reach).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct JpegCut {
-    pub(crate) scale: Scale,
-    pub(crate) crop: Rect,
-    pub(crate) region: Region,
+pub struct JpegCut {
+    pub scale: Scale,
+    pub crop: Rect,
+    pub region: Region,
 }
 
 /// The [`JpegCut`] of a `source`-sized JPEG for `plan`.
-pub(crate) fn jpeg_cut(source: Size2, plan: &SamplePlan) -> JpegCut {
+pub fn jpeg_cut(source: Size2, plan: &SamplePlan) -> JpegCut {
     let scale = dct_scale_for(plan.crop, plan.out);
     let d = f64::from(scale.denom());
     let crop = Rect {
@@ -349,21 +386,21 @@ fn finish(image: &Rgb, origin: (u32, u32), crop: Rect, plan: &SamplePlan) -> Res
 
 /// Borrowed RGB pixels: packed rows, 3 bytes a pixel.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct RgbRef<'a> {
-    pub(crate) width: u32,
-    pub(crate) height: u32,
-    pub(crate) pixels: &'a [u8],
+pub struct RgbRef<'a> {
+    pub width: u32,
+    pub height: u32,
+    pub pixels: &'a [u8],
 }
 
 impl<'a> RgbRef<'a> {
-    pub(crate) fn of(image: &'a Rgb) -> RgbRef<'a> {
+    pub fn of(image: &'a Rgb) -> RgbRef<'a> {
         RgbRef { width: image.width, height: image.height, pixels: &image.pixels }
     }
 }
 
 /// The resample step: `crop` of `image` (at `origin`) to `out` with `filter`, not mirrored,
 /// written into `dst` (`out`'s packed RGB rows, exactly).
-pub(crate) fn resample_into(image: RgbRef<'_>, origin: (u32, u32), crop: Rect, out: Size2, filter: Filter, dst: &mut [u8]) -> Result<(), PixelError> {
+pub fn resample_into(image: RgbRef<'_>, origin: (u32, u32), crop: Rect, out: Size2, filter: Filter, dst: &mut [u8]) -> Result<(), PixelError> {
     let left = (crop.x - f64::from(origin.0)).clamp(0.0, f64::from(image.width));
     let top = (crop.y - f64::from(origin.1)).clamp(0.0, f64::from(image.height));
     let width = crop.width.min(f64::from(image.width) - left);
@@ -385,7 +422,7 @@ pub(crate) fn resample_into(image: RgbRef<'_>, origin: (u32, u32), crop: Rect, o
     Ok(())
 }
 
-pub(crate) fn mirror_rows(pixels: &mut [u8], width: usize) {
+pub fn mirror_rows(pixels: &mut [u8], width: usize) {
     for row in pixels.chunks_exact_mut(width * 3) {
         row.as_chunks_mut::<3>().0.reverse();
     }
@@ -393,35 +430,18 @@ pub(crate) fn mirror_rows(pixels: &mut [u8], width: usize) {
 
 /// Mean absolute difference per value between two images of one size.
 #[cfg(test)]
-pub(crate) fn mean_abs_diff(a: &Rgb, b: &Rgb) -> f64 {
+pub fn mean_abs_diff(a: &Rgb, b: &Rgb) -> f64 {
     assert_eq!((a.width, a.height), (b.width, b.height));
     let sum: u64 = a.pixels.iter().zip(&b.pixels).map(|(x, y)| u64::from(x.abs_diff(*y))).sum();
     sum as f64 / a.pixels.len().max(1) as f64
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+pub mod tests {
     use super::*;
-    use crate::pixels::augment::{plan_sample, AugmentOp};
-    use crate::shared::draw_rng;
-
-    /// A photo-like test image: smooth gradients plus texture and edges.
-    pub(crate) fn photo_jpeg(width: usize, height: usize, subsamp: turbojpeg::Subsamp) -> Vec<u8> {
-        let mut pixels = vec![0u8; width * height * 3];
-        for y in 0..height {
-            for x in 0..width {
-                let i = (y * width + x) * 3;
-                let fx = x as f64 / width as f64;
-                let fy = y as f64 / height as f64;
-                let ripple = ((x as f64 * 0.21).sin() * (y as f64 * 0.13).cos() * 40.0) as i32;
-                let disc = if (fx - 0.6).powi(2) + (fy - 0.4).powi(2) < 0.05 { 90 } else { 0 };
-                pixels[i] = (fx * 200.0) as i32 as u8 + (disc as u8 / 2);
-                pixels[i + 1] = ((fy * 180.0) as i32 + ripple).clamp(0, 255) as u8;
-                pixels[i + 2] = (((1.0 - fx) * 150.0) as i32 + disc).clamp(0, 255) as u8;
-            }
-        }
-        jpeg::compress_rgb(&pixels, width, height, subsamp, false)
-    }
+    use crate::augment::{plan_sample, AugmentOp};
+    use crate::draw::draw_rng;
+    use crate::synthetic::photo_jpeg;
 
     #[test]
     fn decoded_view_is_the_full_image() {
@@ -469,7 +489,7 @@ pub(crate) mod tests {
 
     #[test]
     fn served_bytes_are_the_allocating_paths_bytes() {
-        use crate::config::{Dtype, Format};
+        use crate::output_config::{Dtype, Format};
         let ops = AugmentOp::imagenet_train();
         let files = crate::served::OutputFiles::new();
         let outputs = [

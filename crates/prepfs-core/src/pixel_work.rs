@@ -15,13 +15,15 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use crate::config::{Config, OutputConfig};
-use crate::pixels::augment::AugmentOp;
-use crate::pixels::augment::plan_sample;
-use crate::pixels::budget::{WorkBudget, WorkLease, WorkSize, WORK_WAIT};
-use crate::pixels::output::{self, Dest};
-use crate::pixels::pipeline::{self, PixelError};
-use crate::served::{OutputFiles, ServedBytes};
-use crate::shared::{draw_rng, Rgb, Size2};
+use prepfs_pixels::augment::AugmentOp;
+use prepfs_pixels::augment::plan_sample;
+use prepfs_pixels::budget::{WorkBudget, WorkLease, WorkSize, WORK_WAIT};
+use prepfs_pixels::output::{self, Dest};
+use prepfs_pixels::pipeline::{self, PixelError};
+use prepfs_pixels::served::{OutputFiles, ServedBytes};
+use prepfs_pixels::draw::draw_rng;
+use prepfs_pixels::rgb::Rgb;
+use prepfs_pixels::rgb::Size2;
 use prepfs_base::thread_time::thread_cpu_nanos;
 use crate::source::catalog::FileId;
 use crate::metrics::PixelKind;
@@ -57,7 +59,7 @@ struct Pipeline {
 
 impl Pipeline {
     fn new(augment: &[AugmentOp], output: &OutputConfig) -> Pipeline {
-        let size = crate::pixels::augment::fixed_output_size(augment).unwrap_or(Size2::new(224, 224));
+        let size = prepfs_pixels::augment::fixed_output_size(augment).unwrap_or(Size2::new(224, 224));
         Pipeline { augment: augment.to_vec(), output: output.clone(), size, out_len: output::encoded_len(output, size) }
     }
 }
@@ -273,39 +275,4 @@ impl PixelWork {
     }
 }
 
-/// A fresh augmentation of encoded bytes with the draws of `rng`, as served: the cold
-/// `augmented/` miss's pixel work from source bytes to the bytes a reader gets (the header
-/// probed here unless `size` says it was).
-/// [`PixelWork::decode_augment`] times it; `pixels::profile` runs it too.
-pub(crate) fn decode_augment_served(
-    bytes: &[u8],
-    size: Option<Size2>,
-    ops: &[AugmentOp],
-    rng: &mut impl rand::Rng,
-    max_pixels: u64,
-    out: &OutputConfig,
-    dest: Dest<'_>,
-) -> Result<ServedBytes, PixelError> {
-    let size = match size {
-        Some(size) => size,
-        None => pipeline::probe_size(std::io::Cursor::new(bytes))?,
-    };
-    pipeline::check_pixels(size, max_pixels)?;
-    let plan = plan_sample(ops, size, rng);
-    pipeline::augment_served(bytes, &plan, max_pixels, out, dest)
-}
-
-/// A fresh augmentation of full pixels with the draws of `rng`, as served: a decoded-cache hit's
-/// (or a miss that kept pixels) pixel work. [`PixelWork::augment_pixels`] times it;
-/// `pixels::profile` runs it too.
-pub(crate) fn augment_pixels_served(
-    pixels: &Rgb,
-    ops: &[AugmentOp],
-    rng: &mut impl rand::Rng,
-    out: &OutputConfig,
-    dest: Dest<'_>,
-) -> Result<ServedBytes, PixelError> {
-    let plan = plan_sample(ops, Size2::new(pixels.width, pixels.height), rng);
-    pipeline::augment_pixels_served(pixels, &plan, out, dest)
-}
 

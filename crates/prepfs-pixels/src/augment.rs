@@ -14,10 +14,11 @@ use std::collections::BTreeMap;
 use rand::Rng;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_norway::Value;
-use crate::pixels::interpolation::{Filter, Interpolation};
-use crate::pixels::pixel_ops::{PixelOp, PixelStep};
-use crate::pixels::erasing::Erase;
-use crate::shared::Size2;
+use crate::interpolation::{Filter, Interpolation};
+use crate::op_args::{Args, OpError};
+use crate::pixel_ops::{PixelDraw, PixelOp, PixelStep};
+use crate::erasing::Erase;
+use crate::rgb::Size2;
 
 /// `resize`'s target: torchvision's `Resize(int)` (shorter side) or `Resize((h, w))`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -46,7 +47,7 @@ pub enum AugmentOp {
 
 impl AugmentOp {
     /// torchvision's standard ImageNet training geometry: `RandomResizedCrop(224)` and a flip.
-    pub(crate) fn imagenet_train() -> Vec<AugmentOp> {
+    pub fn imagenet_train() -> Vec<AugmentOp> {
         vec![
             AugmentOp::RandomResizedCrop {
                 size: Size2::new(224, 224),
@@ -59,7 +60,7 @@ impl AugmentOp {
     }
 
     /// The operation's name in configs.
-    pub(crate) fn name(&self) -> &'static str {
+    pub fn name(&self) -> &'static str {
         match self {
             AugmentOp::RandomResizedCrop { .. } => "random_resized_crop",
             AugmentOp::RandomHorizontalFlip { .. } => "random_horizontal_flip",
@@ -71,7 +72,7 @@ impl AugmentOp {
     }
 
     /// Parses one list entry, `{op_name: {arg: value, ...}}`; the error names the argument.
-    pub(crate) fn from_yaml(entry: &BTreeMap<String, Value>) -> Result<AugmentOp, OpError> {
+    pub fn from_yaml(entry: &BTreeMap<String, Value>) -> Result<AugmentOp, OpError> {
         let (name, args) = match entry.iter().next() {
             Some(only) if entry.len() == 1 => only,
             _ => return Err(OpError::NotOneOperation),
@@ -118,7 +119,10 @@ impl AugmentOp {
             }
             other => match PixelOp::from_args(other, &args)? {
                 Some(op) => AugmentOp::Pixel(op),
-                None => return Err(OpError::UnknownOperation(other.to_string())),
+                None => {
+                    let known = format!("random_resized_crop, random_horizontal_flip, resize, center_crop, normalize, {}", crate::pixel_ops::NAMES.join(", "));
+                    return Err(OpError::UnknownOperation { op: other.to_string(), known });
+                }
             },
         };
         Ok(op)
@@ -162,173 +166,36 @@ impl Serialize for AugmentOp {
     }
 }
 
-/// Why an `augment:` entry is refused; the message names the operation and the argument (the
-/// configuration's error puts the entry's place in front).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum OpError {
-    /// Not a mapping of exactly one operation name to its arguments.
-    #[error("each entry is one operation, like `- random_horizontal_flip: {{p: 0.5}}`")]
-    NotOneOperation,
-    /// An operation prepfs does not know.
-    #[error(
-        "unknown operation `{0}`; known: random_resized_crop, random_horizontal_flip, resize, center_crop, normalize, {known}",
-        known = crate::pixels::pixel_ops::NAMES.join(", ")
-    )]
-    UnknownOperation(String),
-    /// The arguments are not a mapping.
-    #[error("{op}: arguments go in a mapping, like `{op}: {{size: 224}}`")]
-    NotAMapping { op: String },
-    /// An argument name that is not a string.
-    #[error("{op}: argument names are strings")]
-    NameNotAString { op: String },
-    /// An argument the operation does not take.
-    #[error("{op}: unknown argument `{arg}`; known: {known}")]
-    UnknownArgument { op: String, arg: String, known: String },
-    /// A required argument is missing.
-    #[error("{op}: `{arg}` is required")]
-    Missing { op: String, arg: String },
-    /// An argument's value is out of range or of the wrong shape; `rule` says what it must be.
-    #[error("{op}: `{arg}` must {rule}")]
-    BadValue { op: String, arg: String, rule: String },
-    /// A setting other than the ones prepfs implements.
-    #[error("{op}: only `{setting}` is supported")]
-    Unsupported { op: String, setting: &'static str },
-    /// A pixel op placed where it cannot run with torchvision's result (`pixel_ops`' rules).
-    #[error("{op}: {why}")]
-    Placement { op: String, why: &'static str },
-}
-
-/// The arguments of one operation, read with errors that name the argument.
-pub(crate) struct Args<'a> {
-    op: &'a str,
-    map: BTreeMap<String, &'a Value>,
-}
-
-impl<'a> Args<'a> {
-    fn new(op: &'a str, value: &'a Value) -> Result<Self, OpError> {
-        let mut map = BTreeMap::new();
-        match value {
-            Value::Null => {}
-            Value::Mapping(m) => {
-                for (k, v) in m {
-                    let k = k.as_str().ok_or_else(|| OpError::NameNotAString { op: op.to_string() })?;
-                    map.insert(k.to_string(), v);
-                }
-            }
-            _ => return Err(OpError::NotAMapping { op: op.to_string() }),
+/// Refuses a pixel op before a geometric op, and anything after `random_erasing` but a flip;
+/// the error is the op's index and why.
+pub fn check_order(ops: &[AugmentOp]) -> Result<(), (usize, OpError)> {
+    let geometry = |op: &AugmentOp| {
+        matches!(op, AugmentOp::RandomResizedCrop { .. } | AugmentOp::Resize { .. } | AugmentOp::CenterCrop { .. })
+    };
+    for (i, op) in ops.iter().enumerate() {
+        let AugmentOp::Pixel(pixel) = op else { continue };
+        let later = &ops[i + 1..];
+        if later.iter().any(geometry) {
+            let why = "goes after the geometry (random_resized_crop, resize, center_crop): prepfs runs it on the \
+                       output's pixels, where torchvision's recipes place it";
+            return Err((i, OpError::Placement { op: pixel.name().to_string(), why }));
         }
-        Ok(Args { op, map })
-    }
-    /// `key` is required and missing.
-    pub(crate) fn missing(&self, key: &str) -> OpError {
-        OpError::Missing { op: self.op.to_string(), arg: key.to_string() }
-    }
-    /// `key`'s value breaks `rule` ("be a number").
-    pub(crate) fn bad(&self, key: &str, rule: impl Into<String>) -> OpError {
-        OpError::BadValue { op: self.op.to_string(), arg: key.to_string(), rule: rule.into() }
-    }
-    pub(crate) fn get(&self, key: &str) -> Option<&'a Value> {
-        self.map.get(key).copied()
-    }
-    pub(crate) fn only(&self, known: &[&str]) -> Result<(), OpError> {
-        match self.map.keys().find(|k| !known.contains(&k.as_str())) {
-            Some(k) => Err(OpError::UnknownArgument { op: self.op.to_string(), arg: k.clone(), known: known.join(", ") }),
-            None => Ok(()),
+        let erasing = matches!(pixel, PixelOp::RandomErasing(_));
+        if erasing && later.iter().any(|o| !matches!(o, AugmentOp::RandomHorizontalFlip { .. })) {
+            let why = "comes last (after normalize), where torchvision places it";
+            return Err((i, OpError::Placement { op: pixel.name().to_string(), why }));
         }
     }
-    pub(crate) fn float(&self, key: &str) -> Result<Option<f64>, OpError> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(v) => v
-                .as_f64()
-                .filter(|x| x.is_finite())
-                .map(Some)
-                .ok_or_else(|| self.bad(key, "be a number")),
-        }
-    }
-    fn side(&self, key: &str) -> Result<u32, OpError> {
-        let v = self.get(key).and_then(Value::as_u64).unwrap_or(0);
-        if v == 0 || v > 16384 {
-            return Err(self.bad(key, "be a whole number from 1 to 16384"));
-        }
-        Ok(v as u32)
-    }
-    /// torchvision's size: `n` for a square, or `[h, w]`.
-    pub(crate) fn size(&self, key: &str) -> Result<Option<Size2>, OpError> {
-        let bad = || self.bad(key, "be n or [h, w], whole numbers from 1 to 16384");
-        match self.get(key) {
-            None => Ok(None),
-            Some(Value::Number(_)) => {
-                let n = self.side(key)?;
-                Ok(Some(Size2::new(n, n)))
-            }
-            Some(Value::Sequence(s)) if s.len() == 2 => {
-                let dim = |v: &Value| v.as_u64().filter(|n| (1..=16384).contains(n)).ok_or_else(bad);
-                Ok(Some(Size2::new(dim(&s[1])? as u32, dim(&s[0])? as u32)))
-            }
-            Some(_) => Err(bad()),
-        }
-    }
-    pub(crate) fn range(&self, key: &str, default: (f64, f64)) -> Result<(f64, f64), OpError> {
-        let bad = || self.bad(key, "be [low, high] with 0 < low <= high");
-        match self.get(key) {
-            None => Ok(default),
-            Some(Value::Sequence(s)) if s.len() == 2 => {
-                let lo = s[0].as_f64().ok_or_else(bad)?;
-                let hi = s[1].as_f64().ok_or_else(bad)?;
-                if lo > 0.0 && lo <= hi && hi.is_finite() {
-                    Ok((lo, hi))
-                } else {
-                    Err(bad())
-                }
-            }
-            Some(_) => Err(bad()),
-        }
-    }
-    pub(crate) fn triple(&self, key: &str) -> Result<Option<[f32; 3]>, OpError> {
-        let bad = || self.bad(key, "be three numbers, one per RGB channel");
-        match self.get(key) {
-            None => Ok(None),
-            Some(Value::Sequence(s)) if s.len() == 3 => {
-                let mut out = [0f32; 3];
-                for (o, v) in out.iter_mut().zip(s) {
-                    *o = v.as_f64().ok_or_else(bad)? as f32;
-                }
-                Ok(Some(out))
-            }
-            Some(_) => Err(bad()),
-        }
-    }
-    /// The operation's name, for errors built elsewhere.
-    pub(crate) fn op(&self) -> &str {
-        self.op
-    }
-    /// `interpolation` (bilinear by default) with antialiasing, the only resampling prepfs does;
-    /// say so if a config asks for another.
-    fn interpolation(&self) -> Result<Interpolation, OpError> {
-        let unsupported = |setting| OpError::Unsupported { op: self.op.to_string(), setting };
-        if let Some(v) = self.get("antialias") {
-            if v.as_bool() != Some(true) {
-                return Err(unsupported("antialias: true"));
-            }
-        }
-        match self.get("interpolation") {
-            None => Ok(Interpolation::Bilinear),
-            Some(v) => v
-                .as_str()
-                .and_then(Interpolation::parse)
-                .ok_or_else(|| unsupported("interpolation: bilinear, bicubic or random")),
-        }
-    }
+    Ok(())
 }
 
 /// A rectangle in source-image pixel coordinates (pixel k covers [k, k+1)).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Rect {
-    pub(crate) x: f64,
-    pub(crate) y: f64,
-    pub(crate) width: f64,
-    pub(crate) height: f64,
+pub struct Rect {
+    pub x: f64,
+    pub y: f64,
+    pub width: f64,
+    pub height: f64,
 }
 
 /// Everything one sample's augmentation does, after the random draws: resample `crop` of the
@@ -340,28 +207,28 @@ pub(crate) struct Rect {
 /// `random_resized_crop`) is not folded: upscaling a small crop of the source is sharper than
 /// torchvision's crop of the resized image, so it becomes a second resample in `then`.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct SamplePlan {
-    pub(crate) crop: Rect,
-    pub(crate) out: Size2,
-    pub(crate) filter: Filter,
-    pub(crate) then: Vec<Resample>,
-    pub(crate) flip: bool,
-    pub(crate) pixels: Vec<PixelStep>,
-    pub(crate) erase: Option<Erase>,
+pub struct SamplePlan {
+    pub crop: Rect,
+    pub out: Size2,
+    pub filter: Filter,
+    pub then: Vec<Resample>,
+    pub flip: bool,
+    pub pixels: Vec<PixelStep>,
+    pub erase: Option<Erase>,
 }
 
 /// One resample after the first: `crop` of the previous resample's output to `out`.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Resample {
-    pub(crate) crop: Rect,
-    pub(crate) out: Size2,
-    pub(crate) filter: Filter,
+pub struct Resample {
+    pub crop: Rect,
+    pub out: Size2,
+    pub filter: Filter,
 }
 
 impl SamplePlan {
     /// The identity plan: the whole image at full resolution.
     #[cfg(test)]
-    pub(crate) fn identity(source: Size2) -> SamplePlan {
+    pub fn identity(source: Size2) -> SamplePlan {
         SamplePlan {
             crop: Rect::whole(source),
             out: source,
@@ -374,21 +241,21 @@ impl SamplePlan {
     }
 
     /// The size of the served image (the last resample's output).
-    pub(crate) fn size(&self) -> Size2 {
+    pub fn size(&self) -> Size2 {
         self.then.last().map_or(self.out, |r| r.out)
     }
 }
 
 impl Rect {
     /// All of an image of `size`.
-    pub(crate) fn whole(size: Size2) -> Rect {
+    pub fn whole(size: Size2) -> Rect {
         Rect { x: 0.0, y: 0.0, width: size.width.into(), height: size.height.into() }
     }
 }
 
 /// The output size the pipeline always produces, whatever the source size; `None` when it
 /// depends on the source (then augmented files would have no exact size before reading).
-pub(crate) fn fixed_output_size(ops: &[AugmentOp]) -> Option<Size2> {
+pub fn fixed_output_size(ops: &[AugmentOp]) -> Option<Size2> {
     let mut size = None;
     for op in ops {
         match op {
@@ -406,7 +273,7 @@ pub(crate) fn fixed_output_size(ops: &[AugmentOp]) -> Option<Size2> {
 /// Draws every random parameter of the pipeline for a source of size `source` and folds the
 /// geometry into as few resamples as keep torchvision's result. Follows torchvision's order of
 /// draws and its integer rounding.
-pub(crate) fn plan_sample(ops: &[AugmentOp], source: Size2, rng: &mut impl Rng) -> SamplePlan {
+pub fn plan_sample(ops: &[AugmentOp], source: Size2, rng: &mut impl Rng) -> SamplePlan {
     let mut cur = source;
     // Every resample, the first of the source; each crop in its input's pixels.
     let mut stages = vec![Resample { crop: Rect::whole(source), out: source, filter: Filter::Bilinear }];
@@ -483,19 +350,9 @@ pub(crate) fn plan_sample(ops: &[AugmentOp], source: Size2, rng: &mut impl Rng) 
     SamplePlan { crop: first.crop, out: first.out, filter: first.filter, then: stages, flip, pixels, erase }
 }
 
-/// What a pixel op's draw comes to for one sample.
-pub(crate) enum PixelDraw {
-    /// An op on the pixels, in the pipeline's order.
-    Step(PixelStep),
-    /// `random_erasing`'s rectangle.
-    Erase(Erase),
-    /// Nothing this time (a random op not drawn).
-    Nothing,
-}
-
 /// torchvision's `Resize(int)` output size: the shorter side becomes `n`, the longer keeps the
 /// aspect ratio (truncated, as torchvision does).
-pub(crate) fn shorter_side_resize(cur: Size2, n: u32) -> Size2 {
+pub fn shorter_side_resize(cur: Size2, n: u32) -> Size2 {
     let (w, h) = (u64::from(cur.width), u64::from(cur.height));
     if w <= h {
         Size2::new(n, ((u64::from(n) * h) / w).max(1) as u32)
@@ -506,7 +363,7 @@ pub(crate) fn shorter_side_resize(cur: Size2, n: u32) -> Size2 {
 
 /// torchvision's `RandomResizedCrop.get_params`: ten tries at a random area and log-uniform
 /// aspect ratio, then the central-crop fallback. Returns (top, left, height, width).
-pub(crate) fn random_resized_crop_params(
+pub fn random_resized_crop_params(
     image: Size2,
     scale: (f64, f64),
     ratio: (f64, f64),
@@ -547,12 +404,12 @@ fn uniform(rng: &mut impl Rng, lo: f64, hi: f64) -> f64 {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+pub mod tests {
     use super::*;
-    use crate::shared::draw_rng;
+    use crate::draw::draw_rng;
 
     /// One `augment:` entry parsed from YAML, or its error's text (the ops' tests' parser).
-    pub(crate) fn parse_one(yaml: &str) -> Result<AugmentOp, String> {
+    pub fn parse_one(yaml: &str) -> Result<AugmentOp, String> {
         let entry: BTreeMap<String, Value> = serde_norway::from_str(yaml).expect("yaml");
         AugmentOp::from_yaml(&entry).map_err(|e| e.to_string())
     }

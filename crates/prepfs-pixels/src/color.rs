@@ -12,12 +12,12 @@ use rand::seq::SliceRandom;
 use rand::Rng;
 
 /// ITU-R 601 luma as torchvision's `rgb_to_grayscale` weighs it, before any rounding.
-pub(crate) fn luma(px: &[u8]) -> f32 {
+pub fn luma(px: &[u8]) -> f32 {
     f32::from(px[0]) * 0.2989 + f32::from(px[1]) * 0.587 + f32::from(px[2]) * 0.114
 }
 
 /// PIL's `convert("L")`: ITU-R 601-2 luma in 16-bit fixed point, rounded.
-pub(crate) fn pil_luma(px: &[u8]) -> u8 {
+pub fn pil_luma(px: &[u8]) -> u8 {
     ((u32::from(px[0]) * 19595 + u32::from(px[1]) * 38470 + u32::from(px[2]) * 7471 + 0x8000) >> 16) as u8
 }
 
@@ -27,14 +27,14 @@ fn blend(value: u8, other: f32, ratio: f32) -> u8 {
 }
 
 /// `adjust_brightness`: every value times `factor`.
-pub(crate) fn brightness(pixels: &mut [u8], factor: f32) {
+pub fn brightness(pixels: &mut [u8], factor: f32) {
     for v in pixels {
         *v = (f32::from(*v) * factor).clamp(0.0, 255.0) as u8;
     }
 }
 
 /// `adjust_contrast`: a blend with the mean of the (floored) grayscale image.
-pub(crate) fn contrast(pixels: &mut [u8], factor: f32) {
+pub fn contrast(pixels: &mut [u8], factor: f32) {
     let n = (pixels.len() / 3).max(1);
     let sum: f64 = pixels.chunks_exact(3).map(|px| f64::from(luma(px).floor())).sum();
     let mean = (sum / n as f64) as f32;
@@ -43,7 +43,7 @@ pub(crate) fn contrast(pixels: &mut [u8], factor: f32) {
 
 /// PIL's `ImageEnhance.Contrast(img).enhance(factor)`: a blend with the mean of the L image,
 /// rounded to a whole grey.
-pub(crate) fn pil_contrast(pixels: &mut [u8], factor: f32) {
+pub fn pil_contrast(pixels: &mut [u8], factor: f32) {
     let n = (pixels.len() / 3).max(1);
     let sum: u64 = pixels.chunks_exact(3).map(|px| u64::from(pil_luma(px))).sum();
     let mean = (sum as f64 / n as f64 + 0.5).floor() as f32;
@@ -58,12 +58,12 @@ fn blend_toward(pixels: &mut [u8], grey: f32, factor: f32) {
 }
 
 /// `adjust_saturation`: each pixel blended with its own (floored) grayscale value.
-pub(crate) fn saturation(pixels: &mut [u8], factor: f32) {
+pub fn saturation(pixels: &mut [u8], factor: f32) {
     saturation_with(pixels, factor, |px| luma(px).floor());
 }
 
 /// PIL's `ImageEnhance.Color(img).enhance(factor)`: each pixel blended with its L value.
-pub(crate) fn pil_color(pixels: &mut [u8], factor: f32) {
+pub fn pil_color(pixels: &mut [u8], factor: f32) {
     saturation_with(pixels, factor, |px| f32::from(pil_luma(px)));
 }
 
@@ -78,7 +78,7 @@ fn saturation_with(pixels: &mut [u8], factor: f32, gray: impl Fn(&[u8]) -> f32) 
 }
 
 /// `rgb_to_grayscale(num_output_channels=3)` on uint8: the luma truncated, in all three channels.
-pub(crate) fn grayscale(pixels: &mut [u8]) {
+pub fn grayscale(pixels: &mut [u8]) {
     for px in pixels.chunks_exact_mut(3) {
         let gray = luma(px) as u8;
         px.fill(gray);
@@ -88,7 +88,7 @@ pub(crate) fn grayscale(pixels: &mut [u8]) {
 /// `adjust_hue`: to float in [0, 1], to HSV, the hue shifted by `shift` (in turns, within
 /// [-0.5, 0.5]) modulo 1, back to RGB, and to uint8 as torchvision's `to_dtype` scales
 /// (times 255.999, truncated).
-pub(crate) fn hue(pixels: &mut [u8], shift: f32) {
+pub fn hue(pixels: &mut [u8], shift: f32) {
     for px in pixels.chunks_exact_mut(3) {
         let [r, g, b] = [px[0], px[1], px[2]].map(|v| f32::from(v) / 255.0);
         let (h, s, v) = rgb_to_hsv(r, g, b);
@@ -142,21 +142,21 @@ fn hsv_to_rgb(h: f32, s: f32, v: f32) -> [f32; 3] {
 /// [low, high], `None` where the adjustment is off.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ColorJitter {
-    pub(crate) brightness: Option<(f64, f64)>,
-    pub(crate) contrast: Option<(f64, f64)>,
-    pub(crate) saturation: Option<(f64, f64)>,
-    pub(crate) hue: Option<(f64, f64)>,
+    pub brightness: Option<(f64, f64)>,
+    pub contrast: Option<(f64, f64)>,
+    pub saturation: Option<(f64, f64)>,
+    pub hue: Option<(f64, f64)>,
 }
 
 /// One sample's jitter: the four adjustments in the drawn order, each with its factor.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct JitterDraw {
-    pub(crate) steps: Vec<(Adjust, f32)>,
+pub struct JitterDraw {
+    pub steps: Vec<(Adjust, f32)>,
 }
 
 /// One of `color_jitter`'s adjustments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Adjust {
+pub enum Adjust {
     Brightness,
     Contrast,
     Saturation,
@@ -166,7 +166,7 @@ pub(crate) enum Adjust {
 impl ColorJitter {
     /// torchvision's `get_params`: a random order of the four, and each factor that is on
     /// drawn uniformly from its range.
-    pub(crate) fn draw(&self, rng: &mut impl Rng) -> JitterDraw {
+    pub fn draw(&self, rng: &mut impl Rng) -> JitterDraw {
         let mut order = [Adjust::Brightness, Adjust::Contrast, Adjust::Saturation, Adjust::Hue];
         order.shuffle(rng);
         let mut steps = Vec::with_capacity(4);
@@ -187,7 +187,7 @@ impl ColorJitter {
 }
 
 impl JitterDraw {
-    pub(crate) fn apply(&self, pixels: &mut [u8]) {
+    pub fn apply(&self, pixels: &mut [u8]) {
         for &(adjust, factor) in &self.steps {
             match adjust {
                 Adjust::Brightness => brightness(pixels, factor),
@@ -202,7 +202,7 @@ impl JitterDraw {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shared::draw_rng;
+    use crate::draw::draw_rng;
 
     #[test]
     fn brightness_scales_and_clamps() {

@@ -11,7 +11,7 @@
 
 use std::cell::RefCell;
 
-use crate::shared::Size2;
+use crate::rgb::Size2;
 
 /// Bytes allowed for the markers, tables and headers (a 4:2:0 baseline JPEG from TurboJPEG
 /// has about 620).
@@ -30,7 +30,7 @@ pub enum EncodeError {
 }
 
 /// The exact size of the JPEG output of an image of `size` pixels at `quality` (1 to 100).
-pub(crate) fn budget(size: Size2, quality: u8) -> u64 {
+pub fn budget(size: Size2, quality: u8) -> u64 {
     let blocks = u64::from(size.width.div_ceil(16)) * u64::from(size.height.div_ceil(16));
     HEADER_ALLOWANCE + (blocks * 256 * (10 + u64::from(quality))).div_ceil(160)
 }
@@ -42,7 +42,7 @@ thread_local! {
 
 /// Encodes packed RGB `pixels` (`size`) into `out`, exactly [`budget`]`(size, quality)` bytes.
 /// Returns the quality used (`quality`, or lower where that did not fit).
-pub(crate) fn write(pixels: &[u8], size: Size2, quality: u8, out: &mut [u8]) -> Result<u8, EncodeError> {
+pub fn write(pixels: &[u8], size: Size2, quality: u8, out: &mut [u8]) -> Result<u8, EncodeError> {
     let total = out.len();
     let no_fit = |why: String| EncodeError::NoFit { budget: total as u64, quality, why };
     COMPRESSOR.with(|cell| {
@@ -158,7 +158,7 @@ mod tests {
 
     #[test]
     fn a_photo_is_encoded_at_the_quality_asked_and_padded_to_its_budget() {
-        let jpeg = crate::pixels::pipeline::tests::photo_jpeg(224, 224, turbojpeg::Subsamp::Sub2x2);
+        let jpeg = crate::synthetic::photo_jpeg(224, 224, turbojpeg::Subsamp::Sub2x2);
         let (w, h, px) = decode(&jpeg);
         let size = Size2::new(w, h);
         let mut out = vec![0u8; budget(size, 90) as usize];

@@ -11,16 +11,17 @@
 use std::cell::RefCell;
 use std::sync::Arc;
 
-use crate::config::{Dtype, Format, OutputConfig};
-use crate::pixels::encode_jpeg::{self, EncodeError};
-use crate::pixels::encode_png;
-use crate::pixels::erasing::Erase;
+use crate::output_config::{Dtype, Format, OutputConfig};
+use crate::encode_jpeg::{self, EncodeError};
+use crate::encode_png;
+use crate::erasing::Erase;
 use crate::served::{OutputFiles, ServedBytes};
-use crate::shared::{Rgb, Size2};
+use crate::rgb::Rgb;
+use crate::rgb::Size2;
 
 /// Where served bytes are made.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Dest<'a> {
+pub enum Dest<'a> {
     /// A shared buffer in memory.
     Memory,
     /// A file of the mount's output files (kernel passthrough), written from a per-thread
@@ -61,7 +62,7 @@ fn header(output: &OutputConfig, size: Size2) -> Vec<u8> {
 }
 
 /// The exact size of the file holding an image of `size` pixels.
-pub(crate) fn encoded_len(output: &OutputConfig, size: Size2) -> u64 {
+pub fn encoded_len(output: &OutputConfig, size: Size2) -> u64 {
     let bytes_per_value = match (output.format, output.dtype) {
         (Format::Png, _) => return encode_png::len(size),
         (Format::Jpeg, _) => return encode_jpeg::budget(size, output.jpeg_quality()),
@@ -85,7 +86,7 @@ pub fn encode(output: &OutputConfig, image: &Rgb) -> Result<Vec<u8>, EncodeError
 /// header, then the packed RGB rows that `fill` writes (`size` * 3 bytes, handed over zeroed).
 /// For PPM and uint8 npy `fill` writes straight into the served buffer; for float32 npy, PNG and
 /// JPEG into a per-thread scratch buffer that is then normalised or encoded into place.
-pub(crate) fn served<E: From<EncodeError>>(
+pub fn served<E: From<EncodeError>>(
     output: &OutputConfig,
     size: Size2,
     fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
@@ -104,7 +105,7 @@ pub(crate) fn served<E: From<EncodeError>>(
 }
 
 /// [`served`]'s bytes made where `dest` says.
-pub(crate) fn served_to<E: From<EncodeError>>(
+pub fn served_to<E: From<EncodeError>>(
     output: &OutputConfig,
     size: Size2,
     dest: Dest<'_>,
@@ -115,7 +116,7 @@ pub(crate) fn served_to<E: From<EncodeError>>(
 
 /// [`served_to`] with `random_erasing`'s rectangle, if drawn, erased last: on the pixels for
 /// 8-bit formats, on the normalised values for float32 npy (where torchvision erases).
-pub(crate) fn served_erased<E: From<EncodeError>>(
+pub fn served_erased<E: From<EncodeError>>(
     output: &OutputConfig,
     size: Size2,
     dest: Dest<'_>,
@@ -196,12 +197,12 @@ fn write_served<E: From<EncodeError>>(
 }
 
 /// Per-thread scratch buffers larger than this are freed after use rather than kept.
-pub(crate) const KEEP_SCRATCH_BYTES: usize = 4 << 20;
+pub const KEEP_SCRATCH_BYTES: usize = 4 << 20;
 
 /// The bytes one output of `size` holds while it is made: its served bytes, and the packed
 /// pixels they are encoded from where those are not written in place (PNG, JPEG, float32 npy).
 /// What the bound on pixel work in flight charges for it (`pixels::budget`).
-pub(crate) fn making_len(output: &OutputConfig, size: Size2) -> u64 {
+pub fn making_len(output: &OutputConfig, size: Size2) -> u64 {
     let scratch = if pixels_in_place(output) { 0 } else { size.area() * 3 };
     encoded_len(output, size).saturating_add(scratch)
 }

@@ -6,12 +6,12 @@
 //! source. torchvision's policies use it too where they warp bilinear (as torchvision does a PIL
 //! image); their nearest warps, as on a tensor, are `affine.rs`'.
 
-use crate::pixels::interpolation::Filter;
-use crate::shared::Size2;
+use crate::interpolation::Filter;
+use crate::rgb::Size2;
 
 /// `Image.rotate(degrees)`'s matrix (about the centre, counter-clockwise, not expanded): maps
 /// an output position onto the source.
-pub(crate) fn rotation(size: Size2, degrees: f64) -> [f64; 6] {
+pub fn rotation(size: Size2, degrees: f64) -> [f64; 6] {
     let (cx, cy) = (f64::from(size.width) / 2.0, f64::from(size.height) / 2.0);
     let angle = -(degrees.rem_euclid(360.0)).to_radians();
     // PIL rounds both to 15 decimals, so a quarter turn lands on whole pixels.
@@ -25,7 +25,7 @@ pub(crate) fn rotation(size: Size2, degrees: f64) -> [f64; 6] {
 
 /// Resamples packed RGB `pixels` of `size` through the affine `matrix` (output (x, y) to source
 /// (a x + b y + c, d x + e y + f), in PIL's order), `fill` outside.
-pub(crate) fn transform(pixels: &mut [u8], size: Size2, matrix: &[f64; 6], filter: Filter, fill: [u8; 3]) {
+pub fn transform(pixels: &mut [u8], size: Size2, matrix: &[f64; 6], filter: Filter, fill: [u8; 3]) {
     let (w, h) = (size.width as usize, size.height as usize);
     if w == 0 || h == 0 {
         return;

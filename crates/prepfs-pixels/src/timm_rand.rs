@@ -14,41 +14,41 @@ use std::collections::BTreeMap;
 use rand::Rng;
 use serde_norway::Value;
 
-use crate::pixels::augment::{Args, OpError};
-use crate::pixels::color;
-use crate::pixels::interpolation::{Filter, Interpolation};
-use crate::pixels::normal::standard_normal;
-use crate::pixels::pil_warp;
-use crate::pixels::tone;
-use crate::shared::Size2;
+use crate::op_args::{Args, OpError};
+use crate::color;
+use crate::interpolation::{Filter, Interpolation};
+use crate::normal::standard_normal;
+use crate::pil_warp;
+use crate::tone;
+use crate::rgb::Size2;
 
 /// timm's `_LEVEL_DENOM`: magnitudes are tenths of an op's full range.
 const LEVEL_DENOM: f64 = 10.0;
 
 /// timm's `img_mean` for ImageNet's mean, `round(255 * mean)`: the affine ops' fill.
-pub(crate) const IMAGENET_FILL: [u8; 3] = [124, 116, 104];
+pub const IMAGENET_FILL: [u8; 3] = [124, 116, 104];
 
 /// timm's RandAugment as configured.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TimmRandAugment {
     /// The config string as written (the summary writes it back).
-    pub(crate) config: String,
-    pub(crate) magnitude: f64,
-    pub(crate) num_layers: u32,
-    pub(crate) prob: f64,
+    pub config: String,
+    pub magnitude: f64,
+    pub num_layers: u32,
+    pub prob: f64,
     /// 0: no noise; infinite: uniform in [0, magnitude].
-    pub(crate) magnitude_std: f64,
-    pub(crate) magnitude_max: f64,
+    pub magnitude_std: f64,
+    pub magnitude_max: f64,
     /// `inc1`: `_RAND_INCREASING_TRANSFORMS`.
-    pub(crate) increasing: bool,
-    pub(crate) interpolation: Interpolation,
-    pub(crate) fill: [u8; 3],
+    pub increasing: bool,
+    pub interpolation: Interpolation,
+    pub fill: [u8; 3],
 }
 
 /// The ops of timm's `_RAND_TRANSFORMS` (with `inc1`, posterize, solarize and the four
 /// enhancers are their increasing versions).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum TimmOp {
+pub enum TimmOp {
     AutoContrast,
     Equalize,
     Invert,
@@ -87,22 +87,22 @@ const OPS: [TimmOp; 15] = [
 /// One op as drawn: its argument (degrees, bits, threshold, factor, shear, share of the side)
 /// and, for the warps, the filter.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct TimmStep {
-    pub(crate) op: TimmOp,
-    pub(crate) arg: f64,
-    pub(crate) filter: Filter,
+pub struct TimmStep {
+    pub op: TimmOp,
+    pub arg: f64,
+    pub filter: Filter,
 }
 
 /// One sample's draw: the ops applied, in order.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct TimmDraw {
-    pub(crate) steps: Vec<TimmStep>,
-    pub(crate) fill: [u8; 3],
+pub struct TimmDraw {
+    pub steps: Vec<TimmStep>,
+    pub fill: [u8; 3],
 }
 
 impl TimmRandAugment {
     /// `rand_augment: { timm: CONFIG, interpolation, fill }`.
-    pub(crate) fn from_args(args: &Args<'_>) -> Result<TimmRandAugment, OpError> {
+    pub fn from_args(args: &Args<'_>) -> Result<TimmRandAugment, OpError> {
         args.only(&["timm", "interpolation", "fill"])?;
         let config = args.get("timm").and_then(Value::as_str).ok_or_else(|| {
             args.bad("timm", "be timm's RandAugment config string, like \"rand-m9-mstd0.5-inc1\"")
@@ -122,7 +122,7 @@ impl TimmRandAugment {
         Ok(ra)
     }
 
-    pub(crate) fn args(&self, out: &mut BTreeMap<&str, serde_json::Value>) {
+    pub fn args(&self, out: &mut BTreeMap<&str, serde_json::Value>) {
         use serde_json::json;
         out.insert("timm", json!(self.config));
         out.insert("interpolation", json!(self.interpolation.name()));
@@ -130,7 +130,7 @@ impl TimmRandAugment {
     }
 
     /// `RandAugment.__call__`'s draws for one sample.
-    pub(crate) fn draw(&self, rng: &mut impl Rng) -> TimmDraw {
+    pub fn draw(&self, rng: &mut impl Rng) -> TimmDraw {
         let mut steps = Vec::new();
         for _ in 0..self.num_layers {
             let op = OPS[rng.gen_range(0..OPS.len())];
@@ -197,7 +197,7 @@ impl TimmOp {
 
 impl TimmDraw {
     /// timm's op functions on packed RGB `pixels` of `size`.
-    pub(crate) fn apply(&self, pixels: &mut [u8], size: Size2) {
+    pub fn apply(&self, pixels: &mut [u8], size: Size2) {
         let (w, h) = (f64::from(size.width), f64::from(size.height));
         for step in &self.steps {
             let a = step.arg;
@@ -308,10 +308,10 @@ fn parse(config: &str) -> Result<TimmRandAugment, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pixels::augment::tests::parse_one;
-    use crate::pixels::augment::AugmentOp;
-    use crate::pixels::pixel_ops::PixelOp;
-    use crate::shared::draw_rng;
+    use crate::augment::tests::parse_one;
+    use crate::augment::AugmentOp;
+    use crate::pixel_ops::PixelOp;
+    use crate::draw::draw_rng;
 
     fn timm(config: &str) -> TimmRandAugment {
         match parse_one(&format!("rand_augment: {{timm: \"{config}\"}}")).expect("op") {

@@ -21,7 +21,7 @@ mod tmpfs;
 use std::sync::Arc;
 
 pub use files::OutputFiles;
-pub(crate) use files::OutputFile;
+pub use files::OutputFile;
 pub use limits::raise_fd_limit;
 
 /// A produced output's bytes: see the module documentation.
@@ -45,7 +45,7 @@ impl ServedBytes {
 
     /// Copies the last `dst.len()` bytes into `dst` (an output's pixels, past its header, into
     /// a loader's ring slot): one copy, read from the file where it is in one.
-    pub(crate) fn copy_tail_into(&self, dst: &mut [u8]) -> std::io::Result<()> {
+    pub fn copy_tail_into(&self, dst: &mut [u8]) -> std::io::Result<()> {
         let len = self.len();
         let at = len.checked_sub(dst.len()).ok_or_else(|| std::io::Error::from(std::io::ErrorKind::UnexpectedEof))?;
         match self {
@@ -57,7 +57,7 @@ impl ServedBytes {
 
     /// The bytes, read back where they are in a file (an output offered to other mounts;
     /// tests).
-    pub(crate) fn to_vec(&self) -> std::io::Result<Vec<u8>> {
+    pub fn to_vec(&self) -> std::io::Result<Vec<u8>> {
         match self {
             ServedBytes::Memory(b) => Ok(b.to_vec()),
             ServedBytes::File(f) => {

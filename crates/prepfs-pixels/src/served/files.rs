@@ -33,13 +33,13 @@ impl std::fmt::Debug for OutputFiles {
 
 impl OutputFiles {
     /// None made yet; the descriptor budget read now (after the mount raised the limit).
-    pub(crate) fn new() -> Arc<OutputFiles> {
+    pub fn new() -> Arc<OutputFiles> {
         let budget = fd_budget();
         Arc::new(OutputFiles { tmpfs: OnceLock::new(), live: AtomicUsize::new(0), budget, spent: Spent::new(budget) })
     }
 
     /// A file holding `bytes`: in the tmpfs when it could be made, else a sealed memory file.
-    pub(crate) fn make(self: &Arc<Self>, bytes: &[u8]) -> std::io::Result<OutputFile> {
+    pub fn make(self: &Arc<Self>, bytes: &[u8]) -> std::io::Result<OutputFile> {
         let file = match self.tmpfs() {
             Some(fs) => fs.file_with(bytes)?,
             None => sealed_memfd(bytes)?,
@@ -50,7 +50,7 @@ impl OutputFiles {
 
     /// [`OutputFiles::make`], or `None` when no file can be made (said in the log, at most once
     /// a minute): the bytes then stay in memory and their reads come to the daemon.
-    pub(crate) fn try_make(self: &Arc<Self>, bytes: &[u8]) -> Option<OutputFile> {
+    pub fn try_make(self: &Arc<Self>, bytes: &[u8]) -> Option<OutputFile> {
         match self.make(bytes) {
             Ok(file) => Some(file),
             Err(e) => {
@@ -75,7 +75,7 @@ impl OutputFiles {
     }
 
     /// Where files are made, for `stats.json` (nothing is made to say it).
-    pub(crate) fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> &'static str {
         match self.tmpfs.get() {
             Some(Some(_)) => "tmpfs (huge=within_size)",
             Some(None) => "memfd",
@@ -84,13 +84,13 @@ impl OutputFiles {
     }
 
     /// Files alive now.
-    pub(crate) fn live(&self) -> usize {
+    pub fn live(&self) -> usize {
         self.live.load(Ordering::Relaxed)
     }
 
     /// Whether an output made now may be made into a file ahead of an open (the budget has
     /// room).
-    pub(crate) fn may_make_ahead(&self) -> bool {
+    pub fn may_make_ahead(&self) -> bool {
         self.live() < self.budget
     }
 
@@ -113,12 +113,12 @@ pub struct OutputFile {
 
 impl OutputFile {
     /// The file, to hand to the kernel or to read.
-    pub(crate) fn file(&self) -> &File {
+    pub fn file(&self) -> &File {
         &self.file
     }
 
     /// Its length in bytes.
-    pub(crate) fn len(&self) -> u64 {
+    pub fn len(&self) -> u64 {
         self.len
     }
 

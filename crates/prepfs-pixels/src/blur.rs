@@ -9,14 +9,14 @@ use rand::Rng;
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GaussianBlur {
     /// Kernel width and height, odd.
-    pub(crate) kernel: (u32, u32),
+    pub kernel: (u32, u32),
     /// The range sigma is drawn from.
-    pub(crate) sigma: (f64, f64),
+    pub sigma: (f64, f64),
 }
 
 impl GaussianBlur {
     /// This sample's sigma: torchvision's `uniform_(sigma[0], sigma[1])`.
-    pub(crate) fn draw(&self, rng: &mut impl Rng) -> f32 {
+    pub fn draw(&self, rng: &mut impl Rng) -> f32 {
         let (lo, hi) = self.sigma;
         (if hi > lo { rng.gen_range(lo..hi) } else { lo }) as f32
     }
@@ -44,7 +44,7 @@ fn reflect(i: isize, n: usize) -> usize {
 }
 
 /// Blurs packed RGB `pixels` of `width` x `height` with `kernel` and `sigma`.
-pub(crate) fn blur(pixels: &mut [u8], width: usize, height: usize, kernel: (u32, u32), sigma: f32) {
+pub fn blur(pixels: &mut [u8], width: usize, height: usize, kernel: (u32, u32), sigma: f32) {
     if width == 0 || height == 0 {
         return;
     }
