@@ -76,7 +76,7 @@ fn value_parsers(s: &str) {
     let _ = config::parse_bytes(s);
     let _ = config::parse_rate(s);
     let _ = config::parse_duration(s);
-    if let Ok(split) = s.parse::<prepfs_core::planner::Split>() {
+    if let Ok(split) = s.parse::<prepfs_planner::Split>() {
         assert_eq!(split.as_array().iter().map(|&p| u64::from(p)).sum::<u64>(), 100, "split {s:?} -> {split:?}");
     }
 }

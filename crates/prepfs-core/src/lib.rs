@@ -57,7 +57,7 @@ pub mod fs;
 pub mod loader;
 pub mod machine_memory;
 pub mod pixel_work;
-pub mod planner;
+pub mod plan;
 pub mod progress;
 pub mod producer;
 pub mod sampling;

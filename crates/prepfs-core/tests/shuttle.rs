@@ -206,7 +206,7 @@ fn concurrent_admissions_that_evict_never_charge_past_the_budget_and_charge_what
 #[test]
 fn takes_and_admissions_racing_leave_the_status_bits_in_step_with_the_stores() {
     check(|| {
-        let split = prepfs_core::planner::Split::new(30, 30, 40).expect("sums to 100");
+        let split = prepfs_planner::Split::new(30, 30, 40).expect("sums to 100");
         let cache = Arc::new(SampleCache::new(100_000, split, EvictionPolicy::Keep, 4));
         let (a, b) = (1u64, 2u64);
         let active = a | b;

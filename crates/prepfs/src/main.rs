@@ -62,7 +62,7 @@ enum Command {
         /// `prepfs` (the default: times add up, refills cost, memory flows on) or `seneca`
         /// (the paper's Eqs. 1-9 exactly).
         #[arg(long, default_value = "prepfs")]
-        model: prepfs_core::planner::Model,
+        model: prepfs_planner::Model,
         /// Also evaluate this split, E-D-A percent.
         #[arg(long)]
         split: Option<String>,
@@ -320,17 +320,17 @@ fn main() -> ExitCode {
         },
         Command::Stats { path, json, watch } => stats(&path, json, watch),
         Command::Plan { params, split, model, epochs, t_full } => {
-            let params = match prepfs_core::planner::load_params(&params) {
+            let params = match prepfs_planner::load_params(&params) {
                 Ok(p) => p,
                 Err(e) => return fail(e),
             };
-            let split = match split.map(|s| s.parse::<prepfs_core::planner::Split>()).transpose() {
+            let split = match split.map(|s| s.parse::<prepfs_planner::Split>()).transpose() {
                 Ok(s) => s,
                 Err(e) => return fail(e),
             };
             let mut out = model.plan_json(&params, split);
-            if let (prepfs_core::planner::Model::Prepfs, Some(map)) = (model, out.as_object_mut()) {
-                map.insert("run".into(), prepfs_core::planner::run::plan_json(&params, split, epochs, t_full.unwrap_or(params.t_da)));
+            if let (prepfs_planner::Model::Prepfs, Some(map)) = (model, out.as_object_mut()) {
+                map.insert("run".into(), prepfs_planner::run::plan_json(&params, split, epochs, t_full.unwrap_or(params.t_da)));
             }
             println!("{out}");
             ExitCode::SUCCESS

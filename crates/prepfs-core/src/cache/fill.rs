@@ -275,7 +275,7 @@ mod tests {
     use crate::cache::tiers::SHARDS;
     use crate::cache::SampleCache;
     use crate::config::EvictionPolicy;
-    use crate::planner::Split;
+    use prepfs_planner::Split;
     use crate::source::catalog::FileId;
 
     fn sample(dir: &std::path::Path, id: FileId, bytes: usize) -> (Sample, Arc<[u8]>) {

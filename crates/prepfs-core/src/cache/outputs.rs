@@ -189,7 +189,7 @@ impl SampleCache {
 mod tests {
     use super::*;
     use crate::cache::ENTRY_OVERHEAD;
-    use crate::planner::Split;
+    use prepfs_planner::Split;
 
     fn cache(recipes: usize, augmented: u64) -> SampleCache {
         let split = Split::new(0, 0, 100).expect("sums to 100");

@@ -29,7 +29,7 @@ use serde_json::json;
 
 use crate::source::catalog::FileId;
 use crate::config::EvictionPolicy;
-use crate::planner::Split;
+use prepfs_planner::Split;
 use crate::sampling::Rank;
 use prepfs_pixels::served::ServedBytes;
 use crate::shared::Form;

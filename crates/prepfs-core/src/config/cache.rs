@@ -9,7 +9,7 @@ use serde_norway::Value;
 use super::error::{ConfigError, ValueError};
 use super::values::{memory_value, positive_size_value};
 use super::Effects;
-use crate::planner::Split;
+use prepfs_planner::Split;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -3,7 +3,7 @@
 use super::machine::auto_cache_memory;
 use prepfs_base::human::human_bytes;
 use super::*;
-use crate::planner::Split;
+use prepfs_planner::Split;
 
 fn parse(yaml: &str) -> Result<Config, ConfigError> {
     let dir = std::env::temp_dir();

@@ -71,7 +71,7 @@ use crate::cache::remote::{self, RemoteTier};
 use crate::cache::{SampleCache, Tiers};
 use crate::config::Config;
 use crate::pixel_work::PixelWork;
-use crate::planner::{initial_split, PlanController};
+use crate::plan::{initial_split, PlanController};
 use crate::producer::SampleProducer;
 use crate::sampling::{Bitset, Job, Jobs, Pass, Requester};
 pub(crate) use crate::shared::Form;
@@ -321,7 +321,7 @@ impl Filesystem {
         if !self.cache().enabled() {
             return;
         }
-        let samples = crate::planner::calibrate::PROBE_SAMPLES.min(self.catalog.sample_count()) as u64;
+        let samples = crate::plan::calibrate::PROBE_SAMPLES.min(self.catalog.sample_count()) as u64;
         let progress = crate::progress::Progress::start("calibrating the cache model", "samples", Some(samples));
         self.plan.plan_at_mount(
             &self.catalog,

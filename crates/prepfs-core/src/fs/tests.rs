@@ -349,7 +349,7 @@ fn below_half_the_stock_the_refill_makes_outputs_of_the_samples_readers_have_yet
 /// bytes), with room in decoded all the same: the memory augmented cannot use flows there.
 fn core_where_misses_keep_bytes(n: usize) -> (tempfile::TempDir, Filesystem) {
     let (dir, fs) = core(n, "cache: { memory: 64MiB, split: 0-0-100, refill: false }\n");
-    let split = crate::planner::Split::new(0, 0, 100).expect("split");
+    let split = prepfs_planner::Split::new(0, 0, 100).expect("split");
     fs.cache().set_split_budgets(split, [8 << 20, 24 << 20, 32 << 20]);
     (dir, fs)
 }
@@ -395,7 +395,7 @@ fn the_refill_keeps_as_pixels_the_samples_readers_left_as_bytes_while_decoded_ha
 fn the_sets_decoded_size_counts_each_sample_once_at_its_first_augmentation_whatever_decoded_has_room_for() {
     let (_dir, fs) = core_where_misses_keep_bytes(4);
     // Room in decoded for the smallest sample's pixels alone (320x240; the others are wider).
-    let split = crate::planner::Split::new(0, 0, 100).expect("split");
+    let split = prepfs_planner::Split::new(0, 0, 100).expect("split");
     let smallest = 320 * 240 * 3;
     fs.cache().set_split_budgets(split, [8 << 20, smallest + crate::cache::ENTRY_OVERHEAD + 64, 32 << 20]);
     let work = |key: &str| work_count(&fs, key);

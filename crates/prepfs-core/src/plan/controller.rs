@@ -5,7 +5,7 @@
 //! sharing it, its link and what it holds), applied to the cache as budgets, and shown in
 //! `stats.json` ([`PlanController::plan_json`]).
 //!
-//! The models it asks are the pure functions of [`crate::planner`]; what it measures comes from
+//! The models it asks are the pure functions of [`prepfs_planner`]; what it measures comes from
 //! the mount's counters ([`Stats`]) and the machine's CPU time.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -15,9 +15,9 @@ use std::time::Instant;
 use crate::cache::remote::RemoteGauge;
 use crate::cache::{SampleCache, ENTRY_OVERHEAD};
 use crate::config::{Config, EvictionPolicy, SplitChoice};
-use crate::planner::calibrate::{self, machine_busy_seconds};
-use crate::planner::serve_fit::ServeFit;
-use crate::planner::{run, Model, PlanParams, Split};
+use crate::plan::calibrate::{self, machine_busy_seconds};
+use prepfs_planner::serve_fit::ServeFit;
+use prepfs_planner::{run, Model, PlanParams, Split};
 use crate::source::catalog::{Catalog, FileId};
 use crate::stats::Stats;
 use prepfs_base::sync::{LockExt, Mutex};
@@ -451,7 +451,7 @@ impl PlanController {
             (_, (_, n, spent), _) if jobs > 1 && costed => Serving { t_serve: Some(self.threads * n as f64 / spent), per_made: None },
             // Pure serving, measured where nothing was made: the model's `t_serve` has an
             // output made for each one served.
-            (best, _, _) => Serving { t_serve: best.map(|rate| rate / crate::planner::prepfs::PURE_HIT_SPEEDUP), per_made: None },
+            (best, _, _) => Serving { t_serve: best.map(|rate| rate / prepfs_planner::prepfs::PURE_HIT_SPEEDUP), per_made: None },
         }
     }
 
@@ -461,7 +461,7 @@ impl PlanController {
         params.output_jobs = *self.output_jobs.lock_or_recover();
         // With recipes, each pipeline keeps outputs for its own reads in its share of the room.
         let (shares, read): (Vec<f64>, Vec<bool>) = self.cache.output_shares().into_iter().unzip();
-        if let (true, Some(size)) = (shares.len() > 1, super::prepfs::room_size(&shares, &self.output_sizes, &read)) {
+        if let (true, Some(size)) = (shares.len() > 1, prepfs_planner::prepfs::room_size(&shares, &self.output_sizes, &read)) {
             params.s_augmented = size;
         }
         let done = self.epochs_done.load(Ordering::Relaxed);
@@ -473,13 +473,13 @@ impl PlanController {
         let evaluation = Model::Prepfs.evaluate(&params, split);
         let previous = self.cache.split();
         // Memory a form cannot use (it holds every sample) flows to the next form.
-        let budgets = crate::planner::budgets(&params, split, ENTRY_OVERHEAD as f64);
+        let budgets = prepfs_planner::budgets(&params, split, ENTRY_OVERHEAD as f64);
         let evicted = self.cache.set_split_budgets(split, budgets);
         let keep_pixels = self.keep_pixels_at_first_touch(over_the_run.keep_pixels);
         self.cache.set_keep_pixels_at_first_touch(keep_pixels);
         // Encoded planned to hold every sample holds every sample, those kept as pixels too (the
         // model's fill counts their bytes there).
-        self.cache.set_bytes_beside_pixels(super::prepfs::fill_fractions(&params, split)[super::prepfs::E] >= 1.0);
+        self.cache.set_bytes_beside_pixels(prepfs_planner::prepfs::fill_fractions(&params, split)[prepfs_planner::prepfs::E] >= 1.0);
         if previous != split || from.starts_with("mount") {
             tracing::info!(
                 split = %split,

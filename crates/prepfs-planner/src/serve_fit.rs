@@ -23,7 +23,7 @@
 
 /// Sums of the fit's normal equations over the intervals added.
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct ServeFit {
+pub struct ServeFit {
     ss: f64,
     sm: f64,
     mm: f64,
@@ -35,14 +35,14 @@ pub(crate) struct ServeFit {
 
 /// The fitted costs, core-seconds each.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct ServeCosts {
+pub struct ServeCosts {
     /// Serving one sample (FUSE round trips, copies, the readers' own work).
-    pub(crate) per_sample: f64,
+    pub per_sample: f64,
     /// An output made beyond its pixel work (its source read's CPU where it read, the writing,
     /// the round trips).
-    pub(crate) per_made: f64,
+    pub per_made: f64,
     /// Source reads per output made over the intervals fitted.
-    pub(crate) reads_per_made: f64,
+    pub reads_per_made: f64,
 }
 
 /// How far from collinear the intervals' mixes must be: the squared correlation of samples
@@ -52,7 +52,7 @@ const MAX_SHARED_VARIATION: f64 = 0.9;
 impl ServeFit {
     /// Adds an interval that served `served` samples, made `made` outputs (reading `reads` from
     /// the source) and spent `spent` core-seconds beyond its pixel work.
-    pub(crate) fn add(&mut self, served: u64, made: u64, reads: u64, spent: f64) {
+    pub fn add(&mut self, served: u64, made: u64, reads: u64, spent: f64) {
         let (s, m) = (served as f64, made as f64);
         self.ss += s * s;
         self.sm += s * m;
@@ -65,7 +65,7 @@ impl ServeFit {
 
     /// The costs that fit the intervals best, if their mixes tell them apart and both come out
     /// as costs (a sample's positive, an output's not negative).
-    pub(crate) fn costs(&self) -> Option<ServeCosts> {
+    pub fn costs(&self) -> Option<ServeCosts> {
         let det = self.ss * self.mm - self.sm * self.sm;
         if self.mm <= 0.0 || det <= (1.0 - MAX_SHARED_VARIATION) * self.ss * self.mm {
             return None;

@@ -24,7 +24,7 @@ pub struct Split {
 
 impl Split {
     /// Everything to the augmented form: where a search with nothing to choose from falls back.
-    pub(crate) const AUGMENTED_ONLY: Split = Split { e: 0, d: 0, a: 100 };
+    pub const AUGMENTED_ONLY: Split = Split { e: 0, d: 0, a: 100 };
 
     /// A split from whole percentages; they must sum to 100.
     pub fn new(e: u32, d: u32, a: u32) -> Result<Split, PlanError> {
@@ -41,17 +41,17 @@ impl Split {
     }
 
     /// Percent of the cache for encoded samples.
-    pub(crate) fn e(self) -> u32 {
+    pub fn e(self) -> u32 {
         self.e
     }
 
     /// Percent of the cache for decoded samples.
-    pub(crate) fn d(self) -> u32 {
+    pub fn d(self) -> u32 {
         self.d
     }
 
     /// Percent of the cache for augmented samples.
-    pub(crate) fn a(self) -> u32 {
+    pub fn a(self) -> u32 {
         self.a
     }
 
@@ -72,7 +72,7 @@ impl Split {
 
     /// Every split at 1% steps (5151), most augmented first, then most decoded: the order in
     /// which [`best_split`] breaks ties.
-    pub(crate) fn all() -> impl Iterator<Item = Split> {
+    pub fn all() -> impl Iterator<Item = Split> {
         (0..=100u32)
             .rev()
             .flat_map(|a| (0..=100 - a).rev().map(move |d| Split { e: 100 - a - d, d, a }))
@@ -129,7 +129,7 @@ impl TryFrom<String> for Split {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::planner::seneca::tests::split;
+    use crate::seneca::tests::split;
 
     #[test]
     fn splits_parse_from_e_d_a() {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-pub(crate) use prepfs_base::yaml::Line;
+pub use prepfs_base::yaml::Line;
 
 /// The model's inputs, in the paper's symbols and SI units: bytes, bytes/s, samples/s.
 ///
@@ -22,75 +22,75 @@ pub(crate) use prepfs_base::yaml::Line;
 #[serde(try_from = "RawPlanParams")]
 pub struct PlanParams {
     /// Samples in the dataset.
-    pub(crate) n_total: u64,
+    pub n_total: u64,
     /// Mean size of an encoded sample (the source file), bytes.
-    pub(crate) s_data: f64,
+    pub s_data: f64,
     /// Mean size of a decoded sample (pixels), bytes. The paper's `M * s_data`.
-    pub(crate) s_decoded: f64,
+    pub s_decoded: f64,
     /// Mean size of an augmented sample (what the consumer receives), bytes. The paper's
     /// `M * s_data`.
-    pub(crate) s_augmented: f64,
+    pub s_augmented: f64,
     /// Cache capacity, bytes (0: no cache).
-    pub(crate) s_cache: f64,
+    pub s_cache: f64,
     /// Cache read bandwidth, bytes/s, aggregate (finite).
-    pub(crate) b_cache: f64,
+    pub b_cache: f64,
     /// NIC bandwidth between the cache/storage and a training node, bytes/s, per node.
-    pub(crate) b_nic: f64,
+    pub b_nic: f64,
     /// Host-to-accelerator (PCIe) bandwidth, bytes/s, per node.
-    pub(crate) b_pcie: f64,
+    pub b_pcie: f64,
     /// Storage read bandwidth, bytes/s, aggregate (finite).
-    pub(crate) b_storage: f64,
+    pub b_storage: f64,
     /// Consumer (GPU training) rate, samples/s, per node; `None`: unbounded.
-    pub(crate) t_gpu: Option<f64>,
+    pub t_gpu: Option<f64>,
     /// CPU decode + augment rate, samples/s, per node.
     pub t_da: f64,
     /// CPU augment-only rate (from decoded pixels), samples/s, per node.
-    pub(crate) t_a: f64,
+    pub t_a: f64,
     /// Training nodes (homogeneous, data parallel).
-    pub(crate) nodes: u32,
+    pub nodes: u32,
     /// NIC bandwidth taken by gradient synchronisation, bytes/s, per node (0 on one node).
-    pub(crate) c_nw: f64,
+    pub c_nw: f64,
     /// PCIe bandwidth taken by gradient synchronisation, bytes/s, per node (0 with NVLink).
-    pub(crate) c_pcie: f64,
+    pub c_pcie: f64,
     /// prepfs's model only: the rate the mount serves a cached output at, FUSE round trips and
     /// the readers' own work included, samples/s, per node, on all its cores; `None`: not
     /// measured (the model then takes [`super::prepfs::DEFAULT_SERVE_PER_CORE`] per core).
-    pub(crate) t_serve: Option<f64>,
+    pub t_serve: Option<f64>,
     /// prepfs's model only: the training jobs that share each augmented output (1: one job).
-    pub(crate) jobs: u32,
+    pub jobs: u32,
     /// prepfs's model only: where recipes split the jobs between pipelines, the jobs one
     /// augmented output may serve (the jobs reading its pipeline, averaged over the pipelines
     /// by their reads); the decoded pixels and encoded bytes still serve all `jobs`. `None`:
     /// every job reads the same pipeline (`jobs`).
-    pub(crate) output_jobs: Option<f64>,
+    pub output_jobs: Option<f64>,
     /// prepfs's model only: the cores the CPU rates (`t_da`, `t_a`, `t_serve`) were measured
     /// on, for the default serve rate.
-    pub(crate) cores: u32,
+    pub cores: u32,
     /// prepfs's model only: the directories (classes) the samples are in. A job's substitute
     /// comes from the requested file's directory, so what one job's miss made waits in the
     /// cache until the other jobs' requests reach that directory (1: one directory).
-    pub(crate) dirs: u32,
+    pub dirs: u32,
     /// prepfs's model only: bytes the remote tier shared by the nodes holds (0: none). A
     /// sample missing from a node's memory is read from it, across that node's NIC, where it
     /// holds the sample, before the storage.
-    pub(crate) s_remote: f64,
+    pub s_remote: f64,
     /// prepfs's model only: the mean bytes of a sample in the remote tier (encoded bytes or
     /// decoded pixels, as the mounts wrote it).
-    pub(crate) s_remote_entry: f64,
+    pub s_remote_entry: f64,
     /// prepfs's model only: the share of the remote tier's samples held as decoded pixels
     /// (only an augment left to do); the rest are encoded bytes (a decode and an augment).
-    pub(crate) remote_decoded: f64,
+    pub remote_decoded: f64,
     /// prepfs's model only: seconds a read from the remote tier takes (its round trip and the
     /// transfer), charged to the node's time per sample read from it.
-    pub(crate) t_remote: f64,
+    pub t_remote: f64,
     /// prepfs's model only: core-seconds a read from the storage costs the node's CPU (the
     /// system call, the copy, the buffer's pages; 0: free, as behind a slow link).
-    pub(crate) t_read: f64,
+    pub t_read: f64,
     /// prepfs's model only, several jobs: core-seconds an augmented output made costs beyond
     /// its pixel work and any source read (writing it into the cache, the round trips of the
     /// miss that made it; 0: not measured). The serving probe's fit measures a miss's cost, and
     /// only the read's own CPU (`t_read`) is saved by a form that spares the read.
-    pub(crate) t_output: f64,
+    pub t_output: f64,
 }
 
 
@@ -379,7 +379,7 @@ impl TryFrom<RawPlanParams> for PlanParams {
 }
 
 /// Parses and validates a parameter file's text.
-pub(crate) fn parse_params(text: &str) -> Result<PlanParams, PlanError> {
+pub fn parse_params(text: &str) -> Result<PlanParams, PlanError> {
     let text_or_empty_map = if text.trim().is_empty() { "{}" } else { text };
     let raw: RawPlanParams =
         serde_norway::from_str(text_or_empty_map).map_err(|e| PlanError::Yaml(prepfs_base::yaml::describe_error(&e)))?;
@@ -398,8 +398,8 @@ pub fn load_params(path: impl AsRef<Path>) -> Result<PlanParams, PlanError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::planner::seneca::tests::{base, split, BASE_YAML};
-    use crate::planner::seneca::{best_split, evaluate};
+    use crate::seneca::tests::{base, split, BASE_YAML};
+    use crate::seneca::{best_split, evaluate};
 
     #[test]
     fn a_full_file_parses() {

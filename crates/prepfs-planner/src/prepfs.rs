@@ -103,7 +103,7 @@ use super::split::Split;
 /// (With passthrough a fully cached epoch runs at about 5,600/s here, but the mount never
 /// measures `t_serve` while misses go on, and 2,800 a core made the predictions of every cell
 /// with a partial cache 36-47% high: BENCHMARKS.md#2026-11-26-plan-matrix-local.)
-pub(crate) const DEFAULT_SERVE_PER_CORE: f64 = 1800.0;
+pub const DEFAULT_SERVE_PER_CORE: f64 = 1800.0;
 
 /// How much faster cached outputs are served when no output is being made meanwhile (the
 /// refill idle, no miss): `t_serve` and [`DEFAULT_SERVE_PER_CORE`] are the rate with an output
@@ -112,7 +112,7 @@ pub(crate) const DEFAULT_SERVE_PER_CORE: f64 = 1800.0;
 /// epochs ran at 5,562-6,449 samples/s on 2 cores (BENCHMARKS.md#2026-11-26-plan-matrix-run-local),
 /// 1.65x the 3,600 of the default; the mount's own probe of `t_serve` (intervals with no
 /// pixel work) measures pure serving and divides by this.
-pub(super) const PURE_HIT_SPEEDUP: f64 = 1.65;
+pub const PURE_HIT_SPEEDUP: f64 = 1.65;
 
 /// The scale, in entries per directory, of how a window shares (see "Several jobs"). From a
 /// simulation of 3 jobs, each reading 30 directories of 40 samples in its own random order for 2
@@ -130,7 +130,7 @@ pub(super) const WINDOW_PER_DIR: f64 = 3.0;
 /// least the share of its samples the model counts, so the model's hits are a floor and a form
 /// it plans to hold every sample is given room for every pipeline to hold them all. One
 /// pipeline: its own size.
-pub(crate) fn room_size(shares: &[f64], sizes: &[f64], read: &[bool]) -> Option<f64> {
+pub fn room_size(shares: &[f64], sizes: &[f64], read: &[bool]) -> Option<f64> {
     let any_read = read.iter().any(|&r| r);
     let per_sample = shares
         .iter()
@@ -149,7 +149,7 @@ struct Fill {
 }
 
 /// Encoded, decoded, augmented.
-pub(super) const E: usize = 0;
+pub const E: usize = 0;
 pub(super) const D: usize = 1;
 pub(super) const A: usize = 2;
 
@@ -174,7 +174,7 @@ fn fill(p: &PlanParams, split: Split) -> Fill {
 }
 
 /// The fractions of the samples each form (encoded, decoded, augmented) holds under `split`.
-pub(super) fn fill_fractions(p: &PlanParams, split: Split) -> [f64; 3] {
+pub fn fill_fractions(p: &PlanParams, split: Split) -> [f64; 3] {
     fill(p, split).held
 }
 
@@ -472,7 +472,7 @@ pub(super) fn cores_and_storage(cpu: f64, storage: f64, cores: u32, threads: u32
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-    use crate::planner::Model;
+    use crate::Model;
 
     /// Seneca's tests' set (1000 samples of 100 B encoded, 500 B decoded, 250 B augmented;
     /// decode and augment 1,000/s, augment 5,000/s; storage 10,000 samples/s), served at
@@ -480,11 +480,11 @@ pub(super) mod tests {
     /// Seneca's tests' set on 2 cores; no storage limit (the storage's 10,000 reads a second
     /// of that set would take a few percent off every rate here: [`cores_and_storage`]), unless
     /// a test brings one in.
-    pub(in crate::planner) fn base() -> PlanParams {
-        PlanParams { t_serve: Some(4000.0), cores: 2, b_storage: f64::INFINITY, ..crate::planner::seneca::tests::base() }
+    pub(in crate) fn base() -> PlanParams {
+        PlanParams { t_serve: Some(4000.0), cores: 2, b_storage: f64::INFINITY, ..crate::seneca::tests::base() }
     }
 
-    pub(in crate::planner) fn split(s: &str) -> Split {
+    pub(in crate) fn split(s: &str) -> Split {
         s.parse().expect("split")
     }
 
@@ -496,7 +496,7 @@ pub(super) mod tests {
     }
 
     #[track_caller]
-    pub(in crate::planner) fn assert_close(actual: f64, expected: f64) {
+    pub(in crate) fn assert_close(actual: f64, expected: f64) {
         assert!((actual - expected).abs() <= 1e-9 * expected.abs().max(1.0), "expected {expected}, got {actual}");
     }
 
@@ -572,7 +572,7 @@ pub(super) mod tests {
         let held = PlanParams { s_cache: 1000.0 * 100.0, ..p.clone() };
         assert_close(evaluate(&held, split("100-0-0")).samples_per_s, 1.0 / (1.0 / 4000.0 + 1.0 / 1000.0));
         // The run: epoch 1 reads every sample, whatever the cache holds.
-        let run = crate::planner::run::epochs(&held, split("100-0-0"), 800.0, false);
+        let run = crate::run::epochs(&held, split("100-0-0"), 800.0, false);
         assert_close(run.first, cold);
     }
 
@@ -687,9 +687,9 @@ pub(super) mod tests {
 
     #[test]
     fn the_seneca_model_prints_exactly_what_plan_printed_before() {
-        let p = crate::planner::load_params(concat!(env!("CARGO_MANIFEST_DIR"), "/../../mount-configs/plan-example.yaml")).expect("example");
+        let p = crate::load_params(concat!(env!("CARGO_MANIFEST_DIR"), "/../../mount-configs/plan-example.yaml")).expect("example");
         let split = Some(split("20-30-50"));
-        assert_eq!(Model::Seneca.plan_json(&p, split), crate::planner::plan_json(&p, split));
+        assert_eq!(Model::Seneca.plan_json(&p, split), crate::plan_json(&p, split));
         assert_ne!(Model::Prepfs.plan_json(&p, split), Model::Seneca.plan_json(&p, split));
         assert_eq!("seneca".parse::<Model>(), Ok(Model::Seneca));
         assert!("magic".parse::<Model>().is_err());
@@ -877,11 +877,11 @@ pub(super) mod tests {
     #[test]
     fn without_a_remote_tier_the_model_is_unchanged_by_the_remote_inputs_defaults() {
         let text = "n_total: 1000\ns_data: 100\nm: 5\ns_cache: 0\nb_cache: 1e9\nb_nic: .inf\nb_pcie: .inf\nb_storage: 1e6\nt_da: 1000\nt_a: 5000\nnodes: 1\nc_nw: 0\nc_pcie: 0\n";
-        let p = crate::planner::params::parse_params(text).expect("parses");
+        let p = crate::params::parse_params(text).expect("parses");
         assert_eq!((p.s_remote, p.s_remote_entry, p.remote_decoded), (0.0, 100.0, 0.0));
-        let with = crate::planner::params::parse_params(&format!("{text}s_remote: 5e4\nremote_decoded: 0.5\n")).expect("parses");
+        let with = crate::params::parse_params(&format!("{text}s_remote: 5e4\nremote_decoded: 0.5\n")).expect("parses");
         assert_eq!((with.s_remote, with.remote_decoded), (5e4, 0.5));
-        let bad = crate::planner::params::parse_params(&format!("{text}remote_decoded: 2\n")).expect_err("refused");
+        let bad = crate::params::parse_params(&format!("{text}remote_decoded: 2\n")).expect_err("refused");
         assert!(bad.to_string().contains("remote_decoded"), "{bad}");
     }
 }

@@ -17,7 +17,7 @@ use prepfs_pixels::output;
 use prepfs_pixels::pipeline;
 use prepfs_pixels::output::Dest;
 use prepfs_base::thread_time::thread_cpu_nanos;
-use crate::planner::PlanParams;
+use prepfs_planner::PlanParams;
 
 /// Samples timed at mount, on all the decode threads at once: the pixel work of one image can
 /// take twice or half the mean of a set (the crop drawn, the image), so a dozen left the cold

@@ -106,7 +106,7 @@ fn min_of(rates: &[f64]) -> f64 {
 /// The best split at 1% steps (all 5151) under this model, and its evaluation (the search and
 /// its ties: [`best_split_by`]).
 #[cfg(test)]
-pub(crate) fn best_split(params: &PlanParams) -> (Split, Evaluation) {
+pub fn best_split(params: &PlanParams) -> (Split, Evaluation) {
     best_split_by(params, evaluate)
 }
 
@@ -117,14 +117,14 @@ pub fn plan_json(params: &PlanParams, split: Option<Split>) -> serde_json::Value
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+pub mod tests {
     use super::*;
-    use crate::planner::params::parse_params;
+    use crate::params::parse_params;
 
     /// A small dataset with round numbers; every limit is far away unless a test brings it in.
     /// Rates: cache 1e9 B/s gives 4e6/s augmented, 2e6/s decoded, 1e7/s encoded; storage
     /// 1e6 B/s gives 1e4/s; CPU 1,000/s decode+augment, 5,000/s augment.
-    pub(crate) fn base() -> PlanParams {
+    pub fn base() -> PlanParams {
         PlanParams {
             n_total: 1000,
             s_data: 100.0,
@@ -155,20 +155,20 @@ pub(crate) mod tests {
         }
     }
 
-    pub(crate) fn split(s: &str) -> Split {
+    pub fn split(s: &str) -> Split {
         s.parse().expect("valid split")
     }
 
-    pub(crate) fn close(a: f64, b: f64) -> bool {
+    pub fn close(a: f64, b: f64) -> bool {
         (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
     }
 
     #[track_caller]
-    pub(crate) fn assert_close(actual: f64, expected: f64) {
+    pub fn assert_close(actual: f64, expected: f64) {
         assert!(close(actual, expected), "expected {expected}, got {actual}");
     }
 
-    pub(crate) const BASE_YAML: &str = "\
+    pub const BASE_YAML: &str = "\
 n_total: 1000
 s_data: 100
 s_decoded: 500

@@ -49,13 +49,13 @@ use super::split::Split;
 
 /// Predicted samples a second, epoch by epoch, under one first-touch policy.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Epochs {
+pub struct Epochs {
     /// Epoch 1, from an empty cache.
-    pub(crate) first: f64,
+    pub first: f64,
     /// Epoch 2.
-    pub(crate) second: f64,
+    pub second: f64,
     /// Epochs 3 on.
-    pub(crate) steady: f64,
+    pub steady: f64,
 }
 
 impl Epochs {
@@ -71,7 +71,7 @@ impl Epochs {
     }
 
     /// The rate predicted for epoch `e` (1-based).
-    pub(crate) fn at(&self, e: u64) -> f64 {
+    pub fn at(&self, e: u64) -> f64 {
         match e {
             0 | 1 => self.first,
             2 => self.second,
@@ -82,10 +82,10 @@ impl Epochs {
 
 /// The plan over the run for one split.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct RunPlan {
+pub struct RunPlan {
     /// Whether a first touch decodes in full and keeps the pixels wherever decoded has room.
-    pub(crate) keep_pixels: bool,
-    pub(crate) epochs: Epochs,
+    pub keep_pixels: bool,
+    pub epochs: Epochs,
 }
 
 /// Whether the one-job epochs below do not apply: several jobs (their first epoch and then the
@@ -96,7 +96,7 @@ fn at_the_steady_rate(p: &PlanParams) -> bool {
 
 /// The epochs of a run under `split`, with `t_full` the rate (samples/s, per node, on all its
 /// cores) of a full decode followed by an augment, and `keep` the first-touch policy.
-pub(crate) fn epochs(p: &PlanParams, split: Split, t_full: f64, keep: bool) -> Epochs {
+pub fn epochs(p: &PlanParams, split: Split, t_full: f64, keep: bool) -> Epochs {
     let steady = prepfs::evaluate(p, split).samples_per_s;
     if p.jobs > 1 {
         // The jobs' first epoch reads every sample at least once; from the second on, the
@@ -129,21 +129,21 @@ pub(crate) fn epochs(p: &PlanParams, split: Split, t_full: f64, keep: bool) -> E
 /// samples with a spare (an augmented output made ahead), and of those without one, samples
 /// kept as pixels and samples kept as bytes alone; the rest memory holds in no form.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Holding {
-    pub(crate) spares: f64,
-    pub(crate) pixels: f64,
-    pub(crate) bytes: f64,
+pub struct Holding {
+    pub spares: f64,
+    pub pixels: f64,
+    pub bytes: f64,
     /// Samples kept as pixels, a spare or not (decoded's room left for promotions).
-    pub(crate) decoded: f64,
+    pub decoded: f64,
     /// The mean bytes of a sample held in no form, where known (else the set's mean).
-    pub(crate) unheld_bytes: Option<f64>,
+    pub unheld_bytes: Option<f64>,
 }
 
 impl Holding {
     /// The holding from each form's share of the samples (each sample counted once: as pixels,
     /// else as bytes), the spares falling first on the samples kept as pixels (the model's
     /// epoch 1 makes them from those), then on those kept as bytes, then on the rest.
-    pub(crate) fn of_forms(encoded: f64, decoded: f64, augmented: f64) -> Holding {
+    pub fn of_forms(encoded: f64, decoded: f64, augmented: f64) -> Holding {
         let spares = augmented.clamp(0.0, 1.0);
         let on_pixels = spares.min(decoded);
         let on_bytes = (spares - on_pixels).min(encoded).max(0.0);
@@ -190,7 +190,7 @@ fn second_epoch(p: &PlanParams, held: [f64; 3], t_full: f64, k: Holding) -> f64 
 /// left to read decide epoch 2 behind slow storage (a fifth of the 1600x1200 set at 10 MB/s: 14
 /// of 400 samples held nowhere, where the fill said none). One job, no remote tier (else every
 /// epoch is predicted at the steady rate, as [`epochs`] does).
-pub(crate) fn second_from(p: &PlanParams, split: Split, t_full: f64, k: Holding) -> Option<f64> {
+pub fn second_from(p: &PlanParams, split: Split, t_full: f64, k: Holding) -> Option<f64> {
     if at_the_steady_rate(p) {
         return None;
     }
@@ -199,7 +199,7 @@ pub(crate) fn second_from(p: &PlanParams, split: Split, t_full: f64, k: Holding)
 
 /// The first-touch policy with the least time over the `left` epochs from epoch `from` on
 /// (1-based), and its epochs. A tie keeps the pixels.
-pub(crate) fn over_the_run(p: &PlanParams, split: Split, t_full: f64, from: u64, left: u64) -> RunPlan {
+pub fn over_the_run(p: &PlanParams, split: Split, t_full: f64, from: u64, left: u64) -> RunPlan {
     let keep = epochs(p, split, t_full, true);
     let region = epochs(p, split, t_full, false);
     let keep_pixels = left >= 2 && keep.seconds(from, left) <= region.seconds(from, left);
@@ -209,7 +209,7 @@ pub(crate) fn over_the_run(p: &PlanParams, split: Split, t_full: f64, from: u64,
 /// The split with the least time over the `left` epochs from epoch `from` on (1-based), its
 /// first-touch policy and its epochs: a run of a few epochs weighs the cold first epoch, a long
 /// one the steady state. Ties go to the first split in [`Split::all`]'s order.
-pub(crate) fn best_over_the_run(p: &PlanParams, t_full: f64, from: u64, left: u64) -> (Split, RunPlan) {
+pub fn best_over_the_run(p: &PlanParams, t_full: f64, from: u64, left: u64) -> (Split, RunPlan) {
     let mut best: Option<(Split, RunPlan, f64)> = None;
     for split in Split::all() {
         let run = over_the_run(p, split, t_full, from, left);
@@ -247,7 +247,7 @@ mod tests {
     // 1000 samples of 100 B encoded, 500 B decoded, 250 B augmented; region decode and augment
     // 1,000/s, augment 5,000/s; served 4,000/s; storage 10,000 samples/s (a full decode and
     // augment is given as 800/s below).
-    use crate::planner::prepfs::tests::{assert_close, base, split};
+    use crate::prepfs::tests::{assert_close, base, split};
 
     #[test]
     fn a_cache_that_holds_the_set_as_pixels_pays_the_full_decode_once_when_they_are_kept_at_first_touch() {
@@ -303,13 +303,13 @@ mod tests {
         let p = PlanParams { s_cache: 1000.0 * (100.0 + 500.0 + 250.0), ..base() };
         let held = prepfs::fill_fractions(&p, split("0-0-100"));
         let at = |spares: f64| second_epoch(&p, held, 800.0, Holding::of_forms(0.0, 1.0, spares));
-        let pure = 4000.0 * crate::planner::prepfs::PURE_HIT_SPEEDUP;
+        let pure = 4000.0 * crate::prepfs::PURE_HIT_SPEEDUP;
         assert_close(at(1.0), pure);
         // 2 of 1000 samples without a spare: their augments take a sliver of the epoch.
         assert!(at(0.998) > 0.97 * pure, "{} against {pure}", at(0.998));
         // No spares: every sample's augment runs beside the serving (made ahead of the readers,
         // augmented has room), at the serving's own rate.
-        let share = crate::planner::prepfs::SERVE_CPU_SHARE;
+        let share = crate::prepfs::SERVE_CPU_SHARE;
         assert_close(at(0.0), 1.0 / (share / 4000.0 + 1.0 / 5000.0));
         // Fewer spares, slower epoch.
         assert!(at(0.5) < at(0.9) && at(0.9) < at(0.998));
@@ -342,11 +342,11 @@ mod tests {
         assert_eq!(keep, epochs(&p, split("0-0-100"), 800.0, false));
         // Epoch 1: a full decode and augment plus a spare augment each, made ahead of the
         // readers (augmented has room), so the serving's CPU share counts, not its round trips.
-        let share = crate::planner::prepfs::SERVE_CPU_SHARE;
+        let share = crate::prepfs::SERVE_CPU_SHARE;
         assert_close(keep.first, 1.0 / (share / 4000.0 + 1.0 / 800.0 + 1.0 / 5000.0));
         // Epoch 2: the spares are taken (their refills are the next epoch's): nothing is made
         // meanwhile, and serving runs at the pure-hit rate.
-        assert_close(keep.second, 4000.0 * crate::planner::prepfs::PURE_HIT_SPEEDUP);
+        assert_close(keep.second, 4000.0 * crate::prepfs::PURE_HIT_SPEEDUP);
     }
 
     #[test]
@@ -364,7 +364,7 @@ mod tests {
         }
         // From epoch 3 on only the steady state is left: the steady model's best split.
         let (late, _) = best_over_the_run(&p, 800.0, 3, 10);
-        let steady_best = crate::planner::search::best_split_by(&p, prepfs::evaluate).1.samples_per_s;
+        let steady_best = crate::search::best_split_by(&p, prepfs::evaluate).1.samples_per_s;
         assert_close(prepfs::evaluate(&p, late).samples_per_s, steady_best);
     }
 

@@ -1,7 +1,8 @@
 //! The cache planner: how to split the cache's memory among the three forms (encoded, decoded,
 //! augmented), as pure functions of measured inputs ([`PlanParams`]). It reads no clock and
-//! measures nothing; [`calibrate`] builds the inputs at mount, and the controller
-//! (`controller.rs`, [`PlanController`]) owns the plan's control loop while serving.
+//! measures nothing, and depends on prepfs-base alone; prepfs-core's `plan` builds the inputs at
+//! mount (`plan/calibrate.rs`) and owns the plan's control loop while serving
+//! (`plan/controller.rs`, `PlanController`).
 //!
 //! Two models evaluate a split:
 //!
@@ -50,21 +51,18 @@
 //! Both models share the search (all 5151 splits at 1% steps; the mount's `auto` picks prepfs's
 //! by the least time over the epochs left, `run::best_over_the_run`) and the parameter file.
 
-pub(crate) mod calibrate;
-mod controller;
 mod params;
-mod prepfs;
+pub mod prepfs;
 pub mod run;
-mod search;
-mod serve_fit;
-mod seneca;
+pub mod search;
+pub mod serve_fit;
+pub mod seneca;
 mod split;
 
-pub(crate) use controller::{initial_split, PlanController};
 pub use prepfs::budgets;
 pub use params::load_params;
-pub(crate) use params::PlanParams;
-pub(crate) use search::Evaluation;
+pub use params::PlanParams;
+pub use search::Evaluation;
 pub use seneca::{evaluate, plan_json};
 pub use split::Split;
 
@@ -102,7 +100,7 @@ impl Model {
 
     /// The best split under this model in the steady state, and its evaluation.
     #[cfg(test)]
-    pub(crate) fn best_split(self, params: &PlanParams) -> (Split, Evaluation) {
+    pub fn best_split(self, params: &PlanParams) -> (Split, Evaluation) {
         match self {
             Model::Seneca => seneca::best_split(params),
             Model::Prepfs => search::best_split_by(params, prepfs::evaluate),
