@@ -72,7 +72,9 @@ ptx:
 # (crates/prepfs-core), the mounted end-to-end tests (crates/prepfs/tests; the loader's with the
 # Python module built and installed first); the shuttle model checks of the cache's and
 # sampling's concurrency (crates/prepfs-core/tests/shuttle.rs, a build with `--features
-# shuttle`), the benchmark harness's own self-test (bench/tests). The fuzz targets are workspace
+# shuttle`), the benchmark harness's own self-test (bench/tests), and last python/tests (pytest,
+# installed for $(PYTHON) where missing: prepfs.recipe, and prepfs.Loader on a mount by the debug
+# binary just built). The fuzz targets are workspace
 # members built only with their `fuzz-targets` feature, which the build line below turns on
 # (linked with libFuzzer), so a rename in the core breaks make test, not only make fuzz; without
 # it a plain `cargo test --workspace --all-targets` leaves them out (run as tests, libFuzzer
@@ -101,6 +103,8 @@ test: deps
 	PREPFS_REQUIRE_LOADER=1 $(if $(REQUIRE_PASSTHROUGH),PREPFS_REQUIRE_PASSTHROUGH=1) $(TEST_RUN) --workspace --tests
 	$(TEST_RUN) -p prepfs-core --features shuttle --test shuttle
 	$(PYTHON) bench/tests
+	@$(PYTHON) -m pytest --version >/dev/null 2>&1 || $(PYTHON) -m pip install -q pytest 2>/dev/null || $(PYTHON) -m pip install -q --break-system-packages pytest
+	PREPFS_BIN=$(CURDIR)/target/debug/prepfs PREPFS_REQUIRE_LOADER=1 $(PYTHON) -m pytest -q python/tests
 
 # Each augment op against torchvision v2 on real photographs (tests/mount_torchvision.rs: KS tests
 # of per-image statistics). Installs torch and torchvision from PyPI for $(PYTHON) where missing:
