@@ -14,7 +14,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use prepfs_core::source::shards::{walk_in_memory, MAX_HEADER_BYTES};
+use prepfs_source::shards::{walk_in_memory, MAX_HEADER_BYTES};
 
 /// The shard's length beyond the bytes given, by flags bits 0-2.
 const PADS: [u64; 8] = [0, 0, 1024, 4096, 70 << 10, 1 << 20, 300 << 20, 1 << 30];

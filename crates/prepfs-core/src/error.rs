@@ -14,7 +14,7 @@
 //! | [`Error::ReadOnly`] | `EROFS` |
 //! | [`Error::BadHandle`] | `EBADF` |
 //! | [`Error::TooManyOpen`] | `ENFILE` |
-//! | [`Error::Decode`] | its [`crate::source::SampleError`]'s: `EIO` |
+//! | [`Error::Decode`] | its [`SampleError`]'s: `EIO` |
 //! | [`Error::Job`] | its [`crate::sampling::JobError`]'s: `EINVAL`, `ENAMETOOLONG`, `EUSERS`, `EDQUOT` |
 //! | [`Error::SourceIo`] | its `io::Error`'s (`source`): `ENOENT`, `EACCES`, else `EIO` |
 //! | [`Error::PixelWork`] | `ENOMEM` |
@@ -26,9 +26,38 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::source::SampleError;
+use prepfs_pixels::pipeline::PixelError;
 
 pub use prepfs_base::errno::ToErrno;
+
+/// Why a sample is refused as undecodable, in every view, until its file changes. Every one is
+/// `EIO` to a reader: the file is there, but no pixels can be served of it.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SampleError {
+    /// The pipeline could not make pixels of it (corrupt, truncated, too many pixels, ...).
+    #[error(transparent)]
+    Pixels(#[from] PixelError),
+    /// The source file is no sample prepfs will read (over `source.max_file_size`, not a
+    /// regular file): the source's error, as it came.
+    #[error("{0}")]
+    NotASample(Arc<std::io::Error>),
+    /// Its header was found unreadable when its size was probed earlier.
+    #[error("unreadable header")]
+    UnreadableHeader,
+    /// It was found undecodable earlier; the first log line says why.
+    #[error("undecodable (found earlier; see the first log line)")]
+    FoundEarlier,
+}
+
+impl ToErrno for SampleError {
+    fn to_errno(&self) -> libc::c_int {
+        match self {
+            SampleError::Pixels(e) => e.to_errno(),
+            // A refused file, not a missing or forbidden one: the same errno as a damaged sample.
+            SampleError::NotASample(_) | SampleError::UnreadableHeader | SampleError::FoundEarlier => libc::EIO,
+        }
+    }
+}
 
 /// Why a request (or mount set-up) failed. Cheap to clone (a source `io::Error` is shared), so
 /// the requests that wait on one load all get its error.

@@ -61,7 +61,7 @@ pub mod plan;
 pub mod progress;
 pub mod producer;
 pub mod sampling;
-pub mod source;
+pub mod sample_reader;
 pub mod shared;
 pub mod stats;
 pub mod metrics;

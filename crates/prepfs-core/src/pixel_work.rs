@@ -25,7 +25,7 @@ use prepfs_pixels::draw::draw_rng;
 use prepfs_pixels::rgb::Rgb;
 use prepfs_pixels::rgb::Size2;
 use prepfs_base::thread_time::thread_cpu_nanos;
-use crate::source::catalog::FileId;
+use prepfs_source::catalog::FileId;
 use crate::metrics::PixelKind;
 use crate::stats::{bump, Stats};
 

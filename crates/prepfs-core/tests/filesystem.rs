@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 
 use prepfs_core::config::{Config, Overrides};
 use prepfs_core::fs::{Caller, Filesystem, Kind, ROOT_INO};
-use prepfs_core::source::catalog::Catalog;
+use prepfs_source::catalog::Catalog;
 
 /// Writes `n` lossless PNGs, each of its own pixels and size, as class `c0` of `dir/src`.
 fn png_source(dir: &Path, n: u32) -> Vec<image::RgbImage> {

@@ -18,7 +18,7 @@ use rand::seq::SliceRandom;
 use rand::Rng;
 
 use prepfs_pixels::draw::draw_rng;
-use prepfs_core::source::catalog::FileId;
+use prepfs_source::catalog::FileId;
 use prepfs_core::sampling::{Choice, Job, Jobs, Requester};
 
 const SEED: u64 = 7;

@@ -20,7 +20,7 @@ use shuttle::{thread, Config, Runner};
 use prepfs_core::cache::{
     AugmentedEntry, FormStore, SampleCache, SingleFlight, ENTRY_OVERHEAD, HELD_AUGMENTED, HELD_DECODED, HELD_ENCODED,
 };
-use prepfs_core::source::catalog::FileId;
+use prepfs_source::catalog::FileId;
 use prepfs_core::config::EvictionPolicy;
 use prepfs_core::sampling::{Job, Jobs, Requester};
 

@@ -548,7 +548,7 @@ impl MountPlan {
                 plan.older_form = true;
             }
             [source, mountpoint] => {
-                let shards = prepfs_core::source::shards::is_shard_pattern(&source.to_string_lossy())
+                let shards = prepfs_source::shards::is_shard_pattern(&source.to_string_lossy())
                     || prepfs_core::config::is_object_store_url(&source.to_string_lossy());
                 if source.exists() && !source.is_dir() && !shards {
                     return Err(format!(

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use prepfs_core::progress::Progress;
 
-use prepfs_core::source::catalog::Catalog;
+use prepfs_source::catalog::Catalog;
 use prepfs_core::config::Config;
 use prepfs_core::fs::Filesystem;
 use prepfs_core::drain::{Activity, DrainConfig};
@@ -336,14 +336,14 @@ pub(crate) fn scan_with_progress(source: &Path, stop: &AtomicBool) -> Result<Cat
 /// Indexes the shards `shards` names (in a directory, or in the object store `config` names),
 /// the indexes kept in `config.shard_index_dir()` reused, its progress shown; gives up when
 /// `stop` is set.
-fn index_shards_with_progress(config: &Config, shards: &prepfs_core::config::ShardsConfig, stop: &AtomicBool) -> Result<(Catalog, prepfs_core::source::shards::Shards), MountError> {
+fn index_shards_with_progress(config: &Config, shards: &prepfs_core::config::ShardsConfig, stop: &AtomicBool) -> Result<(Catalog, prepfs_source::shards::Shards), MountError> {
     let index_dir = config.shard_index_dir();
     let index_dir = index_dir.as_deref();
     let progress = Progress::start("indexing the shards", "samples", None);
     let indexed = match &config.object_store {
         // Shards in an object store: its listing (kept as any store's), then their headers.
-        Some(store) => prepfs_core::source::shards::Shards::index_in_store(shards, store, index_dir, config.listing_dir().as_deref(), |n| progress.set(n as u64), stop),
-        None => prepfs_core::source::shards::Shards::index(shards, index_dir, |n| progress.set(n as u64), stop),
+        Some(store) => prepfs_source::shards::Shards::index_in_store(shards, store, index_dir, config.listing_dir().as_deref(), |n| progress.set(n as u64), stop),
+        None => prepfs_source::shards::Shards::index(shards, index_dir, |n| progress.set(n as u64), stop),
     };
     progress.finish();
     let mut indexed = indexed.map_err(|e| match e.kind() {
@@ -375,9 +375,9 @@ fn list_objects_with_progress(
     store: &prepfs_core::config::ObjectStoreConfig,
     listing_dir: Option<&Path>,
     stop: &AtomicBool,
-) -> Result<(Catalog, prepfs_core::source::s3::ObjectStore), MountError> {
+) -> Result<(Catalog, prepfs_source::s3::ObjectStore), MountError> {
     let progress = Progress::start("listing the object store", "keys", None);
-    let listed = prepfs_core::source::s3::ObjectStore::list(store, listing_dir, |n| progress.set(n as u64), stop);
+    let listed = prepfs_source::s3::ObjectStore::list(store, listing_dir, |n| progress.set(n as u64), stop);
     progress.finish();
     let mut listed = listed.map_err(|e| match e.kind() {
         io::ErrorKind::Interrupted => MountError::Stopped,

@@ -114,7 +114,7 @@ impl DiskKind {
 /// The key of a source file's entries: its path relative to the source root and its version
 /// (inode, size, mtime and ctime to the nanosecond; not the device number, which may change
 /// across reboots), hashed. A rewritten or replaced source file gets a new key.
-pub(crate) fn key_of(rel_path: &Path, version: &crate::source::Identity) -> u64 {
+pub(crate) fn key_of(rel_path: &Path, version: &prepfs_source::Identity) -> u64 {
     fnv1a64(&[
         rel_path.as_os_str().as_bytes(),
         &[0],
@@ -609,14 +609,14 @@ mod tests {
         assert_eq!(fnv1a64(&[b""]), 0xcbf2_9ce4_8422_2325);
         assert_eq!(fnv1a64(&[b"a"]), 0xaf63_dc4c_8601_ec8c);
         assert_eq!(fnv1a64(&[b"foo", b"bar"]), fnv1a64(&[b"foobar"]));
-        let v = crate::source::Identity { dev: 1, ino: 7, len: 100, mtime_ns: 1_700_000_000_000_000_005, ctime_ns: 9 };
+        let v = prepfs_source::Identity { dev: 1, ino: 7, len: 100, mtime_ns: 1_700_000_000_000_000_005, ctime_ns: 9 };
         let k = key_of(Path::new("c0/a.jpg"), &v);
         assert_eq!(k, key_of(Path::new("c0/a.jpg"), &v), "stable");
-        assert_eq!(k, key_of(Path::new("c0/a.jpg"), &crate::source::Identity { dev: 2, ..v }), "the device may change");
-        assert_ne!(k, key_of(Path::new("c0/a.jpg"), &crate::source::Identity { mtime_ns: v.mtime_ns + 1, ..v }), "mtime counts");
-        assert_ne!(k, key_of(Path::new("c0/a.jpg"), &crate::source::Identity { len: 101, ..v }), "size counts");
-        assert_ne!(k, key_of(Path::new("c0/a.jpg"), &crate::source::Identity { ino: 8, ..v }), "inode counts");
-        assert_ne!(k, key_of(Path::new("c0/a.jpg"), &crate::source::Identity { ctime_ns: 10, ..v }), "ctime counts");
+        assert_eq!(k, key_of(Path::new("c0/a.jpg"), &prepfs_source::Identity { dev: 2, ..v }), "the device may change");
+        assert_ne!(k, key_of(Path::new("c0/a.jpg"), &prepfs_source::Identity { mtime_ns: v.mtime_ns + 1, ..v }), "mtime counts");
+        assert_ne!(k, key_of(Path::new("c0/a.jpg"), &prepfs_source::Identity { len: 101, ..v }), "size counts");
+        assert_ne!(k, key_of(Path::new("c0/a.jpg"), &prepfs_source::Identity { ino: 8, ..v }), "inode counts");
+        assert_ne!(k, key_of(Path::new("c0/a.jpg"), &prepfs_source::Identity { ctime_ns: 10, ..v }), "ctime counts");
         assert_ne!(k, key_of(Path::new("c0/b.jpg"), &v), "path counts");
     }
 
@@ -761,7 +761,7 @@ mod tests {
         fs::write(&src, b"first").expect("write");
         let key = |p: &Path| {
             let m = fs::metadata(p).expect("stat");
-            key_of(Path::new("a.jpg"), &crate::source::FileMeta::of(&m).identity)
+            key_of(Path::new("a.jpg"), &prepfs_source::FileMeta::of(&m).identity)
         };
         let store = DiskCache::open(&dir.path().join("cache"), 1 << 20).expect("open");
         let before = key(&src);

@@ -21,7 +21,8 @@ use crate::cache::{AugmentedEntry, SampleCache, ENTRY_OVERHEAD};
 use prepfs_pixels::served::ServedBytes;
 use prepfs_pixels::rgb::Rgb;
 use prepfs_pixels::rgb::Size2;
-use crate::source::{FileMeta, Sample};
+use prepfs_source::Sample;
+use prepfs_source::FileMeta;
 
 /// Where an output came from: the cache form that held the sample, the disk tier, the remote
 /// tier, or the source.
@@ -276,7 +277,7 @@ mod tests {
     use crate::cache::SampleCache;
     use crate::config::EvictionPolicy;
     use prepfs_planner::Split;
-    use crate::source::catalog::FileId;
+    use prepfs_source::catalog::FileId;
 
     fn sample(dir: &std::path::Path, id: FileId, bytes: usize) -> (Sample, Arc<[u8]>) {
         let path = dir.join(format!("{id}.jpg"));

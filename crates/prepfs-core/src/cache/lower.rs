@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use crate::cache::fill::Origin;
 use prepfs_pixels::rgb::Rgb;
-use crate::source::catalog::FileId;
-use crate::source::Identity;
+use prepfs_source::catalog::FileId;
+use prepfs_source::Identity;
 
 /// What a lookup in a lower tier found.
 pub enum LowerHit {

@@ -23,7 +23,7 @@ use crate::config::EvictionPolicy;
 
 use super::tiers::{AugmentedEntry, FormStore, SampleCache};
 use prepfs_pixels::served::ServedBytes;
-use crate::source::catalog::FileId;
+use prepfs_source::catalog::FileId;
 
 /// The recipes' own output stores and the state of the budget's split (in [`SampleCache`]).
 pub(super) struct RecipeOutputs {

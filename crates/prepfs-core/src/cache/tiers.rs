@@ -27,7 +27,7 @@ use prepfs_base::sync::{Arc, LockExt, Mutex, MutexGuard, OnceLock};
 use lru::LruCache;
 use serde_json::json;
 
-use crate::source::catalog::FileId;
+use prepfs_source::catalog::FileId;
 use crate::config::EvictionPolicy;
 use prepfs_planner::Split;
 use crate::sampling::Rank;

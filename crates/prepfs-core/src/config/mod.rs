@@ -34,9 +34,10 @@ pub(crate) use cache::{CacheConfig, DiskConfig, RemoteConfig, SplitChoice};
 pub use error::ValueError;
 pub(crate) use error::ConfigError;
 pub use prepfs_pixels::output_config::{Dtype, Format, OutputConfig};
+pub use prepfs_source::settings::{ObjectStoreConfig, ShardsConfig, DEFAULT_LISTING_MAX_AGE_S};
 pub(crate) use recipes::{Recipe, MAX_RECIPES};
 pub use sections::{
-    AccessConfig, BadSamplesConfig, HideBad, JobsConfig, LoaderConfig, ObjectStoreConfig, ShardsConfig, SourceLimits, Validate, DEFAULT_LISTING_MAX_AGE_S, DEFAULT_MAX_FILE_SIZE,
+    AccessConfig, BadSamplesConfig, HideBad, JobsConfig, LoaderConfig, SourceLimits, Validate, DEFAULT_MAX_FILE_SIZE,
     DEFAULT_MAX_OPEN_BYTES, DEFAULT_RING_MEMORY, DEFAULT_RING_MEMORY_PER_USER, MAX_ID, MIN_MAX_OPEN_BYTES,
 };
 pub use sections::is_object_store_url;
@@ -241,7 +242,7 @@ impl Config {
         let in_store = match &given {
             SourceGiven::ObjectStore(url) => Some((url.clone(), None)),
             SourceGiven::Shards(pattern) if is_object_store_url(pattern) => {
-                let (dir, _) = crate::source::shards::split_pattern(pattern).map_err(|e| ConfigError::at(text, "source", e))?;
+                let (dir, _) = prepfs_source::shards::split_pattern(pattern).map_err(|e| ConfigError::at(text, "source", e))?;
                 Some((dir.to_string_lossy().into_owned(), Some(pattern.clone())))
             }
             SourceGiven::Dir(_) | SourceGiven::Shards(_) => None,
@@ -271,11 +272,11 @@ impl Config {
             // Shards: their directory is the source (the served tree's root, never written,
             // never holding the mount or the disk tier).
             SourceGiven::Shards(pattern) => {
-                let (dir, name) = crate::source::shards::split_pattern(&pattern).map_err(|e| ConfigError::at(text, "source", e))?;
+                let (dir, name) = prepfs_source::shards::split_pattern(&pattern).map_err(|e| ConfigError::at(text, "source", e))?;
                 let dir = dir.canonicalize().map_err(|e| ConfigError::at(text, "source", format!("{}: {e}", prepfs_base::escape::escaped(&dir))))?;
                 let pattern = format!("{}/{name}", dir.display().to_string().trim_end_matches('/'));
                 // Refused here, with the key, where it names no shard (a mount indexes them).
-                crate::source::shards::expand(&pattern).map_err(|e| ConfigError::at(text, "source", e))?;
+                prepfs_source::shards::expand(&pattern).map_err(|e| ConfigError::at(text, "source", e))?;
                 let index_dir = index_dir.map(|d| std::path::absolute(&d).unwrap_or(d));
                 if index_dir.as_ref().is_some_and(|d| d.starts_with(&dir)) {
                     return Err(ConfigError::at(text, "source.index_dir", "the shard index must not lie inside the shards' directory (the source is never written)"));

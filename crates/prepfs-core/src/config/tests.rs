@@ -644,3 +644,12 @@ fn an_s3_url_as_the_source_is_an_object_store_with_its_endpoint_region_and_bound
         assert!(err.contains(key) && err.contains(why), "{yaml}: {err}");
     }
 }
+
+#[test]
+fn an_object_store_endpoints_password_is_shown_as_stars_in_the_printed_config() {
+    // As `prepfs check` prints it and `.prepfs/config.yaml` serves it.
+    let overrides = Overrides { source: None, mountpoint: Some("/mnt/x".into()), seed: None };
+    let yaml = "source: { url: s3://b/p, endpoint: \"http://prepfs:hunter2pass@127.0.0.1:9000\" }\n";
+    let printed = Config::parse(yaml, &overrides).expect("config").to_yaml();
+    assert!(!printed.contains("hunter2pass") && printed.contains("http://prepfs:***@127.0.0.1:9000"), "{printed}");
+}

@@ -22,8 +22,8 @@ use std::collections::HashMap;
 
 use super::{Caller, Filesystem};
 use crate::error::{Error, Result};
-use crate::source::catalog::{DirId, FileId};
-use crate::source::FileMeta;
+use prepfs_source::catalog::{DirId, FileId};
+use prepfs_source::FileMeta;
 
 /// Read permission, in a mode's bit triple.
 pub(super) const READ: u32 = 4;
@@ -111,7 +111,7 @@ impl Filesystem {
     }
 
     /// [`Filesystem::check_source_access`] for a source directory of the catalog.
-    pub(super) fn check_dir_access(&self, dir: crate::source::catalog::DirId, caller: Caller, want: u32) -> Result<()> {
+    pub(super) fn check_dir_access(&self, dir: prepfs_source::catalog::DirId, caller: Caller, want: u32) -> Result<()> {
         if !self.owner_overridden() || caller.uid == 0 {
             return Ok(());
         }

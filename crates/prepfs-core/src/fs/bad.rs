@@ -3,7 +3,7 @@
 //! open passes over them, `fs/job_open.rs`), and the mount-time validation (`validate: headers |
 //! scan`, [`Filesystem::validate_samples`]).
 //!
-//! The record of which samples are bad, and why, is the reader's (`source::SampleReader`:
+//! The record of which samples are bad, and why, is the reader's (`sample_reader::SampleReader`:
 //! marked once, listed in `stats.json`'s `bad_samples`, forgotten when the file changes); this
 //! module only reads it.
 
@@ -13,7 +13,7 @@ use rayon::prelude::*;
 
 use super::{Filesystem, View};
 use crate::config::{HideBad, Validate};
-use crate::source::catalog::FileId;
+use prepfs_source::catalog::FileId;
 
 impl Filesystem {
     /// Whether `view` hides the samples known bad from its listings and never serves one.

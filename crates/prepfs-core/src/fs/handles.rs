@@ -13,8 +13,8 @@ use crate::error::{Error, Result};
 use crate::sampling::Job;
 use prepfs_pixels::served::ServedBytes;
 use crate::shared::Form;
-use crate::source::catalog::FileId;
-use crate::source::SourceFile;
+use prepfs_source::catalog::FileId;
+use prepfs_source::SourceFile;
 use crate::stats::bump;
 use prepfs_base::sync::{LockExt, Mutex};
 

@@ -2,7 +2,7 @@
 //! a node packs into an inode number and back. Inodes are computed, never allocated.
 
 use crate::shared::Form;
-use crate::source::catalog::{DirId, FileId};
+use prepfs_source::catalog::{DirId, FileId};
 
 /// A view: one form of the whole tree, top-level or one job's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

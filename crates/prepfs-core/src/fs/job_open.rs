@@ -18,8 +18,8 @@ use crate::error::{Error, Result};
 use crate::metrics::Outcome;
 use crate::sampling::{Choice, Job, Jobs};
 use crate::shared::Form;
-use crate::source::catalog::FileId;
-use crate::source::Sample;
+use prepfs_source::catalog::FileId;
+use prepfs_source::Sample;
 use crate::stats::bump;
 
 /// Bad samples one open of a job view passes over before it gives up with `EIO` (a directory

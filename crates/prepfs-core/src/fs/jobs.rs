@@ -17,7 +17,7 @@ use super::inodes::PENDING_JOB;
 use crate::producer::{Consumer, RefillScope};
 use crate::sampling::{check_name, Job};
 use crate::shared::Form;
-use crate::source::catalog::{DirId, FileId};
+use prepfs_source::catalog::{DirId, FileId};
 use crate::stats::bump;
 use prepfs_base::sync::{Condvar, CondvarExt, LockExt, Mutex};
 

@@ -25,7 +25,7 @@ use crate::sampling::{Choice, Job};
 use crate::shared::Form;
 use prepfs_pixels::draw::draw_rng;
 use prepfs_pixels::rgb::Size2;
-use crate::source::catalog::{DirId, FileId};
+use prepfs_source::catalog::{DirId, FileId};
 use crate::stats::bump;
 
 /// How long a loader's next epoch waits for the job's current one to end (the other loaders of

@@ -75,8 +75,9 @@ use crate::plan::{initial_split, PlanController};
 use crate::producer::SampleProducer;
 use crate::sampling::{Bitset, Job, Jobs, Pass, Requester};
 pub(crate) use crate::shared::Form;
-use crate::source::catalog::Catalog;
-use crate::source::{LocalSource, SampleReader, Source, SourceIo};
+use prepfs_source::catalog::Catalog;
+use crate::sample_reader::SampleReader;
+use prepfs_source::{LocalSource, Source, SourceIo};
 use crate::stats::{Stats, ViewCounters};
 use prepfs_base::sync::Mutex;
 use prepfs_pixels::served::OutputFiles;
@@ -151,13 +152,13 @@ impl Filesystem {
     }
 
     /// A filesystem over indexed WebDataset shards (`source::shards`), its catalog theirs.
-    pub fn over_shards(config: Config, catalog: Catalog, shards: &crate::source::shards::Shards) -> std::io::Result<Filesystem> {
+    pub fn over_shards(config: Config, catalog: Catalog, shards: &prepfs_source::shards::Shards) -> std::io::Result<Filesystem> {
         Filesystem::with_source(config, catalog, shards.io())
     }
 
     /// A filesystem over an S3-compatible object store's listed objects (`source::s3`), its
     /// catalog theirs.
-    pub fn over_object_store(config: Config, catalog: Catalog, store: &crate::source::s3::ObjectStore) -> std::io::Result<Filesystem> {
+    pub fn over_object_store(config: Config, catalog: Catalog, store: &prepfs_source::s3::ObjectStore) -> std::io::Result<Filesystem> {
         Filesystem::with_source(config, catalog, store.io())
     }
 

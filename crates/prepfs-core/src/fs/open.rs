@@ -12,8 +12,9 @@ use crate::error::{Error, Result};
 use crate::metrics::Outcome;
 use crate::producer::Consumer;
 use crate::shared::Form;
-use crate::source::catalog::FileId;
-use crate::source::{Observed, Sample};
+use prepfs_source::catalog::FileId;
+use prepfs_source::Sample;
+use prepfs_source::Observed;
 use crate::stats::bump;
 use prepfs_base::sync::LockExt;
 

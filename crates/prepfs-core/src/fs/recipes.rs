@@ -15,7 +15,7 @@ use crate::config::OutputConfig;
 use crate::sampling::Rank;
 use crate::sampling::{Job, Pass};
 use crate::shared::Form;
-use crate::source::catalog::FileId;
+use prepfs_source::catalog::FileId;
 use std::sync::Arc;
 
 impl Filesystem {

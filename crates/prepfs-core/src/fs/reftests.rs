@@ -25,7 +25,7 @@ use proptest::prelude::*;
 use super::inodes::ROOT_INO;
 use super::*;
 use crate::config::Overrides;
-use crate::source::catalog::FileId;
+use prepfs_source::catalog::FileId;
 
 const CLASSES: usize = 2;
 const PER_CLASS: usize = 3;

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::{Filesystem, Node};
-use crate::source::catalog::FileId;
+use prepfs_source::catalog::FileId;
 use prepfs_base::sync::{Condvar, CondvarExt, LockExt, Mutex};
 
 /// Inodes whose source changed: the kernel's cached pages and attributes of them are stale.

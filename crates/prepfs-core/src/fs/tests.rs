@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::config::Overrides;
 use prepfs_base::errno::ToErrno;
 use crate::producer::RefillScope;
-use crate::source::{Fault, FaultySource};
+use prepfs_source::{Fault, FaultySource};
 use std::collections::HashSet;
 
 /// [`core`] reading its source through a fault-injecting [`FaultySource`].

@@ -18,8 +18,8 @@ use crate::error::{Error, Result};
 use prepfs_pixels::{output, pipeline};
 use prepfs_pixels::rgb::Size2;
 use crate::shared::Form;
-use crate::source::catalog::{DirId, Entry, FileId};
-use crate::source::FileMeta;
+use prepfs_source::catalog::{DirId, Entry, FileId};
+use prepfs_source::FileMeta;
 
 /// Directory or regular file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,7 +160,7 @@ impl Filesystem {
 
     /// The mount's size and use, for `statfs` (`df`): the source's file system's, free space
     /// included (nothing can be written through the mount; `df` shows what the source has).
-    pub fn statfs(&self) -> Result<crate::source::Space> {
+    pub fn statfs(&self) -> Result<prepfs_source::Space> {
         self.reader.space(&self.config().source)
     }
 

@@ -11,7 +11,7 @@ use std::time::Instant;
 use prepfs_pixels::draw::draw_rng;
 
 use prepfs_pixels::rgb::Size2;
-use crate::source::catalog::{Catalog, DirId};
+use prepfs_source::catalog::{Catalog, DirId};
 use crate::config::Config;
 use prepfs_pixels::output;
 use prepfs_pixels::pipeline;

@@ -18,7 +18,7 @@ use crate::config::{Config, EvictionPolicy, SplitChoice};
 use crate::plan::calibrate::{self, machine_busy_seconds};
 use prepfs_planner::serve_fit::ServeFit;
 use prepfs_planner::{run, Model, PlanParams, Split};
-use crate::source::catalog::{Catalog, FileId};
+use prepfs_source::catalog::{Catalog, FileId};
 use crate::stats::Stats;
 use prepfs_base::sync::{LockExt, Mutex};
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::cache::{Admit, AugmentedEntry, ENTRY_OVERHEAD, HELD_AUGMENTED};
 use crate::shared::Form;
-use crate::source::catalog::FileId;
+use prepfs_source::catalog::FileId;
 use crate::stats::bump;
 
 use super::{Consumer, SampleProducer};

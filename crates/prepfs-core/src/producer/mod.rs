@@ -30,8 +30,10 @@ use prepfs_pixels::pipeline::{self, PixelError};
 use crate::pixel_work::PixelWork;
 use prepfs_pixels::served::ServedBytes;
 use prepfs_pixels::rgb::Size2;
-use crate::source::catalog::{Catalog, FileId};
-use crate::source::{Observed, Sample, SampleReader};
+use prepfs_source::catalog::{Catalog, FileId};
+use crate::sample_reader::SampleReader;
+use prepfs_source::Sample;
+use prepfs_source::Observed;
 use crate::stats::{bump, Stats};
 
 /// Who an augmented output is for, which decides what the cache keeps of it.

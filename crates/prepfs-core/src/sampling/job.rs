@@ -13,7 +13,7 @@ use rand::seq::SliceRandom;
 
 use prepfs_pixels::draw::draw_rng;
 use crate::stats::bump;
-use crate::source::catalog::{DirId, FileId};
+use prepfs_source::catalog::{DirId, FileId};
 
 use super::shared_jobs::SharedJob;
 use super::{Bitset, Pass, Rank, SCAN_LIMIT};

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::source::catalog::FileId;
+use prepfs_source::catalog::FileId;
 use prepfs_base::sync::atomic::AtomicU64 as SyncAtomicU64;
 
 /// A fixed-size set of sample ids, one atomic bit each.

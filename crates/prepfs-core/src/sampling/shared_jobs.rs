@@ -10,7 +10,7 @@
 //! does not answer (an outage) leaves the job deciding alone on that mirror, so requests never
 //! fail for it.
 
-use crate::source::catalog::FileId;
+use prepfs_source::catalog::FileId;
 
 /// What the store answered to a claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

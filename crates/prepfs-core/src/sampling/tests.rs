@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use rand::seq::SliceRandom;
 
 use prepfs_pixels::draw::draw_rng;
-use crate::source::catalog::FileId;
+use prepfs_source::catalog::FileId;
 use prepfs_base::sync::Arc;
 
 fn jobs(files: usize) -> Jobs {

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::source::catalog::FileId;
+use prepfs_source::catalog::FileId;
 
 use super::{Inner, HELD_READ_EVERY};
 

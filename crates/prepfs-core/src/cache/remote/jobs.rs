@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use super::Inner;
 use crate::sampling::{ClaimReply, SharedJob, SharedJobs};
-use crate::source::catalog::FileId;
+use prepfs_source::catalog::FileId;
 
 /// KEYS: epoch, taken, count. ARGV: the epoch the caller saw, the job's sample count, the keys'
 /// time to live (ms), whether to begin the next epoch (1) if the caller's is still current,

@@ -94,8 +94,8 @@ use crate::cache::lower::{LowerHit, LowerKey, LowerTier, Payload, Put};
 use crate::cache::queue::{self, WriteQueue};
 use crate::cache::SampleStatus;
 use prepfs_pixels::rgb::Rgb;
-use crate::source::catalog::FileId;
-use crate::source::Identity;
+use prepfs_source::catalog::FileId;
+use prepfs_source::Identity;
 use prepfs_base::sync::{LockExt, Mutex};
 
 use health::utc;

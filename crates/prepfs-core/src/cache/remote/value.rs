@@ -7,8 +7,8 @@ use std::path::Path;
 
 use crate::cache::entry::{self, Damage, Format};
 use prepfs_base::hash::fnv1a64;
-use crate::source::Identity;
-use crate::source::catalog::Catalog;
+use prepfs_source::Identity;
+use prepfs_source::catalog::Catalog;
 
 use super::auth::{self, ValueKey};
 

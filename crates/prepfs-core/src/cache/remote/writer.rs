@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use crate::cache::lower::Payload;
 use crate::cache::queue::{self, Jobs, Taken};
-use crate::source::catalog::FileId;
+use prepfs_source::catalog::FileId;
 
 use super::server::Server;
 use super::value::{encode_value, RemoteKind, HEADER_LEN};

@@ -4,11 +4,11 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::Identity;
-use crate::source::catalog::FileId;
+use crate::catalog::FileId;
 
 /// What observing a file's identity found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Observed {
+pub enum Observed {
     /// The first time this file was seen.
     First,
     /// The same version as last time.
@@ -18,18 +18,18 @@ pub(crate) enum Observed {
 }
 
 /// One identity fingerprint per file (8 bytes a file; 0: not seen yet).
-pub(crate) struct Freshness {
+pub struct Freshness {
     seen: Vec<AtomicU64>,
 }
 
 impl Freshness {
     /// `files` files, none seen.
-    pub(crate) fn new(files: usize) -> Freshness {
+    pub fn new(files: usize) -> Freshness {
         Freshness { seen: (0..files).map(|_| AtomicU64::new(0)).collect() }
     }
 
     /// Records `identity` as `file`'s current version and says how it compares.
-    pub(crate) fn observe(&self, file: FileId, identity: &Identity) -> Observed {
+    pub fn observe(&self, file: FileId, identity: &Identity) -> Observed {
         let Some(slot) = self.seen.get(file as usize) else { return Observed::First };
         let now = identity.fingerprint();
         match slot.swap(now, Ordering::AcqRel) {
@@ -40,7 +40,7 @@ impl Freshness {
     }
 
     /// Whether `identity` is the version last observed of `file`.
-    pub(crate) fn is_current(&self, file: FileId, identity: &Identity) -> bool {
+    pub fn is_current(&self, file: FileId, identity: &Identity) -> bool {
         self.seen.get(file as usize).is_some_and(|s| s.load(Ordering::Acquire) == identity.fingerprint())
     }
 }

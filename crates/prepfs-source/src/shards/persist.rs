@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use super::index::{Indexed, Problems, ShardIndex, Stamp};
 use super::label::Label;
-use crate::source::kept::{self, put_bytes, Reader};
+use crate::kept::{self, put_bytes, Reader};
 
 /// Version 2: the stamp holds the shard's ctime (a version 1 file is not used: its shard is
 /// indexed again).
@@ -23,25 +23,25 @@ const MAGIC: &[u8; 8] = b"PFSHIDX2";
 const MAX_FILE_BYTES: u64 = 1 << 30;
 
 /// Where the index of the shard at `shard` is kept in `dir`.
-pub(crate) fn file_for(dir: &Path, shard: &Path) -> PathBuf {
+pub fn file_for(dir: &Path, shard: &Path) -> PathBuf {
     let hash = prepfs_base::hash::fnv1a64(&[shard.as_os_str().as_bytes()]);
     dir.join(format!("{hash:016x}.idx"))
 }
 
 /// The index kept for `shard` in `dir`, if there is one of this version of it (`stamp`).
-pub(crate) fn load(dir: &Path, shard: &Path, stamp: Stamp) -> Option<ShardIndex> {
+pub fn load(dir: &Path, shard: &Path, stamp: Stamp) -> Option<ShardIndex> {
     let bytes = kept::read_bounded(&file_for(dir, shard), MAX_FILE_BYTES).ok()?;
     let index = decode(&bytes, shard)?;
     (index.stamp == stamp).then_some(index)
 }
 
 /// Keeps `index` of `shard` in `dir` (made if missing).
-pub(crate) fn save(dir: &Path, shard: &Path, index: &ShardIndex) -> io::Result<()> {
+pub fn save(dir: &Path, shard: &Path, index: &ShardIndex) -> io::Result<()> {
     kept::write_atomically(&file_for(dir, shard), &encode(shard, index))
 }
 
 /// The file's bytes.
-pub(crate) fn encode(shard: &Path, index: &ShardIndex) -> Vec<u8> {
+pub fn encode(shard: &Path, index: &ShardIndex) -> Vec<u8> {
     let mut out = Vec::with_capacity(64 + index.samples.len() * 40);
     out.extend_from_slice(MAGIC);
     put_bytes(&mut out, shard.as_os_str().as_bytes());
@@ -77,7 +77,7 @@ pub(crate) fn encode(shard: &Path, index: &ShardIndex) -> Vec<u8> {
 }
 
 /// The index in `bytes`, if they are a whole, undamaged index of `shard`.
-pub(crate) fn decode(bytes: &[u8], shard: &Path) -> Option<ShardIndex> {
+pub fn decode(bytes: &[u8], shard: &Path) -> Option<ShardIndex> {
     let mut r = Reader::open(bytes, MAGIC)?;
     if r.bytes_field()? != shard.as_os_str().as_bytes() {
         return None;

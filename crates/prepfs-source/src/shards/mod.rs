@@ -28,12 +28,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 pub use pattern::is_shard_pattern;
-pub(crate) use pattern::{expand, split_pattern};
+pub use pattern::{expand, split_pattern};
 
-use crate::config::{ObjectStoreConfig, ShardsConfig};
-use crate::source::catalog::Catalog;
-use crate::source::s3::ObjectStore;
-use crate::source::{LocalSource, SourceIo};
+use crate::settings::{ObjectStoreConfig, ShardsConfig};
+use crate::catalog::Catalog;
+use crate::s3::ObjectStore;
+use crate::{LocalSource, SourceIo};
 use index::{ShardIndex, Stamp};
 use io::{Placed, Shard, ShardSource};
 use prepfs_base::escape::escaped;
@@ -105,7 +105,7 @@ impl Shards {
     }
 
     /// [`Shards::index_in_store`] of the objects `listed`.
-    pub(crate) fn index_listed(config: &ShardsConfig, listed: ObjectStore, index_dir: Option<&Path>, progress: impl FnMut(usize), stop: &AtomicBool) -> std::io::Result<Shards> {
+    pub fn index_listed(config: &ShardsConfig, listed: ObjectStore, index_dir: Option<&Path>, progress: impl FnMut(usize), stop: &AtomicBool) -> std::io::Result<Shards> {
         let (_, name) = pattern::split_pattern(&config.pattern).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let at_root = listed.names_at_root();
         let known: std::collections::HashSet<&str> = at_root.iter().map(String::as_str).collect();
@@ -116,7 +116,7 @@ impl Shards {
     /// [`Shards::index`] of the shards `names` in `root`, read through `inner` (the local
     /// directory, an object store's objects; an instrumented one in tests), each shard's walk
     /// in reads of `window` bytes (0: a read per header; see `index::index`).
-    pub(crate) fn index_over(
+    pub fn index_over(
         inner: Arc<dyn SourceIo>,
         root: &Path,
         names: Vec<String>,
@@ -218,7 +218,7 @@ impl Shards {
     }
 
     /// The shards as the filesystem reads its source.
-    pub(crate) fn io(&self) -> Arc<dyn SourceIo> {
+    pub fn io(&self) -> Arc<dyn SourceIo> {
         Arc::clone(&self.source) as Arc<dyn SourceIo>
     }
 }
@@ -262,20 +262,20 @@ pub fn walk_in_memory(bytes: &[u8], len: u64, window: usize) -> HeaderWalk {
     }
 }
 
-fn in_memory_meta(len: u64) -> crate::source::FileMeta {
-    crate::source::FileMeta::of_fields(crate::source::StatFields { dev: 0, ino: 1, len, mtime: (0, 0), ctime: (0, 0), uid: 0, gid: 0, mode: libc::S_IFREG | 0o644 })
+fn in_memory_meta(len: u64) -> crate::FileMeta {
+    crate::FileMeta::of_fields(crate::StatFields { dev: 0, ino: 1, len, mtime: (0, 0), ctime: (0, 0), uid: 0, gid: 0, mode: libc::S_IFREG | 0o644 })
 }
 
 /// A shard's bytes in memory, as a file of `meta.len()` bytes (zeros past `bytes`), counting
 /// the largest read and all bytes read.
 struct InMemory<'a> {
-    meta: crate::source::FileMeta,
+    meta: crate::FileMeta,
     bytes: &'a [u8],
     reads: std::sync::Mutex<(u64, u64)>,
 }
 
-impl crate::source::SourceFile for InMemory<'_> {
-    fn meta(&self) -> &crate::source::FileMeta {
+impl crate::SourceFile for InMemory<'_> {
+    fn meta(&self) -> &crate::FileMeta {
         &self.meta
     }
 

@@ -14,7 +14,7 @@ use prepfs_base::sync::{Condvar, CondvarExt, LockExt, Mutex};
 const BURST: Duration = Duration::from_millis(20);
 
 /// A shared byte-rate limit.
-pub(crate) struct ReadLimit {
+pub struct ReadLimit {
     bytes_per_s: f64,
     next_free: Mutex<Instant>,
     /// Set at unmount: sleeping readers wake and give up, so unmount never waits on them.
@@ -24,7 +24,7 @@ pub(crate) struct ReadLimit {
 
 impl ReadLimit {
     /// A limit of `bytes_per_s` (positive).
-    pub(crate) fn new(bytes_per_s: u64) -> ReadLimit {
+    pub fn new(bytes_per_s: u64) -> ReadLimit {
         ReadLimit {
             bytes_per_s: bytes_per_s.max(1) as f64,
             next_free: Mutex::new(Instant::now()),
@@ -34,19 +34,19 @@ impl ReadLimit {
     }
 
     /// The rate, bytes per second.
-    pub(crate) fn bytes_per_s(&self) -> u64 {
+    pub fn bytes_per_s(&self) -> u64 {
         self.bytes_per_s as u64
     }
 
     /// Wakes every sleeping reader and makes later ones return at once (unmount).
-    pub(crate) fn stop(&self) {
+    pub fn stop(&self) {
         *self.stopped.lock_or_recover() = true;
         self.wake.notify_all();
     }
 
     /// Accounts for a read of `bytes` and sleeps the calling thread as long as the rate needs.
     /// Returns false when the limit was stopped (unmount): the read should be abandoned.
-    pub(crate) fn take(&self, bytes: u64) -> bool {
+    pub fn take(&self, bytes: u64) -> bool {
         let now = Instant::now();
         let due = {
             let mut next = self.next_free.lock_or_recover();
@@ -65,7 +65,7 @@ impl ReadLimit {
 }
 
 /// Accounts `bytes` against `limit`, if there is one; false once the limit was stopped.
-pub(crate) fn take(limit: Option<&ReadLimit>, bytes: u64) -> bool {
+pub fn take(limit: Option<&ReadLimit>, bytes: u64) -> bool {
     limit.is_none_or(|limit| limit.take(bytes))
 }
 

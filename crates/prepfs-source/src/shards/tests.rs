@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicBool;
 
 use super::index::tests::write_tar;
 use super::*;
-use crate::source::catalog::Entry;
+use crate::catalog::Entry;
 
 fn config(dir: &Path, name: &str) -> ShardsConfig {
     ShardsConfig { pattern: format!("{}/{name}", dir.display()), index_dir: None }
@@ -219,24 +219,24 @@ struct CountingSource {
 }
 
 struct CountingFile {
-    inner: Box<dyn crate::source::SourceFile>,
+    inner: Box<dyn crate::SourceFile>,
     reads: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl SourceIo for CountingSource {
-    fn space(&self) -> std::io::Result<crate::source::Space> {
+    fn space(&self) -> std::io::Result<crate::Space> {
         self.inner.space()
     }
-    fn metadata(&self, path: &Path) -> std::io::Result<crate::source::FileMeta> {
+    fn metadata(&self, path: &Path) -> std::io::Result<crate::FileMeta> {
         self.inner.metadata(path)
     }
-    fn open(&self, path: &Path) -> std::io::Result<Box<dyn crate::source::SourceFile>> {
+    fn open(&self, path: &Path) -> std::io::Result<Box<dyn crate::SourceFile>> {
         Ok(Box::new(CountingFile { inner: self.inner.open(path)?, reads: Arc::clone(&self.reads) }))
     }
 }
 
-impl crate::source::SourceFile for CountingFile {
-    fn meta(&self) -> &crate::source::FileMeta {
+impl crate::SourceFile for CountingFile {
+    fn meta(&self) -> &crate::FileMeta {
         self.inner.meta()
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
@@ -257,7 +257,7 @@ fn a_sample_is_one_ranged_read_of_its_shard_through_the_bounded_source() {
     let headers = reads.swap(0, std::sync::atomic::Ordering::SeqCst);
     // The walk: the headers and the two label members, not the 300 KB of data.
     assert!(headers <= 8, "{headers} reads to index 4 members");
-    let source = crate::source::Source::new(shards.io(), 2, std::time::Duration::from_secs(5), 1 << 20, None).expect("source");
+    let source = crate::Source::new(shards.io(), 2, std::time::Duration::from_secs(5), 1 << 20, None).expect("source");
     for (name, want) in [("1/big.jpg", &big[..]), ("1/small.jpg", b"tiny")] {
         let path = catalog.root().join(name);
         let meta = source.metadata(&path).expect("stat");
@@ -270,8 +270,8 @@ fn a_sample_is_one_ranged_read_of_its_shard_through_the_bounded_source() {
 
 /// A moto server with bucket `wds`, and the store config of `s3://wds/train` (the server must
 /// outlive it).
-fn store_with_bucket() -> (crate::source::s3::tests::Moto, ObjectStoreConfig) {
-    use crate::source::s3::tests::{config, Moto};
+fn store_with_bucket() -> (crate::s3::tests::Moto, ObjectStoreConfig) {
+    use crate::s3::tests::{config, Moto};
     let moto = Moto::start();
     moto.make_bucket("wds");
     let store = config(&moto, "s3://wds/train");
@@ -280,7 +280,7 @@ fn store_with_bucket() -> (crate::source::s3::tests::Moto, ObjectStoreConfig) {
 
 #[test]
 fn shards_in_an_object_store_are_indexed_by_ranged_reads_of_their_headers_and_serve_each_sample_by_content() {
-    use crate::source::s3::tests::{client, put};
+    use crate::s3::tests::{client, put};
     let (_moto, store) = store_with_bucket();
     let uploader = client(&store);
     let dir = tempfile::tempdir().expect("tempdir");
@@ -340,7 +340,7 @@ fn upload_many(put: impl Fn(&str, &[u8]), shards: usize, samples: usize) -> Vec<
 /// Indexes `names` in the store `store` through a counting source, in windows of `window`:
 /// the report, and the GETs taken.
 fn index_counted(store: &ObjectStoreConfig, names: &[String], window: usize) -> (ShardReport, usize) {
-    use crate::source::s3::tests::client;
+    use crate::s3::tests::client;
     let listed = ObjectStore::list_through(client(store), store, None, |_| {}, &AtomicBool::new(false)).expect("listed");
     let reads = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let inner = Arc::new(CountingSource { inner: listed.io(), reads: Arc::clone(&reads) });
@@ -350,7 +350,7 @@ fn index_counted(store: &ObjectStoreConfig, names: &[String], window: usize) -> 
 
 #[test]
 fn shards_in_an_object_store_are_indexed_in_a_few_large_gets_rather_than_one_per_header() {
-    use crate::source::s3::tests::{client, put};
+    use crate::s3::tests::{client, put};
     let (_moto, store) = store_with_bucket();
     let uploader = client(&store);
     let names = upload_many(|key, bytes| put(&uploader, key, bytes), 2, 40);
@@ -374,7 +374,7 @@ fn shards_in_an_object_store_are_indexed_in_a_few_large_gets_rather_than_one_per
 #[test]
 #[ignore = "a measurement: run it by name"]
 fn scan_of_shards_in_a_store_measured() {
-    use crate::source::s3::tests::{client, put};
+    use crate::s3::tests::{client, put};
     let (_moto, store) = store_with_bucket();
     let uploader = client(&store);
     let names = upload_many(|key, bytes| put(&uploader, key, bytes), 4, 250);

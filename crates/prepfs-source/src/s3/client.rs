@@ -32,7 +32,7 @@ use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::client::{HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest, HttpResponse, HttpService, ReqwestConnector};
 use object_store::{BackoffConfig, ClientOptions, RetryConfig};
 
-use crate::config::ObjectStoreConfig;
+use crate::settings::ObjectStoreConfig;
 
 /// The runtime's worker threads: requests wait on the network, not on these.
 const RUNTIME_THREADS: usize = 2;
@@ -41,7 +41,7 @@ const RUNTIME_THREADS: usize = 2;
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 /// The S3 client and its runtime: see the module documentation.
-pub(crate) struct Client {
+pub struct Client {
     pub(super) store: AmazonS3,
     /// `Some` until dropped.
     runtime: Option<tokio::runtime::Runtime>,
@@ -76,7 +76,7 @@ impl Client {
     /// `default`); the endpoint and region from the config, else `AWS_ENDPOINT_URL` and
     /// `AWS_REGION`. Each request is retried (5xx, SlowDown, 429, timeouts, refused
     /// connections) with exponential backoff for `retry_timeout_s`, each try bounded by as long.
-    pub(crate) fn new(config: &ObjectStoreConfig) -> io::Result<Client> {
+    pub fn new(config: &ObjectStoreConfig) -> io::Result<Client> {
         Client::with_keys(config, None)
     }
 
@@ -179,7 +179,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// The endpoint's `user:password@` and how it is shown, if it holds a password: by the one
 /// rule the Redis URL is redacted by (`cache::remote::redacted`).
 fn secret_of(endpoint: &str) -> Option<(String, String)> {
-    let shown = crate::cache::remote::redacted(endpoint);
+    let shown = prepfs_base::escape::redacted(endpoint);
     if shown == endpoint {
         return None;
     }

@@ -22,12 +22,12 @@ use std::io::{self, Read};
 use super::label::{self, Label, MAX_LABEL_BYTES};
 use super::names::split_member;
 use prepfs_base::escape::escaped_bytes as escaped;
-use crate::source::catalog::IMAGE_EXTENSIONS;
-use crate::source::{FileMeta, SourceFile};
+use crate::catalog::IMAGE_EXTENSIONS;
+use crate::{FileMeta, SourceFile};
 
 /// The most bytes an extension header (`L`, `K`, `x`, `g`) may hold: a long name is at most
 /// `PATH_MAX` (4 KiB), a PAX header a few records. A larger one is a damaged shard.
-pub(crate) const MAX_EXTENSION_BYTES: u64 = 64 << 10;
+pub const MAX_EXTENSION_BYTES: u64 = 64 << 10;
 
 /// A tar block: every header is one, and every member's data is padded to whole blocks.
 const BLOCK: u64 = 512;
@@ -36,44 +36,44 @@ const BLOCK: u64 = 512;
 /// whose stamp differs from its index's is indexed again (an edit in place whose mtime was set
 /// back still moves the ctime, which no user can set).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Stamp {
-    pub(crate) len: u64,
-    pub(crate) mtime_ns: i128,
-    pub(crate) ctime_ns: i128,
-    pub(crate) ino: u64,
+pub struct Stamp {
+    pub len: u64,
+    pub mtime_ns: i128,
+    pub ctime_ns: i128,
+    pub ino: u64,
 }
 
 impl Stamp {
-    pub(crate) fn of(meta: &FileMeta) -> Stamp {
+    pub fn of(meta: &FileMeta) -> Stamp {
         Stamp { len: meta.len(), mtime_ns: meta.identity.mtime_ns, ctime_ns: meta.identity.ctime_ns, ino: meta.identity.ino }
     }
 }
 
 /// A sample of a shard: its image member and its label.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Indexed {
+pub struct Indexed {
     /// The key, as in the tar (may hold `/`).
-    pub(crate) key: Vec<u8>,
+    pub key: Vec<u8>,
     /// The image member's extension, as in the tar (`jpg`, `JPEG`, `png`, ...).
-    pub(crate) ext: Vec<u8>,
+    pub ext: Vec<u8>,
     /// Where the image's bytes start in the shard, and how many there are.
-    pub(crate) offset: u64,
-    pub(crate) len: u64,
-    pub(crate) label: Label,
+    pub offset: u64,
+    pub len: u64,
+    pub label: Label,
 }
 
 /// What a shard's walk could not serve.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Problems {
+pub struct Problems {
     /// Samples dropped for a label member that does not parse (or is too large).
-    pub(crate) bad_labels: u32,
+    pub bad_labels: u32,
     /// Further image members of a key that has one already (the first is served).
-    pub(crate) extra_images: u32,
+    pub extra_images: u32,
     /// Whether the walk ended early (a member cut by the end of the file, a damaged header):
     /// the members before it are served.
-    pub(crate) cut: bool,
+    pub cut: bool,
     /// The first problem, in words (names in it escaped).
-    pub(crate) first: Option<String>,
+    pub first: Option<String>,
 }
 
 impl Problems {
@@ -81,23 +81,23 @@ impl Problems {
         self.first.get_or_insert(why);
     }
 
-    pub(crate) fn any(&self) -> bool {
+    pub fn any(&self) -> bool {
         self.bad_labels > 0 || self.extra_images > 0 || self.cut
     }
 }
 
 /// One shard's index: the version indexed, its samples in tar order, its problems.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ShardIndex {
-    pub(crate) stamp: Stamp,
-    pub(crate) samples: Vec<Indexed>,
-    pub(crate) problems: Problems,
+pub struct ShardIndex {
+    pub stamp: Stamp,
+    pub samples: Vec<Indexed>,
+    pub problems: Problems,
 }
 
 impl ShardIndex {
     /// Whether nothing of the shard could be served because it could not be read as a tar
     /// (compressed, damaged from its first header, or cut before its first sample).
-    pub(crate) fn unreadable(&self) -> bool {
+    pub fn unreadable(&self) -> bool {
         self.samples.is_empty() && self.problems.cut
     }
 }
@@ -112,7 +112,7 @@ struct Partial {
 
 /// Indexes the shard open as `file`, read in windows of `window` bytes (0: each read of the
 /// walk one `read_at`; see [`At`]).
-pub(crate) fn index(file: &dyn SourceFile, window: usize) -> ShardIndex {
+pub fn index(file: &dyn SourceFile, window: usize) -> ShardIndex {
     let stamp = Stamp::of(file.meta());
     let len = file.meta().len();
     let mut problems = Problems::default();
@@ -199,16 +199,16 @@ fn read_label(at: &mut At<'_>, offset: u64, size: u64) -> Result<Vec<u8>, String
 /// A member as its headers describe it: its type, its name (a GNU long name's, else a PAX
 /// `path`'s, else the header's), where its data starts in the shard and how long it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Member {
-    pub(crate) kind: u8,
-    pub(crate) name: Vec<u8>,
-    pub(crate) offset: u64,
-    pub(crate) size: u64,
+pub struct Member {
+    pub kind: u8,
+    pub name: Vec<u8>,
+    pub offset: u64,
+    pub size: u64,
 }
 
 impl Member {
     /// A regular file (`0`, or NUL in old archives): the only members served.
-    pub(crate) fn is_file(&self) -> bool {
+    pub fn is_file(&self) -> bool {
         self.kind == b'0' || self.kind == 0
     }
 }
@@ -236,7 +236,7 @@ fn compression(head: &[u8]) -> Option<&'static str> {
 /// checked and its size parsed before anything it declares is read; an extension header's
 /// body read only if it holds at most [`MAX_EXTENSION_BYTES`]; file data never read (the next
 /// header is found by the size). Errors are the shard's damage in words.
-pub(crate) struct Walk<'a> {
+pub struct Walk<'a> {
     at: At<'a>,
     /// Where the next header starts.
     next: u64,
@@ -250,7 +250,7 @@ impl<'a> Walk<'a> {
 
     /// The next member (`None`: the end of the archive: two zero blocks, or the end of the
     /// file at a header's place), extension headers applied to it.
-    pub(crate) fn next_member(&mut self) -> Result<Option<Member>, String> {
+    pub fn next_member(&mut self) -> Result<Option<Member>, String> {
         let mut long_name: Option<Vec<u8>> = None;
         let mut long_link = false;
         let mut pax: Option<Vec<u8>> = None;
@@ -526,13 +526,13 @@ impl Read for At<'_> {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+pub mod tests {
     use super::*;
-    use crate::source::{LocalSource, SourceIo};
+    use crate::{LocalSource, SourceIo};
     use std::path::Path;
 
     /// A tar of `members` (name, bytes) at `path`, made with the `tar` crate.
-    pub(crate) fn write_tar(path: &Path, members: &[(&str, &[u8])]) {
+    pub fn write_tar(path: &Path, members: &[(&str, &[u8])]) {
         let mut builder = tar::Builder::new(std::fs::File::create(path).expect("create"));
         for (name, bytes) in members {
             let mut header = tar::Header::new_gnu();

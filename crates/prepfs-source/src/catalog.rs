@@ -21,11 +21,11 @@ use std::time::Instant;
 use prepfs_pixels::rgb::Size2;
 
 /// File name extensions that make a file a sample (case-insensitive).
-pub(crate) const IMAGE_EXTENSIONS: &[&str] =
+pub const IMAGE_EXTENSIONS: &[&str] =
     &["jpg", "jpeg", "png", "bmp", "gif", "webp", "tif", "tiff", "ppm", "pgm", "pnm"];
 
 /// Index of a directory in the catalog; 0 is the source root.
-pub(crate) type DirId = u32;
+pub type DirId = u32;
 /// Index of a file in the catalog; for image files it is also the sample id.
 pub type FileId = u32;
 
@@ -67,7 +67,7 @@ pub struct Catalog {
     sizes: Vec<AtomicU64>,
     /// Image files hidden from the pixel views because another would be served under the same
     /// name even after the shared-stem rule (see [`Catalog::stem`]).
-    pub(crate) stem_collisions: usize,
+    pub stem_collisions: usize,
     samples: usize,
 }
 
@@ -75,7 +75,7 @@ const PROBE_FAILED: u64 = u64::MAX;
 
 /// A directory entry as views list it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Entry {
+pub enum Entry {
     Dir(DirId),
     File(FileId),
 }
@@ -238,7 +238,7 @@ impl Catalog {
     /// A catalog of a tree given as lists rather than scanned (the classes of a set of
     /// WebDataset shards, `source::shards`): `root` holds one directory per class, each holding
     /// its files. Names are sorted here; each class's files must be distinct.
-    pub(crate) fn of_classes(root: &Path, classes: Vec<(std::ffi::OsString, Vec<std::ffi::OsString>)>) -> Catalog {
+    pub fn of_classes(root: &Path, classes: Vec<(std::ffi::OsString, Vec<std::ffi::OsString>)>) -> Catalog {
         let mut cat = Catalog::empty(root);
         let mut classes = classes;
         classes.sort_by(|a, b| a.0.cmp(&b.0));
@@ -257,7 +257,7 @@ impl Catalog {
     /// `source::s3`), laid out as [`Catalog::scan`] lays out a directory: breadth first, each
     /// directory's subdirectories and files sorted by name. Each path is its names, in order;
     /// the caller gives each path once and never a file where a directory is.
-    pub(crate) fn of_paths(root: &Path, paths: &[Vec<&[u8]>]) -> Catalog {
+    pub fn of_paths(root: &Path, paths: &[Vec<&[u8]>]) -> Catalog {
         use std::collections::BTreeMap;
         use std::ffi::OsString;
         // Each directory (by its names from the root) and what it holds: its subdirectories'
@@ -323,7 +323,7 @@ impl Catalog {
     }
 
     /// The source root.
-    pub(crate) fn root(&self) -> &Path {
+    pub fn root(&self) -> &Path {
         &self.root
     }
 
@@ -338,51 +338,51 @@ impl Catalog {
     }
 
     /// Number of directories, the root included.
-    pub(crate) fn dir_count(&self) -> usize {
+    pub fn dir_count(&self) -> usize {
         self.dirs.len()
     }
 
     /// A directory's own name (empty for the root).
-    pub(crate) fn dir_name(&self, dir: DirId) -> &OsStr {
+    pub fn dir_name(&self, dir: DirId) -> &OsStr {
         OsStr::from_bytes(self.name_bytes(self.dirs[dir as usize].name))
     }
 
     /// A directory's parent (the root is its own parent).
-    pub(crate) fn dir_parent(&self, dir: DirId) -> DirId {
+    pub fn dir_parent(&self, dir: DirId) -> DirId {
         self.dirs[dir as usize].parent
     }
 
     /// A file's name in the source.
-    pub(crate) fn file_name(&self, file: FileId) -> &OsStr {
+    pub fn file_name(&self, file: FileId) -> &OsStr {
         OsStr::from_bytes(self.name_bytes(self.files[file as usize].name))
     }
 
     /// The stem of an image file's `decoded`/`augmented` name (which adds the output's
     /// extension): its name without extension, or its whole name when another image of its
     /// directory has the same stem (see the scan); empty for non-images.
-    pub(crate) fn stem(&self, file: FileId) -> &[u8] {
+    pub fn stem(&self, file: FileId) -> &[u8] {
         let node = &self.files[file as usize];
         &self.name_bytes(node.name)[..node.stem_len as usize]
     }
 
     /// Whether a file is a sample (an image by its extension).
-    pub(crate) fn is_image(&self, file: FileId) -> bool {
+    pub fn is_image(&self, file: FileId) -> bool {
         self.files[file as usize].stem_len > 0
     }
 
     /// The directory holding a file.
-    pub(crate) fn file_dir(&self, file: FileId) -> DirId {
+    pub fn file_dir(&self, file: FileId) -> DirId {
         self.files[file as usize].dir
     }
 
     /// The path of a file in the source.
-    pub(crate) fn file_path(&self, file: FileId) -> PathBuf {
+    pub fn file_path(&self, file: FileId) -> PathBuf {
         let node = &self.files[file as usize];
         self.path_below(node.dir, Some(self.file_name(file)))
     }
 
     /// The path of a directory in the source.
-    pub(crate) fn dir_path(&self, dir: DirId) -> PathBuf {
+    pub fn dir_path(&self, dir: DirId) -> PathBuf {
         self.path_below(dir, None)
     }
 
@@ -424,7 +424,7 @@ impl Catalog {
     }
 
     /// Finds a child of `dir` by its source name (the `encoded` view).
-    pub(crate) fn lookup(&self, dir: DirId, name: &OsStr) -> Option<Entry> {
+    pub fn lookup(&self, dir: DirId, name: &OsStr) -> Option<Entry> {
         let node = &self.dirs[dir as usize];
         let name = name.as_bytes();
         let subdirs = node.subdirs.0..node.subdirs.1;
@@ -437,7 +437,7 @@ impl Catalog {
 
     /// Finds a child of `dir` by its name in a pixel view: a subdirectory, or an image whose
     /// stem plus `.ext` is `name`.
-    pub(crate) fn lookup_image(&self, dir: DirId, name: &OsStr, ext: &str) -> Option<Entry> {
+    pub fn lookup_image(&self, dir: DirId, name: &OsStr, ext: &str) -> Option<Entry> {
         let node = &self.dirs[dir as usize];
         let bytes = name.as_bytes();
         let subdirs = node.subdirs.0..node.subdirs.1;
@@ -451,25 +451,25 @@ impl Catalog {
     }
 
     /// Subdirectories of `dir`, in name order.
-    pub(crate) fn subdirs(&self, dir: DirId) -> std::ops::Range<DirId> {
+    pub fn subdirs(&self, dir: DirId) -> std::ops::Range<DirId> {
         let node = &self.dirs[dir as usize];
         node.subdirs.0..node.subdirs.1
     }
 
     /// All files of `dir`, in name order.
-    pub(crate) fn files(&self, dir: DirId) -> std::ops::Range<FileId> {
+    pub fn files(&self, dir: DirId) -> std::ops::Range<FileId> {
         let node = &self.dirs[dir as usize];
         node.files.0..node.files.1
     }
 
     /// The samples of `dir` served in pixel views, in stem order.
-    pub(crate) fn images(&self, dir: DirId) -> &[FileId] {
+    pub fn images(&self, dir: DirId) -> &[FileId] {
         let node = &self.dirs[dir as usize];
         &self.images_by_stem[node.images.0 as usize..node.images.1 as usize]
     }
 
     /// The probed pixel size of an image, if probed; `Some(Err)` if probing failed.
-    pub(crate) fn known_size(&self, file: FileId) -> Option<Result<Size2, ()>> {
+    pub fn known_size(&self, file: FileId) -> Option<Result<Size2, ()>> {
         match self.sizes[file as usize].load(Ordering::Relaxed) {
             0 => None,
             PROBE_FAILED => Some(Err(())),
@@ -478,7 +478,7 @@ impl Catalog {
     }
 
     /// Remembers an image's probed size (or that probing failed).
-    pub(crate) fn remember_size(&self, file: FileId, size: Result<Size2, ()>) {
+    pub fn remember_size(&self, file: FileId, size: Result<Size2, ()>) {
         let v = match size {
             Ok(s) if s.width > 0 && s.height > 0 => u64::from(s.width) << 32 | u64::from(s.height),
             _ => PROBE_FAILED,
@@ -487,7 +487,7 @@ impl Catalog {
     }
 
     /// Forgets an image's probed size (the file changed): the next need probes it again.
-    pub(crate) fn forget_size(&self, file: FileId) {
+    pub fn forget_size(&self, file: FileId) {
         self.sizes[file as usize].store(0, Ordering::Relaxed);
     }
 

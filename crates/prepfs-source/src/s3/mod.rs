@@ -23,9 +23,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures::StreamExt;
 
-use crate::config::ObjectStoreConfig;
-use crate::source::catalog::Catalog;
-use crate::source::SourceIo;
+use crate::settings::ObjectStoreConfig;
+use crate::catalog::Catalog;
+use crate::SourceIo;
 use client::Client;
 use io::{Object, S3Source};
 
@@ -72,7 +72,7 @@ impl ObjectStore {
     }
 
     /// [`ObjectStore::list`] through `client`.
-    pub(crate) fn list_through(client: Client, config: &ObjectStoreConfig, listing_dir: Option<&Path>, progress: impl FnMut(usize), stop: &AtomicBool) -> std::io::Result<ObjectStore> {
+    pub fn list_through(client: Client, config: &ObjectStoreConfig, listing_dir: Option<&Path>, progress: impl FnMut(usize), stop: &AtomicBool) -> std::io::Result<ObjectStore> {
         let started = Instant::now();
         let strip = if config.prefix.is_empty() { String::new() } else { format!("{}/", config.prefix) };
         let store = kept::store_of(config);
@@ -130,12 +130,12 @@ impl ObjectStore {
     }
 
     /// The objects as the filesystem reads its source.
-    pub(crate) fn io(&self) -> Arc<dyn SourceIo> {
+    pub fn io(&self) -> Arc<dyn SourceIo> {
         Arc::clone(&self.source) as Arc<dyn SourceIo>
     }
 
     /// The names of the objects directly below the prefix (a shard pattern's candidates).
-    pub(crate) fn names_at_root(&self) -> Vec<String> {
+    pub fn names_at_root(&self) -> Vec<String> {
         self.source.names_at_root()
     }
 
@@ -233,4 +233,4 @@ fn parents(rel: &str) -> impl Iterator<Item = &str> {
 }
 
 #[cfg(test)]
-pub(crate) mod tests;
+pub mod tests;

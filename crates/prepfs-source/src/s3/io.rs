@@ -24,14 +24,14 @@ use std::time::{Duration, SystemTime};
 use object_store::{GetOptions, GetRange, ObjectMeta};
 
 use super::client::Client;
-use crate::source::{FileMeta, Identity, SourceFile, SourceIo, Space};
+use crate::{FileMeta, Identity, SourceFile, SourceIo, Space};
 use prepfs_base::sync::{RwLock, RwLockExt};
 
 /// One object as listed (or as looked up again after it changed), kept small: a listing of
 /// 10M keys holds 10M of them. Its key is the prefix's `strip` and `rel`; a plain MD5 ETag is
 /// kept as its 16 bytes.
 #[derive(Debug, Clone)]
-pub(crate) struct Object {
+pub struct Object {
     /// Its key below the prefix (`<class>/<file>`).
     pub(super) rel: Box<str>,
     pub(super) size: u64,
@@ -112,7 +112,7 @@ impl Object {
 }
 
 /// The objects' tree: see the module documentation.
-pub(crate) struct S3Source {
+pub struct S3Source {
     shared: Arc<Shared>,
 }
 

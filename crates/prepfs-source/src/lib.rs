@@ -8,8 +8,10 @@
 //!   `source.max_file_size`, run on [`IoPool`]'s own threads with a timeout (never on the
 //!   decode pool, so a hung file costs one I/O thread, not a decoder), within the read limit;
 //!   `statvfs` too, and `stat` where asked (`bounded_metadata`; an open's `stat` runs in place).
-//! - [`SampleReader`] is the serving path's view of it: a sample resolved once per open
-//!   ([`Sample`]: id, path, version), read, its size probed, and the marks of bad samples.
+//! - [`Sample`]: a sample resolved once per open (id, path, version); prepfs-core's
+//!   `sample_reader` resolves it, reads it, probes its size and marks bad samples.
+//! - [`settings`]: shards' and object stores' settings as plain data; [`catalog`]: the scanned
+//!   dataset; [`s3`] and [`shards`]: the object-store and WebDataset sources.
 //! - [`Freshness`] remembers each file's [`Identity`] (device, inode, size, mtime, ctime) so an
 //!   open notices a changed file and nothing stale is served.
 //!
@@ -17,49 +19,57 @@
 //! came); which errno a reader gets for one is decided here too ([`ToErrno`] for `io::Error`).
 
 pub mod catalog;
-#[cfg(test)]
+pub mod settings;
+#[cfg(any(test, feature = "faults"))]
 mod faults;
 mod freshness;
 mod kept;
 mod local;
 mod pool;
-mod reader;
 pub mod s3;
 pub mod shards;
-pub(crate) mod throttle;
+pub mod throttle;
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-#[cfg(test)]
-pub(crate) use faults::{Fault, FaultySource};
-pub(crate) use freshness::{Freshness, Observed};
-pub(crate) use local::LocalSource;
-pub(crate) use pool::IoPool;
-pub use reader::Sample;
-pub(crate) use reader::SampleError;
-pub(crate) use reader::SampleReader;
+use crate::catalog::FileId;
+
+#[cfg(any(test, feature = "faults"))]
+pub use faults::{Fault, FaultySource};
+pub use freshness::{Freshness, Observed};
+pub use local::LocalSource;
+pub use pool::IoPool;
 
 use prepfs_base::thread_time::thread_sched_nanos;
 use throttle::ReadLimit;
 
+/// A sample resolved once for one open: its catalog id, its source path, and the version `stat`
+/// found. Every step of the open after the resolution takes it as it is.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub id: FileId,
+    pub path: PathBuf,
+    pub meta: FileMeta,
+}
+
 /// Who a file belongs to and what it is, as `stat` gives them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct FileMeta {
-    pub(crate) identity: Identity,
-    pub(crate) uid: u32,
-    pub(crate) gid: u32,
+pub struct FileMeta {
+    pub identity: Identity,
+    pub uid: u32,
+    pub gid: u32,
     /// Permission bits (`st_mode & 0o7777`).
-    pub(crate) mode: u32,
-    pub(crate) is_dir: bool,
-    pub(crate) mtime: std::time::SystemTime,
+    pub mode: u32,
+    pub is_dir: bool,
+    pub mtime: std::time::SystemTime,
 }
 
 impl FileMeta {
     /// The metadata `stat` returned, as std gives it.
-    pub(crate) fn of(meta: &std::fs::Metadata) -> FileMeta {
+    pub fn of(meta: &std::fs::Metadata) -> FileMeta {
         use std::os::unix::fs::MetadataExt;
         FileMeta::of_fields(StatFields {
             dev: meta.dev(),
@@ -74,7 +84,7 @@ impl FileMeta {
     }
 
     /// The metadata `stat` returned, as libc gives it (a `fstatat` relative to a directory).
-    pub(crate) fn of_stat(st: &libc::stat) -> FileMeta {
+    pub fn of_stat(st: &libc::stat) -> FileMeta {
         FileMeta::of_fields(StatFields {
             dev: st.st_dev,
             ino: st.st_ino,
@@ -100,7 +110,7 @@ impl FileMeta {
     }
 
     /// The file's length in bytes.
-    pub(crate) fn len(&self) -> u64 {
+    pub fn len(&self) -> u64 {
         self.identity.len
     }
 }
@@ -134,17 +144,17 @@ fn system_time((secs, nsec): (i64, i64)) -> std::time::SystemTime {
 /// What tells one version of a file from another: a replacement (rename over it) changes the
 /// inode, a write changes the size or the times, a `touch` changes mtime and ctime.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct Identity {
-    pub(crate) dev: u64,
-    pub(crate) ino: u64,
-    pub(crate) len: u64,
-    pub(crate) mtime_ns: i128,
-    pub(crate) ctime_ns: i128,
+pub struct Identity {
+    pub dev: u64,
+    pub ino: u64,
+    pub len: u64,
+    pub mtime_ns: i128,
+    pub ctime_ns: i128,
 }
 
 impl Identity {
     /// A 64-bit fingerprint of the identity, never 0 (0 means "not seen yet" in [`Freshness`]).
-    pub(crate) fn fingerprint(&self) -> u64 {
+    pub fn fingerprint(&self) -> u64 {
         let (dev, ino, len) = (self.dev.to_le_bytes(), self.ino.to_le_bytes(), self.len.to_le_bytes());
         let (mtime, ctime) = (self.mtime_ns.to_le_bytes(), self.ctime_ns.to_le_bytes());
         prepfs_base::hash::fnv1a64(&[&dev, &ino, &len, &mtime, &ctime]).max(1)
@@ -166,7 +176,7 @@ pub struct Space {
 }
 
 /// The source's file system, as prepfs uses it.
-pub(crate) trait SourceIo: Send + Sync {
+pub trait SourceIo: Send + Sync {
     /// `statvfs` of the file system the source's root lies on.
     fn space(&self) -> io::Result<Space>;
     /// `stat` of a path (symlinks followed).
@@ -177,7 +187,7 @@ pub(crate) trait SourceIo: Send + Sync {
 }
 
 /// An open source file.
-pub(crate) trait SourceFile: Send + Sync {
+pub trait SourceFile: Send + Sync {
     /// The file's metadata at open (`fstat`: the version this handle reads).
     fn meta(&self) -> &FileMeta;
     /// Reads at `offset`; 0 at the end.
@@ -196,13 +206,13 @@ pub(crate) trait SourceFile: Send + Sync {
 /// (with three jobs, 5.6 ms a read against 0.2-0.5 ms with one, on the same files) and, on a
 /// busy machine, the wait for a core (22 ms a read from the page cache) as the storage's.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct ReadCost {
-    pub(crate) cpu_nanos: u64,
-    pub(crate) blocked_nanos: u64,
+pub struct ReadCost {
+    pub cpu_nanos: u64,
+    pub blocked_nanos: u64,
 }
 
 /// Source reads with their bounds: see the module documentation.
-pub(crate) struct Source {
+pub struct Source {
     io: Arc<dyn SourceIo>,
     pool: IoPool,
     max_file_size: u64,
@@ -210,7 +220,7 @@ pub(crate) struct Source {
 }
 
 /// The error of a file larger than `source.max_file_size`.
-pub(crate) fn too_large(len: u64, max: u64) -> io::Error {
+pub fn too_large(len: u64, max: u64) -> io::Error {
     io::Error::new(
         io::ErrorKind::FileTooLarge,
         format!("{len} bytes, more than source.max_file_size ({max} bytes); not read"),
@@ -220,7 +230,7 @@ pub(crate) fn too_large(len: u64, max: u64) -> io::Error {
 impl Source {
     /// Source I/O through `io`, on `threads` I/O threads that give up on a call after
     /// `timeout`.
-    pub(crate) fn new(
+    pub fn new(
         io: Arc<dyn SourceIo>,
         threads: usize,
         timeout: Duration,
@@ -236,7 +246,7 @@ impl Source {
     }
 
     /// The read limit, if one is set.
-    pub(crate) fn read_limit(&self) -> Option<&ReadLimit> {
+    pub fn read_limit(&self) -> Option<&ReadLimit> {
         self.read_limit.as_deref()
     }
 
@@ -246,27 +256,27 @@ impl Source {
     /// its rate on 2 cores (a whole-cache second epoch of the generator's set at 4,149-5,018
     /// samples/s, against 5,562-6,449 inline). A `stat` that hangs (a hung network share) holds
     /// the thread that asked; [`Source::bounded_metadata`] is the bounded one.
-    pub(crate) fn metadata(&self, path: &Path) -> io::Result<FileMeta> {
+    pub fn metadata(&self, path: &Path) -> io::Result<FileMeta> {
         self.io.metadata(path)
     }
 
     /// [`Source::metadata`] on an I/O thread within the timeout, as reads are: a `stat` that
     /// hangs costs one I/O thread, and fails its caller with `TimedOut` (`EIO`).
-    pub(crate) fn bounded_metadata(&self, path: &Path) -> io::Result<FileMeta> {
+    pub fn bounded_metadata(&self, path: &Path) -> io::Result<FileMeta> {
         let io = Arc::clone(&self.io);
         let path = path.to_path_buf();
         self.pool.run(move || io.metadata(&path))
     }
 
     /// `statvfs` of the source's file system, bounded as [`Source::metadata`] is.
-    pub(crate) fn space(&self) -> io::Result<Space> {
+    pub fn space(&self) -> io::Result<Space> {
         let io = Arc::clone(&self.io);
         self.pool.run(move || io.space())
     }
 
     /// Reads a whole file (at most `max_file_size` bytes, else refused unread), with the
     /// metadata of the version read.
-    pub(crate) fn read_whole(&self, path: &Path) -> io::Result<(Vec<u8>, FileMeta)> {
+    pub fn read_whole(&self, path: &Path) -> io::Result<(Vec<u8>, FileMeta)> {
         let meta = self.bounded_metadata(path)?;
         let (bytes, meta, _) = self.read_with(path, meta.len(), |file, max| read_bounded(file, max, usize::MAX))?;
         Ok((bytes, meta))
@@ -275,7 +285,7 @@ impl Source {
     /// [`Source::read_whole`] of a file a `stat` just found `len` bytes long (a resolved
     /// sample), into the shared bytes the sample is kept and decoded as (`read_shared`): no
     /// second `stat`, no copy; with what the read cost its I/O thread.
-    pub(crate) fn read_sized(&self, path: &Path, len: u64) -> io::Result<(Arc<[u8]>, FileMeta, ReadCost)> {
+    pub fn read_sized(&self, path: &Path, len: u64) -> io::Result<(Arc<[u8]>, FileMeta, ReadCost)> {
         self.read_with(path, len, read_shared)
     }
 
@@ -307,7 +317,7 @@ impl Source {
     }
 
     /// Reads at most `n` bytes from the start of a file (a header), with its metadata.
-    pub(crate) fn read_head(&self, path: &Path, n: usize) -> io::Result<(Vec<u8>, FileMeta)> {
+    pub fn read_head(&self, path: &Path, n: usize) -> io::Result<(Vec<u8>, FileMeta)> {
         let io = Arc::clone(&self.io);
         let path = path.to_path_buf();
         self.throttle(n as u64)?;
@@ -318,14 +328,14 @@ impl Source {
     }
 
     /// Opens a file to read through it (the top-level `encoded` view).
-    pub(crate) fn open(&self, path: &Path) -> io::Result<Arc<dyn SourceFile>> {
+    pub fn open(&self, path: &Path) -> io::Result<Arc<dyn SourceFile>> {
         let io = Arc::clone(&self.io);
         let path = path.to_path_buf();
         self.pool.run(move || io.open(&path).map(Arc::from))
     }
 
     /// Reads up to `size` bytes at `offset` of an open file, within the read limit.
-    pub(crate) fn read_at(&self, file: &Arc<dyn SourceFile>, offset: u64, size: u32) -> io::Result<Vec<u8>> {
+    pub fn read_at(&self, file: &Arc<dyn SourceFile>, offset: u64, size: u32) -> io::Result<Vec<u8>> {
         let left = file.meta().len().saturating_sub(offset).min(u64::from(size));
         self.throttle(left)?;
         let file = Arc::clone(file);
@@ -346,7 +356,7 @@ impl Source {
     }
 
     /// Makes throttled reads return at once, and later ones not wait.
-    pub(crate) fn interrupt(&self) {
+    pub fn interrupt(&self) {
         if let Some(limit) = &self.read_limit {
             limit.stop();
         }
@@ -354,7 +364,7 @@ impl Source {
 
     /// Stops: throttled reads return at once, the I/O threads finish what they run and are
     /// joined (a thread stuck in a hung read is waited for at most `grace`).
-    pub(crate) fn shutdown(&self, grace: Duration) {
+    pub fn shutdown(&self, grace: Duration) {
         self.interrupt();
         self.pool.shutdown(grace);
     }

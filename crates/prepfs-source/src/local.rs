@@ -12,7 +12,7 @@ use nix::sys::stat::{fstatat, Mode};
 use super::{FileMeta, SourceFile, SourceIo, Space};
 
 /// The source directory on this machine's file system.
-pub(crate) struct LocalSource {
+pub struct LocalSource {
     /// The root, canonical: where every opened file must really lie.
     root: PathBuf,
     /// The root as given (the catalog's paths begin with it).
@@ -25,7 +25,7 @@ pub(crate) struct LocalSource {
 
 impl LocalSource {
     /// A source rooted at `root` (made canonical here).
-    pub(crate) fn new(root: &Path) -> io::Result<LocalSource> {
+    pub fn new(root: &Path) -> io::Result<LocalSource> {
         let canonical = root.canonicalize()?;
         let dir = File::options()
             .read(true)
@@ -147,7 +147,7 @@ mod tests {
 
     #[test]
     fn times_before_the_epoch_and_after_it_keep_their_nanoseconds() {
-        let t = |secs, nsec| crate::source::system_time((secs, nsec));
+        let t = |secs, nsec| crate::system_time((secs, nsec));
         let epoch = std::time::UNIX_EPOCH;
         assert_eq!(t(5, 7), epoch + std::time::Duration::new(5, 7));
         assert_eq!(t(-5, 7), epoch - std::time::Duration::from_secs(5) + std::time::Duration::from_nanos(7));

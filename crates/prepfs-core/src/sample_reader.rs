@@ -11,58 +11,18 @@
 //! most a line a second), or a [`SampleError`] for a file that is no sample prepfs will read,
 //! which is marked bad like an undecodable one.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, SampleError};
 use prepfs_pixels::pipeline;
 use prepfs_pixels::rgb::Size2;
-use crate::source::catalog::{Catalog, FileId};
-use crate::source::{FileMeta, Freshness, Observed, Source, SourceFile};
+use prepfs_source::catalog::{Catalog, FileId};
+use prepfs_source::{FileMeta, Freshness, Observed, Sample, Source, SourceFile};
 use crate::stats::{bump, Stats};
 use prepfs_base::sync::{LockExt, Mutex};
 
-use prepfs_base::errno::ToErrno;
-use prepfs_pixels::pipeline::PixelError;
-
-/// Why a sample is refused as undecodable, in every view, until its file changes. Every one is
-/// `EIO` to a reader: the file is there, but no pixels can be served of it.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum SampleError {
-    /// The pipeline could not make pixels of it (corrupt, truncated, too many pixels, ...).
-    #[error(transparent)]
-    Pixels(#[from] PixelError),
-    /// The source file is no sample prepfs will read (over `source.max_file_size`, not a
-    /// regular file): the source's error, as it came.
-    #[error("{0}")]
-    NotASample(Arc<std::io::Error>),
-    /// Its header was found unreadable when its size was probed earlier.
-    #[error("unreadable header")]
-    UnreadableHeader,
-    /// It was found undecodable earlier; the first log line says why.
-    #[error("undecodable (found earlier; see the first log line)")]
-    FoundEarlier,
-}
-
-impl ToErrno for SampleError {
-    fn to_errno(&self) -> libc::c_int {
-        match self {
-            SampleError::Pixels(e) => e.to_errno(),
-            // A refused file, not a missing or forbidden one: the same errno as a damaged sample.
-            SampleError::NotASample(_) | SampleError::UnreadableHeader | SampleError::FoundEarlier => libc::EIO,
-        }
-    }
-}
-
-/// A sample resolved once for one open: its catalog id, its source path, and the version `stat`
-/// found. Every step of the open after the resolution takes it as it is.
-#[derive(Debug, Clone)]
-pub struct Sample {
-    pub(crate) id: FileId,
-    pub(crate) path: PathBuf,
-    pub(crate) meta: FileMeta,
-}
 
 /// What a changed source file makes its owner drop (the cached forms of the old version).
 type OnChange = Box<dyn Fn(FileId) + Send + Sync>;
@@ -103,7 +63,7 @@ impl SampleReader {
     }
 
     /// `statvfs` of the source's file system (`root`: the source's root, named in an error).
-    pub(crate) fn space(&self, root: &Path) -> Result<crate::source::Space> {
+    pub(crate) fn space(&self, root: &Path) -> Result<prepfs_source::Space> {
         self.source.space().map_err(|e| Error::source_io(root, e))
     }
 

@@ -16,12 +16,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::index::Stamp;
-use crate::source::{FileMeta, SourceFile, SourceIo, Space};
+use crate::{FileMeta, SourceFile, SourceIo, Space};
 
 /// One shard file, as indexed.
-pub(crate) struct Shard {
-    pub(crate) path: PathBuf,
-    pub(crate) stamp: Stamp,
+pub struct Shard {
+    pub path: PathBuf,
+    pub stamp: Stamp,
 }
 
 /// A sample's place: its name in `names`, its shard, its bytes there.
@@ -40,10 +40,10 @@ struct Class {
 }
 
 /// A sample as it is given to [`ShardSource::new`]: its served name, shard, offset, length.
-pub(crate) type Placed = (Vec<u8>, u32, u64, u64);
+pub type Placed = (Vec<u8>, u32, u64, u64);
 
 /// The shards' tree: see the module documentation.
-pub(crate) struct ShardSource {
+pub struct ShardSource {
     inner: Arc<dyn SourceIo>,
     root: PathBuf,
     shards: Vec<Shard>,
@@ -61,7 +61,7 @@ enum Node {
 impl ShardSource {
     /// The tree at `root` of `classes` (each its name and its samples, names distinct within a
     /// class), the shards read through `inner`.
-    pub(crate) fn new(inner: Arc<dyn SourceIo>, root: &Path, shards: Vec<Shard>, mut classes: Vec<(Vec<u8>, Vec<Placed>)>) -> ShardSource {
+    pub fn new(inner: Arc<dyn SourceIo>, root: &Path, shards: Vec<Shard>, mut classes: Vec<(Vec<u8>, Vec<Placed>)>) -> ShardSource {
         let mut names = Vec::new();
         let mut intern = |n: &[u8]| {
             let at = names.len() as u32;
@@ -87,7 +87,7 @@ impl ShardSource {
     }
 
     /// Bytes of memory the tree takes per sample, names included.
-    pub(crate) fn bytes_per_sample(&self) -> f64 {
+    pub fn bytes_per_sample(&self) -> f64 {
         let bytes = self.names.capacity() + self.members.capacity() * std::mem::size_of::<Member>() + self.classes.capacity() * std::mem::size_of::<Class>();
         bytes as f64 / self.members.len().max(1) as f64
     }

@@ -24,7 +24,7 @@ pub fn is_shard_pattern(text: &str) -> bool {
 
 /// The shards `pattern` names: their directory and their file names, in the order the pattern
 /// gives them (each brace alternative in turn, each glob's matches sorted), each once.
-pub(crate) fn expand(pattern: &str) -> io::Result<(PathBuf, Vec<String>)> {
+pub fn expand(pattern: &str) -> io::Result<(PathBuf, Vec<String>)> {
     let (dir, name) = split_pattern(pattern).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let listing = || -> io::Result<Vec<String>> {
         let mut all = Vec::new();
@@ -42,7 +42,7 @@ pub(crate) fn expand(pattern: &str) -> io::Result<(PathBuf, Vec<String>)> {
 /// The names the file-name part `name` of `pattern` gives in a directory whose names `listing`
 /// gives (asked once, and only for a glob) and where `exists` says a name is (a name the braces
 /// make must be there, as WebDataset fails on a missing shard too): see [`expand`].
-pub(crate) fn expand_in(pattern: &str, name: &str, listing: impl FnOnce() -> io::Result<Vec<String>>, exists: impl Fn(&str) -> bool) -> io::Result<Vec<String>> {
+pub fn expand_in(pattern: &str, name: &str, listing: impl FnOnce() -> io::Result<Vec<String>>, exists: impl Fn(&str) -> bool) -> io::Result<Vec<String>> {
     let invalid = |why: String| io::Error::new(io::ErrorKind::InvalidInput, format!("shard pattern {pattern:?}: {why}"));
     let names = braces(name).map_err(invalid)?;
     let mut listing = Some(listing);
@@ -80,7 +80,7 @@ pub(crate) fn expand_in(pattern: &str, name: &str, listing: impl FnOnce() -> io:
 
 /// A pattern's directory and its file-name part; refused (in words) where the directory has a
 /// glob or brace, or no file name is given.
-pub(crate) fn split_pattern(pattern: &str) -> Result<(PathBuf, &str), String> {
+pub fn split_pattern(pattern: &str) -> Result<(PathBuf, &str), String> {
     let (dir, name) = match pattern.rfind('/') {
         Some(i) => (&pattern[..i.max(1)], &pattern[i + 1..]),
         None => (".", pattern),
@@ -96,7 +96,7 @@ pub(crate) fn split_pattern(pattern: &str) -> Result<(PathBuf, &str), String> {
 
 /// Brace expansion: every `{a,b}` list and `{M..N}` range (zero-padded to the width of `M`
 /// when it has a leading zero, descending when `M > N`), the first brace first.
-pub(crate) fn braces(text: &str) -> Result<Vec<String>, String> {
+pub fn braces(text: &str) -> Result<Vec<String>, String> {
     let mut out = Vec::new();
     expand_into(text, &mut out)?;
     Ok(out)

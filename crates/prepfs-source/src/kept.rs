@@ -24,26 +24,26 @@ const DOMAIN: &[u8] = b"prepfs-kept-file-v1\0";
 const MAC_LEN: usize = 32;
 
 /// Appends a length-prefixed field.
-pub(crate) fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+pub fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
     out.extend_from_slice(bytes);
 }
 
 /// Appends the CRC-32 of `out` to it: the file's bytes are then whole.
-pub(crate) fn seal(out: &mut Vec<u8>) {
+pub fn seal(out: &mut Vec<u8>) {
     let crc = crc32fast::hash(out);
     out.extend_from_slice(&crc.to_le_bytes());
 }
 
 /// A reader over a file's fields, after its CRC and magic were checked ([`Reader::open`]).
-pub(crate) struct Reader<'a> {
+pub struct Reader<'a> {
     bytes: &'a [u8],
 }
 
 impl<'a> Reader<'a> {
     /// The fields of `bytes` after `magic`, if they end in the CRC of what comes before it and
     /// begin with `magic`.
-    pub(crate) fn open(bytes: &'a [u8], magic: &[u8; 8]) -> Option<Reader<'a>> {
+    pub fn open(bytes: &'a [u8], magic: &[u8; 8]) -> Option<Reader<'a>> {
         let (body, crc) = bytes.split_at(bytes.len().checked_sub(4)?);
         if crc32fast::hash(body).to_le_bytes() != crc {
             return None;
@@ -53,11 +53,11 @@ impl<'a> Reader<'a> {
     }
 
     /// Bytes not yet read.
-    pub(crate) fn left(&self) -> usize {
+    pub fn left(&self) -> usize {
         self.bytes.len()
     }
 
-    pub(crate) fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+    pub fn take(&mut self, n: usize) -> Option<&'a [u8]> {
         (self.bytes.len() >= n).then(|| {
             let (head, rest) = self.bytes.split_at(n);
             self.bytes = rest;
@@ -65,24 +65,24 @@ impl<'a> Reader<'a> {
         })
     }
 
-    pub(crate) fn u8(&mut self) -> Option<u8> {
+    pub fn u8(&mut self) -> Option<u8> {
         Some(self.take(1)?[0])
     }
 
-    pub(crate) fn u32(&mut self) -> Option<u32> {
+    pub fn u32(&mut self) -> Option<u32> {
         Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
     }
 
-    pub(crate) fn u64(&mut self) -> Option<u64> {
+    pub fn u64(&mut self) -> Option<u64> {
         Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
     }
 
-    pub(crate) fn i128(&mut self) -> Option<i128> {
+    pub fn i128(&mut self) -> Option<i128> {
         Some(i128::from_le_bytes(self.take(16)?.try_into().ok()?))
     }
 
     /// A length-prefixed field ([`put_bytes`]).
-    pub(crate) fn bytes_field(&mut self) -> Option<&'a [u8]> {
+    pub fn bytes_field(&mut self) -> Option<&'a [u8]> {
         let n = self.u32()? as usize;
         self.take(n)
     }
@@ -106,7 +106,7 @@ fn mac(key: &[u8; 32], name: &str, bytes: &[u8]) -> blake3::Hash {
 
 /// The bytes of the kept file at `path`, if it is the mount's own, holds at most `max` bytes (a
 /// larger one is refused unread: `InvalidData`) and its MAC is right (else `InvalidData`).
-pub(crate) fn read_bounded(path: &Path, max: u64) -> io::Result<Vec<u8>> {
+pub fn read_bounded(path: &Path, max: u64) -> io::Result<Vec<u8>> {
     let (dir, name) = place(path)?;
     let mut bytes = dir.read_bounded(name, max + MAC_LEN as u64)?;
     let key = dir.key(KEY_FILE)?;
@@ -125,7 +125,7 @@ pub(crate) fn read_bounded(path: &Path, max: u64) -> io::Result<Vec<u8>> {
 /// Writes `bytes` to `path` (its directory made private if missing) with its MAC, through an
 /// unpredictable temporary name renamed over `path`: a crash leaves the old file or none,
 /// never a part, and no planted name is written through.
-pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let (dir, name) = place(path)?;
     let key = dir.key(KEY_FILE)?;
     dir.write_atomically(name, &[bytes, mac(&key, name, bytes).as_bytes()])

@@ -9,7 +9,7 @@ use std::time::Duration;
 use prepfs_base::tasks::{self, Task, TaskQueue};
 
 /// See the module documentation.
-pub(crate) struct IoPool {
+pub struct IoPool {
     queue: TaskQueue,
     timeout: Duration,
 }
@@ -18,12 +18,12 @@ impl IoPool {
     /// `threads` I/O threads (`prepfs-io-<i>`); a call not answered within `timeout` fails with
     /// `TimedOut`, and one whose read panicked fails at once (its thread goes on,
     /// `tasks::TaskQueue`).
-    pub(crate) fn new(threads: usize, timeout: Duration) -> io::Result<IoPool> {
+    pub fn new(threads: usize, timeout: Duration) -> io::Result<IoPool> {
         Ok(IoPool { queue: TaskQueue::start("prepfs-io", threads, tasks::REQUEST)?, timeout })
     }
 
     /// Runs `work` on an I/O thread and waits for its answer, at most the timeout.
-    pub(crate) fn run<T: Send + 'static>(&self, work: impl FnOnce() -> io::Result<T> + Send + 'static) -> io::Result<T> {
+    pub fn run<T: Send + 'static>(&self, work: impl FnOnce() -> io::Result<T> + Send + 'static) -> io::Result<T> {
         let (answer, answered) = mpsc::sync_channel(1);
         let task: Task = Box::new(move || {
             let _ = answer.send(work());
@@ -43,7 +43,7 @@ impl IoPool {
 
     /// Stops taking work and joins the threads; one stuck in a hung read past `grace` is left
     /// behind (said in the log), since nothing can interrupt it.
-    pub(crate) fn shutdown(&self, grace: Duration) {
+    pub fn shutdown(&self, grace: Duration) {
         self.queue.close(Some(grace));
     }
 }

@@ -11,7 +11,7 @@ use prepfs_base::sync::{Condvar, CondvarExt, LockExt, Mutex};
 
 /// A fault of one path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Fault {
+pub enum Fault {
     /// Opening fails with this kind of error.
     Error(io::ErrorKind),
     /// Every open and read waits this long first (slow storage).
@@ -25,7 +25,7 @@ pub(crate) enum Fault {
 }
 
 /// See the module documentation.
-pub(crate) struct FaultySource {
+pub struct FaultySource {
     inner: LocalSource,
     faults: Mutex<HashMap<PathBuf, Fault>>,
     hung: Mutex<bool>,
@@ -34,24 +34,24 @@ pub(crate) struct FaultySource {
 
 impl FaultySource {
     /// No faults yet over `inner`.
-    pub(crate) fn new(inner: LocalSource) -> FaultySource {
+    pub fn new(inner: LocalSource) -> FaultySource {
         FaultySource { inner, faults: Mutex::new(HashMap::new()), hung: Mutex::new(true), released: Condvar::new() }
     }
 
     /// Gives `path` a fault (replacing any it had).
-    #[cfg(test)]
-    pub(crate) fn inject(&self, path: &Path, fault: Fault) {
+    #[cfg(any(test, feature = "faults"))]
+    pub fn inject(&self, path: &Path, fault: Fault) {
         self.faults.lock_or_recover().insert(path.to_path_buf(), fault);
     }
 
     /// Removes every fault.
-    pub(crate) fn clear(&self) {
+    pub fn clear(&self) {
         self.faults.lock_or_recover().clear();
     }
 
     /// Lets every hung open go on (and later ones not hang).
-    #[cfg(test)]
-    pub(crate) fn release_hangs(&self) {
+    #[cfg(any(test, feature = "faults"))]
+    pub fn release_hangs(&self) {
         *self.hung.lock_or_recover() = false;
         self.released.notify_all();
     }

@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::io::Object;
-use crate::config::ObjectStoreConfig;
-use crate::source::kept::{self, put_bytes, Reader};
+use crate::settings::ObjectStoreConfig;
+use crate::kept::{self, put_bytes, Reader};
 
 const MAGIC: &[u8; 8] = b"PFSLST01";
 
