@@ -27,8 +27,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
-use prepfs_core::cache::disk::{DiskCache, DiskKind};
-use prepfs_core::cache::lower::LowerHit;
+use prepfs_cache::disk::{DiskCache, DiskKind};
+use prepfs_cache::lower::LowerHit;
 use prepfs_pixels::rgb::Rgb;
 
 const KEY: u64 = 0x0123_4567_89ab_cdef;

@@ -7,12 +7,14 @@
 //! - [`errno`]: [`errno::ToErrno`], which each layer implements for its own errors.
 //! - [`log`]: the log's filter and file, and lines that cannot flood it.
 //! - [`alloc`]: the daemon's allocator for large buffers.
+//! - [`bitset`]: a fixed-size set of ids, one atomic bit each.
 //! - [`hash`], [`thread_time`], [`human`], [`yaml`]: the stable hash, a thread's clocks, bytes
 //!   for people, YAML errors with their line.
 
 #![warn(unreachable_pub)]
 
 pub mod alloc;
+pub mod bitset;
 pub mod errno;
 pub mod escape;
 pub mod hash;

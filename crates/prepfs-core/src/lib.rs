@@ -49,7 +49,6 @@
 // else is `pub(crate)`, and this lint keeps it so.
 #![warn(unreachable_pub)]
 
-pub mod cache;
 pub mod config;
 pub mod drain;
 pub mod error;
@@ -62,6 +61,5 @@ pub mod progress;
 pub mod producer;
 pub mod sampling;
 pub mod sample_reader;
-pub mod shared;
 pub mod stats;
 pub mod metrics;

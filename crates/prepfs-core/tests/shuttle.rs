@@ -17,11 +17,11 @@ use shuttle::sync::atomic::{AtomicU32, Ordering};
 use shuttle::sync::{Condvar, Mutex};
 use shuttle::{thread, Config, Runner};
 
-use prepfs_core::cache::{
+use prepfs_cache::{
     AugmentedEntry, FormStore, SampleCache, SingleFlight, ENTRY_OVERHEAD, HELD_AUGMENTED, HELD_DECODED, HELD_ENCODED,
 };
 use prepfs_source::catalog::FileId;
-use prepfs_core::config::EvictionPolicy;
+use prepfs_cache::settings::EvictionPolicy;
 use prepfs_core::sampling::{Job, Jobs, Requester};
 
 /// Random schedules per test, and PCT schedules (which find bugs of a few ordered preemptions).

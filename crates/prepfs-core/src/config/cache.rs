@@ -10,6 +10,7 @@ use super::error::{ConfigError, ValueError};
 use super::values::{memory_value, positive_size_value};
 use super::Effects;
 use prepfs_planner::Split;
+use prepfs_cache::settings::{EvictionPolicy, RemoteConfig};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -32,31 +33,6 @@ pub(super) struct RawRemote {
     pub(super) secret_file: Option<PathBuf>,
     pub(super) password_file: Option<PathBuf>,
     pub(super) tls_ca_file: Option<PathBuf>,
-}
-
-/// The cache's remote tier: a Redis server every mount naming it shares, and the bytes prepfs
-/// keeps within there (`crate::cache::remote`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub(crate) struct RemoteConfig {
-    /// `redis[s]://[USER:PASSWORD@]HOST:PORT[/DB]` (or a cluster's). Printed with its password
-    /// as `***`: `password_file` keeps a password out of the config.
-    #[serde(serialize_with = "redacted_url")]
-    pub(crate) url: String,
-    /// Bytes prepfs writes there at most (the server's `maxmemory` is the operator's bound).
-    pub(crate) size: u64,
-    /// The deployment's shared secret, which every value's MAC is keyed with: a private file
-    /// (mode 0600 or stricter), the same on every machine sharing the tier. Required.
-    pub(crate) secret_file: PathBuf,
-    /// The server's password (Redis AUTH, or the URL's ACL user's), instead of one in the URL.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) password_file: Option<PathBuf>,
-    /// PEM roots that `rediss://` trusts instead of the system's.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) tls_ca_file: Option<PathBuf>,
-}
-
-fn redacted_url<S: serde::Serializer>(url: &str, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&crate::cache::remote::redacted(url))
 }
 
 #[derive(Debug, Deserialize)]
@@ -82,20 +58,6 @@ pub(crate) enum SplitChoice {
     Auto,
     /// Percentages for (encoded, decoded, augmented).
     Fixed(Split),
-}
-
-/// Whether encoded and decoded entries stay once admitted (Seneca) or make room by LRU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EvictionPolicy {
-    /// Admit while there is room; never evict (no thrashing under random access).
-    Keep,
-    /// Evict the least recently used entry to admit a new one.
-    Lru,
-    /// Keep with one job (or none), LRU while several jobs share the cache: with opportunistic
-    /// sampling, what one job's miss admitted is what the others are served next, so eviction
-    /// then follows use instead of thrashing.
-    Auto,
 }
 
 /// The sample cache's settings.
@@ -174,13 +136,13 @@ fn disk_config(text: &str, raw: RawDisk, source: &Path, mountpoint: &Path, effec
 /// names readable and private (nothing is connected here: a server down at mount is an outage
 /// like any other).
 fn remote_config(text: &str, raw: RawRemote) -> Result<RemoteConfig, ConfigError> {
-    use crate::cache::remote::{Access, RemoteError, HOW_TO_MAKE};
+    use prepfs_cache::remote::{Access, RemoteError, HOW_TO_MAKE};
     let url = raw.url.ok_or_else(|| ConfigError::at(text, "cache.remote", "`url` is missing"))?;
     let size = raw.size.ok_or_else(|| ConfigError::at(text, "cache.remote", "`size` is missing"))?;
     let size = positive_size_value(text, "cache.remote.size", &size)?;
     let url = url.trim().to_string();
-    let shown = crate::cache::remote::redacted(&url);
-    crate::cache::remote::server_urls(&url).map_err(|why| ConfigError::at(text, "cache.remote.url", format!("`{shown}`: {why}")))?;
+    let shown = prepfs_cache::remote::redacted(&url);
+    prepfs_cache::remote::server_urls(&url).map_err(|why| ConfigError::at(text, "cache.remote.url", format!("`{shown}`: {why}")))?;
     let secret_file = raw.secret_file.ok_or_else(|| {
         ConfigError::at(
             text,

@@ -29,8 +29,9 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_norway::Value;
 
-pub use cache::{EvictionPolicy, DEFAULT_EPOCHS};
-pub(crate) use cache::{CacheConfig, DiskConfig, RemoteConfig, SplitChoice};
+pub use cache::DEFAULT_EPOCHS;
+pub(crate) use cache::{CacheConfig, DiskConfig, SplitChoice};
+pub use prepfs_cache::settings::{EvictionPolicy, RemoteConfig};
 pub use error::ValueError;
 pub(crate) use error::ConfigError;
 pub use prepfs_pixels::output_config::{Dtype, Format, OutputConfig};

@@ -13,7 +13,7 @@ use super::error::ConfigError;
 use super::output::validate_output;
 use prepfs_pixels::output_config::OutputConfig;
 use prepfs_pixels::augment::AugmentOp;
-use crate::shared::Form;
+use prepfs_cache::form::Form;
 
 /// The most recipes one mount serves: a recipe's number has 4 bits in inode numbers
 /// (`fs::inodes`), 0 being `augmented/` itself.

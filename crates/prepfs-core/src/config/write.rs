@@ -114,7 +114,7 @@ impl<'a> From<&'a Config> for WrittenConfig<'a> {
                 path: (c.shards.is_none() && c.object_store.is_none()).then_some(c.source.as_path()),
                 shards: c.shards.as_ref().map(|s| s.pattern.as_str()),
                 url: c.object_store.as_ref().map(|o| o.url.as_str()),
-                endpoint: c.object_store.as_ref().and_then(|o| o.endpoint.as_deref()).map(crate::cache::remote::redacted),
+                endpoint: c.object_store.as_ref().and_then(|o| o.endpoint.as_deref()).map(prepfs_cache::remote::redacted),
                 region: c.object_store.as_ref().and_then(|o| o.region.as_deref()),
                 retry_timeout: c.object_store.as_ref().map(|o| o.retry_timeout_s),
                 listing_max_age: c.object_store.as_ref().map(|o| o.listing_max_age_s),

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use super::Filesystem;
 use crate::metrics::{exposition, Gauges, JobFigures};
-use crate::shared::Form;
+use prepfs_cache::form::Form;
 
 impl Filesystem {
     /// `.prepfs/` and its files: the owner's only, unless `control_public`. On an

@@ -12,7 +12,7 @@ use super::{Caller, Filesystem};
 use crate::error::{Error, Result};
 use crate::sampling::Job;
 use prepfs_pixels::served::ServedBytes;
-use crate::shared::Form;
+use prepfs_cache::form::Form;
 use prepfs_source::catalog::FileId;
 use prepfs_source::SourceFile;
 use crate::stats::bump;

@@ -1,7 +1,7 @@
 //! Inode numbers: the nodes of the mount ([`Node`]), the views they belong to ([`View`]), and how
 //! a node packs into an inode number and back. Inodes are computed, never allocated.
 
-use crate::shared::Form;
+use prepfs_cache::form::Form;
 use prepfs_source::catalog::{DirId, FileId};
 
 /// A view: one form of the whole tree, top-level or one job's.

@@ -13,11 +13,11 @@ use std::sync::Arc;
 
 use super::handles::{Handle, HandleData, Served};
 use super::{Caller, Filesystem, View};
-use crate::cache::{Origin, SampleCache};
+use prepfs_cache::{Origin, SampleCache};
 use crate::error::{Error, Result};
 use crate::metrics::Outcome;
 use crate::sampling::{Choice, Job, Jobs};
-use crate::shared::Form;
+use prepfs_cache::form::Form;
 use prepfs_source::catalog::FileId;
 use prepfs_source::Sample;
 use crate::stats::bump;

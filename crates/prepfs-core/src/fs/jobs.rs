@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use super::inodes::PENDING_JOB;
 use crate::producer::{Consumer, RefillScope};
 use crate::sampling::{check_name, Job};
-use crate::shared::Form;
+use prepfs_cache::form::Form;
 use prepfs_source::catalog::{DirId, FileId};
 use crate::stats::bump;
 use prepfs_base::sync::{Condvar, CondvarExt, LockExt, Mutex};

@@ -22,7 +22,7 @@ use super::{Caller, Filesystem, View};
 use crate::config::{Dtype, Format};
 use crate::error::{Error, Result};
 use crate::sampling::{Choice, Job};
-use crate::shared::Form;
+use prepfs_cache::form::Form;
 use prepfs_pixels::draw::draw_rng;
 use prepfs_pixels::rgb::Size2;
 use prepfs_source::catalog::{DirId, FileId};

@@ -66,15 +66,15 @@ use std::time::SystemTime;
 
 use std::time::Duration;
 
-use crate::cache::disk::DiskCache;
-use crate::cache::remote::{self, RemoteTier};
-use crate::cache::{SampleCache, Tiers};
+use prepfs_cache::disk::DiskCache;
+use prepfs_cache::remote::{self, RemoteTier};
+use prepfs_cache::{SampleCache, Tiers};
 use crate::config::Config;
 use crate::pixel_work::PixelWork;
 use crate::plan::{initial_split, PlanController};
 use crate::producer::SampleProducer;
 use crate::sampling::{Bitset, Job, Jobs, Pass, Requester};
-pub(crate) use crate::shared::Form;
+pub(crate) use prepfs_cache::form::Form;
 use prepfs_source::catalog::Catalog;
 use crate::sample_reader::SampleReader;
 use prepfs_source::{LocalSource, Source, SourceIo};

@@ -11,7 +11,7 @@ use super::{CachePolicy, Caller, Filesystem, Node, Opened, View};
 use crate::error::{Error, Result};
 use crate::metrics::Outcome;
 use crate::producer::Consumer;
-use crate::shared::Form;
+use prepfs_cache::form::Form;
 use prepfs_source::catalog::FileId;
 use prepfs_source::Sample;
 use prepfs_source::Observed;

@@ -10,11 +10,11 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 
 use super::{Filesystem, View};
-use crate::cache::SampleCache;
+use prepfs_cache::SampleCache;
 use crate::config::OutputConfig;
 use crate::sampling::Rank;
 use crate::sampling::{Job, Pass};
-use crate::shared::Form;
+use prepfs_cache::form::Form;
 use prepfs_source::catalog::FileId;
 use std::sync::Arc;
 

@@ -78,7 +78,7 @@ fn an_open_in_a_job_runs_in_place_only_for_an_unseen_cached_sample_and_never_wai
     assert!(!job_open_is_cheap(&fs, "b", other), "not cached: a decode");
     // The same with the jobs shared through a remote tier: each open asks the store first.
     let redis_dir = tempfile::tempdir().expect("tempdir");
-    let server = crate::cache::remote::redis_server::RedisServer::start(redis_dir.path());
+    let server = prepfs_test_servers::RedisServer::start(redis_dir.path());
     let secret = redis_dir.path().join("secret");
     std::fs::write(&secret, [7u8; 32]).expect("secret");
     std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("chmod");
@@ -340,7 +340,7 @@ fn below_half_the_stock_the_refill_makes_outputs_of_the_samples_readers_have_yet
     assert_eq!(fs.refill_scope_at(t0), Some(RefillScope::ThisPass));
     while fs.refill_lane_once(&mut cursor, (0, 1), RefillScope::ThisPass) {}
     // The 7 still to come have one; the one already read in this pass waits for a pause.
-    let held = |f: u32| fs.cache().status.held(f) & crate::cache::HELD_AUGMENTED != 0;
+    let held = |f: u32| fs.cache().status.held(f) & prepfs_cache::HELD_AUGMENTED != 0;
     assert_eq!(fs.cache().augmented.entries(), 7);
     assert!(!held(0) && (1..8).all(held));
 }
@@ -397,7 +397,7 @@ fn the_sets_decoded_size_counts_each_sample_once_at_its_first_augmentation_whate
     // Room in decoded for the smallest sample's pixels alone (320x240; the others are wider).
     let split = prepfs_planner::Split::new(0, 0, 100).expect("split");
     let smallest = 320 * 240 * 3;
-    fs.cache().set_split_budgets(split, [8 << 20, smallest + crate::cache::ENTRY_OVERHEAD + 64, 32 << 20]);
+    fs.cache().set_split_budgets(split, [8 << 20, smallest + prepfs_cache::ENTRY_OVERHEAD + 64, 32 << 20]);
     let work = |key: &str| work_count(&fs, key);
     let set: u64 = (0..4).map(|i| (320 + 8 * i) * 240 * 3).sum();
     for _ in 0..3 {
@@ -443,7 +443,7 @@ fn the_refill_works_ahead_of_top_level_readers_from_the_source_and_stops() {
     for i in 0..3 {
         read_file(&fs, ino_of(&fs, "augmented", &format!("s{i:03}.ppm")));
     }
-    let held = |f: u32| fs.cache().status.held(f) & crate::cache::HELD_AUGMENTED != 0;
+    let held = |f: u32| fs.cache().status.held(f) & prepfs_cache::HELD_AUGMENTED != 0;
     let mut cursor = 0;
     for _ in 0..3 {
         assert!(fs.refill_once(&mut cursor));

@@ -17,7 +17,7 @@ use super::{Caller, Filesystem, Node, View};
 use crate::error::{Error, Result};
 use prepfs_pixels::{output, pipeline};
 use prepfs_pixels::rgb::Size2;
-use crate::shared::Form;
+use prepfs_cache::form::Form;
 use prepfs_source::catalog::{DirId, Entry, FileId};
 use prepfs_source::FileMeta;
 

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::shared::Form;
+use prepfs_cache::form::Form;
 use crate::stats::{PipelineCounters, Stats};
 
 use super::latency::{Outcome, PixelKind, Snapshot, BUCKETS_S};

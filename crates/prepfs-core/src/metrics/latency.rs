@@ -9,7 +9,7 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde_json::json;
 
-use crate::shared::Form;
+use prepfs_cache::form::Form;
 use prepfs_base::sync::{LockExt, Mutex};
 
 /// How an open ended: served from a cache form (or another open's handle), made from a source

@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::cache::remote::RemoteGauge;
-use crate::cache::{SampleCache, ENTRY_OVERHEAD};
+use prepfs_cache::remote::RemoteGauge;
+use prepfs_cache::{SampleCache, ENTRY_OVERHEAD};
 use crate::config::{Config, EvictionPolicy, SplitChoice};
 use crate::plan::calibrate::{self, machine_busy_seconds};
 use prepfs_planner::serve_fit::ServeFit;

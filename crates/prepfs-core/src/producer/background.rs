@@ -7,8 +7,8 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::cache::{Admit, AugmentedEntry, ENTRY_OVERHEAD, HELD_AUGMENTED};
-use crate::shared::Form;
+use prepfs_cache::{Admit, AugmentedEntry, ENTRY_OVERHEAD, HELD_AUGMENTED};
+use prepfs_cache::form::Form;
 use prepfs_source::catalog::FileId;
 use crate::stats::bump;
 

@@ -24,7 +24,7 @@ pub(crate) use background::RefillScope;
 
 use std::sync::Arc;
 
-use crate::cache::{Admit, AugmentedEntry, Loaded, Made, Origin, SingleFlight, Tiers};
+use prepfs_cache::{Admit, AugmentedEntry, Loaded, Made, Origin, SingleFlight, Tiers};
 use crate::error::Result;
 use prepfs_pixels::pipeline::{self, PixelError};
 use crate::pixel_work::PixelWork;
@@ -97,7 +97,7 @@ impl SampleProducer {
     /// kept ahead (by the refill) or by another job's open, else a fresh draw of the pipeline
     /// from what the encoded and decoded forms hold (which every view shares), else from the
     /// source, kept in the fill order of an augmented read. Each pipeline keeps its outputs in a
-    /// store of its own ([`crate::cache::SampleCache::outputs`]), so no view is ever served
+    /// store of its own ([`prepfs_cache::SampleCache::outputs`]), so no view is ever served
     /// another's output; jobs share a pipeline's outputs alike in every pipeline.
     pub(crate) fn output(&self, pipeline: u8, sample: &Sample, consumer: Consumer) -> Result<(ServedBytes, Origin)> {
         self.reader.refuse_known_bad(sample)?;

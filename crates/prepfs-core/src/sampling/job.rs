@@ -15,7 +15,7 @@ use prepfs_pixels::draw::draw_rng;
 use crate::stats::bump;
 use prepfs_source::catalog::{DirId, FileId};
 
-use super::shared_jobs::SharedJob;
+use prepfs_cache::shared_jobs::SharedJob;
 use super::{Bitset, Pass, Rank, SCAN_LIMIT};
 
 /// Listing orders remembered per job for prefetch.

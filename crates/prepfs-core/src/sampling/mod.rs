@@ -7,7 +7,7 @@
 //! one *seen* bit per sample (served to this job in its current epoch) and an epoch counter, plus
 //! one *claimed* bit per sample (chosen for an open handle that has not read it yet). The
 //! dataset-wide status byte per sample (which forms hold it) is the cache's
-//! ([`crate::cache::SampleStatus`]); a [`Rank`] function turns it into a preference here.
+//! ([`prepfs_cache::SampleStatus`]); a [`Rank`] function turns it into a preference here.
 //!
 //! # The rules
 //!
@@ -38,20 +38,23 @@
 //!   mount deciding alone (once per epoch on that mount) until it is back.
 //!
 //! Where things are: [`Job`] and its decisions in `job.rs`, the registry of jobs ([`Jobs`]) in
-//! `registry.rs`, the bit sets both keep in `pass.rs`, the seam to a shared job's store in
-//! `shared_jobs.rs`; here the limits, names and errors.
+//! `registry.rs`, one pass over the set in `pass.rs`; the seam to a shared job's store is
+//! prepfs-cache's `shared_jobs`, which the remote tier implements; here the limits, names and
+//! errors.
 
 mod job;
 mod pass;
 mod registry;
-mod shared_jobs;
+#[cfg(test)]
+mod remote_tests;
 #[cfg(test)]
 mod tests;
 
 pub use job::{Choice, Job};
-pub(crate) use pass::{Bitset, Pass};
+pub(crate) use pass::Pass;
+pub(crate) use prepfs_base::bitset::Bitset;
 pub use registry::Jobs;
-pub(crate) use shared_jobs::{ClaimReply, SharedJob, SharedJobs};
+pub(crate) use prepfs_cache::shared_jobs::SharedJobs;
 
 /// Jobs that can be active at once (each is a bit of an augmented output's used-by mask).
 pub(crate) const MAX_JOBS: usize = 64;
@@ -61,7 +64,7 @@ pub(crate) const MAX_NAME_LEN: usize = 64;
 pub(crate) const SCAN_LIMIT: usize = 4096;
 
 /// A preference for a sample in some view (shared.rs's, beside the forms it ranks).
-pub(crate) use crate::shared::Rank;
+pub(crate) use prepfs_cache::form::Rank;
 
 /// Why a job name is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -76,7 +79,7 @@ pub enum JobError {
     TooManyForUser { uid: u32, held: usize },
 }
 
-impl crate::error::ToErrno for JobError {
+impl prepfs_base::errno::ToErrno for JobError {
     fn to_errno(&self) -> libc::c_int {
         match self {
             JobError::BadName(_) => libc::EINVAL,

@@ -1,55 +1,12 @@
-//! The bit sets opportunistic sampling keeps: [`Bitset`] (one atomic bit per sample) and
-//! [`Pass`] (one pass over the dataset: the samples served in it, and which pass it is; a job's
+//! One pass over the dataset, as opportunistic sampling keeps it: [`Pass`] (one pass over the dataset: the samples served in it, and which pass it is; a job's
 //! epochs are passes, and so is what the top-level readers have read).
 
 use std::sync::atomic::Ordering;
 
+use prepfs_base::bitset::Bitset;
+
 use prepfs_source::catalog::FileId;
 use prepfs_base::sync::atomic::AtomicU64 as SyncAtomicU64;
-
-/// A fixed-size set of sample ids, one atomic bit each.
-pub(crate) struct Bitset {
-    words: Vec<SyncAtomicU64>,
-}
-
-impl Bitset {
-    /// `n` bits, all clear.
-    pub(crate) fn new(n: usize) -> Bitset {
-        Bitset { words: (0..n.div_ceil(64)).map(|_| SyncAtomicU64::new(0)).collect() }
-    }
-    fn at(i: FileId) -> (usize, u64) {
-        (i as usize / 64, 1u64 << (i % 64))
-    }
-    /// Whether bit `i` is set.
-    pub(crate) fn get(&self, i: FileId) -> bool {
-        let (w, m) = Self::at(i);
-        self.words.get(w).is_some_and(|x| x.load(Ordering::Relaxed) & m != 0)
-    }
-    /// Sets bit `i`; returns whether it was clear.
-    pub(crate) fn set(&self, i: FileId) -> bool {
-        let (w, m) = Self::at(i);
-        self.words.get(w).is_some_and(|x| x.fetch_or(m, Ordering::Relaxed) & m == 0)
-    }
-    /// Clears bit `i`; returns whether it was set.
-    pub(crate) fn clear(&self, i: FileId) -> bool {
-        let (w, m) = Self::at(i);
-        self.words.get(w).is_some_and(|x| x.fetch_and(!m, Ordering::Relaxed) & m != 0)
-    }
-    /// How many bits are set.
-    pub(crate) fn count(&self) -> usize {
-        self.words.iter().map(|w| w.load(Ordering::Relaxed).count_ones() as usize).sum()
-    }
-    /// Clears every bit.
-    pub(crate) fn clear_all(&self) {
-        for w in &self.words {
-            w.store(0, Ordering::Relaxed);
-        }
-    }
-    /// Bytes of memory the bits take.
-    pub(crate) fn bytes(&self) -> usize {
-        self.words.len() * 8
-    }
-}
 
 /// One pass over the dataset: the samples served in it, and which pass it is. When every sample
 /// has been served, the next pass begins (the bits clear). A job's epochs are passes; so is what

@@ -3,7 +3,7 @@
 //! claimed or served anywhere in the current epoch) and epoch number live in that store, claimed
 //! atomically there. Sampling keeps its decisions in process and asks the store only to claim
 //! one of a few candidates it has already ranked; the implementation (Redis, with its timeouts
-//! and outages) is the remote tier's (`crate::cache::remote::jobs`).
+//! and outages) is the remote tier's (`crate::remote::jobs`).
 //!
 //! Each mount's [`super::Job`] keeps a mirror of the taken bits it has learned (its own claims,
 //! and candidates the store said were taken) and the epoch the store last reported; a store that
@@ -14,19 +14,19 @@ use prepfs_source::catalog::FileId;
 
 /// What the store answered to a claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ClaimReply {
+pub struct ClaimReply {
     /// The epoch the claim was made in (the store's current one when it answered).
-    pub(crate) epoch: u64,
+    pub epoch: u64,
     /// Which candidate was claimed (an index into the candidates); `None`: every one was
     /// taken already.
-    pub(crate) got: Option<usize>,
+    pub got: Option<usize>,
     /// The epoch after the claim: one more when this claim took the epoch's last sample (or a
     /// requested roll happened), else `epoch`.
-    pub(crate) epoch_after: u64,
+    pub epoch_after: u64,
 }
 
 /// One job's shared state.
-pub(crate) trait SharedJob: Send + Sync {
+pub trait SharedJob: Send + Sync {
     /// Claims, in the store's current epoch, the first of `candidates` no one has taken. With
     /// `roll` the caller has found its directory's every sample taken in epoch `seen_epoch`:
     /// if that is still the current epoch, the next one begins first (so it begins once, however
@@ -39,7 +39,7 @@ pub(crate) trait SharedJob: Send + Sync {
 }
 
 /// Where jobs' shared state is kept: one [`SharedJob`] per job name.
-pub(crate) trait SharedJobs: Send + Sync {
+pub trait SharedJobs: Send + Sync {
     /// The shared state of the job named `name`, over `samples` samples.
     fn job(&self, name: &str, samples: u64) -> Box<dyn SharedJob>;
 }

@@ -46,13 +46,13 @@ const SMOOTHING: f64 = 0.3;
 
 /// What the planner is given: see the module documentation.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Network {
+pub struct Network {
     /// Machines with a mount sharing the tier.
-    pub(crate) nodes: u32,
+    pub nodes: u32,
     /// Bytes a second, one connection, from the server.
-    pub(crate) b_nic: f64,
+    pub b_nic: f64,
     /// Bytes a second the link received besides this mount's remote traffic.
-    pub(crate) c_nw: f64,
+    pub c_nw: f64,
 }
 
 /// The measurements, kept by the remote tier.

@@ -22,20 +22,20 @@ use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Bytes of the header before every payload (the remote tier's MAC follows it).
-pub(crate) const HEADER_LEN: usize = 40;
+pub const HEADER_LEN: usize = 40;
 /// The header bytes the CRC covers (with the payload).
 const CRC_COVERS: usize = 32;
 
 /// A tier's header: its magic and format version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Format {
-    pub(crate) magic: [u8; 4],
-    pub(crate) version: u16,
+pub struct Format {
+    pub magic: [u8; 4],
+    pub version: u16,
 }
 
 /// The forms an entry holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
+pub enum Kind {
     Encoded,
     Decoded,
     Augmented,
@@ -43,7 +43,7 @@ pub(crate) enum Kind {
 
 impl Kind {
     /// The kind's byte in the header.
-    pub(crate) fn code(self) -> u8 {
+    pub fn code(self) -> u8 {
         match self {
             Kind::Encoded => 1,
             Kind::Decoded => 2,
@@ -54,7 +54,7 @@ impl Kind {
 
 /// Why an entry is refused (see the module documentation).
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum Damage {
+pub enum Damage {
     #[error("shorter than its header")]
     Short,
     #[error("bad magic")]
@@ -81,16 +81,16 @@ pub(crate) enum Damage {
 /// A header that passed its checks: the payload's length, and its width and height (0 but for
 /// decoded pixels).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Header {
-    pub(crate) len: u64,
-    pub(crate) width: u32,
-    pub(crate) height: u32,
+pub struct Header {
+    pub len: u64,
+    pub width: u32,
+    pub height: u32,
     crc: u32,
 }
 
 impl Header {
     /// Checks the payload against the header's CRC (read whole, every time).
-    pub(crate) fn check_payload(&self, head: &[u8; HEADER_LEN], payload: &[u8]) -> Result<(), Damage> {
+    pub fn check_payload(&self, head: &[u8; HEADER_LEN], payload: &[u8]) -> Result<(), Damage> {
         if payload.len() as u64 != self.len {
             return Err(Damage::Length { actual: payload.len() as u64, expected: self.len });
         }
@@ -122,7 +122,7 @@ fn le_u64(b: &[u8]) -> u64 {
 
 /// The header of an entry of `kind` under `key` holding `payload` (pixels of `width` x
 /// `height`; (0, 0) for anything else), its CRC filled in.
-pub(crate) fn header(format: Format, kind: Kind, key: u64, payload: &[u8], (width, height): (u32, u32)) -> [u8; HEADER_LEN] {
+pub fn header(format: Format, kind: Kind, key: u64, payload: &[u8], (width, height): (u32, u32)) -> [u8; HEADER_LEN] {
     let mut h = [0u8; HEADER_LEN];
     h[0..4].copy_from_slice(&format.magic);
     h[4..6].copy_from_slice(&format.version.to_le_bytes());
@@ -137,14 +137,14 @@ pub(crate) fn header(format: Format, kind: Kind, key: u64, payload: &[u8], (widt
 }
 
 /// The header at the front of `bytes`, or [`Damage::Short`].
-pub(crate) fn head_of(bytes: &[u8]) -> Result<&[u8; HEADER_LEN], Damage> {
+pub fn head_of(bytes: &[u8]) -> Result<&[u8; HEADER_LEN], Damage> {
     bytes.get(..HEADER_LEN).and_then(|h| h.try_into().ok()).ok_or(Damage::Short)
 }
 
 /// Checks a header against what the tier expects of it (its format, the kind and key where it
 /// is stored) and the `payload_len` stored after it; the payload's CRC is
 /// [`Header::check_payload`]'s.
-pub(crate) fn check_header(h: &[u8; HEADER_LEN], format: Format, kind: Kind, key: u64, payload_len: u64) -> Result<Header, Damage> {
+pub fn check_header(h: &[u8; HEADER_LEN], format: Format, kind: Kind, key: u64, payload_len: u64) -> Result<Header, Damage> {
     if h[0..4] != format.magic {
         return Err(Damage::Magic);
     }
@@ -174,7 +174,7 @@ pub(crate) fn check_header(h: &[u8; HEADER_LEN], format: Format, kind: Kind, key
 }
 
 /// Checks a whole entry held in memory (`head` then `payload`), header and CRC.
-pub(crate) fn check(head: &[u8; HEADER_LEN], payload: &[u8], format: Format, kind: Kind, key: u64) -> Result<Header, Damage> {
+pub fn check(head: &[u8; HEADER_LEN], payload: &[u8], format: Format, kind: Kind, key: u64) -> Result<Header, Damage> {
     let header = check_header(head, format, kind, key, payload.len() as u64)?;
     header.check_payload(head, payload)?;
     Ok(header)
@@ -182,25 +182,25 @@ pub(crate) fn check(head: &[u8; HEADER_LEN], payload: &[u8], format: Format, kin
 
 /// The count of entries a tier dropped, by the damage rules: damaged, and forged apart.
 #[derive(Default)]
-pub(crate) struct Dropped {
+pub struct Dropped {
     damaged: AtomicU64,
     forged: AtomicU64,
 }
 
 impl Dropped {
     /// Counts one dropped entry.
-    pub(crate) fn count(&self, why: &Damage) {
+    pub fn count(&self, why: &Damage) {
         let counter = if matches!(why, Damage::Forged) { &self.forged } else { &self.damaged };
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Entries dropped as damaged (anything but forged).
-    pub(crate) fn damaged(&self) -> u64 {
+    pub fn damaged(&self) -> u64 {
         self.damaged.load(Ordering::Relaxed)
     }
 
     /// Entries dropped as forged (intact, failing their MAC).
-    pub(crate) fn forged(&self) -> u64 {
+    pub fn forged(&self) -> u64 {
         self.forged.load(Ordering::Relaxed)
     }
 }

@@ -14,27 +14,35 @@
 //!   remove, flush, close) the disk and remote tiers implement, and `LowerTiers`, the chain of
 //!   them in lookup order with its one lookup-and-promote.
 //! - [`disk`]: the disk tier (encoded and decoded entries, checked on read).
-//! - `remote` (crate-private): the remote tier on Redis, shared by every mount naming it
+//! - [`remote`]: the remote tier on Redis, shared by every mount naming it
 //!   (encoded, decoded and augmented entries keyed by the dataset's fingerprint, checked on
 //!   read; down, it is a miss at no cost and reconnects by itself).
 //! - `fill` (private): the tiers behind one another ([`Tiers`]): lookup in memory, then the
 //!   tiers below memory, then the caller's read of the source, single-flighted; and Seneca's fill order for what a
 //!   read is kept as.
 //!
-//! Reading the source and pixel work are the serving path's (`crate::producer`); how much
-//! memory each form gets is the planner's (`crate::planner`).
+//! - [`form`]: the three forms a sample is served in, and a sample's rank in a view.
+//! - [`shared_jobs`]: the seam to jobs' state shared by several mounts (prepfs-core's sampling
+//!   uses it; `remote/jobs.rs` keeps it on the remote tier's server).
+//! - [`settings`]: the eviction policy and the remote tier's server, as plain data.
+//!
+//! Reading the source and pixel work are the serving path's (prepfs-core's `producer`); how much
+//! memory each form gets is the planner's (prepfs-planner, driven by prepfs-core's `plan`).
 
 pub mod disk;
-pub(crate) mod entry;
+pub mod form;
+pub mod settings;
+pub mod shared_jobs;
+pub mod entry;
 mod fill;
 pub mod lower;
 mod queue;
 mod outputs;
-pub(crate) mod remote;
+pub mod remote;
 mod tiers;
 
-pub(crate) use fill::Origin;
-pub(crate) use fill::{Admit, Loaded, Made, Tiers};
+pub use form::Origin;
+pub use fill::{Admit, Loaded, Made, Tiers};
 pub use tiers::{
     AugmentedEntry, FormStore, SampleCache, SampleStatus, SingleFlight, Weighed, ENTRY_OVERHEAD, HELD_AUGMENTED, HELD_REMOTE,
     HELD_DECODED, HELD_ENCODED,

@@ -10,7 +10,7 @@ pub(super) const CLUSTER_SCHEMES: [(&str, &str); 2] = [("redis+cluster://", "red
 
 /// The server(s) a `cache.remote.url` names, each as a `redis://` URL the client accepts.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum ServerUrls {
+pub enum ServerUrls {
     /// `redis[s]://[USER:PASSWORD@]HOST:PORT[/DB]`.
     Single(String),
     /// `redis[s]+cluster://[USER:PASSWORD@]HOST:PORT,HOST:PORT,...`: the seed nodes
@@ -19,7 +19,7 @@ pub(crate) enum ServerUrls {
 }
 
 /// Parses a `cache.remote.url` (the one place its form is decided; the config checks it here).
-pub(crate) fn server_urls(url: &str) -> Result<ServerUrls, String> {
+pub fn server_urls(url: &str) -> Result<ServerUrls, String> {
     if let Some((rest, scheme)) = CLUSTER_SCHEMES.iter().find_map(|(cluster, node)| url.strip_prefix(cluster).map(|rest| (rest, node))) {
         let (auth, hosts) = match rest.rfind('@') {
             Some(at) => (&rest[..=at], &rest[at + 1..]),

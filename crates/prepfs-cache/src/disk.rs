@@ -45,21 +45,21 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::cache::entry::{self, Damage, Dropped, Format, Header};
-use crate::cache::fill::Origin;
-use crate::cache::lower::{LowerHit, LowerKey, LowerTier, Payload, Put};
-use crate::cache::queue::{self, Jobs, WriteQueue};
+use crate::entry::{self, Damage, Dropped, Format, Header};
+use crate::form::Origin;
+use crate::lower::{LowerHit, LowerKey, LowerTier, Payload, Put};
+use crate::queue::{self, Jobs, WriteQueue};
 use prepfs_base::private_dir::PrivateDir;
 use prepfs_pixels::rgb::Rgb;
 use prepfs_base::hash::fnv1a64;
 use prepfs_base::sync::{LockExt, Mutex, MutexGuard};
 
 /// Bytes of the header before every payload.
-pub(crate) const HEADER_LEN: usize = entry::HEADER_LEN;
+pub const HEADER_LEN: usize = entry::HEADER_LEN;
 /// The disk tier's header: magic and format version.
 const FORMAT: Format = Format { magic: *b"PFDC", version: 1 };
 /// Entries are charged in whole blocks of this many bytes (what a filesystem allocates).
-pub(crate) const BLOCK: u64 = 4096;
+pub const BLOCK: u64 = 4096;
 const SHARDS: usize = 16;
 /// The writer's queue: at most this many jobs ...
 const QUEUE_JOBS: usize = 256;
@@ -85,7 +85,7 @@ pub enum DiskKind {
 }
 
 impl DiskKind {
-    pub(crate) const ALL: [DiskKind; 2] = [DiskKind::Encoded, DiskKind::Decoded];
+    pub const ALL: [DiskKind; 2] = [DiskKind::Encoded, DiskKind::Decoded];
 
     /// Its kind in the entry header.
     fn entry(self) -> entry::Kind {
@@ -114,7 +114,7 @@ impl DiskKind {
 /// The key of a source file's entries: its path relative to the source root and its version
 /// (inode, size, mtime and ctime to the nanosecond; not the device number, which may change
 /// across reboots), hashed. A rewritten or replaced source file gets a new key.
-pub(crate) fn key_of(rel_path: &Path, version: &prepfs_source::Identity) -> u64 {
+pub fn key_of(rel_path: &Path, version: &prepfs_source::Identity) -> u64 {
     fnv1a64(&[
         rel_path.as_os_str().as_bytes(),
         &[0],
@@ -417,7 +417,7 @@ impl DiskCache {
     }
 
     /// Whether an entry of `kind` is held or being written for `key`.
-    pub(crate) fn contains(&self, kind: DiskKind, key: u64) -> bool {
+    pub fn contains(&self, kind: DiskKind, key: u64) -> bool {
         self.inner.shard(kind, key).contains_key(&key)
     }
 
@@ -476,7 +476,7 @@ impl DiskCache {
     }
 
     /// Drops the entries of `key` (both kinds): out of the index, their files deleted.
-    pub(crate) fn remove(&self, key: u64) {
+    pub fn remove(&self, key: u64) {
         for kind in DiskKind::ALL {
             let slot = self.inner.shard(kind, key).get(&key).copied();
             if let Some(slot) = slot {
@@ -493,23 +493,23 @@ impl DiskCache {
     }
 
     /// Bytes charged now (entries written and being written).
-    pub(crate) fn used(&self) -> u64 {
+    pub fn used(&self) -> u64 {
         self.inner.used.load(Ordering::Relaxed)
     }
 
     /// The byte budget.
     #[cfg(test)]
-    pub(crate) fn size(&self) -> u64 {
+    pub fn size(&self) -> u64 {
         self.inner.size
     }
 
     /// Entries of `kind` written.
-    pub(crate) fn entries(&self, kind: DiskKind) -> u64 {
+    pub fn entries(&self, kind: DiskKind) -> u64 {
         self.inner.entries[kind.index()].load(Ordering::Relaxed)
     }
 
     /// Whether the tier still admits (false after a write error).
-    pub(crate) fn admitting(&self) -> bool {
+    pub fn admitting(&self) -> bool {
         self.inner.admitting.load(Ordering::Relaxed)
     }
 
@@ -524,7 +524,7 @@ impl DiskCache {
     }
 
     /// Figures for stats.
-    pub(crate) fn stats(&self) -> serde_json::Value {
+    pub fn stats(&self) -> serde_json::Value {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let i = &self.inner;
         json!({

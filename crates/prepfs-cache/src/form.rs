@@ -1,11 +1,12 @@
 //! Small types and helpers that more than one subsystem uses, kept here rather than in whichever
-//! module needed them first: the forms a sample is served in, and a sample's rank in a view.
+//! module needed them first: the forms a sample is served in, a sample's rank in a view, and
+//! where a served sample came from.
 
 
 
 /// The three forms a sample is served in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Form {
+pub enum Form {
     /// The source bytes, byte for byte.
     Encoded,
     /// The full-resolution RGB decode.
@@ -15,10 +16,10 @@ pub(crate) enum Form {
 }
 
 impl Form {
-    pub(crate) const ALL: [Form; 3] = [Form::Encoded, Form::Decoded, Form::Augmented];
+    pub const ALL: [Form; 3] = [Form::Encoded, Form::Decoded, Form::Augmented];
 
     /// The view's directory name.
-    pub(crate) fn dir_name(self) -> &'static str {
+    pub fn dir_name(self) -> &'static str {
         match self {
             Form::Encoded => "encoded",
             Form::Decoded => "decoded",
@@ -27,7 +28,7 @@ impl Form {
     }
 
     /// The form's number in inode numbers.
-    pub(crate) fn index(self) -> u64 {
+    pub fn index(self) -> u64 {
         match self {
             Form::Encoded => 0,
             Form::Decoded => 1,
@@ -36,12 +37,12 @@ impl Form {
     }
 
     /// The form numbered `i` by [`Form::index`].
-    pub(crate) fn from_index(i: u64) -> Option<Form> {
+    pub fn from_index(i: u64) -> Option<Form> {
         Form::ALL.get(i as usize).copied()
     }
 
-    /// The best [`crate::cache::SampleCache::rank`] a sample can have in this form's view.
-    pub(crate) fn top_rank(self) -> Rank {
+    /// The best [`crate::SampleCache::rank`] a sample can have in this form's view.
+    pub fn top_rank(self) -> Rank {
         match self {
             Form::Encoded => 1,
             Form::Decoded => 2,
@@ -52,4 +53,23 @@ impl Form {
 
 /// A preference for a sample in some view: 0 not cached, higher is cheaper to serve (what
 /// sampling orders and substitutes by).
-pub(crate) type Rank = u8;
+pub type Rank = u8;
+
+/// Where an output came from: the cache form that held the sample, the disk tier, the remote
+/// tier, or the source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    Augmented,
+    Decoded,
+    Encoded,
+    Disk,
+    Remote,
+    Source,
+}
+
+impl Origin {
+    /// Whether serving it read the sample from outside memory (a miss).
+    pub fn is_miss(self) -> bool {
+        matches!(self, Origin::Disk | Origin::Remote | Origin::Source)
+    }
+}

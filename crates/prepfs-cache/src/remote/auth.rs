@@ -18,22 +18,22 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 /// Bytes of a MAC in a value's header.
-pub(crate) const MAC_LEN: usize = 32;
+pub const MAC_LEN: usize = 32;
 /// The context the MAC key is derived under (BLAKE3's `derive_key`): fixed, unique to this use.
 const KEY_CONTEXT: &str = "prepfs remote cache tier 2026-11 value MAC key";
 /// The first bytes of every MAC's input: what is authenticated, and its format's version.
 const DOMAIN: &[u8] = b"prepfs-remote-value-v2\0";
 /// A secret shorter than this is refused (32 random bytes are what the docs make).
-pub(crate) const MIN_SECRET: usize = 16;
+pub const MIN_SECRET: usize = 16;
 /// A secret file longer than this is refused (it is not a key file).
 const MAX_SECRET: u64 = 64 << 10;
 
 /// How to make a secret file, for errors.
-pub(crate) const HOW_TO_MAKE: &str = "make one with `head -c 32 /dev/urandom > /etc/prepfs/redis.secret && chmod 600 /etc/prepfs/redis.secret`, copy it to every machine sharing the tier, and name it in `cache.remote.secret_file`";
+pub const HOW_TO_MAKE: &str = "make one with `head -c 32 /dev/urandom > /etc/prepfs/redis.secret && chmod 600 /etc/prepfs/redis.secret`, copy it to every machine sharing the tier, and name it in `cache.remote.secret_file`";
 
 /// A secret file that cannot be used.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum SecretError {
+pub enum SecretError {
     #[error("cannot read {}: {source}", prepfs_base::escape::escaped(path))]
     Read { path: PathBuf, source: std::io::Error },
     #[error("{} is not a regular file", prepfs_base::escape::escaped(path))]
@@ -51,7 +51,7 @@ pub(crate) enum SecretError {
 /// The key values are authenticated with (derived from the deployment's secret). Its `Debug`
 /// shows nothing of it.
 #[derive(Clone, PartialEq, Eq)]
-pub(crate) struct ValueKey([u8; 32]);
+pub struct ValueKey([u8; 32]);
 
 impl std::fmt::Debug for ValueKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -61,13 +61,13 @@ impl std::fmt::Debug for ValueKey {
 
 impl ValueKey {
     /// The key of a secret's bytes.
-    pub(crate) fn from_secret(secret: &[u8]) -> ValueKey {
+    pub fn from_secret(secret: &[u8]) -> ValueKey {
         ValueKey(blake3::derive_key(KEY_CONTEXT, secret))
     }
 
     /// Reads and checks the secret file at `path` (see the module documentation): its bytes,
     /// exactly (a trailing newline is part of the secret).
-    pub(crate) fn load(path: &Path) -> Result<ValueKey, SecretError> {
+    pub fn load(path: &Path) -> Result<ValueKey, SecretError> {
         let mut secret = read_private(path)?;
         if secret.len() < MIN_SECRET {
             return Err(SecretError::Short { path: path.to_path_buf(), len: secret.len() as u64 });
@@ -79,7 +79,7 @@ impl ValueKey {
 
     /// The MAC of a value stored under `key` with `header` (the header's bytes before the MAC)
     /// and `payload`.
-    pub(crate) fn mac(&self, key: &[u8], header: &[u8], payload: &[u8]) -> [u8; MAC_LEN] {
+    pub fn mac(&self, key: &[u8], header: &[u8], payload: &[u8]) -> [u8; MAC_LEN] {
         *self.hash(key, header, payload).as_bytes()
     }
 
@@ -96,7 +96,7 @@ impl ValueKey {
     }
 
     /// Whether `tag` is the MAC of the value (compared in constant time).
-    pub(crate) fn verify(&self, key: &[u8], header: &[u8], payload: &[u8], tag: &[u8]) -> bool {
+    pub fn verify(&self, key: &[u8], header: &[u8], payload: &[u8], tag: &[u8]) -> bool {
         let Ok(tag) = <[u8; MAC_LEN]>::try_from(tag) else { return false };
         // blake3::Hash's equality is constant time.
         self.hash(key, header, payload) == blake3::Hash::from_bytes(tag)
@@ -127,7 +127,7 @@ fn read_private(path: &Path) -> Result<Vec<u8>, SecretError> {
 
 /// The Redis password in `cache.remote.password_file`: a private file (as the secret's), UTF-8,
 /// one trailing newline taken off; an empty one is refused.
-pub(crate) fn read_password(path: &Path) -> Result<String, SecretError> {
+pub fn read_password(path: &Path) -> Result<String, SecretError> {
     let bytes = read_private(path)?;
     let text = String::from_utf8(bytes).map_err(|_| SecretError::NotText { path: path.to_path_buf() })?;
     let password = text.strip_suffix('\n').map_or(&text[..], |t| t.strip_suffix('\r').unwrap_or(t)).to_string();

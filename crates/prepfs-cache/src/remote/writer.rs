@@ -4,8 +4,8 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::cache::lower::Payload;
-use crate::cache::queue::{self, Jobs, Taken};
+use crate::lower::Payload;
+use crate::queue::{self, Jobs, Taken};
 use prepfs_source::catalog::FileId;
 
 use super::server::Server;

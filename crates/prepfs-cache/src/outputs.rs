@@ -19,7 +19,7 @@
 use prepfs_base::sync::atomic::{AtomicU64, Ordering};
 use prepfs_base::sync::{LockExt, Mutex};
 
-use crate::config::EvictionPolicy;
+use crate::settings::EvictionPolicy;
 
 use super::tiers::{AugmentedEntry, FormStore, SampleCache};
 use prepfs_pixels::served::ServedBytes;
@@ -68,7 +68,7 @@ fn shares(total: u64, reads: &[u64]) -> Vec<u64> {
 impl SampleCache {
     /// The same cache with a store of kept outputs for each of `recipes` recipes, the augmented
     /// budget split between them and `augmented/` equally until reads are counted.
-    pub(crate) fn with_recipe_outputs(mut self, recipes: usize) -> SampleCache {
+    pub fn with_recipe_outputs(mut self, recipes: usize) -> SampleCache {
         self.recipes = RecipeOutputs::new(recipes, self.augmented.budget());
         self.split_outputs();
         self
@@ -76,7 +76,7 @@ impl SampleCache {
 
     /// The kept outputs of pipeline `pipeline` (0: `augmented/`'s, else the recipe's number);
     /// `None` for a number no recipe has.
-    pub(crate) fn outputs(&self, pipeline: u8) -> Option<&FormStore<AugmentedEntry>> {
+    pub fn outputs(&self, pipeline: u8) -> Option<&FormStore<AugmentedEntry>> {
         match pipeline {
             0 => Some(&self.augmented),
             r => self.recipes.stores.get(usize::from(r) - 1),
@@ -84,7 +84,7 @@ impl SampleCache {
     }
 
     /// Every pipeline's kept outputs, `augmented/`'s first.
-    pub(crate) fn all_outputs(&self) -> impl Iterator<Item = &FormStore<AugmentedEntry>> {
+    pub fn all_outputs(&self) -> impl Iterator<Item = &FormStore<AugmentedEntry>> {
         std::iter::once(&self.augmented).chain(self.recipes.stores())
     }
 
@@ -105,7 +105,7 @@ impl SampleCache {
 
     /// Whether pipeline `pipeline` keeps an output of `id` the job (its used-by bit `job`) has
     /// not used.
-    pub(crate) fn output_usable_by(&self, pipeline: u8, id: FileId, job: u64) -> bool {
+    pub fn output_usable_by(&self, pipeline: u8, id: FileId, job: u64) -> bool {
         self.outputs(pipeline).and_then(|store| store.peek(id, |entry| entry.used_by & job == 0)).unwrap_or(false)
     }
 
@@ -127,21 +127,21 @@ impl SampleCache {
     /// With several jobs reading, the cache is a window (see `planner::prepfs`): a job's new
     /// output evicts the oldest one kept for the other jobs rather than be dropped (`shared`), in
     /// every pipeline; with one job or none, outputs wait for room.
-    pub(crate) fn set_shared_outputs(&self, shared: bool) {
+    pub fn set_shared_outputs(&self, shared: bool) {
         for store in self.all_outputs() {
             store.set_lru(shared);
         }
     }
 
     /// How many pipelines keep outputs: `augmented/`'s and one per recipe.
-    pub(crate) fn pipelines(&self) -> u8 {
+    pub fn pipelines(&self) -> u8 {
         (self.recipes.stores.len() + 1) as u8
     }
 
     /// Each pipeline's share of the augmented budget (0: `augmented/`'s), summing to 1, and
     /// whether it has been read: the shares [`SampleCache::set_output_reads`] splits it in, for
     /// the plan's room size.
-    pub(crate) fn output_shares(&self) -> Vec<(f64, bool)> {
+    pub fn output_shares(&self) -> Vec<(f64, bool)> {
         let reads = self.recipes.reads.lock_or_recover().clone();
         let sum: f64 = reads.iter().map(|&r| r as f64 + 1.0).sum();
         reads.iter().map(|&r| ((r as f64 + 1.0) / sum, r > 0)).collect()
@@ -155,7 +155,7 @@ impl SampleCache {
 
     /// Splits the augmented budget again by each pipeline's `reads` so far (0: `augmented/`'s;
     /// the mount's housekeeping calls this once a second). Returns how many outputs were evicted.
-    pub(crate) fn set_output_reads(&self, reads: &[u64]) -> u64 {
+    pub fn set_output_reads(&self, reads: &[u64]) -> u64 {
         {
             let mut kept = self.recipes.reads.lock_or_recover();
             for (k, r) in kept.iter_mut().zip(reads) {
@@ -188,7 +188,7 @@ impl SampleCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::ENTRY_OVERHEAD;
+    use crate::ENTRY_OVERHEAD;
     use prepfs_planner::Split;
 
     fn cache(recipes: usize, augmented: u64) -> SampleCache {

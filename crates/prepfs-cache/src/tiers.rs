@@ -28,11 +28,11 @@ use lru::LruCache;
 use serde_json::json;
 
 use prepfs_source::catalog::FileId;
-use crate::config::EvictionPolicy;
+use crate::settings::EvictionPolicy;
 use prepfs_planner::Split;
-use crate::sampling::Rank;
+use crate::form::Rank;
 use prepfs_pixels::served::ServedBytes;
-use crate::shared::Form;
+use crate::form::Form;
 
 use super::outputs::RecipeOutputs;
 
@@ -81,11 +81,11 @@ pub struct SampleStatus {
 
 impl SampleStatus {
     /// `n` samples, none held.
-    pub(crate) fn new(n: usize) -> SampleStatus {
+    pub fn new(n: usize) -> SampleStatus {
         SampleStatus { bytes: (0..n).map(|_| AtomicU8::new(0)).collect() }
     }
     /// How many samples it has a byte for.
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.bytes.len()
     }
     /// The forms holding `id` (a combination of the `HELD_*` bits).
@@ -97,13 +97,13 @@ impl SampleStatus {
         self.bytes.get(id as usize).map_or(0, |b| b.load(Ordering::Relaxed) >> REFS_SHIFT)
     }
     /// Samples whose status has `bit`.
-    pub(crate) fn count_held(&self, bit: u8) -> usize {
+    pub fn count_held(&self, bit: u8) -> usize {
         self.bytes.iter().filter(|b| b.load(Ordering::Relaxed) & bit != 0).count()
     }
 
     /// Samples by what memory holds of them: with an augmented output; else as pixels; else
     /// as bytes alone; and all those held as pixels.
-    pub(crate) fn census(&self) -> Census {
+    pub fn census(&self) -> Census {
         let mut c = Census::default();
         for b in &self.bytes {
             let held = b.load(Ordering::Relaxed);
@@ -122,7 +122,7 @@ impl SampleStatus {
     }
 
     /// Marks `id` as held by the remote tier.
-    pub(crate) fn mark_remote(&self, id: FileId) {
+    pub fn mark_remote(&self, id: FileId) {
         self.set(id, HELD_REMOTE);
     }
     fn set(&self, id: FileId, bit: u8) {
@@ -144,22 +144,22 @@ impl SampleStatus {
         }
     }
     /// Bytes the status takes.
-    pub(crate) fn bytes(&self) -> usize {
+    pub fn bytes(&self) -> usize {
         self.bytes.len()
     }
 }
 
 /// What memory holds, sample by sample ([`SampleStatus::census`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Census {
+pub struct Census {
     /// Samples with an augmented output.
-    pub(crate) spares: u64,
+    pub spares: u64,
     /// Samples without one, held as pixels.
-    pub(crate) pixels: u64,
+    pub pixels: u64,
     /// Samples without either, held as bytes.
-    pub(crate) bytes: u64,
+    pub bytes: u64,
     /// Samples held as pixels, with an output or not.
-    pub(crate) decoded: u64,
+    pub decoded: u64,
 }
 
 /// An augmented output in the cache (in memory, or in an output file ready to pass
@@ -213,7 +213,7 @@ impl<V: Clone + Weighed> FormStore<V> {
     }
 
     /// The same store, keeping `bit` of `status` in step with what it holds.
-    pub(crate) fn with_status(mut self, status: Arc<SampleStatus>, bit: u8) -> Self {
+    pub fn with_status(mut self, status: Arc<SampleStatus>, bit: u8) -> Self {
         self.status = Some((status, bit));
         self
     }
@@ -245,7 +245,7 @@ impl<V: Clone + Weighed> FormStore<V> {
     }
 
     /// The entry for `id`, counting a hit or a miss.
-    pub(crate) fn get(&self, id: FileId) -> Option<V> {
+    pub fn get(&self, id: FileId) -> Option<V> {
         let found = self.shard(id).get(&id).cloned();
         let counter = if found.is_some() { &self.hits } else { &self.misses };
         counter.fetch_add(1, Ordering::Relaxed);
@@ -254,7 +254,7 @@ impl<V: Clone + Weighed> FormStore<V> {
 
     /// Looks at the entry for `id` under its shard lock, without counting or touching its LRU
     /// place.
-    pub(crate) fn peek<R>(&self, id: FileId, look: impl FnOnce(&V) -> R) -> Option<R> {
+    pub fn peek<R>(&self, id: FileId, look: impl FnOnce(&V) -> R) -> Option<R> {
         self.shard(id).peek(&id).map(look)
     }
 
@@ -314,14 +314,14 @@ impl<V: Clone + Weighed> FormStore<V> {
     }
 
     /// Whether an entry of `payload` bytes would fit now.
-    pub(crate) fn has_room_for(&self, payload: u64) -> bool {
+    pub fn has_room_for(&self, payload: u64) -> bool {
         self.used.load(Ordering::Relaxed) + payload + ENTRY_OVERHEAD <= self.budget.load(Ordering::Relaxed)
     }
 
     /// Whether an admission of an entry of `payload` bytes can make room by evicting: under
     /// LRU, with a budget it fits (what no job needs goes first: [`FormStore::retire`] moves it
     /// to the eviction end).
-    pub(crate) fn evicts_for(&self, payload: u64) -> bool {
+    pub fn evicts_for(&self, payload: u64) -> bool {
         self.lru.load(Ordering::Relaxed) && payload + ENTRY_OVERHEAD <= self.budget.load(Ordering::Relaxed)
     }
 
@@ -380,13 +380,13 @@ impl<V: Clone + Weighed> FormStore<V> {
 
     /// Drops the entry for `id`, if any, without counting a hit or a miss. Returns whether
     /// there was one.
-    pub(crate) fn remove(&self, id: FileId) -> bool {
+    pub fn remove(&self, id: FileId) -> bool {
         self.pop(id).is_some()
     }
 
     /// Keeps only the entries for which `keep` holds (it may change them); one shard locked at
     /// a time. Returns how many were dropped.
-    pub(crate) fn retain(&self, mut keep: impl FnMut(FileId, &mut V) -> bool) -> u64 {
+    pub fn retain(&self, mut keep: impl FnMut(FileId, &mut V) -> bool) -> u64 {
         let mut dropped = 0;
         for shard in &self.shards {
             let mut shard = shard.lock_or_recover();
@@ -403,14 +403,14 @@ impl<V: Clone + Weighed> FormStore<V> {
     }
 
     /// Switches eviction: LRU (`true`) or keep.
-    pub(crate) fn set_lru(&self, lru: bool) {
+    pub fn set_lru(&self, lru: bool) {
         self.lru.store(lru, Ordering::Relaxed);
     }
 
     /// The entry for `id` is not needed for a while: under LRU it is the next to make room, and
     /// with the store full it goes now (eviction picks within a shard, so a full store would
     /// otherwise evict a shard's oldest entry while other shards keep ones no one needs).
-    pub(crate) fn retire(&self, id: FileId) {
+    pub fn retire(&self, id: FileId) {
         if !self.lru.load(Ordering::Relaxed) {
             return;
         }
@@ -426,7 +426,7 @@ impl<V: Clone + Weighed> FormStore<V> {
     /// recently used first shard by shard, until what the store holds fits: from the moment this
     /// returns, `used` is within the new budget (admissions meanwhile are held to it). Returns
     /// how many were evicted.
-    pub(crate) fn set_budget(&self, budget: u64) -> u64 {
+    pub fn set_budget(&self, budget: u64) -> u64 {
         self.budget.store(budget, Ordering::SeqCst);
         let (mut evicted, mut empty_in_a_row, mut k) = (0, 0, 0);
         while self.used.load(Ordering::SeqCst) > budget && empty_in_a_row < SHARDS {
@@ -462,7 +462,7 @@ impl<V: Clone + Weighed> FormStore<V> {
     }
 
     /// Hits counted so far: entries handed to readers.
-    pub(crate) fn hit_count(&self) -> u64 {
+    pub fn hit_count(&self) -> u64 {
         self.hits.load(Ordering::Relaxed)
     }
 
@@ -472,7 +472,7 @@ impl<V: Clone + Weighed> FormStore<V> {
     }
 
     /// This form's figures for stats.
-    pub(crate) fn stats(&self) -> serde_json::Value {
+    pub fn stats(&self) -> serde_json::Value {
         json!({
             "bytes_used": self.used(),
             "budget": self.budget(),
@@ -574,7 +574,7 @@ impl SampleCache {
 
     /// Applies a new split of the same memory ([`Split::budgets`]).
     #[cfg(test)]
-    pub(crate) fn set_split(&self, split: Split) {
+    pub fn set_split(&self, split: Split) {
         self.set_split_budgets(split, split.budgets(self.memory));
     }
 
@@ -582,7 +582,7 @@ impl SampleCache {
     /// out by the planner (memory a form cannot use flows to the next); never more than the
     /// cache's memory in all, at any moment: the forms that shrink evict down to their new
     /// budgets before the others grow. Returns how many entries were evicted.
-    pub(crate) fn set_split_budgets(&self, split: Split, budgets: [u64; 3]) -> u64 {
+    pub fn set_split_budgets(&self, split: Split, budgets: [u64; 3]) -> u64 {
         let total: u64 = budgets.iter().sum();
         let scale = |b: u64| if total > self.memory { (b as u128 * self.memory as u128 / total as u128) as u64 } else { b };
         // One split at a time: two interleaved would each grow a form the other shrinks.
@@ -606,41 +606,41 @@ impl SampleCache {
     }
 
     /// Sets the plan's first-touch policy (see the field).
-    pub(crate) fn set_keep_pixels_at_first_touch(&self, keep: bool) {
+    pub fn set_keep_pixels_at_first_touch(&self, keep: bool) {
         self.keep_pixels_at_first_touch.store(keep, Ordering::Relaxed);
     }
 
     /// The plan's first-touch policy.
-    pub(crate) fn keeps_pixels_at_first_touch(&self) -> bool {
+    pub fn keeps_pixels_at_first_touch(&self) -> bool {
         self.keep_pixels_at_first_touch.load(Ordering::Relaxed)
     }
 
     /// Sets whether a sample kept as pixels keeps its bytes too (see the field).
-    pub(crate) fn set_bytes_beside_pixels(&self, keep: bool) {
+    pub fn set_bytes_beside_pixels(&self, keep: bool) {
         self.bytes_beside_pixels.store(keep, Ordering::Relaxed);
     }
 
     /// Whether a sample kept as pixels keeps its bytes too.
-    pub(crate) fn keeps_bytes_beside_pixels(&self) -> bool {
+    pub fn keeps_bytes_beside_pixels(&self) -> bool {
         self.bytes_beside_pixels.load(Ordering::Relaxed)
     }
 
     /// Switches the encoded and decoded stores' eviction (augmented outputs are never evicted).
-    pub(crate) fn set_lru(&self, lru: bool) {
+    pub fn set_lru(&self, lru: bool) {
         self.encoded.set_lru(lru);
         self.decoded.set_lru(lru);
     }
 
     /// No active job needs `id` again this epoch: under LRU its encoded bytes and decoded pixels
     /// make room before what a job still needs (see [`FormStore::retire`]).
-    pub(crate) fn done_with(&self, id: FileId) {
+    pub fn done_with(&self, id: FileId) {
         self.encoded.retire(id);
         self.decoded.retire(id);
     }
 
     /// How cheaply `id` can be served in `form`'s view now: 0 when no form that view can use
     /// holds it, up to [`Form::top_rank`] (what opportunistic sampling prefers).
-    pub(crate) fn rank(&self, id: FileId, form: Form) -> Rank {
+    pub fn rank(&self, id: FileId, form: Form) -> Rank {
         let held = self.status.held(id);
         let has = |bit: u8| held & bit != 0;
         match form {
@@ -654,7 +654,7 @@ impl SampleCache {
     /// [`SampleCache::rank`] for one job (its used-by bit `job`): an augmented output this job
     /// has used already (it waits for the other jobs) is no hit for it, so the sample ranks as
     /// the next form that holds it.
-    pub(crate) fn rank_for_job(&self, id: FileId, form: Form, job: u64) -> Rank {
+    pub fn rank_for_job(&self, id: FileId, form: Form, job: u64) -> Rank {
         let rank = self.rank(id, form);
         if form == Form::Augmented && rank == 3 && !self.output_usable_by(0, id, job) {
             let held = self.status.held(id);
@@ -667,29 +667,29 @@ impl SampleCache {
     /// doubled, plus one for a sample no local form holds but the shared remote tier does (cached
     /// on another machine: a remote round trip rather than a source read). The best is
     /// [`SampleCache::top_preference`].
-    pub(crate) fn preference(&self, id: FileId, form: Form, job: u64) -> Rank {
+    pub fn preference(&self, id: FileId, form: Form, job: u64) -> Rank {
         let local = self.rank_for_job(id, form, job);
         2 * local + u8::from(local == 0 && self.status.held(id) & HELD_REMOTE != 0)
     }
 
     /// The best [`SampleCache::preference`] in `form`'s view: its own form held in memory.
-    pub(crate) fn top_preference(form: Form) -> Rank {
+    pub fn top_preference(form: Form) -> Rank {
         2 * form.top_rank()
     }
 
     /// The split in force.
-    pub(crate) fn split(&self) -> Split {
+    pub fn split(&self) -> Split {
         *self.split.lock_or_recover()
     }
 
     /// Counts a read memory kept in no form, of `bytes`.
-    pub(crate) fn note_unkept(&self, bytes: usize) {
+    pub fn note_unkept(&self, bytes: usize) {
         self.unkept[0].fetch_add(1, Ordering::Relaxed);
         self.unkept[1].fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
     /// The mean bytes of the reads memory kept in no form, if there were any.
-    pub(crate) fn unkept_mean_bytes(&self) -> Option<f64> {
+    pub fn unkept_mean_bytes(&self) -> Option<f64> {
         let n = self.unkept[0].load(Ordering::Relaxed);
         (n > 0).then(|| self.unkept[1].load(Ordering::Relaxed) as f64 / n as f64)
     }
@@ -700,13 +700,12 @@ impl SampleCache {
     }
 
     /// Bytes charged in all forms.
-    #[cfg(test)]
-    pub(crate) fn used(&self) -> u64 {
+    pub fn used(&self) -> u64 {
         self.encoded.used() + self.decoded.used() + self.augmented.used() + self.recipes.stores().iter().map(FormStore::used).sum::<u64>()
     }
 
     /// Figures for stats.
-    pub(crate) fn stats(&self) -> serde_json::Value {
+    pub fn stats(&self) -> serde_json::Value {
         json!({
             "memory": self.memory,
             "split": self.split(),

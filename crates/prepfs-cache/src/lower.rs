@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cache::fill::Origin;
+use crate::form::Origin;
 use prepfs_pixels::rgb::Rgb;
 use prepfs_source::catalog::FileId;
 use prepfs_source::Identity;
@@ -26,14 +26,14 @@ pub enum LowerHit {
 /// A payload queued for writing to a lower tier (shared with the memory tier: nothing is copied
 /// until the writer runs).
 #[derive(Clone)]
-pub(crate) enum Payload {
+pub enum Payload {
     Bytes(Arc<[u8]>),
     Pixels(Arc<Rgb>),
 }
 
 impl Payload {
     /// The bytes written.
-    pub(crate) fn data(&self) -> &[u8] {
+    pub fn data(&self) -> &[u8] {
         match self {
             Payload::Bytes(b) => b,
             Payload::Pixels(p) => &p.pixels,
@@ -41,7 +41,7 @@ impl Payload {
     }
 
     /// Width and height of pixels; (0, 0) for source bytes.
-    pub(crate) fn dims(&self) -> (u32, u32) {
+    pub fn dims(&self) -> (u32, u32) {
         match self {
             Payload::Bytes(_) => (0, 0),
             Payload::Pixels(p) => (p.width, p.height),
@@ -62,15 +62,15 @@ impl From<LowerHit> for Payload {
 /// mount of the dataset), its path relative to the source root, and the version resolved. Each
 /// tier makes its own key of it.
 #[derive(Clone, Copy)]
-pub(crate) struct LowerKey<'a> {
-    pub(crate) id: FileId,
-    pub(crate) rel: &'a Path,
-    pub(crate) version: &'a Identity,
+pub struct LowerKey<'a> {
+    pub id: FileId,
+    pub rel: &'a Path,
+    pub version: &'a Identity,
 }
 
 /// What a put did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Put {
+pub enum Put {
     /// Queued for writing.
     Queued,
     /// The tier holds (or is writing) an entry of this form already.
@@ -83,7 +83,7 @@ pub(crate) enum Put {
 
 /// A tier below memory. Lookups run on the requesting thread (inside the tiers' single
 /// flight); puts are queued, never waited for; neither fails a request: a fault is a miss.
-pub(crate) trait LowerTier: Send + Sync {
+pub trait LowerTier: Send + Sync {
     /// What a hit in it is ([`Origin::Disk`], [`Origin::Remote`]).
     fn origin(&self) -> Origin;
     /// The name of its figures in stats.
@@ -109,20 +109,20 @@ const CLOSE_WAIT: Duration = Duration::from_secs(10);
 
 /// The tiers below memory in lookup order (disk, then remote).
 #[derive(Default)]
-pub(crate) struct LowerTiers {
+pub struct LowerTiers {
     tiers: Vec<Arc<dyn LowerTier>>,
 }
 
 impl LowerTiers {
     /// The chain with `tier` after the tiers it has.
-    pub(crate) fn then(mut self, tier: Option<Arc<dyn LowerTier>>) -> LowerTiers {
+    pub fn then(mut self, tier: Option<Arc<dyn LowerTier>>) -> LowerTiers {
         self.tiers.extend(tier);
         self
     }
 
     /// The sample from the first tier that holds it, and where it came from; what it held is
     /// also put in each tier above it (queued).
-    pub(crate) fn get(&self, key: &LowerKey<'_>) -> Option<(Payload, Origin)> {
+    pub fn get(&self, key: &LowerKey<'_>) -> Option<(Payload, Origin)> {
         for (at, tier) in self.tiers.iter().enumerate() {
             let Some(hit) = tier.get(key) else { continue };
             let payload = Payload::from(hit);
@@ -136,7 +136,7 @@ impl LowerTiers {
 
     /// Keeps what a read of the source made in every tier: the pixels where they are, else the
     /// source bytes (where the pixels found no room, and the tier holds no pixels already).
-    pub(crate) fn keep(&self, key: &LowerKey<'_>, pixels: Option<&Arc<Rgb>>, bytes: &Arc<[u8]>) {
+    pub fn keep(&self, key: &LowerKey<'_>, pixels: Option<&Arc<Rgb>>, bytes: &Arc<[u8]>) {
         for tier in &self.tiers {
             let pixels_put = pixels.map_or(Put::NoRoom, |p| tier.put(key, Payload::Pixels(Arc::clone(p))));
             if pixels_put == Put::NoRoom {
@@ -146,7 +146,7 @@ impl LowerTiers {
     }
 
     /// Drops what every tier holds of the sample's version.
-    pub(crate) fn remove(&self, key: &LowerKey<'_>) {
+    pub fn remove(&self, key: &LowerKey<'_>) {
         for tier in &self.tiers {
             tier.remove(key);
         }
@@ -154,7 +154,7 @@ impl LowerTiers {
 
     /// The end of a mount: each tier's queued writes written (each waited for up to
     /// [`CLOSE_WAIT`]), its writer joined.
-    pub(crate) fn close(&self) {
+    pub fn close(&self) {
         for tier in &self.tiers {
             if !tier.flush(CLOSE_WAIT) {
                 tracing::warn!(tier = tier.name(), "a cache tier's queued writes did not finish within 10 s; some are lost");
@@ -164,7 +164,7 @@ impl LowerTiers {
     }
 
     /// Each tier's figures under its name.
-    pub(crate) fn stats_into(&self, obj: &mut serde_json::Map<String, serde_json::Value>) {
+    pub fn stats_into(&self, obj: &mut serde_json::Map<String, serde_json::Value>) {
         for tier in &self.tiers {
             obj.insert(tier.name().into(), tier.stats());
         }
@@ -172,9 +172,9 @@ impl LowerTiers {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+pub mod tests {
     use super::*;
-    use crate::cache::disk::DiskCache;
+    use crate::disk::DiskCache;
     use prepfs_base::sync::{LockExt, Mutex};
     use std::collections::HashMap;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -182,16 +182,16 @@ pub(crate) mod tests {
     /// A lower tier in memory that faults on demand, for the chain's tests: lookups that fail
     /// (a miss, as a tier down or a damaged entry reads), and a room in payload bytes past which
     /// puts find none. Its entries are keyed by catalog id, pixels and bytes apart.
-    pub(crate) struct FaultyTier {
+    pub struct FaultyTier {
         origin: Origin,
         entries: Mutex<HashMap<(FileId, bool), Payload>>,
-        pub(crate) failing: AtomicBool,
-        pub(crate) room: AtomicU64,
-        pub(crate) gets: AtomicU64,
+        pub failing: AtomicBool,
+        pub room: AtomicU64,
+        pub gets: AtomicU64,
     }
 
     impl FaultyTier {
-        pub(crate) fn new(origin: Origin) -> Arc<FaultyTier> {
+        pub fn new(origin: Origin) -> Arc<FaultyTier> {
             Arc::new(FaultyTier {
                 origin,
                 entries: Mutex::new(HashMap::new()),
@@ -202,7 +202,7 @@ pub(crate) mod tests {
         }
 
         /// Whether it holds pixels (`true`) or bytes of sample `id`.
-        pub(crate) fn holds(&self, id: FileId, pixels: bool) -> bool {
+        pub fn holds(&self, id: FileId, pixels: bool) -> bool {
             self.entries.lock_or_recover().contains_key(&(id, pixels))
         }
     }
@@ -335,7 +335,7 @@ pub(crate) mod tests {
         assert_eq!(LowerTier::put(&*disk, &key, Payload::Bytes(Arc::from(&b"jpeg"[..]))), Put::Held, "held as pixels: no bytes beside");
         LowerTier::remove(&*disk, &key);
         assert!(LowerTier::get(&*disk, &key).is_none(), "removed");
-        assert!(!disk.entry_path(crate::cache::disk::DiskKind::Decoded, crate::cache::disk::key_of(key.rel, key.version)).exists(), "its file deleted");
+        assert!(!disk.entry_path(crate::disk::DiskKind::Decoded, crate::disk::key_of(key.rel, key.version)).exists(), "its file deleted");
         let mut stats = serde_json::Map::new();
         lower.stats_into(&mut stats);
         assert!(stats.contains_key("disk") && stats.contains_key("faulty"));

@@ -70,14 +70,14 @@ mod tests;
 mod value;
 mod writer;
 
-pub(crate) use access::{Access, RemoteError};
-pub(crate) use auth::{ValueKey, HOW_TO_MAKE};
-pub(crate) use jobs::RemoteJobs;
-pub(crate) use network::Network;
-pub(crate) use gauge::RemoteGauge;
-pub(crate) use prepfs_base::escape::redacted;
-pub(crate) use server::server_urls;
-pub(crate) use value::{
+pub use access::{Access, RemoteError};
+pub use auth::{ValueKey, HOW_TO_MAKE};
+pub use jobs::RemoteJobs;
+pub use network::Network;
+pub use gauge::RemoteGauge;
+pub use prepfs_base::escape::redacted;
+pub use server::server_urls;
+pub use value::{
     dataset_fingerprint, held_key_of, key_of, recipe_fingerprint, waiting_key_of, RemoteKind, HEADER_LEN,
 };
 
@@ -88,11 +88,11 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::json;
 
-use crate::cache::entry::{Damage, Dropped};
-use crate::cache::fill::Origin;
-use crate::cache::lower::{LowerHit, LowerKey, LowerTier, Payload, Put};
-use crate::cache::queue::{self, WriteQueue};
-use crate::cache::SampleStatus;
+use crate::entry::{Damage, Dropped};
+use crate::form::Origin;
+use crate::lower::{LowerHit, LowerKey, LowerTier, Payload, Put};
+use crate::queue::{self, WriteQueue};
+use crate::SampleStatus;
 use prepfs_pixels::rgb::Rgb;
 use prepfs_source::catalog::FileId;
 use prepfs_source::Identity;
@@ -104,13 +104,13 @@ use value::decode_value;
 use writer::{WriteJob, QUEUE_BYTES, QUEUE_JOBS};
 
 /// Every remote call's bound: connecting (with the handshake), sending, and each reply.
-pub(crate) const TIMEOUT: Duration = Duration::from_millis(200);
+pub const TIMEOUT: Duration = Duration::from_millis(200);
 /// While down, one probe at most this often.
-pub(crate) const RETRY_EVERY: Duration = Duration::from_secs(1);
+pub const RETRY_EVERY: Duration = Duration::from_secs(1);
 /// How often the writer reads the shared index of held samples (other mounts' writes).
-pub(crate) const HELD_READ_EVERY: Duration = Duration::from_secs(1);
+pub const HELD_READ_EVERY: Duration = Duration::from_secs(1);
 /// A cluster call's retries (redirects, a node's failover): each within [`TIMEOUT`].
-pub(crate) const CLUSTER_RETRIES: u32 = 2;
+pub const CLUSTER_RETRIES: u32 = 2;
 
 /// The state shared by request threads and the writer.
 struct Inner {
@@ -168,7 +168,7 @@ struct Inner {
     /// recipe), and this mount's copy of it, read with the held index: a miss asks the server
     /// only for a sample whose bit is set. `None`: outputs are neither offered nor claimed.
     waiting_key: Vec<u8>,
-    waiting: Option<crate::sampling::Bitset>,
+    waiting: Option<prepfs_base::bitset::Bitset>,
     /// The network to the server, measured for the planner (`network.rs`).
     network: network::NetworkState,
 }
@@ -225,7 +225,7 @@ impl Inner {
 }
 
 /// The remote tier: see the module documentation.
-pub(crate) struct RemoteTier {
+pub struct RemoteTier {
     inner: Arc<Inner>,
     fingerprint: u64,
     /// What this mount's augmented outputs are ([`recipe_fingerprint`]).
@@ -239,7 +239,7 @@ impl RemoteTier {
     /// within `size` bytes, for the dataset `fingerprint`.
     /// Connects lazily: a server down at mount (or refusing the password) is an outage like any.
     /// `status`: the status bytes the shared index of held samples is copied into.
-    pub(crate) fn open(url: &str, access: &Access, size: u64, fingerprint: u64, recipe: u64, status: Option<Arc<SampleStatus>>) -> Result<RemoteTier, RemoteError> {
+    pub fn open(url: &str, access: &Access, size: u64, fingerprint: u64, recipe: u64, status: Option<Arc<SampleStatus>>) -> Result<RemoteTier, RemoteError> {
         let server = Server::open(url, access).map_err(|why| RemoteError::Url { url: redacted(url), why })?;
         let inner = Arc::new(Inner {
             server,
@@ -275,7 +275,7 @@ impl RemoteTier {
             held_read_at_ms: AtomicU64::new(0),
             job_calls: AtomicU64::new(0),
             waiting_key: waiting_key_of(fingerprint, recipe),
-            waiting: status.as_ref().map(|s| crate::sampling::Bitset::new(s.len())),
+            waiting: status.as_ref().map(|s| prepfs_base::bitset::Bitset::new(s.len())),
             network: network::NetworkState::new(url, fingerprint, size),
         });
         let for_writer = Arc::clone(&inner);
@@ -286,18 +286,18 @@ impl RemoteTier {
 
     /// The store of the dataset's jobs shared by the mounts on this tier's server; a job's keys
     /// outlive its last claim by `ttl`.
-    pub(crate) fn jobs(&self, ttl: Duration) -> RemoteJobs {
+    pub fn jobs(&self, ttl: Duration) -> RemoteJobs {
         RemoteJobs::new(Arc::clone(&self.inner), self.fingerprint, ttl)
     }
 
     /// The key of one form of a sample's version (relative path and identity).
-    pub(crate) fn key(&self, rel_path: &Path, version: &Identity, kind: RemoteKind) -> Vec<u8> {
+    pub fn key(&self, rel_path: &Path, version: &Identity, kind: RemoteKind) -> Vec<u8> {
         key_of(self.fingerprint, self.recipe, rel_path, version, kind)
     }
 
     /// The sample's decoded pixels, else its encoded bytes, in one round trip; a damaged value
     /// is dropped and reads as a miss. `None` also while the tier is down.
-    pub(crate) fn get(&self, id: FileId, rel_path: &Path, version: &Identity) -> Option<LowerHit> {
+    pub fn get(&self, id: FileId, rel_path: &Path, version: &Identity) -> Option<LowerHit> {
         let inner = &self.inner;
         let dkey = self.key(rel_path, version, RemoteKind::Decoded);
         let ekey = self.key(rel_path, version, RemoteKind::Encoded);
@@ -331,7 +331,7 @@ impl RemoteTier {
     /// Takes the sample's waiting augmented output, if the shared index says one waits: `GETDEL`
     /// (and its index bit cleared), so exactly one reader anywhere gets it.
     /// No round trip where none waits. A damaged one is gone with the take and reads as a miss.
-    pub(crate) fn claim_augmented(&self, id: FileId, rel_path: &Path, version: &Identity) -> Option<Vec<u8>> {
+    pub fn claim_augmented(&self, id: FileId, rel_path: &Path, version: &Identity) -> Option<Vec<u8>> {
         let inner = &self.inner;
         let waiting = inner.waiting.as_ref()?;
         if !waiting.clear(id) {
@@ -360,19 +360,19 @@ impl RemoteTier {
 
     /// Queues the sample's source bytes for writing; returns whether they were queued.
     #[cfg(test)]
-    pub(crate) fn put_encoded(&self, id: FileId, rel_path: &Path, version: &Identity, bytes: Arc<[u8]>) -> bool {
+    pub fn put_encoded(&self, id: FileId, rel_path: &Path, version: &Identity, bytes: Arc<[u8]>) -> bool {
         self.enqueue(id, RemoteKind::Encoded, rel_path, version, Payload::Bytes(bytes)) == Put::Queued
     }
 
     /// Queues the sample's decoded pixels (uint8 RGB) for writing.
     #[cfg(test)]
-    pub(crate) fn put_decoded(&self, id: FileId, rel_path: &Path, version: &Identity, pixels: Arc<Rgb>) -> bool {
+    pub fn put_decoded(&self, id: FileId, rel_path: &Path, version: &Identity, pixels: Arc<Rgb>) -> bool {
         self.enqueue(id, RemoteKind::Decoded, rel_path, version, Payload::Pixels(pixels)) == Put::Queued
     }
 
     /// Queues a fresh augmented output for the next claimer anywhere (kept only when none waits;
     /// nothing without the shared index of waiting outputs).
-    pub(crate) fn put_augmented(&self, id: FileId, rel_path: &Path, version: &Identity, out: Arc<[u8]>) -> bool {
+    pub fn put_augmented(&self, id: FileId, rel_path: &Path, version: &Identity, out: Arc<[u8]>) -> bool {
         if self.inner.waiting.is_none() {
             return false;
         }
@@ -406,37 +406,37 @@ impl RemoteTier {
 
     /// Deletes the sample's encoded and decoded values (not a waiting output: that is a
     /// claimer's). Nothing while down.
-    pub(crate) fn remove(&self, rel_path: &Path, version: &Identity) {
+    pub fn remove(&self, rel_path: &Path, version: &Identity) {
         let (dkey, ekey) = (self.key(rel_path, version, RemoteKind::Decoded), self.key(rel_path, version, RemoteKind::Encoded));
         // One call: the hash tag puts both keys in one slot of a cluster.
         self.inner.with_conn(|c| redis::cmd("DEL").arg(&dkey[..]).arg(&ekey[..]).query::<u64>(c));
     }
 
     /// Waits (up to `limit`) until every queued write is sent; returns whether it is.
-    pub(crate) fn flush(&self, limit: Duration) -> bool {
+    pub fn flush(&self, limit: Duration) -> bool {
         self.queue.flush(limit)
     }
 
     /// The end of a mount: closes the queue, lets the writer send what is queued (each call
     /// within the timeouts; nothing while down) and joins it.
-    pub(crate) fn close(&self) {
+    pub fn close(&self) {
         if self.queue.close() {
             self.inner.leave_network();
         }
     }
 
     /// A reader of what the tier measures for the planner.
-    pub(crate) fn gauge(&self) -> RemoteGauge {
+    pub fn gauge(&self) -> RemoteGauge {
         RemoteGauge(Arc::clone(&self.inner))
     }
 
     /// Whether the tier is up (false from a failed call until a probe succeeds).
-    pub(crate) fn is_up(&self) -> bool {
+    pub fn is_up(&self) -> bool {
         !self.inner.down.load(Ordering::Acquire)
     }
 
     /// Figures for stats (`cache.remote`).
-    pub(crate) fn stats(&self) -> serde_json::Value {
+    pub fn stats(&self) -> serde_json::Value {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let i = &self.inner;
         let state = match *i.down_since.lock_or_recover() {
@@ -466,7 +466,7 @@ impl RemoteTier {
             "pending_writes": self.queue.pending(),
             // Samples this mount knows the tier holds (the shared index): what opportunistic
             // sampling prefers after the local forms.
-            "samples_known_held": i.status.as_ref().map_or(0, |s| s.count_held(crate::cache::HELD_REMOTE)),
+            "samples_known_held": i.status.as_ref().map_or(0, |s| s.count_held(crate::HELD_REMOTE)),
             // Shared jobs' claims the server answered.
             "job_claims": get(&i.job_calls),
             // Augmented outputs this mount knows wait for a claimer (its recipe's).
@@ -523,4 +523,4 @@ impl Drop for RemoteTier {
 }
 
 #[cfg(test)]
-pub(crate) use prepfs_test_servers as redis_server;
+pub use prepfs_test_servers as redis_server;

@@ -8,11 +8,11 @@ use super::value::{decode_value, encode_value};
 const WAIT: Duration = Duration::from_secs(10);
 
 /// The secret the tests' mounts share.
-pub(crate) fn test_key() -> ValueKey {
+pub fn test_key() -> ValueKey {
     ValueKey::from_secret(b"the tests' shared secret, 32 b.")
 }
 
-pub(crate) fn test_access() -> Access {
+pub fn test_access() -> Access {
     Access::with_key(test_key())
 }
 
@@ -288,7 +288,7 @@ fn what_one_mount_wrote_is_marked_held_in_the_other_mounts_status_within_a_secon
     // An augmented output is use-once, not a held sample: it is indexed as waiting.
     assert!(writer.put_augmented(5, Path::new("c/5.jpg"), &version(5), bytes(500, 1)));
     assert!(writer.flush(WAIT));
-    let held = |s: &SampleStatus| (0..40).filter(|&i| s.held(i) & crate::cache::HELD_REMOTE != 0).collect::<Vec<_>>();
+    let held = |s: &SampleStatus| (0..40).filter(|&i| s.held(i) & crate::HELD_REMOTE != 0).collect::<Vec<_>>();
     assert_eq!(held(&mine), vec![3, 17, 38], "the writer's own status");
     let started = Instant::now();
     while held(&theirs) != vec![3, 17, 38] {

@@ -9,7 +9,7 @@ use super::auth::{self, SecretError, ValueKey};
 /// A remote tier that cannot be set up (its URL refused by the client, a file it names
 /// unusable).
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum RemoteError {
+pub enum RemoteError {
     #[error("cache.remote {url}: {why}")]
     Url { url: String, why: String },
     #[error("cache.remote.{key}: {source}")]
@@ -22,10 +22,10 @@ pub(crate) enum RemoteError {
 /// server's password (`password_file`; else the URL's, if any) and the roots TLS trusts
 /// (`tls_ca_file`; else the system's). Its `Debug` shows neither secret.
 #[derive(Clone)]
-pub(crate) struct Access {
-    pub(crate) key: ValueKey,
-    pub(crate) password: Option<String>,
-    pub(crate) tls_ca: Option<Vec<u8>>,
+pub struct Access {
+    pub key: ValueKey,
+    pub password: Option<String>,
+    pub tls_ca: Option<Vec<u8>>,
 }
 
 impl std::fmt::Debug for Access {
@@ -36,14 +36,13 @@ impl std::fmt::Debug for Access {
 
 impl Access {
     /// Only the key (the URL's password, if any; the system's roots).
-    #[cfg(test)]
-    pub(crate) fn with_key(key: ValueKey) -> Access {
+    pub fn with_key(key: ValueKey) -> Access {
         Access { key, password: None, tls_ca: None }
     }
 
     /// Reads the files `cache.remote` names: each checked as [`auth`] says (the CA file is
     /// public: only read).
-    pub(crate) fn load(config: &crate::config::RemoteConfig) -> Result<Access, RemoteError> {
+    pub fn load(config: &crate::settings::RemoteConfig) -> Result<Access, RemoteError> {
         let key = ValueKey::load(&config.secret_file).map_err(|source| RemoteError::File { key: "secret_file", source })?;
         let password = match &config.password_file {
             Some(path) => Some(auth::read_password(path).map_err(|source| RemoteError::File { key: "password_file", source })?),

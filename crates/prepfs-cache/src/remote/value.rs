@@ -5,7 +5,7 @@
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use crate::cache::entry::{self, Damage, Format};
+use crate::entry::{self, Damage, Format};
 use prepfs_base::hash::fnv1a64;
 use prepfs_source::Identity;
 use prepfs_source::catalog::Catalog;
@@ -13,7 +13,7 @@ use prepfs_source::catalog::Catalog;
 use super::auth::{self, ValueKey};
 
 /// Bytes of the header before every payload.
-pub(crate) const HEADER_LEN: usize = CHECKED_LEN + auth::MAC_LEN;
+pub const HEADER_LEN: usize = CHECKED_LEN + auth::MAC_LEN;
 /// Bytes of the header before its MAC (the entry codec's header: what the MAC covers of it).
 const CHECKED_LEN: usize = entry::HEADER_LEN;
 /// The remote tier's header. Version 2: the MAC (version 1 values, unauthenticated, are refused
@@ -22,7 +22,7 @@ const FORMAT: Format = Format { magic: *b"PFRM", version: 2 };
 
 /// The forms the remote tier holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RemoteKind {
+pub enum RemoteKind {
     Encoded,
     Decoded,
     Augmented,
@@ -50,7 +50,7 @@ impl RemoteKind {
 /// catalog's sorted order), hashed once at mount. Sizes and mtimes enter each key instead (see
 /// the module documentation), so mounting stats no file and one changed file leaves the other
 /// samples' entries valid.
-pub(crate) fn dataset_fingerprint(catalog: &Catalog) -> u64 {
+pub fn dataset_fingerprint(catalog: &Catalog) -> u64 {
     let root = catalog.root();
     let dirs: Vec<Vec<u8>> = (0..catalog.dir_count() as u32)
         .map(|d| {
@@ -68,26 +68,26 @@ pub(crate) fn dataset_fingerprint(catalog: &Catalog) -> u64 {
 
 /// The key of the dataset's shared index of held samples: a bitmap by catalog id (the
 /// fingerprint's hash tag puts it in one cluster slot).
-pub(crate) fn held_key_of(fingerprint: u64) -> Vec<u8> {
+pub fn held_key_of(fingerprint: u64) -> Vec<u8> {
     format!("prepfs:1:{{{fingerprint:016x}}}:held").into_bytes()
 }
 
 /// The key of the dataset's shared index of augmented outputs waiting for a claimer, made by
 /// `recipe` (a bitmap by catalog id).
-pub(crate) fn waiting_key_of(fingerprint: u64, recipe: u64) -> Vec<u8> {
+pub fn waiting_key_of(fingerprint: u64, recipe: u64) -> Vec<u8> {
     format!("prepfs:1:{{{fingerprint:016x}}}:waiting:{recipe:016x}").into_bytes()
 }
 
 /// The fingerprint of what an augmented output is: the augmentations and the output format.
 /// Mounts whose recipes differ never take each other's outputs.
-pub(crate) fn recipe_fingerprint(augment: &impl serde::Serialize, output: &impl serde::Serialize) -> u64 {
+pub fn recipe_fingerprint(augment: &impl serde::Serialize, output: &impl serde::Serialize) -> u64 {
     let text = serde_json::to_vec(&(augment, output)).unwrap_or_default();
     fnv1a64(&[b"prepfs-recipe-1", &text])
 }
 
 /// The key of one form of one version of a sample (see the module documentation); an
 /// augmented output's also names the `recipe` that made it.
-pub(crate) fn key_of(fingerprint: u64, recipe: u64, rel_path: &Path, version: &Identity, kind: RemoteKind) -> Vec<u8> {
+pub fn key_of(fingerprint: u64, recipe: u64, rel_path: &Path, version: &Identity, kind: RemoteKind) -> Vec<u8> {
     let rel = rel_path.as_os_str().as_bytes();
     let mut key = Vec::with_capacity(rel.len() + 96);
     key.extend_from_slice(format!("prepfs:1:{{{fingerprint:016x}:{}:{}:", version.len, version.mtime_ns).as_bytes());
@@ -101,7 +101,7 @@ pub(crate) fn key_of(fingerprint: u64, recipe: u64, rel_path: &Path, version: &I
 }
 
 /// A value for `key`: the header (its MAC under `mac`), then `payload`.
-pub(crate) fn encode_value(mac: &ValueKey, kind: RemoteKind, key: &[u8], payload: &[u8], dims: (u32, u32)) -> Vec<u8> {
+pub fn encode_value(mac: &ValueKey, kind: RemoteKind, key: &[u8], payload: &[u8], dims: (u32, u32)) -> Vec<u8> {
     let head = entry::header(FORMAT, kind.entry(), fnv1a64(&[key]), payload, dims);
     let mut v = Vec::with_capacity(HEADER_LEN + payload.len());
     v.extend_from_slice(&head);

@@ -14,38 +14,20 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::cache::disk::DiskCache;
-use crate::cache::lower::{LowerKey, LowerTier, LowerTiers, Payload};
-use crate::cache::remote::RemoteTier;
-use crate::cache::{AugmentedEntry, SampleCache, ENTRY_OVERHEAD};
+use crate::form::Origin;
+use crate::disk::DiskCache;
+use crate::lower::{LowerKey, LowerTier, LowerTiers, Payload};
+use crate::remote::RemoteTier;
+use crate::{AugmentedEntry, SampleCache, ENTRY_OVERHEAD};
 use prepfs_pixels::served::ServedBytes;
 use prepfs_pixels::rgb::Rgb;
 use prepfs_pixels::rgb::Size2;
 use prepfs_source::Sample;
 use prepfs_source::FileMeta;
 
-/// Where an output came from: the cache form that held the sample, the disk tier, the remote
-/// tier, or the source.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Origin {
-    Augmented,
-    Decoded,
-    Encoded,
-    Disk,
-    Remote,
-    Source,
-}
-
-impl Origin {
-    /// Whether serving it read the sample from outside memory (a miss).
-    pub(crate) fn is_miss(self) -> bool {
-        matches!(self, Origin::Disk | Origin::Remote | Origin::Source)
-    }
-}
-
 /// A sample in the cheapest form at hand.
 #[derive(Clone)]
-pub(crate) enum Loaded {
+pub enum Loaded {
     /// Full-resolution pixels: augmenting is a crop and a resize.
     Pixels(Arc<Rgb>),
     /// Source bytes: augmenting decodes (the fast path). `size`: the image's width and height
@@ -55,14 +37,14 @@ pub(crate) enum Loaded {
 
 impl Loaded {
     /// Source bytes whose header nobody probed yet.
-    pub(crate) fn bytes(bytes: Arc<[u8]>) -> Loaded {
+    pub fn bytes(bytes: Arc<[u8]>) -> Loaded {
         Loaded::Bytes { bytes, size: None }
     }
 }
 
 /// What a miss should admit besides what it returns.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Admit {
+pub enum Admit {
     /// Full pixels are wanted (the `decoded` view).
     Pixels,
     /// Anything to augment; `spare`: also keep a fresh augmentation while augmented has room.
@@ -73,15 +55,15 @@ pub(crate) enum Admit {
 
 /// What a read from the source should make before it is kept.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) struct Admission {
+pub struct Admission {
     /// Decode in full (rather than the region fast path later): the pixels are kept or wanted.
-    pub(crate) decode: bool,
+    pub decode: bool,
     /// Also make a spare fresh augmentation of the pixels for augmented's free room.
-    pub(crate) spare: bool,
+    pub spare: bool,
 }
 
 /// The memory tiers and the tiers below memory (disk, remote).
-pub(crate) struct Tiers {
+pub struct Tiers {
     memory: Arc<SampleCache>,
     /// The tiers below memory in lookup order.
     lower: LowerTiers,
@@ -92,13 +74,13 @@ pub(crate) struct Tiers {
 }
 
 impl Tiers {
-    pub(crate) fn new(memory: Arc<SampleCache>, disk: Option<DiskCache>, root: PathBuf) -> Tiers {
+    pub fn new(memory: Arc<SampleCache>, disk: Option<DiskCache>, root: PathBuf) -> Tiers {
         let lower = LowerTiers::default().then(disk.map(|d| Arc::new(d) as Arc<dyn LowerTier>));
         Tiers { memory, lower, remote: None, root }
     }
 
     /// The same tiers with a remote tier behind the disk tier.
-    pub(crate) fn with_remote(mut self, remote: Option<RemoteTier>) -> Tiers {
+    pub fn with_remote(mut self, remote: Option<RemoteTier>) -> Tiers {
         let remote = remote.map(Arc::new);
         self.lower = std::mem::take(&mut self.lower).then(remote.clone().map(|r| r as Arc<dyn LowerTier>));
         self.remote = remote;
@@ -106,12 +88,12 @@ impl Tiers {
     }
 
     /// The memory tiers.
-    pub(crate) fn memory(&self) -> &SampleCache {
+    pub fn memory(&self) -> &SampleCache {
         &self.memory
     }
 
     /// The sample in the cheapest form memory holds: decoded pixels, then encoded bytes.
-    pub(crate) fn in_memory(&self, sample: &Sample) -> Option<(Loaded, Origin)> {
+    pub fn in_memory(&self, sample: &Sample) -> Option<(Loaded, Origin)> {
         if let Some(p) = self.memory.decoded.get(sample.id) {
             return Some((Loaded::Pixels(p), Origin::Decoded));
         }
@@ -119,7 +101,7 @@ impl Tiers {
     }
 
     /// The encoded bytes held in memory.
-    pub(crate) fn encoded(&self, sample: &Sample) -> Option<Arc<[u8]>> {
+    pub fn encoded(&self, sample: &Sample) -> Option<Arc<[u8]>> {
         self.memory.encoded.get(sample.id)
     }
 
@@ -137,7 +119,7 @@ impl Tiers {
     /// pixels first, then encoded bytes; promoted into the tiers above that one), promoted into
     /// memory while it has room. A damaged entry, or a tier down, reads as a miss. A hit is a
     /// miss outside memory that read no source; the tiers' own hits are in their stats.
-    pub(crate) fn below_memory(&self, sample: &Sample) -> Option<(Loaded, Origin)> {
+    pub fn below_memory(&self, sample: &Sample) -> Option<(Loaded, Origin)> {
         let (payload, origin) = self.lower.get(&self.lower_key(sample, &sample.meta))?;
         let loaded = match payload {
             Payload::Pixels(pixels) => {
@@ -154,25 +136,25 @@ impl Tiers {
 
     /// Drops what the tiers below memory hold of the sample's version resolved (a sample the
     /// pixel work cannot use: its entries would only fill their budgets).
-    pub(crate) fn forget_lower(&self, sample: &Sample) {
+    pub fn forget_lower(&self, sample: &Sample) {
         self.lower.remove(&self.lower_key(sample, &sample.meta));
     }
 
     /// Takes the sample's augmented output waiting in the remote tier, if one waits (use-once
     /// across machines: no other reader anywhere gets it).
-    pub(crate) fn claim_remote_augmented(&self, sample: &Sample) -> Option<Arc<[u8]>> {
+    pub fn claim_remote_augmented(&self, sample: &Sample) -> Option<Arc<[u8]>> {
         let remote = self.remote.as_ref()?;
         remote.claim_augmented(sample.id, self.rel(sample), &sample.meta.identity).map(Into::into)
     }
 
     /// Offers a fresh augmented output of the sample to the next claimer anywhere (queued).
-    pub(crate) fn offer_remote_augmented(&self, sample: &Sample, out: Arc<[u8]>) -> bool {
+    pub fn offer_remote_augmented(&self, sample: &Sample, out: Arc<[u8]>) -> bool {
         let Some(remote) = self.remote.as_ref() else { return false };
         remote.put_augmented(sample.id, self.rel(sample), &sample.meta.identity, out)
     }
 
     /// Whether outputs can be offered to other mounts (a remote tier is up).
-    pub(crate) fn offers_outputs(&self) -> bool {
+    pub fn offers_outputs(&self) -> bool {
         self.remote.as_ref().is_some_and(|r| r.is_up())
     }
 
@@ -181,7 +163,7 @@ impl Tiers {
     /// unknown, never kept as pixels) and `out_len` (the bytes of one augmented output). A
     /// version older than one seen meanwhile (`current` false), or a mount without a cache,
     /// keeps nothing.
-    pub(crate) fn admission(&self, decoded_len: u64, want: Admit, current: bool, out_len: u64) -> Admission {
+    pub fn admission(&self, decoded_len: u64, want: Admit, current: bool, out_len: u64) -> Admission {
         if !self.memory.enabled() || !current {
             return Admission { decode: false, spare: false };
         }
@@ -220,7 +202,7 @@ impl Tiers {
     /// bytes, go to each tier below memory (queued, not written, here; augmented outputs never
     /// do). A version older than one seen meanwhile (`current` false) goes to the tiers below
     /// memory only, under its own key.
-    pub(crate) fn keep(&self, sample: &Sample, meta: &FileMeta, current: bool, made: Made) {
+    pub fn keep(&self, sample: &Sample, meta: &FileMeta, current: bool, made: Made) {
         if current && self.memory.enabled() {
             if let Some(spare) = made.spare {
                 self.memory.augmented.admit(sample.id, AugmentedEntry::fresh(spare));
@@ -237,7 +219,7 @@ impl Tiers {
     /// Keeps `pixels` of a sample memory held as bytes (background work decoded them while
     /// decoded had room), and then drops the bytes, unless encoded has room for every sample's:
     /// as [`Tiers::keep`] does.
-    pub(crate) fn promote(&self, sample: &Sample, pixels: Arc<Rgb>) {
+    pub fn promote(&self, sample: &Sample, pixels: Arc<Rgb>) {
         if self.memory.decoded.admit(sample.id, pixels) && !self.memory.keeps_bytes_beside_pixels() {
             self.memory.encoded.remove(sample.id);
         }
@@ -245,13 +227,13 @@ impl Tiers {
 
     /// Writes out the queued entries of the tiers below memory (each within its bounds) and
     /// joins their writers: the end of a mount.
-    pub(crate) fn flush(&self) {
+    pub fn flush(&self) {
         self.lower.close();
     }
 
     /// The memory tiers' figures, with each tier's below memory under its name (`disk`,
     /// `remote`; null without one).
-    pub(crate) fn stats(&self) -> serde_json::Value {
+    pub fn stats(&self) -> serde_json::Value {
         let mut stats = self.memory.stats();
         if let Some(obj) = stats.as_object_mut() {
             obj.insert("disk".into(), serde_json::Value::Null);
@@ -264,18 +246,18 @@ impl Tiers {
 
 /// What a read from the source made: its bytes, the full pixels when the admission asked for
 /// them, and a spare augmentation.
-pub(crate) struct Made {
-    pub(crate) bytes: Arc<[u8]>,
-    pub(crate) pixels: Option<Arc<Rgb>>,
-    pub(crate) spare: Option<ServedBytes>,
+pub struct Made {
+    pub bytes: Arc<[u8]>,
+    pub pixels: Option<Arc<Rgb>>,
+    pub spare: Option<ServedBytes>,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::tiers::SHARDS;
-    use crate::cache::SampleCache;
-    use crate::config::EvictionPolicy;
+    use crate::tiers::SHARDS;
+    use crate::SampleCache;
+    use crate::settings::EvictionPolicy;
     use prepfs_planner::Split;
     use prepfs_source::catalog::FileId;
 
@@ -363,7 +345,7 @@ mod tests {
         tiers.keep(&s, &s.meta, true, Made { bytes, pixels: pixels(), spare: None });
         assert!(cache.decoded.contains(1) && cache.encoded.contains(1));
         cache.decoded.remove(1);
-        assert_eq!(cache.status.held(1), crate::cache::HELD_ENCODED);
+        assert_eq!(cache.status.held(1), crate::HELD_ENCODED);
         // A promotion keeps the bytes too.
         let (s, bytes) = sample(dir.path(), 2, 100);
         tiers.keep(&s, &s.meta, true, Made { bytes, pixels: None, spare: None });

@@ -18,13 +18,13 @@ use std::time::{Duration, Instant};
 use prepfs_base::sync::{LockExt, Mutex};
 
 /// What a queue carries: its payload bytes count against the queue's bound.
-pub(crate) trait Job: Send + 'static {
+pub trait Job: Send + 'static {
     fn bytes(&self) -> u64;
 }
 
 /// Why a push was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum Refused {
+pub enum Refused {
     /// The queue holds its bound of jobs or bytes: the write is dropped, never waited for.
     #[error("the write queue is full")]
     Full,
@@ -48,7 +48,7 @@ impl Pending {
 }
 
 /// A job the worker took: pending until dropped.
-pub(crate) struct Taken<J: Job> {
+pub struct Taken<J: Job> {
     job: J,
     bytes: u64,
     pending: Arc<Pending>,
@@ -69,7 +69,7 @@ impl<J: Job> Drop for Taken<J> {
 
 /// The worker's end of the queue. Its takes end (`None`, `Disconnected`) once the queue is
 /// closed and drained.
-pub(crate) struct Jobs<J: Job> {
+pub struct Jobs<J: Job> {
     receiver: Receiver<J>,
     pending: Arc<Pending>,
 }
@@ -81,23 +81,23 @@ impl<J: Job> Jobs<J> {
     }
 
     /// The next job, waiting for it; `None` once the queue is closed and drained.
-    pub(crate) fn recv(&self) -> Option<Taken<J>> {
+    pub fn recv(&self) -> Option<Taken<J>> {
         self.receiver.recv().ok().map(|job| self.taken(job))
     }
 
     /// The next job, waiting at most `limit`.
-    pub(crate) fn recv_timeout(&self, limit: Duration) -> Result<Taken<J>, RecvTimeoutError> {
+    pub fn recv_timeout(&self, limit: Duration) -> Result<Taken<J>, RecvTimeoutError> {
         self.receiver.recv_timeout(limit).map(|job| self.taken(job))
     }
 
     /// The next job if one is queued now.
-    pub(crate) fn try_recv(&self) -> Option<Taken<J>> {
+    pub fn try_recv(&self) -> Option<Taken<J>> {
         self.receiver.try_recv().ok().map(|job| self.taken(job))
     }
 }
 
 /// The queue and its worker: see the module documentation.
-pub(crate) struct WriteQueue<J: Job> {
+pub struct WriteQueue<J: Job> {
     sender: Mutex<Option<SyncSender<J>>>,
     worker: Mutex<Option<JoinHandle<()>>>,
     pending: Arc<Pending>,
@@ -107,7 +107,7 @@ pub(crate) struct WriteQueue<J: Job> {
 impl<J: Job> WriteQueue<J> {
     /// A queue of at most `max_jobs` jobs holding at most `max_bytes` (one job of any size is
     /// taken into an empty queue), and its worker, a thread named `name` running `work`.
-    pub(crate) fn start(name: &str, max_jobs: usize, max_bytes: u64, work: impl FnOnce(Jobs<J>) + Send + 'static) -> io::Result<WriteQueue<J>> {
+    pub fn start(name: &str, max_jobs: usize, max_bytes: u64, work: impl FnOnce(Jobs<J>) + Send + 'static) -> io::Result<WriteQueue<J>> {
         let (sender, receiver) = sync_channel(max_jobs);
         let pending = Arc::new(Pending::default());
         let jobs = Jobs { receiver, pending: Arc::clone(&pending) };
@@ -116,7 +116,7 @@ impl<J: Job> WriteQueue<J> {
     }
 
     /// Queues `job` if the bounds allow, never waiting.
-    pub(crate) fn push(&self, job: J) -> Result<(), Refused> {
+    pub fn push(&self, job: J) -> Result<(), Refused> {
         let len = job.bytes();
         let queued = self.pending.bytes.fetch_add(len, Ordering::AcqRel);
         if queued > 0 && queued.saturating_add(len) > self.max_bytes {
@@ -138,12 +138,12 @@ impl<J: Job> WriteQueue<J> {
     }
 
     /// Jobs pushed and not yet done.
-    pub(crate) fn pending(&self) -> u64 {
+    pub fn pending(&self) -> u64 {
         self.pending.jobs.load(Ordering::Acquire)
     }
 
     /// Waits (up to `limit`) until every queued job is done; returns whether it is.
-    pub(crate) fn flush(&self, limit: Duration) -> bool {
+    pub fn flush(&self, limit: Duration) -> bool {
         let started = Instant::now();
         while self.pending() > 0 {
             if started.elapsed() > limit {
@@ -156,7 +156,7 @@ impl<J: Job> WriteQueue<J> {
 
     /// Closes the queue: the worker does what is queued and ends, and is joined. Returns whether
     /// this call joined it (the first close).
-    pub(crate) fn close(&self) -> bool {
+    pub fn close(&self) -> bool {
         self.sender.lock_or_recover().take();
         let worker = self.worker.lock_or_recover().take();
         match worker {
