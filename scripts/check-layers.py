@@ -7,13 +7,10 @@ names `crate::B` (or, in the binary, `prepfs::B` is
 another crate and does not count). The graph's strongly connected components of more than one
 module are its import cycles.
 
-The layers are not all separate crates yet (issue 51): the cycles that stand today are written
-down in scripts/layers-allowed.txt, one edge `crate: a -> b` a line. The check fails when an
-edge that lies on a cycle is not written there, so a change can untangle the graph (then remove
-the edges it freed from the file: the check says which are no longer needed) but never tangle it
-further. `--write` rewrites the file from the tree as it is.
+Cargo forbids a cycle between crates; this check forbids one among the top-level modules of
+each crate, so each crate's modules are layers too. It fails on any cycle and names its edges.
 
-Usage: scripts/check-layers.py [--write]    (exit 0: no new cycle; 1: a new edge on a cycle)
+Usage: scripts/check-layers.py    (exit 0: no cycle; 1: a cycle, its edges printed)
 """
 
 import os
@@ -21,7 +18,6 @@ import re
 import sys
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-ALLOWED = os.path.join(ROOT, "scripts", "layers-allowed.txt")
 CRATES = sorted(os.path.join("crates", d) for d in os.listdir(os.path.join(ROOT, "crates")) if os.path.isdir(os.path.join(ROOT, "crates", d, "src")))
 USE = re.compile(r"\bcrate::([a-z_][a-z0-9_]*)")
 # A test module in a file: `#[cfg(test)]` then `mod name {` at the left margin, to its `}` there.
@@ -99,8 +95,7 @@ def cycles(nodes, edges):
 
 
 def main():
-    write = "--write" in sys.argv[1:]
-    on_cycles = set()
+    on_cycles = []
     report = []
     for crate in CRATES:
         src = os.path.join(ROOT, crate, "src")
@@ -112,30 +107,17 @@ def main():
         for comp in comps:
             members = set(comp)
             inside = sorted((a, b) for a, b in edges if a in members and b in members)
-            on_cycles.update(f"{name}: {a} -> {b}" for a, b in inside)
+            on_cycles.extend(f"{name}: {a} -> {b}" for a, b in inside)
             report.append(f"{name}: a cycle of {len(comp)} modules: {' '.join(comp)} ({len(inside)} edges)")
         if not comps:
             report.append(f"{name}: no import cycle among its {len(nodes)} top-level modules")
     print("\n".join(report))
-    if write:
-        with open(ALLOWED, "w") as f:
-            f.write("# Edges on today's import cycles (scripts/check-layers.py): remove what a change frees; never add.\n")
-            f.write("".join(line + "\n" for line in sorted(on_cycles)))
-        print(f"wrote {len(on_cycles)} edges to {os.path.relpath(ALLOWED, ROOT)}")
-        return 0
-    allowed = set()
-    if os.path.exists(ALLOWED):
-        allowed = {l.strip() for l in open(ALLOWED) if l.strip() and not l.startswith("#")}
-    new = sorted(on_cycles - allowed)
-    freed = sorted(allowed - on_cycles)
-    if freed:
-        print(f"{len(freed)} allowed edges are no longer on a cycle; remove them from scripts/layers-allowed.txt:")
-        print("".join(f"  {e}\n" for e in freed), end="")
-    if new:
-        print(f"{len(new)} new edges on an import cycle (a layer using one above it):", file=sys.stderr)
-        print("".join(f"  {e}\n" for e in new), end="", file=sys.stderr)
+    if on_cycles:
+        print(f"{len(on_cycles)} edges on an import cycle (a module using one that uses it back; move the type or", file=sys.stderr)
+        print("rule both need below both, or into a crate below):", file=sys.stderr)
+        print("".join(f"  {e}\n" for e in on_cycles), end="", file=sys.stderr)
         return 1
-    print(f"layers: no new edge on a cycle ({len(on_cycles)} allowed edges remain)")
+    print("layers: no import cycle in any crate")
     return 0
 
 

@@ -44,6 +44,6 @@ mod tiers;
 pub use form::Origin;
 pub use fill::{Admit, Loaded, Made, Tiers};
 pub use tiers::{
-    AugmentedEntry, FormStore, SampleCache, SampleStatus, SingleFlight, Weighed, ENTRY_OVERHEAD, HELD_AUGMENTED, HELD_REMOTE,
+    AugmentedEntry, FormStore, SampleCache, MAX_JOBS, SampleStatus, SingleFlight, Weighed, ENTRY_OVERHEAD, HELD_AUGMENTED, HELD_REMOTE,
     HELD_DECODED, HELD_ENCODED,
 };

@@ -162,8 +162,12 @@ pub struct Census {
     pub decoded: u64,
 }
 
+/// Job slots an augmented output records as having used it: one bit each of
+/// [`AugmentedEntry::used_by`], so at most this many jobs are active at once.
+pub const MAX_JOBS: usize = u64::BITS as usize;
+
 /// An augmented output in the cache (in memory, or in an output file ready to pass
-/// through), and the jobs (one bit per job slot) that have used it.
+/// through), and the jobs (one bit per job slot, at most [`MAX_JOBS`]) that have used it.
 #[derive(Clone)]
 pub struct AugmentedEntry {
     pub bytes: ServedBytes,

@@ -26,7 +26,7 @@ use prepfs_pixels::rgb::Rgb;
 use prepfs_pixels::rgb::Size2;
 use prepfs_base::thread_time::thread_cpu_nanos;
 use prepfs_source::catalog::FileId;
-use crate::metrics::PixelKind;
+use crate::stats::latency::PixelKind;
 use crate::stats::{bump, Stats};
 
 /// Pixel work for one mount: see the module documentation.

@@ -178,8 +178,8 @@ pub(super) fn jobs_config(text: &str, raw: Option<RawJobs>) -> Result<JobsConfig
     let mut jobs = JobsConfig::default();
     let Some(raw) = raw else { return Ok(jobs) };
     if let Some(max) = raw.max {
-        if !(1..=crate::sampling::MAX_JOBS).contains(&max) {
-            let range = ValueError::OutOfRange { min: 1, max: crate::sampling::MAX_JOBS as u64 };
+        if !(1..=prepfs_cache::MAX_JOBS).contains(&max) {
+            let range = ValueError::OutOfRange { min: 1, max: prepfs_cache::MAX_JOBS as u64 };
             return Err(ConfigError::value(text, "jobs.max", range));
         }
         jobs.max = max;

@@ -15,7 +15,7 @@ use super::handles::{Handle, HandleData, Served};
 use super::{Caller, Filesystem, View};
 use prepfs_cache::{Origin, SampleCache};
 use crate::error::{Error, Result};
-use crate::metrics::Outcome;
+use crate::stats::latency::Outcome;
 use crate::sampling::{Choice, Job, Jobs};
 use prepfs_cache::form::Form;
 use prepfs_source::catalog::FileId;

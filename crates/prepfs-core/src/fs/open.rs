@@ -9,7 +9,7 @@ use std::time::Instant;
 use super::handles::{Handle, HandleData};
 use super::{CachePolicy, Caller, Filesystem, Node, Opened, View};
 use crate::error::{Error, Result};
-use crate::metrics::Outcome;
+use crate::stats::latency::Outcome;
 use crate::producer::Consumer;
 use prepfs_cache::form::Form;
 use prepfs_source::catalog::FileId;

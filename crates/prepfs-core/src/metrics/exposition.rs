@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use prepfs_cache::form::Form;
 use crate::stats::{PipelineCounters, Stats};
 
-use super::latency::{Outcome, PixelKind, Snapshot, BUCKETS_S};
+use crate::stats::latency::{Outcome, PixelKind, Snapshot, BUCKETS_S};
 
 /// What the exposition shows besides [`Stats`]: figures other parts own, gathered by the caller.
 #[derive(Debug, Default)]

@@ -56,8 +56,8 @@ pub(crate) use prepfs_base::bitset::Bitset;
 pub use registry::Jobs;
 pub(crate) use prepfs_cache::shared_jobs::SharedJobs;
 
-/// Jobs that can be active at once (each is a bit of an augmented output's used-by mask).
-pub(crate) const MAX_JOBS: usize = 64;
+/// Jobs that can be active at once: each is a bit of an augmented output's used-by mask.
+pub(crate) use prepfs_cache::MAX_JOBS;
 /// Longest job name, bytes.
 pub(crate) const MAX_NAME_LEN: usize = 64;
 /// Substitution looks at most this many samples of a directory per open.

@@ -1,5 +1,8 @@
-//! Live counters of the mount, served as `.prepfs/stats.json` and printed by `prepfs stats`
-//! (`crate::metrics` serves them as `.prepfs/metrics` too, and owns the latency histograms).
+//! Live counters of the mount and its latency histograms (`latency.rs`: each open per view and
+//! outcome, each piece of pixel work by kind, in microseconds into HdrHistograms, each behind
+//! its own mutex taken to record one value or copy the figures out), served as
+//! `.prepfs/stats.json` and printed by `prepfs stats` (`crate::metrics` serves them as
+//! `.prepfs/metrics` too).
 //!
 //! Plain relaxed atomics: counters are bumped on request paths and never locked.
 
@@ -8,7 +11,9 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use crate::metrics::Latencies;
+pub(crate) mod latency;
+
+use latency::Latencies;
 
 /// One counter per view and form of work.
 #[derive(Debug, Default)]

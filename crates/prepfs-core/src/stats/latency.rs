@@ -22,7 +22,7 @@ pub(crate) enum Outcome {
 }
 
 impl Outcome {
-    pub(super) const ALL: [Outcome; 3] = [Outcome::Hit, Outcome::Miss, Outcome::Error];
+    pub(crate) const ALL: [Outcome; 3] = [Outcome::Hit, Outcome::Miss, Outcome::Error];
 
     /// A served open: a miss when its bytes came from the disk tier or the source.
     pub(crate) fn served(miss: bool) -> Outcome {
@@ -33,7 +33,7 @@ impl Outcome {
         }
     }
 
-    pub(super) fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Outcome::Hit => "hit",
             Outcome::Miss => "miss",
@@ -54,9 +54,9 @@ pub(crate) enum PixelKind {
 }
 
 impl PixelKind {
-    pub(super) const ALL: [PixelKind; 3] = [PixelKind::Decode, PixelKind::DecodeAugment, PixelKind::Augment];
+    pub(crate) const ALL: [PixelKind; 3] = [PixelKind::Decode, PixelKind::DecodeAugment, PixelKind::Augment];
 
-    pub(super) fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             PixelKind::Decode => "decode",
             PixelKind::DecodeAugment => "decode_augment",
@@ -142,9 +142,9 @@ impl Snapshot {
 #[derive(Debug, Default)]
 pub(crate) struct Latencies {
     /// Opens of files, by view (`Form::index`) and outcome.
-    pub(super) open: [[Latency; 3]; 3],
+    pub(crate) open: [[Latency; 3]; 3],
     /// Pixel work by kind.
-    pub(super) pixel: [Latency; 3],
+    pub(crate) pixel: [Latency; 3],
 }
 
 impl Latencies {
@@ -158,7 +158,7 @@ impl Latencies {
         self.pixel[kind as usize].record(took);
     }
 
-    pub(super) fn open_of(&self, form: Form, outcome: Outcome) -> &Latency {
+    pub(crate) fn open_of(&self, form: Form, outcome: Outcome) -> &Latency {
         &self.open[form.index() as usize][outcome as usize]
     }
 
