@@ -15,7 +15,7 @@
 //! | [`Error::BadHandle`] | `EBADF` |
 //! | [`Error::TooManyOpen`] | `ENFILE` |
 //! | [`Error::Decode`] | its [`SampleError`]'s: `EIO` |
-//! | [`Error::Job`] | its [`crate::sampling::JobError`]'s: `EINVAL`, `ENAMETOOLONG`, `EUSERS`, `EDQUOT` |
+//! | [`Error::Job`] | its [`prepfs_sampling::JobError`]'s: `EINVAL`, `ENAMETOOLONG`, `EUSERS`, `EDQUOT` |
 //! | [`Error::SourceIo`] | its `io::Error`'s (`source`): `ENOENT`, `EACCES`, else `EIO` |
 //! | [`Error::PixelWork`] | `ENOMEM` |
 //!
@@ -91,9 +91,9 @@ pub enum Error {
         #[source]
         reason: SampleError,
     },
-    /// A job name or a new job refused (see [`crate::sampling::JobError`]).
+    /// A job name or a new job refused (see [`prepfs_sampling::JobError`]).
     #[error("{0}")]
-    Job(#[from] crate::sampling::JobError),
+    Job(#[from] prepfs_sampling::JobError),
     /// Open files pin `max_open_bytes` of output already, and none was released in time.
     #[error("open files pin max_open_bytes of output; close some")]
     TooManyOpen,
@@ -167,7 +167,7 @@ mod tests {
         assert_eq!(denied.to_errno(), libc::EACCES);
         let broken = Error::source_io("/x.jpg", io::Error::other("disk"));
         assert_eq!(broken.to_errno(), libc::EIO);
-        use crate::sampling::JobError;
+        use prepfs_sampling::JobError;
         assert_eq!(Error::from(JobError::BadName("..".into())).to_errno(), libc::EINVAL);
         assert_eq!(Error::from(JobError::NameTooLong).to_errno(), libc::ENAMETOOLONG);
         assert_eq!(Error::from(JobError::TooMany(16)).to_errno(), libc::EUSERS);
@@ -187,7 +187,7 @@ mod tests {
         assert_eq!(bad, "cannot decode /d/a\\n* * * * * root touch /tmp/pwned\\n\\x1b[2J\\xff.jpg: unreadable header");
         let io = Error::source_io(name, io::Error::other("disk")).to_string();
         assert!(!io.contains('\n') && !io.contains('\x1b'), "{io:?}");
-        let job = Error::from(crate::sampling::JobError::BadName("x\ny".into())).to_string();
+        let job = Error::from(prepfs_sampling::JobError::BadName("x\ny".into())).to_string();
         assert!(!job.contains('\n'), "{job:?}");
     }
 

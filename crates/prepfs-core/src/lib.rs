@@ -59,7 +59,6 @@ pub mod pixel_work;
 pub mod plan;
 pub mod progress;
 pub mod producer;
-pub mod sampling;
 pub mod sample_reader;
 pub mod stats;
 pub mod metrics;

@@ -1,4 +1,4 @@
-//! A reference model of opportunistic sampling (`prepfs_core::sampling`), checked against the real
+//! A reference model of opportunistic sampling (`prepfs_sampling`), checked against the real
 //! module on random sequences of operations, driven the way `fs` drives it: an open asks
 //! `Job::choose` and pins the choice to a handle; the handle's first read calls `mark_served`; a
 //! handle released unread gives its claim back with `unclaim`.
@@ -19,7 +19,7 @@ use rand::Rng;
 
 use prepfs_pixels::draw::draw_rng;
 use prepfs_source::catalog::FileId;
-use prepfs_core::sampling::{Choice, Job, Jobs, Requester};
+use prepfs_sampling::{Choice, Job, Jobs, Requester};
 
 const SEED: u64 = 7;
 const JOB_NAMES: [&str; 3] = ["j0", "j1", "j2"];

@@ -22,7 +22,7 @@ use prepfs_cache::{
 };
 use prepfs_source::catalog::FileId;
 use prepfs_cache::settings::EvictionPolicy;
-use prepfs_core::sampling::{Job, Jobs, Requester};
+use prepfs_sampling::{Job, Jobs, Requester};
 
 /// Random schedules per test, and PCT schedules (which find bugs of a few ordered preemptions).
 const RANDOM: usize = 5000;

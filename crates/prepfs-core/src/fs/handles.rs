@@ -10,7 +10,7 @@ use super::passthrough::Backing;
 use super::tree::Listing;
 use super::{Caller, Filesystem};
 use crate::error::{Error, Result};
-use crate::sampling::Job;
+use prepfs_sampling::Job;
 use prepfs_pixels::served::ServedBytes;
 use prepfs_cache::form::Form;
 use prepfs_source::catalog::FileId;

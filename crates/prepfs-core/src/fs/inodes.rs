@@ -8,7 +8,7 @@ use prepfs_source::catalog::{DirId, FileId};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct View {
     pub(crate) form: Form,
-    /// 0 for the top-level views, else the code of the job (see [`crate::sampling::Job::code`]),
+    /// 0 for the top-level views, else the code of the job (see [`prepfs_sampling::Job::code`]),
     /// or a pending job name's ([`PENDING_JOB`]).
     pub(crate) job: u32,
     /// 0, else (with `form` augmented) the number of the recipe whose view this is: the

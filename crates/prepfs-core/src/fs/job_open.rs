@@ -16,7 +16,7 @@ use super::{Caller, Filesystem, View};
 use prepfs_cache::{Origin, SampleCache};
 use crate::error::{Error, Result};
 use crate::stats::latency::Outcome;
-use crate::sampling::{Choice, Job, Jobs};
+use prepfs_sampling::{Choice, Job, Jobs};
 use prepfs_cache::form::Form;
 use prepfs_source::catalog::FileId;
 use prepfs_source::Sample;

@@ -15,7 +15,7 @@ use super::{Attr, Caller, Filesystem, Node};
 use crate::error::{Error, Result};
 use super::inodes::PENDING_JOB;
 use crate::producer::{Consumer, RefillScope};
-use crate::sampling::{check_name, Job};
+use prepfs_sampling::{check_name, Job};
 use prepfs_cache::form::Form;
 use prepfs_source::catalog::{DirId, FileId};
 use crate::stats::bump;

@@ -21,7 +21,7 @@ use super::access::DirVerdicts;
 use super::{Caller, Filesystem, View};
 use crate::config::{Dtype, Format};
 use crate::error::{Error, Result};
-use crate::sampling::{Choice, Job};
+use prepfs_sampling::{Choice, Job};
 use prepfs_cache::form::Form;
 use prepfs_pixels::draw::draw_rng;
 use prepfs_pixels::rgb::Size2;
@@ -44,7 +44,7 @@ pub(crate) enum LoaderRefusal {
     #[error("the dataset has no class directories (ImageFolder's layout: ROOT/CLASS/IMAGE)")]
     NoClasses,
     #[error(transparent)]
-    Job(#[from] crate::sampling::JobError),
+    Job(#[from] prepfs_sampling::JobError),
     #[error("the job is user {owner}'s; a job is used only by its owner (or root), as its directory jobs/<job> says")]
     NotYours { owner: u32 },
 }

@@ -4,7 +4,7 @@
 //!
 //! It knows nothing of FUSE: `fuse.rs` adapts `fuser` callbacks onto it, and tests call it
 //! directly. The hot path reads top to bottom in [`Filesystem::open`]: resolve the inode; in a
-//! job's view, let opportunistic sampling choose the sample to serve ([`crate::sampling`]); ask
+//! job's view, let opportunistic sampling choose the sample to serve ([`prepfs_sampling`]); ask
 //! the producer for its bytes (cache lookup, decode, augment: [`crate::producer`]); pin them to a
 //! handle. [`Filesystem::read`] then slices them. No lock is held across decoding or I/O: the
 //! handle table is locked only to insert, find or remove a handle.
@@ -73,7 +73,7 @@ use crate::config::Config;
 use crate::pixel_work::PixelWork;
 use crate::plan::{initial_split, PlanController};
 use crate::producer::SampleProducer;
-use crate::sampling::{Bitset, Job, Jobs, Pass, Requester};
+use prepfs_sampling::{Bitset, Job, Jobs, Pass, Requester};
 pub(crate) use prepfs_cache::form::Form;
 use prepfs_source::catalog::Catalog;
 use crate::sample_reader::SampleReader;
@@ -220,7 +220,7 @@ impl Filesystem {
         let job_store = match (&remote, config.jobs.shared && config.jobs.ods) {
             (Some(remote), true) => {
                 let ttl = Duration::from_secs_f64((2.0 * config.jobs.idle_timeout_s).max(60.0));
-                Some(Arc::new(remote.jobs(ttl)) as Arc<dyn crate::sampling::SharedJobs>)
+                Some(Arc::new(remote.jobs(ttl)) as Arc<dyn prepfs_sampling::SharedJobs>)
             }
             _ => None,
         };

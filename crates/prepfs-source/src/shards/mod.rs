@@ -22,7 +22,7 @@ mod persist;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -300,7 +300,7 @@ fn named(path: &Path, e: std::io::Error) -> std::io::Error {
 
 /// The index of the shard at `path`: the one kept in `index_dir` if it is of this version of
 /// the shard, else made from its headers (and kept). Whether the kept one was used.
-fn index_one(inner: &dyn SourceIo, path: &PathBuf, window: usize, index_dir: Option<&Path>) -> std::io::Result<(ShardIndex, bool)> {
+fn index_one(inner: &dyn SourceIo, path: &Path, window: usize, index_dir: Option<&Path>) -> std::io::Result<(ShardIndex, bool)> {
     let meta = inner.metadata(path).map_err(|e| named(path, e))?;
     if let Some(kept) = index_dir.and_then(|dir| persist::load(dir, path, Stamp::of(&meta))) {
         return Ok((kept, true));

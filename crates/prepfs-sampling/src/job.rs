@@ -3,7 +3,7 @@
 //! ([`Job::listing_order`], which prefetch then runs along).
 
 use std::collections::HashMap;
-// Statistics and the registry's counters are std's atomics (`stats::bump` takes them); the seen
+// Statistics and the registry's counters are std's atomics (added to relaxed); the seen
 // and claimed bits and the pass counters, which synchronise, are prepfs_base::sync's (shuttle's under
 // `--features shuttle`; in `pass`), as are the locks.
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,7 +12,6 @@ use prepfs_base::sync::{Arc, LockExt, Mutex, MutexGuard};
 use rand::seq::SliceRandom;
 
 use prepfs_pixels::draw::draw_rng;
-use crate::stats::bump;
 use prepfs_source::catalog::{DirId, FileId};
 
 use prepfs_cache::shared_jobs::SharedJob;
@@ -39,29 +38,29 @@ pub struct Choice {
 
 /// A job's figures (live, relaxed).
 #[derive(Debug, Default)]
-pub(crate) struct JobCounters {
-    pub(crate) opens: AtomicU64,
-    pub(crate) served: AtomicU64,
-    pub(crate) hits_augmented: AtomicU64,
-    pub(crate) hits_decoded: AtomicU64,
-    pub(crate) hits_encoded: AtomicU64,
-    pub(crate) misses: AtomicU64,
-    pub(crate) substitutions: AtomicU64,
-    pub(crate) prefetched: AtomicU64,
+pub struct JobCounters {
+    pub opens: AtomicU64,
+    pub served: AtomicU64,
+    pub hits_augmented: AtomicU64,
+    pub hits_decoded: AtomicU64,
+    pub hits_encoded: AtomicU64,
+    pub misses: AtomicU64,
+    pub substitutions: AtomicU64,
+    pub prefetched: AtomicU64,
     /// Opens of a sample known bad, or found bad at the open, that were served another instead.
-    pub(crate) bad_skipped: AtomicU64,
+    pub bad_skipped: AtomicU64,
     /// A shared job's samples claimed in the shared store by this mount.
-    pub(crate) shared_claims: AtomicU64,
+    pub shared_claims: AtomicU64,
     /// Candidates the shared store said were taken by another open (another mount's, or a
     /// concurrent one on this mount).
-    pub(crate) taken_elsewhere: AtomicU64,
+    pub taken_elsewhere: AtomicU64,
     /// Choices a shared job made alone because the store did not answer (an outage).
-    pub(crate) decided_alone: AtomicU64,
+    pub decided_alone: AtomicU64,
 }
 
 impl JobCounters {
     /// Opens served from any cache form.
-    pub(crate) fn hits(&self) -> u64 {
+    pub fn hits(&self) -> u64 {
         [&self.hits_augmented, &self.hits_decoded, &self.hits_encoded].iter().map(|h| h.load(Ordering::Relaxed)).sum()
     }
 }
@@ -108,7 +107,7 @@ pub struct Job {
     /// seen/claimed bits in each, as if each were a job of its own with the job's slot.
     recipes: Mutex<HashMap<u8, Arc<Job>>>,
     last_active_ms: AtomicU64,
-    pub(crate) counters: JobCounters,
+    pub counters: JobCounters,
 }
 
 impl Job {
@@ -146,27 +145,27 @@ impl Job {
     }
 
     /// The job's sampling state in recipe `recipe`'s view, if it has read it.
-    pub(crate) fn recipe_state(&self, recipe: u8) -> Option<Arc<Job>> {
+    pub fn recipe_state(&self, recipe: u8) -> Option<Arc<Job>> {
         self.recipes.lock_or_recover().get(&recipe).cloned()
     }
 
     /// The job's name (its directory under `jobs/`).
-    pub(crate) fn name(&self) -> &str {
+    pub fn name(&self) -> &str {
         &self.name
     }
 
     /// The uid that made the job.
-    pub(crate) fn owner(&self) -> u32 {
+    pub fn owner(&self) -> u32 {
         self.owner
     }
 
     /// The job's slot: its bit in an augmented output's used-by mask.
-    pub(crate) fn bit(&self) -> u64 {
+    pub fn bit(&self) -> u64 {
         1u64 << self.slot
     }
 
     /// The code its inodes carry.
-    pub(crate) fn code(&self) -> u32 {
+    pub fn code(&self) -> u32 {
         self.code
     }
 
@@ -195,12 +194,12 @@ impl Job {
     }
 
     /// Notes activity at `now_ms` (for idle retirement).
-    pub(crate) fn touch(&self, now_ms: u64) {
+    pub fn touch(&self, now_ms: u64) {
         self.last_active_ms.fetch_max(now_ms, Ordering::Relaxed);
     }
 
     /// Milliseconds of the mount's clock at the last activity.
-    pub(crate) fn last_active_ms(&self) -> u64 {
+    pub fn last_active_ms(&self) -> u64 {
         self.last_active_ms.load(Ordering::Relaxed)
     }
 
@@ -225,7 +224,7 @@ impl Job {
     /// `ods` off too. Only when none is left, even after starting the next pass, is the request
     /// returned as it is (unclaimed), for its open to fail.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn choose_usable(
+    pub fn choose_usable(
         &self,
         requested: FileId,
         dir_samples: &[FileId],
@@ -239,7 +238,9 @@ impl Job {
             match self.choose_shared(shared.as_ref(), requested, dir_samples, &rank, start, &unusable, true) {
                 Some(choice) => return choice,
                 // The store did not answer: decide alone, on what this mount knows.
-                None => bump(&self.counters.decided_alone, 1),
+                None => {
+                    self.counters.decided_alone.fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
         let _state = self.lock();
@@ -280,7 +281,7 @@ impl Job {
     /// reader walks ([`Job::epoch`]): once the job is past it (another reader served its last
     /// sample), nothing is claimed, so no sample of the next epoch is served as the walk's.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn choose_within_epoch(
+    pub fn choose_within_epoch(
         &self,
         epoch: u64,
         requested: FileId,
@@ -297,7 +298,9 @@ impl Job {
             }
             match self.choose_shared(shared.as_ref(), requested, dir_samples, &rank, start, &unusable, false) {
                 Some(choice) => return choice,
-                None => bump(&self.counters.decided_alone, 1),
+                None => {
+                    self.counters.decided_alone.fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
         let _state = self.lock();
@@ -348,7 +351,7 @@ impl Job {
             let taken = reply.got.unwrap_or(candidates.len());
             for &c in &candidates[..taken] {
                 if self.epoch.note(c) {
-                    bump(&self.counters.taken_elsewhere, 1);
+                    self.counters.taken_elsewhere.fetch_add(1, Ordering::Relaxed);
                 }
             }
             rolled |= reply.epoch_after != seen_epoch;
@@ -358,7 +361,7 @@ impl Job {
                 self.claimed.set(sample);
                 state.shared_claims.insert(sample, reply.epoch);
                 self.adopt_epoch(reply.epoch_after);
-                bump(&self.counters.shared_claims, 1);
+                self.counters.shared_claims.fetch_add(1, Ordering::Relaxed);
                 return Some(Choice { sample, substituted: sample != requested, claimed: true });
             }
             self.adopt_epoch(reply.epoch_after);
@@ -505,13 +508,13 @@ impl Job {
     }
 
     /// Whether the job's state is shared with other mounts.
-    pub(crate) fn is_shared(&self) -> bool {
+    pub fn is_shared(&self) -> bool {
         self.shared.is_some()
     }
 
     /// The job is being removed: a shared job begins a fresh epoch on every mount, so starting
     /// it again starts anew (as a local job's fresh state does).
-    pub(crate) fn restart_everywhere(&self) {
+    pub fn restart_everywhere(&self) {
         if let Some(shared) = &self.shared {
             shared.restart();
         }
@@ -520,7 +523,7 @@ impl Job {
     /// A fresh order for listing `dir` (its samples `dir_samples`): shuffled per (seed, job,
     /// epoch, directory), with the cached samples the job has not seen first. Remembered for
     /// prefetch. With `ods` off, the samples in name order.
-    pub(crate) fn listing_order(&self, dir: DirId, dir_samples: &[FileId], rank: impl Fn(FileId) -> Rank, ods: bool) -> Arc<[FileId]> {
+    pub fn listing_order(&self, dir: DirId, dir_samples: &[FileId], rank: impl Fn(FileId) -> Rank, ods: bool) -> Arc<[FileId]> {
         if !ods {
             return dir_samples.into();
         }
@@ -548,7 +551,7 @@ impl Job {
     /// The next samples to prepare after an open of `requested` in `dir`: up to `window` entries
     /// of the job's listing of `dir` past the opened one that are free and not cached
     /// (`cached`), each returned once. Empty when the job has no current listing of `dir`.
-    pub(crate) fn prefetch_candidates(
+    pub fn prefetch_candidates(
         &self,
         dir: DirId,
         requested: FileId,
@@ -581,7 +584,7 @@ impl Job {
     }
 
     /// Bytes of per-sample state (seen and claimed bits).
-    pub(crate) fn state_bytes(&self) -> usize {
+    pub fn state_bytes(&self) -> usize {
         self.epoch.bytes() + self.claimed.bytes()
     }
 }

@@ -11,7 +11,7 @@ use prepfs_base::sync::atomic::AtomicU64 as SyncAtomicU64;
 /// One pass over the dataset: the samples served in it, and which pass it is. When every sample
 /// has been served, the next pass begins (the bits clear). A job's epochs are passes; so is what
 /// the top-level readers have read, which the refill works ahead of.
-pub(crate) struct Pass {
+pub struct Pass {
     seen: Bitset,
     served: SyncAtomicU64,
     number: SyncAtomicU64,
@@ -20,16 +20,16 @@ pub(crate) struct Pass {
 
 impl Pass {
     /// The first pass over `samples` samples with ids below `ids`.
-    pub(crate) fn new(ids: usize, samples: u64) -> Pass {
+    pub fn new(ids: usize, samples: u64) -> Pass {
         Pass { seen: Bitset::new(ids), served: SyncAtomicU64::new(0), number: SyncAtomicU64::new(0), samples }
     }
     /// Whether `sample` was served in this pass.
-    pub(crate) fn has_seen(&self, sample: FileId) -> bool {
+    pub fn has_seen(&self, sample: FileId) -> bool {
         self.seen.get(sample)
     }
     /// Marks `sample` served; returns whether it was new in this pass. The last sample of a
     /// pass begins the next one.
-    pub(crate) fn mark(&self, sample: FileId) -> bool {
+    pub fn mark(&self, sample: FileId) -> bool {
         let new = self.seen.set(sample);
         if new && self.served.fetch_add(1, Ordering::Relaxed) + 1 >= self.samples {
             self.next();
@@ -38,7 +38,7 @@ impl Pass {
     }
     /// Marks `sample` taken in this pass without ever beginning the next one (a shared job's
     /// mirror, whose passes the shared store begins); returns whether it was new.
-    pub(crate) fn note(&self, sample: FileId) -> bool {
+    pub fn note(&self, sample: FileId) -> bool {
         let new = self.seen.set(sample);
         if new {
             self.served.fetch_add(1, Ordering::Relaxed);
@@ -46,33 +46,33 @@ impl Pass {
         new
     }
     /// Unmarks `sample` (a shared job's claim given back unread).
-    pub(crate) fn unnote(&self, sample: FileId) {
+    pub fn unnote(&self, sample: FileId) {
         if self.seen.clear(sample) {
             self.served.fetch_sub(1, Ordering::Relaxed);
         }
     }
     /// Begins pass `number` (a shared job's, as its store reports it): every sample unseen.
-    pub(crate) fn restart_at(&self, number: u64) {
+    pub fn restart_at(&self, number: u64) {
         self.seen.clear_all();
         self.served.store(0, Ordering::Relaxed);
         self.number.store(number, Ordering::Relaxed);
     }
     /// Begins the next pass: every sample unseen again.
-    pub(crate) fn next(&self) {
+    pub fn next(&self) {
         self.seen.clear_all();
         self.served.store(0, Ordering::Relaxed);
         self.number.fetch_add(1, Ordering::Relaxed);
     }
     /// Which pass this is, from 0.
-    pub(crate) fn number(&self) -> u64 {
+    pub fn number(&self) -> u64 {
         self.number.load(Ordering::Relaxed)
     }
     /// Samples served in this pass.
-    pub(crate) fn served(&self) -> u64 {
+    pub fn served(&self) -> u64 {
         self.served.load(Ordering::Relaxed)
     }
     /// Bytes of its bits.
-    pub(crate) fn bytes(&self) -> usize {
+    pub fn bytes(&self) -> usize {
         self.seen.bytes()
     }
 }

@@ -51,20 +51,20 @@ mod remote_tests;
 mod tests;
 
 pub use job::{Choice, Job};
-pub(crate) use pass::Pass;
-pub(crate) use prepfs_base::bitset::Bitset;
+pub use pass::Pass;
+pub use prepfs_base::bitset::Bitset;
 pub use registry::Jobs;
-pub(crate) use prepfs_cache::shared_jobs::SharedJobs;
+pub use prepfs_cache::shared_jobs::SharedJobs;
 
 /// Jobs that can be active at once: each is a bit of an augmented output's used-by mask.
-pub(crate) use prepfs_cache::MAX_JOBS;
+pub use prepfs_cache::MAX_JOBS;
 /// Longest job name, bytes.
-pub(crate) const MAX_NAME_LEN: usize = 64;
+pub const MAX_NAME_LEN: usize = 64;
 /// Substitution looks at most this many samples of a directory per open.
-pub(crate) const SCAN_LIMIT: usize = 4096;
+pub const SCAN_LIMIT: usize = 4096;
 
 /// A preference for a sample in some view (shared.rs's, beside the forms it ranks).
-pub(crate) use prepfs_cache::form::Rank;
+pub use prepfs_cache::form::Rank;
 
 /// Why a job name is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -96,8 +96,8 @@ impl prepfs_base::errno::ToErrno for JobError {
 /// are not held to `jobs.per_user` and always find a slot kept for them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Requester {
-    pub(crate) uid: u32,
-    pub(crate) privileged: bool,
+    pub uid: u32,
+    pub privileged: bool,
 }
 
 impl Requester {
@@ -107,7 +107,7 @@ impl Requester {
 
 /// Checks a job name: 1 to [`MAX_NAME_LEN`] bytes of `[A-Za-z0-9._-]`, not starting with `.`
 /// (so never `.` or `..`, and never a path).
-pub(crate) fn check_name(name: &[u8]) -> Result<&str, JobError> {
+pub fn check_name(name: &[u8]) -> Result<&str, JobError> {
     let shown = || String::from_utf8_lossy(name).into_owned();
     if name.len() > MAX_NAME_LEN {
         return Err(JobError::NameTooLong);

@@ -61,7 +61,7 @@ impl Jobs {
     }
 
     /// Milliseconds since the registry was made: the clock of activity and idleness.
-    pub(crate) fn now_ms(&self) -> u64 {
+    pub fn now_ms(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
     }
 
@@ -74,13 +74,13 @@ impl Jobs {
     }
 
     /// The same registry, holding each unprivileged user to `per_user` jobs.
-    pub(crate) fn with_per_user(mut self, per_user: usize) -> Jobs {
+    pub fn with_per_user(mut self, per_user: usize) -> Jobs {
         self.per_user = per_user.max(1);
         self
     }
 
     /// The same registry, sharing each job's state with the other mounts that use `store`.
-    pub(crate) fn with_shared(mut self, store: Option<Arc<dyn SharedJobs>>) -> Jobs {
+    pub fn with_shared(mut self, store: Option<Arc<dyn SharedJobs>>) -> Jobs {
         self.store = store;
         self
     }
@@ -128,7 +128,7 @@ impl Jobs {
 
     /// `job`'s sampling state in recipe `recipe`'s view (its number, from 1): see
     /// [`Job::in_recipe`].
-    pub(crate) fn in_recipe(&self, job: &Arc<Job>, recipe: u8) -> Arc<Job> {
+    pub fn in_recipe(&self, job: &Arc<Job>, recipe: u8) -> Arc<Job> {
         if recipe == 0 {
             return Arc::clone(job);
         }
@@ -136,12 +136,12 @@ impl Jobs {
     }
 
     /// The active job named `name`.
-    pub(crate) fn by_name(&self, name: &str) -> Option<Arc<Job>> {
+    pub fn by_name(&self, name: &str) -> Option<Arc<Job>> {
         self.read().iter().filter_map(|s| s.job.as_ref()).find(|j| j.name == name).cloned()
     }
 
     /// The active job whose inodes carry `code` (none for a retired job's stale inode).
-    pub(crate) fn by_code(&self, code: u32) -> Option<Arc<Job>> {
+    pub fn by_code(&self, code: u32) -> Option<Arc<Job>> {
         let slot = (code.checked_sub(1)? & ((1 << SLOT_BITS) - 1)) as usize;
         let slots = self.read();
         let job = slots.get(slot)?.job.as_ref()?;
@@ -149,12 +149,12 @@ impl Jobs {
     }
 
     /// Every active job.
-    pub(crate) fn active(&self) -> Vec<Arc<Job>> {
+    pub fn active(&self) -> Vec<Arc<Job>> {
         self.read().iter().filter_map(|s| s.job.clone()).collect()
     }
 
     /// The used-by bits of every active job.
-    pub(crate) fn active_mask(&self) -> u64 {
+    pub fn active_mask(&self) -> u64 {
         self.read().iter().filter_map(|s| s.job.as_ref()).fold(0, |m, j| m | j.bit())
     }
 
@@ -170,7 +170,7 @@ impl Jobs {
 
     /// Retires every job idle for at least `idle_ms` at `now` (ms of [`Jobs::now_ms`]'s clock);
     /// returns them.
-    pub(crate) fn retire_idle(&self, now: u64, idle_ms: u64) -> Vec<Arc<Job>> {
+    pub fn retire_idle(&self, now: u64, idle_ms: u64) -> Vec<Arc<Job>> {
         let idle: Vec<String> = self
             .active()
             .iter()
@@ -181,7 +181,7 @@ impl Jobs {
     }
 
     /// Figures for stats: each active job, and the totals.
-    pub(crate) fn stats(&self) -> serde_json::Value {
+    pub fn stats(&self) -> serde_json::Value {
         let now = self.now_ms();
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let jobs: Vec<serde_json::Value> = self
@@ -226,7 +226,7 @@ impl Jobs {
     }
 
     /// A random start for a scan of `n` entries (spreads substitutions over a directory).
-    pub(crate) fn scan_start(n: usize) -> usize {
+    pub fn scan_start(n: usize) -> usize {
         static CALLS: AtomicU64 = AtomicU64::new(0);
         if n == 0 {
             return 0;

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use prepfs_cache::shared_jobs::SharedJobs;
 use prepfs_source::catalog::FileId;
-use crate::sampling::{Job, Jobs, Requester};
+use crate::{Job, Jobs, Requester};
 
 const SAMPLES: u32 = 20;
 
