@@ -27,7 +27,7 @@ use prepfs_source::FileMeta;
 
 /// A sample in the cheapest form at hand.
 #[derive(Clone)]
-pub enum Loaded {
+pub enum PixelsOrBytes {
     /// Full-resolution pixels: augmenting is a crop and a resize.
     Pixels(Arc<Rgb>),
     /// Source bytes: augmenting decodes (the fast path). `size`: the image's width and height
@@ -35,10 +35,10 @@ pub enum Loaded {
     Bytes { bytes: Arc<[u8]>, size: Option<Size2> },
 }
 
-impl Loaded {
+impl PixelsOrBytes {
     /// Source bytes whose header nobody probed yet.
-    pub fn bytes(bytes: Arc<[u8]>) -> Loaded {
-        Loaded::Bytes { bytes, size: None }
+    pub fn bytes(bytes: Arc<[u8]>) -> PixelsOrBytes {
+        PixelsOrBytes::Bytes { bytes, size: None }
     }
 }
 
@@ -93,11 +93,11 @@ impl Tiers {
     }
 
     /// The sample in the cheapest form memory holds: decoded pixels, then encoded bytes.
-    pub fn in_memory(&self, sample: &Sample) -> Option<(Loaded, Origin)> {
+    pub fn in_memory(&self, sample: &Sample) -> Option<(PixelsOrBytes, Origin)> {
         if let Some(p) = self.memory.decoded.get(sample.id) {
-            return Some((Loaded::Pixels(p), Origin::Decoded));
+            return Some((PixelsOrBytes::Pixels(p), Origin::Decoded));
         }
-        self.memory.encoded.get(sample.id).map(|b| (Loaded::bytes(b), Origin::Encoded))
+        self.memory.encoded.get(sample.id).map(|b| (PixelsOrBytes::bytes(b), Origin::Encoded))
     }
 
     /// The encoded bytes held in memory.
@@ -119,16 +119,16 @@ impl Tiers {
     /// pixels first, then encoded bytes; promoted into the tiers above that one), promoted into
     /// memory while it has room. A damaged entry, or a tier down, reads as a miss. A hit is a
     /// miss outside memory that read no source; the tiers' own hits are in their stats.
-    pub fn below_memory(&self, sample: &Sample) -> Option<(Loaded, Origin)> {
+    pub fn below_memory(&self, sample: &Sample) -> Option<(PixelsOrBytes, Origin)> {
         let (payload, origin) = self.lower.get(&self.lower_key(sample, &sample.meta))?;
         let loaded = match payload {
             Payload::Pixels(pixels) => {
                 self.memory.decoded.admit(sample.id, Arc::clone(&pixels));
-                Loaded::Pixels(pixels)
+                PixelsOrBytes::Pixels(pixels)
             }
             Payload::Bytes(bytes) => {
                 self.memory.encoded.admit(sample.id, Arc::clone(&bytes));
-                Loaded::bytes(bytes)
+                PixelsOrBytes::bytes(bytes)
             }
         };
         Some((loaded, origin))
@@ -202,7 +202,7 @@ impl Tiers {
     /// bytes, go to each tier below memory (queued, not written, here; augmented outputs never
     /// do). A version older than one seen meanwhile (`current` false) goes to the tiers below
     /// memory only, under its own key.
-    pub fn keep(&self, sample: &Sample, meta: &FileMeta, current: bool, made: Made) {
+    pub fn keep(&self, sample: &Sample, meta: &FileMeta, current: bool, made: MissOutputs) {
         if current && self.memory.enabled() {
             if let Some(spare) = made.spare {
                 self.memory.augmented.admit(sample.id, AugmentedEntry::fresh(spare));
@@ -246,7 +246,7 @@ impl Tiers {
 
 /// What a read from the source made: its bytes, the full pixels when the admission asked for
 /// them, and a spare augmentation.
-pub struct Made {
+pub struct MissOutputs {
     pub bytes: Arc<[u8]>,
     pub pixels: Option<Arc<Rgb>>,
     pub spare: Option<ServedBytes>,
@@ -277,7 +277,7 @@ mod tests {
         assert_eq!(cache.unkept_mean_bytes(), None);
         for (id, len) in [(0, 900), (1, 4000), (2, 2000)] {
             let (s, bytes) = sample(dir.path(), id, len);
-            tiers.keep(&s, &s.meta, true, Made { bytes, pixels: None, spare: None });
+            tiers.keep(&s, &s.meta, true, MissOutputs { bytes, pixels: None, spare: None });
         }
         // The first fits; the other two do not, and their mean size is what the next epoch reads.
         assert_eq!(cache.encoded.entries(), 1);
@@ -300,7 +300,7 @@ mod tests {
         let keep = |k: FileId| {
             let (s, bytes) = sample(dir.path(), id(k), 100);
             let pixels = Some(Arc::new(Rgb { width: 2, height: 2, pixels: vec![7; 12] }));
-            tiers.keep(&s, &s.meta, true, Made { bytes, pixels, spare: None });
+            tiers.keep(&s, &s.meta, true, MissOutputs { bytes, pixels, spare: None });
         };
         keep(0);
         keep(1);
@@ -337,23 +337,23 @@ mod tests {
         let pixels = || Some(Arc::new(Rgb { width: 2, height: 2, pixels: vec![7; 12] }));
         // One form: pixels kept, bytes not.
         let (s, bytes) = sample(dir.path(), 0, 100);
-        tiers.keep(&s, &s.meta, true, Made { bytes, pixels: pixels(), spare: None });
+        tiers.keep(&s, &s.meta, true, MissOutputs { bytes, pixels: pixels(), spare: None });
         assert!(cache.decoded.contains(0) && !cache.encoded.contains(0));
         // Encoded planned to hold every sample: both, and the pixels' eviction leaves the bytes.
         cache.set_bytes_beside_pixels(true);
         let (s, bytes) = sample(dir.path(), 1, 100);
-        tiers.keep(&s, &s.meta, true, Made { bytes, pixels: pixels(), spare: None });
+        tiers.keep(&s, &s.meta, true, MissOutputs { bytes, pixels: pixels(), spare: None });
         assert!(cache.decoded.contains(1) && cache.encoded.contains(1));
         cache.decoded.remove(1);
         assert_eq!(cache.status.held(1), crate::HELD_ENCODED);
         // A promotion keeps the bytes too.
         let (s, bytes) = sample(dir.path(), 2, 100);
-        tiers.keep(&s, &s.meta, true, Made { bytes, pixels: None, spare: None });
+        tiers.keep(&s, &s.meta, true, MissOutputs { bytes, pixels: None, spare: None });
         tiers.promote(&s, Arc::new(Rgb { width: 1, height: 1, pixels: vec![1; 3] }));
         assert!(cache.decoded.contains(2) && cache.encoded.contains(2));
         cache.set_bytes_beside_pixels(false);
         let (s, bytes) = sample(dir.path(), 3, 100);
-        tiers.keep(&s, &s.meta, true, Made { bytes, pixels: None, spare: None });
+        tiers.keep(&s, &s.meta, true, MissOutputs { bytes, pixels: None, spare: None });
         tiers.promote(&s, Arc::new(Rgb { width: 1, height: 1, pixels: vec![1; 3] }));
         assert!(cache.decoded.contains(3) && !cache.encoded.contains(3));
     }

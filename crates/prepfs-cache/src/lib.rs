@@ -45,8 +45,8 @@ pub mod remote;
 mod tiers;
 
 pub use form::Origin;
-pub use fill::{Admit, Loaded, Made, Tiers};
+pub use fill::{Admit, PixelsOrBytes, MissOutputs, Tiers};
 pub use tiers::{
-    AugmentedEntry, FormStore, SampleCache, MAX_JOBS, SampleStatus, SingleFlight, Weighed, ENTRY_OVERHEAD, HELD_AUGMENTED, HELD_REMOTE,
+    AugmentedEntry, FormStore, SampleCache, MAX_JOBS, SampleStatus, SingleFlight, ChargedSize, ENTRY_OVERHEAD, HELD_AUGMENTED, HELD_REMOTE,
     HELD_DECODED, HELD_ENCODED,
 };

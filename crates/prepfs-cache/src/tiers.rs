@@ -43,18 +43,18 @@ pub const ENTRY_OVERHEAD: u64 = 96;
 pub(super) const SHARDS: usize = 16;
 
 /// A payload whose size the cache charges.
-pub trait Weighed {
-    fn weight(&self) -> u64;
+pub trait ChargedSize {
+    fn charged_bytes(&self) -> u64;
 }
 
-impl Weighed for Arc<[u8]> {
-    fn weight(&self) -> u64 {
+impl ChargedSize for Arc<[u8]> {
+    fn charged_bytes(&self) -> u64 {
         self.len() as u64
     }
 }
 
-impl Weighed for Arc<prepfs_pixels::rgb::Rgb> {
-    fn weight(&self) -> u64 {
+impl ChargedSize for Arc<prepfs_pixels::rgb::Rgb> {
+    fn charged_bytes(&self) -> u64 {
         self.pixels.len() as u64 + std::mem::size_of::<prepfs_pixels::rgb::Rgb>() as u64
     }
 }
@@ -103,8 +103,8 @@ impl SampleStatus {
 
     /// Samples by what memory holds of them: with an augmented output; else as pixels; else
     /// as bytes alone; and all those held as pixels.
-    pub fn census(&self) -> Census {
-        let mut c = Census::default();
+    pub fn held_counts(&self) -> HeldCounts {
+        let mut c = HeldCounts::default();
         for b in &self.bytes {
             let held = b.load(Ordering::Relaxed);
             if held & HELD_DECODED != 0 {
@@ -149,9 +149,9 @@ impl SampleStatus {
     }
 }
 
-/// What memory holds, sample by sample ([`SampleStatus::census`]).
+/// What memory holds, sample by sample ([`SampleStatus::held_counts`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Census {
+pub struct HeldCounts {
     /// Samples with an augmented output.
     pub spares: u64,
     /// Samples without one, held as pixels.
@@ -181,8 +181,8 @@ impl AugmentedEntry {
     }
 }
 
-impl Weighed for AugmentedEntry {
-    fn weight(&self) -> u64 {
+impl ChargedSize for AugmentedEntry {
+    fn charged_bytes(&self) -> u64 {
         self.bytes.len() as u64
     }
 }
@@ -201,7 +201,7 @@ pub struct FormStore<V> {
     lru: std::sync::atomic::AtomicBool,
 }
 
-impl<V: Clone + Weighed> FormStore<V> {
+impl<V: Clone + ChargedSize> FormStore<V> {
     /// An empty store with `budget` bytes.
     pub fn new(budget: u64, policy: EvictionPolicy) -> Self {
         FormStore {
@@ -245,7 +245,7 @@ impl<V: Clone + Weighed> FormStore<V> {
     }
 
     fn charge(v: &V) -> u64 {
-        v.weight() + ENTRY_OVERHEAD
+        v.charged_bytes() + ENTRY_OVERHEAD
     }
 
     /// The entry for `id`, counting a hit or a miss.
@@ -418,7 +418,7 @@ impl<V: Clone + Weighed> FormStore<V> {
         if !self.lru.load(Ordering::Relaxed) {
             return;
         }
-        let full = self.peek(id, |v| !self.has_room_for(v.weight())).unwrap_or(false);
+        let full = self.peek(id, |v| !self.has_room_for(v.charged_bytes())).unwrap_or(false);
         if full {
             self.pop(id);
         } else {
@@ -897,7 +897,7 @@ mod tests {
     }
 
     #[test]
-    fn the_census_counts_each_sample_once_by_the_most_served_form_it_has() {
+    fn the_held_counts_count_each_sample_once_by_the_most_served_form_it_has() {
         let cache = SampleCache::new(100_000, split(30, 30, 40), EvictionPolicy::Keep, 8);
         let pixels = || Arc::new(prepfs_pixels::rgb::Rgb { width: 2, height: 1, pixels: vec![0; 6] });
         // 0: bytes and an output; 1: pixels and an output; 2: pixels; 3: bytes; 4, 5, 6, 7: nothing.
@@ -905,10 +905,10 @@ mod tests {
         assert!(cache.decoded.admit(1, pixels()) && cache.augmented.admit(1, AugmentedEntry::fresh(bytes(10))));
         assert!(cache.decoded.admit(2, pixels()));
         assert!(cache.encoded.admit(3, bytes(10)));
-        assert_eq!(cache.status.census(), Census { spares: 2, pixels: 1, bytes: 1, decoded: 2 });
+        assert_eq!(cache.status.held_counts(), HeldCounts { spares: 2, pixels: 1, bytes: 1, decoded: 2 });
         // An output taken leaves what it was made from.
         assert!(cache.augmented.take(0).is_some());
-        assert_eq!(cache.status.census(), Census { spares: 1, pixels: 1, bytes: 2, decoded: 2 });
+        assert_eq!(cache.status.held_counts(), HeldCounts { spares: 1, pixels: 1, bytes: 2, decoded: 2 });
     }
 
     #[test]

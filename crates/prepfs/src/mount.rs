@@ -617,7 +617,7 @@ fn start_metrics_endpoint(fs: &Arc<Filesystem>, workers: &mut Workers, listener:
 }
 
 /// Sleeps `d` unless `stop` is set meanwhile; returns whether to go on.
-fn nap(stop: &AtomicBool, d: Duration) -> bool {
+fn sleep_unless_stopped(stop: &AtomicBool, d: Duration) -> bool {
     let until = std::time::Instant::now() + d;
     while !stop.load(Ordering::Relaxed) {
         let Some(left) = until.checked_duration_since(std::time::Instant::now()) else { return true };
@@ -644,7 +644,7 @@ fn start_workers(
                 let mut cursor = 0usize;
                 while !stop.load(Ordering::Relaxed) {
                     let worked = fs.refill_lane(&mut cursor, (lane, lanes));
-                    if !worked && !nap(stop, Duration::from_millis(50)) {
+                    if !worked && !sleep_unless_stopped(stop, Duration::from_millis(50)) {
                         break;
                     }
                 }
@@ -655,7 +655,7 @@ fn start_workers(
     // the cache split from the rates measured while serving.
     let housekeeping = Arc::clone(fs);
     workers.spawn("prepfs-housekeeping".into(), tasks::REQUEST, move |stop| {
-        while nap(stop, Duration::from_secs(1)) {
+        while sleep_unless_stopped(stop, Duration::from_secs(1)) {
             housekeeping.retire_idle_jobs();
             housekeeping.drop_outputs_no_job_needs();
             housekeeping.replan();

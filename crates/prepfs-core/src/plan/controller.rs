@@ -532,7 +532,7 @@ impl PlanController {
             let share = |count: u64| (count as f64 / n).min(1.0);
             // Sample by sample: a form's entry count says how many it holds, not whether
             // those are the samples without a spare.
-            let c = self.cache.status.census();
+            let c = self.cache.status.held_counts();
             run::Holding {
                 spares: share(c.spares),
                 pixels: share(c.pixels),

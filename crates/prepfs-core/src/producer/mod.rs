@@ -24,7 +24,7 @@ pub(crate) use background::RefillScope;
 
 use std::sync::Arc;
 
-use prepfs_cache::{Admit, AugmentedEntry, Loaded, Made, Origin, SingleFlight, Tiers};
+use prepfs_cache::{Admit, AugmentedEntry, PixelsOrBytes, MissOutputs, Origin, SingleFlight, Tiers};
 use crate::error::Result;
 use prepfs_pixels::pipeline::{self, PixelError};
 use crate::pixel_work::PixelWork;
@@ -64,7 +64,7 @@ pub(crate) struct SampleProducer {
     pacers: Vec<background::RefillPacer>,
     /// Concurrent misses of one sample look below memory and read and decode it once; they
     /// all get its result, a failure as the typed error it is (cheap to clone).
-    loads: SingleFlight<Result<(Loaded, Origin)>>,
+    loads: SingleFlight<Result<(PixelsOrBytes, Origin)>>,
 }
 
 impl SampleProducer {
@@ -161,8 +161,8 @@ impl SampleProducer {
         self.reader.refuse_known_bad(sample)?;
         let (loaded, origin) = self.load_promoting(sample, Admit::Pixels)?;
         let out = match loaded {
-            Loaded::Pixels(p) => self.pixels.encode(&p).map_err(|why| self.bad(sample, why))?,
-            Loaded::Bytes { bytes: b, .. } => self.pixels.decode_encode(&b).map_err(|why| self.bad(sample, why))?,
+            PixelsOrBytes::Pixels(p) => self.pixels.encode(&p).map_err(|why| self.bad(sample, why))?,
+            PixelsOrBytes::Bytes { bytes: b, .. } => self.pixels.decode_encode(&b).map_err(|why| self.bad(sample, why))?,
         };
         Ok((out, origin))
     }
@@ -175,7 +175,7 @@ impl SampleProducer {
         }
         let (bytes, meta) = self.reader.read(sample)?;
         let current = self.reader.is_current(sample.id, &meta);
-        self.tiers.keep(sample, &meta, current, Made { bytes: Arc::clone(&bytes), pixels: None, spare: None });
+        self.tiers.keep(sample, &meta, current, MissOutputs { bytes: Arc::clone(&bytes), pixels: None, spare: None });
         Ok((bytes, Origin::Source))
     }
 
@@ -192,7 +192,7 @@ impl SampleProducer {
     /// as a miss of `decoded/` would. A sample that does not decode is marked bad.
     pub(crate) fn check_decodes(&self, sample: &Sample) -> Result<()> {
         self.reader.refuse_known_bad(sample)?;
-        if let (Loaded::Bytes { bytes, .. }, _) = self.load(sample, Admit::Pixels)? {
+        if let (PixelsOrBytes::Bytes { bytes, .. }, _) = self.load(sample, Admit::Pixels)? {
             self.pixels.decode_full(&bytes).map_err(|why| self.bad(sample, why))?;
         }
         Ok(())
@@ -203,7 +203,7 @@ impl SampleProducer {
     /// The sample as memory holds it, else as a tier below memory does, else read from the
     /// source and kept (see [`SampleProducer::read_and_keep`]); the last two once, however many
     /// requests miss together.
-    fn load(&self, sample: &Sample, want: Admit) -> Result<(Loaded, Origin)> {
+    fn load(&self, sample: &Sample, want: Admit) -> Result<(PixelsOrBytes, Origin)> {
         if let Some(hit) = self.tiers.in_memory(sample) {
             return Ok(hit);
         }
@@ -221,48 +221,48 @@ impl SampleProducer {
     /// still decode it in full later. A sample read from the source here is kept as `want`'s
     /// fill order says (a first miss decodes only its region where the plan gives decoded no
     /// share).
-    fn load_promoting(&self, sample: &Sample, want: Admit) -> Result<(Loaded, Origin)> {
+    fn load_promoting(&self, sample: &Sample, want: Admit) -> Result<(PixelsOrBytes, Origin)> {
         let (loaded, origin) = self.load(sample, want)?;
-        let Loaded::Bytes { bytes, size } = loaded else { return Ok((loaded, origin)) };
+        let PixelsOrBytes::Bytes { bytes, size } = loaded else { return Ok((loaded, origin)) };
         if origin != Origin::Encoded {
-            return Ok((Loaded::Bytes { bytes, size }, origin));
+            return Ok((PixelsOrBytes::Bytes { bytes, size }, origin));
         }
         // Probed once: what admission reads of the header, augmenting reuses.
         let size = size.or_else(|| self.pixels.probe(&bytes));
         let current = self.reader.is_current(sample.id, &sample.meta);
         if !self.tiers.admission(decoded_len(size), Admit::Fill, current, self.pixels.out_len()).decode {
-            return Ok((Loaded::Bytes { bytes, size }, origin));
+            return Ok((PixelsOrBytes::Bytes { bytes, size }, origin));
         }
         let pixels = Arc::new(self.pixels.decode_full(&bytes).map_err(|why| self.bad(sample, why))?);
         self.tiers.promote(sample, Arc::clone(&pixels));
-        Ok((Loaded::Pixels(pixels), origin))
+        Ok((PixelsOrBytes::Pixels(pixels), origin))
     }
 
     /// Reads a sample from the source, makes what the fill order admits (full pixels, a spare
     /// augmentation) and keeps it; returns the pixels when they were made, else the bytes.
-    fn read_and_keep(&self, sample: &Sample, want: Admit) -> Result<Loaded> {
+    fn read_and_keep(&self, sample: &Sample, want: Admit) -> Result<PixelsOrBytes> {
         let (bytes, meta) = self.reader.read(sample)?;
         let current = self.reader.is_current(sample.id, &meta);
         // The header is in hand: probed once here, for admission and for augmenting.
         let size = self.pixels.probe(&bytes);
         let admission = self.tiers.admission(decoded_len(size), want, current, self.pixels.out_len());
         if !admission.decode {
-            self.tiers.keep(sample, &meta, current, Made { bytes: Arc::clone(&bytes), pixels: None, spare: None });
-            return Ok(Loaded::Bytes { bytes, size });
+            self.tiers.keep(sample, &meta, current, MissOutputs { bytes: Arc::clone(&bytes), pixels: None, spare: None });
+            return Ok(PixelsOrBytes::Bytes { bytes, size });
         }
         let pixels = Arc::new(self.pixels.decode_full(&bytes).map_err(|why| self.bad(sample, why))?);
         // A spare that fails is no loss: the pixels decoded, and the request is served.
         let spare = admission.spare.then(|| self.pixels.augment_pixels(0, sample.id, &pixels).ok()).flatten();
-        self.tiers.keep(sample, &meta, current, Made { bytes, pixels: Some(Arc::clone(&pixels)), spare });
-        Ok(Loaded::Pixels(pixels))
+        self.tiers.keep(sample, &meta, current, MissOutputs { bytes, pixels: Some(Arc::clone(&pixels)), spare });
+        Ok(PixelsOrBytes::Pixels(pixels))
     }
 
     /// One fresh augmentation of a loaded sample through pipeline `recipe` (0: `augmented/`'s;
     /// a new draw: never a crop served before).
-    fn augment(&self, recipe: u8, sample: &Sample, loaded: &Loaded) -> Result<ServedBytes> {
+    fn augment(&self, recipe: u8, sample: &Sample, loaded: &PixelsOrBytes) -> Result<ServedBytes> {
         let made = match loaded {
-            Loaded::Pixels(p) => self.pixels.augment_pixels(recipe, sample.id, p),
-            Loaded::Bytes { bytes, size } => self.pixels.decode_augment(recipe, sample.id, bytes, *size),
+            PixelsOrBytes::Pixels(p) => self.pixels.augment_pixels(recipe, sample.id, p),
+            PixelsOrBytes::Bytes { bytes, size } => self.pixels.decode_augment(recipe, sample.id, bytes, *size),
         };
         made.map_err(|why| self.bad(sample, why))
     }

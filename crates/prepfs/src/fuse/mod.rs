@@ -69,7 +69,7 @@ impl FuseAdapter {
 
     /// A reader's request on `ino`: what a drain waits out. The control files' (`prepfs stats`,
     /// `prepfs unmount`, a monitor) are none.
-    fn reader_came(&self, req: &Request, ino: u64) {
+    fn note_reader_request(&self, req: &Request, ino: u64) {
         if !prepfs_core::fs::is_control(ino) {
             self.activity.touch(req.pid());
         }
@@ -173,7 +173,7 @@ impl fuser::Filesystem for FuseAdapter {
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         bump(&self.fs.stats().requests.lookup, 1);
         if !(parent.0 == fuser::INodeNo::ROOT.0 && name == ".prepfs") {
-            self.reader_came(req, parent.0);
+            self.note_reader_request(req, parent.0);
         }
         match self.fs.lookup(parent.0, name, caller(req)) {
             Ok(a) => reply.entry(&ttl(&a), &self.attr(&a), Generation(0)),
@@ -191,7 +191,7 @@ impl fuser::Filesystem for FuseAdapter {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         bump(&self.fs.stats().requests.open, 1);
-        self.reader_came(req, ino.0);
+        self.note_reader_request(req, ino.0);
         let write = !matches!(flags.acc_mode(), OpenAccMode::O_RDONLY)
             || flags.0 & (libc::O_TRUNC | libc::O_APPEND) != 0;
         let fs = Arc::clone(&self.fs);
@@ -221,7 +221,7 @@ impl fuser::Filesystem for FuseAdapter {
         reply: ReplyData,
     ) {
         bump(&self.fs.stats().requests.read, 1);
-        self.reader_came(req, ino.0);
+        self.note_reader_request(req, ino.0);
         self.fs.read(fh.0, offset, size, |data| match data {
             Ok(bytes) => reply.data(bytes),
             Err(e) => reply.error(errno(&e)),
@@ -253,7 +253,7 @@ impl fuser::Filesystem for FuseAdapter {
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         bump(&self.fs.stats().requests.opendir, 1);
-        self.reader_came(req, ino.0);
+        self.note_reader_request(req, ino.0);
         match self.fs.opendir(ino.0, caller(req)) {
             // A listing fixed for the mount's life is kept by the kernel (in the directory's
             // page cache, across opens): listed again, it asks nothing.
