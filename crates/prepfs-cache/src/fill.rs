@@ -17,6 +17,7 @@ use std::sync::Arc;
 use crate::form::Origin;
 use crate::disk::DiskCache;
 use crate::lower::{LowerKey, LowerTier, LowerTiers, Payload};
+use crate::exchange::OutputExchange;
 use crate::remote::RemoteTier;
 use crate::{AugmentedEntry, SampleCache, ENTRY_OVERHEAD};
 use prepfs_pixels::served::ServedBytes;
@@ -67,8 +68,8 @@ pub struct Tiers {
     memory: Arc<SampleCache>,
     /// The tiers below memory in lookup order.
     lower: LowerTiers,
-    /// The remote tier again, for what only it does: augmented outputs offered and claimed.
-    remote: Option<Arc<RemoteTier>>,
+    /// Where augmented outputs are offered to and claimed from other mounts (the remote tier).
+    exchange: Option<Arc<dyn OutputExchange>>,
     /// The source's root: disk keys name files by their path relative to it.
     root: PathBuf,
 }
@@ -76,14 +77,14 @@ pub struct Tiers {
 impl Tiers {
     pub fn new(memory: Arc<SampleCache>, disk: Option<DiskCache>, root: PathBuf) -> Tiers {
         let lower = LowerTiers::default().then(disk.map(|d| Arc::new(d) as Arc<dyn LowerTier>));
-        Tiers { memory, lower, remote: None, root }
+        Tiers { memory, lower, exchange: None, root }
     }
 
     /// The same tiers with a remote tier behind the disk tier.
     pub fn with_remote(mut self, remote: Option<RemoteTier>) -> Tiers {
         let remote = remote.map(Arc::new);
         self.lower = std::mem::take(&mut self.lower).then(remote.clone().map(|r| r as Arc<dyn LowerTier>));
-        self.remote = remote;
+        self.exchange = remote.map(|r| r as Arc<dyn OutputExchange>);
         self
     }
 
@@ -110,8 +111,9 @@ impl Tiers {
         sample.path.strip_prefix(&self.root).unwrap_or(&sample.path)
     }
 
-    /// What the tiers below memory are asked about: the sample, the version `meta`.
-    fn lower_key<'a>(&self, sample: &'a Sample, meta: &'a FileMeta) -> LowerKey<'a> {
+    /// What the tiers below memory (and the exchange) are asked about: the sample, the version
+    /// `meta`.
+    pub fn lower_key<'a>(&self, sample: &'a Sample, meta: &'a FileMeta) -> LowerKey<'a> {
         LowerKey { id: sample.id, rel: self.rel(sample), version: &meta.identity }
     }
 
@@ -140,22 +142,9 @@ impl Tiers {
         self.lower.remove(&self.lower_key(sample, &sample.meta));
     }
 
-    /// Takes the sample's augmented output waiting in the remote tier, if one waits (use-once
-    /// across machines: no other reader anywhere gets it).
-    pub fn claim_remote_augmented(&self, sample: &Sample) -> Option<Arc<[u8]>> {
-        let remote = self.remote.as_ref()?;
-        remote.claim_augmented(sample.id, self.rel(sample), &sample.meta.identity).map(Into::into)
-    }
-
-    /// Offers a fresh augmented output of the sample to the next claimer anywhere (queued).
-    pub fn offer_remote_augmented(&self, sample: &Sample, out: Arc<[u8]>) -> bool {
-        let Some(remote) = self.remote.as_ref() else { return false };
-        remote.put_augmented(sample.id, self.rel(sample), &sample.meta.identity, out)
-    }
-
-    /// Whether outputs can be offered to other mounts (a remote tier is up).
-    pub fn offers_outputs(&self) -> bool {
-        self.remote.as_ref().is_some_and(|r| r.is_up())
+    /// Where augmented outputs are offered to and claimed from other mounts, if anywhere.
+    pub fn exchange(&self) -> Option<&dyn OutputExchange> {
+        self.exchange.as_deref()
     }
 
     /// What a read of a sample should make for `want`, given the room each form has now,

@@ -21,6 +21,8 @@
 //!   tiers below memory, then the caller's read of the source, single-flighted; and Seneca's fill order for what a
 //!   read is kept as.
 //!
+//! - [`exchange`]: augmented outputs offered and claimed across mounts (`OutputExchange`; the
+//!   remote tier implements it).
 //! - [`form`]: the three forms a sample is served in, and a sample's rank in a view.
 //! - [`shared_jobs`]: the seam to jobs' state shared by several mounts (prepfs-core's sampling
 //!   uses it; `remote/jobs.rs` keeps it on the remote tier's server).
@@ -33,6 +35,7 @@
 #![allow(clippy::len_without_is_empty)]
 
 pub mod disk;
+pub mod exchange;
 pub mod form;
 pub mod settings;
 pub mod shared_jobs;

@@ -524,3 +524,15 @@ impl Drop for RemoteTier {
 
 #[cfg(test)]
 pub use prepfs_test_servers as redis_server;
+
+impl crate::exchange::OutputExchange for RemoteTier {
+    fn is_open(&self) -> bool {
+        self.is_up()
+    }
+    fn claim(&self, key: &crate::lower::LowerKey<'_>) -> Option<Arc<[u8]>> {
+        self.claim_augmented(key.id, key.rel, key.version).map(Into::into)
+    }
+    fn offer(&self, key: &crate::lower::LowerKey<'_>, out: Arc<[u8]>) -> bool {
+        self.put_augmented(key.id, key.rel, key.version, out)
+    }
+}

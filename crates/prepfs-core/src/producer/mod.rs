@@ -115,7 +115,8 @@ impl SampleProducer {
         // An output another mount made and offered (`augmented/`'s only), taken so no one else
         // gets it.
         if pipeline == 0 && consumer != Consumer::Prefetch {
-            if let Some(out) = self.tiers.claim_remote_augmented(sample) {
+            let claimed = self.tiers.exchange().and_then(|exchange| exchange.claim(&self.tiers.lower_key(sample, &sample.meta)));
+            if let Some(out) = claimed {
                 bump(&counters.served_kept, 1);
                 return Ok((ServedBytes::Memory(out), Origin::Remote));
             }
@@ -294,9 +295,9 @@ impl SampleProducer {
     /// offered to the other mounts (use-once there too) rather than thrown away; only those of a
     /// file still at the version they were made from. Returns how many were queued.
     pub(crate) fn offer_unused_outputs(&self) -> usize {
-        if !self.tiers.offers_outputs() {
+        let Some(exchange) = self.tiers.exchange().filter(|exchange| exchange.is_open()) else {
             return 0;
-        }
+        };
         let mut unused = Vec::new();
         self.tiers.memory().augmented.retain(|id, entry| {
             let keep = entry.used_by != 0;
@@ -309,7 +310,7 @@ impl SampleProducer {
             .into_iter()
             .filter(|(id, out)| {
                 let Ok((sample, Observed::Same)) = self.reader.resolve(*id) else { return false };
-                out.to_vec().is_ok_and(|bytes| self.tiers.offer_remote_augmented(&sample, bytes.into()))
+                out.to_vec().is_ok_and(|bytes| exchange.offer(&self.tiers.lower_key(&sample, &sample.meta), bytes.into()))
             })
             .count()
     }
