@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use super::open_budget::Lease;
 use super::passthrough::Backing;
@@ -46,7 +46,7 @@ pub(super) struct Handle {
     /// The opens of the kernel's that hold it: 1 from its making, one more for each open that
     /// shares it, one less at each release. Others may hold the handle a moment longer (a reply
     /// being sent, the backing id), so whether an open may share it is this count, not whether
-    /// it is alive. Changed under the shares' lock only (`Filesystem::shared`, `share`, `release`).
+    /// it is alive. Changed under the shares' lock only (`HandleTable::shared`, `share`, `unshare_released`).
     opens: AtomicUsize,
 }
 
@@ -123,6 +123,10 @@ impl HandleData {
 pub(super) struct HandleTable {
     next: AtomicU64,
     shards: Vec<Mutex<HashMap<u64, Arc<Handle>>>>,
+    /// Open handles by inode that later opens of the inode share while one is open: in a job's
+    /// view always (PIL opens a PPM twice to try mmap: both see the same sample), everywhere
+    /// while passthrough is on (the kernel takes one backing file per inode).
+    shares: Mutex<HashMap<u64, Weak<Handle>>>,
 }
 
 const HANDLE_SHARDS: usize = 16;
@@ -132,6 +136,7 @@ impl HandleTable {
         HandleTable {
             next: AtomicU64::new(1),
             shards: (0..HANDLE_SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shares: Mutex::new(HashMap::new()),
         }
     }
     fn shard(&self, fh: u64) -> &Mutex<HashMap<u64, Arc<Handle>>> {
@@ -148,6 +153,47 @@ impl HandleTable {
     }
     pub(super) fn remove(&self, fh: u64) -> Option<Arc<Handle>> {
         self.shard(fh).lock_or_recover().remove(&fh)
+    }
+
+    /// The handle of another open of `ino` still open, if one shares its content; taken for
+    /// this open (it joins the handle).
+    pub(super) fn shared(&self, ino: u64) -> Option<Arc<Handle>> {
+        let shares = self.shares.lock_or_recover();
+        let live = shares.get(&ino).and_then(Weak::upgrade).filter(|h| h.is_open())?;
+        live.join();
+        Some(live)
+    }
+
+    /// Makes `handle` the one later opens of `ino` share while it is open; if another open of
+    /// `ino` got there first, its handle is shared instead (and `handle` dropped).
+    pub(super) fn share(&self, ino: u64, handle: Arc<Handle>) -> Arc<Handle> {
+        let mut shares = self.shares.lock_or_recover();
+        if let Some(live) = shares.get(&ino).and_then(Weak::upgrade).filter(|h| h.is_open()) {
+            live.join();
+            drop(shares);
+            drop(handle); // gives its claim back, outside the lock
+            return live;
+        }
+        shares.retain(|_, w| w.upgrade().is_some_and(|h| h.is_open()));
+        shares.insert(ino, Arc::downgrade(&handle));
+        handle
+    }
+
+    /// Inodes whose open handle later opens share now.
+    #[cfg(test)]
+    pub(super) fn share_count(&self) -> usize {
+        self.shares.lock_or_recover().len()
+    }
+
+    /// Forgets `ino`'s share if `data`, being released, was its last file handle (under the
+    /// lock, where opens look it up). Counted by file handles, not references: a reply being
+    /// sent or a backing id may still hold the content a moment, and an open made after this
+    /// release must get content of its own.
+    pub(super) fn unshare_released(&self, ino: u64, data: &Arc<Handle>) {
+        let mut shares = self.shares.lock_or_recover();
+        if data.leave() && shares.get(&ino).is_some_and(|w| w.as_ptr() == Arc::as_ptr(data)) {
+            shares.remove(&ino);
+        }
     }
 }
 
@@ -244,16 +290,8 @@ impl Filesystem {
     /// Releases an open file (`ino`'s handle `fh`).
     pub fn release(&self, ino: u64, fh: u64) {
         let Some(data) = self.handles.remove(fh) else { return };
-        // The last file handle open on this content: forget the share (under the lock, where
-        // opens look it up). Counted by file handles, not references: a reply being sent or a
-        // backing id may still hold the content a moment, and an open made after this release
-        // must get content of its own.
-        {
-            let mut shares = self.shares.lock_or_recover();
-            if data.leave() && shares.get(&ino).is_some_and(|w| w.as_ptr() == Arc::as_ptr(&data)) {
-                shares.remove(&ino);
-            }
-        }
+        // The last file handle open on this content: forget the share.
+        self.handles.unshare_released(ino, &data);
         drop(data);
         // Counted released only now: an open that follows a release seen in `open_handles`
         // (a test's wait, a user's `prepfs stats`) gets content of its own, never this share.

@@ -60,8 +60,7 @@ pub(crate) use inodes::{Node, View};
 pub(crate) use stale::StaleInodes;
 pub use tree::{Attr, DirEntry, Kind};
 
-use std::collections::HashMap;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use std::time::Duration;
@@ -73,16 +72,15 @@ use crate::config::Config;
 use crate::pixel_work::PixelWork;
 use crate::plan::{initial_split, PlanController};
 use crate::producer::SampleProducer;
-use prepfs_sampling::{Bitset, Job, Jobs, Pass, Requester};
+use prepfs_sampling::{Job, Jobs, Pass, Requester};
 pub(crate) use prepfs_cache::form::Form;
 use prepfs_source::catalog::Catalog;
 use crate::sample_reader::SampleReader;
 use prepfs_source::{LocalSource, Source, SourceIo};
 use crate::stats::{Stats, ViewCounters};
-use prepfs_base::sync::Mutex;
 use prepfs_pixels::served::OutputFiles;
 use prepfs_base::tasks::{self, Parallel};
-use handles::{Handle, HandleTable};
+use handles::HandleTable;
 use jobs::{PendingNames, PrefetchQueue};
 use open_budget::{OpenBudget, OPEN_WAIT};
 
@@ -114,34 +112,26 @@ pub struct Filesystem {
     plan: PlanController,
     jobs: Jobs,
     handles: HandleTable,
-    /// Open handles by inode that later opens of the inode share while one is open: in a job's
-    /// view always (PIL opens a PPM twice to try mmap: both see the same sample), everywhere
-    /// while passthrough is on (the kernel takes one backing file per inode).
-    shares: Mutex<HashMap<u64, Weak<Handle>>>,
+    /// Open handles, and which of them later opens of an inode share.
     /// Kernel passthrough: on, or off and why.
     passthrough: passthrough::PassthroughState,
     /// What open handles may pin.
     open_budget: Arc<OpenBudget>,
     /// Inodes the kernel should drop what it cached of.
     pub stale: StaleInodes,
-    /// Files changed since the kernel last opened them: their next open drops the page cache.
-    refresh: Bitset,
     /// The mount's owner (the daemon's uid and gid).
     owner: (u32, u32),
     prefetch: PrefetchQueue,
     /// Names under `jobs/` looked up before any job had them.
     pending: PendingNames,
-    /// Samples served by top-level `augmented/` opens in the current pass over the set: the
-    /// refill prepares the others first.
-    top_pass: Pass,
-    /// The same for each recipe's top-level view (`recipe_passes[r - 1]` is recipe `r`'s).
-    recipe_passes: Vec<Pass>,
+    /// Samples served by each pipeline's top-level view (`top_passes[0]`: `augmented/`'s,
+    /// `top_passes[r]`: recipe `r`'s) in the current pass over the set: the refill prepares the
+    /// others first.
+    top_passes: Vec<Pass>,
     mounted_at: SystemTime,
     /// The threads a loader's batch and the mount's validation are produced on in parallel
     /// (`prepfs-fill-<i>`), joined when the filesystem drops.
     fill: Parallel,
-    /// The files outputs are served from with passthrough: made, counted, closed when spent.
-    output_files: Arc<OutputFiles>,
 }
 
 impl Filesystem {
@@ -164,12 +154,11 @@ impl Filesystem {
 
     /// A filesystem reading its source through `io` (a fault-injecting one in tests).
     pub(crate) fn with_source(config: Config, catalog: Catalog, io: Arc<dyn SourceIo>) -> std::io::Result<Filesystem> {
-        let top_pass = Pass::new(catalog.file_count(), catalog.sample_count() as u64);
-        let recipe_passes = config.recipes.iter().map(|_| Pass::new(catalog.file_count(), catalog.sample_count() as u64)).collect();
+        let top_passes = (0..=config.recipes.len()).map(|_| Pass::new(catalog.file_count(), catalog.sample_count() as u64)).collect();
         let open_budget = OpenBudget::new(config.access.max_open_bytes, OPEN_WAIT);
-        let refresh = Bitset::new(catalog.file_count());
         let config = Arc::new(config);
         let catalog = Arc::new(catalog);
+        let stale = StaleInodes::new(catalog.file_count());
         let stats = Arc::new(Stats::default());
         let cache = Arc::new(SampleCache::new(
             config.cache.memory,
@@ -233,14 +222,12 @@ impl Filesystem {
         let pixels = PixelWork::new(&config, catalog.file_count(), Arc::clone(&stats), Arc::clone(&output_files));
         let producer = SampleProducer::new(Arc::clone(&catalog), Arc::clone(&reader), tiers, pixels, Arc::clone(&stats));
         let plan = PlanController::new(&config, reader.read_limit(), Arc::clone(&cache), Arc::clone(&stats), remote_gauge);
-        let passthrough = passthrough::PassthroughState::new(config.passthrough);
+        let passthrough = passthrough::PassthroughState::new(config.passthrough, Arc::clone(&output_files));
         let fill = Parallel::start("prepfs-fill", config.threads, tasks::REQUEST)?;
         Ok(Filesystem {
             fill,
-            output_files,
             passthrough,
-            top_pass,
-            recipe_passes,
+            top_passes,
             config,
             catalog,
             stats,
@@ -250,10 +237,8 @@ impl Filesystem {
             plan,
             jobs,
             handles: HandleTable::new(),
-            shares: Mutex::new(HashMap::new()),
             open_budget,
-            stale: StaleInodes::default(),
-            refresh,
+            stale,
             owner: (nix::unistd::getuid().as_raw(), nix::unistd::getgid().as_raw()),
             prefetch: PrefetchQueue::default(),
             pending: PendingNames::default(),
@@ -371,7 +356,7 @@ impl Filesystem {
     fn epochs_done_by(&self, jobs: &[Arc<Job>]) -> u64 {
         let recipes = self.config().recipes.len() as u8;
         let furthest = |j: &Arc<Job>| (1..=recipes).filter_map(|r| j.recipe_state(r)).map(|s| s.epoch()).fold(j.epoch(), u64::max);
-        jobs.iter().map(|j| furthest(j).saturating_sub(1)).max().unwrap_or(0).max(self.top_pass.number())
+        jobs.iter().map(|j| furthest(j).saturating_sub(1)).max().unwrap_or(0).max(self.top_passes[0].number())
     }
 
     fn counters(&self, form: Form) -> &ViewCounters {

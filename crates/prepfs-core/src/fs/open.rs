@@ -3,7 +3,7 @@
 //! sampling choose the sample to serve (and queue prefetch along the job's listing); pin the
 //! bytes to a handle (a job view's open is `job_open.rs`). Each open of a file is timed, by view and outcome (`crate::metrics`).
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::handles::{Handle, HandleData};
@@ -16,7 +16,6 @@ use prepfs_source::catalog::FileId;
 use prepfs_source::Sample;
 use prepfs_source::Observed;
 use crate::stats::bump;
-use prepfs_base::sync::LockExt;
 
 impl Filesystem {
     /// Resolves `file` for this request: its path and the version `stat` finds, checked
@@ -83,7 +82,7 @@ impl Filesystem {
                 // served sample varies) and `augmented/` (a draw per open) may not.
                 let cache = match (view.job, view.form) {
                     // Changed since the kernel may have cached its pages: this open drops them.
-                    (0, Form::Encoded | Form::Decoded) if self.refresh.clear(file) => CachePolicy::Refresh,
+                    (0, Form::Encoded | Form::Decoded) if self.stale.take_refresh(file) => CachePolicy::Refresh,
                     (0, Form::Encoded | Form::Decoded) => CachePolicy::KeepCache,
                     _ => CachePolicy::DirectIo,
                 };
@@ -109,25 +108,13 @@ impl Filesystem {
     /// The handle of another open of `ino` still open, if one shares its content; taken for
     /// this open (it joins the handle).
     pub(super) fn shared(&self, ino: u64) -> Option<Arc<Handle>> {
-        let shares = self.shares.lock_or_recover();
-        let live = shares.get(&ino).and_then(Weak::upgrade).filter(|h| h.is_open())?;
-        live.join();
-        Some(live)
+        self.handles.shared(ino)
     }
 
     /// Makes `handle` the one later opens of `ino` share while it is open; if another open of
     /// `ino` got there first, its handle is shared instead (and `handle` dropped).
     pub(super) fn share(&self, ino: u64, handle: Arc<Handle>) -> Arc<Handle> {
-        let mut shares = self.shares.lock_or_recover();
-        if let Some(live) = shares.get(&ino).and_then(Weak::upgrade).filter(|h| h.is_open()) {
-            live.join();
-            drop(shares);
-            drop(handle); // gives its claim back, outside the lock
-            return live;
-        }
-        shares.retain(|_, w| w.upgrade().is_some_and(|h| h.is_open()));
-        shares.insert(ino, Arc::downgrade(&handle));
-        handle
+        self.handles.share(ino, handle)
     }
 
     /// Whether opening `ino` needs no decoding or augmenting (a control file, or a sample the

@@ -24,21 +24,23 @@ use super::handles::{Content, Handle, HandleData};
 use super::Filesystem;
 use prepfs_pixels::served::{OutputFile, OutputFiles};
 
-/// Whether opens are answered with backing files, and why not when they are not.
+/// Whether opens are answered with backing files, why not when they are not, and the files
+/// outputs are served from with passthrough (made, counted, closed when spent).
 pub(super) struct PassthroughState {
     on: AtomicBool,
     /// Why passthrough is off, said once (the configuration, the kernel or the privileges).
     off_because: OnceLock<String>,
+    output_files: Arc<OutputFiles>,
 }
 
 impl PassthroughState {
     /// Off until the kernel grants it at init; off for good when `configured` is false.
-    pub(super) fn new(configured: bool) -> Self {
+    pub(super) fn new(configured: bool, output_files: Arc<OutputFiles>) -> Self {
         let off_because = OnceLock::new();
         if !configured {
             let _ = off_because.set("turned off (`passthrough: false`, --no-passthrough)".to_string());
         }
-        PassthroughState { on: AtomicBool::new(false), off_because }
+        PassthroughState { on: AtomicBool::new(false), off_because, output_files }
     }
 }
 
@@ -122,8 +124,8 @@ impl Filesystem {
             "backing_ids_opened": get(&p.backing_ids_opened),
             // Outputs held in files of their own: in the cache, ready to pass through, and
             // those of open handles; and where those files are made.
-            "memory_files": self.output_files.live(),
-            "output_files_in": self.output_files.kind(),
+            "memory_files": self.passthrough.output_files.live(),
+            "output_files_in": self.passthrough.output_files.kind(),
         })
     }
 
@@ -140,11 +142,11 @@ impl Filesystem {
         if !self.passthrough_on() {
             return None;
         }
-        self.output_files.try_make(bytes)
+        self.passthrough.output_files.try_make(bytes)
     }
 
     /// The mount's output files (the mount runs their closer).
     pub fn output_files(&self) -> &Arc<OutputFiles> {
-        &self.output_files
+        &self.passthrough.output_files
     }
 }

@@ -77,10 +77,7 @@ impl Filesystem {
     /// The pass of pipeline `pipeline`'s top-level readers (0: `augmented/`'s, else the
     /// recipe's): the samples its top-level view served in the current pass over the set.
     pub(super) fn top_pass_of(&self, pipeline: u8) -> Option<&Pass> {
-        match pipeline {
-            0 => Some(&self.top_pass),
-            r => self.recipe_passes.get(usize::from(r) - 1),
-        }
+        self.top_passes.get(usize::from(pipeline))
     }
 
     /// `job`'s sampling state in `view`: its own in a recipe's view, else the job itself.

@@ -6,18 +6,31 @@ use std::time::Duration;
 
 use super::{Filesystem, Node};
 use prepfs_source::catalog::FileId;
+use prepfs_base::bitset::Bitset;
 use prepfs_base::sync::{Condvar, CondvarExt, LockExt, Mutex};
 
 /// Inodes whose source changed: the kernel's cached pages and attributes of them are stale.
 /// The mount's notifier thread tells the kernel (never a request thread: a notification may
 /// wait on pages that a request in flight holds).
-#[derive(Default)]
 pub struct StaleInodes {
     queue: Mutex<Vec<u64>>,
     ready: Condvar,
+    /// Files changed since the kernel last opened them: their next open drops the page cache.
+    refresh: Bitset,
 }
 
 impl StaleInodes {
+    /// Nothing stale yet, over a catalog of `files` files.
+    pub(super) fn new(files: usize) -> StaleInodes {
+        StaleInodes { queue: Mutex::new(Vec::new()), ready: Condvar::new(), refresh: Bitset::new(files) }
+    }
+
+    /// Whether `file` changed since the kernel last opened it (and it is opened now: the mark
+    /// is taken).
+    pub(super) fn take_refresh(&self, file: FileId) -> bool {
+        self.refresh.clear(file)
+    }
+
     fn push(&self, inodes: impl IntoIterator<Item = u64>) {
         self.queue.lock_or_recover().extend(inodes);
         self.ready.notify_one();
@@ -41,7 +54,7 @@ impl StaleInodes {
 
 impl Filesystem {
     pub(super) fn queue_stale(&self, file: FileId) {
-        self.refresh.set(file);
+        self.stale.refresh.set(file);
         let codes: Vec<u32> = std::iter::once(0).chain(self.jobs.active().iter().map(|j| j.code())).collect();
         let inos: Vec<u64> = codes.into_iter().flat_map(|job| self.views_in(job)).map(|(view, _)| Node::File(view, file).ino()).collect();
         self.stale.push(inos);

@@ -669,7 +669,7 @@ fn with_passthrough_on_overlapping_opens_of_one_file_share_one_backing_until_the
     drop((second, third));
     fs.release(ino, second_fh);
     fs.release(ino, third_fh);
-    assert!(prepfs_base::sync::LockExt::lock_or_recover(&fs.shares).is_empty(), "the last release forgets the share");
+    assert_eq!(fs.handles.share_count(), 0, "the last release forgets the share");
     // Off: no backing file is offered, and augmented/ opens are not shared.
     fs.disable_passthrough("test".into());
     let a = fs.open(ino, false, Caller::ROOT).expect("open");
