@@ -22,7 +22,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 
 /// Rust allocations of this size and more are mapped on their own (see the module
 /// documentation).
-pub const LARGE: usize = 128 << 10;
+pub(crate) const LARGE: usize = 128 << 10;
 
 /// glibc allocations below this come from (and go back to) the heap: the C decoders' pools
 /// of images up to about 1.4 megapixels (a progressive 500x375 JPEG's coefficients are 575 KB).

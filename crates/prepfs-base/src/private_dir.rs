@@ -214,7 +214,7 @@ fn walk(path: &Path, last: Last) -> io::Result<PrivateDir> {
 }
 
 /// Random bytes from the kernel, for temporary names and keys.
-pub fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
+pub(crate) fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
     let mut out = [0u8; N];
     let mut filled = 0;
     while filled < N {
@@ -317,7 +317,7 @@ impl PrivateDir {
 
     /// Opens the file `name` for reading: a regular file of the daemon's user that group and
     /// others cannot write, opened through no link (a FIFO is not waited on).
-    pub fn open_file(&self, name: &str) -> io::Result<File> {
+    pub(crate) fn open_file(&self, name: &str) -> io::Result<File> {
         let fd = open_at(&self.fd, OsStr::new(name), libc::O_RDONLY | libc::O_NONBLOCK, 0)?;
         let st = fstat(&fd)?;
         let path = || self.path.join(name);
@@ -366,7 +366,7 @@ impl PrivateDir {
 /// above a place the mount writes (it may be root's sticky `/tmp`), the file opened through no
 /// link and made 0600 if missing, and refused unless it is a regular file of the daemon's user
 /// with one name (not a hard link planted to another file).
-pub fn open_append(path: &Path) -> io::Result<File> {
+pub(crate) fn open_append(path: &Path) -> io::Result<File> {
     let name = path.file_name().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a file name"))?;
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,

@@ -18,7 +18,7 @@ pub fn describe_error(e: &serde_norway::Error) -> String {
 /// were refused: at the start of a line (after indentation, a list's `- ` or a flow map's `{`),
 /// or after a space inside a flow map (`cache: { memory: 2GiB, split: 20-30-50 }`). Spaces may
 /// stand before the colon. Comments are not looked at.
-pub fn line_of_key(text: &str, key: &str) -> Option<usize> {
+pub(crate) fn line_of_key(text: &str, key: &str) -> Option<usize> {
     let names_key = |s: &str| s.strip_prefix(key).is_some_and(|rest| rest.trim_start().starts_with(':'));
     text.lines()
         .position(|line| {

@@ -90,7 +90,7 @@ pub struct Header {
 
 impl Header {
     /// Checks the payload against the header's CRC (read whole, every time).
-    pub fn check_payload(&self, head: &[u8; HEADER_LEN], payload: &[u8]) -> Result<(), Damage> {
+    pub(crate) fn check_payload(&self, head: &[u8; HEADER_LEN], payload: &[u8]) -> Result<(), Damage> {
         if payload.len() as u64 != self.len {
             return Err(Damage::Length { actual: payload.len() as u64, expected: self.len });
         }
@@ -137,7 +137,7 @@ pub fn header(format: Format, kind: Kind, key: u64, payload: &[u8], (width, heig
 }
 
 /// The header at the front of `bytes`, or [`Damage::Short`].
-pub fn head_of(bytes: &[u8]) -> Result<&[u8; HEADER_LEN], Damage> {
+pub(crate) fn head_of(bytes: &[u8]) -> Result<&[u8; HEADER_LEN], Damage> {
     bytes.get(..HEADER_LEN).and_then(|h| h.try_into().ok()).ok_or(Damage::Short)
 }
 

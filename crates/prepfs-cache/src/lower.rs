@@ -26,7 +26,7 @@ pub enum LowerHit {
 /// A payload queued for writing to a lower tier (shared with the memory tier: nothing is copied
 /// until the writer runs).
 #[derive(Clone)]
-pub enum Payload {
+pub(crate) enum Payload {
     Bytes(Arc<[u8]>),
     Pixels(Arc<Rgb>),
 }
@@ -41,7 +41,7 @@ impl Payload {
     }
 
     /// Width and height of pixels; (0, 0) for source bytes.
-    pub fn dims(&self) -> (u32, u32) {
+    pub(crate) fn dims(&self) -> (u32, u32) {
         match self {
             Payload::Bytes(_) => (0, 0),
             Payload::Pixels(p) => (p.width, p.height),
@@ -70,7 +70,7 @@ pub struct LowerKey<'a> {
 
 /// What a put did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Put {
+pub(crate) enum Put {
     /// Queued for writing.
     Queued,
     /// The tier holds (or is writing) an entry of this form already.
@@ -83,7 +83,7 @@ pub enum Put {
 
 /// A tier below memory. Lookups run on the requesting thread (inside the tiers' single
 /// flight); puts are queued, never waited for; neither fails a request: a fault is a miss.
-pub trait LowerTier: Send + Sync {
+pub(crate) trait LowerTier: Send + Sync {
     /// What a hit in it is ([`Origin::Disk`], [`Origin::Remote`]).
     fn origin(&self) -> Origin;
     /// The name of its figures in stats.
@@ -109,7 +109,7 @@ const CLOSE_WAIT: Duration = Duration::from_secs(10);
 
 /// The tiers below memory in lookup order (disk, then remote).
 #[derive(Default)]
-pub struct LowerTiers {
+pub(crate) struct LowerTiers {
     tiers: Vec<Arc<dyn LowerTier>>,
 }
 
@@ -164,7 +164,7 @@ impl LowerTiers {
     }
 
     /// Each tier's figures under its name.
-    pub fn stats_into(&self, obj: &mut serde_json::Map<String, serde_json::Value>) {
+    pub(crate) fn stats_into(&self, obj: &mut serde_json::Map<String, serde_json::Value>) {
         for tier in &self.tiers {
             obj.insert(tier.name().into(), tier.stats());
         }
@@ -182,7 +182,7 @@ pub mod tests {
     /// A lower tier in memory that faults on demand, for the chain's tests: lookups that fail
     /// (a miss, as a tier down or a damaged entry reads), and a room in payload bytes past which
     /// puts find none. Its entries are keyed by catalog id, pixels and bytes apart.
-    pub struct FaultyTier {
+    pub(crate) struct FaultyTier {
         origin: Origin,
         entries: Mutex<HashMap<(FileId, bool), Payload>>,
         pub failing: AtomicBool,

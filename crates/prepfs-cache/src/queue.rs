@@ -91,13 +91,13 @@ impl<J: Job> Jobs<J> {
     }
 
     /// The next job if one is queued now.
-    pub fn try_recv(&self) -> Option<Taken<J>> {
+    pub(crate) fn try_recv(&self) -> Option<Taken<J>> {
         self.receiver.try_recv().ok().map(|job| self.taken(job))
     }
 }
 
 /// The queue and its worker: see the module documentation.
-pub struct WriteQueue<J: Job> {
+pub(crate) struct WriteQueue<J: Job> {
     sender: Mutex<Option<SyncSender<J>>>,
     worker: Mutex<Option<JoinHandle<()>>>,
     pending: Arc<Pending>,

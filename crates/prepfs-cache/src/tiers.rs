@@ -97,7 +97,7 @@ impl SampleStatus {
         self.bytes.get(id as usize).map_or(0, |b| b.load(Ordering::Relaxed) >> REFS_SHIFT)
     }
     /// Samples whose status has `bit`.
-    pub fn count_held(&self, bit: u8) -> usize {
+    pub(crate) fn count_held(&self, bit: u8) -> usize {
         self.bytes.iter().filter(|b| b.load(Ordering::Relaxed) & bit != 0).count()
     }
 
@@ -122,7 +122,7 @@ impl SampleStatus {
     }
 
     /// Marks `id` as held by the remote tier.
-    pub fn mark_remote(&self, id: FileId) {
+    pub(crate) fn mark_remote(&self, id: FileId) {
         self.set(id, HELD_REMOTE);
     }
     fn set(&self, id: FileId, bit: u8) {
@@ -217,7 +217,7 @@ impl<V: Clone + ChargedSize> FormStore<V> {
     }
 
     /// The same store, keeping `bit` of `status` in step with what it holds.
-    pub fn with_status(mut self, status: Arc<SampleStatus>, bit: u8) -> Self {
+    pub(crate) fn with_status(mut self, status: Arc<SampleStatus>, bit: u8) -> Self {
         self.status = Some((status, bit));
         self
     }
@@ -325,7 +325,7 @@ impl<V: Clone + ChargedSize> FormStore<V> {
     /// Whether an admission of an entry of `payload` bytes can make room by evicting: under
     /// LRU, with a budget it fits (what no job needs goes first: [`FormStore::retire`] moves it
     /// to the eviction end).
-    pub fn evicts_for(&self, payload: u64) -> bool {
+    pub(crate) fn evicts_for(&self, payload: u64) -> bool {
         self.lru.load(Ordering::Relaxed) && payload + ENTRY_OVERHEAD <= self.budget.load(Ordering::Relaxed)
     }
 
@@ -430,7 +430,7 @@ impl<V: Clone + ChargedSize> FormStore<V> {
     /// recently used first shard by shard, until what the store holds fits: from the moment this
     /// returns, `used` is within the new budget (admissions meanwhile are held to it). Returns
     /// how many were evicted.
-    pub fn set_budget(&self, budget: u64) -> u64 {
+    pub(crate) fn set_budget(&self, budget: u64) -> u64 {
         self.budget.store(budget, Ordering::SeqCst);
         let (mut evicted, mut empty_in_a_row, mut k) = (0, 0, 0);
         while self.used.load(Ordering::SeqCst) > budget && empty_in_a_row < SHARDS {
@@ -578,7 +578,7 @@ impl SampleCache {
 
     /// Applies a new split of the same memory ([`Split::budgets`]).
     #[cfg(test)]
-    pub fn set_split(&self, split: Split) {
+    pub(crate) fn set_split(&self, split: Split) {
         self.set_split_budgets(split, split.budgets(self.memory));
     }
 
@@ -615,7 +615,7 @@ impl SampleCache {
     }
 
     /// The plan's first-touch policy.
-    pub fn keeps_pixels_at_first_touch(&self) -> bool {
+    pub(crate) fn keeps_pixels_at_first_touch(&self) -> bool {
         self.keep_pixels_at_first_touch.load(Ordering::Relaxed)
     }
 
@@ -625,7 +625,7 @@ impl SampleCache {
     }
 
     /// Whether a sample kept as pixels keeps its bytes too.
-    pub fn keeps_bytes_beside_pixels(&self) -> bool {
+    pub(crate) fn keeps_bytes_beside_pixels(&self) -> bool {
         self.bytes_beside_pixels.load(Ordering::Relaxed)
     }
 
@@ -687,7 +687,7 @@ impl SampleCache {
     }
 
     /// Counts a read memory kept in no form, of `bytes`.
-    pub fn note_unkept(&self, bytes: usize) {
+    pub(crate) fn note_unkept(&self, bytes: usize) {
         self.unkept[0].fetch_add(1, Ordering::Relaxed);
         self.unkept[1].fetch_add(bytes as u64, Ordering::Relaxed);
     }

@@ -7,7 +7,7 @@ use crate::rgb::Size2;
 
 /// torchvision's `_get_inverse_affine_matrix`: `center` relative to the image centre, `angle`
 /// and `shear` in degrees. Maps an output position (relative to the centre) to its source.
-pub fn inverse_matrix(center: (f64, f64), angle: f64, translate: (f64, f64), shear: (f64, f64)) -> [f64; 6] {
+pub(crate) fn inverse_matrix(center: (f64, f64), angle: f64, translate: (f64, f64), shear: (f64, f64)) -> [f64; 6] {
     let rot = angle.to_radians();
     let (sx, sy) = (shear.0.to_radians(), shear.1.to_radians());
     let (cx, cy) = center;
@@ -26,14 +26,14 @@ pub fn inverse_matrix(center: (f64, f64), angle: f64, translate: (f64, f64), she
 
 /// `F.affine(angle=0, translate, scale=1, shear, center)` as the policies call it; `center`
 /// `None` is the image centre, `Some((0, 0))` the top-left corner.
-pub fn affine(pixels: &mut [u8], size: Size2, translate: (f64, f64), shear: (f64, f64), corner: bool) {
+pub(crate) fn affine(pixels: &mut [u8], size: Size2, translate: (f64, f64), shear: (f64, f64), corner: bool) {
     let (w, h) = (f64::from(size.width), f64::from(size.height));
     let center = if corner { (-w * 0.5, -h * 0.5) } else { (0.0, 0.0) };
     warp(pixels, size, &inverse_matrix(center, 0.0, translate, shear));
 }
 
 /// `F.rotate(angle)` about the centre, not expanded: torchvision inverts the angle.
-pub fn rotate(pixels: &mut [u8], size: Size2, angle: f64) {
+pub(crate) fn rotate(pixels: &mut [u8], size: Size2, angle: f64) {
     warp(pixels, size, &inverse_matrix((0.0, 0.0), -angle, (0.0, 0.0), (0.0, 0.0)));
 }
 

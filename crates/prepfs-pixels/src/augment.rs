@@ -214,7 +214,7 @@ pub struct SamplePlan {
     pub then: Vec<Resample>,
     pub flip: bool,
     pub pixels: Vec<PixelStep>,
-    pub erase: Option<Erase>,
+    pub(crate) erase: Option<Erase>,
 }
 
 /// One resample after the first: `crop` of the previous resample's output to `out`.
@@ -352,7 +352,7 @@ pub fn plan_sample(ops: &[AugmentOp], source: Size2, rng: &mut impl Rng) -> Samp
 
 /// torchvision's `Resize(int)` output size: the shorter side becomes `n`, the longer keeps the
 /// aspect ratio (truncated, as torchvision does).
-pub fn shorter_side_resize(cur: Size2, n: u32) -> Size2 {
+pub(crate) fn shorter_side_resize(cur: Size2, n: u32) -> Size2 {
     let (w, h) = (u64::from(cur.width), u64::from(cur.height));
     if w <= h {
         Size2::new(n, ((u64::from(n) * h) / w).max(1) as u32)
@@ -363,7 +363,7 @@ pub fn shorter_side_resize(cur: Size2, n: u32) -> Size2 {
 
 /// torchvision's `RandomResizedCrop.get_params`: ten tries at a random area and log-uniform
 /// aspect ratio, then the central-crop fallback. Returns (top, left, height, width).
-pub fn random_resized_crop_params(
+pub(crate) fn random_resized_crop_params(
     image: Size2,
     scale: (f64, f64),
     ratio: (f64, f64),
@@ -409,7 +409,7 @@ pub mod tests {
     use crate::draw::draw_rng;
 
     /// One `augment:` entry parsed from YAML, or its error's text (the ops' tests' parser).
-    pub fn parse_one(yaml: &str) -> Result<AugmentOp, String> {
+    pub(crate) fn parse_one(yaml: &str) -> Result<AugmentOp, String> {
         let entry: BTreeMap<String, Value> = serde_norway::from_str(yaml).expect("yaml");
         AugmentOp::from_yaml(&entry).map_err(|e| e.to_string())
     }

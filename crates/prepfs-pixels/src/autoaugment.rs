@@ -62,7 +62,7 @@ pub enum Op {
 #[derive(Debug, Clone, PartialEq)]
 pub struct AutoDraw {
     pub ops: Vec<(Op, f64)>,
-    pub warp: Warp,
+    pub(crate) warp: Warp,
 }
 
 /// The ops of RandAugment's and TrivialAugmentWide's spaces, in torchvision's order.
@@ -165,7 +165,7 @@ impl AutoAugment {
     }
 
     /// Parses a policy by its name, with its warp; `None` for another name.
-    pub fn from_args(name: &str, args: &Args<'_>) -> Result<Option<(AutoAugment, Warp)>, OpError> {
+    pub(crate) fn from_args(name: &str, args: &Args<'_>) -> Result<Option<(AutoAugment, Warp)>, OpError> {
         let whole = |key: &str, default: u32, lo: u32, hi: u32| -> Result<u32, OpError> {
             match args.get(key) {
                 None => Ok(default),

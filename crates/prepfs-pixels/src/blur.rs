@@ -44,7 +44,7 @@ fn reflect(i: isize, n: usize) -> usize {
 }
 
 /// Blurs packed RGB `pixels` of `width` x `height` with `kernel` and `sigma`.
-pub fn blur(pixels: &mut [u8], width: usize, height: usize, kernel: (u32, u32), sigma: f32) {
+pub(crate) fn blur(pixels: &mut [u8], width: usize, height: usize, kernel: (u32, u32), sigma: f32) {
     if width == 0 || height == 0 {
         return;
     }

@@ -17,7 +17,7 @@ pub fn luma(px: &[u8]) -> f32 {
 }
 
 /// PIL's `convert("L")`: ITU-R 601-2 luma in 16-bit fixed point, rounded.
-pub fn pil_luma(px: &[u8]) -> u8 {
+pub(crate) fn pil_luma(px: &[u8]) -> u8 {
     ((u32::from(px[0]) * 19595 + u32::from(px[1]) * 38470 + u32::from(px[2]) * 7471 + 0x8000) >> 16) as u8
 }
 
@@ -43,7 +43,7 @@ pub fn contrast(pixels: &mut [u8], factor: f32) {
 
 /// PIL's `ImageEnhance.Contrast(img).enhance(factor)`: a blend with the mean of the L image,
 /// rounded to a whole grey.
-pub fn pil_contrast(pixels: &mut [u8], factor: f32) {
+pub(crate) fn pil_contrast(pixels: &mut [u8], factor: f32) {
     let n = (pixels.len() / 3).max(1);
     let sum: u64 = pixels.chunks_exact(3).map(|px| u64::from(pil_luma(px))).sum();
     let mean = (sum as f64 / n as f64 + 0.5).floor() as f32;
@@ -63,7 +63,7 @@ pub fn saturation(pixels: &mut [u8], factor: f32) {
 }
 
 /// PIL's `ImageEnhance.Color(img).enhance(factor)`: each pixel blended with its L value.
-pub fn pil_color(pixels: &mut [u8], factor: f32) {
+pub(crate) fn pil_color(pixels: &mut [u8], factor: f32) {
     saturation_with(pixels, factor, |px| f32::from(pil_luma(px)));
 }
 

@@ -99,7 +99,7 @@ impl Erase {
 
     /// Fills the rectangle of packed RGB uint8 `pixels` (`width` wide): a fixed value clamped
     /// to 0-255 and rounded; noise as torchvision's float-to-uint8 assignment casts it.
-    pub fn apply_u8(&self, pixels: &mut [u8], width: u32) {
+    pub(crate) fn apply_u8(&self, pixels: &mut [u8], width: u32) {
         let mut values = self.values();
         let random = matches!(self.fill, EraseFill::Noise(_));
         for c in 0..3 {
@@ -114,7 +114,7 @@ impl Erase {
     }
 
     /// Fills the rectangle of channels-first float32 little-endian `body` (`size`).
-    pub fn apply_f32(&self, body: &mut [u8], size: Size2) {
+    pub(crate) fn apply_f32(&self, body: &mut [u8], size: Size2) {
         let plane = size.area() as usize * 4;
         let mut values = self.values();
         for (c, out) in body.chunks_exact_mut(plane).enumerate().take(3) {

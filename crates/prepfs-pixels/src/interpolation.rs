@@ -65,7 +65,7 @@ impl Filter {
     /// The resampler's convolution: Pillow's (and torchvision's antialiased) bilinear, and
     /// bicubic with a = -0.5 (Catmull-Rom), the kernel of Pillow and of torch's antialiased
     /// bicubic.
-    pub fn filter_type(self) -> FilterType {
+    pub(crate) fn filter_type(self) -> FilterType {
         match self {
             Filter::Bilinear => FilterType::Bilinear,
             Filter::Bicubic => FilterType::CatmullRom,

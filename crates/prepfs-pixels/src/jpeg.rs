@@ -58,7 +58,7 @@ pub struct JpegInfo {
     pub components: u8,
     pub progressive: bool,
     /// An Adobe APP14 segment: CMYK data in it is stored inverted.
-    pub adobe: bool,
+    pub(crate) adobe: bool,
 }
 
 /// Walks a JPEG's marker segments from SOI, the one place their framing is read (fill bytes
@@ -161,7 +161,7 @@ impl Scale {
     pub const ALL: [Scale; 4] = [Scale::One, Scale::Half, Scale::Quarter, Scale::Eighth];
 
     /// The denominator: 1, 2, 4 or 8.
-    pub fn denom(self) -> u32 {
+    pub(crate) fn denom(self) -> u32 {
         match self {
             Scale::One => 1,
             Scale::Half => 2,
@@ -242,7 +242,7 @@ pub fn decode(data: &[u8], scale: Scale, region: Option<Region>) -> Result<Decod
 /// Where [`decode_into`] put the pixels: packed RGB rows, `width * height * 3` bytes at the
 /// start of the buffer, the region's place in the scaled image at `origin`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DecodedPart {
+pub(crate) struct DecodedPart {
     pub width: u32,
     pub height: u32,
     pub origin: (u32, u32),
@@ -259,7 +259,7 @@ impl DecodedPart {
 /// [`decode`] into `buf`, a buffer the caller reuses: it is grown when too small (never shrunk,
 /// never cleared), so a thread decoding one image after another allocates and zeroes nothing
 /// once it has met its largest region. The pixels are the first [`DecodedPart::len`] bytes.
-pub fn decode_into(data: &[u8], scale: Scale, region: Option<Region>, buf: &mut Vec<u8>) -> Result<DecodedPart, JpegError> {
+pub(crate) fn decode_into(data: &[u8], scale: Scale, region: Option<Region>, buf: &mut Vec<u8>) -> Result<DecodedPart, JpegError> {
     HANDLE.with(|cell| {
         let mut slot = cell.borrow_mut();
         let handle = match slot.as_ref() {

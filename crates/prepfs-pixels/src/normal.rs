@@ -4,7 +4,7 @@
 use rand::Rng;
 
 /// One draw of N(0, 1).
-pub fn standard_normal(rng: &mut (impl Rng + ?Sized)) -> f64 {
+pub(crate) fn standard_normal(rng: &mut (impl Rng + ?Sized)) -> f64 {
     // 1 - [0, 1) is (0, 1]: the logarithm stays finite.
     let u1 = 1.0 - rng.gen::<f64>();
     let u2: f64 = rng.gen();

@@ -116,7 +116,7 @@ pub fn served_to<E: From<EncodeError>>(
 
 /// [`served_to`] with `random_erasing`'s rectangle, if drawn, erased last: on the pixels for
 /// 8-bit formats, on the normalised values for float32 npy (where torchvision erases).
-pub fn served_erased<E: From<EncodeError>>(
+pub(crate) fn served_erased<E: From<EncodeError>>(
     output: &OutputConfig,
     size: Size2,
     dest: Dest<'_>,
@@ -197,7 +197,7 @@ fn write_served<E: From<EncodeError>>(
 }
 
 /// Per-thread scratch buffers larger than this are freed after use rather than kept.
-pub const KEEP_SCRATCH_BYTES: usize = 4 << 20;
+pub(crate) const KEEP_SCRATCH_BYTES: usize = 4 << 20;
 
 /// The bytes one output of `size` holds while it is made: its served bytes, and the packed
 /// pixels they are encoded from where those are not written in place (PNG, JPEG, float32 npy).

@@ -61,7 +61,7 @@ impl OutputConfig {
         [1.0; 3]
     }
     /// The JPEG quality when `quality` is unset.
-    pub const DEFAULT_QUALITY: u8 = 90;
+    pub(crate) const DEFAULT_QUALITY: u8 = 90;
     /// The file name extension of this format.
     pub fn extension(&self) -> &'static str {
         match self.format {

@@ -11,7 +11,7 @@ use crate::rgb::Size2;
 
 /// `Image.rotate(degrees)`'s matrix (about the centre, counter-clockwise, not expanded): maps
 /// an output position onto the source.
-pub fn rotation(size: Size2, degrees: f64) -> [f64; 6] {
+pub(crate) fn rotation(size: Size2, degrees: f64) -> [f64; 6] {
     let (cx, cy) = (f64::from(size.width) / 2.0, f64::from(size.height) / 2.0);
     let angle = -(degrees.rem_euclid(360.0)).to_radians();
     // PIL rounds both to 15 decimals, so a quarter turn lands on whole pixels.

@@ -94,7 +94,7 @@ impl From<io::Error> for PixelError {
 /// The DCT may shrink the crop only while the shrunk crop keeps at least this many times the
 /// output's pixels per side: the resample that follows stays a downscale, and the result
 /// stays within [`FAST_PATH_TOLERANCE`] of the straightforward path.
-pub const DCT_SCALE_MARGIN: f64 = 1.0;
+pub(crate) const DCT_SCALE_MARGIN: f64 = 1.0;
 
 /// A fresh augmentation of encoded bytes with the draws of `rng`, as served: the cold
 /// `augmented/` miss's pixel work from source bytes to the bytes a reader gets (the header
@@ -135,7 +135,7 @@ pub fn draw_augment_pixels_served(
 /// The mean absolute difference per channel (8-bit values) that the fast path may add against
 /// [`augment_reference`]; tests hold it.
 #[cfg(test)]
-pub const FAST_PATH_TOLERANCE: f64 = 3.0;
+pub(crate) const FAST_PATH_TOLERANCE: f64 = 3.0;
 
 /// What a sample's bytes are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -193,7 +193,7 @@ pub fn decode_full(bytes: &[u8], max_pixels: u64) -> Result<Rgb, PixelError> {
     }
 }
 
-pub fn decode_other(bytes: &[u8], max_pixels: u64) -> Result<Rgb, PixelError> {
+pub(crate) fn decode_other(bytes: &[u8], max_pixels: u64) -> Result<Rgb, PixelError> {
     let size = probe_size(Cursor::new(bytes))?;
     check_pixels(size, max_pixels)?;
     let mut reader = image::ImageReader::new(Cursor::new(bytes)).with_guessed_format()?;
@@ -232,7 +232,7 @@ pub fn augment_served(
 
 /// [`augment`] into `dst`: the plan's output size, packed RGB rows (the erasing is the
 /// output's).
-pub fn augment_into(bytes: &[u8], plan: &SamplePlan, max_pixels: u64, dst: &mut [u8]) -> Result<(), PixelError> {
+pub(crate) fn augment_into(bytes: &[u8], plan: &SamplePlan, max_pixels: u64, dst: &mut [u8]) -> Result<(), PixelError> {
     match Codec::sniff(bytes) {
         Codec::Jpeg => {
             let cut = jpeg_cut_of(bytes, plan, max_pixels)?;
@@ -253,7 +253,7 @@ pub fn augment_into(bytes: &[u8], plan: &SamplePlan, max_pixels: u64, dst: &mut 
 
 /// The plan's resamples: `crop` of `image` (at `origin`) to the first output, then each further
 /// resample of the previous one's output; the last into `dst`.
-pub fn resample_stages(image: RgbRef<'_>, origin: (u32, u32), crop: Rect, plan: &SamplePlan, dst: &mut [u8]) -> Result<(), PixelError> {
+pub(crate) fn resample_stages(image: RgbRef<'_>, origin: (u32, u32), crop: Rect, plan: &SamplePlan, dst: &mut [u8]) -> Result<(), PixelError> {
     let Some((last, between)) = plan.then.split_last() else {
         return resample_into(image, origin, crop, plan.out, plan.filter, dst);
     };
@@ -269,7 +269,7 @@ pub fn resample_stages(image: RgbRef<'_>, origin: (u32, u32), crop: Rect, plan: 
 }
 
 /// What follows the resamples on the output's pixels: the mirror, then the pixel ops.
-pub fn after_resample(plan: &SamplePlan, dst: &mut [u8]) {
+pub(crate) fn after_resample(plan: &SamplePlan, dst: &mut [u8]) {
     let size = plan.size();
     if plan.flip {
         mirror_rows(dst, size.width as usize);
@@ -295,13 +295,13 @@ pub fn augment_pixels_served(full: &Rgb, plan: &SamplePlan, output: &OutputConfi
 
 /// The straightforward path: decode everything at full size, then crop and resize.
 #[cfg(test)]
-pub fn augment_reference(bytes: &[u8], plan: &SamplePlan, max_pixels: u64) -> Result<Rgb, PixelError> {
+pub(crate) fn augment_reference(bytes: &[u8], plan: &SamplePlan, max_pixels: u64) -> Result<Rgb, PixelError> {
     let full = decode_full(bytes, max_pixels)?;
     finish(&full, (0, 0), plan.crop, plan)
 }
 
 /// The coarsest DCT scale that keeps the crop at least [`DCT_SCALE_MARGIN`] times the output.
-pub fn dct_scale_for(crop: Rect, out: Size2) -> Scale {
+pub(crate) fn dct_scale_for(crop: Rect, out: Size2) -> Scale {
     let fits = |s: Scale| {
         let d = f64::from(s.denom());
         crop.width / d >= f64::from(out.width) * DCT_SCALE_MARGIN
@@ -311,7 +311,7 @@ pub fn dct_scale_for(crop: Rect, out: Size2) -> Scale {
 }
 
 /// The [`JpegCut`] of a JPEG for `plan`, from its header; refuses one over `max_pixels`.
-pub fn jpeg_cut_of(bytes: &[u8], plan: &SamplePlan, max_pixels: u64) -> Result<JpegCut, PixelError> {
+pub(crate) fn jpeg_cut_of(bytes: &[u8], plan: &SamplePlan, max_pixels: u64) -> Result<JpegCut, PixelError> {
     let info = jpeg::probe(bytes)?;
     let source = Size2::new(info.width, info.height);
     check_pixels(source, max_pixels)?;
@@ -327,7 +327,7 @@ thread_local! {
 /// Runs `work` with this thread's decode buffer: reused from one miss to the next, so a region
 /// decode allocates and zeroes nothing once the thread has met its largest region; one grown
 /// past [`output::KEEP_SCRATCH_BYTES`] (a huge image) is freed afterwards.
-pub fn with_decode_scratch<T>(work: impl FnOnce(&mut Vec<u8>) -> Result<T, PixelError>) -> Result<T, PixelError> {
+pub(crate) fn with_decode_scratch<T>(work: impl FnOnce(&mut Vec<u8>) -> Result<T, PixelError>) -> Result<T, PixelError> {
     DECODE_SCRATCH.with(|cell| {
         let mut buf = cell.borrow_mut();
         let result = work(&mut buf);
@@ -386,7 +386,7 @@ fn finish(image: &Rgb, origin: (u32, u32), crop: Rect, plan: &SamplePlan) -> Res
 
 /// Borrowed RGB pixels: packed rows, 3 bytes a pixel.
 #[derive(Debug, Clone, Copy)]
-pub struct RgbRef<'a> {
+pub(crate) struct RgbRef<'a> {
     pub width: u32,
     pub height: u32,
     pub pixels: &'a [u8],
@@ -400,7 +400,7 @@ impl<'a> RgbRef<'a> {
 
 /// The resample step: `crop` of `image` (at `origin`) to `out` with `filter`, not mirrored,
 /// written into `dst` (`out`'s packed RGB rows, exactly).
-pub fn resample_into(image: RgbRef<'_>, origin: (u32, u32), crop: Rect, out: Size2, filter: Filter, dst: &mut [u8]) -> Result<(), PixelError> {
+pub(crate) fn resample_into(image: RgbRef<'_>, origin: (u32, u32), crop: Rect, out: Size2, filter: Filter, dst: &mut [u8]) -> Result<(), PixelError> {
     let left = (crop.x - f64::from(origin.0)).clamp(0.0, f64::from(image.width));
     let top = (crop.y - f64::from(origin.1)).clamp(0.0, f64::from(image.height));
     let width = crop.width.min(f64::from(image.width) - left);
@@ -422,7 +422,7 @@ pub fn resample_into(image: RgbRef<'_>, origin: (u32, u32), crop: Rect, out: Siz
     Ok(())
 }
 
-pub fn mirror_rows(pixels: &mut [u8], width: usize) {
+pub(crate) fn mirror_rows(pixels: &mut [u8], width: usize) {
     for row in pixels.chunks_exact_mut(width * 3) {
         row.as_chunks_mut::<3>().0.reverse();
     }
@@ -430,7 +430,7 @@ pub fn mirror_rows(pixels: &mut [u8], width: usize) {
 
 /// Mean absolute difference per value between two images of one size.
 #[cfg(test)]
-pub fn mean_abs_diff(a: &Rgb, b: &Rgb) -> f64 {
+pub(crate) fn mean_abs_diff(a: &Rgb, b: &Rgb) -> f64 {
     assert_eq!((a.width, a.height), (b.width, b.height));
     let sum: u64 = a.pixels.iter().zip(&b.pixels).map(|(x, y)| u64::from(x.abs_diff(*y))).sum();
     sum as f64 / a.pixels.len().max(1) as f64

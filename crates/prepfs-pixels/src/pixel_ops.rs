@@ -24,7 +24,7 @@ use crate::timm_rand::{TimmDraw, TimmRandAugment};
 use crate::rgb::Size2;
 
 /// The pixel ops' names in configs.
-pub const NAMES: [&str; 7] = [
+pub(crate) const NAMES: [&str; 7] = [
     "color_jitter",
     "random_grayscale",
     "gaussian_blur",
@@ -74,7 +74,7 @@ impl PixelOp {
     }
 
     /// Parses the op `name` from its arguments; `None` for a name that is no pixel op.
-    pub fn from_args(name: &str, args: &Args<'_>) -> Result<Option<PixelOp>, OpError> {
+    pub(crate) fn from_args(name: &str, args: &Args<'_>) -> Result<Option<PixelOp>, OpError> {
         let op = match name {
             "color_jitter" => {
                 args.only(&["brightness", "contrast", "saturation", "hue"])?;
@@ -245,7 +245,7 @@ fn jitter_range(args: &Args<'_>, key: &str, center: f64, bound: (f64, f64)) -> R
 }
 
 /// `p`, in [0, 1], `default` when absent.
-pub fn probability(args: &Args<'_>, default: f64) -> Result<f64, OpError> {
+pub(crate) fn probability(args: &Args<'_>, default: f64) -> Result<f64, OpError> {
     let p = args.float("p")?.unwrap_or(default);
     if !(0.0..=1.0).contains(&p) {
         return Err(args.bad("p", format!("lie in [0, 1], got {p}")));

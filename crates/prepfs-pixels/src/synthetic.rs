@@ -20,7 +20,7 @@ pub fn photo_jpeg(width: usize, height: usize, subsamp: turbojpeg::Subsamp) -> V
 }
 
 /// RGB `pixels` (rows packed) compressed at quality 90, as the tests' JPEGs.
-pub fn compress_rgb(pixels: &[u8], width: usize, height: usize, subsamp: turbojpeg::Subsamp, progressive: bool) -> Vec<u8> {
+pub(crate) fn compress_rgb(pixels: &[u8], width: usize, height: usize, subsamp: turbojpeg::Subsamp, progressive: bool) -> Vec<u8> {
     let image = turbojpeg::Image { pixels, width, pitch: width * 3, height, format: turbojpeg::PixelFormat::RGB };
     let mut c = turbojpeg::Compressor::new().expect("compressor");
     c.set_quality(90).expect("quality");

@@ -26,7 +26,7 @@ use crate::rgb::Size2;
 const LEVEL_DENOM: f64 = 10.0;
 
 /// timm's `img_mean` for ImageNet's mean, `round(255 * mean)`: the affine ops' fill.
-pub const IMAGENET_FILL: [u8; 3] = [124, 116, 104];
+pub(crate) const IMAGENET_FILL: [u8; 3] = [124, 116, 104];
 
 /// timm's RandAugment as configured.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,11 +34,11 @@ pub struct TimmRandAugment {
     /// The config string as written (the summary writes it back).
     pub config: String,
     pub magnitude: f64,
-    pub num_layers: u32,
-    pub prob: f64,
+    pub(crate) num_layers: u32,
+    pub(crate) prob: f64,
     /// 0: no noise; infinite: uniform in [0, magnitude].
-    pub magnitude_std: f64,
-    pub magnitude_max: f64,
+    pub(crate) magnitude_std: f64,
+    pub(crate) magnitude_max: f64,
     /// `inc1`: `_RAND_INCREASING_TRANSFORMS`.
     pub increasing: bool,
     pub interpolation: Interpolation,
@@ -102,7 +102,7 @@ pub struct TimmDraw {
 
 impl TimmRandAugment {
     /// `rand_augment: { timm: CONFIG, interpolation, fill }`.
-    pub fn from_args(args: &Args<'_>) -> Result<TimmRandAugment, OpError> {
+    pub(crate) fn from_args(args: &Args<'_>) -> Result<TimmRandAugment, OpError> {
         args.only(&["timm", "interpolation", "fill"])?;
         let config = args.get("timm").and_then(Value::as_str).ok_or_else(|| {
             args.bad("timm", "be timm's RandAugment config string, like \"rand-m9-mstd0.5-inc1\"")

@@ -6,31 +6,31 @@
 use crate::rgb::Size2;
 
 /// `posterize(bits)`: keeps the top `bits` bits.
-pub fn posterize(pixels: &mut [u8], bits: u32) {
+pub(crate) fn posterize(pixels: &mut [u8], bits: u32) {
     let mask = if bits == 0 { 0 } else { 0xFFu8 << (8 - bits.min(8)) };
     pixels.iter_mut().for_each(|v| *v &= mask);
 }
 
 /// `solarize(threshold)`: values at or above it inverted.
-pub fn solarize(pixels: &mut [u8], threshold: f64) {
+pub(crate) fn solarize(pixels: &mut [u8], threshold: f64) {
     pixels.iter_mut().filter(|v| f64::from(**v) >= threshold).for_each(|v| *v = 255 - *v);
 }
 
 /// timm's `solarize_add(add, thresh=128)`: values below `threshold` raised by `add`, capped at
 /// 255.
-pub fn solarize_add(pixels: &mut [u8], add: u32, threshold: u32) {
+pub(crate) fn solarize_add(pixels: &mut [u8], add: u32, threshold: u32) {
     for v in pixels.iter_mut().filter(|v| u32::from(**v) < threshold) {
         *v = (u32::from(*v) + add).min(255) as u8;
     }
 }
 
 /// `invert`.
-pub fn invert(pixels: &mut [u8]) {
+pub(crate) fn invert(pixels: &mut [u8]) {
     pixels.iter_mut().for_each(|v| *v = 255 - *v);
 }
 
 /// `autocontrast`: each channel stretched from its min..max to 0..255 (truncated).
-pub fn autocontrast(pixels: &mut [u8]) {
+pub(crate) fn autocontrast(pixels: &mut [u8]) {
     for c in 0..3 {
         let channel = || pixels.iter().skip(c).step_by(3);
         let (lo, hi) = (channel().copied().min().unwrap_or(0), channel().copied().max().unwrap_or(0));
@@ -45,7 +45,7 @@ pub fn autocontrast(pixels: &mut [u8]) {
 }
 
 /// `equalize`: PIL's per-channel histogram equalisation.
-pub fn equalize(pixels: &mut [u8]) {
+pub(crate) fn equalize(pixels: &mut [u8]) {
     for c in 0..3 {
         let mut hist = [0u64; 256];
         pixels.iter().skip(c).step_by(3).for_each(|&v| hist[usize::from(v)] += 1);
@@ -66,7 +66,7 @@ pub fn equalize(pixels: &mut [u8]) {
 
 /// `adjust_sharpness(factor)`: a blend with the 3x3 smoothed image (1s around a 5, over 13,
 /// rounded), the border kept; images 2 pixels or less across are left as they are.
-pub fn sharpness(pixels: &mut [u8], size: Size2, factor: f32) {
+pub(crate) fn sharpness(pixels: &mut [u8], size: Size2, factor: f32) {
     let (w, h) = (size.width as usize, size.height as usize);
     if w <= 2 || h <= 2 {
         return;

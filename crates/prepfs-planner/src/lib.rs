@@ -100,7 +100,7 @@ impl Model {
 
     /// The best split under this model in the steady state, and its evaluation.
     #[cfg(test)]
-    pub fn best_split(self, params: &PlanParams) -> (Split, Evaluation) {
+    pub(crate) fn best_split(self, params: &PlanParams) -> (Split, Evaluation) {
         match self {
             Model::Seneca => seneca::best_split(params),
             Model::Prepfs => search::best_split_by(params, prepfs::evaluate),

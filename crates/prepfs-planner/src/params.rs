@@ -379,7 +379,7 @@ impl TryFrom<RawPlanParams> for PlanParams {
 }
 
 /// Parses and validates a parameter file's text.
-pub fn parse_params(text: &str) -> Result<PlanParams, PlanError> {
+pub(crate) fn parse_params(text: &str) -> Result<PlanParams, PlanError> {
     let text_or_empty_map = if text.trim().is_empty() { "{}" } else { text };
     let raw: RawPlanParams =
         serde_norway::from_str(text_or_empty_map).map_err(|e| PlanError::Yaml(prepfs_base::yaml::describe_error(&e)))?;

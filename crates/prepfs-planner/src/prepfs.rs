@@ -103,7 +103,7 @@ use super::split::Split;
 /// (With passthrough a fully cached epoch runs at about 5,600/s here, but the mount never
 /// measures `t_serve` while misses go on, and 2,800 a core made the predictions of every cell
 /// with a partial cache 36-47% high: BENCHMARKS.md#2026-11-26-plan-matrix-local.)
-pub const DEFAULT_SERVE_PER_CORE: f64 = 1800.0;
+pub(crate) const DEFAULT_SERVE_PER_CORE: f64 = 1800.0;
 
 /// How much faster cached outputs are served when no output is being made meanwhile (the
 /// refill idle, no miss): `t_serve` and [`DEFAULT_SERVE_PER_CORE`] are the rate with an output

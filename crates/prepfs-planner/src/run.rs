@@ -143,7 +143,7 @@ impl Holding {
     /// The holding from each form's share of the samples (each sample counted once: as pixels,
     /// else as bytes), the spares falling first on the samples kept as pixels (the model's
     /// epoch 1 makes them from those), then on those kept as bytes, then on the rest.
-    pub fn of_forms(encoded: f64, decoded: f64, augmented: f64) -> Holding {
+    pub(crate) fn of_forms(encoded: f64, decoded: f64, augmented: f64) -> Holding {
         let spares = augmented.clamp(0.0, 1.0);
         let on_pixels = spares.min(decoded);
         let on_bytes = (spares - on_pixels).min(encoded).max(0.0);

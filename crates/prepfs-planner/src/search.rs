@@ -12,23 +12,23 @@ use super::split::Split;
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Evaluation {
     /// Samples held augmented (Eq. 2).
-    pub n_a: f64,
+    pub(crate) n_a: f64,
     /// Samples held decoded (Eq. 4).
-    pub n_d: f64,
+    pub(crate) n_d: f64,
     /// Samples held encoded (Eq. 6).
-    pub n_e: f64,
+    pub(crate) n_e: f64,
     /// Samples read from storage (Eq. 8).
     pub n_storage: f64,
     /// prepfs's model only: samples read from the remote tier (0 in Seneca's).
-    pub n_remote: f64,
+    pub(crate) n_remote: f64,
     /// Rate of the augmented-hit path (Eq. 1).
-    pub dsi_a: f64,
+    pub(crate) dsi_a: f64,
     /// Rate of the decoded-hit path (Eq. 3).
-    pub dsi_d: f64,
+    pub(crate) dsi_d: f64,
     /// Rate of the encoded-hit path (Eq. 5).
-    pub dsi_e: f64,
+    pub(crate) dsi_e: f64,
     /// Rate of the storage path (Eq. 7).
-    pub dsi_s: f64,
+    pub(crate) dsi_s: f64,
     /// `DSI_overall` (Eq. 9), samples/s.
     pub samples_per_s: f64,
 }
@@ -44,7 +44,7 @@ const TIE_TOLERANCE: f64 = 1e-9;
 /// order of [`Split::all`]). At equal predicted throughput that is the split whose hits need the
 /// least CPU work, and when the cache is larger than the data needs, it puts the spare bytes
 /// where the model is indifferent rather than inventing a preference.
-pub fn best_split_by(params: &PlanParams, evaluate: impl Fn(&PlanParams, Split) -> Evaluation) -> (Split, Evaluation) {
+pub(crate) fn best_split_by(params: &PlanParams, evaluate: impl Fn(&PlanParams, Split) -> Evaluation) -> (Split, Evaluation) {
     let all: Vec<(Split, Evaluation)> = Split::all().map(|s| (s, evaluate(params, s))).collect();
     let best = all.iter().map(|(_, ev)| ev.samples_per_s).fold(f64::NEG_INFINITY, f64::max);
     let floor = best - best.abs() * TIE_TOLERANCE;
@@ -58,7 +58,7 @@ pub fn best_split_by(params: &PlanParams, evaluate: impl Fn(&PlanParams, Split) 
 /// What `prepfs plan` prints under `evaluate`: `{"split": [E, D, A], "samples_per_s": X}` for
 /// the best split, plus `"evaluated": {"split": [...], "samples_per_s": Y}` for `split` when one
 /// is given.
-pub fn plan_json_by(
+pub(crate) fn plan_json_by(
     params: &PlanParams,
     split: Option<Split>,
     evaluate: impl Fn(&PlanParams, Split) -> Evaluation + Copy,

@@ -106,7 +106,7 @@ fn min_of(rates: &[f64]) -> f64 {
 /// The best split at 1% steps (all 5151) under this model, and its evaluation (the search and
 /// its ties: [`best_split_by`]).
 #[cfg(test)]
-pub fn best_split(params: &PlanParams) -> (Split, Evaluation) {
+pub(crate) fn best_split(params: &PlanParams) -> (Split, Evaluation) {
     best_split_by(params, evaluate)
 }
 
@@ -164,11 +164,11 @@ pub mod tests {
     }
 
     #[track_caller]
-    pub fn assert_close(actual: f64, expected: f64) {
+    pub(crate) fn assert_close(actual: f64, expected: f64) {
         assert!(close(actual, expected), "expected {expected}, got {actual}");
     }
 
-    pub const BASE_YAML: &str = "\
+    pub(crate) const BASE_YAML: &str = "\
 n_total: 1000
 s_data: 100
 s_decoded: 500

@@ -24,7 +24,7 @@ pub struct Split {
 
 impl Split {
     /// Everything to the augmented form: where a search with nothing to choose from falls back.
-    pub const AUGMENTED_ONLY: Split = Split { e: 0, d: 0, a: 100 };
+    pub(crate) const AUGMENTED_ONLY: Split = Split { e: 0, d: 0, a: 100 };
 
     /// A split from whole percentages; they must sum to 100.
     pub fn new(e: u32, d: u32, a: u32) -> Result<Split, PlanError> {

@@ -53,7 +53,7 @@ pub struct JobCounters {
     pub shared_claims: AtomicU64,
     /// Candidates the shared store said were taken by another open (another mount's, or a
     /// concurrent one on this mount).
-    pub taken_elsewhere: AtomicU64,
+    pub(crate) taken_elsewhere: AtomicU64,
     /// Choices a shared job made alone because the store did not answer (an outage).
     pub decided_alone: AtomicU64,
 }
@@ -199,7 +199,7 @@ impl Job {
     }
 
     /// Milliseconds of the mount's clock at the last activity.
-    pub fn last_active_ms(&self) -> u64 {
+    pub(crate) fn last_active_ms(&self) -> u64 {
         self.last_active_ms.load(Ordering::Relaxed)
     }
 

@@ -59,9 +59,9 @@ pub use prepfs_cache::shared_jobs::SharedJobs;
 /// Jobs that can be active at once: each is a bit of an augmented output's used-by mask.
 pub use prepfs_cache::MAX_JOBS;
 /// Longest job name, bytes.
-pub const MAX_NAME_LEN: usize = 64;
+pub(crate) const MAX_NAME_LEN: usize = 64;
 /// Substitution looks at most this many samples of a directory per open.
-pub const SCAN_LIMIT: usize = 4096;
+pub(crate) const SCAN_LIMIT: usize = 4096;
 
 /// A preference for a sample in some view (shared.rs's, beside the forms it ranks).
 pub use prepfs_cache::form::Rank;

@@ -46,13 +46,13 @@ impl Pass {
         new
     }
     /// Unmarks `sample` (a shared job's claim given back unread).
-    pub fn unnote(&self, sample: FileId) {
+    pub(crate) fn unnote(&self, sample: FileId) {
         if self.seen.clear(sample) {
             self.served.fetch_sub(1, Ordering::Relaxed);
         }
     }
     /// Begins pass `number` (a shared job's, as its store reports it): every sample unseen.
-    pub fn restart_at(&self, number: u64) {
+    pub(crate) fn restart_at(&self, number: u64) {
         self.seen.clear_all();
         self.served.store(0, Ordering::Relaxed);
         self.number.store(number, Ordering::Relaxed);

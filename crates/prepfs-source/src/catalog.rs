@@ -21,7 +21,7 @@ use std::time::Instant;
 use prepfs_pixels::rgb::Size2;
 
 /// File name extensions that make a file a sample (case-insensitive).
-pub const IMAGE_EXTENSIONS: &[&str] =
+pub(crate) const IMAGE_EXTENSIONS: &[&str] =
     &["jpg", "jpeg", "png", "bmp", "gif", "webp", "tif", "tiff", "ppm", "pgm", "pnm"];
 
 /// Index of a directory in the catalog; 0 is the source root.
@@ -238,7 +238,7 @@ impl Catalog {
     /// A catalog of a tree given as lists rather than scanned (the classes of a set of
     /// WebDataset shards, `source::shards`): `root` holds one directory per class, each holding
     /// its files. Names are sorted here; each class's files must be distinct.
-    pub fn of_classes(root: &Path, classes: Vec<(std::ffi::OsString, Vec<std::ffi::OsString>)>) -> Catalog {
+    pub(crate) fn of_classes(root: &Path, classes: Vec<(std::ffi::OsString, Vec<std::ffi::OsString>)>) -> Catalog {
         let mut cat = Catalog::empty(root);
         let mut classes = classes;
         classes.sort_by(|a, b| a.0.cmp(&b.0));
@@ -257,7 +257,7 @@ impl Catalog {
     /// `source::s3`), laid out as [`Catalog::scan`] lays out a directory: breadth first, each
     /// directory's subdirectories and files sorted by name. Each path is its names, in order;
     /// the caller gives each path once and never a file where a directory is.
-    pub fn of_paths(root: &Path, paths: &[Vec<&[u8]>]) -> Catalog {
+    pub(crate) fn of_paths(root: &Path, paths: &[Vec<&[u8]>]) -> Catalog {
         use std::collections::BTreeMap;
         use std::ffi::OsString;
         // Each directory (by its names from the root) and what it holds: its subdirectories'

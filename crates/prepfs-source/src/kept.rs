@@ -24,7 +24,7 @@ const DOMAIN: &[u8] = b"prepfs-kept-file-v1\0";
 const MAC_LEN: usize = 32;
 
 /// Appends a length-prefixed field.
-pub fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+pub(crate) fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
     out.extend_from_slice(bytes);
 }
@@ -77,12 +77,12 @@ impl<'a> Reader<'a> {
         Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
     }
 
-    pub fn i128(&mut self) -> Option<i128> {
+    pub(crate) fn i128(&mut self) -> Option<i128> {
         Some(i128::from_le_bytes(self.take(16)?.try_into().ok()?))
     }
 
     /// A length-prefixed field ([`put_bytes`]).
-    pub fn bytes_field(&mut self) -> Option<&'a [u8]> {
+    pub(crate) fn bytes_field(&mut self) -> Option<&'a [u8]> {
         let n = self.u32()? as usize;
         self.take(n)
     }

@@ -87,7 +87,7 @@ impl FileMeta {
     }
 
     /// The metadata `stat` returned, as libc gives it (a `fstatat` relative to a directory).
-    pub fn of_stat(st: &libc::stat) -> FileMeta {
+    pub(crate) fn of_stat(st: &libc::stat) -> FileMeta {
         FileMeta::of_fields(StatFields {
             dev: st.st_dev,
             ino: st.st_ino,
@@ -265,7 +265,7 @@ impl Source {
 
     /// [`Source::metadata`] on an I/O thread within the timeout, as reads are: a `stat` that
     /// hangs costs one I/O thread, and fails its caller with `TimedOut` (`EIO`).
-    pub fn bounded_metadata(&self, path: &Path) -> io::Result<FileMeta> {
+    pub(crate) fn bounded_metadata(&self, path: &Path) -> io::Result<FileMeta> {
         let io = Arc::clone(&self.io);
         let path = path.to_path_buf();
         self.pool.run(move || io.metadata(&path))

@@ -25,7 +25,7 @@ pub enum RemoteError {
 pub struct Access {
     pub key: ValueKey,
     pub password: Option<String>,
-    pub tls_ca: Option<Vec<u8>>,
+    pub(crate) tls_ca: Option<Vec<u8>>,
 }
 
 impl std::fmt::Debug for Access {

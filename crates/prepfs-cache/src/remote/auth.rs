@@ -24,7 +24,7 @@ const KEY_CONTEXT: &str = "prepfs remote cache tier 2026-11 value MAC key";
 /// The first bytes of every MAC's input: what is authenticated, and its format's version.
 const DOMAIN: &[u8] = b"prepfs-remote-value-v2\0";
 /// A secret shorter than this is refused (32 random bytes are what the docs make).
-pub const MIN_SECRET: usize = 16;
+pub(crate) const MIN_SECRET: usize = 16;
 /// A secret file longer than this is refused (it is not a key file).
 const MAX_SECRET: u64 = 64 << 10;
 
@@ -127,7 +127,7 @@ fn read_private(path: &Path) -> Result<Vec<u8>, SecretError> {
 
 /// The Redis password in `cache.remote.password_file`: a private file (as the secret's), UTF-8,
 /// one trailing newline taken off; an empty one is refused.
-pub fn read_password(path: &Path) -> Result<String, SecretError> {
+pub(crate) fn read_password(path: &Path) -> Result<String, SecretError> {
     let bytes = read_private(path)?;
     let text = String::from_utf8(bytes).map_err(|_| SecretError::NotText { path: path.to_path_buf() })?;
     let password = text.strip_suffix('\n').map_or(&text[..], |t| t.strip_suffix('\r').unwrap_or(t)).to_string();

@@ -93,7 +93,7 @@ impl RemoteJobs {
 }
 
 /// The keys of one job: epoch, taken, count.
-pub fn job_keys(fingerprint: u64, name: &str) -> [Vec<u8>; 3] {
+pub(crate) fn job_keys(fingerprint: u64, name: &str) -> [Vec<u8>; 3] {
     let base = format!("prepfs:1:{{{fingerprint:016x}:job:{name}}}:");
     ["epoch", "taken", "count"].map(|k| format!("{base}{k}").into_bytes())
 }

@@ -104,13 +104,13 @@ use value::decode_value;
 use writer::{WriteJob, QUEUE_BYTES, QUEUE_JOBS};
 
 /// Every remote call's bound: connecting (with the handshake), sending, and each reply.
-pub const TIMEOUT: Duration = Duration::from_millis(200);
+pub(crate) const TIMEOUT: Duration = Duration::from_millis(200);
 /// While down, one probe at most this often.
 pub const RETRY_EVERY: Duration = Duration::from_secs(1);
 /// How often the writer reads the shared index of held samples (other mounts' writes).
-pub const HELD_READ_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const HELD_READ_EVERY: Duration = Duration::from_secs(1);
 /// A cluster call's retries (redirects, a node's failover): each within [`TIMEOUT`].
-pub const CLUSTER_RETRIES: u32 = 2;
+pub(crate) const CLUSTER_RETRIES: u32 = 2;
 
 /// The state shared by request threads and the writer.
 struct Inner {
@@ -331,7 +331,7 @@ impl RemoteTier {
     /// Takes the sample's waiting augmented output, if the shared index says one waits: `GETDEL`
     /// (and its index bit cleared), so exactly one reader anywhere gets it.
     /// No round trip where none waits. A damaged one is gone with the take and reads as a miss.
-    pub fn claim_augmented(&self, id: FileId, rel_path: &Path, version: &Identity) -> Option<Vec<u8>> {
+    pub(crate) fn claim_augmented(&self, id: FileId, rel_path: &Path, version: &Identity) -> Option<Vec<u8>> {
         let inner = &self.inner;
         let waiting = inner.waiting.as_ref()?;
         if !waiting.clear(id) {
@@ -360,19 +360,19 @@ impl RemoteTier {
 
     /// Queues the sample's source bytes for writing; returns whether they were queued.
     #[cfg(test)]
-    pub fn put_encoded(&self, id: FileId, rel_path: &Path, version: &Identity, bytes: Arc<[u8]>) -> bool {
+    pub(crate) fn put_encoded(&self, id: FileId, rel_path: &Path, version: &Identity, bytes: Arc<[u8]>) -> bool {
         self.enqueue(id, RemoteKind::Encoded, rel_path, version, Payload::Bytes(bytes)) == Put::Queued
     }
 
     /// Queues the sample's decoded pixels (uint8 RGB) for writing.
     #[cfg(test)]
-    pub fn put_decoded(&self, id: FileId, rel_path: &Path, version: &Identity, pixels: Arc<Rgb>) -> bool {
+    pub(crate) fn put_decoded(&self, id: FileId, rel_path: &Path, version: &Identity, pixels: Arc<Rgb>) -> bool {
         self.enqueue(id, RemoteKind::Decoded, rel_path, version, Payload::Pixels(pixels)) == Put::Queued
     }
 
     /// Queues a fresh augmented output for the next claimer anywhere (kept only when none waits;
     /// nothing without the shared index of waiting outputs).
-    pub fn put_augmented(&self, id: FileId, rel_path: &Path, version: &Identity, out: Arc<[u8]>) -> bool {
+    pub(crate) fn put_augmented(&self, id: FileId, rel_path: &Path, version: &Identity, out: Arc<[u8]>) -> bool {
         if self.inner.waiting.is_none() {
             return false;
         }
@@ -431,7 +431,7 @@ impl RemoteTier {
     }
 
     /// Whether the tier is up (false from a failed call until a probe succeeds).
-    pub fn is_up(&self) -> bool {
+    pub(crate) fn is_up(&self) -> bool {
         !self.inner.down.load(Ordering::Acquire)
     }
 
@@ -523,7 +523,7 @@ impl Drop for RemoteTier {
 }
 
 #[cfg(test)]
-pub use prepfs_test_servers as redis_server;
+pub(crate) use prepfs_test_servers as redis_server;
 
 impl crate::exchange::OutputExchange for RemoteTier {
     fn is_open(&self) -> bool {

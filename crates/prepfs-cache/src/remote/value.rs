@@ -101,7 +101,7 @@ pub fn key_of(fingerprint: u64, recipe: u64, rel_path: &Path, version: &Identity
 }
 
 /// A value for `key`: the header (its MAC under `mac`), then `payload`.
-pub fn encode_value(mac: &ValueKey, kind: RemoteKind, key: &[u8], payload: &[u8], dims: (u32, u32)) -> Vec<u8> {
+pub(crate) fn encode_value(mac: &ValueKey, kind: RemoteKind, key: &[u8], payload: &[u8], dims: (u32, u32)) -> Vec<u8> {
     let head = entry::header(FORMAT, kind.entry(), fnv1a64(&[key]), payload, dims);
     let mut v = Vec::with_capacity(HEADER_LEN + payload.len());
     v.extend_from_slice(&head);

@@ -112,7 +112,7 @@ impl Object {
 }
 
 /// The objects' tree: see the module documentation.
-pub struct S3Source {
+pub(crate) struct S3Source {
     shared: Arc<Shared>,
 }
 

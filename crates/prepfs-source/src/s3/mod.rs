@@ -72,7 +72,7 @@ impl ObjectStore {
     }
 
     /// [`ObjectStore::list`] through `client`.
-    pub fn list_through(client: Client, config: &ObjectStoreConfig, listing_dir: Option<&Path>, progress: impl FnMut(usize), stop: &AtomicBool) -> std::io::Result<ObjectStore> {
+    pub(crate) fn list_through(client: Client, config: &ObjectStoreConfig, listing_dir: Option<&Path>, progress: impl FnMut(usize), stop: &AtomicBool) -> std::io::Result<ObjectStore> {
         let started = Instant::now();
         let strip = if config.prefix.is_empty() { String::new() } else { format!("{}/", config.prefix) };
         let store = kept::store_of(config);
@@ -135,7 +135,7 @@ impl ObjectStore {
     }
 
     /// The names of the objects directly below the prefix (a shard pattern's candidates).
-    pub fn names_at_root(&self) -> Vec<String> {
+    pub(crate) fn names_at_root(&self) -> Vec<String> {
         self.source.names_at_root()
     }
 

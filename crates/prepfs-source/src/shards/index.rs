@@ -27,7 +27,7 @@ use crate::{FileMeta, SourceFile};
 
 /// The most bytes an extension header (`L`, `K`, `x`, `g`) may hold: a long name is at most
 /// `PATH_MAX` (4 KiB), a PAX header a few records. A larger one is a damaged shard.
-pub const MAX_EXTENSION_BYTES: u64 = 64 << 10;
+pub(crate) const MAX_EXTENSION_BYTES: u64 = 64 << 10;
 
 /// A tar block: every header is one, and every member's data is padded to whole blocks.
 const BLOCK: u64 = 512;
@@ -36,7 +36,7 @@ const BLOCK: u64 = 512;
 /// whose stamp differs from its index's is indexed again (an edit in place whose mtime was set
 /// back still moves the ctime, which no user can set).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stamp {
+pub(crate) struct Stamp {
     pub len: u64,
     pub mtime_ns: i128,
     pub ctime_ns: i128,
@@ -51,7 +51,7 @@ impl Stamp {
 
 /// A sample of a shard: its image member and its label.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Indexed {
+pub(crate) struct Indexed {
     /// The key, as in the tar (may hold `/`).
     pub key: Vec<u8>,
     /// The image member's extension, as in the tar (`jpg`, `JPEG`, `png`, ...).
@@ -64,11 +64,11 @@ pub struct Indexed {
 
 /// What a shard's walk could not serve.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Problems {
+pub(crate) struct Problems {
     /// Samples dropped for a label member that does not parse (or is too large).
     pub bad_labels: u32,
     /// Further image members of a key that has one already (the first is served).
-    pub extra_images: u32,
+    pub(crate) extra_images: u32,
     /// Whether the walk ended early (a member cut by the end of the file, a damaged header):
     /// the members before it are served.
     pub cut: bool,
@@ -88,10 +88,10 @@ impl Problems {
 
 /// One shard's index: the version indexed, its samples in tar order, its problems.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ShardIndex {
+pub(crate) struct ShardIndex {
     pub stamp: Stamp,
     pub samples: Vec<Indexed>,
-    pub problems: Problems,
+    pub(crate) problems: Problems,
 }
 
 impl ShardIndex {
@@ -199,7 +199,7 @@ fn read_label(at: &mut At<'_>, offset: u64, size: u64) -> Result<Vec<u8>, String
 /// A member as its headers describe it: its type, its name (a GNU long name's, else a PAX
 /// `path`'s, else the header's), where its data starts in the shard and how long it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Member {
+pub(crate) struct Member {
     pub kind: u8,
     pub name: Vec<u8>,
     pub offset: u64,
@@ -250,7 +250,7 @@ impl<'a> Walk<'a> {
 
     /// The next member (`None`: the end of the archive: two zero blocks, or the end of the
     /// file at a header's place), extension headers applied to it.
-    pub fn next_member(&mut self) -> Result<Option<Member>, String> {
+    pub(crate) fn next_member(&mut self) -> Result<Option<Member>, String> {
         let mut long_name: Option<Vec<u8>> = None;
         let mut long_link = false;
         let mut pax: Option<Vec<u8>> = None;
@@ -532,7 +532,7 @@ pub mod tests {
     use std::path::Path;
 
     /// A tar of `members` (name, bytes) at `path`, made with the `tar` crate.
-    pub fn write_tar(path: &Path, members: &[(&str, &[u8])]) {
+    pub(crate) fn write_tar(path: &Path, members: &[(&str, &[u8])]) {
         let mut builder = tar::Builder::new(std::fs::File::create(path).expect("create"));
         for (name, bytes) in members {
             let mut header = tar::Header::new_gnu();

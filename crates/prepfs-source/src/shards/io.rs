@@ -40,10 +40,10 @@ struct Class {
 }
 
 /// A sample as it is given to [`ShardSource::new`]: its served name, shard, offset, length.
-pub type Placed = (Vec<u8>, u32, u64, u64);
+pub(crate) type Placed = (Vec<u8>, u32, u64, u64);
 
 /// The shards' tree: see the module documentation.
-pub struct ShardSource {
+pub(crate) struct ShardSource {
     inner: Arc<dyn SourceIo>,
     root: PathBuf,
     shards: Vec<Shard>,

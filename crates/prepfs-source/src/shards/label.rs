@@ -4,14 +4,14 @@
 use super::names::safe_name;
 
 /// The most bytes of a label member read (a `.cls` or `.json` larger is unreadable).
-pub const MAX_LABEL_BYTES: u64 = 64 << 10;
+pub(crate) const MAX_LABEL_BYTES: u64 = 64 << 10;
 
 /// The class directory of samples whose key has no label member (said in the README).
-pub const UNLABELED: &str = "_unlabeled";
+pub(crate) const UNLABELED: &str = "_unlabeled";
 
 /// A sample's class.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Label {
+pub(crate) enum Label {
     /// No `.cls` and no `.json` with a class: served under [`UNLABELED`].
     None,
     /// A class number: served zero-padded to the widest number of the set, so that the class
@@ -22,14 +22,14 @@ pub enum Label {
 }
 
 /// The label a `.cls` member's bytes say.
-pub fn of_cls(bytes: &[u8]) -> Result<Label, String> {
+pub(crate) fn of_cls(bytes: &[u8]) -> Result<Label, String> {
     let text = std::str::from_utf8(bytes).map_err(|_| "a .cls that is not UTF-8 text".to_string())?.trim();
     of_text(text).ok_or_else(|| "an empty .cls".to_string())
 }
 
 /// The label a `.json` member's bytes say: its `class` field, else its `label` field, a number
 /// or a string; [`Label::None`] when it has neither.
-pub fn of_json(bytes: &[u8]) -> Result<Label, String> {
+pub(crate) fn of_json(bytes: &[u8]) -> Result<Label, String> {
     let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| format!("a .json that does not parse ({e})"))?;
     let Some(field) = value.get("class").or_else(|| value.get("label")) else { return Ok(Label::None) };
     match field {
@@ -51,7 +51,7 @@ fn of_text(text: &str) -> Option<Label> {
 
 /// How class directories are named across a set: numbers padded to `width` digits.
 #[derive(Debug, Clone, Copy)]
-pub struct Naming {
+pub(crate) struct Naming {
     width: usize,
 }
 

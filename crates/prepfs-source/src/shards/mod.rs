@@ -105,7 +105,7 @@ impl Shards {
     }
 
     /// [`Shards::index_in_store`] of the objects `listed`.
-    pub fn index_listed(config: &ShardsConfig, listed: ObjectStore, index_dir: Option<&Path>, progress: impl FnMut(usize), stop: &AtomicBool) -> std::io::Result<Shards> {
+    pub(crate) fn index_listed(config: &ShardsConfig, listed: ObjectStore, index_dir: Option<&Path>, progress: impl FnMut(usize), stop: &AtomicBool) -> std::io::Result<Shards> {
         let (_, name) = pattern::split_pattern(&config.pattern).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let at_root = listed.names_at_root();
         let known: std::collections::HashSet<&str> = at_root.iter().map(String::as_str).collect();
@@ -116,7 +116,7 @@ impl Shards {
     /// [`Shards::index`] of the shards `names` in `root`, read through `inner` (the local
     /// directory, an object store's objects; an instrumented one in tests), each shard's walk
     /// in reads of `window` bytes (0: a read per header; see `index::index`).
-    pub fn index_over(
+    pub(crate) fn index_over(
         inner: Arc<dyn SourceIo>,
         root: &Path,
         names: Vec<String>,
@@ -240,7 +240,7 @@ pub struct HeaderWalk {
 /// A sample [`walk_in_memory`] found: its key, extension, offset and length in the shard, its
 /// label (as text).
 #[doc(hidden)]
-pub type WalkedSample = (Vec<u8>, Vec<u8>, u64, u64, String);
+pub(crate) type WalkedSample = (Vec<u8>, Vec<u8>, u64, u64, String);
 
 /// The most bytes an extension header (`L`, `K`, `x`, `g`) of a shard may hold.
 #[doc(hidden)]

@@ -7,7 +7,7 @@ const MAX_NAME: usize = 240;
 
 /// A member name as WebDataset groups it: `("dir/000001", "jpg")` of `dir/000001.jpg`
 /// (`./` prefixes dropped). `None` for a name with no extension.
-pub fn split_member(name: &[u8]) -> Option<(&[u8], &[u8])> {
+pub(crate) fn split_member(name: &[u8]) -> Option<(&[u8], &[u8])> {
     let mut name = name;
     while let Some(rest) = name.strip_prefix(b"./") {
         name = rest;
@@ -21,7 +21,7 @@ pub fn split_member(name: &[u8]) -> Option<(&[u8], &[u8])> {
 /// `raw` as one safe file name: `%` and `/` percent-encoded (so distinct keys stay distinct and
 /// no key reaches another directory), a name of only dots encoded whole (never `.` or `..`).
 /// `None` for an empty name, one with a NUL, or one too long to serve.
-pub fn safe_name(raw: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn safe_name(raw: &[u8]) -> Option<Vec<u8>> {
     if raw.is_empty() || raw.contains(&0) {
         return None;
     }

@@ -42,7 +42,7 @@ pub fn expand(pattern: &str) -> io::Result<(PathBuf, Vec<String>)> {
 /// The names the file-name part `name` of `pattern` gives in a directory whose names `listing`
 /// gives (asked once, and only for a glob) and where `exists` says a name is (a name the braces
 /// make must be there, as WebDataset fails on a missing shard too): see [`expand`].
-pub fn expand_in(pattern: &str, name: &str, listing: impl FnOnce() -> io::Result<Vec<String>>, exists: impl Fn(&str) -> bool) -> io::Result<Vec<String>> {
+pub(crate) fn expand_in(pattern: &str, name: &str, listing: impl FnOnce() -> io::Result<Vec<String>>, exists: impl Fn(&str) -> bool) -> io::Result<Vec<String>> {
     let invalid = |why: String| io::Error::new(io::ErrorKind::InvalidInput, format!("shard pattern {pattern:?}: {why}"));
     let names = braces(name).map_err(invalid)?;
     let mut listing = Some(listing);
