@@ -202,14 +202,34 @@ def test_the_same_transforms_built_by_torchvision_itself_give_the_recipes_the_st
     assert raised.value.op.startswith("RandAugment(fill=")
 
 
-# Known bugs in _recipe.py, kept as strict xfails: each passes once the bug is fixed, and then
+@pytest.mark.parametrize(
+    "fill",
+    [None, 0, 0.0, (0, 0, 0), [0.0, 0.0, 0.0], [0], {"others": [0.0, 0.0, 0.0]}, {"others": 0}, {"others": None}],
+    ids=["none", "int", "float", "tuple", "list", "one_channel", "v2_others_per_channel", "v2_others_int", "v2_others_none"],
+)
+@pytest.mark.parametrize("policy", ["TrivialAugmentWide", "RandAugment", "AutoAugment"])
+def test_a_policy_filling_with_zero_in_any_form_is_served_as_a_fill_of_zero(policy, fill):
+    # v2 keeps fill=(0, 0, 0) as {"others": [0.0, 0.0, 0.0]}, v1 as it was given; the v2
+    # stand-in keeps a dict as given, so {"others": fill} is each form as v2 keeps it.
+    makers = [getattr(v2, policy)] + ([v1.TrivialAugmentWide] if policy == "TrivialAugmentWide" else [])
+    for make in makers:
+        want = recipe([v2.CenterCrop(32), make()])
+        assert recipe([v2.CenterCrop(32), make(fill=fill)]) == want
+        if not isinstance(fill, dict):
+            assert recipe([v2.CenterCrop(32), make(fill={"others": fill})]) == want
+
+
+@pytest.mark.parametrize("fill", [128, (0, 0, 1), [0.0, 0.5, 0.0], {"others": [0.0, 0.0, 1.0]}, {"others": 128}],
+                         ids=["grey", "tuple_blue", "list_green", "v2_others_blue", "v2_others_grey"])
+def test_a_policy_filling_with_anything_but_zero_is_refused_naming_the_fill(fill):
+    for make in (v2.RandAugment, v2.TrivialAugmentWide, v1.TrivialAugmentWide):
+        with pytest.raises(UnsupportedOp) as raised:
+            recipe([v2.CenterCrop(32), make(fill=fill)])
+        assert raised.value.op.startswith(f"{make.__name__}(fill=") and raised.value.index == 1
+
+
+# A known bug in _recipe.py, kept as a strict xfail: it passes once the bug is fixed, and then
 # fails (XPASS) until its marker is removed.
-
-
-@pytest.mark.xfail(strict=True, reason="_fill_is_zero reads v2's fill=(0, 0, 0), kept as {'others': [0.0, 0.0, 0.0]}, "
-                                       "as a fill the mount has not; v1's [0, 0, 0] and v2's 0 pass")
-def test_a_v2_policy_filling_each_channel_with_zero_is_served_as_a_fill_of_zero():
-    assert recipe([v2.CenterCrop(32), v2.TrivialAugmentWide(fill=(0, 0, 0))]) == recipe([v2.CenterCrop(32), v2.TrivialAugmentWide(fill=0)])
 
 
 @pytest.mark.xfail(strict=True, reason="_yaml_value prints repr(1e-05) = '1e-05', which YAML 1.1 parsers (PyYAML) read as a "
