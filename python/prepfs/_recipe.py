@@ -115,8 +115,24 @@ def _yaml_value(v: Any) -> str:
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_yaml_value(x) for x in v) + "]"
     if isinstance(v, float):
-        return repr(v)
+        return _yaml_float(v)
     return str(v)
+
+
+def _yaml_float(v: float) -> str:
+    """``v`` as a YAML float that YAML 1.2 (the mount's parser) and YAML 1.1 (PyYAML's) both read
+    back as this number: the shortest repr, with a ``.0`` in a mantissa that has no point
+    (``1.0e-05``, not ``1e-05``, which YAML 1.1 reads as a string) and YAML's spelling of
+    infinity and NaN."""
+    if math.isnan(v):
+        return ".nan"
+    if math.isinf(v):
+        return ".inf" if v > 0 else "-.inf"
+    text = repr(v)
+    mantissa, e, exponent = text.partition("e")
+    if e and "." not in mantissa:
+        text = f"{mantissa}.0e{exponent}"
+    return text
 
 
 def _yaml(augment: Sequence[Tuple[str, dict]], output: Optional[dict], name: Optional[str]) -> str:

@@ -228,13 +228,11 @@ def test_a_policy_filling_with_anything_but_zero_is_refused_naming_the_fill(fill
         assert raised.value.op.startswith(f"{make.__name__}(fill=") and raised.value.index == 1
 
 
-# A known bug in _recipe.py, kept as a strict xfail: it passes once the bug is fixed, and then
-# fails (XPASS) until its marker is removed.
-
-
-@pytest.mark.xfail(strict=True, reason="_yaml_value prints repr(1e-05) = '1e-05', which YAML 1.1 parsers (PyYAML) read as a "
-                                       "string; the mount's YAML 1.2 parser reads a number (1.0e-05 would be read as one by both)")
-def test_a_small_float_is_printed_as_a_number_that_yaml_parsers_of_either_version_read():
+@pytest.mark.parametrize("value", [1e-05, 1.5e-07, 5e-324, 1e16, 1e+20, 0.1, 0.08])
+def test_a_float_is_printed_as_a_number_that_yaml_parsers_of_either_version_read(value):
+    # PyYAML is YAML 1.1, whose floats need a point in the mantissa and a sign in the exponent:
+    # it reads 1e-05 as a string, 1.0e-05 as the number (as YAML 1.2 reads both).
     yaml = pytest.importorskip("yaml", reason="PyYAML parses the printed recipe back")
-    parsed = yaml.safe_load(recipe([v2.RandomResizedCrop(24, scale=(1e-05, 1.0))]))
-    assert parsed["augment"][0]["random_resized_crop"]["scale"] == [1e-05, 1.0]
+    text = recipe([v2.RandomResizedCrop(24, scale=(value, 1.0))])
+    got = yaml.safe_load(text)["augment"][0]["random_resized_crop"]["scale"]
+    assert got == [value, 1.0] and all(type(v) is float for v in got), text
