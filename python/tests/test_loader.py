@@ -10,6 +10,7 @@ once LIMIT s have passed, so nothing here waits without end. Tests that need no 
 that is no mount, a socket that never answers) run against a temporary directory.
 """
 
+import errno
 import gc
 import json
 import socket
@@ -355,19 +356,28 @@ def test_a_mount_that_goes_away_mid_epoch_makes_the_next_batch_raise_connectione
         mount.stop()
 
 
-# Known bugs in python/src/lib.rs, kept as strict xfails: each passes once the bug is fixed, and
-# then fails (XPASS) until its marker is removed.
+def test_the_error_for_a_socket_path_where_no_socket_is_names_that_path_and_the_file_that_named_it(prepfs, tmp_path):
+    mount = fake_mount(tmp_path, tmp_path / "gone.sock")
+    with pytest.raises(FileNotFoundError) as raised:
+        prepfs.Loader(mount, job="j", timeout=5)
+    error = raised.value
+    assert (error.errno, error.filename) == (errno.ENOENT, str(tmp_path / "gone.sock")), error
+    assert "gone.sock" in str(error) and str(mount / ".prepfs" / "loader.json") in str(error), error
 
 
-@pytest.mark.xfail(strict=True, reason="lib.rs io_error: the connect error says 'prepfs loader: No such file or directory' without "
-                                       "the socket's path or the loader.json it came from")
-def test_the_error_for_a_socket_path_where_no_socket_is_names_that_path(prepfs, tmp_path):
-    with pytest.raises(OSError, match="gone.sock"):
-        prepfs.Loader(fake_mount(tmp_path, tmp_path / "gone.sock"), job="j", timeout=5)
+def test_a_socket_no_daemon_listens_on_raises_connectionrefusederror_naming_it(prepfs, tmp_path):
+    path = tmp_path / "dead.sock"
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(str(path))  # bound, never listening: a connect is refused
+    try:
+        with pytest.raises(ConnectionRefusedError) as raised:
+            prepfs.Loader(fake_mount(tmp_path, path), job="j", timeout=5)
+    finally:
+        dead.close()
+    assert (raised.value.errno, raised.value.filename) == (errno.ECONNREFUSED, str(path)), raised.value
+    assert "loader.json" in str(raised.value)
 
 
-@pytest.mark.xfail(strict=True, reason="lib.rs Loader::new: UnixStream::connect has no timeout, so a daemon that stopped accepting "
-                                       "(its listen backlog full) blocks Loader() past its timeout")
 def test_a_daemon_that_stopped_accepting_connections_raises_timeouterror_after_the_loaders_timeout(prepfs, tmp_path):
     path = tmp_path / "full.sock"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -403,15 +413,24 @@ def test_a_daemon_that_stopped_accepting_connections_raises_timeouterror_after_t
             filler.close()
     thread.join(10)
     assert not blocked, "Loader(timeout=1) still blocked in connect after 3 s"
-    assert isinstance(got.get("error"), TimeoutError), got
+    error = got.get("error")
+    assert isinstance(error, TimeoutError) and error.errno == errno.ETIMEDOUT, got
+    assert "did not accept the connection" in str(error) and error.filename == str(path), error
 
 
-@pytest.mark.xfail(strict=True, reason="lib.rs Loader::new: Duration::from_secs_f64(timeout) panics for inf (and 1e300): a "
-                                       "pyo3 PanicException, which `except Exception` does not catch")
-def test_an_infinite_timeout_is_taken_as_none_or_refused_with_valueerror_not_a_panic(prepfs, tmp_path):
+@pytest.mark.parametrize("timeout", [float("inf"), None], ids=["inf", "none"])
+def test_an_infinite_timeout_or_none_waits_without_a_limit(prepfs, tmp_path, timeout):
+    # The daemon hangs up: the loader connected and waited for it (no timeout, no panic).
     daemon = SilentDaemon(tmp_path / "hangup.sock", hang_up=True)
     try:
-        with pytest.raises((ValueError, ConnectionError)):
-            prepfs.Loader(fake_mount(tmp_path, tmp_path / "hangup.sock"), job="j", timeout=float("inf"))
+        with pytest.raises(ConnectionError, match="closed the loader's connection"):
+            prepfs.Loader(fake_mount(tmp_path, tmp_path / "hangup.sock"), job="j", timeout=timeout)
     finally:
         daemon.close()
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), -1.0, 0, 0.0, float("-inf"), 1e300, 4e7],
+                         ids=["nan", "negative", "zero", "zero_float", "minus_inf", "1e300", "past_a_year"])
+def test_a_timeout_that_is_no_number_of_seconds_is_refused_with_valueerror_naming_it_before_it_looks_for_a_mount(prepfs, tmp_path, timeout):
+    with pytest.raises(ValueError, match=r"^timeout=.*or None \(or float\(\"inf\"\)\) to wait without a limit"):
+        prepfs.Loader(tmp_path, job="j", timeout=timeout)
