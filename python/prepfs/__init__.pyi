@@ -31,6 +31,12 @@ class Loader:
     ``labels`` is int64, the class index in ImageFolder's sorted class order.
     ``with prepfs.Loader(...) as batches:`` closes it when the block ends.
 
+    Epochs: every ``iter()`` begins a new epoch of the loader, also after an iteration left part
+    way (``for batch in loader: break``): what that epoch had not yet served is not served in it.
+    Loaders of one job share its epochs (each sample once per epoch across all of them): a new
+    ``iter()`` waits (up to a minute) while another loader of the job still walks the current
+    epoch, so data-parallel ranks begin each epoch together; a loader alone on its job never waits.
+
     ``timeout``: the seconds the daemon may take to answer; connecting and its welcome together
     within it, then each batch within it. ``None`` (or ``float("inf")``) waits without a limit.
     A number that is not above 0 (``0`` is refused, not taken as "no limit"), NaN, or more than
@@ -56,7 +62,8 @@ class Loader:
         slots: int = 4,
         timeout: Optional[float] = 600.0,
     ) -> None: ...
-    def __iter__(self) -> Iterator[Tuple[Tensor, Tensor]]: ...
+    def __iter__(self) -> Iterator[Tuple[Tensor, Tensor]]:
+        """Begins the loader's next epoch (a new one even where the last was left part way)."""
     def __next__(self) -> Tuple[Tensor, Tensor]: ...
     def __len__(self) -> int:
         """Batches in one epoch of the whole job."""

@@ -125,9 +125,9 @@ struct Facts {
 /// `dtype="float32-normalized"`, NCHW float32 normalised by `mean` and `std`; `labels` is int64,
 /// the class index in ImageFolder's sorted class order. Both speak DLPack. `view` is
 /// `"augmented"` or a recipe's name (`recipes:` in the mount's config): the job's epochs in
-/// `jobs/<job>/<recipe>/`, the recipe's pipeline drawn per sample. `timeout`: the seconds the
-/// daemon may take to answer (the connect and welcome together, then each request); `None` or
-/// `inf`: no limit.
+/// `jobs/<job>/<recipe>/`, the recipe's pipeline drawn per sample. Every `iter()` begins a new
+/// epoch, also after one left part way. `timeout`: the seconds the daemon may take to answer
+/// (the connect and welcome together, then each request); `None` or `inf`: no limit.
 #[pyclass(module = "prepfs")]
 struct Loader {
     conn: Mutex<Conn>,
@@ -647,7 +647,8 @@ impl Loader {
         })
     }
 
-    /// Begins the loader's next epoch.
+    /// Begins the loader's next epoch: a new one, also where the last was left part way (the
+    /// daemon ends an epoch no other loader of the job walks; see `fs/loader.rs`).
     fn __iter__(slf: PyRef<'_, Self>, py: Python<'_>) -> PyResult<Py<Loader>> {
         // A batch uploaded ahead belongs to the epoch left behind.
         #[cfg(feature = "gpu")]

@@ -152,6 +152,61 @@ def test_drop_last_leaves_the_short_batch_out_and_len_counts_only_full_ones(moun
     assert [len(labels) for _, labels in loader] == [5, 5, 5, 5]
 
 
+def test_a_loader_that_breaks_out_of_an_epoch_begins_a_whole_new_one_when_iterated_again(mounted, prepfs):
+    # A loader alone on its job: the next iter() must not wait on the epoch it left (before:
+    # a minute's wait on itself, past TIMEOUT, then only that epoch's rest).
+    loader = prepfs.Loader(mounted.mountpoint, job="break", batch_size=5, timeout=TIMEOUT)
+    for images, labels in loader:
+        first = list(loader.names)
+        break
+    assert len(first) == 5
+    del images, labels
+    second = epoch(loader)
+    assert sorted(second) == ALL_NAMES, "the epoch after a break is not a whole one"
+    # Left part way again, after two batches; then two whole epochs.
+    batches = iter(loader)
+    next(batches), next(batches)
+    assert sorted(epoch(loader)) == sorted(epoch(loader)) == ALL_NAMES
+    loader.close()
+
+
+def test_ranks_that_break_out_of_an_epoch_together_begin_the_next_together_and_split_it(mounted, prepfs):
+    # Two loaders of one job in threads, as two data-parallel ranks stepping together (the
+    # barriers): each leaves epoch 1 after one batch and iterates again. The first to ask waits
+    # on the other, which ends epoch 1; both then split epoch 2, each sample to one of them.
+    ranks = [prepfs.Loader(mounted.mountpoint, job="break-ranks", batch_size=3, timeout=TIMEOUT) for _ in range(2)]
+    step = threading.Barrier(2, timeout=2 * TIMEOUT)  # a bound on a broken test, not a condition
+    served, errors = {}, []
+
+    def rank(k, loader):
+        try:
+            for _ in loader:
+                step.wait()  # both in epoch 1, one batch each
+                break
+            names = []
+            for n, (images, labels) in enumerate(loader):
+                names += loader.names
+                del images, labels
+                if n == 0:
+                    step.wait()  # both in epoch 2 before either serves it to its end
+            served[k] = names
+        except Exception as e:  # raised in the test's thread below
+            step.abort()
+            errors.append(e)
+
+    threads = [threading.Thread(target=rank, args=(k, loader), daemon=True) for k, loader in enumerate(ranks)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    assert served[0] and served[1], f"one rank was served nothing of epoch 2: {served}"
+    assert sorted(served[0] + served[1]) == ALL_NAMES, "epoch 2 not split between the ranks, each sample once"
+    for loader in ranks:
+        loader.close()
+
+
 def test_a_recipes_view_is_served_at_the_recipes_size_pixel_for_pixel_as_its_files(mounted, prepfs):
     loader = prepfs.Loader(mounted.mountpoint, job="val", view="val", batch_size=7, timeout=TIMEOUT)
     served = epoch(loader)
