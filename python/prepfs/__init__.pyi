@@ -30,6 +30,22 @@ class Loader:
     or, with ``dtype="float32-normalized"``, NCHW float32 normalised by ``mean`` and ``std``;
     ``labels`` is int64, the class index in ImageFolder's sorted class order.
     ``with prepfs.Loader(...) as batches:`` closes it when the block ends.
+
+    Epochs: every ``iter()`` begins a new epoch of the loader, also after an iteration left part
+    way (``for batch in loader: break``): what that epoch had not yet served is not served in it.
+    Loaders of one job share its epochs (each sample once per epoch across all of them): a new
+    ``iter()`` waits (up to a minute) while another loader of the job still walks the current
+    epoch, so data-parallel ranks begin each epoch together; a loader alone on its job never waits.
+
+    ``timeout``: the seconds the daemon may take to answer; connecting and its welcome together
+    within it, then each batch within it. ``None`` (or ``float("inf")``) waits without a limit.
+    A number that is not above 0 (``0`` is refused, not taken as "no limit"), NaN, or more than
+    a year raises ``ValueError``. Past the timeout: ``TimeoutError``.
+
+    Errors reaching the mount's loader socket are ``OSError`` subclasses with their ``errno``
+    (``FileNotFoundError``: no socket there; ``ConnectionRefusedError``: no daemon listens;
+    ``PermissionError``; ``TimeoutError``: the daemon did not accept within ``timeout``), the
+    socket as ``filename``, and the file that named it (``.prepfs/loader.json``) in the message.
     """
 
     def __init__(
@@ -44,9 +60,10 @@ class Loader:
         mean: Tuple[float, float, float] = (0.485, 0.456, 0.406),
         std: Tuple[float, float, float] = (0.229, 0.224, 0.225),
         slots: int = 4,
-        timeout: float = 600.0,
+        timeout: Optional[float] = 600.0,
     ) -> None: ...
-    def __iter__(self) -> Iterator[Tuple[Tensor, Tensor]]: ...
+    def __iter__(self) -> Iterator[Tuple[Tensor, Tensor]]:
+        """Begins the loader's next epoch (a new one even where the last was left part way)."""
     def __next__(self) -> Tuple[Tensor, Tensor]: ...
     def __len__(self) -> int:
         """Batches in one epoch of the whole job."""

@@ -66,11 +66,30 @@ def _range(value: Any) -> Optional[List[float]]:
     return _pair(value)
 
 
+def _is_zero_fill(fill: Any) -> bool:
+    """Whether a policy's fill, in any form torchvision keeps it, is 0 in every channel: None
+    (torchvision's default, 0), a number, a sequence of one per channel (v1's ``[0, 0, 0]``),
+    or v2's ``{type: fill}`` (``{"others": [0.0, 0.0, 0.0]}``, or a defaultdict whose default
+    is the fill) holding any of these."""
+    if fill is None:
+        return True
+    if isinstance(fill, str):
+        return False
+    if isinstance(fill, dict):
+        default = getattr(fill, "default_factory", None)
+        if default is not None and not _is_zero_fill(default()):
+            return False
+        return all(_is_zero_fill(v) for v in fill.values())
+    if isinstance(fill, (list, tuple)):
+        return all(_is_zero_fill(f) for f in fill)
+    try:
+        return bool(fill == 0)
+    except (TypeError, ValueError):  # an object that is no number (an array compares per element)
+        return False
+
+
 def _fill_is_zero(op: Any) -> bool:
-    fill = getattr(op, "fill", None)
-    if isinstance(fill, dict):  # v2: {type: fill}
-        return all(v is None or v == 0 or v == [0] for v in fill.values())
-    return fill is None or fill == 0 or (isinstance(fill, (list, tuple)) and all(f == 0 for f in fill))
+    return _is_zero_fill(getattr(op, "fill", None))
 
 
 # The ops applied to the pixels after the geometry (the mount runs them on the small image).
@@ -96,8 +115,24 @@ def _yaml_value(v: Any) -> str:
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_yaml_value(x) for x in v) + "]"
     if isinstance(v, float):
-        return repr(v)
+        return _yaml_float(v)
     return str(v)
+
+
+def _yaml_float(v: float) -> str:
+    """``v`` as a YAML float that YAML 1.2 (the mount's parser) and YAML 1.1 (PyYAML's) both read
+    back as this number: the shortest repr, with a ``.0`` in a mantissa that has no point
+    (``1.0e-05``, not ``1e-05``, which YAML 1.1 reads as a string) and YAML's spelling of
+    infinity and NaN."""
+    if math.isnan(v):
+        return ".nan"
+    if math.isinf(v):
+        return ".inf" if v > 0 else "-.inf"
+    text = repr(v)
+    mantissa, e, exponent = text.partition("e")
+    if e and "." not in mantissa:
+        text = f"{mantissa}.0e{exponent}"
+    return text
 
 
 def _yaml(augment: Sequence[Tuple[str, dict]], output: Optional[dict], name: Optional[str]) -> str:

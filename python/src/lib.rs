@@ -18,7 +18,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pyo3::exceptions::{PyConnectionError, PyOSError, PyRuntimeError, PyStopIteration, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
@@ -125,7 +125,9 @@ struct Facts {
 /// `dtype="float32-normalized"`, NCHW float32 normalised by `mean` and `std`; `labels` is int64,
 /// the class index in ImageFolder's sorted class order. Both speak DLPack. `view` is
 /// `"augmented"` or a recipe's name (`recipes:` in the mount's config): the job's epochs in
-/// `jobs/<job>/<recipe>/`, the recipe's pipeline drawn per sample.
+/// `jobs/<job>/<recipe>/`, the recipe's pipeline drawn per sample. Every `iter()` begins a new
+/// epoch, also after one left part way. `timeout`: the seconds the daemon may take to answer
+/// (the connect and welcome together, then each request); `None` or `inf`: no limit.
 #[pyclass(module = "prepfs")]
 struct Loader {
     conn: Mutex<Conn>,
@@ -206,27 +208,108 @@ fn io_error(e: io::Error) -> PyErr {
     }
 }
 
-/// The loader socket of the mount at `mountpoint`: from its `.prepfs/loader.json` (every
-/// user's on an `allow_other` mount), else from `.prepfs/stats.json` (a mount that has no
-/// loader.json, or whose loader.json this user may not read).
-fn socket_of(mountpoint: &Path) -> PyResult<PathBuf> {
+/// The loader socket of the mount at `mountpoint`, and the file that named it: its
+/// `.prepfs/loader.json` (every user's on an `allow_other` mount), else `.prepfs/stats.json` (a
+/// mount that has no loader.json, or whose loader.json this user may not read).
+fn socket_of(mountpoint: &Path) -> PyResult<(PathBuf, PathBuf)> {
     let loader = mountpoint.join(".prepfs/loader.json");
     let stats = mountpoint.join(".prepfs/stats.json");
     let (file, socket) = match std::fs::read_to_string(&loader) {
-        Ok(text) => (&loader, socket_in(&loader, &text, "/socket")?),
+        Ok(text) => (loader.clone(), socket_in(&loader, &text, "/socket")?),
         Err(_) => {
             let text = std::fs::read_to_string(&stats)
                 .map_err(|e| PyOSError::new_err(format!("{}: {e} (is a prepfs mount there?)", stats.display())))?;
-            (&stats, socket_in(&stats, &text, "/loader/socket")?)
+            (stats.clone(), socket_in(&stats, &text, "/loader/socket")?)
         }
     };
     match socket {
-        Some(path) => Ok(PathBuf::from(path)),
+        Some(path) => Ok((PathBuf::from(path), file)),
         None => Err(PyOSError::new_err(format!(
             "the mount at {} has no loader socket (loader: {{ enabled: false }}?; read {})",
             mountpoint.display(),
             file.display()
         ))),
+    }
+}
+
+/// The longest finite `timeout` taken, in seconds (a year): a larger number is no wait anyone
+/// means; `None` (or `float("inf")`) waits without a limit.
+const MAX_TIMEOUT_S: f64 = 365.0 * 24.0 * 3600.0;
+
+/// The `timeout` argument as a limit: `None` for no limit (`None` or `inf`); a ValueError naming
+/// the argument for NaN, a number not above 0, and one past [`MAX_TIMEOUT_S`].
+fn timeout_limit(timeout: Option<f64>) -> PyResult<Option<Duration>> {
+    let refuse = |why: &str| {
+        let shown = match timeout {
+            Some(t) if t.is_nan() => "nan".to_owned(),
+            Some(t) => format!("{t:?}"),
+            None => "None".to_owned(),
+        };
+        PyValueError::new_err(format!(
+            "timeout={shown}: {why}; give the seconds the daemon may take to answer (a number above 0, at most {MAX_TIMEOUT_S:.0}), or None (or float(\"inf\")) to wait without a limit"
+        ))
+    };
+    match timeout {
+        None => Ok(None),
+        Some(t) if t == f64::INFINITY => Ok(None),
+        Some(t) if t.is_nan() => Err(refuse("not a number")),
+        Some(t) if t <= 0.0 => Err(refuse("not above 0")),
+        Some(t) if t > MAX_TIMEOUT_S => Err(refuse("more than a year")),
+        Some(t) => Ok(Some(Duration::from_secs_f64(t))),
+    }
+}
+
+/// What is left of `deadline` (none: no limit); a timeout error once it has passed.
+fn left(deadline: Option<Instant>) -> io::Result<Option<Duration>> {
+    match deadline.map(|d| d.saturating_duration_since(Instant::now())) {
+        Some(left) if left.is_zero() => Err(io::Error::new(io::ErrorKind::TimedOut, "the loader's timeout passed")),
+        left => Ok(left),
+    }
+}
+
+/// Connects to the loader socket at `path` by `deadline` (none: without a limit). A Unix
+/// socket's connect blocks while the listener's backlog is full (a daemon that stopped
+/// accepting), and a non-blocking one fails at once with EAGAIN, leaving nothing to poll for:
+/// so the connect blocks with the time left as the socket's send timeout (SO_SNDTIMEO), which
+/// bounds that wait in the kernel (it then fails with EAGAIN, returned as `TimedOut`).
+/// `Interrupted`: a signal came; the caller checks Python's signals and calls again.
+fn connect(path: &Path, deadline: Option<Instant>) -> io::Result<UnixStream> {
+    use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType, UnixAddr};
+    let addr = UnixAddr::new(path)?;
+    let stream = UnixStream::from(socket(AddressFamily::Unix, SockType::Stream, SockFlag::SOCK_CLOEXEC, None)?);
+    stream.set_write_timeout(left(deadline)?)?;
+    match nix::sys::socket::connect(stream.as_raw_fd(), &addr) {
+        Ok(()) => Ok(stream),
+        Err(nix::errno::Errno::EAGAIN) if deadline.is_some() => {
+            Err(io::Error::new(io::ErrorKind::TimedOut, "the daemon did not accept the connection in time"))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Why connecting to the loader `socket` (named by `file`) failed, as the OSError subclass its
+/// errno makes (FileNotFoundError, ConnectionRefusedError, PermissionError, TimeoutError, ...),
+/// with that errno, the socket as its filename, and both paths in its message.
+fn connect_error(py: Python<'_>, e: &io::Error, socket: &Path, file: &Path, timeout: Option<Duration>) -> PyErr {
+    let (errno, what) = match (e.raw_os_error(), e.kind()) {
+        (Some(errno), _) => (errno, nix::errno::Errno::from_raw(errno).desc().to_owned()),
+        (None, io::ErrorKind::TimedOut) => {
+            let waited = timeout.map_or_else(String::new, |t| format!(" in {} s", t.as_secs_f64()));
+            (libc::ETIMEDOUT, format!("the prepfs daemon did not accept the connection{waited} (stopped, or too busy to accept?)"))
+        }
+        (None, _) => (libc::EIO, e.to_string()),
+    };
+    let hint = match errno {
+        libc::ENOENT => "; is the mount still running? it removes its socket when it ends",
+        libc::ECONNREFUSED => "; no daemon listens there: has the mount ended?",
+        libc::EACCES | libc::EPERM => "; the mount serves only its owner without allow_other",
+        _ => "",
+    };
+    let message = format!("{what} (the loader socket named by {}{hint})", file.display());
+    // OSError(errno, ...) is made as the subclass the errno names (PEP 3151).
+    match py.get_type::<PyOSError>().call1((errno, message, socket.display().to_string())) {
+        Ok(error) => PyErr::from_value(error),
+        Err(e) => e,
     }
 }
 
@@ -427,7 +510,7 @@ impl Loader {
 #[pymethods]
 impl Loader {
     #[new]
-    #[pyo3(signature = (mountpoint, job, view="augmented", batch_size=256, device="cpu", dtype="uint8", drop_last=false, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), slots=4, timeout=600.0))]
+    #[pyo3(signature = (mountpoint, job, view="augmented", batch_size=256, device="cpu", dtype="uint8", drop_last=false, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), slots=4, timeout=Some(600.0)))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -441,7 +524,7 @@ impl Loader {
         mean: (f32, f32, f32),
         std: (f32, f32, f32),
         slots: u32,
-        timeout: f64,
+        timeout: Option<f64>,
     ) -> PyResult<Loader> {
         // `augmented`, or a recipe's name: the daemon says which views it has.
         if matches!(view, "encoded" | "decoded" | "") {
@@ -469,15 +552,29 @@ impl Loader {
         if [std.0, std.1, std.2].iter().any(|s| *s <= 0.0) {
             return Err(PyValueError::new_err("std must be positive"));
         }
-        let socket = socket_of(&mountpoint)?;
-        let connected = py.allow_threads(|| -> io::Result<(UnixStream, Reply, OwnedFd)> {
-            let mut stream = UnixStream::connect(&socket)?;
-            stream.set_read_timeout(Some(Duration::from_secs_f64(timeout.max(1.0))))?;
+        let timeout = timeout_limit(timeout)?;
+        let (socket, named_by) = socket_of(&mountpoint)?;
+        // The whole handshake (connect, hello, welcome) within the timeout; each request after
+        // it within the timeout again.
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut stream = loop {
+            match py.allow_threads(|| connect(&socket, deadline)) {
+                Ok(stream) => break stream,
+                // A signal (Ctrl-C): raised here if Python's handler says so, else connect again.
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => py.check_signals()?,
+                Err(e) => return Err(connect_error(py, &e, &socket, &named_by, timeout)),
+            }
+        };
+        let connected = py.allow_threads(|| -> io::Result<(Reply, OwnedFd)> {
+            stream.set_write_timeout(left(deadline)?)?;
             wire::write_frame(&mut stream, &Request::Hello { version: wire::VERSION, job: job.to_owned(), batch_size, slots, view: Some(view.to_owned()) })?;
-            let (welcome, fd) = read_welcome(&stream)?;
-            Ok((stream, welcome, fd))
+            stream.set_read_timeout(left(deadline)?)?;
+            let welcome = read_welcome(&stream)?;
+            stream.set_read_timeout(timeout)?;
+            stream.set_write_timeout(timeout)?;
+            Ok(welcome)
         });
-        let (stream, welcome, fd) = connected.map_err(|e| match e.kind() {
+        let (welcome, fd) = connected.map_err(|e| match e.kind() {
             io::ErrorKind::PermissionDenied => PyRuntimeError::new_err(format!("prepfs: {e}")),
             _ => io_error(e),
         })?;
@@ -550,7 +647,8 @@ impl Loader {
         })
     }
 
-    /// Begins the loader's next epoch.
+    /// Begins the loader's next epoch: a new one, also where the last was left part way (the
+    /// daemon ends an epoch no other loader of the job walks; see `fs/loader.rs`).
     fn __iter__(slf: PyRef<'_, Self>, py: Python<'_>) -> PyResult<Py<Loader>> {
         // A batch uploaded ahead belongs to the epoch left behind.
         #[cfg(feature = "gpu")]

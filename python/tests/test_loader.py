@@ -10,6 +10,7 @@ once LIMIT s have passed, so nothing here waits without end. Tests that need no 
 that is no mount, a socket that never answers) run against a temporary directory.
 """
 
+import errno
 import gc
 import json
 import socket
@@ -149,6 +150,61 @@ def test_drop_last_leaves_the_short_batch_out_and_len_counts_only_full_ones(moun
     loader = prepfs.Loader(mounted.mountpoint, job="drop", batch_size=5, drop_last=True, timeout=TIMEOUT)
     assert len(loader) == 4
     assert [len(labels) for _, labels in loader] == [5, 5, 5, 5]
+
+
+def test_a_loader_that_breaks_out_of_an_epoch_begins_a_whole_new_one_when_iterated_again(mounted, prepfs):
+    # A loader alone on its job: the next iter() must not wait on the epoch it left (before:
+    # a minute's wait on itself, past TIMEOUT, then only that epoch's rest).
+    loader = prepfs.Loader(mounted.mountpoint, job="break", batch_size=5, timeout=TIMEOUT)
+    for images, labels in loader:
+        first = list(loader.names)
+        break
+    assert len(first) == 5
+    del images, labels
+    second = epoch(loader)
+    assert sorted(second) == ALL_NAMES, "the epoch after a break is not a whole one"
+    # Left part way again, after two batches; then two whole epochs.
+    batches = iter(loader)
+    next(batches), next(batches)
+    assert sorted(epoch(loader)) == sorted(epoch(loader)) == ALL_NAMES
+    loader.close()
+
+
+def test_ranks_that_break_out_of_an_epoch_together_begin_the_next_together_and_split_it(mounted, prepfs):
+    # Two loaders of one job in threads, as two data-parallel ranks stepping together (the
+    # barriers): each leaves epoch 1 after one batch and iterates again. The first to ask waits
+    # on the other, which ends epoch 1; both then split epoch 2, each sample to one of them.
+    ranks = [prepfs.Loader(mounted.mountpoint, job="break-ranks", batch_size=3, timeout=TIMEOUT) for _ in range(2)]
+    step = threading.Barrier(2, timeout=2 * TIMEOUT)  # a bound on a broken test, not a condition
+    served, errors = {}, []
+
+    def rank(k, loader):
+        try:
+            for _ in loader:
+                step.wait()  # both in epoch 1, one batch each
+                break
+            names = []
+            for n, (images, labels) in enumerate(loader):
+                names += loader.names
+                del images, labels
+                if n == 0:
+                    step.wait()  # both in epoch 2 before either serves it to its end
+            served[k] = names
+        except Exception as e:  # raised in the test's thread below
+            step.abort()
+            errors.append(e)
+
+    threads = [threading.Thread(target=rank, args=(k, loader), daemon=True) for k, loader in enumerate(ranks)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    assert served[0] and served[1], f"one rank was served nothing of epoch 2: {served}"
+    assert sorted(served[0] + served[1]) == ALL_NAMES, "epoch 2 not split between the ranks, each sample once"
+    for loader in ranks:
+        loader.close()
 
 
 def test_a_recipes_view_is_served_at_the_recipes_size_pixel_for_pixel_as_its_files(mounted, prepfs):
@@ -355,19 +411,28 @@ def test_a_mount_that_goes_away_mid_epoch_makes_the_next_batch_raise_connectione
         mount.stop()
 
 
-# Known bugs in python/src/lib.rs, kept as strict xfails: each passes once the bug is fixed, and
-# then fails (XPASS) until its marker is removed.
+def test_the_error_for_a_socket_path_where_no_socket_is_names_that_path_and_the_file_that_named_it(prepfs, tmp_path):
+    mount = fake_mount(tmp_path, tmp_path / "gone.sock")
+    with pytest.raises(FileNotFoundError) as raised:
+        prepfs.Loader(mount, job="j", timeout=5)
+    error = raised.value
+    assert (error.errno, error.filename) == (errno.ENOENT, str(tmp_path / "gone.sock")), error
+    assert "gone.sock" in str(error) and str(mount / ".prepfs" / "loader.json") in str(error), error
 
 
-@pytest.mark.xfail(strict=True, reason="lib.rs io_error: the connect error says 'prepfs loader: No such file or directory' without "
-                                       "the socket's path or the loader.json it came from")
-def test_the_error_for_a_socket_path_where_no_socket_is_names_that_path(prepfs, tmp_path):
-    with pytest.raises(OSError, match="gone.sock"):
-        prepfs.Loader(fake_mount(tmp_path, tmp_path / "gone.sock"), job="j", timeout=5)
+def test_a_socket_no_daemon_listens_on_raises_connectionrefusederror_naming_it(prepfs, tmp_path):
+    path = tmp_path / "dead.sock"
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(str(path))  # bound, never listening: a connect is refused
+    try:
+        with pytest.raises(ConnectionRefusedError) as raised:
+            prepfs.Loader(fake_mount(tmp_path, path), job="j", timeout=5)
+    finally:
+        dead.close()
+    assert (raised.value.errno, raised.value.filename) == (errno.ECONNREFUSED, str(path)), raised.value
+    assert "loader.json" in str(raised.value)
 
 
-@pytest.mark.xfail(strict=True, reason="lib.rs Loader::new: UnixStream::connect has no timeout, so a daemon that stopped accepting "
-                                       "(its listen backlog full) blocks Loader() past its timeout")
 def test_a_daemon_that_stopped_accepting_connections_raises_timeouterror_after_the_loaders_timeout(prepfs, tmp_path):
     path = tmp_path / "full.sock"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -403,15 +468,24 @@ def test_a_daemon_that_stopped_accepting_connections_raises_timeouterror_after_t
             filler.close()
     thread.join(10)
     assert not blocked, "Loader(timeout=1) still blocked in connect after 3 s"
-    assert isinstance(got.get("error"), TimeoutError), got
+    error = got.get("error")
+    assert isinstance(error, TimeoutError) and error.errno == errno.ETIMEDOUT, got
+    assert "did not accept the connection" in str(error) and error.filename == str(path), error
 
 
-@pytest.mark.xfail(strict=True, reason="lib.rs Loader::new: Duration::from_secs_f64(timeout) panics for inf (and 1e300): a "
-                                       "pyo3 PanicException, which `except Exception` does not catch")
-def test_an_infinite_timeout_is_taken_as_none_or_refused_with_valueerror_not_a_panic(prepfs, tmp_path):
+@pytest.mark.parametrize("timeout", [float("inf"), None], ids=["inf", "none"])
+def test_an_infinite_timeout_or_none_waits_without_a_limit(prepfs, tmp_path, timeout):
+    # The daemon hangs up: the loader connected and waited for it (no timeout, no panic).
     daemon = SilentDaemon(tmp_path / "hangup.sock", hang_up=True)
     try:
-        with pytest.raises((ValueError, ConnectionError)):
-            prepfs.Loader(fake_mount(tmp_path, tmp_path / "hangup.sock"), job="j", timeout=float("inf"))
+        with pytest.raises(ConnectionError, match="closed the loader's connection"):
+            prepfs.Loader(fake_mount(tmp_path, tmp_path / "hangup.sock"), job="j", timeout=timeout)
     finally:
         daemon.close()
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), -1.0, 0, 0.0, float("-inf"), 1e300, 4e7],
+                         ids=["nan", "negative", "zero", "zero_float", "minus_inf", "1e300", "past_a_year"])
+def test_a_timeout_that_is_no_number_of_seconds_is_refused_with_valueerror_naming_it_before_it_looks_for_a_mount(prepfs, tmp_path, timeout):
+    with pytest.raises(ValueError, match=r"^timeout=.*or None \(or float\(\"inf\"\)\) to wait without a limit"):
+        prepfs.Loader(tmp_path, job="j", timeout=timeout)

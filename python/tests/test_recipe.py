@@ -202,19 +202,37 @@ def test_the_same_transforms_built_by_torchvision_itself_give_the_recipes_the_st
     assert raised.value.op.startswith("RandAugment(fill=")
 
 
-# Known bugs in _recipe.py, kept as strict xfails: each passes once the bug is fixed, and then
-# fails (XPASS) until its marker is removed.
+@pytest.mark.parametrize(
+    "fill",
+    [None, 0, 0.0, (0, 0, 0), [0.0, 0.0, 0.0], [0], {"others": [0.0, 0.0, 0.0]}, {"others": 0}, {"others": None}],
+    ids=["none", "int", "float", "tuple", "list", "one_channel", "v2_others_per_channel", "v2_others_int", "v2_others_none"],
+)
+@pytest.mark.parametrize("policy", ["TrivialAugmentWide", "RandAugment", "AutoAugment"])
+def test_a_policy_filling_with_zero_in_any_form_is_served_as_a_fill_of_zero(policy, fill):
+    # v2 keeps fill=(0, 0, 0) as {"others": [0.0, 0.0, 0.0]}, v1 as it was given; the v2
+    # stand-in keeps a dict as given, so {"others": fill} is each form as v2 keeps it.
+    makers = [getattr(v2, policy)] + ([v1.TrivialAugmentWide] if policy == "TrivialAugmentWide" else [])
+    for make in makers:
+        want = recipe([v2.CenterCrop(32), make()])
+        assert recipe([v2.CenterCrop(32), make(fill=fill)]) == want
+        if not isinstance(fill, dict):
+            assert recipe([v2.CenterCrop(32), make(fill={"others": fill})]) == want
 
 
-@pytest.mark.xfail(strict=True, reason="_fill_is_zero reads v2's fill=(0, 0, 0), kept as {'others': [0.0, 0.0, 0.0]}, "
-                                       "as a fill the mount has not; v1's [0, 0, 0] and v2's 0 pass")
-def test_a_v2_policy_filling_each_channel_with_zero_is_served_as_a_fill_of_zero():
-    assert recipe([v2.CenterCrop(32), v2.TrivialAugmentWide(fill=(0, 0, 0))]) == recipe([v2.CenterCrop(32), v2.TrivialAugmentWide(fill=0)])
+@pytest.mark.parametrize("fill", [128, (0, 0, 1), [0.0, 0.5, 0.0], {"others": [0.0, 0.0, 1.0]}, {"others": 128}],
+                         ids=["grey", "tuple_blue", "list_green", "v2_others_blue", "v2_others_grey"])
+def test_a_policy_filling_with_anything_but_zero_is_refused_naming_the_fill(fill):
+    for make in (v2.RandAugment, v2.TrivialAugmentWide, v1.TrivialAugmentWide):
+        with pytest.raises(UnsupportedOp) as raised:
+            recipe([v2.CenterCrop(32), make(fill=fill)])
+        assert raised.value.op.startswith(f"{make.__name__}(fill=") and raised.value.index == 1
 
 
-@pytest.mark.xfail(strict=True, reason="_yaml_value prints repr(1e-05) = '1e-05', which YAML 1.1 parsers (PyYAML) read as a "
-                                       "string; the mount's YAML 1.2 parser reads a number (1.0e-05 would be read as one by both)")
-def test_a_small_float_is_printed_as_a_number_that_yaml_parsers_of_either_version_read():
+@pytest.mark.parametrize("value", [1e-05, 1.5e-07, 5e-324, 1e16, 1e+20, 0.1, 0.08])
+def test_a_float_is_printed_as_a_number_that_yaml_parsers_of_either_version_read(value):
+    # PyYAML is YAML 1.1, whose floats need a point in the mantissa and a sign in the exponent:
+    # it reads 1e-05 as a string, 1.0e-05 as the number (as YAML 1.2 reads both).
     yaml = pytest.importorskip("yaml", reason="PyYAML parses the printed recipe back")
-    parsed = yaml.safe_load(recipe([v2.RandomResizedCrop(24, scale=(1e-05, 1.0))]))
-    assert parsed["augment"][0]["random_resized_crop"]["scale"] == [1e-05, 1.0]
+    text = recipe([v2.RandomResizedCrop(24, scale=(value, 1.0))])
+    got = yaml.safe_load(text)["augment"][0]["random_resized_crop"]["scale"]
+    assert got == [value, 1.0] and all(type(v) is float for v in got), text

@@ -109,3 +109,16 @@ def test_a_crop_after_a_pixel_op_is_refused_by_prepfs_recipe_and_written_by_hand
     status, _, stderr = check(tmp_path, text)
     assert status != 0
     assert "center_crop" in stderr, stderr
+
+
+def test_a_small_float_the_recipe_prints_for_yaml_1_1_readers_is_read_by_the_mount_as_the_same_number(tmp_path):
+    # prepfs.recipe prints 1e-05 as 1.0e-05 (PyYAML, YAML 1.1, reads 1e-05 as a string): the
+    # mount's YAML 1.2 parser must read that spelling as the number too.
+    yaml = pytest.importorskip("yaml", reason="PyYAML reads prepfs check's effective config")
+    text = recipe(v2.Compose([v2.RandomResizedCrop(24, scale=(1e-05, 1.0)), v2.GaussianBlur(3, (1.5e-07, 2.0))]), name="r")
+    assert "scale: [1.0e-05, 1.0]" in text and "sigma: [1.5e-07, 2.0]" in text, text
+    status, stdout, stderr = check(tmp_path, "seed: 1\n" + text)
+    assert status == 0, f"prepfs check refused:\n{text}\n{stderr}"
+    crop, blur = (next(iter(op.values())) for op in yaml.safe_load(stdout)["recipes"]["r"]["augment"])
+    assert crop["scale"] == [1e-05, 1.0], stdout
+    assert blur["sigma"] == pytest.approx([1.5e-07, 2.0], rel=1e-6), stdout

@@ -2,7 +2,7 @@
 //! sample an open is served ([`Job::choose`]), and in what order a directory is listed
 //! ([`Job::listing_order`], which prefetch then runs along).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 // Statistics and the registry's counters are std's atomics (added to relaxed); the seen
 // and claimed bits and the pass counters, which synchronise, are prepfs_base::sync's (shuttle's under
 // `--features shuttle`; in `pass`), as are the locks.
@@ -106,6 +106,9 @@ pub struct Job {
     /// by recipe number, made at first use: a job reading two recipes has an epoch and
     /// seen/claimed bits in each, as if each were a job of its own with the job's slot.
     recipes: Mutex<HashMap<u8, Arc<Job>>>,
+    /// The loader socket's walks of the job in progress, by the epoch each walks: the readers
+    /// that will serve the rest of an epoch (see [`Job::end_epoch_unless_walked`]).
+    walks: Mutex<BTreeMap<u64, usize>>,
     last_active_ms: AtomicU64,
     pub counters: JobCounters,
 }
@@ -124,6 +127,7 @@ impl Job {
             claimed: Bitset::new(files),
             state: Mutex::new(JobState::default()),
             recipes: Mutex::new(HashMap::new()),
+            walks: Mutex::new(BTreeMap::new()),
             last_active_ms: AtomicU64::new(now_ms),
             counters: JobCounters::default(),
         }
@@ -505,6 +509,52 @@ impl Job {
         if let Some(epoch) = given_back {
             shared.release(epoch, sample);
         }
+    }
+
+    /// A loader's walk begins in the job's current epoch, which is returned (from 1): the walk
+    /// is in progress there until [`Job::walk_ended`] (its order walked through, abandoned, or
+    /// its connection gone). Counted atomically with [`Job::end_epoch_unless_walked`], so a walk
+    /// never begins in an epoch just ended for want of walkers.
+    pub fn walk_begun(&self) -> u64 {
+        let mut walks = self.walks.lock_or_recover();
+        let epoch = self.epoch();
+        *walks.entry(epoch).or_default() += 1;
+        epoch
+    }
+
+    /// A walk begun in `epoch` ([`Job::walk_begun`]) is no longer in progress.
+    pub fn walk_ended(&self, epoch: u64) {
+        let mut walks = self.walks.lock_or_recover();
+        if let Some(n) = walks.get_mut(&epoch) {
+            *n -= 1;
+            if *n == 0 {
+                walks.remove(&epoch);
+            }
+        }
+    }
+
+    /// Whether the job is past `epoch`, ending it first when nothing is left to serve the rest
+    /// of it: no loader walks it ([`Job::walk_begun`]) and no open holds a claim in the job (a
+    /// sample chosen and not yet read). Its samples not served are then not served in it: a
+    /// loader that ended its walk early (`for batch in loader: break`) begins the next epoch
+    /// rather than wait for one that no one finishes. A shared job's epochs are its store's,
+    /// which other mounts' readers may still be walking: it ends only by being served.
+    pub fn end_epoch_unless_walked(&self, epoch: u64) -> bool {
+        let walks = self.walks.lock_or_recover();
+        if self.epoch() != epoch {
+            return true;
+        }
+        if self.shared.is_some() || walks.contains_key(&epoch) {
+            return false;
+        }
+        let _state = self.lock();
+        if self.claimed.count() != 0 {
+            return false;
+        }
+        if self.epoch() == epoch {
+            self.epoch.next();
+        }
+        true
     }
 
     /// Whether the job's state is shared with other mounts.

@@ -271,3 +271,31 @@ fn an_unusable_sample_is_never_chosen_with_ods_on_or_off() {
         assert_eq!(none, Choice { sample: 1, substituted: false, claimed: false });
     }
 }
+
+#[test]
+fn an_epoch_is_ended_unserved_only_once_no_walk_is_in_it_and_no_open_holds_a_claim() {
+    let reg = jobs(4);
+    let job = reg.get_or_create(b"walked", Requester::OWNER).expect("job");
+    let dir = [0, 1, 2, 3];
+    let none = |_c: FileId| 0u8;
+    let (a, b) = (job.walk_begun(), job.walk_begun());
+    assert_eq!((a, b), (1, 1));
+    let c = job.choose_within_epoch(1, 0, &dir, none, 2, 0, |_| false);
+    job.mark_served(c.sample, true);
+    job.walk_ended(a);
+    assert!(!job.end_epoch_unless_walked(1), "b still walks epoch 1");
+    job.walk_ended(b);
+    // An open's claim (chosen, not yet read) is a reader still serving the epoch.
+    let open = job.choose(1, &dir, none, 2, 0, true);
+    assert!(open.claimed);
+    assert!(!job.end_epoch_unless_walked(1), "a claim is held");
+    job.unclaim(open.sample);
+    assert!(job.end_epoch_unless_walked(1));
+    assert_eq!((job.epoch(), job.served_this_epoch()), (2, 0), "ended with 3 of 4 unserved");
+    // Once past it, asking again ends nothing more.
+    assert!(job.end_epoch_unless_walked(1));
+    assert_eq!(job.epoch(), 2);
+    // A walk begun after the end is in the new epoch.
+    assert_eq!(job.walk_begun(), 2);
+    assert!(!job.end_epoch_unless_walked(2));
+}

@@ -5,6 +5,13 @@
 //! substitute from the same directory), produced through the same cache and pixel work, and
 //! written into the loader's ring slot as HWC uint8 pixels.
 //!
+//! Each begin (`iter()` in Python) is the loader's next epoch, whether it walked the last one
+//! through or left it part way. A walk counts as walking its job's epoch from its begin until it
+//! is walked through, begun again, or dropped with its connection; a begin waits only while
+//! another walk is in the epoch it leaves (ranks begin each epoch together), and an epoch that
+//! no walk is in and no open holds a claim in is ended then, served or not, so a loader never
+//! waits on itself ([`Filesystem::loader_begin`]).
+//!
 //! Nothing the source's permissions deny the loader's user is written for them: the kernel
 //! checks nothing here, so each sample is checked as the kernel checks an open through the
 //! mount (`access.rs`: every directory of its path, then the file); a job is joined only by
@@ -28,8 +35,9 @@ use prepfs_pixels::rgb::Size2;
 use prepfs_source::catalog::{DirId, FileId};
 use crate::stats::bump;
 
-/// How long a loader's next epoch waits for the job's current one to end (the other loaders of
-/// the job to finish their shares).
+/// How long a loader's next epoch waits for the job's current one to end while other loaders
+/// of the job still walk it (finishing their shares); past it, the loader walks what is left of
+/// the current epoch.
 const EPOCH_WAIT: Duration = Duration::from_secs(60);
 
 /// Why the loader cannot be served by this mount.
@@ -71,6 +79,22 @@ pub(crate) struct Walk {
     recipe: u8,
     /// Which directories the loader's user may search, found anew each epoch.
     dirs: DirVerdicts,
+    /// The walk is in progress in the job's epoch `epoch`: counted there (the job's epoch is
+    /// not ended for want of walkers while it is) until its order is walked through, the
+    /// loader begins again, or the connection ends (the walk is dropped).
+    walking: Option<Walking>,
+}
+
+/// A walk counted in progress in its job's epoch ([`Job::walk_begun`]) until dropped.
+struct Walking {
+    job: Arc<Job>,
+    epoch: u64,
+}
+
+impl Drop for Walking {
+    fn drop(&mut self) {
+        self.job.walk_ended(self.epoch);
+    }
 }
 
 
@@ -176,20 +200,28 @@ impl Filesystem {
     /// sampling state it walks: in a recipe's view, the job's own state there, as an open's.
     pub(crate) fn loader_walk(&self, job: &Arc<Job>, recipe: u8, nonce: u64) -> (Arc<Job>, Walk) {
         let state = self.job_in_view(job, View::recipe(recipe, job.code()));
-        (state, Walk { epoch: 0, order: Vec::new(), next: 0, nonce, recipe, dirs: DirVerdicts::default() })
+        (state, Walk { epoch: 0, order: Vec::new(), next: 0, nonce, recipe, dirs: DirVerdicts::default(), walking: None })
     }
 
-    /// Begins the walk's next epoch: after its first, it waits (up to [`EPOCH_WAIT`], or
-    /// `stop`) until the job's epoch it walked is over, then walks the job's current epoch in
-    /// an order of its own. Returns the job's epoch (from 1).
-    pub(crate) fn loader_begin(&self, job: &Job, walk: &mut Walk, stop: &AtomicBool) -> u64 {
+    /// Begins the walk's next epoch (each `iter()` of a loader is one), and returns the job's
+    /// epoch it walks (from 1). The walk's earlier epoch, walked through or left part way
+    /// (`for batch in loader: break`), is over for it: it no longer walks it. While other
+    /// loaders of the job still walk that epoch, it waits (up to [`EPOCH_WAIT`], or `stop`)
+    /// until they have served it, so data-parallel ranks begin each epoch together; once none
+    /// does, and no open holds a claim in it, the epoch is ended, served or not
+    /// ([`Job::end_epoch_unless_walked`]): a loader alone on its job never waits on itself,
+    /// and its new epoch is a whole one. It then walks the job's current epoch in an order of
+    /// its own.
+    pub(crate) fn loader_begin(&self, job: &Arc<Job>, walk: &mut Walk, stop: &AtomicBool) -> u64 {
+        walk.walking = None;
         if walk.epoch != 0 {
             let started = Instant::now();
-            while job.epoch() == walk.epoch && started.elapsed() < EPOCH_WAIT && !stop.load(Ordering::Relaxed) {
+            while !job.end_epoch_unless_walked(walk.epoch) && started.elapsed() < EPOCH_WAIT && !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(5));
             }
         }
-        walk.epoch = job.epoch();
+        walk.epoch = job.walk_begun();
+        walk.walking = Some(Walking { job: Arc::clone(job), epoch: walk.epoch });
         walk.order = self.loader_samples();
         walk.order.shuffle(&mut draw_rng(self.config().seed, walk.nonce, walk.epoch, 0x10ad));
         walk.next = 0;
@@ -273,9 +305,147 @@ impl Filesystem {
             }
         }
         filled.end = walk.next >= walk.order.len();
+        if filled.end {
+            // Walked through: the rest of the epoch is no longer this walk's to serve.
+            walk.walking = None;
+        }
         job.touch(self.jobs.now_ms());
         bump(&self.stats().loader.batches, 1);
         bump(&self.stats().loader.samples, filled.labels.len() as u64);
         filled
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! A loader's epochs (`loader_begin`): each begin is a new epoch of the loader; one walking
+    //! its job alone never waits on itself, and loaders sharing a job begin each epoch together.
+    //! Every wait here ends on an event (a walk served, left or dropped), never on a clock.
+
+    use super::*;
+    use crate::fs::tests::core;
+
+    const SAMPLES: usize = 6;
+    const BATCH: usize = 2;
+    const CACHE: &str = "cache: { memory: 64MiB, split: 0-0-100, refill: false }\n";
+
+    /// A loader's walk of job `name` and a slot to fill, as a connection holds them.
+    fn loader(fs: &Filesystem, name: &str, nonce: u64) -> (Arc<Job>, Walk, Vec<u8>) {
+        let facts = fs.loader_facts(None).expect("facts");
+        let job = fs.loader_job(name, Caller::ROOT).expect("job");
+        let (job, walk) = fs.loader_walk(&job, facts.recipe, nonce);
+        (job, walk, vec![0u8; BATCH * facts.size.area() as usize * 3])
+    }
+
+    /// One batch of the walk: its samples' names.
+    fn batch(fs: &Filesystem, job: &Arc<Job>, walk: &mut Walk, slot: &mut [u8]) -> (Vec<String>, bool) {
+        let filled = fs.loader_fill(job, walk, Caller::ROOT, slot, BATCH);
+        (filled.names, filled.end)
+    }
+
+    /// The rest of the walk's epoch: its samples' names.
+    fn rest(fs: &Filesystem, job: &Arc<Job>, walk: &mut Walk, slot: &mut [u8]) -> Vec<String> {
+        let mut names = Vec::new();
+        loop {
+            let (got, end) = batch(fs, job, walk, slot);
+            names.extend(got);
+            if end {
+                return names;
+            }
+        }
+    }
+
+    fn every_sample_once(mut names: Vec<String>) {
+        names.sort();
+        let all: Vec<String> = (0..SAMPLES).map(|i| format!("c0/s{i:03}.jpg")).collect();
+        assert_eq!(names, all, "not every sample exactly once");
+    }
+
+    #[test]
+    fn a_loader_alone_on_its_job_that_leaves_an_epoch_part_way_begins_a_whole_new_one_at_once() {
+        let (_dir, fs) = core(SAMPLES, CACHE);
+        let (job, mut walk, mut slot) = loader(&fs, "alone", 1);
+        let stop = AtomicBool::new(false);
+        assert_eq!(fs.loader_begin(&job, &mut walk, &stop), 1);
+        let (first, end) = batch(&fs, &job, &mut walk, &mut slot);
+        assert_eq!((first.len(), end), (BATCH, false));
+        // `for batch in loader: break`, then `for batch in loader:` again: the next epoch, whole,
+        // with nothing left to wait for (before: a minute's wait on itself, then the old epoch's rest).
+        assert_eq!(fs.loader_begin(&job, &mut walk, &stop), 2);
+        every_sample_once(rest(&fs, &job, &mut walk, &mut slot));
+        // Walked through: the next begin does not wait either.
+        assert_eq!(fs.loader_begin(&job, &mut walk, &stop), 3);
+        every_sample_once(rest(&fs, &job, &mut walk, &mut slot));
+    }
+
+    #[test]
+    fn a_loader_that_leaves_its_epoch_waits_for_the_one_still_walking_it_to_serve_the_rest() {
+        let (_dir, fs) = core(SAMPLES, CACHE);
+        let (job, mut a, mut slot_a) = loader(&fs, "ranks", 1);
+        let (_, mut b, mut slot_b) = loader(&fs, "ranks", 2);
+        let stop = AtomicBool::new(false);
+        assert_eq!((fs.loader_begin(&job, &mut a, &stop), fs.loader_begin(&job, &mut b, &stop)), (1, 1));
+        let mut served = batch(&fs, &job, &mut a, &mut slot_a).0;
+        served.extend(batch(&fs, &job, &mut b, &mut slot_b).0);
+        std::thread::scope(|s| {
+            // A leaves epoch 1 and begins again: it waits while B walks epoch 1 ...
+            let waiting = s.spawn(|| fs.loader_begin(&job, &mut a, &stop));
+            // ... which B serves to its end (had A ended it, B's walk would stop short) ...
+            served.extend(rest(&fs, &job, &mut b, &mut slot_b));
+            // ... and then begins epoch 2, as B does.
+            assert_eq!(waiting.join().expect("a's begin"), 2);
+        });
+        every_sample_once(served);
+        assert_eq!(fs.loader_begin(&job, &mut b, &stop), 2);
+    }
+
+    #[test]
+    fn loaders_that_all_leave_an_epoch_part_way_begin_the_next_together_and_split_it() {
+        let (_dir, fs) = core(SAMPLES, CACHE);
+        let (job, mut a, mut slot_a) = loader(&fs, "lockstep", 1);
+        let (_, mut b, mut slot_b) = loader(&fs, "lockstep", 2);
+        let stop = AtomicBool::new(false);
+        fs.loader_begin(&job, &mut a, &stop);
+        fs.loader_begin(&job, &mut b, &stop);
+        batch(&fs, &job, &mut a, &mut slot_a);
+        batch(&fs, &job, &mut b, &mut slot_b);
+        // Both ranks stop at the same step (a max-steps loop) and iterate again: A waits on B,
+        // B (the last walking epoch 1) ends it, and both begin epoch 2.
+        std::thread::scope(|s| {
+            let waiting = s.spawn(|| fs.loader_begin(&job, &mut a, &stop));
+            assert_eq!(fs.loader_begin(&job, &mut b, &stop), 2);
+            assert_eq!(waiting.join().expect("a's begin"), 2);
+        });
+        // Epoch 2 is split between them, one batch each in turn, each sample once.
+        let (mut served, mut ended) = (Vec::new(), (false, false));
+        while !(ended.0 && ended.1) {
+            if !ended.0 {
+                let (names, end) = batch(&fs, &job, &mut a, &mut slot_a);
+                served.extend(names);
+                ended.0 = end;
+            }
+            if !ended.1 {
+                let (names, end) = batch(&fs, &job, &mut b, &mut slot_b);
+                served.extend(names);
+                ended.1 = end;
+            }
+        }
+        every_sample_once(served);
+        assert_eq!(job.epoch(), 3, "epoch 2 served whole");
+    }
+
+    #[test]
+    fn a_loader_whose_connection_ended_part_way_through_an_epoch_keeps_no_other_waiting() {
+        let (_dir, fs) = core(SAMPLES, CACHE);
+        let (job, mut a, mut slot_a) = loader(&fs, "gone", 1);
+        let (_, mut b, mut slot_b) = loader(&fs, "gone", 2);
+        let stop = AtomicBool::new(false);
+        fs.loader_begin(&job, &mut a, &stop);
+        fs.loader_begin(&job, &mut b, &stop);
+        batch(&fs, &job, &mut a, &mut slot_a);
+        batch(&fs, &job, &mut b, &mut slot_b);
+        drop(a); // its connection ended: the walk is dropped with it
+        assert_eq!(fs.loader_begin(&job, &mut b, &stop), 2);
+        every_sample_once(rest(&fs, &job, &mut b, &mut slot_b));
     }
 }
