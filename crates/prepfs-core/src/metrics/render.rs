@@ -98,8 +98,20 @@ fn json_value(value: Value) -> serde_json::Value {
 pub(crate) fn json(figures: &Figures<'_>) -> serde_json::Map<String, serde_json::Value> {
     let mut doc = serde_json::Map::new();
     for def in ALL {
-        let Json::At(_) = def.json else { continue };
-        for (values, value) in def.series(figures) {
+        let Json::At(template) = def.json else { continue };
+        let series = def.series(figures);
+        if series.is_empty() {
+            // A labelled family with no series yet (no errors seen, no recipes) is still there,
+            // empty: `fuse_errors: {}`.
+            let fixed = template.split("/{").next().unwrap_or("");
+            let mut at = &mut doc;
+            for key in fixed.split('/').skip(1) {
+                let slot = at.entry(key).or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
+                let serde_json::Value::Object(inner) = slot else { break };
+                at = inner;
+            }
+        }
+        for (values, value) in series {
             let values: Vec<&str> = values.iter().map(String::as_str).collect();
             let pointer = def.pointer(&values);
             let mut keys: Vec<String> = pointer.split('/').skip(1).map(|k| k.replace("~1", "/").replace("~0", "~")).collect();
@@ -337,6 +349,9 @@ mod tests {
         assert_eq!(doc["fuse_errors"]["open"]["EIO"], 2, "{doc}");
         assert!(text.contains("\nprepfs_fuse_errors_total{op=\"open\",errno=\"EIO\"} 2\n"), "{text}");
         assert!(!text.contains("op=\"lookup\""), "only the errors seen have series: {text}");
+        let quiet = Stats::default();
+        let doc = serde_json::Value::Object(json(&Figures { stats: &quiet, gauges: &gauges }));
+        assert_eq!(doc["fuse_errors"], serde_json::json!({}), "none seen: there, empty");
     }
 
     #[test]
