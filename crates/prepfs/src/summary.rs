@@ -2,10 +2,15 @@
 //! `.prepfs/stats.json` into a readable summary ([`summary`]), with per-second rates when an
 //! earlier reading is given (`--watch`). Reads the JSON as the mount serves it, so it works
 //! against any running mount; a figure missing from the document shows as `-`.
+//!
+//! Each figure is read at its registered path ([`prepfs_core::metrics::defs`], where the
+//! metrics the summary prints are marked `in_summary`); only the mount's identity (source,
+//! files, jobs' names, why passthrough is off) is read by name.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use prepfs_core::metrics::{defs, Def};
 use serde_json::Value;
 
 /// Why no mount was found for a path.
@@ -43,6 +48,11 @@ const VIEWS: [&str; 3] = ["encoded", "decoded", "augmented"];
 
 fn num(doc: &Value, pointer: &str) -> Option<f64> {
     doc.pointer(pointer).and_then(Value::as_f64)
+}
+
+/// The `stats.json` pointer of `def`'s series with these label values.
+fn at(def: &Def, labels: &[&str]) -> String {
+    def.pointer(labels)
 }
 
 /// Bytes as people read them: `1.5 GiB`.
@@ -83,7 +93,8 @@ fn human_duration(secs: f64) -> String {
 
 /// `p50 / p99` of one open histogram, or `-` when it holds nothing.
 fn percentiles(doc: &Value, view: &str, outcome: &str) -> String {
-    let at = |p: &str| num(doc, &format!("/latency_us/open/{view}/{outcome}/{p}"));
+    let series = at(&defs::OPEN_SECONDS, &[view, outcome]);
+    let at = |p: &str| num(doc, &format!("{series}/{p}"));
     match (at("count"), at("p50"), at("p99")) {
         (Some(n), Some(p50), Some(p99)) if n > 0.0 => format!("{} / {}", human_us(p50), human_us(p99)),
         _ => "-".into(),
@@ -94,7 +105,7 @@ fn percentiles(doc: &Value, view: &str, outcome: &str) -> String {
 /// same mount), counters also show their rate per second since it.
 pub fn summary(doc: &Value, previous: Option<&Value>) -> String {
     let elapsed = previous
-        .and_then(|p| Some(num(doc, "/uptime_s")? - num(p, "/uptime_s")?))
+        .and_then(|p| Some(num(doc, &at(&defs::UPTIME, &[]))? - num(p, &at(&defs::UPTIME, &[]))?))
         .filter(|dt| *dt > 0.0);
     // The rate of the counter at `pointer`, as ` (R/s)`, when an earlier reading is given.
     let rate = |pointer: &str, fmt: &dyn Fn(f64) -> String| -> String {
@@ -110,23 +121,24 @@ pub fn summary(doc: &Value, previous: Option<&Value>) -> String {
     out.push(format!(
         "prepfs: {}, up {}",
         prepfs_base::escape::escaped(doc.pointer("/source").and_then(Value::as_str).unwrap_or("?")),
-        dash(num(doc, "/uptime_s"), &human_duration)
+        dash(num(doc, &at(&defs::UPTIME, &[])), &human_duration)
     ));
     out.push(format!(
         "samples      {} ({} files, {} directories)",
-        dash(num(doc, "/samples"), &count),
+        dash(num(doc, &at(&defs::SAMPLES, &[])), &count),
         dash(num(doc, "/files"), &count),
         dash(num(doc, "/directories"), &count)
     ));
     out.push(format!("{:<12} {:>16} {:>9} {:>22}   {:<21} {}", "view", "opens", "hit rate", "served", "open hit p50 / p99", "miss p50 / p99"));
     for view in VIEWS {
-        let opens = format!("{}{}", dash(num(doc, &format!("/views/{view}/opens")), &count), rate(&format!("/views/{view}/opens"), &count));
-        let (hits, misses) = (num(doc, &format!("/views/{view}/hits")), num(doc, &format!("/views/{view}/misses")));
+        let opens_at = at(&defs::VIEW_OPENS, &[view]);
+        let opens = format!("{}{}", dash(num(doc, &opens_at), &count), rate(&opens_at, &count));
+        let (hits, misses) = (num(doc, &at(&defs::VIEW_HITS, &[view])), num(doc, &at(&defs::VIEW_MISSES, &[view])));
         let hit_rate = match (hits, misses) {
             (Some(h), Some(m)) if h + m > 0.0 => format!("{:.0}%", 100.0 * h / (h + m)),
             _ => "-".into(),
         };
-        let served_at = format!("/views/{view}/bytes_served");
+        let served_at = at(&defs::VIEW_SERVED_BYTES, &[view]);
         let served = format!("{}{}", dash(num(doc, &served_at), &human_bytes), rate(&served_at, &human_bytes));
         out.push(format!(
             "{view:<12} {opens:>16} {hit_rate:>9} {served:>22}   {:<21} {}",
@@ -137,16 +149,16 @@ pub fn summary(doc: &Value, previous: Option<&Value>) -> String {
     let forms: Vec<String> = VIEWS
         .iter()
         .map(|f| {
-            let used = dash(num(doc, &format!("/cache/{f}/bytes_used")), &human_bytes);
-            let budget = dash(num(doc, &format!("/cache/{f}/budget")), &human_bytes);
+            let used = dash(num(doc, &at(&defs::CACHE_USED, &[f])), &human_bytes);
+            let budget = dash(num(doc, &at(&defs::CACHE_BUDGET, &[f])), &human_bytes);
             format!("{f} {used} / {budget}")
         })
         .collect();
     out.push(format!("cache        {}", forms.join(", ")));
-    if doc.pointer("/memory").is_some_and(|m| !m.is_null()) {
-        let m = |key: &str| dash(num(doc, &format!("/memory/{key}")), &human_bytes);
+    if doc.pointer(&at(&defs::MEMORY, &["cache_encoded"])).is_some() {
+        let m = |key: &str| dash(num(doc, &at(&defs::MEMORY, &[key])), &human_bytes);
         out.push(format!(
-            "memory       {} resident (peak {}): cache {} + {} + {}, loader rings {}, catalog {}, jobs {}",
+            "memory       {} resident (peak {}): cache {} + {} + {}, loader rings {}, catalog {}, jobs {}, open handles {}",
             m("resident"),
             m("peak_resident"),
             m("cache_encoded"),
@@ -154,25 +166,28 @@ pub fn summary(doc: &Value, previous: Option<&Value>) -> String {
             m("cache_augmented"),
             m("loader_rings"),
             m("catalog"),
-            m("jobs_state")
+            m("jobs_state"),
+            m("open_handles")
         ));
     }
     if doc.pointer("/cache/disk").is_some_and(|d| !d.is_null()) {
         out.push(format!(
             "disk cache   {} / {}",
-            dash(num(doc, "/cache/disk/bytes_used"), &human_bytes),
+            dash(num(doc, &at(&defs::CACHE_USED, &["disk"])), &human_bytes),
             dash(num(doc, "/cache/disk/size"), &human_bytes)
         ));
     }
+    let source_read = at(&defs::SOURCE_READ_BYTES, &[]);
     out.push(format!(
         "source       {} read{}, {} read errors, {} changed files",
-        dash(num(doc, "/source_bytes_read"), &human_bytes),
-        rate("/source_bytes_read", &human_bytes),
-        dash(num(doc, "/source_errors"), &count),
-        dash(num(doc, "/source_changes"), &count)
+        dash(num(doc, &source_read), &human_bytes),
+        rate(&source_read, &human_bytes),
+        dash(num(doc, &at(&defs::SOURCE_ERRORS, &[])), &count),
+        dash(num(doc, &at(&defs::SOURCE_CHANGES, &[])), &count)
     ));
     let pixel = |kind: &str| {
-        let at = |p: &str| num(doc, &format!("/latency_us/pixel_work/{kind}/{p}"));
+        let series = at(&defs::PIXEL_WORK_SECONDS, &[kind]);
+        let at = |p: &str| num(doc, &format!("{series}/{p}"));
         match (at("count"), at("p50"), at("p99")) {
             (Some(n), Some(p50), Some(p99)) if n > 0.0 => format!("{kind} {n:.0} × {} / {}", human_us(p50), human_us(p99)),
             _ => format!("{kind} 0"),
@@ -183,7 +198,7 @@ pub fn summary(doc: &Value, previous: Option<&Value>) -> String {
         pixel("decode"),
         pixel("decode_augment"),
         pixel("augment"),
-        dash(num(doc, "/decode_errors"), &count)
+        dash(num(doc, &at(&defs::DECODE_ERRORS, &[])), &count)
     ));
     let jobs: Vec<&str> = doc
         .pointer("/jobs/active")
@@ -191,8 +206,8 @@ pub fn summary(doc: &Value, previous: Option<&Value>) -> String {
         .map(|a| a.iter().filter_map(|j| j.get("name").and_then(Value::as_str)).collect())
         .unwrap_or_default();
     out.push(if jobs.is_empty() { "jobs         none active".into() } else { format!("jobs         {} active: {}", jobs.len(), jobs.iter().map(|j| prepfs_base::escape::escaped(j).to_string()).collect::<Vec<_>>().join(", ")) });
-    let passthrough = match doc.pointer("/passthrough/on").and_then(Value::as_bool) {
-        Some(true) => format!("on ({} opens)", dash(num(doc, "/passthrough/opens"), &count)),
+    let passthrough = match doc.pointer(&at(&defs::PASSTHROUGH_ENABLED, &[])).and_then(Value::as_bool) {
+        Some(true) => format!("on ({} opens)", dash(num(doc, &at(&defs::PASSTHROUGH_OPENS, &[])), &count)),
         Some(false) => match doc.pointer("/passthrough/off_because").and_then(Value::as_str) {
             Some(why) => format!("off ({why})"),
             None => "off".into(),
@@ -202,8 +217,8 @@ pub fn summary(doc: &Value, previous: Option<&Value>) -> String {
     out.push(format!("passthrough  {passthrough}"));
     out.push(format!(
         "fuse         {} requests per open; {} open handles",
-        dash(num(doc, "/fuse_requests_per_open"), &|v| format!("{v:.1}")),
-        dash(num(doc, "/open_handles"), &count)
+        dash(num(doc, &at(&defs::FUSE_REQUESTS_PER_OPEN, &[])), &|v| format!("{v:.1}")),
+        dash(num(doc, &at(&defs::OPEN_HANDLES, &[])), &count)
     ));
     let mut text = out.join("\n");
     text.push('\n');
@@ -300,5 +315,31 @@ mod tests {
         assert!(err.to_string().contains("is not inside a prepfs mount"), "{err}");
         let err = find_mount(&dir.path().join("missing")).expect_err("a missing path");
         assert!(matches!(err, FindError::Io { .. }), "{err}");
+    }
+
+    /// `value` made different enough to show in any figure's rendering.
+    fn perturb(value: &mut Value) {
+        match value {
+            Value::Number(n) => *value = json!(n.as_f64().unwrap_or(0.0) * 7.0 + 12_345.0),
+            Value::Bool(b) => *b = !*b,
+            Value::Object(m) => m.values_mut().for_each(perturb),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn every_figure_the_registry_marks_for_the_summary_changes_the_summary_when_it_changes() {
+        let mut base = doc(3725.0, 400, 10 * 1024 * 1024);
+        base["passthrough"] = json!({"on": true, "opens": 7});
+        let before = summary(&base, None);
+        for def in defs::ALL.iter().filter(|d| d.summary) {
+            let series = def.series_in(&base);
+            assert!(!series.is_empty(), "{def:?}: the test's document has its series");
+            for pointer in series {
+                let mut changed = base.clone();
+                perturb(changed.pointer_mut(&pointer).expect("a series' pointer"));
+                assert_ne!(summary(&changed, None), before, "{pointer} shows in the summary");
+            }
+        }
     }
 }

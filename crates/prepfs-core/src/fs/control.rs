@@ -1,12 +1,14 @@
-//! The `.prepfs/` control files: who may read them, `stats.json`'s content, `loader.json`'s
-//! (what a loader needs, for every user an `allow_other` mount serves) and what `metrics`
-//! gathers for [`crate::metrics::exposition`] (`config.yaml` serves the effective
-//! configuration, [`crate::config::Config::to_yaml`]).
+//! The `.prepfs/` control files: who may read them, `loader.json`'s content (what a loader
+//! needs, for every user an `allow_other` mount serves), and the figures other parts own that
+//! `stats.json` and `metrics` both show ([`Gauges`], gathered once here for the registry in
+//! [`crate::metrics::defs`], which renders both); `stats.json` adds the sections its owners
+//! write whole (cache, plan, jobs, bad samples). `config.yaml` serves the effective
+//! configuration, [`crate::config::Config::to_yaml`].
 
 use std::sync::atomic::Ordering;
 
 use super::Filesystem;
-use crate::metrics::{exposition, Gauges, JobFigures};
+use crate::metrics::{exposition, Figures, Gauges, JobFigures};
 use prepfs_cache::form::Form;
 
 impl Filesystem {
@@ -60,66 +62,31 @@ impl Filesystem {
 
     /// Where the daemon's memory is: each cache form's bytes, the loader's rings, the catalog
     /// and the jobs' state, beside the process's resident and peak resident set (what `ps`
-    /// shows; decode buffers and the allocator's slack are the rest).
-    fn memory_json(&self, cache: &serde_json::Value) -> serde_json::Value {
+    /// shows; decode buffers and the allocator's slack are the rest; `None` where the system
+    /// does not say).
+    fn memory(&self, cache: &serde_json::Value) -> Vec<(&'static str, Option<u64>)> {
         let used = |form: &str| cache[form]["bytes_used"].as_u64().unwrap_or(0);
         let catalog = self.catalog();
         let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
         let kb = |key: &str| {
             status.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         };
-        serde_json::json!({
-            "cache_encoded": used("encoded"),
-            "cache_decoded": used("decoded"),
-            "cache_augmented": used("augmented"),
-            "loader_rings": self.stats().loader.ring_bytes.load(Ordering::Relaxed),
-            "catalog": (catalog.bytes_per_sample() * catalog.sample_count().max(1) as f64) as u64,
-            "jobs_state": self.ods_metadata_bytes(),
-            "open_handles": self.open_budget.held(),
-            "resident": kb("VmRSS:").map(|k| k * 1024),
-            "peak_resident": kb("VmHWM:").map(|k| k * 1024),
-        })
+        vec![
+            ("cache_encoded", Some(used("encoded"))),
+            ("cache_decoded", Some(used("decoded"))),
+            ("cache_augmented", Some(used("augmented"))),
+            ("loader_rings", Some(self.stats().loader.ring_bytes.load(Ordering::Relaxed))),
+            ("catalog", Some((catalog.bytes_per_sample() * catalog.sample_count().max(1) as f64) as u64)),
+            ("jobs_state", Some(self.ods_metadata_bytes() as u64)),
+            ("open_handles", Some(self.open_budget.held())),
+            ("resident", kb("VmRSS:").map(|k| k * 1024)),
+            ("peak_resident", kb("VmHWM:").map(|k| k * 1024)),
+        ]
     }
 
-    /// The live figures, as served in `.prepfs/stats.json`.
-    pub(crate) fn stats_json(&self) -> String {
-        let catalog = self.catalog();
-        let cache = self.producer.cache_stats();
-        let extra = serde_json::json!({
-            // The daemon's, for `prepfs unmount`.
-            "pid": std::process::id(),
-            // As text: a path that is not UTF-8 would fail the whole document (JSON holds only
-            // text), its bytes shown as U+FFFD.
-            "source": self.config().source.to_string_lossy(),
-            "samples": catalog.sample_count(),
-            "files": catalog.file_count(),
-            "directories": catalog.dir_count(),
-            "stem_collisions": catalog.stem_collisions,
-            "bad_samples": self.reader.bad_samples_json(),
-            "catalog_bytes_per_sample": catalog.bytes_per_sample(),
-            "memory": self.memory_json(&cache),
-            "memory_auto": self.config().cache.auto,
-            "cache": cache,
-            "plan": self.plan.plan_json(self.epochs_done()),
-            "jobs": self.jobs.stats(),
-            "ods_metadata_bytes": self.ods_metadata_bytes(),
-            "open_bytes": self.open_budget.held(),
-            "max_open_bytes": self.config().access.max_open_bytes,
-            // Pixel work in flight, within max_open_bytes of its own (pixels::budget).
-            "pixel_work_bytes": self.producer.pixels_in_flight().0,
-            "passthrough": self.passthrough_json(),
-            "loader": self.stats().loader.to_json(),
-            "recipes": self.recipes_json(),
-        });
-        let mut text = serde_json::to_string_pretty(&self.stats().to_json(extra)).unwrap_or_default();
-        text.push('\n');
-        text
-    }
-
-    /// The live figures in Prometheus's text format, as served in `.prepfs/metrics`.
-    pub fn metrics_text(&self) -> String {
+    /// The figures the registry reads beside the counters, given the cache's (`cache_stats`).
+    fn gauges(&self, cache: &serde_json::Value) -> Gauges {
         // The cache's figures are read from its JSON (the cache owns no typed view of them).
-        let cache = self.producer.cache_stats();
         let figure = |form: &serde_json::Value, key: &str| form.get(key).and_then(serde_json::Value::as_u64).unwrap_or(0);
         let mut forms: Vec<(&'static str, u64, u64)> = Form::ALL
             .iter()
@@ -132,14 +99,11 @@ impl Filesystem {
         if !disk.is_null() {
             forms.push(("disk", figure(disk, "bytes_used"), figure(disk, "size")));
         }
-        let memory = self.memory_json(&cache);
-        let memory = memory.as_object().map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_u64()?))).collect()).unwrap_or_default();
-        let gauges = Gauges {
-            memory,
+        Gauges {
+            memory: self.memory(cache),
             recipes: self.config().recipes.iter().map(|r| r.name.clone()).collect(),
             samples: self.catalog().sample_count() as u64,
             cache: forms,
-            jobs_active: self.jobs.active().len() as u64,
             passthrough_on: self.passthrough_on(),
             remote_forged: cache["remote"]["forged"].as_u64(),
             jobs: self
@@ -157,7 +121,98 @@ impl Filesystem {
                     }
                 })
                 .collect(),
-        };
-        exposition(self.stats(), &gauges)
+        }
+    }
+
+    /// The live figures, as served in `.prepfs/stats.json`: the registry's, then the sections
+    /// their owners write whole.
+    pub(crate) fn stats_json(&self) -> String {
+        let catalog = self.catalog();
+        let cache = self.producer.cache_stats();
+        let gauges = self.gauges(&cache);
+        let mut doc = crate::metrics::json(&Figures { stats: self.stats(), gauges: &gauges });
+        let extra = serde_json::json!({
+            // The daemon's, for `prepfs unmount`.
+            "pid": std::process::id(),
+            // As text: a path that is not UTF-8 would fail the whole document (JSON holds only
+            // text), its bytes shown as U+FFFD.
+            "source": self.config().source.to_string_lossy(),
+            "files": catalog.file_count(),
+            "directories": catalog.dir_count(),
+            "stem_collisions": catalog.stem_collisions,
+            "bad_samples": self.reader.bad_samples_json(),
+            "catalog_bytes_per_sample": catalog.bytes_per_sample(),
+            "memory_auto": self.config().cache.auto,
+            "cache": cache,
+            "plan": self.plan.plan_json(self.epochs_done()),
+            "jobs": self.jobs.stats(),
+            "ods_metadata_bytes": self.ods_metadata_bytes(),
+            "open_bytes": self.open_budget.held(),
+            "max_open_bytes": self.config().access.max_open_bytes,
+            // Pixel work in flight, within max_open_bytes of its own (pixels::budget).
+            "pixel_work_bytes": self.producer.pixels_in_flight().0,
+            "passthrough": self.passthrough_json(),
+            "loader": { "socket": self.stats().loader.socket.get() },
+            "recipes": self.recipes_json(),
+        });
+        if let serde_json::Value::Object(extra) = extra {
+            crate::metrics::merge(&mut doc, extra);
+        }
+        let mut text = serde_json::to_string_pretty(&doc).unwrap_or_default();
+        text.push('\n');
+        text
+    }
+
+    /// The live figures in Prometheus's text format, as served in `.prepfs/metrics`.
+    pub fn metrics_text(&self) -> String {
+        let gauges = self.gauges(&self.producer.cache_stats());
+        exposition(&Figures { stats: self.stats(), gauges: &gauges })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsStr;
+
+    use super::super::inodes::ROOT_INO;
+    use super::super::tests::{core, ino_of, read_file};
+    use super::*;
+    use crate::metrics::defs::{self, ALL};
+    use crate::stats::FuseOp;
+
+    #[test]
+    fn every_registered_metric_appears_in_a_mounts_stats_json_and_exposition() {
+        let recipes = "cache: { memory: 64MiB, refill: false }\nrecipes:\n  small: { augment: [ {random_resized_crop: {size: 8}} ] }\n";
+        let (_dir, fs) = core(2, recipes);
+        read_file(&fs, ino_of(&fs, "augmented", "s000.ppm"));
+        let jobs = fs.lookup(ROOT_INO, OsStr::new("jobs"), super::super::Caller::ROOT).expect("jobs/").ino;
+        fs.mkdir(jobs, OsStr::new("train"), super::super::Caller::ROOT).expect("a job");
+        fs.stats().fuse_errors.count(FuseOp::Lookup, libc::ENOENT);
+
+        let doc: serde_json::Value = serde_json::from_str(&fs.stats_json()).expect("stats.json parses");
+        let text = fs.metrics_text();
+        let gauges = fs.gauges(&fs.producer.cache_stats());
+        let figures = Figures { stats: fs.stats(), gauges: &gauges };
+        for def in ALL {
+            let series: Vec<_> = def.series(&figures).into_iter().filter(|(_, v)| *v != crate::metrics::Value::Absent).collect();
+            // A unit core has no remote tier, the one figure it cannot show.
+            if std::ptr::eq(*def, &defs::REMOTE_FORGED) {
+                assert!(series.is_empty());
+                continue;
+            }
+            assert!(!series.is_empty(), "{def:?} has a series on this core");
+            if def.json_template().is_some() {
+                for (values, _) in &series {
+                    let values: Vec<&str> = values.iter().map(String::as_str).collect();
+                    assert!(def.lookup(&doc, &values).is_some_and(|v| !v.is_null()), "{} in stats.json", def.pointer(&values));
+                }
+            }
+            if let Some(name) = def.prom_name() {
+                assert!(text.contains(&format!("\n# TYPE {name} ")) || text.starts_with(&format!("# HELP {name} ")), "{name} in the exposition");
+            }
+        }
+        assert!(doc["recipes"]["small"]["budget"].as_u64().is_some(), "the cache's keys beside the registry's: {}", doc["recipes"]);
+        assert!(doc["passthrough"].get("off_because").is_some() && doc["passthrough"].get("opens").is_some(), "{}", doc["passthrough"]);
+        assert!(doc["loader"].get("socket").is_some() && doc["loader"].get("batches").is_some(), "{}", doc["loader"]);
     }
 }

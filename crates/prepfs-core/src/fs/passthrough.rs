@@ -114,14 +114,9 @@ impl Filesystem {
 
     /// Whether passthrough is on, or why not, for `stats.json`.
     pub(super) fn passthrough_json(&self) -> serde_json::Value {
-        let p = &self.stats().passthrough;
-        let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+        // Whether it is on and its counts are the registry's (`metrics::defs`).
         serde_json::json!({
-            "on": self.passthrough_on(),
             "off_because": self.passthrough.off_because.get(),
-            "opens": get(&p.opens),
-            "backing_ids_open": get(&p.backing_ids_opened).saturating_sub(get(&p.backing_ids_closed)),
-            "backing_ids_opened": get(&p.backing_ids_opened),
             // Outputs held in files of their own: in the cache, ready to pass through, and
             // those of open handles; and where those files are made.
             "memory_files": self.passthrough.output_files.live(),

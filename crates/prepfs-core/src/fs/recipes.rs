@@ -47,16 +47,18 @@ impl Filesystem {
     /// output or made at the open, its refills and pixel work per output, and what its store of
     /// kept outputs holds of its share of the augmented budget.
     pub(super) fn recipes_json(&self) -> serde_json::Value {
-        let mut doc = self.stats().recipes_json(self.config().recipes.iter().map(|r| r.name.as_str()));
+        // Each recipe's opens and pixel work are the registry's (`metrics::defs`); what its
+        // store keeps is the cache's.
+        let mut doc = serde_json::Map::new();
         for (r, recipe) in (1u8..).zip(&self.config().recipes) {
-            let figures = doc.get_mut(&recipe.name).and_then(|f| f.as_object_mut());
-            if let (Some(store), Some(figures)) = (self.cache.outputs(r), figures) {
-                figures.insert("kept".into(), store.entries().into());
-                figures.insert("kept_bytes".into(), store.used().into());
-                figures.insert("budget".into(), store.budget().into());
+            if let Some(store) = self.cache.outputs(r) {
+                doc.insert(
+                    recipe.name.clone(),
+                    serde_json::json!({"kept": store.entries(), "kept_bytes": store.used(), "budget": store.budget()}),
+                );
             }
         }
-        doc
+        doc.into()
     }
 
     /// What opportunistic sampling prefers `sample` by in `view` for a job (its used-by bit

@@ -1,14 +1,20 @@
-//! The Prometheus text exposition and its endpoint.
+//! The metrics registry and what it writes.
 //!
-//! Owns `.prepfs/metrics`, the Prometheus text exposition format 0.0.4 of the counters and the
-//! latency histograms in [`crate::stats`] ([`exposition`]).
+//! `defs.rs` declares every metric once (name, kind, help, unit, labels, its `stats.json` path,
+//! whether `prepfs stats` prints it; `def.rs` says what a declaration is). `render.rs` writes
+//! them as `.prepfs/metrics` (Prometheus's text exposition format 0.0.4) and as the registry's
+//! part of `.prepfs/stats.json`; `prepfs stats` reads its figures at the registry's paths.
 //!
 //! [`http`] answers `GET /metrics` for `prepfs mount --metrics-addr`, on a worker thread that
 //! `tasks::Workers` owns.
-//!
-//! One concern per file: `exposition.rs` (the text format), `http.rs` (the endpoint).
 
-mod exposition;
+mod def;
+pub mod defs;
 pub mod http;
+mod render;
 
-pub(crate) use exposition::{exposition, Gauges, JobFigures};
+pub use def::{Def, Json, Kind, Unit};
+pub(crate) use def::{Figures, Gauges, JobFigures};
+#[cfg(test)]
+pub(crate) use def::Value;
+pub(crate) use render::{exposition, json, merge};

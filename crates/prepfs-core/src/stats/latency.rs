@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use serde_json::json;
 
 use prepfs_cache::form::Form;
 use prepfs_base::sync::{LockExt, Mutex};
@@ -132,12 +131,6 @@ impl Latency {
     }
 }
 
-impl Snapshot {
-    fn to_json(&self) -> serde_json::Value {
-        json!({"count": self.count, "p50": self.p50_us, "p90": self.p90_us, "p99": self.p99_us, "max": self.max_us})
-    }
-}
-
 /// The mount's latency histograms.
 #[derive(Debug, Default)]
 pub(crate) struct Latencies {
@@ -160,19 +153,6 @@ impl Latencies {
 
     pub(crate) fn open_of(&self, form: Form, outcome: Outcome) -> &Latency {
         &self.open[form.index() as usize][outcome as usize]
-    }
-
-    /// Percentiles in microseconds, for `stats.json`'s `latency_us`.
-    pub(crate) fn to_json(&self) -> serde_json::Value {
-        let mut open = serde_json::Map::new();
-        for form in Form::ALL {
-            let by_outcome: serde_json::Map<_, _> =
-                Outcome::ALL.iter().map(|&o| (o.name().to_owned(), self.open_of(form, o).snapshot().to_json())).collect();
-            open.insert(form.dir_name().to_owned(), by_outcome.into());
-        }
-        let pixel: serde_json::Map<_, _> =
-            PixelKind::ALL.iter().map(|&k| (k.name().to_owned(), self.pixel[k as usize].snapshot().to_json())).collect();
-        json!({"open": open, "pixel_work": pixel})
     }
 }
 

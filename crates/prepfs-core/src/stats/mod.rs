@@ -1,15 +1,14 @@
-//! Live counters of the mount and its latency histograms (`latency.rs`: each open per view and
+//! Where the mount's counters live: plain relaxed atomics, bumped at their call sites on request
+//! paths and never locked, and the latency histograms (`latency.rs`: each open per view and
 //! outcome, each piece of pixel work by kind, in microseconds into HdrHistograms, each behind
-//! its own mutex taken to record one value or copy the figures out), served as
-//! `.prepfs/stats.json` and printed by `prepfs stats` (`crate::metrics` serves them as
-//! `.prepfs/metrics` too).
+//! its own mutex taken to record one value or copy the figures out).
 //!
-//! Plain relaxed atomics: counters are bumped on request paths and never locked.
+//! Storage only: what each figure is called, what it means and where it shows (`stats.json`,
+//! `.prepfs/metrics`, `prepfs stats`) is declared once in `crate::metrics::defs`, which reads
+//! these fields to render all three.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
-
-use serde_json::json;
 
 pub(crate) mod latency;
 
@@ -56,22 +55,10 @@ impl PipelineCounters {
     pub(crate) fn opens(&self) -> u64 {
         get(&self.served_kept) + get(&self.made_at_open)
     }
-
-    fn to_json(&self) -> serde_json::Value {
-        let made = get(&self.made);
-        json!({
-            "opens": self.opens(),
-            "served_kept": get(&self.served_kept),
-            "made_at_open": get(&self.made_at_open),
-            "refills": get(&self.refills),
-            "outputs_made": made,
-            "pixel_ns_per_sample": if made == 0 { 0 } else { get(&self.made_nanos) / made },
-        })
-    }
 }
 
 /// Pipelines counted: `augmented/`'s and at most `config::MAX_RECIPES` recipes'.
-const PIPELINES: usize = crate::config::MAX_RECIPES + 1;
+pub(crate) const PIPELINES: usize = crate::config::MAX_RECIPES + 1;
 
 /// FUSE requests received, by kind (what the kernel asks per file read shows here).
 #[derive(Debug, Default)]
@@ -110,14 +97,92 @@ impl RequestCounters {
             ("other", get(&self.other)),
         ]
     }
+}
 
-    /// Every request counted.
-    fn total(&self) -> u64 {
-        self.by_kind().iter().map(|(_, n)| n).sum()
+/// FUSE operations whose failures are counted by errno (`prepfs_fuse_errors_total{op,errno}`):
+/// the request kinds, with the changes a read-only mount refuses as one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FuseOp {
+    Lookup,
+    Getattr,
+    Open,
+    Read,
+    Opendir,
+    Readdir,
+    Readdirplus,
+    Statfs,
+    Access,
+    Mkdir,
+    Rmdir,
+    /// Any change but mkdir and rmdir (setattr, write, unlink, ...): refused.
+    Change,
+}
+
+impl FuseOp {
+    pub const ALL: [FuseOp; 12] = [
+        FuseOp::Lookup,
+        FuseOp::Getattr,
+        FuseOp::Open,
+        FuseOp::Read,
+        FuseOp::Opendir,
+        FuseOp::Readdir,
+        FuseOp::Readdirplus,
+        FuseOp::Statfs,
+        FuseOp::Access,
+        FuseOp::Mkdir,
+        FuseOp::Rmdir,
+        FuseOp::Change,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FuseOp::Lookup => "lookup",
+            FuseOp::Getattr => "getattr",
+            FuseOp::Open => "open",
+            FuseOp::Read => "read",
+            FuseOp::Opendir => "opendir",
+            FuseOp::Readdir => "readdir",
+            FuseOp::Readdirplus => "readdirplus",
+            FuseOp::Statfs => "statfs",
+            FuseOp::Access => "access",
+            FuseOp::Mkdir => "mkdir",
+            FuseOp::Rmdir => "rmdir",
+            FuseOp::Change => "change",
+        }
+    }
+}
+
+/// Errnos counted one by one; a larger one counts in the last slot.
+pub(crate) const ERRNO_SLOTS: usize = 134;
+
+/// Failed FUSE requests by operation and errno: a fixed array of relaxed atomics, so counting
+/// one is an index and an add (no lock, no lookup, no allocation).
+#[derive(Debug)]
+pub struct FuseErrors {
+    by_op: [[AtomicU64; ERRNO_SLOTS]; FuseOp::ALL.len()],
+}
+
+impl Default for FuseErrors {
+    fn default() -> Self {
+        FuseErrors { by_op: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))) }
+    }
+}
+
+impl FuseErrors {
+    /// Counts one failure of `op` with `errno`.
+    pub fn count(&self, op: FuseOp, errno: i32) {
+        let slot = usize::try_from(errno).unwrap_or(0).min(ERRNO_SLOTS - 1);
+        bump(&self.by_op[op as usize][slot], 1);
     }
 
-    fn to_json(&self) -> serde_json::Value {
-        self.by_kind().iter().map(|&(kind, n)| (kind.to_owned(), serde_json::Value::from(n))).collect::<serde_json::Map<_, _>>().into()
+    /// The failures counted so far: (op, errno, count) for each count above zero.
+    pub(crate) fn counted(&self) -> impl Iterator<Item = (FuseOp, i32, u64)> + '_ {
+        FuseOp::ALL.into_iter().flat_map(move |op| {
+            self.by_op[op as usize].iter().enumerate().filter_map(move |(errno, n)| {
+                let n = get(n);
+                (n > 0).then_some((op, errno as i32, n))
+            })
+        })
     }
 }
 
@@ -148,26 +213,13 @@ pub struct LoaderCounters {
     pub(crate) denied: AtomicU64,
 }
 
-impl LoaderCounters {
-    pub(crate) fn to_json(&self) -> serde_json::Value {
-        json!({
-            "socket": self.socket.get(),
-            "connections": get(&self.connections),
-            "open_connections": get(&self.open_connections),
-            "refused": get(&self.refused),
-            "batches": get(&self.batches),
-            "samples": get(&self.samples),
-            "ring_bytes": get(&self.ring_bytes),
-            "denied": get(&self.denied),
-        })
-    }
-}
-
 /// The mount's counters.
 #[derive(Debug)]
 pub struct Stats {
     /// FUSE requests by kind.
     pub requests: RequestCounters,
+    /// Failed FUSE requests by operation and errno.
+    pub fuse_errors: FuseErrors,
     pub passthrough: PassthroughCounters,
     pub loader: LoaderCounters,
     started: Instant,
@@ -222,6 +274,7 @@ impl Default for Stats {
     fn default() -> Self {
         Stats {
             requests: RequestCounters::default(),
+            fuse_errors: FuseErrors::default(),
             passthrough: PassthroughCounters::default(),
             loader: LoaderCounters::default(),
             started: Instant::now(),
@@ -258,7 +311,7 @@ pub fn bump(counter: &AtomicU64, n: u64) {
     counter.fetch_add(n, Ordering::Relaxed);
 }
 
-fn get(counter: &AtomicU64) -> u64 {
+pub(crate) fn get(counter: &AtomicU64) -> u64 {
     counter.load(Ordering::Relaxed)
 }
 
@@ -272,12 +325,6 @@ impl Stats {
     /// counts as the last).
     pub(crate) fn pipeline(&self, pipeline: u8) -> &PipelineCounters {
         &self.pipelines[usize::from(pipeline).min(PIPELINES - 1)]
-    }
-
-    /// Each recipe's figures by name (`names[r - 1]` is recipe `r`'s): `stats.json`'s `recipes`.
-    pub(crate) fn recipes_json<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> serde_json::Value {
-        let by_name = names.into_iter().zip(1u8..).map(|(name, r)| (name.to_owned(), self.pipeline(r).to_json()));
-        serde_json::Value::Object(by_name.collect())
     }
 
     /// Opens served by each of the first `pipelines` pipelines: what the augmented budget is
@@ -311,73 +358,6 @@ impl Stats {
     pub(crate) fn decodes(&self) -> u64 {
         get(&self.full_decodes) + get(&self.decode_augments) + get(&self.pixel_augments)
     }
-
-    /// The figures as a JSON document; `extra` adds the sections other parts own
-    /// (catalog, configuration).
-    pub(crate) fn to_json(&self, extra: serde_json::Value) -> serde_json::Value {
-        let view = |v: &ViewCounters| {
-            json!({
-                "opens": get(&v.opens),
-                "hits": get(&v.hits),
-                "misses": get(&v.misses),
-                "bytes_served": get(&v.read_bytes) + get(&v.passthrough_bytes),
-                "bytes_read_by_daemon": get(&v.read_bytes),
-                "bytes_passthrough": get(&v.passthrough_bytes),
-            })
-        };
-        let decodes = self.decodes();
-        let decode_nanos = get(&self.full_decode_nanos) + get(&self.decode_augment_nanos) + get(&self.pixel_augment_nanos);
-        let mean_ms = |n: &AtomicU64, nanos: &AtomicU64| {
-            let n = get(n);
-            if n == 0 { 0.0 } else { get(nanos) as f64 / n as f64 / 1e6 }
-        };
-        let opens = get(&self.encoded.opens) + get(&self.decoded.opens) + get(&self.augmented.opens);
-        let requests_per_open = if opens == 0 { 0.0 } else { self.requests.total() as f64 / opens as f64 };
-        let mut doc = json!({
-            "uptime_s": self.started.elapsed().as_secs_f64(),
-            "views": {
-                "encoded": view(&self.encoded),
-                "decoded": view(&self.decoded),
-                "augmented": view(&self.augmented),
-            },
-            "source_bytes_read": get(&self.source_bytes_read),
-            "decode_errors": get(&self.decode_errors),
-            "source_errors": get(&self.source_errors),
-            "decodes": decodes,
-            "decode_ms_mean": if decodes == 0 { 0.0 } else {
-                decode_nanos as f64 / decodes as f64 / 1e6
-            },
-            "source_changes": get(&self.source_changes),
-            "open_handles": get(&self.open_handles),
-            "opens_refused": get(&self.opens_refused),
-            "refills": get(&self.refills),
-            "fuse_requests": self.requests.to_json(),
-            // What reading one file costs in round trips to the daemon (listings included).
-            "fuse_requests_per_open": requests_per_open,
-            "work": {
-                "full_decodes": get(&self.full_decodes),
-                "full_decode_ms_mean": mean_ms(&self.full_decodes, &self.full_decode_nanos),
-                "decode_augments": get(&self.decode_augments),
-                "decode_augment_ms_mean": mean_ms(&self.decode_augments, &self.decode_augment_nanos),
-                "pixel_augments": get(&self.pixel_augments),
-                "pixel_augment_ms_mean": mean_ms(&self.pixel_augments, &self.pixel_augment_nanos),
-                // The set's decoded size as read: each sample's pixels counted once.
-                "sized_samples": get(&self.sized_samples),
-                "sized_pixel_bytes": get(&self.sized_pixel_bytes),
-                "source_reads": get(&self.source_reads),
-                "source_read_ms_mean": mean_ms(&self.source_reads, &self.source_read_nanos),
-                "source_read_cpu_ms_mean": mean_ms(&self.source_reads, &self.source_read_cpu_nanos),
-                "source_read_blocked_ms_mean": mean_ms(&self.source_reads, &self.source_read_blocked_nanos),
-            },
-            // Open latency (wall time) by view and outcome, and pixel work (CPU time) by kind:
-            // count, p50, p90, p99 and max, in microseconds.
-            "latency_us": self.latency.to_json(),
-        });
-        if let (Some(doc), serde_json::Value::Object(extra)) = (doc.as_object_mut(), extra) {
-            doc.extend(extra);
-        }
-        doc
-    }
 }
 
 #[cfg(test)]
@@ -409,19 +389,12 @@ mod tests {
     }
 
     #[test]
-    fn each_recipe_shows_its_opens_kept_or_made_and_its_pixel_work_per_sample_by_name() {
+    fn a_pipelines_opens_are_those_served_kept_outputs_and_those_served_outputs_made_for_them() {
         let stats = Stats::default();
         bump(&stats.pipeline(1).served_kept, 3);
         bump(&stats.pipeline(1).made_at_open, 2);
-        bump(&stats.pipeline(1).made, 4);
-        bump(&stats.pipeline(1).made_nanos, 4000);
         bump(&stats.pipeline(2).made_at_open, 1);
-        let doc = stats.recipes_json(["val", "ta"]);
-        assert_eq!(doc["val"]["opens"], 5);
-        assert_eq!(doc["val"]["served_kept"], 3);
-        assert_eq!(doc["val"]["made_at_open"], 2);
-        assert_eq!(doc["val"]["pixel_ns_per_sample"], 1000);
-        assert_eq!(doc["ta"]["opens"], 1);
+        assert_eq!(stats.pipeline(1).opens(), 5);
         assert_eq!(stats.pipeline_reads(3), [0, 5, 1]);
     }
 }

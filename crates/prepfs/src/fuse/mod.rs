@@ -11,6 +11,12 @@
 //! (`backings.rs`), and its reads never reach the daemon. Where the kernel does not offer it or
 //! refuses a backing file, the mount says so once and serves reads itself.
 //!
+//! Each request runs in a `tracing` span of its operation at debug level, reads and releases at
+//! trace (`--log-level prepfs=debug` shows each failure with its operation, inode and errno;
+//! disabled, a span costs a level check), and each failure is counted by operation and errno (`prepfs_fuse_errors_total{op,errno}`,
+//! `stats.json`'s `fuse_errors`; [`failed`]). The protocol answers above are not failures and
+//! are not counted.
+//!
 //! Opens that decode or augment run on the decode threads (`pool.rs`) with the reply moved there,
 //! so a slow decode never holds a FUSE thread: the other requests (lookups, reads of open files,
 //! listings) keep flowing. Opens the cache answers as it is are replied in place (a thread hop
@@ -35,7 +41,7 @@ pub(crate) use pool::OpenPool;
 
 use prepfs_core::drain::Activity;
 use prepfs_core::error::{Error, ToErrno};
-use prepfs_core::stats::bump;
+use prepfs_core::stats::{bump, FuseOp};
 use prepfs_core::fs::{Attr, CachePolicy, Caller, Filesystem, Kind, Opened};
 
 /// How long the kernel may keep names and attributes. A source file that changes is found at
@@ -113,9 +119,19 @@ fn errno(e: &Error) -> Errno {
     Errno::from_i32(e.to_errno())
 }
 
-/// The refusal of every change but mkdir and rmdir under `jobs/`.
-fn read_only() -> Errno {
-    errno(&Error::ReadOnly)
+/// The errno `op`'s request fails with for `e`, counted by operation and errno
+/// (`prepfs_fuse_errors_total`) and logged in the request's span at debug level.
+fn failed(fs: &Filesystem, op: FuseOp, e: &Error) -> Errno {
+    let errno = errno(e);
+    fs.stats().fuse_errors.count(op, i32::from(errno));
+    tracing::debug!(errno = i32::from(errno), error = %e, "failed");
+    errno
+}
+
+/// The refusal of every change but mkdir and rmdir under `jobs/`, counted as a failed change.
+fn read_only(fs: &Filesystem, op: &'static str) -> Errno {
+    let _span = tracing::debug_span!("fuse", op).entered();
+    failed(fs, FuseOp::Change, &Error::ReadOnly)
 }
 
 /// Answers an open: with its backing id where the core offers a backing file (the kernel then
@@ -172,34 +188,41 @@ impl fuser::Filesystem for FuseAdapter {
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         bump(&self.fs.stats().requests.lookup, 1);
+        let _span = tracing::debug_span!("fuse", op = "lookup", parent = parent.0).entered();
         if !(parent.0 == fuser::INodeNo::ROOT.0 && name == ".prepfs") {
             self.note_reader_request(req, parent.0);
         }
         match self.fs.lookup(parent.0, name, caller(req)) {
             Ok(a) => reply.entry(&ttl(&a), &self.attr(&a), Generation(0)),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(failed(&self.fs, FuseOp::Lookup, &e)),
         }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         bump(&self.fs.stats().requests.getattr, 1);
+        let _span = tracing::debug_span!("fuse", op = "getattr", ino = ino.0).entered();
         match self.fs.getattr(ino.0) {
             Ok(a) => reply.attr(&ttl(&a), &self.attr(&a)),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(failed(&self.fs, FuseOp::Getattr, &e)),
         }
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         bump(&self.fs.stats().requests.open, 1);
+        // Entered wherever the open runs (here or on a decode thread).
+        let span = tracing::debug_span!("fuse", op = "open", ino = ino.0);
         self.note_reader_request(req, ino.0);
         let write = !matches!(flags.acc_mode(), OpenAccMode::O_RDONLY)
             || flags.0 & (libc::O_TRUNC | libc::O_APPEND) != 0;
         let fs = Arc::clone(&self.fs);
         let backings = Arc::clone(&self.backings);
         let caller = caller(req);
-        let open = move || match fs.open(ino.0, write, caller) {
-            Ok(o) => reply_opened(&fs, &backings, o, reply),
-            Err(e) => reply.error(errno(&e)),
+        let open = move || {
+            let _span = span.entered();
+            match fs.open(ino.0, write, caller) {
+                Ok(o) => reply_opened(&fs, &backings, o, reply),
+                Err(e) => reply.error(failed(&fs, FuseOp::Open, &e)),
+            }
         };
         // A cache hit is answered here; anything that decodes goes to the pool.
         if self.fs.open_is_cheap(ino.0) {
@@ -221,10 +244,11 @@ impl fuser::Filesystem for FuseAdapter {
         reply: ReplyData,
     ) {
         bump(&self.fs.stats().requests.read, 1);
+        let _span = tracing::trace_span!("fuse", op = "read", ino = ino.0, offset, size).entered();
         self.note_reader_request(req, ino.0);
         self.fs.read(fh.0, offset, size, |data| match data {
             Ok(bytes) => reply.data(bytes),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(failed(&self.fs, FuseOp::Read, &e)),
         });
     }
 
@@ -239,6 +263,7 @@ impl fuser::Filesystem for FuseAdapter {
         reply: ReplyEmpty,
     ) {
         bump(&self.fs.stats().requests.release, 1);
+        let _span = tracing::trace_span!("fuse", op = "release", ino = ino.0).entered();
         self.backings.release(fh.0);
         self.fs.release(ino.0, fh.0);
         reply.ok();
@@ -253,6 +278,7 @@ impl fuser::Filesystem for FuseAdapter {
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         bump(&self.fs.stats().requests.opendir, 1);
+        let _span = tracing::debug_span!("fuse", op = "opendir", ino = ino.0).entered();
         self.note_reader_request(req, ino.0);
         match self.fs.opendir(ino.0, caller(req)) {
             // A listing fixed for the mount's life is kept by the kernel (in the directory's
@@ -261,12 +287,13 @@ impl fuser::Filesystem for FuseAdapter {
                 reply.opened(FileHandle(fh), FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE)
             }
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(failed(&self.fs, FuseOp::Opendir, &e)),
         }
     }
 
-    fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
         bump(&self.fs.stats().requests.readdir, 1);
+        let _span = tracing::debug_span!("fuse", op = "readdir", ino = ino.0, offset).entered();
         let result = self.fs.readdir(fh.0, offset, |entry, next| {
             let kind = match entry.kind {
                 Kind::Dir => FileType::Directory,
@@ -276,15 +303,16 @@ impl fuser::Filesystem for FuseAdapter {
         });
         match result {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(failed(&self.fs, FuseOp::Readdir, &e)),
         }
     }
 
     /// Not asked for at init (listings are plain READDIR: see `init`), so the kernel does not
     /// send it; kept complete, and counted (`fuse_requests.readdirplus`, held at 0 by the
     /// listing test).
-    fn readdirplus(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+    fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
         bump(&self.fs.stats().requests.readdirplus, 1);
+        let _span = tracing::debug_span!("fuse", op = "readdirplus", ino = ino.0, offset).entered();
         let result = self.fs.readdir(fh.0, offset, |entry, next| {
             // An entry whose attributes cannot be had (a file gone since the listing) is listed
             // with none to keep (valid for no time: the kernel asks again at its first use).
@@ -296,28 +324,31 @@ impl fuser::Filesystem for FuseAdapter {
         });
         match result {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(failed(&self.fs, FuseOp::Readdirplus, &e)),
         }
     }
 
-    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+    fn releasedir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
         bump(&self.fs.stats().requests.releasedir, 1);
+        let _span = tracing::trace_span!("fuse", op = "releasedir", ino = ino.0).entered();
         self.fs.releasedir(fh.0);
         reply.ok();
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         bump(&self.fs.stats().requests.other, 1);
+        let _span = tracing::debug_span!("fuse", op = "statfs").entered();
         match self.fs.statfs() {
             Ok(s) => reply.statfs(s.blocks, s.blocks_free, s.blocks_available, s.files, s.files_free, s.block_size, s.name_max, s.fragment_size),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(failed(&self.fs, FuseOp::Statfs, &e)),
         }
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, mask: fuser::AccessFlags, reply: ReplyEmpty) {
         bump(&self.fs.stats().requests.other, 1);
+        let _span = tracing::debug_span!("fuse", op = "access", ino = ino.0).entered();
         if mask.bits() & libc::W_OK != 0 && !self.fs.accepts_changes(ino.0) {
-            reply.error(read_only());
+            reply.error(failed(&self.fs, FuseOp::Access, &Error::ReadOnly));
         } else {
             reply.ok();
         }
@@ -365,16 +396,18 @@ impl fuser::Filesystem for FuseAdapter {
     // `jobs/`: mkdir makes a job, rmdir retires one.
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, _mode: u32, _umask: u32, reply: ReplyEntry) {
+        let _span = tracing::debug_span!("fuse", op = "mkdir", parent = parent.0).entered();
         match self.fs.mkdir(parent.0, name, caller(req)) {
             Ok(a) => reply.entry(&ttl(&a), &self.attr(&a), Generation(0)),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(failed(&self.fs, FuseOp::Mkdir, &e)),
         }
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _span = tracing::debug_span!("fuse", op = "rmdir", parent = parent.0).entered();
         match self.fs.rmdir(parent.0, name) {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(failed(&self.fs, FuseOp::Rmdir, &e)),
         }
     }
 
@@ -399,19 +432,19 @@ impl fuser::Filesystem for FuseAdapter {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        reply.error(read_only());
+        reply.error(read_only(&self.fs, "setattr"));
     }
 
     fn mknod(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _m: u32, _u: u32, _r: u32, reply: ReplyEntry) {
-        reply.error(read_only());
+        reply.error(read_only(&self.fs, "mknod"));
     }
 
     fn unlink(&self, _req: &Request, _p: INodeNo, _n: &OsStr, reply: ReplyEmpty) {
-        reply.error(read_only());
+        reply.error(read_only(&self.fs, "unlink"));
     }
 
     fn symlink(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _t: &Path, reply: ReplyEntry) {
-        reply.error(read_only());
+        reply.error(read_only(&self.fs, "symlink"));
     }
 
     fn rename(
@@ -424,11 +457,11 @@ impl fuser::Filesystem for FuseAdapter {
         _f: fuser::RenameFlags,
         reply: ReplyEmpty,
     ) {
-        reply.error(read_only());
+        reply.error(read_only(&self.fs, "rename"));
     }
 
     fn link(&self, _req: &Request, _i: INodeNo, _np: INodeNo, _nn: &OsStr, reply: ReplyEntry) {
-        reply.error(read_only());
+        reply.error(read_only(&self.fs, "link"));
     }
 
     fn setxattr(
@@ -441,11 +474,11 @@ impl fuser::Filesystem for FuseAdapter {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        reply.error(read_only());
+        reply.error(read_only(&self.fs, "setxattr"));
     }
 
     fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(read_only());
+        reply.error(read_only(&self.fs, "removexattr"));
     }
 
     fn fallocate(
@@ -458,7 +491,7 @@ impl fuser::Filesystem for FuseAdapter {
         _mode: i32,
         reply: ReplyEmpty,
     ) {
-        reply.error(read_only());
+        reply.error(read_only(&self.fs, "fallocate"));
     }
 
     fn write(
@@ -473,10 +506,10 @@ impl fuser::Filesystem for FuseAdapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        reply.error(read_only());
+        reply.error(read_only(&self.fs, "write"));
     }
 
     fn create(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _m: u32, _u: u32, _f: i32, reply: ReplyCreate) {
-        reply.error(read_only());
+        reply.error(read_only(&self.fs, "create"));
     }
 }

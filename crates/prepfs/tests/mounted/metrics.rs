@@ -198,3 +198,27 @@ fn with_metrics_addr_the_mount_answers_get_metrics_over_http() {
     assert!(answer.contains("\nprepfs_opens_total{view=\"augmented\"} 1\n"), "{answer}");
     assert!(mnt.stop().success(), "the endpoint's worker is joined at unmount");
 }
+
+#[test]
+fn a_failed_request_is_counted_by_operation_and_errno_in_stats_json_and_the_metrics() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mnt = mount(dir.path());
+    // A name that is not there (ENOENT from lookup), twice.
+    for _ in 0..2 {
+        let err = std::fs::metadata(mnt.path("augmented/c0/missing.ppm")).expect_err("no such sample");
+        assert_eq!(err.raw_os_error(), Some(libc::ENOENT), "{err}");
+    }
+    let stats = mnt.stats();
+    let m = metrics(&mnt);
+    let lookups = stats["fuse_errors"]["lookup"]["ENOENT"].as_u64().unwrap_or(0);
+    // The kernel may cache a negative entry (then one lookup) or ask again (two).
+    assert!((1..=2).contains(&lookups), "{}", stats["fuse_errors"]);
+    assert_eq!(m["prepfs_fuse_errors_total{op=\"lookup\",errno=\"ENOENT\"}"], lookups as f64, "{m:?}");
+    // A file made where nothing may be: refused (EROFS) as a change.
+    let err = std::fs::File::create(mnt.path("augmented/c0/new.ppm")).expect_err("read-only");
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS), "{err}");
+    let m = metrics(&mnt);
+    let refused: f64 = m.iter().filter(|(k, _)| k.starts_with("prepfs_fuse_errors_total{") && k.contains("errno=\"EROFS\"")).map(|(_, v)| v).sum();
+    assert!(refused >= 1.0, "the refused create is counted: {m:?}");
+    assert!(mnt.stop().success());
+}
