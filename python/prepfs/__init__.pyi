@@ -5,7 +5,7 @@ python/src/dlpack.rs), and a torchvision transform moved to a mount as a recipe
 
 from os import PathLike
 from types import TracebackType
-from typing import Any, Iterator, List, Optional, Tuple, Type, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Type, Union
 
 #: Whether this build has the GPU path (``device="cuda..."``).
 gpu_support: bool
@@ -108,3 +108,22 @@ def recipe(transform: Any, name: Optional[str] = None) -> str:
     """The YAML of a prepfs recipe doing what a torchvision (v2 or v1) ``Compose`` does per
     sample: ``augment:`` and ``output:``, or with ``name`` a ``recipes:`` mapping holding them.
     Raises :class:`UnsupportedOp` naming an op the mount cannot serve."""
+
+
+class NpyFolder:
+    """The ``.npy`` files under ``root/<class>/`` as ``(array, class index)`` items, read as
+    torchvision's ``ImageFolder`` reads images (sorted classes, torchvision's order of samples,
+    ``classes``, ``class_to_idx``, ``samples``, ``targets``): for a view serving
+    ``output: {format: npy}``, which ``ImageFolder(root, loader=numpy.load)`` refuses.
+    ``mmap``: map each array (``numpy.load(mmap_mode="r")``) rather than read it."""
+
+    root: str
+    classes: List[str]
+    class_to_idx: Dict[str, int]
+    samples: List[Tuple[str, int]]
+    targets: List[int]
+
+    def __init__(self, root: Union[str, PathLike[str]], transform: Optional[Callable[[Any], Any]] = None,
+                 target_transform: Optional[Callable[[int], Any]] = None, mmap: bool = False) -> None: ...
+    def __len__(self) -> int: ...
+    def __getitem__(self, index: int) -> Tuple[Any, Any]: ...

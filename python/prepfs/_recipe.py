@@ -156,7 +156,7 @@ def _is_float32(dtype: Any) -> bool:
 def _fixed_size(augment: Sequence[Tuple[str, dict]]) -> bool:
     size = False
     for op, args in augment:
-        if op in ("random_resized_crop", "center_crop"):
+        if op in ("random_resized_crop", "center_crop", "random_crop"):
             size = True
         elif op == "resize":
             size = isinstance(args["size"], list)
@@ -256,7 +256,8 @@ def recipe(transform: Any, name: Optional[str] = None) -> str:
     Served: ``RandomResizedCrop`` (size, scale, ratio; bilinear or bicubic, antialiased; timm's
     ``RandomResizedCropAndInterpolation`` too, its ``random`` interpolation included),
     ``RandomHorizontalFlip`` (p), ``Resize`` (an int: the shorter side, or (h, w); bilinear or
-    bicubic, antialiased, no ``max_size``), ``CenterCrop``; after them the pixel ops
+    bicubic, antialiased, no ``max_size``), ``CenterCrop``, ``RandomCrop`` (no padding); after them
+    the pixel ops
     ``ColorJitter``, ``RandomGrayscale``, ``GaussianBlur``, ``TrivialAugmentWide``,
     ``RandAugment``, ``AutoAugment`` (imagenet; nearest or bilinear, fill 0), timm's ``RandAugment`` (from
     ``rand_augment_transform`` or ``create_transform``: its default or ``inc1`` op list, as
@@ -296,7 +297,7 @@ def recipe(transform: Any, name: Optional[str] = None) -> str:
             raise refuse(i, kind, "the mount serves no op after the conversion to float but Normalize and RandomErasing")
         if normalized and kind not in ("RandomErasing", "Identity"):
             raise refuse(i, kind, "the mount serves no op after Normalize but RandomErasing")
-        if pixel_op is not None and kind in ("RandomResizedCrop", "Resize", "CenterCrop"):
+        if pixel_op is not None and kind in ("RandomResizedCrop", "Resize", "CenterCrop", "RandomCrop"):
             raise refuse(i, kind, f"the mount resizes and crops before the pixel ops ({pixel_op} comes first here)")
         if kind == "RandomResizedCropAndInterpolation":
             kind = "RandomResizedCrop"  # timm's: torchvision's draw, and "random" interpolation
@@ -336,6 +337,12 @@ def recipe(transform: Any, name: Optional[str] = None) -> str:
             augment.append(("resize", args))
         elif kind == "CenterCrop":
             augment.append(("center_crop", {"size": _size(op.size, kind)}))
+        elif kind == "RandomCrop":
+            if getattr(op, "padding", None) is not None:
+                raise refuse(i, f"RandomCrop(padding={op.padding})", "the mount's RandomCrop does not pad")
+            if getattr(op, "pad_if_needed", False):
+                raise refuse(i, "RandomCrop(pad_if_needed=True)", "the mount's RandomCrop does not pad")
+            augment.append(("random_crop", {"size": _size(op.size, kind)}))
         elif kind in ("PILToTensor", "ToImage", "ToImageTensor"):
             pending_tensor = i if pending_tensor is None else pending_tensor
         elif kind == "ToTensor":

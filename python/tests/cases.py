@@ -41,6 +41,16 @@ SUPPORTED = {
         [{"resize": {"size": 40}}, {"center_crop": {"size": [32, 32]}}],
         None,
     ),
+    "resize_then_random_crop_v2": (
+        v2.Compose([v2.Resize(40), v2.RandomCrop(32), v2.RandomHorizontalFlip()]),
+        [{"resize": {"size": 40}}, {"random_crop": {"size": [32, 32]}}, {"random_horizontal_flip": {"p": 0.5}}],
+        None,
+    ),
+    "resize_then_random_crop_v1_rectangle": (
+        v1.Compose([v1.Resize(40), v1.RandomCrop((20, 28))]),
+        [{"resize": {"size": 40}}, {"random_crop": {"size": [20, 28]}}],
+        None,
+    ),
     "resize_shorter_side_v1_bicubic": (
         v1.Compose([v1.Resize(40, interpolation=I.BICUBIC), v1.CenterCrop((20, 28))]),
         [{"resize": {"size": 40, "interpolation": "bicubic"}}, {"center_crop": {"size": [20, 28]}}],

@@ -117,8 +117,9 @@ class v2:
             self.size = _setup_size(size)
 
     class RandomCrop:
-        def __init__(self, size, padding=None):
-            self.size, self.padding = _setup_size(size), padding
+        def __init__(self, size, padding=None, pad_if_needed=False, fill=0, padding_mode="constant"):
+            self.size, self.padding, self.pad_if_needed = _setup_size(size), padding, pad_if_needed
+            self.fill, self.padding_mode = fill, padding_mode
 
     class RandomHorizontalFlip:
         def __init__(self, p=0.5):
@@ -207,6 +208,7 @@ class v1:
     Compose = v2.Compose
     RandomResizedCrop = v2.RandomResizedCrop
     CenterCrop = v2.CenterCrop
+    RandomCrop = v2.RandomCrop
     RandomHorizontalFlip = v2.RandomHorizontalFlip
     PILToTensor = v2.PILToTensor
     ConvertImageDtype = v2.ConvertImageDtype

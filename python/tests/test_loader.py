@@ -489,3 +489,18 @@ def test_an_infinite_timeout_or_none_waits_without_a_limit(prepfs, tmp_path, tim
 def test_a_timeout_that_is_no_number_of_seconds_is_refused_with_valueerror_naming_it_before_it_looks_for_a_mount(prepfs, tmp_path, timeout):
     with pytest.raises(ValueError, match=r"^timeout=.*or None \(or float\(\"inf\"\)\) to wait without a limit"):
         prepfs.Loader(tmp_path, job="j", timeout=timeout)
+
+
+def test_npy_folder_reads_the_float32_recipe_view_as_imagefolder_would_every_sample_once(mounted):
+    from test_folder import NpyFolder
+
+    folder = NpyFolder(mounted.path("tv1"))
+    assert folder.classes == [f"c{k}" for k in range(CLASSES)]
+    names = [p[len(str(mounted.path("tv1"))) + 1:] for p, _ in folder.samples]
+    assert names == [n.rsplit(".", 1)[0] + ".npy" for n in ALL_NAMES]
+    for i, name in enumerate(names):
+        array, target = folder[i]
+        assert array.dtype == np.float32 and array.shape == (3, 32, 32), name
+        assert target == int(name[1]) == folder.targets[i], name
+        # The recipe has no chance in it: the file read again is the same array.
+        np.testing.assert_array_equal(array, np.load(mounted.path(f"tv1/{name}")))

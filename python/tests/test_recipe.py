@@ -90,7 +90,8 @@ UNSUPPORTED = {
     "lambda": (v2.Compose([v2.Resize(40), v2.Lambda(lambda x: x), v2.CenterCrop(32)]), "Lambda", 1),
     "vertical_flip": (v2.Compose([v2.RandomResizedCrop(24), v2.RandomVerticalFlip()]), "RandomVerticalFlip", 1),
     "rotation": (v2.Compose([v2.RandomRotation(10), v2.CenterCrop(24)]), "RandomRotation", 0),
-    "random_crop": (v2.Compose([v2.Resize(40), v2.RandomCrop(32)]), "RandomCrop", 1),
+    "random_crop_padded": (v2.Compose([v2.Resize(40), v2.RandomCrop(32, padding=4)]), "RandomCrop(padding=4)", 1),
+    "random_crop_pad_if_needed": (v2.Compose([v2.Resize(40), v2.RandomCrop(32, pad_if_needed=True)]), "RandomCrop(pad_if_needed=True)", 1),
     "crop_nearest": (v2.Compose([v2.RandomResizedCrop(24, interpolation=I.NEAREST), v1.ToTensor()]), "RandomResizedCrop(interpolation=nearest)", 0),
     "resize_lanczos": (v2.Compose([v2.Resize(40, interpolation=I.LANCZOS), v2.CenterCrop(32)]), "Resize(interpolation=lanczos)", 0),
     "resize_random_interpolation": (

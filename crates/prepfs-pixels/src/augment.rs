@@ -38,6 +38,9 @@ pub enum AugmentOp {
     Resize { to: ResizeTo, interpolation: Interpolation },
     /// `CenterCrop(size)`.
     CenterCrop { size: Size2 },
+    /// `RandomCrop(size)`: a window of `size` at a uniformly drawn place (torchvision's
+    /// `randint(0, h - th + 1)`, `randint(0, w - tw + 1)`); no padding.
+    RandomCrop { size: Size2 },
     /// `Normalize(mean, std)` on `ToTensor`'s 0-1 values; npy float32 output only.
     Normalize { mean: [f32; 3], std: [f32; 3] },
     /// An op on the output's pixels (colour, blur, erasing, the auto-augment policies):
@@ -66,6 +69,7 @@ impl AugmentOp {
             AugmentOp::RandomHorizontalFlip { .. } => "random_horizontal_flip",
             AugmentOp::Resize { .. } => "resize",
             AugmentOp::CenterCrop { .. } => "center_crop",
+            AugmentOp::RandomCrop { .. } => "random_crop",
             AugmentOp::Normalize { .. } => "normalize",
             AugmentOp::Pixel(op) => op.name(),
         }
@@ -111,6 +115,18 @@ impl AugmentOp {
                 args.only(&["size"])?;
                 AugmentOp::CenterCrop { size }
             }
+            "random_crop" => {
+                let size = args.size("size")?.ok_or_else(|| args.missing("size"))?;
+                // torchvision's defaults, accepted as written; padding is not implemented.
+                if args.get("padding").is_some_and(|v| !v.is_null()) {
+                    return Err(OpError::Unsupported { op: "random_crop".into(), setting: "padding: null" });
+                }
+                if args.get("pad_if_needed").is_some_and(|v| v.as_bool() != Some(false)) {
+                    return Err(OpError::Unsupported { op: "random_crop".into(), setting: "pad_if_needed: false" });
+                }
+                args.only(&["size", "padding", "pad_if_needed"])?;
+                AugmentOp::RandomCrop { size }
+            }
             "normalize" => {
                 let mean = args.triple("mean")?.ok_or_else(|| args.missing("mean"))?;
                 let std = args.triple("std")?.ok_or_else(|| args.missing("std"))?;
@@ -120,7 +136,7 @@ impl AugmentOp {
             other => match PixelOp::from_args(other, &args)? {
                 Some(op) => AugmentOp::Pixel(op),
                 None => {
-                    let known = format!("random_resized_crop, random_horizontal_flip, resize, center_crop, normalize, {}", crate::pixel_ops::NAMES.join(", "));
+                    let known = format!("random_resized_crop, random_horizontal_flip, resize, center_crop, random_crop, normalize, {}", crate::pixel_ops::NAMES.join(", "));
                     return Err(OpError::UnknownOperation { op: other.to_string(), known });
                 }
             },
@@ -151,7 +167,7 @@ impl Serialize for AugmentOp {
                 args.insert("size", n);
                 args.insert("interpolation", serde_json::json!(interpolation.name()));
             }
-            AugmentOp::CenterCrop { size: s } => {
+            AugmentOp::CenterCrop { size: s } | AugmentOp::RandomCrop { size: s } => {
                 args.insert("size", size(s));
             }
             AugmentOp::Normalize { mean, std } => {
@@ -170,14 +186,17 @@ impl Serialize for AugmentOp {
 /// the error is the op's index and why.
 pub fn check_order(ops: &[AugmentOp]) -> Result<(), (usize, OpError)> {
     let geometry = |op: &AugmentOp| {
-        matches!(op, AugmentOp::RandomResizedCrop { .. } | AugmentOp::Resize { .. } | AugmentOp::CenterCrop { .. })
+        matches!(
+            op,
+            AugmentOp::RandomResizedCrop { .. } | AugmentOp::Resize { .. } | AugmentOp::CenterCrop { .. } | AugmentOp::RandomCrop { .. }
+        )
     };
     for (i, op) in ops.iter().enumerate() {
         let AugmentOp::Pixel(pixel) = op else { continue };
         let later = &ops[i + 1..];
         if later.iter().any(geometry) {
-            let why = "goes after the geometry (random_resized_crop, resize, center_crop): prepfs runs it on the \
-                       output's pixels, where torchvision's recipes place it";
+            let why = "goes after the geometry (random_resized_crop, resize, center_crop, random_crop): prepfs runs it \
+                       on the output's pixels, where torchvision's recipes place it";
             return Err((i, OpError::Placement { op: pixel.name().to_string(), why }));
         }
         let erasing = matches!(pixel, PixelOp::RandomErasing(_));
@@ -259,7 +278,7 @@ pub fn fixed_output_size(ops: &[AugmentOp]) -> Option<Size2> {
     let mut size = None;
     for op in ops {
         match op {
-            AugmentOp::RandomResizedCrop { size: s, .. } | AugmentOp::CenterCrop { size: s } => {
+            AugmentOp::RandomResizedCrop { size: s, .. } | AugmentOp::CenterCrop { size: s } | AugmentOp::RandomCrop { size: s } => {
                 size = Some(*s)
             }
             AugmentOp::Resize { to: ResizeTo::Exact(s), .. } => size = Some(*s),
@@ -333,6 +352,17 @@ pub fn plan_sample(ops: &[AugmentOp], source: Size2, rng: &mut impl Rng) -> Samp
                 let h = size.height.min(cur.height);
                 let top = ((f64::from(cur.height - h)) / 2.0).round_ties_even() as u32;
                 let left = ((f64::from(cur.width - w)) / 2.0).round_ties_even() as u32;
+                let stage = stages.last_mut().expect("the source's resample");
+                take(cur, &mut stage.crop, flip, left, top, w, h);
+                cur = Size2::new(w, h);
+                stage.out = cur;
+            }
+            AugmentOp::RandomCrop { size } => {
+                let w = size.width.min(cur.width);
+                let h = size.height.min(cur.height);
+                // torchvision draws the row, then the column.
+                let top = rng.gen_range(0..=cur.height - h);
+                let left = rng.gen_range(0..=cur.width - w);
                 let stage = stages.last_mut().expect("the source's resample");
                 take(cur, &mut stage.crop, flip, left, top, w, h);
                 cur = Size2::new(w, h);
@@ -510,7 +540,7 @@ pub mod tests {
         assert_eq!(parse_one("resize: 3").unwrap_err(), "resize: arguments go in a mapping, like `resize: {size: 224}`");
         assert_eq!(
             parse_one("blur: {}").unwrap_err(),
-            "unknown operation `blur`; known: random_resized_crop, random_horizontal_flip, resize, center_crop, normalize, \
+            "unknown operation `blur`; known: random_resized_crop, random_horizontal_flip, resize, center_crop, random_crop, normalize, \
              color_jitter, random_grayscale, gaussian_blur, random_erasing, trivial_augment_wide, rand_augment, auto_augment"
         );
         let two: BTreeMap<String, Value> = serde_norway::from_str("resize: {size: 8}\ncenter_crop: {size: 4}").expect("yaml");
@@ -589,5 +619,46 @@ pub mod tests {
         // Centre crop of 41 wide starts at round(15.5) = 16; mirrored it is 41 - 16 - 10 = 15.
         assert!(plan.flip);
         assert_eq!(plan.crop.x, 15.0);
+    }
+
+    #[test]
+    fn resize_then_random_crop_places_every_window_the_resized_image_has_about_equally_often() {
+        let ops = vec![
+            AugmentOp::Resize { to: ResizeTo::ShorterSide(20), interpolation: Interpolation::Bilinear },
+            AugmentOp::RandomCrop { size: Size2::new(16, 16) },
+        ];
+        assert_eq!(fixed_output_size(&ops), Some(Size2::new(16, 16)));
+        // 40x20 -> resized 40x20 (shorter side 20): 25 columns and 5 rows of window, in source
+        // pixels the same (no scaling), each cell of the 5x25 grid 1/125 of the draws.
+        let mut counts = vec![0u32; 125];
+        let draws = 12_500u32;
+        for s in 0..draws {
+            let plan = plan_sample(&ops, Size2::new(40, 20), &mut draw_rng(3, 0, 0, u64::from(s)));
+            assert_eq!(plan.out, Size2::new(16, 16));
+            assert_eq!((plan.crop.width, plan.crop.height), (16.0, 16.0));
+            let (x, y) = (plan.crop.x as usize, plan.crop.y as usize);
+            assert!(x <= 24 && y <= 4, "the window lies inside the image: ({x}, {y})");
+            counts[y * 25 + x] += 1;
+        }
+        // Pearson's chi-square against uniform, 124 degrees of freedom: the critical value at
+        // alpha 0.001 is 175.3, so a skew of a few percent in any cell fails.
+        let expected = f64::from(draws) / 125.0;
+        let chi2: f64 = counts.iter().map(|&c| (f64::from(c) - expected).powi(2) / expected).sum();
+        assert!(chi2 < 175.3, "chi-square {chi2:.1}: {counts:?}");
+        assert!(counts.iter().all(|&c| c > 0), "every window is drawn");
+    }
+
+    #[test]
+    fn random_crop_parses_torchvisions_defaults_and_refuses_padding() {
+        assert_eq!(parse_one("random_crop: {size: [32, 48]}"), Ok(AugmentOp::RandomCrop { size: Size2::new(48, 32) }));
+        assert_eq!(
+            parse_one("random_crop: {size: 8, padding: null, pad_if_needed: false}"),
+            Ok(AugmentOp::RandomCrop { size: Size2::new(8, 8) })
+        );
+        let padded = parse_one("random_crop: {size: 8, padding: 4}").unwrap_err();
+        assert!(padded.contains("random_crop") && padded.contains("padding"), "{padded}");
+        let padded = parse_one("random_crop: {size: 8, pad_if_needed: true}").unwrap_err();
+        assert!(padded.contains("pad_if_needed"), "{padded}");
+        assert!(parse_one("random_crop: {}").unwrap_err().contains("size"));
     }
 }

@@ -46,7 +46,9 @@ def main():
 
         @pipeline_def(batch_size=args.batch_size, num_threads=2, device_id=None if args.cpu else 0)
         def pipeline():
-            images, labels = fn.external_source(source=Batches(loader), num_outputs=2, batch=True,
+            # cycle="raise": DALI calls iter() again at each reset, so every epoch is a new one of the
+            # job (without it the source is spent after the first and epoch 2 returns nothing).
+            images, labels = fn.external_source(source=Batches(loader), num_outputs=2, batch=True, cycle="raise",
                                                 layout=["HWC", ""], dtype=[types.UINT8, types.INT64])
             if device == "gpu":
                 images = images.gpu()

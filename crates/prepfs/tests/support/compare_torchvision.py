@@ -97,6 +97,9 @@ def cases():
         "resize_then_random_resized_crop": geometric(
             [{"resize": {"size": 128}}, {"random_resized_crop": {"size": 48}}],
             lambda: v2.Compose([v2.Resize(128, antialias=True), rrc(I.BILINEAR)])),
+        "resize_then_random_crop": geometric(
+            [{"resize": {"size": 64}}, {"random_crop": {"size": 48}}],
+            lambda: v2.Compose([v2.Resize(64, antialias=True), v2.RandomCrop(48)])),
         "random_resized_crop_bicubic": geometric(
             [{"random_resized_crop": {"size": 48, "interpolation": "bicubic"}}], lambda: rrc(I.BICUBIC)),
         "random_resized_crop_random": geometric(
