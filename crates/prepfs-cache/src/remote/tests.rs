@@ -270,7 +270,9 @@ fn a_cluster_whose_nodes_are_all_down_is_an_outage_noticed_within_the_timeouts()
     }
     let started = Instant::now();
     assert!(tier.get(0, Path::new("a.jpg"), &version(1)).is_none());
-    assert!(started.elapsed() < Duration::from_secs(3), "a lookup against a dead cluster took {:?}", started.elapsed());
+    // A guard against a hang (the tier's timeouts are a second or two; a refused node answers at
+    // once), not a timing window: the outage itself is the assertion below.
+    assert!(started.elapsed() < Duration::from_secs(30), "a lookup against a dead cluster hung for {:?}", started.elapsed());
     assert!(!tier.is_up(), "{}", tier.stats());
     assert_eq!(tier.stats()["outages"], 1);
 }
@@ -295,11 +297,19 @@ fn what_one_mount_wrote_is_marked_held_in_the_other_mounts_status_within_a_secon
         assert!(started.elapsed() < Duration::from_secs(5), "the other mount never learned: {:?}", held(&theirs));
         std::thread::sleep(Duration::from_millis(50));
     }
-    // Another dataset's mount learns nothing of them.
+    // Another dataset's mount learns nothing of them: once it has learned a sample of its own
+    // dataset written after them (so it has read the shared index since), it holds that one only.
     let stranger = Arc::new(SampleStatus::new(40));
     let _other = RemoteTier::open(&server.url(), &test_access(), 1 << 30, 8, 0, Some(Arc::clone(&stranger))).expect("open");
-    std::thread::sleep(HELD_READ_EVERY + Duration::from_millis(300));
-    assert!(held(&stranger).is_empty());
+    let its_own = RemoteTier::open(&server.url(), &test_access(), 1 << 30, 8, 0, Some(Arc::new(SampleStatus::new(40)))).expect("open");
+    assert!(its_own.put_encoded(21, Path::new("c/21.jpg"), &version(21), bytes(500, 1)));
+    assert!(its_own.flush(WAIT));
+    let started = Instant::now();
+    while held(&stranger).is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(5), "the stranger never read its own dataset's index");
+        std::thread::sleep(HELD_READ_EVERY / 4);
+    }
+    assert_eq!(held(&stranger), vec![21], "the other dataset's samples are not the stranger's");
 }
 
 #[test]

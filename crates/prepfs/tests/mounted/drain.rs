@@ -15,9 +15,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use common::{is_mounted, make_dataset, mount_command_without_drain, prepfs_bin, write_config, Mounted};
 
 const LIMIT: Duration = Duration::from_secs(120);
-/// What the daemon may take beyond the drain period to be gone (unmount, join, exit), with
-/// room for a loaded machine.
-const MARGIN: Duration = Duration::from_secs(3);
+/// How long a test waits for a daemon to exit before calling it hung: never the assertion (what
+/// ended a drain is read from its log), only a guard.
+const HANG_GUARD: Duration = Duration::from_secs(90);
 
 fn open_tempdir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -128,7 +128,8 @@ fn a_sigterm_mid_epoch_lets_the_epoch_finish_before_unmounting() {
     let signalled = report["signalled_at"].as_f64().expect("the reader signalled");
     let ended = report["ended_at"].as_f64().expect("ended_at");
     assert!(report["read_after_signal"].as_u64().expect("count") >= 100, "the signal came mid-epoch: {report}");
-    let status = mnt.wait_exit(Duration::from_secs_f64(drain) + MARGIN + Duration::from_secs(5)).expect("the daemon exits");
+    // A hang guard only (the drain's maximum is 60 s): what ended it is read from the log below.
+    let status = mnt.wait_exit(HANG_GUARD).expect("the daemon exits");
     let gone = now_s();
     assert!(status.success(), "{status}: {}", mnt.log());
     assert!(!is_mounted(&mnt.mountpoint));
@@ -136,10 +137,10 @@ fn a_sigterm_mid_epoch_lets_the_epoch_finish_before_unmounting() {
         "epoch of {} files read after SIGTERM came at file 40 ({} after it); daemon gone {:.2} s after SIGTERM, {:.2} s after the epoch ended (drain {drain} s)",
         report["read"], report["read_after_signal"], gone - signalled, gone - ended
     );
-    assert!(gone - ended <= drain + MARGIN.as_secs_f64(), "gone {:.2} s after the epoch ended: {}", gone - ended, mnt.log());
     let log = mnt.log();
     assert!(log.contains("draining") && log.contains("python3"), "the drain says whom it waits for: {log}");
-    assert!(log.contains("drained"), "{log}");
+    // Ended by the quiet period after the epoch, not by the drain's maximum.
+    assert!(log.contains("drained:") && !log.contains("reached its maximum"), "{log}");
 }
 
 #[test]
@@ -157,9 +158,10 @@ fn a_second_signal_stops_a_draining_mount_at_once() {
     signal(mnt.pid(), libc::SIGINT);
     mnt.wait_exit(Duration::from_secs(10)).expect("a second signal ends it");
     eprintln!("gone {:.2} s after the second signal", second.elapsed().as_secs_f64());
-    assert!(second.elapsed() < Duration::from_secs(6), "took {:?}", second.elapsed());
     assert!(!is_mounted(&mnt.mountpoint));
-    assert!(mnt.log().contains("second signal"), "{}", mnt.log());
+    // The second signal ended it, not the drain's 60 s maximum (whatever the machine's load).
+    let log = mnt.log();
+    assert!(log.contains("second signal") && !log.contains("reached its maximum"), "{log}");
 }
 
 #[test]
@@ -172,13 +174,15 @@ fn the_drain_maximum_ends_a_mount_whose_reader_never_stops() {
     wait_reading(&mark);
     let sent = Instant::now();
     signal(mnt.pid(), libc::SIGTERM);
-    mnt.wait_exit(Duration::from_secs_f64(max) + MARGIN + Duration::from_secs(5)).expect("the maximum ends it");
+    mnt.wait_exit(HANG_GUARD).expect("the maximum ends it");
     let took = sent.elapsed().as_secs_f64();
     eprintln!("gone {took:.2} s after SIGTERM (drain maximum {max} s)");
+    // Not before the maximum (a lower bound: load only makes it later); ended by the maximum,
+    // not by a drain that saw the reader stop (it never does), nor by a hang (wait_exit's guard).
     assert!(took >= max - 0.5, "it drained first: {took:.2} s");
-    assert!(took <= max + MARGIN.as_secs_f64(), "bounded by the maximum: {took:.2} s");
     assert!(!is_mounted(&mnt.mountpoint));
-    assert!(mnt.log().contains("maximum"), "{}", mnt.log());
+    let log = mnt.log();
+    assert!(log.contains("reached its maximum") && !log.contains("drained:"), "{log}");
 }
 
 fn prepfs_unmount(args: &[&dyn AsRef<std::ffi::OsStr>], limit: Duration) -> std::process::Output {

@@ -170,7 +170,9 @@ fn a_fifo_in_place_of_a_sample_fails_at_once_and_nothing_else_hangs() {
         assert!(std::fs::read(mnt.path(path)).is_err(), "{path} served a FIFO");
     }
     assert!(std::fs::read(mnt.path("augmented/c0/early.ppm")).is_err());
-    assert!(started.elapsed() < Duration::from_secs(20), "FIFO reads took {:?}", started.elapsed());
+    eprintln!("FIFO reads took {:?}", started.elapsed());
+    // Refused without being opened: no read waited out the source's timeout on them.
+    assert!(!mnt.log().contains("did not answer within"), "a FIFO was opened and waited on: {}", mnt.log());
     for id in [0, 2, 3] {
         let out = std::fs::read(mnt.path(&format!("augmented/c0/s{id:02}.ppm"))).expect("the others");
         assert_eq!(id_of_ppm(&out), id);
@@ -380,8 +382,10 @@ fn unmount_does_not_wait_on_throttled_reads() {
     let started = Instant::now();
     let out = Command::new("fusermount3").arg("-u").arg(&mnt.mountpoint).output().expect("fusermount3");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    mnt.wait_exit(Duration::from_secs(10)).expect("prepfs exits");
-    assert!(started.elapsed() < Duration::from_secs(8), "exit took {:?}", started.elapsed());
+    // The refill's reads of 24 samples at 5 kB/s take minutes: an exit that waited on them
+    // would pass this guard by far (a guard against a hang, not a timing window).
+    mnt.wait_exit(Duration::from_secs(60)).expect("prepfs exits without waiting on the throttled reads");
+    eprintln!("exit took {:?}", started.elapsed());
 }
 
 #[test]
