@@ -148,6 +148,13 @@ impl Job {
         Arc::clone(job)
     }
 
+    /// The job's sampling states in the recipes' views it has read, by recipe number.
+    pub fn recipe_states(&self) -> Vec<(u8, Arc<Job>)> {
+        let mut states: Vec<(u8, Arc<Job>)> = self.recipes.lock_or_recover().iter().map(|(r, j)| (*r, Arc::clone(j))).collect();
+        states.sort_by_key(|(r, _)| *r);
+        states
+    }
+
     /// The job's sampling state in recipe `recipe`'s view, if it has read it.
     pub fn recipe_state(&self, recipe: u8) -> Option<Arc<Job>> {
         self.recipes.lock_or_recover().get(&recipe).cloned()

@@ -191,11 +191,32 @@ impl Jobs {
                 let c = &j.counters;
                 let hits = c.hits();
                 let looked = hits + get(&c.misses);
+                // A job is one job in every view it reads: samples served in a recipe's view are
+                // the job's, and its epoch is the furthest any of its views has reached (a job
+                // reading only a recipe's view would otherwise show epoch 1 and 0 served).
+                let recipes = j.recipe_states();
+                let served = get(&c.served) + recipes.iter().map(|(_, r)| get(&r.counters.served)).sum::<u64>();
+                let furthest = recipes
+                    .iter()
+                    .map(|(_, r)| (r.epoch(), r.served_this_epoch()))
+                    .fold((j.epoch(), j.served_this_epoch()), |a, b| a.max(b));
+                let views: serde_json::Map<String, serde_json::Value> = recipes
+                    .iter()
+                    .map(|(n, r)| {
+                        let figures = serde_json::json!({
+                            "epoch": r.epoch(),
+                            "served_this_epoch": r.served_this_epoch(),
+                            "samples_served": get(&r.counters.served),
+                        });
+                        (n.to_string(), figures)
+                    })
+                    .collect();
                 serde_json::json!({
                     "name": j.name,
-                    "epoch": j.epoch(),
-                    "served_this_epoch": j.served_this_epoch(),
-                    "samples_served": get(&c.served),
+                    "epoch": furthest.0,
+                    "served_this_epoch": furthest.1,
+                    "samples_served": served,
+                    "recipes": views,
                     "opens": get(&c.opens),
                     "hits": {
                         "augmented": get(&c.hits_augmented),

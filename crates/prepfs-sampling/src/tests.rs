@@ -299,3 +299,25 @@ fn an_epoch_is_ended_unserved_only_once_no_walk_is_in_it_and_no_open_holds_a_cla
     assert_eq!(job.walk_begun(), 2);
     assert!(!job.end_epoch_unless_walked(2));
 }
+
+#[test]
+fn a_job_read_only_through_a_recipes_view_shows_its_epochs_and_samples_served_in_stats() {
+    let reg = jobs(10);
+    let job = reg.get_or_create(b"train", Requester::OWNER).expect("job");
+    let ta = reg.in_recipe(&job, 1);
+    // Two whole epochs and three samples of the third, in recipe 1's view only.
+    for s in (0..10).chain(0..10).chain(0..3) {
+        assert!(ta.mark_served(s, false), "sample {s} is new in its epoch");
+    }
+    let stats = reg.stats();
+    let figures = &stats["active"][0];
+    assert_eq!(figures["name"], "train");
+    assert_eq!(figures["samples_served"], 23, "{figures}");
+    assert_eq!((figures["epoch"].as_u64(), figures["served_this_epoch"].as_u64()), (Some(3), Some(3)), "{figures}");
+    assert_eq!(figures["recipes"]["1"]["epoch"], 3, "{figures}");
+    assert_eq!(figures["recipes"]["1"]["samples_served"], 23, "{figures}");
+    // Its own view's reads add to the same figures; the epoch is the furthest view's.
+    assert!(job.mark_served(4, false));
+    let figures = &reg.stats()["active"][0];
+    assert_eq!((figures["samples_served"].as_u64(), figures["epoch"].as_u64()), (Some(24), Some(3)), "{figures}");
+}

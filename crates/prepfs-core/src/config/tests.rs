@@ -29,8 +29,8 @@ fn unknown_key_is_named_with_its_line() {
 
 #[test]
 fn unknown_operation_is_named_with_its_line() {
-    let err = parse("seed: 1\naugment:\n  - random_crop: { size: 3 }\n").unwrap_err().to_string();
-    assert!(err.contains("random_crop"), "{err}");
+    let err = parse("seed: 1\naugment:\n  - random_rotation: { degrees: 10 }\n").unwrap_err().to_string();
+    assert!(err.contains("random_rotation"), "{err}");
     assert!(err.contains("line 3"), "{err}");
 }
 
