@@ -101,6 +101,36 @@ fn percentiles(doc: &Value, view: &str, outcome: &str) -> String {
     }
 }
 
+/// One line per active job: its epoch, how far through it (of the set's samples), what it has
+/// been served in all, its hit rate; with an earlier reading, its rate and when its epoch ends
+/// at that rate.
+fn job_progress(doc: &Value, previous: Option<&Value>, elapsed: Option<f64>) -> Vec<String> {
+    let samples = num(doc, &at(&defs::SAMPLES, &[])).unwrap_or(0.0);
+    let active = |d: &Value| d.pointer("/jobs/active").and_then(Value::as_array).cloned().unwrap_or_default();
+    let field = |j: &Value, key: &str| j.get(key).and_then(Value::as_f64);
+    active(doc)
+        .iter()
+        .filter_map(|job| {
+            let name = job.get("name").and_then(Value::as_str)?;
+            let (epoch, this_epoch, served) = (field(job, "epoch")?, field(job, "served_this_epoch")?, field(job, "samples_served")?);
+            let mut line = format!("  {}: epoch {epoch:.0}, {this_epoch:.0}", prepfs_base::escape::escaped(name));
+            if samples > 0.0 {
+                line.push_str(&format!(" of {samples:.0} ({:.0}%)", 100.0 * this_epoch / samples));
+            }
+            line.push_str(&format!(", {served:.0} served in all, hit rate {:.2}", field(job, "hit_rate").unwrap_or(0.0)));
+            let before = previous.map(active).and_then(|p| p.into_iter().find(|j| j.get("name").and_then(Value::as_str) == Some(name)));
+            if let (Some(dt), Some(before)) = (elapsed, before.as_ref().and_then(|j| field(j, "samples_served"))) {
+                let rate = (served - before).max(0.0) / dt;
+                line.push_str(&format!(", {rate:.0}/s"));
+                if rate > 0.0 && samples > this_epoch {
+                    line.push_str(&format!(", epoch ends in {}", human_duration((samples - this_epoch) / rate)));
+                }
+            }
+            Some(line)
+        })
+        .collect()
+}
+
 /// The readable summary of a `stats.json` document. With `previous` (an earlier reading of the
 /// same mount), counters also show their rate per second since it.
 pub fn summary(doc: &Value, previous: Option<&Value>) -> String {
@@ -206,6 +236,7 @@ pub fn summary(doc: &Value, previous: Option<&Value>) -> String {
         .map(|a| a.iter().filter_map(|j| j.get("name").and_then(Value::as_str)).collect())
         .unwrap_or_default();
     out.push(if jobs.is_empty() { "jobs         none active".into() } else { format!("jobs         {} active: {}", jobs.len(), jobs.iter().map(|j| prepfs_base::escape::escaped(j).to_string()).collect::<Vec<_>>().join(", ")) });
+    out.extend(job_progress(doc, previous, elapsed));
     let passthrough = match doc.pointer(&at(&defs::PASSTHROUGH_ENABLED, &[])).and_then(Value::as_bool) {
         Some(true) => format!("on ({} opens)", dash(num(doc, &at(&defs::PASSTHROUGH_OPENS, &[])), &count)),
         Some(false) => match doc.pointer("/passthrough/off_because").and_then(Value::as_str) {
@@ -300,6 +331,20 @@ mod tests {
         let text = summary(&now, Some(&before));
         assert!(text.contains("300 (100/s)"), "{text}");
         assert!(text.contains("4.0 MiB read (2.0 MiB/s)"), "{text}");
+    }
+
+    #[test]
+    fn each_job_shows_its_epoch_its_progress_through_it_and_with_an_earlier_reading_its_rate_and_eta() {
+        let job = |served: u64, this_epoch: u64| json!([{"name": "train", "epoch": 3, "served_this_epoch": this_epoch, "samples_served": served, "hit_rate": 0.62}]);
+        let (mut before, mut now) = (doc(10.0, 100, 0), doc(12.0, 300, 0));
+        before["jobs"]["active"] = job(2_400, 0);
+        now["jobs"]["active"] = job(3_000, 600);
+        let text = summary(&now, None);
+        assert!(text.contains("  train: epoch 3, 600 of 1200 (50%), 3000 served in all, hit rate 0.62"), "{text}");
+        assert!(!text.contains("epoch ends"), "no ETA without a rate: {text}");
+        // 600 samples in 2 s: 300/s, and the 600 left of 1,200 in 2 s.
+        let text = summary(&now, Some(&before));
+        assert!(text.contains("hit rate 0.62, 300/s, epoch ends in 2s"), "{text}");
     }
 
     #[test]
