@@ -93,7 +93,7 @@ def _fill_is_zero(op: Any) -> bool:
 
 
 # The ops applied to the pixels after the geometry (the mount runs them on the small image).
-_PIXEL_OPS = ("ColorJitter", "RandomGrayscale", "GaussianBlur", "TrivialAugmentWide", "RandAugment", "AutoAugment")
+_PIXEL_OPS = ("ColorJitter", "RandomGrayscale", "GaussianBlur", "RandomRotation", "TrivialAugmentWide", "RandAugment", "AutoAugment")
 
 
 def _size(value: Any, op: str) -> List[int]:
@@ -258,7 +258,8 @@ def recipe(transform: Any, name: Optional[str] = None) -> str:
     ``RandomHorizontalFlip`` (p), ``Resize`` (an int: the shorter side, or (h, w); bilinear or
     bicubic, antialiased, no ``max_size``), ``CenterCrop``, ``RandomCrop`` (no padding); after them
     the pixel ops
-    ``ColorJitter``, ``RandomGrayscale``, ``GaussianBlur``, ``TrivialAugmentWide``,
+    ``ColorJitter``, ``RandomGrayscale``, ``GaussianBlur``, ``RandomRotation`` (nearest or bilinear,
+    fill 0, not expanded), ``TrivialAugmentWide``,
     ``RandAugment``, ``AutoAugment`` (imagenet; nearest or bilinear, fill 0), timm's ``RandAugment`` (from
     ``rand_augment_transform`` or ``create_transform``: its default or ``inc1`` op list, as
     ``rand_augment: {timm: "rand-m9-n2-p0.5-mstd0.5-inc1", ...}``); ``RandomErasing`` last (a
@@ -375,6 +376,16 @@ def recipe(transform: Any, name: Optional[str] = None) -> str:
             sigma = op.sigma
             sigma = [float(sigma), float(sigma)] if isinstance(sigma, (int, float)) else _pair(sigma)
             augment.append(("gaussian_blur", {"kernel_size": kernel, "sigma": sigma}))
+        elif kind == "RandomRotation":
+            if getattr(op, "expand", False):
+                raise refuse(i, "RandomRotation(expand=True)", "the mount's rotations keep the image's size")
+            if getattr(op, "center", None) is not None:
+                raise refuse(i, f"RandomRotation(center={op.center})", "the mount turns about the image's centre")
+            if not _fill_is_zero(op):
+                raise refuse(i, f"RandomRotation(fill={op.fill})", "the mount's rotations fill with 0")
+            if _interpolation(op, "nearest") not in ("nearest", "bilinear"):
+                raise refuse(i, f"RandomRotation(interpolation={_interpolation(op, 'nearest')})", "the mount's rotations warp nearest or bilinear")
+            augment.append(("random_rotation", _warp(op, {"degrees": _pair(op.degrees)})))
         elif kind == "TrivialAugmentWide":
             augment.append(("trivial_augment_wide", _warp(op, {"num_magnitude_bins": int(getattr(op, "num_magnitude_bins", 31))})))
         elif timm_ra:

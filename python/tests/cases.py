@@ -51,6 +51,12 @@ SUPPORTED = {
         [{"resize": {"size": 40}}, {"random_crop": {"size": [20, 28]}}],
         None,
     ),
+    "center_crop_then_random_rotation_v2": (
+        v2.Compose([v2.CenterCrop(32), v2.RandomRotation(15), v2.RandomRotation((-5, 30), interpolation=I.BILINEAR, fill=0)]),
+        [{"center_crop": {"size": [32, 32]}}, {"random_rotation": {"degrees": [-15.0, 15.0]}},
+         {"random_rotation": {"degrees": [-5.0, 30.0], "interpolation": "bilinear"}}],
+        None,
+    ),
     "resize_shorter_side_v1_bicubic": (
         v1.Compose([v1.Resize(40, interpolation=I.BICUBIC), v1.CenterCrop((20, 28))]),
         [{"resize": {"size": 40, "interpolation": "bicubic"}}, {"center_crop": {"size": [20, 28]}}],

@@ -130,8 +130,10 @@ class v2:
             self.p = p
 
     class RandomRotation:
-        def __init__(self, degrees):
-            self.degrees = [-degrees, degrees]
+        def __init__(self, degrees, interpolation=InterpolationMode.NEAREST, expand=False, center=None, fill=0):
+            self.degrees = [-float(degrees), float(degrees)] if isinstance(degrees, (int, float)) else [float(d) for d in degrees]
+            self.interpolation, self.expand, self.center = interpolation, expand, center
+            self.fill = _policy_fill(fill)
 
     class ToImage:
         pass
@@ -209,6 +211,7 @@ class v1:
     RandomResizedCrop = v2.RandomResizedCrop
     CenterCrop = v2.CenterCrop
     RandomCrop = v2.RandomCrop
+    RandomRotation = v2.RandomRotation
     RandomHorizontalFlip = v2.RandomHorizontalFlip
     PILToTensor = v2.PILToTensor
     ConvertImageDtype = v2.ConvertImageDtype

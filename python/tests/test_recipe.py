@@ -89,7 +89,9 @@ def test_without_a_conversion_to_float_the_output_is_left_to_the_mount():
 UNSUPPORTED = {
     "lambda": (v2.Compose([v2.Resize(40), v2.Lambda(lambda x: x), v2.CenterCrop(32)]), "Lambda", 1),
     "vertical_flip": (v2.Compose([v2.RandomResizedCrop(24), v2.RandomVerticalFlip()]), "RandomVerticalFlip", 1),
-    "rotation": (v2.Compose([v2.RandomRotation(10), v2.CenterCrop(24)]), "RandomRotation", 0),
+    "rotation_before_the_crop": (v2.Compose([v2.RandomRotation(10), v2.CenterCrop(24)]), "CenterCrop", 1),
+    "rotation_expanded": (v2.Compose([v2.CenterCrop(24), v2.RandomRotation(10, expand=True)]), "RandomRotation(expand=True)", 1),
+    "rotation_filled_grey": (v2.Compose([v2.CenterCrop(24), v2.RandomRotation(10, fill=128)]), "RandomRotation(fill=", 1),
     "random_crop_padded": (v2.Compose([v2.Resize(40), v2.RandomCrop(32, padding=4)]), "RandomCrop(padding=4)", 1),
     "random_crop_pad_if_needed": (v2.Compose([v2.Resize(40), v2.RandomCrop(32, pad_if_needed=True)]), "RandomCrop(pad_if_needed=True)", 1),
     "crop_nearest": (v2.Compose([v2.RandomResizedCrop(24, interpolation=I.NEAREST), v1.ToTensor()]), "RandomResizedCrop(interpolation=nearest)", 0),

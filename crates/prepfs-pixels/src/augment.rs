@@ -541,7 +541,7 @@ pub mod tests {
         assert_eq!(
             parse_one("blur: {}").unwrap_err(),
             "unknown operation `blur`; known: random_resized_crop, random_horizontal_flip, resize, center_crop, random_crop, normalize, \
-             color_jitter, random_grayscale, gaussian_blur, random_erasing, trivial_augment_wide, rand_augment, auto_augment"
+             color_jitter, random_rotation, random_grayscale, gaussian_blur, random_erasing, trivial_augment_wide, rand_augment, auto_augment"
         );
         let two: BTreeMap<String, Value> = serde_norway::from_str("resize: {size: 8}\ncenter_crop: {size: 4}").expect("yaml");
         assert_eq!(AugmentOp::from_yaml(&two), Err(OpError::NotOneOperation));

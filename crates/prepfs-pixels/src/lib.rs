@@ -6,7 +6,8 @@
 //! - [`interpolation`]: `resize`'s and `random_resized_crop`'s filters (bilinear, bicubic, random).
 //! - [`pixel_ops`]: the ops on the output's pixels (their arguments, draws and order), made of
 //!   [`color`] (`color_jitter`, `random_grayscale`), [`blur`] (`gaussian_blur`), [`erasing`]
-//!   (`random_erasing`) and [`autoaugment`] (the policies), which uses [`affine`] and [`tone`].
+//!   (`random_erasing`), [`rotation`] (`random_rotation`) and [`autoaugment`] (the policies),
+//!   which uses [`affine`] and [`tone`].
 //! - [`pipeline`]: source bytes to output pixels (the fast path and the reference path).
 //! - [`output`]: the served file in the configured format, with sizes known up front; PNG and
 //!   JPEG are encoded by `encode_png` and [`encode_jpeg`].
@@ -34,6 +35,7 @@ pub mod interpolation;
 mod normal;
 mod pil_warp;
 pub mod pixel_ops;
+pub mod rotation;
 pub mod op_args;
 pub mod timm_rand;
 mod tone;

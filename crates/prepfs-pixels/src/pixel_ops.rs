@@ -20,12 +20,14 @@ use crate::autoaugment::{AutoAugment, AutoDraw, Warp};
 use crate::blur::{self, GaussianBlur};
 use crate::color::{self, ColorJitter, JitterDraw};
 use crate::erasing::{Erase, EraseValue, RandomErasing};
+use crate::rotation::{self, RandomRotation};
 use crate::timm_rand::{TimmDraw, TimmRandAugment};
 use crate::rgb::Size2;
 
 /// The pixel ops' names in configs.
-pub(crate) const NAMES: [&str; 7] = [
+pub(crate) const NAMES: [&str; 8] = [
     "color_jitter",
+    "random_rotation",
     "random_grayscale",
     "gaussian_blur",
     "random_erasing",
@@ -49,6 +51,8 @@ pub enum PixelOp {
     Auto(AutoAugment, Warp),
     /// timm's RandAugment (`rand_augment: { timm: "rand-m9-mstd0.5-inc1" }`).
     TimmRandAugment(TimmRandAugment),
+    /// `RandomRotation(degrees, interpolation)` (`rotation.rs`).
+    RandomRotation(RandomRotation),
 }
 
 /// One pixel op as drawn for one sample.
@@ -59,6 +63,8 @@ pub enum PixelStep {
     Blur { kernel: (u32, u32), sigma: f32 },
     Auto(AutoDraw),
     Timm(TimmDraw),
+    /// A turn by this many degrees, warped so.
+    Rotate { degrees: f64, warp: Warp },
 }
 
 impl PixelOp {
@@ -70,6 +76,7 @@ impl PixelOp {
             PixelOp::RandomErasing(_) => "random_erasing",
             PixelOp::Auto(a, _) => a.name(),
             PixelOp::TimmRandAugment(_) => "rand_augment",
+            PixelOp::RandomRotation(_) => "random_rotation",
         }
     }
 
@@ -130,6 +137,7 @@ impl PixelOp {
                     value,
                 })
             }
+            "random_rotation" => PixelOp::RandomRotation(RandomRotation::from_args(args)?),
             "rand_augment" if args.get("timm").is_some() => PixelOp::TimmRandAugment(TimmRandAugment::from_args(args)?),
             other => match AutoAugment::from_args(other, args)? {
                 Some((auto, warp)) => PixelOp::Auto(auto, warp),
@@ -168,6 +176,12 @@ impl PixelOp {
             }
             PixelOp::Auto(a, warp) => a.args(*warp, out),
             PixelOp::TimmRandAugment(t) => t.args(out),
+            PixelOp::RandomRotation(r) => {
+                out.insert("degrees", json!([r.degrees.0, r.degrees.1]));
+                if r.warp == Warp::Bilinear {
+                    out.insert("interpolation", json!("bilinear"));
+                }
+            }
         }
     }
 
@@ -189,6 +203,7 @@ impl PixelOp {
             },
             PixelOp::Auto(a, warp) => PixelDraw::Step(PixelStep::Auto(a.draw(*warp, size, rng))),
             PixelOp::TimmRandAugment(t) => PixelDraw::Step(PixelStep::Timm(t.draw(rng))),
+            PixelOp::RandomRotation(r) => PixelDraw::Step(PixelStep::Rotate { degrees: r.draw(rng), warp: r.warp }),
         }
     }
 }
@@ -204,6 +219,7 @@ pub fn apply(steps: &[PixelStep], size: Size2, pixels: &mut [u8]) {
             }
             PixelStep::Auto(a) => a.apply(pixels, size),
             PixelStep::Timm(t) => t.apply(pixels, size),
+            PixelStep::Rotate { degrees, warp } => rotation::rotate(pixels, size, *degrees, *warp),
         }
     }
 }

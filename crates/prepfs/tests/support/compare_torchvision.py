@@ -108,6 +108,7 @@ def cases():
         "color_jitter": op({"color_jitter": {"brightness": 0.4, "contrast": 0.4, "saturation": 0.4, "hue": 0.1}},
                            lambda: v2.ColorJitter(0.4, 0.4, 0.4, 0.1)),
         "random_grayscale": op({"random_grayscale": {"p": 0.5}}, lambda: v2.RandomGrayscale(0.5)),
+        "random_rotation": op({"random_rotation": {"degrees": 30}}, lambda: v2.RandomRotation(30)),
         "gaussian_blur": op({"gaussian_blur": {"kernel_size": 9, "sigma": [0.1, 5.0]}},
                             lambda: v2.GaussianBlur(9, (0.1, 5.0))),
         "random_erasing_uint8": op({"random_erasing": {"p": 0.5}}, lambda: v2.RandomErasing(0.5), erase=0),
