@@ -635,8 +635,8 @@ fn start_workers(
     // The background refill: one worker per decode core, below the priority of requests, keeps
     // the free augmented room (each recipe's share of it too) filled with fresh augmentations, so augmented hits keep coming
     // across epochs and idle CPU (a reader between requests, a GPU step) prepares what will be
-    // read next.
-    if fs.config().cache.refill && fs.cache().enabled() {
+    // read next. It waits for a first reader (`Filesystem::refill_may_start`) unless `cache.refill: warm`.
+    if fs.config().cache.refill != prepfs_core::config::RefillWhen::Off && fs.cache().enabled() {
         let lanes = fs.config().decode_parallelism();
         for lane in 0..lanes {
             let fs = Arc::clone(fs);

@@ -18,7 +18,7 @@ pub(super) struct RawCache {
     pub(super) memory: Option<Value>,
     pub(super) split: Option<String>,
     pub(super) policy: Option<String>,
-    pub(super) refill: Option<bool>,
+    pub(super) refill: Option<Value>,
     pub(super) consumer_samples_per_s: Option<f64>,
     pub(super) epochs: Option<u64>,
     pub(super) disk: Option<RawDisk>,
@@ -60,6 +60,27 @@ pub(crate) enum SplitChoice {
     Fixed(Split),
 }
 
+/// When the background refill works (`cache.refill`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefillWhen {
+    /// Never (`false`).
+    Off,
+    /// Once a reader has come (`true`, the default): an idle mount spends no CPU.
+    AfterFirstRead,
+    /// From the mount on, before any reader (`warm`): the stock is ready for the first epoch.
+    FromMount,
+}
+
+impl serde::Serialize for RefillWhen {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            RefillWhen::Off => s.serialize_bool(false),
+            RefillWhen::AfterFirstRead => s.serialize_bool(true),
+            RefillWhen::FromMount => s.serialize_str("warm"),
+        }
+    }
+}
+
 /// The sample cache's settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CacheConfig {
@@ -70,8 +91,8 @@ pub struct CacheConfig {
     pub auto: Option<crate::machine_memory::AutoMemory>,
     pub(crate) split: SplitChoice,
     pub(crate) policy: EvictionPolicy,
-    /// Refill free augmented room in the background with fresh augmentations.
-    pub refill: bool,
+    /// When the background refill fills free augmented room with fresh augmentations.
+    pub refill: RefillWhen,
     /// The consumers' rate for the model (`t_gpu`); `None`: unbounded.
     pub(crate) consumer_samples_per_s: Option<f64>,
     /// How many epochs the plan expects a run to read (a hint: the plan counts the epochs
@@ -90,7 +111,7 @@ impl Default for CacheConfig {
             auto: None,
             split: SplitChoice::Auto,
             policy: EvictionPolicy::Auto,
-            refill: true,
+            refill: RefillWhen::AfterFirstRead,
             consumer_samples_per_s: None,
             epochs: DEFAULT_EPOCHS,
             disk: None,
@@ -227,7 +248,12 @@ pub(super) fn cache_config(
         };
     }
     if let Some(refill) = raw.refill {
-        cache.refill = refill;
+        cache.refill = match &refill {
+            Value::Bool(false) => RefillWhen::Off,
+            Value::Bool(true) => RefillWhen::AfterFirstRead,
+            Value::String(s) if s == "warm" => RefillWhen::FromMount,
+            _ => return Err(ConfigError::at(text, "cache.refill", "use true (once a reader comes), warm (from the mount on) or false")),
+        };
     }
     if let Some(rate) = raw.consumer_samples_per_s {
         if !(rate > 0.0 && rate.is_finite()) {

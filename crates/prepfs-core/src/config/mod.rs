@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_norway::Value;
 
-pub use cache::DEFAULT_EPOCHS;
+pub use cache::{RefillWhen, DEFAULT_EPOCHS};
 pub(crate) use cache::{CacheConfig, DiskConfig, SplitChoice};
 pub use prepfs_cache::settings::{EvictionPolicy, RemoteConfig};
 pub use error::ValueError;

@@ -155,8 +155,8 @@ mod tests {
     fn a_recipe_without_a_fixed_size_or_with_a_bad_op_is_refused_naming_the_recipe() {
         let err = parse("recipes:\n  e: { augment: [] }\n").unwrap_err().to_string();
         assert!(err.contains("recipe `e`") && err.contains("fixed size"), "{err}");
-        let err = parse("recipes:\n  f:\n    augment:\n      - random_rotation: { degrees: 10 }\n").unwrap_err().to_string();
-        assert!(err.contains("recipes.f.augment[0]") && err.contains("random_rotation") && err.contains("line 4"), "{err}");
+        let err = parse("recipes:\n  f:\n    augment:\n      - random_perspective: { p: 0.5 }\n").unwrap_err().to_string();
+        assert!(err.contains("recipes.f.augment[0]") && err.contains("random_perspective") && err.contains("line 4"), "{err}");
         let err = parse("recipes:\n  g: { augment: [ {center_crop: {size: 8}}, {normalize: {mean: [0, 0, 0], std: [1, 1, 1]}} ] }\n").unwrap_err().to_string();
         assert!(err.contains("recipe `g`") && err.contains("needs `output: {format: npy, dtype: float32}`"), "{err}");
     }

@@ -29,8 +29,8 @@ fn unknown_key_is_named_with_its_line() {
 
 #[test]
 fn unknown_operation_is_named_with_its_line() {
-    let err = parse("seed: 1\naugment:\n  - random_rotation: { degrees: 10 }\n").unwrap_err().to_string();
-    assert!(err.contains("random_rotation"), "{err}");
+    let err = parse("seed: 1\naugment:\n  - random_perspective: { p: 0.5 }\n").unwrap_err().to_string();
+    assert!(err.contains("random_perspective"), "{err}");
     assert!(err.contains("line 3"), "{err}");
 }
 
@@ -652,4 +652,20 @@ fn an_object_store_endpoints_password_is_shown_as_stars_in_the_printed_config() 
     let yaml = "source: { url: s3://b/p, endpoint: \"http://prepfs:hunter2pass@127.0.0.1:9000\" }\n";
     let printed = Config::parse(yaml, &overrides).expect("config").to_yaml();
     assert!(!printed.contains("hunter2pass") && printed.contains("http://prepfs:***@127.0.0.1:9000"), "{printed}");
+}
+
+#[test]
+fn the_refill_waits_for_a_reader_by_default_starts_at_mount_when_warm_and_is_written_back_as_given() {
+    let at = |yaml: &str| parse(yaml).map(|c| c.cache.refill);
+    assert_eq!(at("").expect("default"), RefillWhen::AfterFirstRead);
+    assert_eq!(at("cache: { refill: true }").expect("true"), RefillWhen::AfterFirstRead);
+    assert_eq!(at("cache: { refill: warm }").expect("warm"), RefillWhen::FromMount);
+    assert_eq!(at("cache: { refill: false }").expect("false"), RefillWhen::Off);
+    let err = at("cache: { refill: sometimes }").unwrap_err().to_string();
+    assert!(err.contains("cache.refill") && err.contains("warm"), "{err}");
+    for refill in ["true", "warm", "false"] {
+        let c = parse(&format!("cache: {{ refill: {refill} }}\n")).expect("config");
+        let again = parse(&c.to_yaml()).expect("written back");
+        assert_eq!(again.cache.refill, c.cache.refill, "{refill}");
+    }
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::{
+use super::{RefillWhen, 
     BadSamplesConfig, Config, DiskConfig, EvictionPolicy, LoaderConfig, OutputConfig, Recipe, RemoteConfig, SplitChoice,
 };
 use prepfs_pixels::augment::AugmentOp;
@@ -87,7 +87,7 @@ struct WrittenCache<'a> {
     /// `auto` or `E-D-A`.
     split: String,
     policy: EvictionPolicy,
-    refill: bool,
+    refill: RefillWhen,
     #[serde(skip_serializing_if = "Option::is_none")]
     consumer_samples_per_s: Option<f64>,
     epochs: u64,

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use super::recipes::states_in;
 use super::{Attr, Caller, Filesystem, Node};
+use crate::config::RefillWhen;
 use crate::error::{Error, Result};
 use super::inodes::PENDING_JOB;
 use crate::producer::{Consumer, RefillScope};
@@ -221,12 +222,33 @@ impl Filesystem {
         self.producer.refill_scope_at(0, now)
     }
 
+    /// Whether the background refill may work at all: not with `cache.refill: false`; with
+    /// `true` (the default) once a reader has come, so an idle mount spends no CPU; with `warm`
+    /// from the mount on.
+    pub(crate) fn refill_may_start(&self) -> bool {
+        match self.config().cache.refill {
+            RefillWhen::Off => false,
+            RefillWhen::AfterFirstRead => self.reader_seen.load(Ordering::Relaxed),
+            RefillWhen::FromMount => true,
+        }
+    }
+
+    /// A reader has come (an open of a sample's file, or a loader's batch): the refill may start.
+    pub(super) fn note_reader(&self) {
+        if !self.reader_seen.swap(true, Ordering::Relaxed) && self.config().cache.refill == RefillWhen::AfterFirstRead {
+            tracing::info!("a reader came: the background refill starts");
+        }
+    }
+
     /// One unit of a refill worker's work (its samples: `lane`): for the pipelines (`augmented/`
     /// and each recipe, the emptiest stock first), what each one's pacer lets it work on now:
     /// anything when its readers have paused; while they take its outputs, only once its stock
     /// has fallen below its low-water mark (and then until it is full), and only what their
     /// pass still needs. Returns false when no pipeline had work.
     pub fn refill_lane(&self, cursor: &mut usize, lane: (usize, usize)) -> bool {
+        if !self.refill_may_start() {
+            return false;
+        }
         let jobs = self.jobs.active();
         self.producer.refill_order().into_iter().any(|pipeline| {
             self.producer.refill_scope(pipeline).is_some_and(|scope| self.refill_pipeline_once(pipeline, &jobs, cursor, lane, scope))

@@ -237,6 +237,7 @@ impl Filesystem {
     /// place in the slot, and served to the job. Samples that fail or that the caller may not
     /// read are passed over (a bad one counts as the job's), and the rest close up.
     pub(crate) fn loader_fill(&self, job: &Arc<Job>, walk: &mut Walk, caller: Caller, slot: &mut [u8], batch: usize) -> Filled {
+        self.note_reader();
         let catalog = self.catalog();
         let pixels = self.producer.recipe_size(walk.recipe).area() as usize * 3;
         let mut filled = Filled { labels: Vec::with_capacity(batch), names: Vec::with_capacity(batch), end: false };

@@ -60,6 +60,7 @@ pub(crate) use inodes::{Node, View};
 pub(crate) use stale::StaleInodes;
 pub use tree::{Attr, DirEntry, Kind};
 
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -129,6 +130,9 @@ pub struct Filesystem {
     /// others first.
     top_passes: Vec<Pass>,
     mounted_at: SystemTime,
+    /// Whether a reader has come (an open of a sample's file, or a loader's batch): the refill
+    /// waits for one unless `cache.refill: warm`.
+    reader_seen: AtomicBool,
     /// The threads a loader's batch and the mount's validation are produced on in parallel
     /// (`prepfs-fill-<i>`), joined when the filesystem drops.
     fill: Parallel,
@@ -243,6 +247,7 @@ impl Filesystem {
             prefetch: PrefetchQueue::default(),
             pending: PendingNames::default(),
             mounted_at: SystemTime::now(),
+            reader_seen: AtomicBool::new(false),
         })
     }
 

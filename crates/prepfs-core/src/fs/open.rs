@@ -58,6 +58,7 @@ impl Filesystem {
                     return Err(Error::NotFound);
                 }
                 bump(&self.counters(view.form).opens, 1);
+                self.note_reader();
                 let started = Instant::now();
                 // Every open resolves the sample once (path, version): nothing stale is served.
                 let opened = self.resolve(file).and_then(|sample| {

@@ -264,6 +264,33 @@ fn without_a_cache_every_open_reads_the_source() {
 }
 
 #[test]
+fn the_refill_waits_for_a_first_reader_unless_the_mount_is_warmed() {
+    let (_dir, fs) = core(3, "cache: { memory: 256MiB, split: 0-50-50 }\n");
+    let mut cursor = 0;
+    // An idle mount: nothing to refill for, however often its workers look.
+    for _ in 0..3 {
+        assert!(!fs.refill_lane(&mut cursor, (0, 1)), "the refill ran before any reader");
+    }
+    assert_eq!(fs.stats().refills.load(Ordering::Relaxed), 0);
+    assert_eq!(source_bytes(&fs), 0, "nothing was read from the source");
+    // A listing is no read; an open of a sample is.
+    let ino = ino_of(&fs, "augmented", "s000.ppm");
+    assert!(!fs.refill_lane(&mut cursor, (0, 1)));
+    read_file(&fs, ino);
+    let mut worked = false;
+    while fs.refill_lane(&mut cursor, (0, 1)) {
+        worked = true;
+    }
+    assert!(worked && fs.stats().refills.load(Ordering::Relaxed) > 0, "the refill started once a reader came");
+    // `warm`: from the mount on; `false`: never.
+    let (_dir, warm) = core(3, "cache: { memory: 256MiB, split: 0-50-50, refill: warm }\n");
+    assert!(warm.refill_lane(&mut cursor, (0, 1)), "a warmed mount refills before any reader");
+    let (_dir, off) = core(3, "cache: { memory: 256MiB, split: 0-50-50, refill: false }\n");
+    read_file(&off, ino_of(&off, "augmented", "s000.ppm"));
+    assert!(!off.refill_lane(&mut cursor, (0, 1)));
+}
+
+#[test]
 fn augmented_outputs_are_used_once_then_refilled_with_fresh_crops() {
     let (_dir, fs) = core(5, "cache: { memory: 256MiB, split: 0-50-50, refill: false }\n");
     let mut seen = HashSet::new();

@@ -375,8 +375,9 @@ fn removing_the_source_does_not_flood_the_log() {
 fn unmount_does_not_wait_on_throttled_reads() {
     let dir = open_tempdir();
     let (source, _) = make_id_dataset(dir.path(), 2, 12);
-    // 5 kB/s: the refill's reads of 24 samples would take minutes.
-    let config = write_config(dir.path(), "source: { path: /x, read_limit: 5kB/s }\ncache: { memory: 64MiB, split: 0-0-100 }\n");
+    // 5 kB/s: the refill's reads of 24 samples would take minutes (`warm`: it starts at mount,
+    // with no reader).
+    let config = write_config(dir.path(), "source: { path: /x, read_limit: 5kB/s }\ncache: { memory: 64MiB, split: 0-0-100, refill: warm }\n");
     let mut mnt = Mounted::start(dir.path(), &config, &source, LIMIT);
     std::thread::sleep(Duration::from_millis(500));
     let started = Instant::now();
