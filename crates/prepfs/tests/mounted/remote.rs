@@ -359,11 +359,12 @@ fn outputs_one_mount_made_and_never_served_are_taken_by_another_once_it_unmounts
     let tmp = tempfile::tempdir().expect("tempdir");
     let server = RedisServer::start(&tmp.path().join("redis"));
     let source = make_dataset(tmp.path(), 2, 10, false);
-    // The first mount's refill makes an output for every sample; no one reads them.
+    // The first mount's refill makes an output for every sample (`warm`: from the mount on,
+    // with no reader); no one reads them.
     let dir = tmp.path().join("a");
     fs::create_dir_all(&dir).expect("mkdir");
     let secret = shared_secret(&tmp.path().join("a"));
-    let yaml = format!("seed: 4\ncache:\n  memory: 64MiB\n  split: 0-0-100\n  remote: {{ url: \"{}\", size: 1GiB, secret_file: {} }}\n", server.url(), secret.display());
+    let yaml = format!("seed: 4\ncache:\n  memory: 64MiB\n  split: 0-0-100\n  refill: warm\n  remote: {{ url: \"{}\", size: 1GiB, secret_file: {} }}\n", server.url(), secret.display());
     let first = Mounted::start(&dir, &write_config(&dir, &yaml), &source, LIMIT);
     let started = Instant::now();
     while count(&first.stats()["cache"]["augmented"], "entries") < 20 {
