@@ -18,11 +18,14 @@ build: deps
 
 # `make install` (as root, after `make build` or with cargo at hand): the release binary (stripped) and the
 # mount(8) helper to $(BINDIR), and $(SBINDIR)/mount.fuse.prepfs linked to the helper, which
-# `mount -t fuse.prepfs` and /etc/fstab lines of type fuse.prepfs run. DESTDIR stages it; BIN
-# installs another build.
+# `mount -t fuse.prepfs` and /etc/fstab lines of type fuse.prepfs run, and the systemd unit
+# contrib/prepfs@.service to $(SYSTEMDDIR) (its ExecStart naming $(BINDIR)/prepfs; `systemctl
+# daemon-reload` then, as docs/operations.md says). DESTDIR stages it; BIN installs another build;
+# SYSTEMDDIR=/lib/systemd/system for a package.
 PREFIX ?= /usr/local
 BINDIR ?= $(PREFIX)/bin
 SBINDIR ?= /sbin
+SYSTEMDDIR ?= /etc/systemd/system
 BIN ?= target/release/prepfs
 
 target/release/prepfs:
@@ -33,9 +36,12 @@ install: $(BIN)
 	install -D -m 0755 scripts/mount.prepfs $(DESTDIR)$(BINDIR)/mount.prepfs
 	install -d $(DESTDIR)$(SBINDIR)
 	ln -sf $(BINDIR)/mount.prepfs $(DESTDIR)$(SBINDIR)/mount.fuse.prepfs
+	mkdir -p target && sed 's|/usr/local/bin/prepfs|$(BINDIR)/prepfs|' contrib/prepfs@.service > target/prepfs@.service
+	install -D -m 0644 target/prepfs@.service $(DESTDIR)$(SYSTEMDDIR)/prepfs@.service
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/prepfs $(DESTDIR)$(BINDIR)/mount.prepfs $(DESTDIR)$(SBINDIR)/mount.fuse.prepfs
+	rm -f $(DESTDIR)$(SYSTEMDDIR)/prepfs@.service
 
 # Mounts a generated sample dataset, reads it as a user would, prints what it saw, unmounts.
 demo: build

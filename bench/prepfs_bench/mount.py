@@ -156,7 +156,7 @@ def mount_prepfs(binary: str, config_yaml: str, source: str, mountpoint: str,
         os.close(fd)
     # Read-only at the kernel, as a training mount would be: a read-write FUSE mount has the
     # kernel ask the daemon for attributes at every open of a file read before (atime), one
-    # round trip per sample more (README, "What a sample costs"). Jobs still start by name.
+    # round trip per sample more (docs/mounting.md, "What a sample costs"). Jobs still start by name.
     cmd = [binary, "mount", config_yaml, "--source", source, "--mountpoint", mountpoint,
            *(["--read-only"] if read_only else []), *extra_args]
     pin = (lambda: os.sched_setaffinity(0, set(cpus))) if cpus else None

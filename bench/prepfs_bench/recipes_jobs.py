@@ -1,4 +1,4 @@
-"""Three jobs at once over recipes (README "Recipes"), with `split: auto`: all three reading one
+"""Three jobs at once over recipes (docs/recipes.md), with `split: auto`: all three reading one
 recipe's view, against each reading a recipe of its own (three recipes, the same ops at three
 sizes), 2 epochs each, a cache of 20% of the set's bytes, `split: auto` against fixed splits
 (`--splits`). Per setting: the makespan, the split

@@ -1,4 +1,4 @@
-"""Two recipes read at once against one recipe (README "Recipes"): on a fresh mount each, the
+"""Two recipes read at once against one recipe (docs/recipes.md): on a fresh mount each, the
 JPEG decodes per sample served and the source bytes read, from stats.json, over two epochs with a
 pause between them (the idle refill keeps each recipe's outputs ahead). A standalone script:
 

@@ -2,7 +2,7 @@
 1,000, small bodies) in moto's S3 server on loopback, mounted three times with the listing kept
 in `source.index_dir`: the first mount lists the store (and keeps the listing), the next two
 use the kept listing. Per mount: seconds from `prepfs mount` to `.prepfs/stats.json`, whether
-the kept listing was used, and the kept file's size (README, "Object stores (S3)").
+the kept listing was used, and the kept file's size (docs/sources.md, "Object stores (S3)").
 
     PYTHONPATH=bench python3 -m prepfs_bench.s3_listing --prepfs target/release/prepfs \
         --keys 100000 [--out bench/results/DATE-s3-listing]

@@ -46,7 +46,7 @@ def test_each_supported_op_maps_to_the_mounts_op_with_its_parameters_carried_ove
 
 
 def test_the_readmes_worked_example_prints_the_exact_yaml_the_readme_shows():
-    # torchvision's reference recipe (README "From the training script's transform").
+    # torchvision's reference recipe (docs/recipes.md, "From the training script's transform").
     train = v2.Compose([v2.RandomResizedCrop(176, interpolation=I.BILINEAR, antialias=True), v2.RandomHorizontalFlip(0.5),
                         v2.TrivialAugmentWide(interpolation=I.BILINEAR), v2.PILToTensor(), v2.ToDtype(torch.float, scale=True),
                         v2.Normalize(MEAN, STD), v2.RandomErasing(0.1), v2.ToPureTensor()])
