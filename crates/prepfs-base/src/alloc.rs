@@ -29,7 +29,7 @@ pub(crate) const LARGE: usize = 128 << 10;
 const MALLOC_MMAP_THRESHOLD: i32 = 4 << 20;
 
 /// A free heap top above this is given back to the system: above one decode's pools, so they
-/// stay for the next, and small beside the 8 MiB of slack the memory bound allows (README).
+/// stay for the next, and small beside the 8 MiB of slack the memory bound allows (docs/cache-and-planner.md, "Memory bound").
 const MALLOC_TRIM_THRESHOLD: i32 = 2 << 20;
 
 const PAGE: usize = 4096;

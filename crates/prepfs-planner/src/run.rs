@@ -17,7 +17,7 @@
 //!   work `k_D / t_full + k_A / t_a + (1 - k_D) / t_da + c_r` (`c_r`, a storage read's CPU:
 //!   `prepfs::read_seconds`), storage `s_data` a sample.
 //! - **Epoch 2**: a spare is an augmented hit; its refill, for the next epoch, waits while
-//!   readers take outputs from a full stock (the refill's marks, README's "The cache"), so it
+//!   readers take outputs from a full stock (the refill's marks, docs/cache-and-planner.md, "The cache"), so it
 //!   is epoch 3's (with a spare for every sample nothing is made meanwhile, and serving runs at
 //!   the pure-hit rate, `prepfs::PURE_HIT_SPEEDUP` times `t_serve`, for the share of the epoch
 //!   no pixel work runs beside the spares); the other pixels are augmented (`(k_D - k_A) / t_a`); samples kept as bytes are decoded in full

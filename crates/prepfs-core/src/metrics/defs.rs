@@ -7,7 +7,7 @@
 //! (`bump(&stats.decode_errors, 1)`): no lock, no allocation, no lookup by name on the serving
 //! path. A new metric is a field there (or a figure of [`Gauges`]) and one entry here.
 //!
-//! Names and paths are those users and dashboards already read (README's Monitoring): changing
+//! Names and paths are those users and dashboards already read (docs/operations.md, Monitoring): changing
 //! one here changes it everywhere at once, so change none lightly.
 
 use std::sync::atomic::AtomicU64;

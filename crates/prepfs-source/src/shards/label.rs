@@ -6,7 +6,7 @@ use super::names::safe_name;
 /// The most bytes of a label member read (a `.cls` or `.json` larger is unreadable).
 pub(crate) const MAX_LABEL_BYTES: u64 = 64 << 10;
 
-/// The class directory of samples whose key has no label member (said in the README).
+/// The class directory of samples whose key has no label member (said in docs/sources.md).
 pub(crate) const UNLABELED: &str = "_unlabeled";
 
 /// A sample's class.

@@ -151,7 +151,7 @@ fn resident_memory_stays_within_the_budget_plus_the_documented_overhead() {
     assert!(used <= budget, "charged {used} > budget {budget}");
     assert!(used > budget / 2, "the cache was not filled: {stats}");
     // The documented overhead above the base and the budget: the outputs pinned by open handles
-    // (two readers here) and allocator slack, 8 MiB (README, "Memory bound").
+    // (two readers here) and allocator slack, 8 MiB (docs/cache-and-planner.md, "Memory bound").
     let overhead: u64 = 8 << 20;
     eprintln!("RSS: base {} KiB, peak {} KiB, cache charged {} KiB of {} KiB", base >> 10, peak >> 10, used >> 10, budget >> 10);
     assert!(

@@ -93,7 +93,7 @@ fn augmented_opens_draw_fresh_crops_pinned_to_their_handle() {
 
     let a = read_all(&path).expect("first open");
     // The close's release reaches the daemon a moment after close returns; an open that comes
-    // before it shares the handle still open (README: overlapping opens see one draw).
+    // before it shares the handle still open (docs/mounting.md: overlapping opens see one draw).
     mnt.wait_released();
     let b = read_all(&path).expect("second open");
     assert_eq!(a.len(), b.len());
