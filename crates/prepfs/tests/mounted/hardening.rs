@@ -374,11 +374,11 @@ fn removing_the_source_does_not_flood_the_log() {
 #[test]
 fn unmount_does_not_wait_on_throttled_reads() {
     let dir = open_tempdir();
-    let (source, _) = make_id_dataset(dir.path(), 2, 12);
-    // 1 kB/s: the refill's reads of the 24 samples (about 180 kB) take about three minutes
-    // (`warm`: it starts at mount, with no reader). At 5 kB/s they took 36 s, within the 60 s
-    // guard this test had: an exit that waited on them would have passed.
-    let config = write_config(dir.path(), "source: { path: /x, read_limit: 1kB/s }\ncache: { memory: 64MiB, split: 0-0-100, refill: warm }\n");
+    let (source, _) = make_id_dataset(dir.path(), 2, 24);
+    // 5 kB/s: the refill's reads of the 48 samples (about 370 kB) take over a minute (`warm`:
+    // it starts at mount, with no reader). Half as many took 36 s, within the 60 s guard this
+    // test had: an exit that waited on them would have passed it.
+    let config = write_config(dir.path(), "source: { path: /x, read_limit: 5kB/s }\ncache: { memory: 64MiB, split: 0-0-100, refill: warm }\n");
     let mut mnt = Mounted::start(dir.path(), &config, &source, LIMIT);
     // The event, not a sleep: the refill's throttled reads are under way.
     let started = Instant::now();
@@ -390,10 +390,10 @@ fn unmount_does_not_wait_on_throttled_reads() {
         assert!(started.elapsed() < Duration::from_secs(60), "the refill never read: {}", mnt.stats());
         std::thread::sleep(Duration::from_millis(20));
     };
-    // What is left of the source at 1 kB/s: an exit that waited on the reads would come no
+    // What is left of the source at 5 kB/s: an exit that waited on the reads would come no
     // sooner than this; the hang guard below is half of it (and generous on its own).
     let total: u64 = walk_files(&source).iter().map(|p| std::fs::metadata(p).expect("stat").len()).sum();
-    let left = Duration::from_secs_f64(total.saturating_sub(read) as f64 / 1_000.0);
+    let left = Duration::from_secs_f64(total.saturating_sub(read) as f64 / 5_000.0);
     let guard = left / 2;
     assert!(guard >= Duration::from_secs(20), "the dataset is too small to tell ({total} bytes, {read} read)");
     let unmounted = Instant::now();
