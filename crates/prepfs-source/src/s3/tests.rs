@@ -3,7 +3,7 @@
 //! test and killed at the end.
 
 use std::sync::atomic::AtomicBool;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::*;
 use crate::Source;
@@ -156,10 +156,16 @@ fn a_store_that_does_not_answer_fails_the_listing_after_the_retry_window_naming_
     // Nothing listens on this port: every try is refused, and retried for the window.
     let port = prepfs_test_servers::free_port();
     let config = ObjectStoreConfig::of_url("s3://nowhere/p", Some(format!("http://127.0.0.1:{port}")), None, 1.0).expect("url");
-    let started = Instant::now();
-    let err = ObjectStore::list_through(client(&config), &config, None, |_| {}, &AtomicBool::new(false)).err().expect("refused");
-    let took = started.elapsed();
-    assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(8), "retried for the window: {took:?}");
+    let client = client(&config);
+    let retries = Arc::clone(&client.retries);
+    let err = ObjectStore::list_through(client, &config, None, |_| {}, &AtomicBool::new(false)).err().expect("refused");
+    // Retried, and failed once the window had passed as the client itself measured it (its
+    // error says how long the request was tried): counts and the client's report, not the
+    // test's clock.
+    let retries = retries.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(retries >= 1, "never retried: {err}");
+    let tried = tried_for(&err.to_string()).unwrap_or_else(|| panic!("the error says how long it was tried: {err}"));
+    assert!(tried >= Duration::from_secs(1), "failed before the retry window of 1 s passed: tried for {tried:?}: {err}");
     assert_eq!(err.kind(), std::io::ErrorKind::Other);
     assert!(err.to_string().contains("s3://nowhere/p") && err.to_string().contains("retried"), "{err}");
 }
@@ -337,6 +343,30 @@ fn a_key_is_a_name_unless_it_has_an_empty_dot_or_dot_dot_part_a_control_characte
     assert_eq!(without_unnamed_keys("<ListBucketResult><Contents><Key>a/b</Key></Contents></ListBucketResult>"), None, "a page of names is used as it came");
 }
 
+/// How long the client tried a failed request, as its error reports it (object_store's
+/// `Error performing GET <uri> in 3.01s`): the client's own clock, not the test's.
+fn tried_for(text: &str) -> Option<Duration> {
+    let rest = &text[text.find("Error performing ")?..];
+    let after = &rest[rest.find(" in ")? + 4..];
+    let token: String = after.chars().take_while(|c| !c.is_whitespace() && *c != ',').collect();
+    let (number, unit) = ["ms", "µs", "ns", "s"].iter().find_map(|u| token.strip_suffix(u).map(|n| (n, *u)))?;
+    let value: f64 = number.parse().ok()?;
+    let secs = match unit {
+        "ms" => value / 1e3,
+        "µs" => value / 1e6,
+        "ns" => value / 1e9,
+        _ => value,
+    };
+    Some(Duration::from_secs_f64(secs))
+}
+
+/// What a retry line says is left of its request's window (`retrying for up to 1.4 s more`):
+/// the client's own clock at the line.
+fn left_in(line: &str) -> Option<f64> {
+    let after = &line[line.find("retrying for up to ")? + "retrying for up to ".len()..];
+    after.split_whitespace().next()?.parse().ok()
+}
+
 /// Log lines written while `work` runs on this thread, at info and above.
 fn logged<T>(work: impl FnOnce() -> T) -> (T, String) {
     #[derive(Clone, Default)]
@@ -366,15 +396,25 @@ fn an_outage_logs_about_a_retry_line_a_second_and_a_password_in_the_endpoint_is_
     let config = ObjectStoreConfig::of_url("s3://nowhere/p", Some(endpoint), None, 3.0).expect("url");
     let client = client(&config);
     let retries = Arc::clone(&client.retries);
-    let started = Instant::now();
     let (err, log) = logged(|| ObjectStore::list_through(client, &config, None, |_| {}, &AtomicBool::new(false)).err().expect("refused"));
-    let took = started.elapsed().as_secs_f64();
     let retries = retries.load(std::sync::atomic::Ordering::Relaxed);
-    let lines: Vec<&str> = log.lines().filter(|l| l.contains("retr")).collect();
-    eprintln!("{retries} retries in {took:.1} s, {} lines:\n{log}\nerror: {err}", lines.len());
-    assert!(took >= 2.9 && retries >= 5, "retried for the window: {retries} retries in {took:.1} s");
-    // Shared by the process's tests (a kind is limited for all): at most about one a second.
-    assert!(lines.len() as f64 <= took + 2.0, "{} retry lines in {took:.1} s ({retries} retries):\n{log}", lines.len());
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("retrying for up to")).collect();
+    eprintln!("{retries} retries, {} lines:\n{log}\nerror: {err}", lines.len());
+    // Retried, and failed once the window had passed as the client measured it (its error
+    // says how long the request was tried): not the test's clock, which load stretches.
+    assert!(retries >= 2, "retried for the window: {retries} retries: {err}");
+    let tried = tried_for(&err.to_string()).unwrap_or_else(|| panic!("the error says how long it was tried: {err}"));
+    assert!(tried >= Duration::from_secs(3), "failed before the window of 3 s passed: tried for {tried:?}");
+    // Rate-limited, by count: a line per retry at most, and fewer lines than retries (the
+    // limiter is shared by the process's tests: another's lines only hold back more of ours).
+    assert!(!lines.is_empty() && lines.len() < retries, "{} retry lines for {retries} retries:\n{log}", lines.len());
+    // About a line a second, by the client's own account: each line says what was left of the
+    // request's window, and two lines written are a second apart on that clock (less the
+    // line's rounding to a tenth). Load only spaces them further.
+    let left: Vec<f64> = lines.iter().map(|l| left_in(l).unwrap_or_else(|| panic!("no time left in {l:?}"))).collect();
+    for pair in left.windows(2) {
+        assert!(pair[0] - pair[1] >= 0.8, "two retry lines {:.1} s apart on the client's clock:\n{log}", pair[0] - pair[1]);
+    }
     // The password: in no line and not in the error.
     let text = err.to_string();
     assert!(!text.contains("hunter2pass") && !log.contains("hunter2pass"), "{text}\n{log}");

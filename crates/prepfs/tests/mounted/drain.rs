@@ -109,7 +109,22 @@ fn signal(pid: i32, signal: i32) {
 
 /// Waits until the reader has read a few files (it writes `mark` then).
 fn wait_reading(mark: &Path) {
-    assert!(wait_for(Duration::from_secs(30), || mark.exists()), "the reader did not start reading");
+    assert!(wait_for(HANG_GUARD, || mark.exists()), "the reader did not start reading");
+}
+
+/// The files the reader has read whole so far (its `--progress` file; 0 before the first).
+fn progress(path: &Path) -> u64 {
+    std::fs::read_to_string(path).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
+}
+
+/// The index of the first line of `log` holding `what`, and the line.
+fn line_of<'a>(log: &'a str, what: &str) -> Option<(usize, &'a str)> {
+    log.lines().enumerate().find(|(_, l)| l.contains(what))
+}
+
+/// Waits until the daemon says it is draining (after the signal the test sent).
+fn wait_draining(mnt: &Mounted) {
+    assert!(wait_for(HANG_GUARD, || mnt.log().contains("draining:")), "no drain began: {}", mnt.log());
 }
 
 #[test]
@@ -147,21 +162,33 @@ fn a_sigterm_mid_epoch_lets_the_epoch_finish_before_unmounting() {
 fn a_second_signal_stops_a_draining_mount_at_once() {
     let dir = open_tempdir();
     let mut mnt = mount(dir.path(), 1.0, 60.0);
-    let mark = dir.path().join("reading");
-    let _reader = Reader::start(&mnt.mountpoint, &["--forever", "--delay", "0.01", "--mark-after", "20", "--mark", mark.to_str().expect("utf-8")]);
+    let (mark, count) = (dir.path().join("reading"), dir.path().join("count"));
+    let mut reader = Reader::start(
+        &mnt.mountpoint,
+        &["--forever", "--delay", "0.01", "--mark-after", "20", "--mark", mark.to_str().expect("utf-8"), "--progress", count.to_str().expect("utf-8")],
+    );
     wait_reading(&mark);
     signal(mnt.pid(), libc::SIGTERM);
-    assert!(wait_for(Duration::from_secs(10), || mnt.log().contains("draining")), "{}", mnt.log());
-    std::thread::sleep(Duration::from_millis(300));
+    wait_draining(&mnt);
+    // The reader keeps it draining: reads are served after the drain began (no sleep: the
+    // reads themselves are the event), and the mount is still there.
+    let at_drain = progress(&count);
+    assert!(wait_for(HANG_GUARD, || progress(&count) > at_drain), "no read served while draining: {}", mnt.log());
     assert!(is_mounted(&mnt.mountpoint), "the reader keeps it draining: {}", mnt.log());
     let second = Instant::now();
     signal(mnt.pid(), libc::SIGINT);
-    mnt.wait_exit(Duration::from_secs(10)).expect("a second signal ends it");
+    // A hang guard beyond the drain's 60 s maximum: had the second signal done nothing, the
+    // maximum would have ended it, and its line says so.
+    mnt.wait_exit(HANG_GUARD).expect("a second signal ends it");
     eprintln!("gone {:.2} s after the second signal", second.elapsed().as_secs_f64());
     assert!(!is_mounted(&mnt.mountpoint));
-    // The second signal ended it, not the drain's 60 s maximum (whatever the machine's load).
     let log = mnt.log();
-    assert!(log.contains("second signal") && !log.contains("reached its maximum"), "{log}");
+    let (drained, _) = line_of(&log, "draining:").expect("draining");
+    let (stopped, _) = line_of(&log, "second signal").unwrap_or_else(|| panic!("no second signal's line: {log}"));
+    assert!(drained < stopped && !log.contains("reached its maximum") && !log.contains("drained:"), "{log}");
+    // The reader was cut off mid-read (open files get errors), not let finish.
+    let report = reader.finish(HANG_GUARD);
+    assert!(!report["failed"].as_array().expect("failed").is_empty(), "{report}");
 }
 
 #[test]
@@ -169,20 +196,31 @@ fn the_drain_maximum_ends_a_mount_whose_reader_never_stops() {
     let dir = open_tempdir();
     let max = 3.0;
     let mut mnt = mount(dir.path(), 1.0, max);
-    let mark = dir.path().join("reading");
-    let _reader = Reader::start(&mnt.mountpoint, &["--forever", "--delay", "0.01", "--mark-after", "20", "--mark", mark.to_str().expect("utf-8")]);
+    let (mark, count) = (dir.path().join("reading"), dir.path().join("count"));
+    let mut reader = Reader::start(
+        &mnt.mountpoint,
+        &["--forever", "--delay", "0.01", "--mark-after", "20", "--mark", mark.to_str().expect("utf-8"), "--progress", count.to_str().expect("utf-8")],
+    );
     wait_reading(&mark);
-    let sent = Instant::now();
     signal(mnt.pid(), libc::SIGTERM);
+    wait_draining(&mnt);
+    let at_drain = progress(&count);
+    // A hang guard only: the order of events below says what ended it.
     mnt.wait_exit(HANG_GUARD).expect("the maximum ends it");
-    let took = sent.elapsed().as_secs_f64();
-    eprintln!("gone {took:.2} s after SIGTERM (drain maximum {max} s)");
-    // Not before the maximum (a lower bound: load only makes it later); ended by the maximum,
-    // not by a drain that saw the reader stop (it never does), nor by a hang (wait_exit's guard).
-    assert!(took >= max - 0.5, "it drained first: {took:.2} s");
     assert!(!is_mounted(&mnt.mountpoint));
+    let report = reader.finish(HANG_GUARD);
     let log = mnt.log();
-    assert!(log.contains("reached its maximum") && !log.contains("drained:"), "{log}");
+    eprintln!("{} reads served after the drain began; {report}", report["read"].as_u64().unwrap_or(0).saturating_sub(at_drain));
+    // The events in order: the drain began; reads were still served while it ran (it did not
+    // end at the signal); it ended because its maximum passed, with the reader still active
+    // (named in that line); and the reader, still reading, was cut off by the forced unmount.
+    let (drained, _) = line_of(&log, "draining:").expect("draining");
+    let (ended, line) = line_of(&log, "reached its maximum").unwrap_or_else(|| panic!("not ended by the maximum: {log}"));
+    assert!(drained < ended, "{log}");
+    assert!(line.contains(&format!("drain_max_s={max:?}")) && line.contains("python3"), "the maximum's line names the active reader: {line}");
+    assert!(!log.contains("drained:") && !log.contains("second signal"), "{log}");
+    assert!(report["read"].as_u64().expect("read") > at_drain, "no read served during the drain: {report}");
+    assert!(!report["failed"].as_array().expect("failed").is_empty(), "the reader was never cut off: {report}");
 }
 
 fn prepfs_unmount(args: &[&dyn AsRef<std::ffi::OsStr>], limit: Duration) -> std::process::Output {
@@ -224,7 +262,8 @@ fn prepfs_unmount_drains_the_mount_and_returns_once_it_and_its_daemon_are_gone()
     let out = prepfs_unmount(&[&mnt.mountpoint], Duration::from_secs(60));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(!is_mounted(&mnt.mountpoint), "the mount is gone when it returns");
-    mnt.wait_exit(Duration::from_millis(500)).expect("the daemon is gone when it returns");
+    // Gone when it returns: reaped at the first look, no wait.
+    mnt.exited().expect("the daemon is gone when it returns");
     let report = reader.finish(Duration::from_secs(30));
     assert_eq!(report["read"], 160, "the epoch finished: {report}");
     assert!(report["failed"].as_array().expect("failed").is_empty(), "{report}");

@@ -374,19 +374,47 @@ fn removing_the_source_does_not_flood_the_log() {
 #[test]
 fn unmount_does_not_wait_on_throttled_reads() {
     let dir = open_tempdir();
-    let (source, _) = make_id_dataset(dir.path(), 2, 12);
-    // 5 kB/s: the refill's reads of 24 samples would take minutes (`warm`: it starts at mount,
-    // with no reader).
+    let (source, _) = make_id_dataset(dir.path(), 2, 24);
+    // 5 kB/s: the refill's reads of the 48 samples (about 370 kB) take over a minute (`warm`:
+    // it starts at mount, with no reader). Half as many took 36 s, within the 60 s guard this
+    // test had: an exit that waited on them would have passed it.
     let config = write_config(dir.path(), "source: { path: /x, read_limit: 5kB/s }\ncache: { memory: 64MiB, split: 0-0-100, refill: warm }\n");
     let mut mnt = Mounted::start(dir.path(), &config, &source, LIMIT);
-    std::thread::sleep(Duration::from_millis(500));
+    // The event, not a sleep: the refill's throttled reads are under way.
     let started = Instant::now();
+    let read = loop {
+        let read = mnt.stats()["source_bytes_read"].as_u64().unwrap_or(0);
+        if read > 0 {
+            break read;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "the refill never read: {}", mnt.stats());
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // What is left of the source at 5 kB/s: an exit that waited on the reads would come no
+    // sooner than this; the hang guard below is half of it (and generous on its own).
+    let total: u64 = walk_files(&source).iter().map(|p| std::fs::metadata(p).expect("stat").len()).sum();
+    let left = Duration::from_secs_f64(total.saturating_sub(read) as f64 / 5_000.0);
+    let guard = left / 2;
+    assert!(guard >= Duration::from_secs(20), "the dataset is too small to tell ({total} bytes, {read} read)");
+    let unmounted = Instant::now();
     let out = Command::new("fusermount3").arg("-u").arg(&mnt.mountpoint).output().expect("fusermount3");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    // The refill's reads of 24 samples at 5 kB/s take minutes: an exit that waited on them
-    // would pass this guard by far (a guard against a hang, not a timing window).
-    mnt.wait_exit(Duration::from_secs(60)).expect("prepfs exits without waiting on the throttled reads");
-    eprintln!("exit took {:?}", started.elapsed());
+    mnt.wait_exit(guard).unwrap_or_else(|| panic!("prepfs did not exit within {guard:?}, half of the {left:?} its throttled reads need"));
+    eprintln!("exit took {:?}, with {left:?} of throttled reads left", unmounted.elapsed());
+}
+
+/// The files below `dir`, recursively.
+fn walk_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("list") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            out.extend(walk_files(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
 }
 
 #[test]

@@ -111,14 +111,32 @@ fn two_recipes_on_one_mount_serve_each_its_own_pipeline_beside_augmented() {
         assert_eq!((w, h, ppm_id(&aug)), (224, 224, id));
     }
     // ta draws afresh at every read, as augmented/ does.
-    let draws: BTreeSet<Vec<u8>> = (0..6).map(|_| fs::read(mnt.path("ta/c0/s00.npy")).expect("read")).collect();
+    // Each read after the last one's release: an open overlapping a handle still open in the
+    // daemon shares its draw (passthrough's one backing file per inode).
+    let draws: BTreeSet<Vec<u8>> = (0..6)
+        .map(|_| {
+            let bytes = fs::read(mnt.path("ta/c0/s00.npy")).expect("read");
+            mnt.wait_released();
+            bytes
+        })
+        .collect();
     assert!(draws.len() > 1, "six reads of ta/c0/s00.npy gave one crop");
     assert!(draws.iter().all(|d| npy_id(d) == 0));
 }
 
-/// The content ids of `n` reads of one path.
+/// The content ids of `n` reads of one path, each after the daemon has seen the last one's
+/// file released. A close returns before its release reaches the daemon (the kernel sends it in
+/// the background), and an open of a path whose handle is still open there shares that handle
+/// (PIL's double open; one backing file per inode with passthrough): in a job's view it is
+/// served the same sample again, and under load that is what a read right after a close gets.
 fn ids_of_reads(mnt: &Mounted, rel: &str, n: usize, id: fn(&[u8]) -> usize) -> Vec<usize> {
-    (0..n).map(|_| id(&fs::read(mnt.path(rel)).unwrap_or_else(|e| panic!("{rel}: {e}\n{}", mnt.log())))).collect()
+    (0..n)
+        .map(|_| {
+            let got = id(&fs::read(mnt.path(rel)).unwrap_or_else(|e| panic!("{rel}: {e}\n{}", mnt.log())));
+            mnt.wait_released();
+            got
+        })
+        .collect()
 }
 
 /// Job `name`'s epoch (in its own views) as stats.json shows it.

@@ -3,9 +3,11 @@ MOUNT/augmented/ in turn (an epoch), pausing a moment after each as a training s
 
     drain_reader.py MOUNT [--workers N] [--delay S] [--epochs N | --forever]
                           [--mark-after N --mark PATH] [--signal-pid PID --signal-after N]
+                          [--progress PATH]
 
 --mark-after writes PATH once N files are read; --signal-after sends SIGTERM to PID once N files
-are read (the training job's stop arriving mid-epoch). Prints one JSON object: the files read
+are read (the training job's stop arriving mid-epoch); --progress rewrites PATH with the number of
+files read whole so far after each (for a test to see reads served at a point it chose). Prints one JSON object: the files read
 and those that failed or were short, when the signal went and when the reading ended (Unix
 seconds). With --forever it reads until a read fails (the mount stopped).
 """
@@ -65,6 +67,7 @@ def main():
     ap.add_argument("--mark")
     ap.add_argument("--signal-pid", type=int)
     ap.add_argument("--signal-after", type=int)
+    ap.add_argument("--progress")
     args = ap.parse_args()
     root = os.path.join(args.mount, "augmented")
     files = sorted(os.path.join(d, f) for d, _, names in os.walk(root) for f in names)
@@ -83,6 +86,11 @@ def main():
                         out["read_after_signal"] += 1
                 else:
                     out["failed"].append([path, error])
+                if args.progress:
+                    # Written whole, then renamed: a test never reads half a number.
+                    with open(args.progress + ".tmp", "w") as f:
+                        f.write(str(out["read"]))
+                    os.replace(args.progress + ".tmp", args.progress)
                 if args.mark_after and done == args.mark_after:
                     with open(args.mark, "w") as f:
                         f.write(str(time.time()))
