@@ -77,7 +77,7 @@ ptx:
 # Every workspace crate's unit and integration tests: the core's without FUSE
 # (crates/prepfs-core), the mounted end-to-end tests (crates/prepfs/tests; the loader's with the
 # Python module built and installed first); the shuttle model checks of the cache's and
-# sampling's concurrency (crates/prepfs-core/tests/shuttle.rs, a build with `--features
+# sampling's concurrency (crates/prepfs-sampling/tests/shuttle.rs, a build with `--features
 # shuttle`), the benchmark harness's own self-test (bench/tests), and last python/tests (pytest,
 # installed for $(PYTHON) where missing: prepfs.recipe, and prepfs.Loader on a mount by the debug
 # binary just built). The fuzz targets are workspace
@@ -107,7 +107,7 @@ test: deps
 	$(MAKE) python MATURIN_PROFILE="--profile dev"
 	$(CARGO) build --workspace --all-targets --features prepfs-fuzz/fuzz-targets
 	PREPFS_REQUIRE_LOADER=1 $(if $(REQUIRE_PASSTHROUGH),PREPFS_REQUIRE_PASSTHROUGH=1) $(TEST_RUN) --workspace --tests
-	$(TEST_RUN) -p prepfs-core --features shuttle --test shuttle
+	$(TEST_RUN) -p prepfs-sampling --features shuttle --test shuttle
 	$(PYTHON) bench/tests
 	@$(PYTHON) -m pytest --version >/dev/null 2>&1 || $(PYTHON) -m pip install -q pytest 2>/dev/null || $(PYTHON) -m pip install -q --break-system-packages pytest
 	PREPFS_BIN=$(CURDIR)/target/debug/prepfs PREPFS_REQUIRE_LOADER=1 $(PYTHON) -m pytest -q python/tests

@@ -8,7 +8,6 @@
 //! rules of the module documentation without the scan: a claimed choice is a free sample of the
 //! requested one's directory with the best rank there, the requested one whenever it ranks as well;
 //! the epoch ends when every sample is served or an open finds nothing free in its directory.
-#![cfg(not(feature = "shuttle"))]
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
