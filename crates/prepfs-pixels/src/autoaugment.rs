@@ -301,10 +301,7 @@ impl AutoDraw {
     /// `F.rotate(angle)` about the centre, fill 0, warped as the policy says (on a PIL image,
     /// PIL's `Image.rotate`).
     fn rotate(&self, pixels: &mut [u8], size: Size2, degrees: f64) {
-        match self.warp {
-            Warp::Nearest => affine::rotate(pixels, size, degrees),
-            Warp::Bilinear => pil_warp::transform(pixels, size, &pil_warp::rotation(size, degrees), Filter::Bilinear, [0; 3]),
-        }
+        crate::rotation::rotate(pixels, size, degrees, self.warp);
     }
 
     /// torchvision's `_apply_image_or_video_transform` for each op, on packed RGB `pixels`.

@@ -235,6 +235,10 @@ impl Filesystem {
 
     /// A reader has come (an open of a sample's file, or a loader's batch): the refill may start.
     pub(super) fn note_reader(&self) {
+        // A load first: every open passes here, and only the first may write the flag.
+        if self.reader_seen.load(Ordering::Relaxed) {
+            return;
+        }
         if !self.reader_seen.swap(true, Ordering::Relaxed) && self.config().cache.refill == RefillWhen::AfterFirstRead {
             tracing::info!("a reader came: the background refill starts");
         }
