@@ -28,15 +28,8 @@ pub enum AutoAugment {
     ImageNet,
 }
 
-/// How a policy's geometric ops resample (`interpolation`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Warp {
-    /// torchvision's default, on a tensor: nearest on `grid_sample`'s grid (`affine.rs`).
-    #[default]
-    Nearest,
-    /// `InterpolationMode.BILINEAR` on a PIL image: PIL's affine transform (`pil_warp.rs`).
-    Bilinear,
-}
+/// How a policy's geometric ops resample: `rotation.rs`'s, where a turn is warped.
+pub use crate::rotation::Warp;
 
 /// An op of the policies' spaces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

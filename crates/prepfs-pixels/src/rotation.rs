@@ -1,7 +1,7 @@
 //! `random_rotation`: torchvision's `RandomRotation(degrees, interpolation, expand=False,
 //! center=None, fill=0)` on the output's pixels: an angle drawn uniformly from `degrees`, the
 //! image turned about its centre by it (counter-clockwise for a positive angle), what comes
-//! from outside the image filled with 0. Warped as the policies warp (`autoaugment::Warp`):
+//! from outside the image filled with 0. Warped as the policies warp ([`Warp`]):
 //! nearest as torchvision does on a tensor (`affine.rs`), bilinear as PIL does on an image
 //! (`pil_warp.rs`).
 
@@ -9,11 +9,20 @@ use rand::Rng;
 use serde_norway::Value;
 
 use crate::affine;
-use crate::autoaugment::Warp;
 use crate::interpolation::Filter;
 use crate::op_args::{Args, OpError};
 use crate::pil_warp;
 use crate::rgb::Size2;
+
+/// How a turn (and the policies' other geometric ops) resample (`interpolation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Warp {
+    /// torchvision's default, on a tensor: nearest on `grid_sample`'s grid (`affine.rs`).
+    #[default]
+    Nearest,
+    /// `InterpolationMode.BILINEAR` on a PIL image: PIL's affine transform (`pil_warp.rs`).
+    Bilinear,
+}
 
 /// One `random_rotation` as configured.
 #[derive(Debug, Clone, Copy, PartialEq)]
