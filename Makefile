@@ -4,7 +4,7 @@ CARGO ?= cargo
 PYTHON ?= python3
 QUICK ?=
 
-.PHONY: all build deps demo test check compare-torchvision python gpu-check ptx bench bench-plan bench-epochs bench-cold-epochs bench-jobs bench-floor fuzz clean install uninstall
+.PHONY: all build deps demo test check compare-torchvision python gpu-check ptx bench bench-plan bench-epochs bench-cold-epochs bench-jobs bench-floor bench-workers fuzz clean install uninstall
 
 all: build
 
@@ -154,6 +154,16 @@ bench-floor: build
 		--classes 20 --per-class 40 --width 500 --height 375 --seed 0 --quiet
 	PYTHONPATH=bench timeout 900 $(PYTHON) -m prepfs_bench.warm_floor --prepfs target/release/prepfs \
 		--floorfs target/release/examples/floorfs --data target/bench-data/train
+
+# `prepfs worker` (issue 52), this machine as two (core 0: the mount and its readers; core 1: Redis
+# and the workers): cold first epochs alone, with one and two workers, two jobs, and the kill test,
+# over real photographs and the generator's set (bench/results/<date>-workers.md; its table in
+# BENCHMARKS.md's Runs). QUICK=1: one round over the generator's set; WORKERS_ARGS adds options
+# (e.g. "--cases a,c --repeats 5").
+WORKERS_ARGS ?=
+bench-workers: build
+	PYTHONPATH=bench timeout 3600 $(PYTHON) -m prepfs_bench.workers --prepfs target/release/prepfs \
+		--gen target/release/examples/make_dataset $(if $(QUICK),--quick) $(WORKERS_ARGS)
 
 # Side-by-side benchmark against the data loaders users would pick instead (QUICK=1: short).
 bench: build
