@@ -164,12 +164,29 @@ def distinct_outputs(hashes):
     return len(seen), {h: n for h, n in seen.items() if n > 1}
 
 
+def item_bounds(rw):
+    """What `remote_work`'s counters must satisfy if each item ended once (crate::remote_work:
+    an outstanding item ends admitted (`done`, of which `late` were for samples its readers had
+    already been served this pass), not admitted (counted in `dropped`), or given up (`lost`); a
+    result for an item not outstanding (made twice after a takeover) is only `dropped`, never
+    admitted): done + lost + outstanding <= queued <= done + lost + outstanding + dropped, and
+    late <= done. What fails (empty: none)."""
+    g = lambda k: rw.get(k) or 0
+    ended = g("done") + g("lost") + g("outstanding")
+    bad = []
+    if ended > g("queued"):
+        bad.append(f"done + lost + outstanding = {ended} > queued {g('queued')}: a result admitted twice")
+    if g("queued") > ended + g("dropped"):
+        bad.append(f"queued {g('queued')} > done + lost + outstanding + dropped = {ended + g('dropped')}")
+    if g("late") > g("done"):
+        bad.append(f"late {g('late')} > done {g('done')}")
+    return bad
+
+
 def served_once(stats, files):
     """The kill test's counter checks on the mount's stats.json at the epoch's end: what failed
     (empty: none). Each file of the epoch was opened once in augmented/ (opens == files), each open
-    was one output (hits + misses == opens), and the remote results it took are no more than it
-    asked for (done <= queued) and every result counted once: done + late + dropped + lost +
-    outstanding == queued."""
+    took one output (hits + misses == opens), and each remote item ended once (`item_bounds`)."""
     bad = []
     view = (stats.get("views") or {}).get("augmented") or {}
     if view.get("opens") != files:
@@ -178,11 +195,7 @@ def served_once(stats, files):
         bad.append(f"hits {view.get('hits')} + misses {view.get('misses')} != opens {view.get('opens')}")
     rw = stats.get("remote_work") or {}
     if rw:
-        if (rw.get("done") or 0) > (rw.get("queued") or 0):
-            bad.append(f"done {rw.get('done')} > queued {rw.get('queued')}")
-        parts = sum(rw.get(k) or 0 for k in ("done", "late", "dropped", "lost", "outstanding"))
-        if parts != (rw.get("queued") or 0):
-            bad.append(f"done + late + dropped + lost + outstanding = {parts} != queued {rw.get('queued')}")
+        bad += item_bounds(rw)
     else:
         bad.append("stats.json has no remote_work")
     return bad
@@ -299,6 +312,10 @@ def summary_lines(report):
                          f"{fmt(c['dropped'])} | {fmt(c['lost'])} | {fmt(c['queue_ms_p50'], '.1f')} / "
                          f"{fmt(c['queue_ms_p99'], '.1f')} | {fmt(bps)} | {fmt(po, '.1f', '-')}"
                          f"{'x' if po else ''} | {'; '.join(c['placement']) or '-'} |")
+        for r in s.get("runs") or []:
+            if r.get("worker_exit_bad"):
+                lines.append(f"\n**{LABELS[r['case']]}, round {r['round'] + 1}:** workers ended by SIGTERM exited "
+                             + ", ".join(f"{n}: {st}" for n, st in r["worker_exit_bad"].items()) + " (not 0)")
         for r in s.get("failed_runs") or []:
             lines.append(f"\n**{LABELS[r['case']]}, round {r['round'] + 1}, failed:** {r['error'].splitlines()[0]}")
         p = s.get("prediction")
@@ -469,6 +486,7 @@ class Worker:
         self._copier.start()
         self.cpu_at_ready = None
         self.exit_status = None
+        self.killed = False
 
     def _copy(self):
         with open(self.log_path, "ab") as log:
@@ -508,6 +526,7 @@ class Worker:
             return ""
 
     def kill(self):
+        self.killed = True
         self.proc.kill()
         self.exit_status = self.proc.wait(10)
 
@@ -714,7 +733,7 @@ def run_case(ctx, data, case, round_no):
                "rate": files / (ended - started) if ended > started else None,
                "cpu_s": {"mount": cpu1["mount"] - cpu0["mount"], "readers": sum(x["cpu_s"] for x in results),
                          "redis": cpu1["redis"] - cpu0["redis"], "workers": cpu1["workers"] - cpu0["workers"]},
-               "remote": remote_figures(stats, ctx["decoded_per_sample"]), "placement_seen": sorted(seen),
+               "remote": remote_figures(stats, ctx["decoded_per_sample"]), "placement_seen": sorted(seen)[:12],
                "views_augmented": (stats.get("views") or {}).get("augmented"),
                "work": stats.get("work"), "remote_tier": {k: ((stats.get("cache") or {}).get("remote") or {}).get(k)
                                                           for k in ("hits", "misses", "writes", "bytes_written", "network")},
@@ -727,7 +746,7 @@ def run_case(ctx, data, case, round_no):
                     rec["successor_error"] = str(e)
             # The killed worker's items are taken over after 10 s idle: wait for what is
             # outstanding to end one way or the other, so the counters hold every result.
-            settle = time.monotonic() + 30
+            settle = time.monotonic() + 40  # LOST_AFTER (30 s) and a takeover's 10 s
             while time.monotonic() < settle:
                 rw = mount.stats().get("remote_work") or {}
                 if not rw.get("outstanding"):
@@ -742,11 +761,7 @@ def run_case(ctx, data, case, round_no):
                 problems.append(f"{rec['files_read']} files read of {files}")
             if distinct != files:
                 problems.append(f"{files - distinct} outputs byte-identical to another ({len(dups)} hashes repeated)")
-            rw_end = (end_stats.get("remote_work") or {})
-            parts = sum(rw_end.get(k) or 0 for k in ("done", "late", "dropped", "lost", "outstanding"))
-            if rw_end and parts != (rw_end.get("queued") or 0):
-                problems.append(f"after settling: done + late + dropped + lost + outstanding = {parts} != queued "
-                                f"{rw_end.get('queued')}")
+            problems += [f"after settling: {p}" for p in item_bounds(end_stats.get("remote_work") or {})]
             rec["kill"] = {"files": files, "files_read": rec["files_read"], "read_errors": rec["read_errors"],
                            "distinct": distinct, "killed_at_files": killed_at,
                            "successor_ready_s": successor.ready_after if successor else None,
@@ -757,9 +772,9 @@ def run_case(ctx, data, case, round_no):
             if w.proc.poll() is None:
                 metrics[w.name] = w.metrics()
         rec["worker_metrics"] = metrics
-        rec["worker_exit"] = {}
-        for w in workers:
-            rec["worker_exit"][w.name] = w.close()
+        # SIGTERM drains a worker and it exits 0 (the killed one's -9 is the kill test's own).
+        rec["worker_exit"] = {w.name + (" (killed)" if w.killed else ""): w.close() for w in workers}
+        rec["worker_exit_bad"] = {n: st for n, st in rec["worker_exit"].items() if st != 0 and "(killed)" not in n}
         return rec
     finally:
         for r in readers:

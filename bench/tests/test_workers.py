@@ -100,16 +100,21 @@ class KillTestChecksTest(unittest.TestCase):
         self.assertEqual(W.distinct_outputs(["a", "b", "a", "a"]), (2, {"a": 3}))
 
     def test_counters_show_each_file_served_once_and_each_result_counted_once(self):
+        # 300 asked: 250 admitted (20 of them late), 15 given up, 5 in flight, 30 others ended
+        # not admitted; 40 dropped in all (10 of them second results after a takeover).
         good = {"views": {"augmented": {"opens": 600, "hits": 450, "misses": 150}},
-                "remote_work": {"queued": 300, "done": 250, "late": 20, "dropped": 10, "lost": 15, "outstanding": 5}}
+                "remote_work": {"queued": 300, "done": 250, "late": 20, "dropped": 40, "lost": 15, "outstanding": 5}}
         self.assertEqual(W.served_once(good, 600), [])
         bad = json.loads(json.dumps(good))
         bad["views"]["augmented"]["opens"] = 601
-        bad["remote_work"]["done"] = 400
+        bad["remote_work"]["done"] = 290
         problems = W.served_once(bad, 600)
-        self.assertEqual(len(problems), 4, problems)
+        self.assertEqual(len(problems), 3, problems)
         self.assertIn("augmented/ opened 601 times for 600 files", problems[0])
-        self.assertIn("done 400 > queued 300", problems[2])
+        self.assertIn("done + lost + outstanding = 310 > queued 300: a result admitted twice", problems[2])
+        self.assertEqual(W.item_bounds({"queued": 300, "done": 100, "dropped": 10, "lost": 0, "outstanding": 0}),
+                         ["queued 300 > done + lost + outstanding + dropped = 110"])
+        self.assertEqual(W.item_bounds({"queued": 1, "done": 1, "late": 2}), ["late 2 > done 1"])
         self.assertEqual(W.served_once({"views": good["views"]}, 600), ["stats.json has no remote_work"])
 
     def test_network_bytes_per_remote_sample_stand_beside_the_decoded_pixels(self):
@@ -177,7 +182,9 @@ class ReportTest(unittest.TestCase):
         s["kill"] = {"passed": False, "problems": ["the run failed: RuntimeError: worker w1 exited\nits log"],
                      "files": None}
         s["failed_runs"] = [{"case": "d", "round": 1, "error": "RuntimeError: worker w2 not serving\nlog"}]
+        s["runs"] = [dict(run("c", 400.0), worker_exit={"w1": 1}, worker_exit_bad={"w1": 1})]
         text = "\n".join(W.summary_lines(report))
+        self.assertIn("**c: one worker, round 1:** workers ended by SIGTERM exited w1: 1 (not 0)", text)
         self.assertIn("Kill test **failed**: the run failed: RuntimeError: worker w1 exited.", text)
         self.assertIn("**d: two workers (one core), round 2, failed:** RuntimeError: worker w2 not serving", text)
         self.assertNotIn("its log", text)
