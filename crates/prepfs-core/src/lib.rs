@@ -58,6 +58,7 @@ pub mod machine_memory;
 pub mod pixel_work;
 pub mod plan;
 pub mod progress;
+mod remote_work;
 pub mod producer;
 pub mod sample_reader;
 pub mod stats;

@@ -105,6 +105,13 @@ impl PixelWork {
         (self.budget.held(), self.budget.max())
     }
 
+    /// Bytes of every output of pipeline `recipe` where its ops fix the output's size (0:
+    /// `augmented/`'s); `None` where outputs vary with the image.
+    pub(crate) fn fixed_out_len(&self, recipe: u8) -> Option<u64> {
+        let p = self.pipeline(recipe);
+        prepfs_pixels::augment::fixed_output_size(&p.augment).map(|_| p.out_len)
+    }
+
     /// Pipeline `recipe`'s output size (0: `augmented/`'s).
     pub(crate) fn recipe_size(&self, recipe: u8) -> Size2 {
         self.pipeline(recipe).size
@@ -173,14 +180,22 @@ impl PixelWork {
     /// `size`: the image's, when its header was probed already (else it is probed here). The
     /// time taken includes writing the served bytes.
     pub(crate) fn decode_augment(&self, recipe: u8, id: FileId, bytes: &[u8], size: Option<Size2>) -> Result<ServedBytes, PixelError> {
-        let dest = self.dest();
+        self.decode_augment_drawn(recipe, id, bytes, size, None)
+    }
+
+    /// [`PixelWork::decode_augment`] with the draw `(seed, number)` of the sample (one a mount
+    /// reserved for a worker: [`PixelWork::reserve_draw`]), else this mount's next draw; always
+    /// in memory when the draw is given (the bytes go to the asking mount).
+    pub(crate) fn decode_augment_drawn(&self, recipe: u8, id: FileId, bytes: &[u8], size: Option<Size2>, draw: Option<(u64, u64)>) -> Result<ServedBytes, PixelError> {
+        let dest = if draw.is_some() { Dest::Memory } else { self.dest() };
         let p = self.pipeline(recipe);
         self.timed(Timing::DecodeAugment(recipe), || {
             let size = match size {
                 Some(size) => size,
                 None => pipeline::probe_size(std::io::Cursor::new(bytes))?,
             };
-            let mut rng = self.next_draw(id, size);
+            let (seed, draw) = draw.unwrap_or_else(|| (self.seed, self.next_draw_number(id, size)));
+            let mut rng = draw_rng(seed, 0, draw, u64::from(id));
             // As decode_augment_served, with the work's size reserved once the draw says it.
             pipeline::check_pixels(size, self.max_pixels)?;
             let plan = plan_sample(&p.augment, size, &mut rng);
@@ -233,16 +248,39 @@ impl PixelWork {
         })
     }
 
+    /// Reserves the next draw of `id` for a worker to make (its number): this mount never makes
+    /// it itself, so no two outputs share a draw.
+    pub(crate) fn reserve_draw(&self, id: FileId) -> u64 {
+        u64::from(self.draws[id as usize].fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The seed of every draw.
+    pub(crate) fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// The fingerprint of pipeline `recipe`'s augmentations and output (0: `augmented/`'s): a
+    /// worker makes an item only for a pipeline whose fingerprint it shares.
+    pub(crate) fn pipeline_fingerprint(&self, recipe: u8) -> u64 {
+        let p = self.pipeline(recipe);
+        prepfs_cache::remote::recipe_fingerprint(&p.augment, &p.output)
+    }
+
     /// The random source of `id`'s next augmentation: (seed, 0, draw, sample), a new draw each
     /// call. `size`: the image's; its first draw counts its pixels' bytes into the set's
     /// decoded size (`Stats::sized_samples`).
     fn next_draw(&self, id: FileId, size: Size2) -> impl rand::Rng {
+        draw_rng(self.seed, 0, self.next_draw_number(id, size), u64::from(id))
+    }
+
+    /// The number of `id`'s next draw (see [`PixelWork::next_draw`]).
+    fn next_draw_number(&self, id: FileId, size: Size2) -> u64 {
         let draw = u64::from(self.draws[id as usize].fetch_add(1, Ordering::Relaxed));
         if draw == 0 {
             bump(&self.stats.sized_samples, 1);
             bump(&self.stats.sized_pixel_bytes, u64::from(size.width) * u64::from(size.height) * 3);
         }
-        draw_rng(self.seed, 0, draw, u64::from(id))
+        draw
     }
 
     /// Runs pixel work, timing it into stats. The time is this thread's CPU time, not wall

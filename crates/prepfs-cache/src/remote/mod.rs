@@ -52,6 +52,8 @@
 //!
 //! - **Shared jobs** (`jobs.rs`): a job name's taken bits and epoch, claimed by server-side
 //!   scripts, for `crate::sampling`'s shared jobs.
+//! - **Work for other machines' CPUs** ([`work`]): the queue between mounts that ask for
+//!   outputs and the `prepfs worker`s that make them (a stream with a consumer group).
 //!
 //! Lookups run on the requesting thread, inside the tiers' single flight, so a remote round trip
 //! (bounded by the timeout) stands where a source read would. Connections are pooled; the pool is
@@ -68,6 +70,7 @@ mod server;
 #[cfg(test)]
 mod tests;
 mod value;
+pub mod work;
 mod writer;
 
 pub use access::{Access, RemoteError};

@@ -170,3 +170,25 @@ impl redis::ConnectionLike for Conn {
 }
 
 
+
+impl Conn {
+    /// `cmds` in one pipeline (a cluster splits it by node): each reply in order.
+    pub(super) fn pipeline(&mut self, cmds: Vec<redis::Cmd>) -> redis::RedisResult<Vec<redis::Value>> {
+        match self {
+            Conn::Single(c) => {
+                let mut pipe = redis::pipe();
+                for cmd in cmds {
+                    pipe.add_command(cmd);
+                }
+                pipe.query(c)
+            }
+            Conn::Cluster(c) => {
+                let mut pipe = redis::cluster::cluster_pipe();
+                for cmd in cmds {
+                    pipe.add_command(cmd);
+                }
+                pipe.query(c)
+            }
+        }
+    }
+}

@@ -104,6 +104,25 @@ struct RawConfig {
     loader: Option<RawLoader>,
     #[serde(default)]
     stop: Option<RawStop>,
+    #[serde(default)]
+    placement: Option<Placement>,
+}
+
+/// Where outputs are made (`placement`, issue 52): this machine's cores only, or also `prepfs
+/// worker`s on other machines reached through the remote tier (`cache.remote`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Placement {
+    /// Workers are asked for the deficit only: while readers wait on outputs this mount makes
+    /// at open, or its stock of ready outputs runs low (the default).
+    #[default]
+    Auto,
+    /// Never ask workers.
+    Local,
+    /// Ask workers for every output the stock has room for, and leave this machine's cores to
+    /// the training job: its own refill stops while workers are alive (a read that misses is
+    /// still made here at once).
+    Remote,
 }
 
 /// The validated configuration of one mount.
@@ -152,6 +171,8 @@ pub struct Config {
     pub loader: LoaderConfig,
     /// How a stop drains the mount (`stop:`; `--drain`, `--drain-max` win).
     pub stop: crate::drain::DrainConfig,
+    /// Where outputs are made: here, or also on `prepfs worker`s (`cache.remote` needed).
+    pub placement: Placement,
 }
 
 /// Overrides given on the command line; each wins over the YAML.
@@ -391,7 +412,12 @@ impl Config {
             }
         };
         let stop = stop_config(text, raw.stop)?;
+        let placement = raw.placement.unwrap_or_default();
+        if placement == Placement::Remote && cache.remote.is_none() {
+            return Err(ConfigError::at(text, "placement", "`remote` asks `prepfs worker`s through the remote tier: set `cache.remote` (url, size, secret_file)"));
+        }
         Ok(Config {
+            placement,
             loader,
             stop,
             bad_samples,

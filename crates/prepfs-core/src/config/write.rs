@@ -46,6 +46,7 @@ struct WrittenConfig<'a> {
     bad_samples: BadSamplesConfig,
     loader: &'a LoaderConfig,
     stop: WrittenStop,
+    placement: super::Placement,
 }
 
 /// `stop:`, in seconds.
@@ -161,6 +162,7 @@ impl<'a> From<&'a Config> for WrittenConfig<'a> {
             bad_samples: c.bad_samples,
             loader: &c.loader,
             stop: WrittenStop { drain: c.stop.quiet.as_secs_f64(), drain_max: c.stop.max.as_secs_f64() },
+            placement: c.placement,
         }
     }
 }

@@ -154,6 +154,7 @@ impl Filesystem {
             "passthrough": self.passthrough_json(),
             "loader": { "socket": self.stats().loader.socket.get() },
             "recipes": self.recipes_json(),
+            "remote_work": self.remote_work_stats(),
         });
         if let serde_json::Value::Object(extra) = extra {
             crate::metrics::merge(&mut doc, extra);

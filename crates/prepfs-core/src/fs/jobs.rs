@@ -250,7 +250,7 @@ impl Filesystem {
     /// has fallen below its low-water mark (and then until it is full), and only what their
     /// pass still needs. Returns false when no pipeline had work.
     pub fn refill_lane(&self, cursor: &mut usize, lane: (usize, usize)) -> bool {
-        if !self.refill_may_start() {
+        if !self.refill_may_start() || self.refill_left_to_workers() {
             return false;
         }
         let jobs = self.jobs.active();
@@ -282,17 +282,10 @@ impl Filesystem {
         }
         // The readers of the pipeline: the jobs themselves in augmented/, their states in a
         // recipe's view (those that read it).
-        let states = states_in(jobs, pipeline);
-        let pass = self.top_pass_of(pipeline);
-        let to_come = |f: FileId| {
-            if states.is_empty() {
-                pass.is_none_or(|p| !p.has_seen(f))
-            } else {
-                states.iter().any(|j| !j.has_seen(f))
-            }
-        };
+        // Samples asked of `prepfs worker`s are theirs to make.
+        let to_come = |f: FileId| self.still_to_come(pipeline, jobs, f) && !self.asked_of_workers(pipeline, f);
         self.producer.refill_once(pipeline, cursor, lane, to_come)
-            || (scope == RefillScope::Any && self.producer.refill_once(pipeline, cursor, lane, |_| true))
+            || (scope == RefillScope::Any && self.producer.refill_once(pipeline, cursor, lane, |f| !self.asked_of_workers(pipeline, f)))
     }
 
     /// Runs queued prefetch work until the queue stays empty for `wait` (or at once with a zero

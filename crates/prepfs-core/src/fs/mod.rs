@@ -26,6 +26,7 @@
 //! - `loader.rs`: what the loader socket asks of the core (a job's next samples into a slot);
 //! - `recipes.rs`: the recipes' views (`recipes:`): names, files, a job's state in each, what
 //!   ODS prefers there (a kept output of the recipe's), their figures in `stats.json`;
+//! - `remote_work.rs`: a round of asking `prepfs worker`s and keeping what they made;
 //! - `stale.rs`: source changes seen while serving ([`StaleInodes`]);
 //! - `control.rs`: the `.prepfs/` control files;
 //! - [`open_budget`]: the bound on what open handles pin.
@@ -43,6 +44,7 @@ mod loader;
 mod open;
 mod passthrough;
 mod recipes;
+mod remote_work;
 mod stale;
 mod tree;
 #[cfg(test)]
@@ -136,6 +138,8 @@ pub struct Filesystem {
     /// The threads a loader's batch and the mount's validation are produced on in parallel
     /// (`prepfs-fill-<i>`), joined when the filesystem drops.
     fill: Parallel,
+    /// What this mount asked `prepfs worker`s for (with a remote tier).
+    remote_work: Option<crate::remote_work::RemoteWork>,
 }
 
 impl Filesystem {
@@ -221,6 +225,10 @@ impl Filesystem {
             .with_per_user(config.jobs.per_user)
             .with_shared(job_store);
         let remote_gauge = remote.as_ref().map(RemoteTier::gauge);
+        let pipelines = 1 + config.recipes.len() as u8;
+        let remote_work = remote.as_ref().map(|r| {
+            crate::remote_work::RemoteWork::new(r.work_queue(mount_number(&catalog)), config.placement, pipelines, catalog.file_count())
+        });
         let tiers = Tiers::new(Arc::clone(&cache), disk, catalog.root().to_path_buf()).with_remote(remote);
         let output_files = OutputFiles::new();
         let pixels = PixelWork::new(&config, catalog.file_count(), Arc::clone(&stats), Arc::clone(&output_files));
@@ -248,6 +256,7 @@ impl Filesystem {
             pending: PendingNames::default(),
             mounted_at: SystemTime::now(),
             reader_seen: AtomicBool::new(false),
+            remote_work,
         })
     }
 
@@ -372,4 +381,12 @@ impl Filesystem {
             Form::Augmented => &stats.augmented,
         }
     }
+}
+
+/// A number for this mount in the work queue, unique among the mounts sharing it: the host, the
+/// process, the time, the dataset's size.
+fn mount_number(catalog: &Catalog) -> u64 {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    prepfs_base::hash::fnv1a64(&[host.as_bytes(), &std::process::id().to_le_bytes(), &now.to_le_bytes(), &(catalog.file_count() as u64).to_le_bytes()])
 }

@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 
 use prepfs_cache::{Admit, AugmentedEntry, ENTRY_OVERHEAD, HELD_AUGMENTED};
 use prepfs_cache::form::Form;
+use prepfs_cache::remote::work::WorkItem;
+use prepfs_pixels::served::ServedBytes;
 use prepfs_source::catalog::FileId;
+use prepfs_source::Sample;
 use crate::stats::bump;
 
 use super::{Consumer, SampleProducer};
@@ -97,6 +100,46 @@ impl SampleProducer {
         let stock = if room == 0 { 1.0 } else { store.used() as f64 / room as f64 };
         let full = stock >= FULL || !store.has_room_for(out_len);
         pacer.scope(now, store.hit_count(), stock, full)
+    }
+
+    /// Whether pipeline `pipeline`'s stock of kept outputs is below the low-water mark (of what
+    /// its room can hold of this data set), read without moving its pacer.
+    pub(crate) fn stock_is_low(&self, pipeline: u8) -> bool {
+        let Some(store) = self.tiers.memory().outputs(pipeline) else { return false };
+        let out_len = self.pixels.recipe_out_len(pipeline);
+        let room = store.budget().min(self.catalog.sample_count() as u64 * (out_len + ENTRY_OVERHEAD));
+        room > 0 && (store.used() as f64 / room as f64) < LOW_WATER && store.has_room_for(out_len)
+    }
+
+    /// A work item for a `prepfs worker` (`crate::remote_work`): one fresh output of `sample`
+    /// through pipeline `pipeline`, its draw reserved here (this mount never makes that draw),
+    /// as item `seq` of mount `mount`.
+    pub(crate) fn work_item(&self, pipeline: u8, sample: &Sample, (mount, seq): (u64, u64)) -> WorkItem {
+        let key = self.tiers.lower_key(sample, &sample.meta);
+        WorkItem {
+            mount,
+            seq,
+            id: sample.id,
+            rel: key.rel.to_path_buf(),
+            len: key.version.len,
+            mtime_ns: key.version.mtime_ns,
+            pipeline,
+            recipe: self.pixels.pipeline_fingerprint(pipeline),
+            seed: self.pixels.seed(),
+            draw: self.pixels.reserve_draw(sample.id),
+            queued_ms: prepfs_cache::remote::work::unix_ms(),
+        }
+    }
+
+    /// Keeps a worker's output of `id` in pipeline `pipeline`'s stock as a fresh output (no
+    /// reader has used it); whether it was kept (not where it is empty or not the size the
+    /// pipeline fixes, where the stock holds one already or has no room).
+    pub(crate) fn keep_worker_output(&self, pipeline: u8, id: FileId, output: Vec<u8>) -> bool {
+        let Some(store) = self.tiers.memory().outputs(pipeline) else { return false };
+        if output.is_empty() || self.pixels.fixed_out_len(pipeline).is_some_and(|len| len != output.len() as u64) {
+            return false;
+        }
+        store.admit(id, AugmentedEntry::fresh(ServedBytes::Memory(output.into())))
     }
 
     /// The pipelines (0: `augmented/`'s, else the recipe's number), the emptiest stock of kept
