@@ -157,6 +157,9 @@ class ReportTest(unittest.TestCase):
         self.assertAlmostEqual(r["e(worker)/e(alone)"]["median"], 460 / 300)
         self.assertFalse(r["e(worker)/e(alone)"]["met"])
         self.assertIsNone(r["b/a"]["met"])  # no target: it should only equal a within noise
+        self.assertTrue(r["b/a"]["within_noise"])
+        slow_b = [x for x in CANNED if x["case"] != "b"] + [run("b", 200.0), run("b", 210.0)]
+        self.assertFalse(W.set_summary(slow_b)["ratios"]["b/a"]["within_noise"])
         cases = W.set_summary(CANNED)["cases"]
         self.assertEqual(cases["c"]["done"], 280)
         self.assertEqual(cases["c"]["placement"], ["auto: asking (readers miss)"])
@@ -168,7 +171,7 @@ class ReportTest(unittest.TestCase):
         self.assertTrue(table[0].startswith("`prepfs worker` (issue 52)"))
         rows = [ln for ln in table if ln.startswith("| gen")]
         self.assertEqual(rows, ["| gen | 1.64x (1.54 - 1.75) met | 1.66x (1.56 - 1.79) met | "
-                                "1.53x (1.45 - 1.62) **missed** | 1.00x (0.94 - 1.06) | 400 files/s, -2% |"])
+                                "1.53x (1.45 - 1.62) **missed** | 1.00x (0.94 - 1.06) within noise | 400 files/s, -2% |"])
         text = "\n".join(lines)
         self.assertIn("| c: one worker | 410 (400 - 420, 5%) | 280 | 0 | 0 | 0 | 2.0 / 9.0 | 150,600 | 3.7x | "
                       "auto: asking (readers miss) |", text)
