@@ -59,6 +59,7 @@ pub mod pixel_work;
 pub mod plan;
 pub mod progress;
 mod remote_work;
+pub mod worker;
 pub mod producer;
 pub mod sample_reader;
 pub mod stats;

@@ -248,6 +248,16 @@ impl PixelWork {
         })
     }
 
+    /// `bytes` made elsewhere (a worker's output) as this mount serves its own: in an output file
+    /// while passthrough is on and the descriptor budget has room (the kernel then reads it
+    /// without the daemon), else in memory.
+    pub(crate) fn served_from(&self, bytes: Vec<u8>) -> ServedBytes {
+        match self.dest() {
+            Dest::File(files) => files.try_make(&bytes).map_or_else(|| ServedBytes::Memory(bytes.into()), |f| ServedBytes::File(Arc::new(f))),
+            Dest::Memory => ServedBytes::Memory(bytes.into()),
+        }
+    }
+
     /// Reserves the next draw of `id` for a worker to make (its number): this mount never makes
     /// it itself, so no two outputs share a draw.
     pub(crate) fn reserve_draw(&self, id: FileId) -> u64 {

@@ -35,7 +35,7 @@ use prepfs_source::catalog::FileId;
 /// An item not answered for this long is given up (`lost`); its sample may be asked again.
 pub(crate) const LOST_AFTER: Duration = Duration::from_secs(30);
 /// Items outstanding per making thread of the workers alive.
-pub(crate) const AHEAD_PER_THREAD: usize = 3;
+pub(crate) const AHEAD_PER_THREAD: usize = 8;
 /// How often the workers' beats are read.
 const WORKERS_READ_EVERY: Duration = Duration::from_secs(1);
 /// Queue and making times kept for their percentiles (the most recent).
@@ -242,18 +242,17 @@ impl RemoteWork {
         matched
     }
 
-    /// Counts an admitted result: `late` when its readers were already served the sample in
-    /// this pass.
-    pub(crate) fn admitted(&self, late: bool) {
+    /// Counts a result that arrived for an outstanding item (`done`): `late` when its readers
+    /// were served the sample (made here) before it came; `kept` whether it went into a stock
+    /// (else `dropped`: its file changed, the stock holds one already or has no room).
+    pub(crate) fn arrived(&self, late: bool, kept: bool) {
         self.done.fetch_add(1, Ordering::Relaxed);
         if late {
             self.late.fetch_add(1, Ordering::Relaxed);
         }
-    }
-
-    /// Counts a result not admitted (its sample changed, no room, the wrong size).
-    pub(crate) fn not_admitted(&self) {
-        self.dropped.fetch_add(1, Ordering::Relaxed);
+        if !kept {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// The counters by state, for the metrics: queued, done, late, dropped, lost.

@@ -6,6 +6,7 @@
 //!   the drain before an unmount, the forced unmount.
 //! - `detach`: a mountpoint taken down, only if unused or at once (the mount and `stop` use it).
 //! - [`unmount`]: `prepfs unmount`: a mount's daemon asked to drain and stop, and waited for.
+//! - [`worker`]: `prepfs worker`: this machine's CPUs lent to the mounts sharing a remote tier.
 //! - [`summary`]: `prepfs stats`: the mount found from a path inside it, its figures as a
 //!   readable summary.
 //!
@@ -20,3 +21,4 @@ pub mod mount;
 mod stop;
 pub mod summary;
 pub mod unmount;
+pub mod worker;

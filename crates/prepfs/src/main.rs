@@ -54,6 +54,34 @@ enum Command {
         #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "2")]
         watch: Option<f64>,
     },
+    /// Lend this machine's CPUs to the mounts sharing a remote tier: take work items from the
+    /// tier's queue, make each with the mount's code, send it back (docs/workers.md). Runs until
+    /// SIGTERM or Ctrl-C, which let the items in hand finish.
+    Worker {
+        /// The mounts' configuration (the same source, augment, output, recipes, seed and
+        /// `cache.remote` with its secret_file).
+        #[arg(long, short = 'c', value_name = "FILE")]
+        config: PathBuf,
+        /// The dataset directory (overrides the config's `source`).
+        #[arg(long, value_name = "DIR")]
+        source: Option<PathBuf>,
+        /// This worker's name in the queue (default HOSTNAME-PID): 1 to 64 of ASCII letters,
+        /// digits, `-`, `_`, `.`.
+        #[arg(long)]
+        name: Option<String>,
+        /// Items made at once: one per core lent (default 1).
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+        /// Also answer `GET /metrics` (Prometheus's text format) on HOST:PORT.
+        #[arg(long, value_name = "HOST:PORT")]
+        metrics_addr: Option<String>,
+        /// error, warn, info (the default), debug or trace, or a tracing filter.
+        #[arg(long, value_name = "LEVEL")]
+        log_level: Option<String>,
+        /// Append the log to this file (created 0600 if missing; never through a link).
+        #[arg(long, value_name = "PATH")]
+        log_file: Option<PathBuf>,
+    },
     /// The best cache split and its predicted samples/s (one JSON object).
     Plan {
         /// Model parameters (YAML, the paper's symbols; see mount-configs/plan-example.yaml).
@@ -273,7 +301,7 @@ fn parse_id(text: &str) -> Result<u32, String> {
 }
 
 /// The subcommands, and the flags clap answers itself.
-const SUBCOMMANDS: &[&str] = &["mount", "unmount", "stats", "plan", "check", "help"];
+const SUBCOMMANDS: &[&str] = &["mount", "unmount", "stats", "plan", "check", "worker", "help"];
 
 /// Rewrites a `mount.fuse`-style call, `prepfs SOURCE MOUNTPOINT [-o OPTIONS] [-f] [-n] [-s]
 /// [-v] [-t TYPE]`, into `prepfs mount SOURCE MOUNTPOINT --background -o OPTIONS` (`-f`:
@@ -307,7 +335,7 @@ fn helper_call(args: Vec<OsString>) -> Vec<OsString> {
 fn main() -> ExitCode {
     prepfs_base::alloc::tune_malloc();
     let command = Cli::parse_from(helper_call(std::env::args_os().collect())).command;
-    if !matches!(command, Command::Mount(_)) {
+    if !matches!(command, Command::Mount(_) | Command::Worker { .. }) {
         if let Err(e) = init_log(None, None) {
             return usage(e);
         }
@@ -319,6 +347,21 @@ fn main() -> ExitCode {
             Err(e) => fail(e),
         },
         Command::Stats { path, json, watch } => stats(&path, json, watch),
+        Command::Worker { config, source, name, threads, metrics_addr, log_level, log_file } => {
+            if let Err(e) = init_log(log_level.as_deref(), log_file.as_deref()) {
+                return usage(e);
+            }
+            let args = prepfs::worker::WorkerArgs { config, source, name, threads, metrics_addr };
+            let ready = |name: &str| prepfs_base::log::say(&format!("prepfs worker: {name} serving (SIGTERM or Ctrl-C to stop)"));
+            match prepfs::worker::run(&args, ready) {
+                Ok(summary) => {
+                    prepfs_base::log::say(&format!("prepfs worker: stopped: {summary}"));
+                    ExitCode::SUCCESS
+                }
+                Err(prepfs::worker::WorkerRunError::Worker(e)) if matches!(e, prepfs_core::worker::WorkerError::NoRemote | prepfs_core::worker::WorkerError::Name(_)) => usage(e),
+                Err(e) => fail(e),
+            }
+        }
         Command::Plan { params, split, model, epochs, t_full } => {
             let params = match prepfs_planner::load_params(&params) {
                 Ok(p) => p,

@@ -336,7 +336,7 @@ pub(crate) fn scan_with_progress(source: &Path, stop: &AtomicBool) -> Result<Cat
 /// Indexes the shards `shards` names (in a directory, or in the object store `config` names),
 /// the indexes kept in `config.shard_index_dir()` reused, its progress shown; gives up when
 /// `stop` is set.
-fn index_shards_with_progress(config: &Config, shards: &prepfs_core::config::ShardsConfig, stop: &AtomicBool) -> Result<(Catalog, prepfs_source::shards::Shards), MountError> {
+pub(crate) fn index_shards_with_progress(config: &Config, shards: &prepfs_core::config::ShardsConfig, stop: &AtomicBool) -> Result<(Catalog, prepfs_source::shards::Shards), MountError> {
     let index_dir = config.shard_index_dir();
     let index_dir = index_dir.as_deref();
     let progress = Progress::start("indexing the shards", "samples", None);
@@ -371,7 +371,7 @@ fn index_shards_with_progress(config: &Config, shards: &prepfs_core::config::Sha
 
 /// Lists the object store `store` names (or reuses the listing kept in `listing_dir`), its
 /// progress shown; gives up when `stop` is set.
-fn list_objects_with_progress(
+pub(crate) fn list_objects_with_progress(
     store: &prepfs_core::config::ObjectStoreConfig,
     listing_dir: Option<&Path>,
     stop: &AtomicBool,
@@ -680,6 +680,18 @@ fn start_workers(
         tracing::info!(socket = %prepfs_base::escape::escaped(server.path()), "loader socket");
         let fs = Arc::clone(fs);
         workers.spawn("prepfs-loader".into(), tasks::REQUEST, move |stop| server.serve(&fs, stop))?;
+    }
+    // Preprocessing on other machines' CPUs (`prepfs worker`): results kept as they come, new
+    // items asked as the placement says (`Filesystem::remote_work_round`).
+    if fs.has_remote_work() {
+        let fs = Arc::clone(fs);
+        workers.spawn("prepfs-remote-work".into(), tasks::REQUEST, move |stop| {
+            while !stop.load(Ordering::Relaxed) {
+                if !fs.remote_work_round(Duration::from_millis(50)) && !sleep_unless_stopped(stop, Duration::from_millis(20)) {
+                    break;
+                }
+            }
+        })?;
     }
     // Tells the kernel to drop what it cached of files whose source changed.
     let stale = Arc::clone(fs);

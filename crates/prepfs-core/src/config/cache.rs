@@ -104,6 +104,13 @@ pub struct CacheConfig {
     pub(crate) remote: Option<RemoteConfig>,
 }
 
+impl CacheConfig {
+    /// Whether a remote tier is configured (`cache.remote`).
+    pub fn has_remote(&self) -> bool {
+        self.remote.is_some()
+    }
+}
+
 impl Default for CacheConfig {
     fn default() -> Self {
         CacheConfig {

@@ -18,6 +18,12 @@ use prepfs_source::catalog::FileId;
 const LOOK_PER_ROUND: usize = 4096;
 
 impl Filesystem {
+    /// Whether this mount can ask `prepfs worker`s (it has a remote tier): the mount then runs
+    /// the remote-work loop.
+    pub fn has_remote_work(&self) -> bool {
+        self.remote_work.is_some()
+    }
+
     /// One round of the remote-work loop: waits up to `wait` for results, keeps those that
     /// came, and asks for more where the placement says so. Returns whether anything arrived or
     /// was asked. Nothing without a remote tier.
@@ -30,11 +36,9 @@ impl Filesystem {
             let current = self.reader.resolve(asked.id).is_ok_and(|(s, _)| {
                 s.meta.identity.len == asked.len && s.meta.identity.mtime_ns == asked.mtime_ns
             });
-            if current && self.producer.keep_worker_output(asked.pipeline, asked.id, result.output) {
-                work.admitted(!self.still_to_come(asked.pipeline, &self.jobs.active(), asked.id));
-            } else {
-                work.not_admitted();
-            }
+            let late = !self.still_to_come(asked.pipeline, &self.jobs.active(), asked.id);
+            let kept = current && self.producer.keep_worker_output(asked.pipeline, asked.id, result.output);
+            work.arrived(late, kept);
         }
         let made_at_open: u64 = (0..self.cache().pipelines()).map(|p| crate::stats::get(&self.stats().pipeline(p).made_at_open)).sum();
         let stock_low = (0..self.cache().pipelines()).any(|p| self.pipeline_is_read(p) && self.producer.stock_is_low(p));

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use prepfs_cache::{Admit, AugmentedEntry, ENTRY_OVERHEAD, HELD_AUGMENTED};
 use prepfs_cache::form::Form;
 use prepfs_cache::remote::work::WorkItem;
-use prepfs_pixels::served::ServedBytes;
 use prepfs_source::catalog::FileId;
 use prepfs_source::Sample;
 use crate::stats::bump;
@@ -139,7 +138,7 @@ impl SampleProducer {
         if output.is_empty() || self.pixels.fixed_out_len(pipeline).is_some_and(|len| len != output.len() as u64) {
             return false;
         }
-        store.admit(id, AugmentedEntry::fresh(ServedBytes::Memory(output.into())))
+        store.admit(id, AugmentedEntry::fresh(self.pixels.served_from(output)))
     }
 
     /// The pipelines (0: `augmented/`'s, else the recipe's number), the emptiest stock of kept
