@@ -846,6 +846,41 @@ def plan_flags(binary):
     return all(f in out for f in ("--workers", "--worker-cost", "--recv-cost"))
 
 
+def plan_params_yaml(info, t_local):
+    """`prepfs plan --params`'s file for this set on core 0: the set's sizes, one core making a
+    sample in `t_local` s (t_da = 1 / t_local on `cores: 1`), no other limit."""
+    return ("# prepfs_bench.workers: the set measured, core 0 as the host\n"
+            f"n_total: {info['files']}\ns_data: {info['source_mb'] * 1e6 / info['files']:.0f}\n"
+            f"s_decoded: {info['decoded_bytes_per_sample']:.0f}\ns_augmented: {info.get('output_bytes') or 150543:.0f}\n"
+            "s_cache: 536870912\nb_cache: 1.0e10\nb_nic: .inf\nb_pcie: .inf\nb_storage: .inf\n"
+            f"t_da: {1.0 / t_local:.3f}\nt_a: {4.0 / t_local:.3f}\nnodes: 1\nc_nw: 0\nc_pcie: 0\ncores: 1\n")
+
+
+def plan_placement(binary, info, t_local, t_worker, recv, workers, link, out_bytes):
+    """`prepfs plan --params P --demand inf --hosts 1 --workers N --worker-cores 1 --worker-cost S
+    --recv-cost S --link B --output-bytes B`'s placement: {"rate", "bound", "command"}, or None
+    when it fails or says nothing of placement."""
+    fd, params = tempfile.mkstemp(prefix="prepfs-workers-plan-", suffix=".yaml")
+    with os.fdopen(fd, "w") as f:
+        f.write(plan_params_yaml(info, t_local))
+    cmd = [binary, "plan", "--params", params, "--demand", "inf", "--hosts", "1", "--workers", str(workers),
+           "--worker-cores", "1", "--worker-cost", f"{t_worker:.6g}", "--recv-cost", f"{recv or 0.0:.6g}",
+           "--link", f"{link or 1e12:.6g}", "--output-bytes", f"{out_bytes or 150543:.0f}"]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+        doc = json.loads(done.stdout) if done.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        doc = None
+    finally:
+        os.remove(params)
+    placement = (doc or {}).get("placement") if isinstance(doc, dict) else None
+    if not placement or placement.get("samples_per_s_per_host") is None:
+        print(f"prepfs plan's placement: nothing ({' '.join(cmd)})", file=sys.stderr)
+        return None
+    return {"rate": placement["samples_per_s_per_host"], "bound": placement.get("bound"),
+            "command": " ".join(["prepfs", "plan", "--params", "PARAMS"] + cmd[4:])}
+
+
 def model(binary, runs, info):
     """The per-sample costs measured on this set's runs and the prediction for one worker (and
     two) against what was measured: `prepfs plan`'s placement flags where the binary has them,
@@ -879,30 +914,22 @@ def model(binary, runs, info):
         return res
     res["predicted_a"] = 1.0 / t_local
     res["error_a_pct"] = prediction_error(res["predicted_a"], measured_a)
+    flags = plan_flags(binary)
+    sources = set()
     for label, workers in (("c", 1), ("d", 2)):
-        p = None
-        if plan_flags(binary):
-            cmd = [binary, "plan", "--demand", str(1.0 / recv if recv else 1e9), "--hosts", "1",
-                   "--workers", str(workers), "--worker-cores", "1", "--worker-cost", str(t_worker),
-                   "--recv-cost", str(recv or 0.0), "--link", str(link or 1e12), "--output-bytes", str(out_bytes or 0)]
-            try:
-                done = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
-                doc = json.loads(done.stdout) if done.returncode == 0 else None
-            except (OSError, subprocess.TimeoutExpired, ValueError):
-                doc = None
-            rate = None
-            if isinstance(doc, dict):
-                rate = next((doc[k] for k in ("rate", "samples_per_s", "predicted_samples_per_s") if k in doc), None)
-            if rate is not None:
-                p = {"rate": rate, "bound": doc.get("bound"), "command": " ".join(cmd)}
-                res["source"] = "prepfs plan"
-        if p is None:
+        # Two workers on core 1 share its one core: the capacity of one.
+        p = plan_placement(binary, info, t_local, t_worker, recv, min(workers, 1), link, out_bytes) if flags else None
+        if p is not None:
+            sources.add("prepfs plan")
+        else:
             p = predict(t_local, t_worker, recv, workers, worker_cores=1, link=link, output_bytes=out_bytes)
-            res["source"] = "the formula r + (1 - r recv) / t_local (prepfs plan has no placement flags)"
+            sources.add("the formula r + (1 - r recv) / t_local"
+                        + (" (prepfs plan's placement failed)" if flags else " (prepfs plan has no placement flags)"))
         res[f"predicted_{label}"] = p["rate"]
         res[f"bound_{label}"] = p.get("bound")
         if p.get("command"):
             res[f"command_{label}"] = p["command"]
+    res["source"] = "; ".join(sorted(sources))
     res["error_pct"] = prediction_error(res["predicted_c"], measured_c)
     res["error_d_pct"] = prediction_error(res.get("predicted_d"), res["measured_d"])
     return res

@@ -94,6 +94,38 @@ class MathTest(unittest.TestCase):
         self.assertNotEqual(a + b, paths)
 
 
+class ModelTest(unittest.TestCase):
+    def test_the_costs_come_from_the_runs_and_the_prediction_from_them(self):
+        core0 = lambda files, done: {"mount": files * 0.004 + done * 0.001 - 0.6, "readers": 0.6}
+        canned = ([run("a", r, i, cpu={"mount": 1.8, "readers": 0.6, "workers": 0.0, "redis": 0.1})
+                   for i, r in enumerate((250.0, 260.0, 240.0))]
+                  + [run("c", r, i, done=280, cpu={**core0(320, 280), "workers": 1.0, "redis": 0.4})
+                     for i, r in enumerate((420.0, 400.0, 410.0))]
+                  + [run("d", r, i, done=300, cpu={**core0(300, 300), "workers": 1.1, "redis": 0.4})
+                     for i, r in enumerate((415.0, 430.0, 405.0))])
+        info = {"files": 600, "source_mb": 21.6, "decoded_bytes_per_sample": 562_500.0, "output_bytes": 150_543}
+        m = W.model("/nonexistent/prepfs", canned, info)  # no binary: the formula
+        self.assertAlmostEqual(m["t_local_ms"], 4.0)
+        self.assertAlmostEqual(m["t_worker_ms"], 5.0)  # the worker's and Redis's core-1 seconds
+        self.assertAlmostEqual(m["t_worker_only_ms"], 1000 / 280)
+        self.assertAlmostEqual(m["recv_ms"], 1.0)
+        self.assertEqual(m["recv_from"], "d")
+        self.assertAlmostEqual(m["predicted_c"], 400.0)
+        self.assertEqual(m["bound_c"], "workers")
+        self.assertAlmostEqual(m["error_pct"], (400 - 410) / 410 * 100)
+        self.assertAlmostEqual(m["predicted_a"], 250.0)
+        self.assertAlmostEqual(m["predicted_d"], 400.0)  # two workers on one core: one core's worth
+        self.assertIn("prepfs plan has no placement flags", m["source"])
+        self.assertIsNone(W.model("/nonexistent/prepfs", canned[:3], info))  # no worker case
+
+    def test_prepfs_plans_parameters_are_the_set_and_one_core_making_at_the_measured_cost(self):
+        y = W.plan_params_yaml({"files": 600, "source_mb": 21.6, "decoded_bytes_per_sample": 562_500.0,
+                                "output_bytes": 150_543}, 0.004)
+        for part in ("n_total: 600\n", "s_data: 36000\n", "s_decoded: 562500\n", "s_augmented: 150543\n",
+                     "t_da: 250.000\n", "cores: 1\n", "b_nic: .inf\n"):
+            self.assertIn(part, y)
+
+
 class KillTestChecksTest(unittest.TestCase):
     def test_outputs_are_distinct_unless_two_hashes_are_equal(self):
         self.assertEqual(W.distinct_outputs(["a", "b", "c"]), (3, {}))
