@@ -287,7 +287,9 @@ def summary_lines(report):
     lines = [f"`prepfs worker` (issue 52), this machine as two: core 0 the mount ({report['mount_threads']} threads) and two "
              "reader processes, core 1 Redis and the workers; a cold first epoch of `augmented/` per run (Redis flushed, "
              f"remounted), files/s from first open to last close, median of {report['repeats']} "
-             f"run{'s' if report['repeats'] != 1 else ''} (min - max, spread), cases alternated; target {TARGET}x.", "",
+             f"run{'s' if report['repeats'] != 1 else ''} (min - max, spread), cases alternated; target {TARGET}x. "
+             f"Load average {fmt((report.get('load_before') or [None])[0], '.2f')} before, "
+             f"{fmt((report.get('load_after') or [None])[0], '.2f')} after (2 cores others use too).", "",
              "| set | c/a (one worker) | d/a (two workers) | e worker/alone (two jobs) | b/a (auto, no worker) "
              "| predicted c, error |",
              "| --- | ---: | ---: | ---: | ---: | ---: |"]
@@ -691,6 +693,14 @@ def run_case(ctx, data, case, round_no):
             workers.append(Worker(ctx["binary"], cfg, f"w{i + 1}", ctx["logs"]))
         for w in workers:
             w.wait_ready()
+        # Ready means the mount has heard them too (it reads the workers' beats once a second):
+        # else the first second of a two-second epoch would be the mount's alone.
+        heard = time.monotonic()
+        while n_workers and ((mount.stats().get("remote_work") or {}).get("workers_alive") or 0) < n_workers:
+            if time.monotonic() - heard > READY_TIMEOUT:
+                raise RuntimeError(f"the mount did not hear of its {n_workers} workers within {READY_TIMEOUT:.0f} s")
+            time.sleep(0.05)
+        heard = time.monotonic() - heard
         if jobs:
             shares = [halves(files_under(os.path.join(mount.mnt, "jobs", f"j{j + 1}", "augmented")), 1)[0]
                       for j in range(jobs)]
@@ -700,6 +710,7 @@ def run_case(ctx, data, case, round_no):
         readers = [Reader(s, os.path.join(work, f"list-{k}"), hash_outputs=kill, progress=kill)
                    for k, s in enumerate(shares)]
         files = sum(len(s) for s in shares)
+        load = os.getloadavg()[0]
         cpu0 = {"mount": mount.cpu_seconds(), "redis": redis.cpu_seconds(),
                 "workers": sum(w.cpu_seconds() for w in workers)}
         seen, killed_at, successor = set(), None, None
@@ -733,6 +744,7 @@ def run_case(ctx, data, case, round_no):
         ended = max(x["last_close"] for x in results)
         stats = mount.stats()
         rec = {"case": case, "round": round_no, "placement": placement, "workers": n_workers, "jobs": jobs,
+               "load_before": load,
                "files": files, "files_read": sum(x["files"] for x in results),
                "read_errors": sum(x["error_count"] for x in results),
                "errors": [e for x in results for e in x["errors"]][:20],
@@ -744,7 +756,7 @@ def run_case(ctx, data, case, round_no):
                "views_augmented": (stats.get("views") or {}).get("augmented"),
                "work": stats.get("work"), "remote_tier": {k: ((stats.get("cache") or {}).get("remote") or {}).get(k)
                                                           for k in ("hits", "misses", "writes", "bytes_written", "network")},
-               "workers_ready_s": [w.ready_after for w in workers],
+               "workers_ready_s": [w.ready_after for w in workers], "mount_heard_workers_s": heard,
                # The mount's own model inputs (what `prepfs plan --params` takes) and its cold prediction.
                "plan_inputs": (stats.get("plan") or {}).get("inputs"),
                "plan_predicted_cold": (stats.get("plan") or {}).get("predicted_cold_samples_per_s")}
@@ -881,6 +893,20 @@ def plan_placement(binary, info, t_local, t_worker, recv, workers, link, out_byt
             "command": " ".join(["prepfs", "plan", "--params", "PARAMS"] + cmd[4:])}
 
 
+def made(run):
+    """Items the run's workers made (their metrics' done outcomes), else the mount's `done`."""
+    counts = [m.get('prepfs_worker_items_total{outcome="done"}') for m in (run.get("worker_metrics") or {}).values() if m]
+    counts = [x for x in counts if x is not None]
+    return sum(counts) if counts else (run.get("remote") or {}).get("done")
+
+
+def served_remote(run):
+    """Samples of the epoch the workers' results stood in for: results arrived (`done`) less
+    those its readers had been made here first (`late`) and those no stock took (`dropped`)."""
+    rw = run.get("remote") or {}
+    return max((rw.get("done") or 0) - (rw.get("late") or 0) - (rw.get("dropped") or 0), 0)
+
+
 def model(binary, runs, info):
     """The per-sample costs measured on this set's runs and the prediction for one worker (and
     two) against what was measured: `prepfs plan`'s placement flags where the binary has them,
@@ -892,12 +918,11 @@ def model(binary, runs, info):
         return None
     core0 = lambda r: r["cpu_s"]["mount"] + r["cpu_s"]["readers"]
     t_local = med([core0(r) / r["files"] for r in a])
-    t_worker = med([(r["cpu_s"]["workers"] + r["cpu_s"]["redis"]) / r["remote"]["done"] for r in c
-                    if r["remote"].get("done")])
-    t_worker_only = med([r["cpu_s"]["workers"] / r["remote"]["done"] for r in c if r["remote"].get("done")])
+    t_worker = med([(r["cpu_s"]["workers"] + r["cpu_s"]["redis"]) / made(r) for r in c if made(r)])
+    t_worker_only = med([r["cpu_s"]["workers"] / made(r) for r in c if made(r)])
     recv, recv_from = None, None
     for case, rs in (("d", d), ("c", c)):
-        recv = med([fit_recv(core0(r), r["files"], r["remote"].get("done"), t_local) for r in rs])
+        recv = med([fit_recv(core0(r), r["files"], served_remote(r), t_local) for r in rs])
         if recv is not None:
             recv_from = case
             break
@@ -905,7 +930,7 @@ def model(binary, runs, info):
     out_bytes = info.get("output_bytes")
     measured_a, measured_c = med([r["rate"] for r in a]), med([r["rate"] for r in c])
     res = {"t_local_ms": t_local * 1e3, "t_worker_ms": (t_worker or 0) * 1e3,
-           "t_worker_only_ms": (t_worker_only or 0) * 1e3, "recv_ms": recv * 1e3 if recv else None,
+           "t_worker_only_ms": (t_worker_only or 0) * 1e3, "recv_ms": recv * 1e3 if recv is not None else None,
            "recv_from": recv_from, "link": link, "output_bytes": out_bytes,
            "measured_a": measured_a, "measured_c": measured_c,
            "measured_d": med([r["rate"] for r in d]) if d else None}
@@ -960,7 +985,8 @@ def run_set(ctx, kind, data, cases, repeats):
                 print(f"[{kind}] round {round_no + 1} {LABELS[case]}: failed: {rec['error']}", flush=True)
                 continue
             print(f"[{kind}] round {round_no + 1} {LABELS[case]}: {fmt(rec['rate'])} files/s "
-                  f"(remote done {rec['remote'].get('done')}, errors {rec['read_errors']})", flush=True)
+                  f"(remote done {rec['remote'].get('done')}, errors {rec['read_errors']}, "
+                  f"load {rec['load_before']:.2f})", flush=True)
     outs = [r["bytes"] / r["files_read"] for r in runs if r.get("files_read") and not r.get("jobs")]
     info["output_bytes"] = percentile(outs, 50)
     out = {"info": info, "runs": runs, "summary": set_summary(runs, info["decoded_bytes_per_sample"])}

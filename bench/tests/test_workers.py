@@ -118,6 +118,15 @@ class ModelTest(unittest.TestCase):
         self.assertIn("prepfs plan has no placement flags", m["source"])
         self.assertIsNone(W.model("/nonexistent/prepfs", canned[:3], info))  # no worker case
 
+    def test_a_workers_items_are_its_own_count_and_the_served_ones_the_results_kept_in_time(self):
+        r = run("c", 400.0, done=300, late=20)
+        r["remote"]["dropped"] = 5
+        self.assertEqual(W.served_remote(r), 275)
+        self.assertEqual(W.made(r), 300)  # no metrics: the mount's count
+        r["worker_metrics"] = {"w1": {'prepfs_worker_items_total{outcome="done"}': 290.0}, "w2": None,
+                               "w3": {'prepfs_worker_items_total{outcome="done"}': 12.0}}
+        self.assertEqual(W.made(r), 302)
+
     def test_prepfs_plans_parameters_are_the_set_and_one_core_making_at_the_measured_cost(self):
         y = W.plan_params_yaml({"files": 600, "source_mb": 21.6, "decoded_bytes_per_sample": 562_500.0,
                                 "output_bytes": 150_543}, 0.004)
