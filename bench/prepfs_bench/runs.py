@@ -134,11 +134,13 @@ def benchmarks_md() -> Optional[str]:
 
 
 def write_report(out: str, data, lines: Sequence[str], summary: Optional[Sequence[str]] = None,
-                 md: Optional[str] = None) -> None:
+                 md: Optional[str] = None, command: Optional[str] = None, date: Optional[str] = None) -> None:
     """A standalone script's report: OUT.json (the figures) and OUT.md (the Markdown `lines`),
     printed, then the run's section in BENCHMARKS.md (MD, else `benchmarks_md()`) with SUMMARY
     (default: the lead text and first table of `lines`). OUT may end in .json (dropped). Called
-    again for the same OUT (a report rewritten as cells finish), it replaces that run's section."""
+    again for the same OUT (a report rewritten as cells finish), it replaces that run's section.
+    COMMAND and DATE: the section's (default: this script's command line, now), for a report
+    rewritten later from a run's JSON."""
     out = out[:-len(".json")] if out.endswith(".json") else out
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out + ".json", "w") as f:
@@ -148,9 +150,9 @@ def write_report(out: str, data, lines: Sequence[str], summary: Optional[Sequenc
     print("\n".join(lines))
     md = md or benchmarks_md()
     if md:
-        append_run(md, os.path.basename(out), script_command(),
+        append_run(md, os.path.basename(out), command or script_command(),
                    summary if summary is not None else summary_of(lines),
-                   f"`{show_path(os.path.abspath(out))}.json`, `.md` (kept out of git)")
+                   f"`{show_path(os.path.abspath(out))}.json`, `.md` (kept out of git)", date=date)
 
 
 def script_args(doc: str, stem: str, gen: bool = True) -> argparse.ArgumentParser:

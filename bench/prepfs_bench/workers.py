@@ -36,6 +36,7 @@ mounts released: `fusermount3 -u`, then `-u -z`) on every way out.
 """
 import argparse
 import atexit
+import datetime
 import hashlib
 import json
 import os
@@ -53,7 +54,7 @@ import urllib.request
 
 from . import BENCH_DIR, ROOT, module_command, show_path
 from .mount import is_mounted, proc_cpu_seconds
-from .runs import write_report  # the run's JSON and Markdown, its section in BENCHMARKS.md
+from .runs import script_command, write_report  # the run's JSON and Markdown, its section in BENCHMARKS.md
 
 MOUNT_CORE, NETWORK_CORE = 0, 1
 TARGET = 1.6  # issue 52: one worker's core makes the first epoch this much faster
@@ -245,6 +246,12 @@ def fmt_ratio(r):
     return f"{r['median']:.2f}x ({r['low']:.2f} - {r['high']:.2f})"
 
 
+def busy(run, *who):
+    """CPU seconds of `who` (keys of the run's cpu_s) per second of its epoch."""
+    cpu, sec = run.get("cpu_s") or {}, run.get("seconds")
+    return sum(cpu.get(w) or 0 for w in who) / sec if sec else None
+
+
 def set_summary(runs, decoded_per_sample=None):
     """One data set's figures from its runs (each {"case", "rate", "stats", ...}): per timed case
     the rate's summary and the median remote_work figures, and the ratios c/a, d/a,
@@ -266,6 +273,9 @@ def set_summary(runs, decoded_per_sample=None):
             "placement": sorted({f"{x.get('placement')}: {'asking' if x.get('asking') else 'not asking'}"
                                  f"{' (' + x['why'] + ')' if x.get('why') else ''}" for x in rem if x.get("placement")}),
             "asked_during": sorted({w for r in rs for w in r.get("placement_seen") or []}),
+            # How busy each side's core was over the epoch: its processes' CPU seconds per second.
+            "core0_busy": percentile([busy(r, "mount", "readers") for r in rs], 50),
+            "core1_busy": percentile([busy(r, "workers", "redis") for r in rs], 50),
         }
     rate = lambda c: (cases.get(c) or {}).get("rate")
     ratios = {}
@@ -290,9 +300,9 @@ def summary_lines(report):
              f"run{'s' if report['repeats'] != 1 else ''} (min - max, spread), cases alternated; target {TARGET}x. "
              f"Load average {fmt((report.get('load_before') or [None])[0], '.2f')} before, "
              f"{fmt((report.get('load_after') or [None])[0], '.2f')} after (2 cores others use too).", "",
-             "| set | c/a (one worker) | d/a (two workers) | e worker/alone (two jobs) | b/a (auto, no worker) "
-             "| predicted c, error |",
-             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+             "| set | a alone files/s | c one worker files/s | c/a | d/a (two workers, one core) "
+             "| e worker/alone (two jobs) | b/a (auto, no worker) | predicted c, error |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for name, s in report["sets"].items():
         r = s["summary"]["ratios"]
         def cell(k):
@@ -304,19 +314,22 @@ def summary_lines(report):
             return fmt_ratio(x) + ("" if x["met"] is None else (" met" if x["met"] else " **missed**"))
         p = s.get("prediction") or {}
         pc = (f"{fmt(p.get('predicted_c'))} files/s, {p['error_pct']:+.0f}%" if p.get("error_pct") is not None else "-")
-        lines.append(f"| {name} | {cell('c/a')} | {cell('d/a')} | {cell('e(worker)/e(alone)')} | {cell('b/a')} | {pc} |")
+        rate = lambda c: fmt(((s["summary"]["cases"].get(c) or {}).get("rate") or {}).get("median"))
+        lines.append(f"| {name} | {rate('a')} | {rate('c')} | {cell('c/a')} | {cell('d/a')} | {cell('e(worker)/e(alone)')} "
+                     f"| {cell('b/a')} | {pc} |")
     for name, s in report["sets"].items():
         info = s["info"]
         lines += ["", f"## {name}: {info['files']} files, {info['source_mb']:.1f} MB, "
                   f"{fmt(info['decoded_bytes_per_sample'])} decoded bytes per sample (width x height x 3), "
                   f"outputs {fmt(info.get('output_bytes'))} bytes", "",
-                  "| case | files/s median (min - max, spread) | done | late | dropped | lost | queue ms p50 / p99 "
-                  "| network bytes per remote sample | pixels / outputs | placement at the end |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+                  "| case | files/s median (min - max, spread) | core 0 / core 1 busy | done | late | dropped | lost "
+                  "| queue ms p50 / p99 | network bytes per remote sample | pixels / outputs | placement at the end |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
         for case, c in s["summary"]["cases"].items():
             bps = c.get("bytes_per_remote_sample")
             po = (info["decoded_bytes_per_sample"] / bps) if bps else None
-            lines.append(f"| {LABELS[case]} | {fmt_summary(c['rate'])} | {fmt(c['done'])} | {fmt(c['late'])} | "
+            lines.append(f"| {LABELS[case]} | {fmt_summary(c['rate'])} | {fmt(c.get('core0_busy'), '.2f')} / "
+                         f"{fmt(c.get('core1_busy'), '.2f')} | {fmt(c['done'])} | {fmt(c['late'])} | "
                          f"{fmt(c['dropped'])} | {fmt(c['lost'])} | {fmt(c['queue_ms_p50'], '.1f')} / "
                          f"{fmt(c['queue_ms_p99'], '.1f')} | {fmt(bps)} | {fmt(po, '.1f', '-')}"
                          f"{'x' if po else ''} | {'; '.join(c['placement']) or '-'} |")
@@ -832,7 +845,8 @@ def decoded_per_sample(source):
 def make_set(kind, gen, root):
     """target/bench-data/workers-KIND: 20 classes x 30, made unless already there (count checked)."""
     path = os.path.join(root, "workers-" + kind)
-    if os.path.isdir(path) and len(files_under(path)) == CLASSES * PER_CLASS:
+    # The generator adds a README.txt among the images (not a sample).
+    if os.path.isdir(path) and len([p for p in files_under(path) if not p.endswith(".txt")]) == CLASSES * PER_CLASS:
         return path
     shutil.rmtree(path, ignore_errors=True)
     args = ["--out", path, "--classes", str(CLASSES), "--per-class", str(PER_CLASS), "--width", str(WIDTH),
@@ -843,9 +857,6 @@ def make_set(kind, gen, root):
         subprocess.run([gen] + args + ["--quiet"], check=True, timeout=900)
     else:
         raise SystemExit(f"unknown set {kind} (real, gen)")
-    for extra in ("README.txt",):
-        if os.path.exists(os.path.join(path, extra)):
-            os.remove(os.path.join(path, extra))
     return path
 
 
@@ -1026,7 +1037,18 @@ def main(argv=None):
     ap.add_argument("--cases", default="a,b,c,d,e,f")
     ap.add_argument("--threads", type=int, default=2, help="the mount's threads (default 2)")
     ap.add_argument("--out", help="PREFIX: PREFIX.json, PREFIX.md (default bench/results/DATE-workers[-quick])")
+    ap.add_argument("--report-only", metavar="JSON", help="run nothing: rewrite an earlier run's Markdown (and its "
+                    "section in BENCHMARKS.md) from its JSON with this code")
     args = ap.parse_args(argv)
+    if args.report_only:
+        with open(args.report_only) as f:
+            report = json.load(f)
+        for s in report["sets"].values():
+            s["summary"] = set_summary(s["runs"], s["info"]["decoded_bytes_per_sample"])
+        lines = summary_lines(report)
+        write_report(args.out or args.report_only, report, lines, summary=lines[:2 + 2 + len(report["sets"])],
+                     command=report.get("command"), date=report.get("date"))
+        return 0
     sets = (args.sets or ("gen" if args.quick else "real,gen")).split(",")
     repeats = args.repeats or (1 if args.quick else 3)
     cases = set()
@@ -1050,6 +1072,8 @@ def main(argv=None):
     logs = os.path.join(work, "logs")
     os.makedirs(logs)
     report = {"binary": show_path(binary), "mount_threads": args.threads, "repeats": repeats,
+              "command": script_command(),
+              "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
               "cores": {"mount and readers": MOUNT_CORE, "redis and workers": NETWORK_CORE},
               "load_before": os.getloadavg(), "sets": {}}
     try:

@@ -5,6 +5,7 @@ tiny tree of plain files."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -22,13 +23,15 @@ def run(case, rate, round_no=0, done=None, files=600, **remote):
            "queue_ms": {"p50": remote.get("p50", 2.0), "p99": remote.get("p99", 9.0)},
            "bytes_per_remote_sample": 150_600.0 if done else None}
     return {"case": case, "round": round_no, "rate": rate, "files": files, "files_read": files, "bytes": files * 150_543,
+            "seconds": files / rate,
             "cpu_s": remote.get("cpu", {"mount": 1.0, "readers": 0.4, "workers": 0.0, "redis": 0.1}),
             "remote": rem, "placement_seen": ["asking (readers miss)"] if done else []}
 
 
+C_CPU = {"mount": 1.0, "readers": 0.4, "workers": 0.5, "redis": 0.4}  # over 1.46 s: core 0 0.96 busy, core 1 0.61
 CANNED = ([run("a", r, i) for i, r in enumerate((250.0, 260.0, 240.0))]
           + [run("b", r, i) for i, r in enumerate((255.0, 245.0, 250.0))]
-          + [run("c", r, i, done=280) for i, r in enumerate((420.0, 400.0, 410.0))]
+          + [run("c", r, i, done=280, cpu=C_CPU) for i, r in enumerate((420.0, 400.0, 410.0))]
           + [run("d", r, i, done=300) for i, r in enumerate((415.0, 430.0, 405.0))]
           + [run("e_alone", r, i, files=1200) for i, r in enumerate((300.0, 310.0, 290.0))]
           + [run("e_worker", r, i, done=500, files=1200) for i, r in enumerate((450.0, 470.0, 460.0))])
@@ -211,12 +214,12 @@ class ReportTest(unittest.TestCase):
         table = runs.summary_of(lines)
         self.assertTrue(table[0].startswith("`prepfs worker` (issue 52)"))
         rows = [ln for ln in table if ln.startswith("| gen")]
-        self.assertEqual(rows, ["| gen | 1.64x (1.54 - 1.75) met | 1.66x (1.56 - 1.79) met | "
+        self.assertEqual(rows, ["| gen | 250 | 410 | 1.64x (1.54 - 1.75) met | 1.66x (1.56 - 1.79) met | "
                                 "1.53x (1.45 - 1.62) **missed** | 1.00x (0.94 - 1.06) within noise | 400 files/s, -2% |"])
         text = "\n".join(lines)
-        self.assertIn("| c: one worker | 410 (400 - 420, 5%) | 280 | 0 | 0 | 0 | 2.0 / 9.0 | 150,600 | 3.7x | "
+        self.assertIn("| c: one worker | 410 (400 - 420, 5%) | 0.96 / 0.61 | 280 | 0 | 0 | 0 | 2.0 / 9.0 | 150,600 | 3.7x | "
                       "auto: asking (readers miss) |", text)
-        self.assertIn("| a: alone, placement local | 250 (240 - 260, 8%) | - |", text)
+        self.assertIn("| a: alone, placement local | 250 (240 - 260, 8%) | 0.58 / 0.04 | - |", text)
         self.assertIn("predicted 400 files/s (workers-bound), measured 410: error -2.4%", text)
         self.assertIn("Kill test passed: 600 files read of 600, 0 read errors, 600 distinct outputs", text)
 
@@ -232,6 +235,31 @@ class ReportTest(unittest.TestCase):
         self.assertIn("Kill test **failed**: the run failed: RuntimeError: worker w1 exited.", text)
         self.assertIn("**d: two workers (one core), round 2, failed:** RuntimeError: worker w2 not serving", text)
         self.assertNotIn("its log", text)
+
+    def test_a_report_rewritten_from_its_json_keeps_the_runs_command_and_date(self):
+        report = self.report()
+        report["sets"]["gen"]["runs"] = CANNED
+        report.update(command="`python3 -m prepfs_bench.workers --quick`", date="2026-11-28 04:56 UTC")
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "2026-11-28-workers")
+            with open(out + ".json", "w") as f:
+                json.dump(report, f)
+            md = os.path.join(d, "BENCHMARKS.md")
+            old = os.environ.get("PREPFS_BENCH_MD")
+            os.environ["PREPFS_BENCH_MD"] = md
+            try:
+                with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
+                    self.assertEqual(W.main(["--report-only", out + ".json"]), 0)
+            finally:
+                if old is None:
+                    del os.environ["PREPFS_BENCH_MD"]
+                else:
+                    os.environ["PREPFS_BENCH_MD"] = old
+            with open(md) as f:
+                text = f.read()
+        self.assertIn("### 2026-11-28-workers\n\n- Date: 2026-11-28 04:56 UTC\n"
+                      "- Command: `python3 -m prepfs_bench.workers --quick`\n", text)
+        self.assertIn("| gen | 250 | 410 | 1.64x", text)
 
     def test_the_config_is_the_mounts_and_the_workers_alike(self):
         class FakeRedis:
