@@ -106,6 +106,7 @@ impl Filesystem {
             cache: forms,
             passthrough_on: self.passthrough_on(),
             remote_forged: cache["remote"]["forged"].as_u64(),
+            remote_work: self.remote_work_figures(),
             jobs: self
                 .jobs
                 .active()
