@@ -42,7 +42,7 @@ use prepfs_source::catalog::FileId;
 /// An item not answered for this long is given up (`lost`); its sample may be asked again.
 pub(crate) const LOST_AFTER: Duration = Duration::from_secs(30);
 /// Items outstanding per making thread of the workers alive.
-pub(crate) const AHEAD_PER_THREAD: usize = 8;
+pub(crate) const AHEAD_PER_THREAD: usize = 32;
 /// How often the workers' beats are read.
 const WORKERS_READ_EVERY: Duration = Duration::from_secs(1);
 /// Queue and making times kept for their percentiles (the most recent).

@@ -246,6 +246,9 @@ pub struct WorkTaker {
     name: String,
     /// How long another worker's item must lie idle before this one takes it over.
     take_over_after: Duration,
+    /// When this worker last looked for idle items to take over (ms since the Unix epoch): at
+    /// most once a second, so a busy worker's takes are one round trip.
+    looked_for_idle_ms: std::sync::atomic::AtomicU64,
 }
 
 impl RemoteTier {
@@ -261,6 +264,7 @@ impl RemoteTier {
             keys: Keys { fingerprint: self.fingerprint },
             name: name.to_string(),
             take_over_after: TAKE_OVER_AFTER,
+            looked_for_idle_ms: std::sync::atomic::AtomicU64::new(0),
         }
     }
 }
@@ -392,12 +396,16 @@ impl WorkTaker {
             .is_some()
     }
 
-    /// Up to `count` items: first those other workers left idle past [`TAKE_OVER_AFTER`] (by
-    /// default)
+    /// Up to `count` items: first (looked for at most once a second) those other workers left
+    /// idle past [`TAKE_OVER_AFTER`] (by default)
     /// (taken over), else new ones, waiting up to `wait` (under the tier's call timeout) for one.
     pub fn take(&self, count: usize, wait: Duration) -> Vec<Taken> {
         let stream = self.keys.stream();
-        let over = self.inner.with_conn(|c| {
+        let now = unix_ms();
+        let last = self.looked_for_idle_ms.load(Ordering::Relaxed);
+        let look = now.saturating_sub(last) >= 1000.min(self.take_over_after.as_millis() as u64)
+            && self.looked_for_idle_ms.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok();
+        let over = if !look { None } else { self.inner.with_conn(|c| {
             redis::cmd("XAUTOCLAIM")
                 .arg(&stream[..])
                 .arg(GROUP)
@@ -407,7 +415,7 @@ impl WorkTaker {
                 .arg("COUNT")
                 .arg(count)
                 .query::<StreamAutoClaimReply>(c)
-        });
+        }) };
         let taken_over: Vec<Taken> = over.map(|r| r.claimed.into_iter().map(|e| self.taken(&stream, e, 2)).collect()).unwrap_or_default();
         if !taken_over.is_empty() {
             return taken_over;
