@@ -126,7 +126,7 @@ fn read_two_ways(mnt: &Mounted, files: &[PathBuf]) -> Vec<Vec<u8>> {
     let (a, b) = files.split_at(files.len() / 2);
     std::thread::scope(|s| {
         let read = |part: &[PathBuf]| part.iter().map(|f| fs::read(f).unwrap_or_else(|e| panic!("{}: {e}\n{}", f.display(), mnt.log()))).collect::<Vec<_>>();
-        let other = s.spawn(|| read(b));
+        let other = s.spawn(move || read(b));
         let mut out = read(a);
         out.extend(other.join().expect("reader"));
         out
