@@ -162,6 +162,14 @@ fn a_workers_outputs_are_served_once_each_and_a_worker_killed_halfway_loses_no_r
     let work = &mnt.stats()["remote_work"];
     assert!(work["done"].as_u64().unwrap() >= 20, "{work}");
     assert_eq!(work["lost"], 0, "{work}");
+    // The same figures in the exposition, and the worker by name.
+    let metrics = fs::read_to_string(mnt.path(".prepfs/metrics")).expect("metrics");
+    assert!(metrics.contains("prepfs_remote_work_items_total{state=\"done\"} "), "{metrics}");
+    assert!(metrics.contains("prepfs_remote_worker_rate{worker=\"w1\",host="), "{metrics}");
+    // `prepfs stats` says who works and what came of it.
+    let summary = Command::new(prepfs_bin()).arg("stats").arg(&mnt.mountpoint).output().expect("prepfs stats");
+    let summary = String::from_utf8_lossy(&summary.stdout);
+    assert!(summary.contains("workers      1 alive (w1 "), "{summary}");
 
     // Epoch 2: SIGKILL the worker halfway, start another: no read fails, none repeats.
     let (a, b) = files.split_at(files.len() / 2);
