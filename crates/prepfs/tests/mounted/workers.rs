@@ -203,6 +203,18 @@ fn with_no_worker_alive_the_mount_asks_for_nothing_and_serves_alone() {
     assert_eq!(work["queued"], 0, "{work}");
     assert_eq!(work["asking"], false, "{work}");
     assert_eq!(work["placement"], "auto", "{work}");
+
+    // Garbage pushed as results to this mount (a worker of another format, or with no secret):
+    // counted, never served.
+    let stats = mnt.stats();
+    let fp = stats["cache"]["remote"]["fingerprint"].as_str().expect("fingerprint").to_string();
+    let mount = work["mount"].as_str().expect("mount id").to_string();
+    let done = format!("prepfs:1:{{{fp}}}:done:{mount}");
+    server.command(&["RPUSH", &done, "short", "\u{1}\0\0\0\0\0\0\0PFRM garbage that is no value at all"]).expect("rpush");
+    let work = wait_remote_work(&mnt, "the garbage is counted", |w| w["dropped"] == 2);
+    assert_eq!(work["done"], 0, "{work}");
+    let again = read_two_ways(&mnt, &files);
+    assert_all_distinct(&again, "epoch 2");
 }
 
 /// `GET /metrics` on `addr`: the body.
