@@ -213,7 +213,7 @@ impl RemoteWork {
         {
             let mut outstanding = self.outstanding.lock_or_recover();
             for result in results {
-                self.bytes_received.fetch_add(result.output.len() as u64, Ordering::Relaxed);
+                self.bytes_received.fetch_add(result.output().len() as u64, Ordering::Relaxed);
                 match outstanding.remove(&result.seq) {
                     Some(asked) => {
                         if let Some(bits) = self.asked.get(usize::from(asked.pipeline)) {

@@ -36,7 +36,7 @@ use std::time::Duration;
 use redis::streams::{StreamAutoClaimReply, StreamId, StreamReadReply};
 use serde::{Deserialize, Serialize};
 
-use super::value::{decode_value, encode_value};
+use super::value::{check_value, encode_value, HEADER_LEN};
 use super::{Inner, RemoteKind, RemoteTier};
 use crate::entry::Damage;
 use prepfs_source::catalog::FileId;
@@ -108,7 +108,17 @@ pub struct WorkResult {
     pub worker: String,
     pub taken_ms: u64,
     pub made_us: u64,
-    pub output: Vec<u8>,
+    /// The value as it came, and where the output begins in it (not copied out: an output is
+    /// copied once, into what serves it).
+    raw: Vec<u8>,
+    output_at: usize,
+}
+
+impl WorkResult {
+    /// The output's bytes.
+    pub fn output(&self) -> &[u8] {
+        &self.raw[self.output_at..]
+    }
 }
 
 /// A worker's beat: who it is and what it did.
@@ -334,15 +344,17 @@ impl WorkQueue {
         }
         let seq = u64::from_le_bytes(raw[..8].try_into().map_err(|_| Damage::Short)?);
         let key = result_key(self.keys.fingerprint, self.mount, seq);
-        let (_, payload) = decode_value(&self.inner.value_key, RemoteKind::Augmented, &key, raw[8..].to_vec())?;
-        let mut r = Reader { b: &payload };
+        check_value(&self.inner.value_key, RemoteKind::Augmented, &key, &raw[8..])?;
+        let payload_at = 8 + HEADER_LEN;
+        let mut r = Reader { b: &raw[payload_at..] };
         let parsed = (|| {
             let (taken_ms, made_us, name_len) = (r.u64()?, r.u64()?, r.u64()?);
             let name = String::from_utf8_lossy(r.take(usize::try_from(name_len).map_err(|_| Refusal::Format)?)?).into_owned();
-            Ok::<_, Refusal>((taken_ms, made_us, name, r.b.to_vec()))
+            Ok::<_, Refusal>((taken_ms, made_us, name, r.b.len()))
         })();
-        let (taken_ms, made_us, worker, output) = parsed.map_err(|_| Damage::Short)?;
-        Ok(WorkResult { seq, worker, taken_ms, made_us, output })
+        let (taken_ms, made_us, worker, output_len) = parsed.map_err(|_| Damage::Short)?;
+        let output_at = raw.len() - output_len;
+        Ok(WorkResult { seq, worker, taken_ms, made_us, raw, output_at })
     }
 
     /// The workers heard from within [`BEAT_TTL`]; names whose beat expired are dropped from the
@@ -634,7 +646,7 @@ mod tests {
         assert_eq!(results.len(), 3, "{results:?}");
         assert_eq!(refused, 2);
         for r in &results {
-            assert!(r.output.starts_with(b"output of"), "{r:?}");
+            assert!(r.output().starts_with(b"output of"), "{r:?}");
             assert!(r.worker == "a" || r.worker == "b");
         }
         assert_eq!(other_mount.receive(Duration::from_millis(20), 16, &mut refused), vec![], "another mount's list is its own");

@@ -37,7 +37,7 @@ impl Filesystem {
                 s.meta.identity.len == asked.len && s.meta.identity.mtime_ns == asked.mtime_ns
             });
             let late = !self.still_to_come(asked.pipeline, &self.jobs.active(), asked.id);
-            let kept = current && self.producer.keep_worker_output(asked.pipeline, asked.id, result.output);
+            let kept = current && self.producer.keep_worker_output(asked.pipeline, asked.id, result.output());
             work.arrived(late, kept);
         }
         let made_at_open: u64 = (0..self.cache().pipelines()).map(|p| crate::stats::get(&self.stats().pipeline(p).made_at_open)).sum();
