@@ -251,9 +251,9 @@ impl PixelWork {
     /// `bytes` made elsewhere (a worker's output) as this mount serves its own: in an output file
     /// while passthrough is on and the descriptor budget has room (the kernel then reads it
     /// without the daemon), else in memory.
-    pub(crate) fn served_from(&self, bytes: Vec<u8>) -> ServedBytes {
+    pub(crate) fn served_from(&self, bytes: &[u8]) -> ServedBytes {
         match self.dest() {
-            Dest::File(files) => files.try_make(&bytes).map_or_else(|| ServedBytes::Memory(bytes.into()), |f| ServedBytes::File(Arc::new(f))),
+            Dest::File(files) => files.try_make(bytes).map_or_else(|| ServedBytes::Memory(bytes.into()), |f| ServedBytes::File(Arc::new(f))),
             Dest::Memory => ServedBytes::Memory(bytes.into()),
         }
     }

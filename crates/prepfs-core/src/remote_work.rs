@@ -14,6 +14,13 @@
 //!   alive, so each worker always has the next item in hand and the mount never holds more work
 //!   in flight than the workers can make within a few items' time.
 //!
+//! The figures (`remote_work` in stats.json): `queued` items asked; `done` results that came
+//! for an outstanding item; of those, `late` ones whose readers had been served the sample (made
+//! here) before they came (kept for the next pass where there is room); `dropped` results not
+//! kept (a duplicate, one refused for its MAC or its mount, its file changed since, no room);
+//! `lost` items given up after [`LOST_AFTER`]; `queue_ms` the time from ask to take, `make_ms`
+//! the worker's CPU time making it (percentiles of the last [`TIMES_KEPT`]).
+//!
 //! Placement (`placement:`): `local` never asks; `remote` asks for whatever the stock has room
 //! for; `auto` (Pecan's AutoPlacement, in its one-machine form: remote workers only for the
 //! deficit) asks while the mount cannot keep up by itself: its readers had outputs made at open
@@ -35,7 +42,7 @@ use prepfs_source::catalog::FileId;
 /// An item not answered for this long is given up (`lost`); its sample may be asked again.
 pub(crate) const LOST_AFTER: Duration = Duration::from_secs(30);
 /// Items outstanding per making thread of the workers alive.
-pub(crate) const AHEAD_PER_THREAD: usize = 8;
+pub(crate) const AHEAD_PER_THREAD: usize = 32;
 /// How often the workers' beats are read.
 const WORKERS_READ_EVERY: Duration = Duration::from_secs(1);
 /// Queue and making times kept for their percentiles (the most recent).
@@ -206,7 +213,7 @@ impl RemoteWork {
         {
             let mut outstanding = self.outstanding.lock_or_recover();
             for result in results {
-                self.bytes_received.fetch_add(result.output.len() as u64, Ordering::Relaxed);
+                self.bytes_received.fetch_add(result.output().len() as u64, Ordering::Relaxed);
                 match outstanding.remove(&result.seq) {
                     Some(asked) => {
                         if let Some(bits) = self.asked.get(usize::from(asked.pipeline)) {

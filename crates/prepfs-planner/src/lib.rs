@@ -52,6 +52,8 @@
 //! by the least time over the epochs left, `run::best_over_the_run`) and the parameter file.
 
 mod params;
+/// Past one machine: hosts' own cores plus remote workers, and the workers a demand needs.
+pub mod placement;
 pub mod prepfs;
 pub mod run;
 pub mod search;

@@ -6,6 +6,8 @@
 //!   the drain before an unmount, the forced unmount.
 //! - `detach`: a mountpoint taken down, only if unused or at once (the mount and `stop` use it).
 //! - [`unmount`]: `prepfs unmount`: a mount's daemon asked to drain and stop, and waited for.
+//! - [`plan_placement`]: `prepfs plan`'s placement flags, made into the planner's placement
+//!   model's inputs.
 //! - [`worker`]: `prepfs worker`: this machine's CPUs lent to the mounts sharing a remote tier.
 //! - [`summary`]: `prepfs stats`: the mount found from a path inside it, its figures as a
 //!   readable summary.
@@ -18,6 +20,7 @@
 mod detach;
 mod fuse;
 pub mod mount;
+pub mod plan_placement;
 mod stop;
 pub mod summary;
 pub mod unmount;

@@ -102,6 +102,8 @@ enum Command {
         /// default: the parameters' t_da, a full decode costing what a region decode does).
         #[arg(long)]
         t_full: Option<f64>,
+        #[command(flatten)]
+        placement: prepfs::plan_placement::PlacementArgs,
     },
     /// Validate a configuration and print it as prepfs will use it (the effective YAML a mount
     /// serves as .prepfs/config.yaml). Nothing is made: a missing cache.disk.path is accepted,
@@ -362,7 +364,7 @@ fn main() -> ExitCode {
                 Err(e) => fail(e),
             }
         }
-        Command::Plan { params, split, model, epochs, t_full } => {
+        Command::Plan { params, split, model, epochs, t_full, placement } => {
             let params = match prepfs_planner::load_params(&params) {
                 Ok(p) => p,
                 Err(e) => return fail(e),
@@ -374,6 +376,13 @@ fn main() -> ExitCode {
             let mut out = model.plan_json(&params, split);
             if let (prepfs_planner::Model::Prepfs, Some(map)) = (model, out.as_object_mut()) {
                 map.insert("run".into(), prepfs_planner::run::plan_json(&params, split, epochs, t_full.unwrap_or(params.t_da)));
+            }
+            match (placement.plan_json(&params), out.as_object_mut()) {
+                (Ok(Some(p)), Some(map)) => {
+                    map.insert("placement".into(), p);
+                }
+                (Err(e), _) => return usage(e),
+                _ => {}
             }
             println!("{out}");
             ExitCode::SUCCESS

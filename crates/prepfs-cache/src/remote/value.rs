@@ -113,6 +113,14 @@ pub(crate) fn encode_value(mac: &ValueKey, kind: RemoteKind, key: &[u8], payload
 /// Checks a value read under `key`, its MAC under `mac` last; returns its (width, height) and
 /// the payload (the header taken off in place).
 pub(super) fn decode_value(mac: &ValueKey, kind: RemoteKind, key: &[u8], mut value: Vec<u8>) -> Result<((u32, u32), Vec<u8>), Damage> {
+    let dims = check_value(mac, kind, key, &value)?;
+    value.drain(..HEADER_LEN);
+    Ok((dims, value))
+}
+
+/// [`decode_value`]'s checks, on the value where it lies: its (width, height); the payload is
+/// `value[HEADER_LEN..]`.
+pub(super) fn check_value(mac: &ValueKey, kind: RemoteKind, key: &[u8], value: &[u8]) -> Result<(u32, u32), Damage> {
     if value.len() < HEADER_LEN {
         return Err(Damage::Short);
     }
@@ -122,6 +130,5 @@ pub(super) fn decode_value(mac: &ValueKey, kind: RemoteKind, key: &[u8], mut val
     if !mac.verify(key, head, payload, &h[CHECKED_LEN..]) {
         return Err(Damage::Forged);
     }
-    value.drain(..HEADER_LEN);
-    Ok(((header.width, header.height), value))
+    Ok((header.width, header.height))
 }

@@ -36,7 +36,7 @@ use std::time::Duration;
 use redis::streams::{StreamAutoClaimReply, StreamId, StreamReadReply};
 use serde::{Deserialize, Serialize};
 
-use super::value::{decode_value, encode_value};
+use super::value::{check_value, encode_value, HEADER_LEN};
 use super::{Inner, RemoteKind, RemoteTier};
 use crate::entry::Damage;
 use prepfs_source::catalog::FileId;
@@ -108,7 +108,17 @@ pub struct WorkResult {
     pub worker: String,
     pub taken_ms: u64,
     pub made_us: u64,
-    pub output: Vec<u8>,
+    /// The value as it came, and where the output begins in it (not copied out: an output is
+    /// copied once, into what serves it).
+    raw: Vec<u8>,
+    output_at: usize,
+}
+
+impl WorkResult {
+    /// The output's bytes.
+    pub fn output(&self) -> &[u8] {
+        &self.raw[self.output_at..]
+    }
 }
 
 /// A worker's beat: who it is and what it did.
@@ -246,6 +256,9 @@ pub struct WorkTaker {
     name: String,
     /// How long another worker's item must lie idle before this one takes it over.
     take_over_after: Duration,
+    /// When this worker last looked for idle items to take over (ms since the Unix epoch): at
+    /// most once a second, so a busy worker's takes are one round trip.
+    looked_for_idle_ms: std::sync::atomic::AtomicU64,
 }
 
 impl RemoteTier {
@@ -261,6 +274,7 @@ impl RemoteTier {
             keys: Keys { fingerprint: self.fingerprint },
             name: name.to_string(),
             take_over_after: TAKE_OVER_AFTER,
+            looked_for_idle_ms: std::sync::atomic::AtomicU64::new(0),
         }
     }
 }
@@ -330,15 +344,17 @@ impl WorkQueue {
         }
         let seq = u64::from_le_bytes(raw[..8].try_into().map_err(|_| Damage::Short)?);
         let key = result_key(self.keys.fingerprint, self.mount, seq);
-        let (_, payload) = decode_value(&self.inner.value_key, RemoteKind::Augmented, &key, raw[8..].to_vec())?;
-        let mut r = Reader { b: &payload };
+        check_value(&self.inner.value_key, RemoteKind::Augmented, &key, &raw[8..])?;
+        let payload_at = 8 + HEADER_LEN;
+        let mut r = Reader { b: &raw[payload_at..] };
         let parsed = (|| {
             let (taken_ms, made_us, name_len) = (r.u64()?, r.u64()?, r.u64()?);
             let name = String::from_utf8_lossy(r.take(usize::try_from(name_len).map_err(|_| Refusal::Format)?)?).into_owned();
-            Ok::<_, Refusal>((taken_ms, made_us, name, r.b.to_vec()))
+            Ok::<_, Refusal>((taken_ms, made_us, name, r.b.len()))
         })();
-        let (taken_ms, made_us, worker, output) = parsed.map_err(|_| Damage::Short)?;
-        Ok(WorkResult { seq, worker, taken_ms, made_us, output })
+        let (taken_ms, made_us, worker, output_len) = parsed.map_err(|_| Damage::Short)?;
+        let output_at = raw.len() - output_len;
+        Ok(WorkResult { seq, worker, taken_ms, made_us, raw, output_at })
     }
 
     /// The workers heard from within [`BEAT_TTL`]; names whose beat expired are dropped from the
@@ -392,12 +408,16 @@ impl WorkTaker {
             .is_some()
     }
 
-    /// Up to `count` items: first those other workers left idle past [`TAKE_OVER_AFTER`] (by
-    /// default)
+    /// Up to `count` items: first (looked for at most once a second) those other workers left
+    /// idle past [`TAKE_OVER_AFTER`] (by default)
     /// (taken over), else new ones, waiting up to `wait` (under the tier's call timeout) for one.
     pub fn take(&self, count: usize, wait: Duration) -> Vec<Taken> {
         let stream = self.keys.stream();
-        let over = self.inner.with_conn(|c| {
+        let now = unix_ms();
+        let last = self.looked_for_idle_ms.load(Ordering::Relaxed);
+        let look = now.saturating_sub(last) >= 1000.min(self.take_over_after.as_millis() as u64)
+            && self.looked_for_idle_ms.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok();
+        let over = if !look { None } else { self.inner.with_conn(|c| {
             redis::cmd("XAUTOCLAIM")
                 .arg(&stream[..])
                 .arg(GROUP)
@@ -407,7 +427,7 @@ impl WorkTaker {
                 .arg("COUNT")
                 .arg(count)
                 .query::<StreamAutoClaimReply>(c)
-        });
+        }) };
         let taken_over: Vec<Taken> = over.map(|r| r.claimed.into_iter().map(|e| self.taken(&stream, e, 2)).collect()).unwrap_or_default();
         if !taken_over.is_empty() {
             return taken_over;
@@ -626,7 +646,7 @@ mod tests {
         assert_eq!(results.len(), 3, "{results:?}");
         assert_eq!(refused, 2);
         for r in &results {
-            assert!(r.output.starts_with(b"output of"), "{r:?}");
+            assert!(r.output().starts_with(b"output of"), "{r:?}");
             assert!(r.worker == "a" || r.worker == "b");
         }
         assert_eq!(other_mount.receive(Duration::from_millis(20), 16, &mut refused), vec![], "another mount's list is its own");

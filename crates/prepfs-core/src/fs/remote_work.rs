@@ -37,12 +37,15 @@ impl Filesystem {
                 s.meta.identity.len == asked.len && s.meta.identity.mtime_ns == asked.mtime_ns
             });
             let late = !self.still_to_come(asked.pipeline, &self.jobs.active(), asked.id);
-            let kept = current && self.producer.keep_worker_output(asked.pipeline, asked.id, result.output);
+            let kept = current && self.producer.keep_worker_output(asked.pipeline, asked.id, result.output());
             work.arrived(late, kept);
         }
         let made_at_open: u64 = (0..self.cache().pipelines()).map(|p| crate::stats::get(&self.stats().pipeline(p).made_at_open)).sum();
         let stock_low = (0..self.cache().pipelines()).any(|p| self.pipeline_is_read(p) && self.producer.stock_is_low(p));
-        if let Decision::Ask(_) = work.decide(self.refill_may_start(), made_at_open, stock_low) {
+        // As the refill: once a reader has come (an idle mount asks nothing), or from the mount
+        // on with `cache.refill: warm`; whether or not this mount refills itself.
+        let readers_came = self.reader_seen.load(std::sync::atomic::Ordering::Relaxed) || self.config().cache.refill == crate::config::RefillWhen::FromMount;
+        if let Decision::Ask(_) = work.decide(readers_came, made_at_open, stock_low) {
             let room = work.room();
             if room > 0 {
                 happened |= self.ask_workers(room) > 0;
@@ -122,6 +125,16 @@ impl Filesystem {
     /// worker alive).
     pub(super) fn refill_left_to_workers(&self) -> bool {
         self.remote_work.as_ref().is_some_and(|w| w.refill_is_remote())
+    }
+
+    /// The remote work's series for the metrics (`None` without a remote tier).
+    pub(super) fn remote_work_figures(&self) -> Option<crate::metrics::RemoteWorkFigures> {
+        let work = self.remote_work.as_ref()?;
+        Some(crate::metrics::RemoteWorkFigures {
+            items: work.counts().to_vec(),
+            bytes: work.bytes_received(),
+            workers: work.workers_seen().into_iter().map(|(w, ago)| (w.name, w.host, w.rate, ago)).collect(),
+        })
     }
 
     /// The `remote_work` section of stats.json (null without a remote tier).

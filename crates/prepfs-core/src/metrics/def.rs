@@ -118,6 +118,18 @@ pub(crate) struct Gauges {
     pub(crate) memory: Vec<(&'static str, Option<u64>)>,
     /// The recipes' names, recipe `r`'s at `r - 1` (their series are labelled `recipe`).
     pub(crate) recipes: Vec<String>,
+    /// What this mount asked `prepfs worker`s for (`remote_work` in stats.json, which writes it
+    /// whole); `None`: no remote tier.
+    pub(crate) remote_work: Option<RemoteWorkFigures>,
+}
+
+/// The remote work's series: items by state, bytes received, and each worker alive.
+#[derive(Debug, Default)]
+pub(crate) struct RemoteWorkFigures {
+    pub(crate) items: Vec<(&'static str, u64)>,
+    pub(crate) bytes: u64,
+    /// Each worker: name, host, outputs a second, seconds since its beat.
+    pub(crate) workers: Vec<(String, String, f64, f64)>,
 }
 
 /// One job's series: `job` labels them with its name.

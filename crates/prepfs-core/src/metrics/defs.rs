@@ -303,6 +303,21 @@ registry! {
     CACHE_BUDGET = Def::gauge("prepfs_cache_budget_bytes", "Budget of each cache form (disk: the disk tier's size).")
         .unit(Unit::Bytes).labels(&["form"]).owned_at("/cache/{form}/budget").in_summary()
         .read(|f, out| f.gauges.cache.iter().for_each(|(form, _, budget)| out(&[*form], (*budget).into())));
+    // Preprocessing on other machines' CPUs (`remote_work` in stats.json, written whole there).
+    REMOTE_WORK_ITEMS = Def::counter("prepfs_remote_work_items_total", "Work items this mount asked `prepfs worker`s for, by state: queued, done (a result arrived), late (after its readers were served the sample), dropped (a result not kept), lost (none came in time).")
+        .labels(&["state"])
+        .read(|f, out| f.gauges.remote_work.iter().for_each(|w| w.items.iter().for_each(|(state, n)| out(&[*state], (*n).into()))));
+    REMOTE_WORK_BYTES = Def::counter("prepfs_remote_work_bytes_total", "Bytes of outputs received from workers.")
+        .unit(Unit::Bytes)
+        .read(|f, out| f.gauges.remote_work.iter().for_each(|w| out(&[], w.bytes.into())));
+    REMOTE_WORKERS = Def::gauge("prepfs_remote_workers", "Workers heard from in the last 10 s.")
+        .read(|f, out| f.gauges.remote_work.iter().for_each(|w| out(&[], (w.workers.len() as u64).into())));
+    REMOTE_WORKER_RATE = Def::gauge("prepfs_remote_worker_rate", "Outputs a second a worker made over its last few seconds (for every mount), by worker.")
+        .labels(&["worker", "host"])
+        .read(|f, out| f.gauges.remote_work.iter().flat_map(|w| &w.workers).for_each(|(name, host, rate, _)| out(&[name.as_str(), host.as_str()], (*rate).into())));
+    REMOTE_WORKER_LAST_SEEN = Def::gauge("prepfs_remote_worker_last_seen_seconds", "Seconds since a worker's last beat, by worker.")
+        .unit(Unit::Seconds).labels(&["worker", "host"])
+        .read(|f, out| f.gauges.remote_work.iter().flat_map(|w| &w.workers).for_each(|(name, host, _, ago)| out(&[name.as_str(), host.as_str()], (*ago).into())));
     REMOTE_FORGED = Def::counter("prepfs_remote_forged_total", "Remote tier values dropped for failing their MAC (forged, or another secret's).")
         .owned_at("/cache/remote/forged")
         .read(|f, out| out(&[], f.gauges.remote_forged.into()));

@@ -208,6 +208,11 @@ mod tests {
             jobs: vec![JobFigures { name: "train".into(), epoch: 2, served: 9, hits: 6, misses: 3 }],
             memory: vec![("resident", Some(5)), ("peak_resident", None)],
             recipes: vec!["ta".into()],
+            remote_work: Some(super::super::def::RemoteWorkFigures {
+                items: vec![("queued", 4), ("done", 3)],
+                bytes: 450,
+                workers: vec![("w1".into(), "host-a".into(), 12.5, 0.4)],
+            }),
         }
     }
 
@@ -237,6 +242,9 @@ mod tests {
         }
         assert!(text.contains("prepfs_opens_total{view=\"augmented\"} 5\n"), "{text}");
         assert!(text.contains("prepfs_remote_forged_total 3\n"), "{text}");
+        assert!(text.contains("prepfs_remote_work_items_total{state=\"done\"} 3\n"), "{text}");
+        assert!(text.contains("prepfs_remote_worker_rate{worker=\"w1\",host=\"host-a\"} 12.5\n"), "{text}");
+        assert!(text.contains("prepfs_remote_workers 1\n"), "{text}");
         assert!(text.contains("prepfs_fuse_requests_total{kind=\"open\"} 5\n"), "{text}");
         assert!(text.contains("prepfs_cache_budget_bytes{form=\"augmented\"} 100\n"), "{text}");
         assert!(text.contains("prepfs_recipe_opens_total{recipe=\"ta\"} 3\n"), "{text}");

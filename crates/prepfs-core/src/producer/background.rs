@@ -133,7 +133,7 @@ impl SampleProducer {
     /// Keeps a worker's output of `id` in pipeline `pipeline`'s stock as a fresh output (no
     /// reader has used it); whether it was kept (not where it is empty or not the size the
     /// pipeline fixes, where the stock holds one already or has no room).
-    pub(crate) fn keep_worker_output(&self, pipeline: u8, id: FileId, output: Vec<u8>) -> bool {
+    pub(crate) fn keep_worker_output(&self, pipeline: u8, id: FileId, output: &[u8]) -> bool {
         let Some(store) = self.tiers.memory().outputs(pipeline) else { return false };
         if output.is_empty() || self.pixels.fixed_out_len(pipeline).is_some_and(|len| len != output.len() as u64) {
             return false;

@@ -1,8 +1,8 @@
 //! Mounted tests of the command line and the mount's lifecycle, as a new user meets them: the
 //! `SOURCE MOUNTPOINT` form with no config, the mountpoint checks, the log options, the
 //! background mount, the mount(8) helper, a clean unmount that logs no warning, `df` and
-//! `--version`. Each test
-//! mounts in its own temporary directory, under a time limit, and unmounts on every way out.
+//! `--version`; and, mounting nothing, `prepfs plan`'s placement. Each test that mounts does so
+//! in its own temporary directory, under a time limit, and unmounts on every way out.
 
 use crate::common;
 
@@ -522,4 +522,37 @@ fn check_accepts_every_shipped_mount_config_as_shipped_with_a_source_for_a_user_
     let help = text(&help.stdout);
     assert!(help.contains("--source <DIR>") && help.contains("in place of the config's `source`"), "{help}");
     assert!(help.contains("--mountpoint <DIR>") && help.contains("Nothing is made"), "{help}");
+}
+
+#[test]
+fn plan_says_how_many_workers_a_demand_needs_and_none_where_the_host_meets_it_alone() {
+    // No mount: `prepfs plan` over the example parameters (t_da 360 samples/s on the host).
+    let params = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../mount-configs/plan-example.yaml");
+    let plan = |extra: &[&dyn AsRef<std::ffi::OsStr>]| {
+        let mut args: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![&"plan", &"--params", &params];
+        args.extend_from_slice(extra);
+        let out = run_limited(prepfs(&args), Duration::from_secs(30));
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("JSON")
+    };
+    let busy = plan(&[&"--demand", &"3000", &"--worker-cores", &"8"]);
+    let placement = &busy["placement"];
+    assert!(placement["workers_needed"].as_u64().is_some_and(|w| w >= 1), "{busy}");
+    assert_eq!(placement["workers"], placement["workers_needed"], "{busy}");
+    assert_eq!(placement["bound"], "demand", "{busy}");
+    assert_eq!(placement["samples_per_s_per_host"].as_f64(), Some(3000.0), "{busy}");
+    assert!(placement["remote_share"].as_f64().is_some_and(|s| s > 0.8 && s < 1.0), "{busy}");
+    assert!(placement["epoch_s"].as_f64().is_some_and(|s| (s - 1_281_167.0 / 3000.0).abs() < 1e-6), "{busy}");
+    assert_eq!(placement["inputs"]["worker_cores"], 8, "{busy}");
+    assert!(busy["split"].is_array() && busy["run"].is_object(), "the plan is still there: {busy}");
+
+    let met = plan(&[&"--demand", &"300", &"--worker-cores", &"8"]);
+    assert_eq!(met["placement"]["workers_needed"], 0, "{met}");
+    assert_eq!(met["placement"]["remote_share"].as_f64(), Some(0.0), "{met}");
+
+    // Without the placement flags, no placement.
+    assert!(plan(&[]).get("placement").is_none());
+    let refused = run_limited(prepfs(&[&"plan", &"--params", &params, &"--demand=0"]), Duration::from_secs(30));
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused.stderr));
+    assert!(text(&refused.stderr).contains("demand"), "{}", text(&refused.stderr));
 }

@@ -21,6 +21,7 @@ mod metrics;
 mod passthrough;
 mod recipes;
 mod remote;
+mod workers;
 mod s3;
 mod shards;
 mod threads;
