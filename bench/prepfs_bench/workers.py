@@ -299,7 +299,8 @@ def summary_lines(report):
              f"remounted), files/s from first open to last close, median of {report['repeats']} "
              f"run{'s' if report['repeats'] != 1 else ''} (min - max, spread), cases alternated; target {TARGET}x. "
              f"Load average {fmt((report.get('load_before') or [None])[0], '.2f')} before, "
-             f"{fmt((report.get('load_after') or [None])[0], '.2f')} after (2 cores others use too).", "",
+             f"{fmt((report.get('load_after') or [None])[0], '.2f')} after (2 cores others use too)"
+             + (f"; built from {report['commit']}." if report.get("commit") else "."), "",
              "| set | a alone files/s | c one worker files/s | c/a | d/a (two workers, one core) "
              "| e worker/alone (two jobs) | b/a (auto, no worker) | predicted c, error |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
@@ -1014,6 +1015,18 @@ def run_set(ctx, kind, data, cases, repeats):
     return out
 
 
+def git_commit():
+    """The repository's commit (with "+changes" when the tree differs from it), or None."""
+    try:
+        head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
+                              timeout=30).stdout.strip()
+        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return (head + ("+changes" if dirty else "")) or None
+
+
 def our_mounts(work):
     """Lines of /proc/mounts that are fuse mounts under `work`."""
     try:
@@ -1072,7 +1085,7 @@ def main(argv=None):
     logs = os.path.join(work, "logs")
     os.makedirs(logs)
     report = {"binary": show_path(binary), "mount_threads": args.threads, "repeats": repeats,
-              "command": script_command(),
+              "command": script_command(), "commit": git_commit(),
               "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
               "cores": {"mount and readers": MOUNT_CORE, "redis and workers": NETWORK_CORE},
               "load_before": os.getloadavg(), "sets": {}}
