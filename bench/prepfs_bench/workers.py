@@ -349,7 +349,9 @@ def summary_lines(report):
                       f"output {fmt(p.get('output_bytes'))} bytes. One worker: predicted {fmt(p.get('predicted_c'))} "
                       f"files/s ({p.get('bound_c') or '-'}-bound), measured {fmt(p.get('measured_c'))}: "
                       f"error {fmt(p.get('error_pct'), '+.1f')}%. Alone: predicted {fmt(p.get('predicted_a'))}, "
-                      f"measured {fmt(p.get('measured_a'))} ({fmt(p.get('error_a_pct'), '+.1f')}%)."]
+                      f"measured {fmt(p.get('measured_a'))} ({fmt(p.get('error_a_pct'), '+.1f')}%)."
+                      + (f" (`{p['command_c']}`, PARAMS the set's sizes and t_da = 1 / t_local on one core.)"
+                         if p.get("command_c") else "")]
         k = s.get("kill")
         if k and k.get("files") is None:
             lines += ["", "Kill test **failed**: " + "; ".join(x.splitlines()[0] for x in k["problems"]) + "."]
@@ -872,11 +874,12 @@ def plan_flags(binary):
 
 def plan_params_yaml(info, t_local):
     """`prepfs plan --params`'s file for this set on core 0: the set's sizes, one core making a
-    sample in `t_local` s (t_da = 1 / t_local on `cores: 1`), no other limit."""
+    sample in `t_local` s (t_da = 1 / t_local on `cores: 1`), no other limit (the storage is the
+    page cache: 1e12 bytes/s, as the file must give a finite rate)."""
     return ("# prepfs_bench.workers: the set measured, core 0 as the host\n"
             f"n_total: {info['files']}\ns_data: {info['source_mb'] * 1e6 / info['files']:.0f}\n"
             f"s_decoded: {info['decoded_bytes_per_sample']:.0f}\ns_augmented: {info.get('output_bytes') or 150543:.0f}\n"
-            "s_cache: 536870912\nb_cache: 1.0e10\nb_nic: .inf\nb_pcie: .inf\nb_storage: .inf\n"
+            "s_cache: 536870912\nb_cache: 1.0e10\nb_nic: .inf\nb_pcie: .inf\nb_storage: 1.0e12\n"
             f"t_da: {1.0 / t_local:.3f}\nt_a: {4.0 / t_local:.3f}\nnodes: 1\nc_nw: 0\nc_pcie: 0\ncores: 1\n")
 
 
@@ -1058,6 +1061,8 @@ def main(argv=None):
             report = json.load(f)
         for s in report["sets"].values():
             s["summary"] = set_summary(s["runs"], s["info"]["decoded_bytes_per_sample"])
+            if os.path.isfile(args.prepfs):  # the prediction again, from the costs the run measured
+                s["prediction"] = model(os.path.abspath(args.prepfs), s["runs"], s["info"])
         lines = summary_lines(report)
         write_report(args.out or args.report_only, report, lines, summary=lines[:2 + 2 + len(report["sets"])],
                      command=report.get("command"), date=report.get("date"))

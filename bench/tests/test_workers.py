@@ -134,7 +134,7 @@ class ModelTest(unittest.TestCase):
         y = W.plan_params_yaml({"files": 600, "source_mb": 21.6, "decoded_bytes_per_sample": 562_500.0,
                                 "output_bytes": 150_543}, 0.004)
         for part in ("n_total: 600\n", "s_data: 36000\n", "s_decoded: 562500\n", "s_augmented: 150543\n",
-                     "t_da: 250.000\n", "cores: 1\n", "b_nic: .inf\n"):
+                     "t_da: 250.000\n", "cores: 1\n", "b_nic: .inf\n", "b_storage: 1.0e12\n"):
             self.assertIn(part, y)
 
 
