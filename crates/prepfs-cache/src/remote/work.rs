@@ -611,7 +611,10 @@ mod tests {
     fn round(url: &str) {
         let (mount_tier, worker_tier) = (tier(url, 11), tier(url, 11));
         let (queue, other_mount) = (mount_tier.work_queue(1), mount_tier.work_queue(2));
-        let (a, b) = (worker_tier.work_taker("a"), worker_tier.work_taker("b").with_take_over_after(Duration::from_millis(300)));
+        // Neither takes over another's items while the items are handed out (10 s idle first,
+        // far longer than this phase on a busy machine); b_later is b again, taking over sooner.
+        let (a, b) = (worker_tier.work_taker("a"), worker_tier.work_taker("b"));
+        let b_later = worker_tier.work_taker("b").with_take_over_after(Duration::from_millis(300));
         assert!(a.join() && b.join(), "the group is made (or found)");
         assert_eq!(queue.ask(&items(1, 3)), 3);
         // Worker a takes two and dies holding the second; b takes the third.
@@ -623,10 +626,10 @@ mod tests {
         assert!(a.deliver(&took_a[0].entry, &item_of(&took_a[0]), 5, 6, b"output of a").is_some());
         assert!(b.deliver(&took_b[0].entry, &item_of(&took_b[0]), 7, 8, b"output of b").is_some());
         // a's second item is idle: b takes it over, and delivers it.
-        let over = take_n(&b, 1);
+        let over = take_n(&b_later, 1);
         assert_eq!(item_of(&over[0]).seq, item_of(&took_a[1]).seq);
         assert!(over[0].delivered >= 2, "taken over");
-        assert!(b.deliver(&over[0].entry, &item_of(&over[0]), 9, 10, b"output of b again").is_some());
+        assert!(b_later.deliver(&over[0].entry, &item_of(&over[0]), 9, 10, b"output of b again").is_some());
         // A forged result (no secret) and one moved to another item are refused.
         let forged_key = result_key(11, 1, 0);
         let mut forged = 0u64.to_le_bytes().to_vec();
