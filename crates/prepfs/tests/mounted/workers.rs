@@ -262,3 +262,23 @@ fn a_worker_refuses_a_config_without_the_tier_and_items_written_without_the_secr
     let (status, _) = worker.terminate();
     assert!(status.success());
 }
+
+#[test]
+fn with_the_server_gone_mid_epoch_the_mount_serves_alone_with_no_read_error() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut server = RedisServer::start(&tmp.path().join("redis"));
+    let source = make_dataset(tmp.path(), 2, 30, false);
+    let cfg = config(&tmp.path().join("m"), &server.url(), "auto");
+    let mnt = Mounted::start(&tmp.path().join("m"), &cfg, &source, LIMIT);
+    let _worker = WorkerProc::start(&cfg, &source, "w1", &[]);
+    let files = augmented_files(&mnt);
+    let mut outputs = vec![fs::read(&files[0]).expect("read")];
+    wait_remote_work(&mnt, "the worker's outputs arrive", |w| w["done"].as_u64().unwrap_or(0) >= 5);
+    // The server dies with items outstanding: every read is still served, from this machine.
+    server.kill();
+    outputs.extend(read_two_ways(&mnt, &files[1..]));
+    assert_eq!(outputs.len(), 60);
+    assert_all_distinct(&outputs, "epoch 1");
+    let work = wait_remote_work(&mnt, "the mount stops asking", |w| w["why"] == "the remote tier does not answer");
+    assert_eq!(work["asking"], false, "{work}");
+}
