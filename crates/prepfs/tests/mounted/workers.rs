@@ -282,3 +282,50 @@ fn with_the_server_gone_mid_epoch_the_mount_serves_alone_with_no_read_error() {
     let work = wait_remote_work(&mnt, "the mount stops asking", |w| w["why"] == "the remote tier does not answer");
     assert_eq!(work["asking"], false, "{work}");
 }
+
+#[test]
+fn a_workers_outputs_reach_a_recipes_view_and_a_jobs_view() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = RedisServer::start(&tmp.path().join("redis"));
+    let source = make_dataset(tmp.path(), 2, 30, false);
+    let dir = tmp.path().join("m");
+    fs::create_dir_all(&dir).expect("mkdir");
+    let secret = secret(&dir);
+    // No refill and no prefetch of its own: what the views are served kept ahead is the worker's.
+    let cfg = write_config(
+        &dir,
+        &format!(
+            "seed: 6\nthreads: 2\njobs: {{ prefetch_window: 0 }}\nrecipes:\n  small: {{ augment: [ {{random_resized_crop: {{size: 32}}}} ] }}\ncache:\n  memory: 256MiB\n  refill: false\n  remote: {{ url: \"{}\", size: 1GiB, secret_file: {} }}\n",
+            server.url(),
+            secret.display()
+        ),
+    );
+    let mnt = Mounted::start(&dir, &cfg, &source, LIMIT);
+    let _worker = WorkerProc::start(&cfg, &source, "w1", &[]);
+    let in_view = |view: &str| {
+        let mut files: Vec<PathBuf> = fs::read_dir(mnt.path(view))
+            .expect("view")
+            .flat_map(|class| fs::read_dir(class.expect("class").path()).expect("class dir"))
+            .map(|f| f.expect("file").path())
+            .collect();
+        files.sort();
+        files
+    };
+    let (recipe, job) = (in_view("small"), in_view("jobs/j1/augmented"));
+    assert_eq!((recipe.len(), job.len()), (60, 60));
+    // A first read in each view: both pipelines are read, the mount asks for both.
+    let mut recipe_out = vec![fs::read(&recipe[0]).expect("read")];
+    let mut job_out = vec![fs::read(&job[0]).expect("read")];
+    wait_remote_work(&mnt, "the worker's outputs arrive", |w| w["done"].as_u64().unwrap_or(0) >= 30);
+    recipe_out.extend(read_two_ways(&mnt, &recipe[1..]));
+    job_out.extend(read_two_ways(&mnt, &job[1..]));
+    assert_all_distinct(&recipe_out, "the recipe's epoch");
+    assert_all_distinct(&job_out, "the job's epoch");
+    let stats = mnt.stats();
+    let kept = stats["recipes"]["small"]["served_kept"].as_u64().unwrap_or_else(|| panic!("recipes.small.served_kept: {}", stats["recipes"]));
+    assert!(kept > 0, "the recipe's view was served none of the worker's outputs: {}\n{}", stats["recipes"], stats["remote_work"]);
+    let job_stats = stats["jobs"]["active"].as_array().and_then(|a| a.iter().find(|j| j["name"] == "j1")).cloned().expect("job j1");
+    assert!(job_stats["hits"]["augmented"].as_u64().unwrap_or(0) > 0, "the job's view was served none of the worker's outputs: {job_stats}\n{}", stats["remote_work"]);
+    // Each recipe output is the recipe's: 32 x 32 (a PPM's header says so).
+    assert!(recipe_out.iter().all(|o| o.starts_with(b"P6\n32 32\n")), "a recipe output of another size");
+}
