@@ -4,7 +4,7 @@ CARGO ?= cargo
 PYTHON ?= python3
 QUICK ?=
 
-.PHONY: all build deps demo test check compare-torchvision python gpu-check ptx bench bench-plan bench-epochs bench-cold-epochs bench-jobs bench-floor bench-workers fuzz clean install uninstall
+.PHONY: all build deps demo test check compare-torchvision python wheel gpu-check ptx bench bench-plan bench-epochs bench-cold-epochs bench-jobs bench-floor bench-workers fuzz clean install uninstall
 
 all: build
 
@@ -62,6 +62,18 @@ python: deps
 	cd python && $(PYTHON) -m maturin build $(MATURIN_PROFILE) --features gpu -o ../target/wheels
 	$(PYTHON) -m pip install -q --force-reinstall --no-deps target/wheels/prepfs-*.whl 2>/dev/null \
 	  || $(PYTHON) -m pip install -q --force-reinstall --no-deps --break-system-packages target/wheels/prepfs-*.whl
+
+# A wheel of the Python module for machines without Rust (issue 54): one abi3 wheel (CPython
+# 3.8 and later) of the release build, with the GPU path (it loads CUDA at run time, only where a
+# loader asks for it), into dist/. `pip install dist/prepfs-*.whl` then needs no toolchain;
+# python/tests/test_wheel.py installs `make python`'s wheel into a fresh venv the same way.
+wheel: deps
+	@$(PYTHON) -m pip --version >/dev/null 2>&1 || { echo "installing pip for $(PYTHON)"; $(PYTHON) -m ensurepip --upgrade; }
+	@$(PYTHON) -m maturin --version >/dev/null 2>&1 || { echo "installing maturin for $(PYTHON)"; \
+	  $(PYTHON) -m pip install -q maturin 2>/dev/null || $(PYTHON) -m pip install -q --break-system-packages maturin; }
+	rm -rf dist
+	cd python && $(PYTHON) -m maturin build --release --features gpu -o ../dist
+	@ls dist/prepfs-*-abi3-*.whl
 
 # The GPU path on a machine with an NVIDIA GPU: the module with the `gpu` feature, the mounted GPU
 # test, and samples/s and upload throughput with device="cuda" against the CPU path (scripts/
