@@ -15,6 +15,9 @@
 //!    epoch is over, so loaders of one job start each epoch together.
 //! 3. `Next` (a free slot) → `Batch`: up to `batch_size` samples written as HWC uint8 into the
 //!    slot, with their labels; `end` once this loader's share of the epoch is served.
+//!
+//! Apart: `ResetJob` as a connection's first frame (`prepfs job reset`) → `JobReset` or `Error`,
+//! then the daemon closes it. It works where the mount is read-only, which refuses `rmdir`.
 
 use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
@@ -39,6 +42,8 @@ pub enum Request {
     },
     Begin,
     Next { slot: u32 },
+    /// Ends the job's state as `rmdir jobs/<job>` does: the job's owner or root only.
+    ResetJob { version: u32, job: String },
 }
 
 /// What the daemon answers.
@@ -67,6 +72,8 @@ pub enum Reply {
         /// This loader's share of the epoch is served (this batch may hold the last samples).
         end: bool,
     },
+    /// The job was reset (its next open or loader begins a fresh epoch 1).
+    JobReset { job: String },
     Error { message: String },
 }
 

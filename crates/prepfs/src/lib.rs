@@ -9,6 +9,7 @@
 //! - [`plan_placement`]: `prepfs plan`'s placement flags, made into the planner's placement
 //!   model's inputs.
 //! - [`worker`]: `prepfs worker`: this machine's CPUs lent to the mounts sharing a remote tier.
+//! - [`job`]: `prepfs job reset`: a job's state ended over the loader socket (read-only mounts too).
 //! - [`summary`]: `prepfs stats`: the mount found from a path inside it, its figures as a
 //!   readable summary.
 //!
@@ -19,6 +20,7 @@
 
 mod detach;
 mod fuse;
+pub mod job;
 pub mod mount;
 pub mod plan_placement;
 mod stop;

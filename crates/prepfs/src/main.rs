@@ -54,6 +54,12 @@ enum Command {
         #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "2")]
         watch: Option<f64>,
     },
+    /// A job's state: `prepfs job reset MOUNTPOINT NAME` ends it as `rmdir MOUNTPOINT/jobs/NAME`
+    /// does (its next reader begins epoch 1), also on a read-only mount (docs/jobs.md).
+    Job {
+        #[command(subcommand)]
+        action: JobAction,
+    },
     /// Lend this machine's CPUs to the mounts sharing a remote tier: take work items from the
     /// tier's queue, make each with the mount's code, send it back (docs/workers.md). Runs until
     /// SIGTERM or Ctrl-C, which let the items in hand finish.
@@ -119,6 +125,17 @@ enum Command {
         /// --mountpoint`); the checks against it (the disk cache not inside it) use this one.
         #[arg(long, value_name = "DIR")]
         mountpoint: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum JobAction {
+    /// End the job's state (its epoch, what it was served): its next reader begins epoch 1.
+    Reset {
+        /// The mountpoint, or any path inside the mount.
+        mountpoint: PathBuf,
+        /// The job's name (as under `jobs/`).
+        name: String,
     },
 }
 
@@ -303,7 +320,7 @@ fn parse_id(text: &str) -> Result<u32, String> {
 }
 
 /// The subcommands, and the flags clap answers itself.
-const SUBCOMMANDS: &[&str] = &["mount", "unmount", "stats", "plan", "check", "worker", "help"];
+const SUBCOMMANDS: &[&str] = &["mount", "unmount", "stats", "plan", "check", "worker", "job", "help"];
 
 /// Rewrites a `mount.fuse`-style call, `prepfs SOURCE MOUNTPOINT [-o OPTIONS] [-f] [-n] [-s]
 /// [-v] [-t TYPE]`, into `prepfs mount SOURCE MOUNTPOINT --background -o OPTIONS` (`-f`:
@@ -349,6 +366,13 @@ fn main() -> ExitCode {
             Err(e) => fail(e),
         },
         Command::Stats { path, json, watch } => stats(&path, json, watch),
+        Command::Job { action: JobAction::Reset { mountpoint, name } } => match prepfs::job::reset(&mountpoint, &name) {
+            Ok(()) => {
+                println!("job {} reset: its next reader begins epoch 1", prepfs_base::escape::escaped(&name));
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(e),
+        },
         Command::Worker { config, source, name, threads, metrics_addr, log_level, log_file } => {
             if let Err(e) = init_log(log_level.as_deref(), log_file.as_deref()) {
                 return usage(e);

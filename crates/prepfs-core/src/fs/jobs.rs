@@ -184,9 +184,24 @@ impl Filesystem {
             return Err(Error::ReadOnly);
         }
         let name = name.to_str().ok_or(Error::NotFound)?;
+        self.end_job(name)
+    }
+
+    /// Resets job `name` for `caller` (its owner, or root) as `rmdir jobs/<name>` does, but
+    /// through the loader socket (`prepfs job reset`), which a read-only mount still answers.
+    pub fn reset_job(&self, name: &str, caller: Caller) -> Result<()> {
+        let job = self.jobs.by_name(name).ok_or(Error::NotFound)?;
+        self.check_may_join(&job, caller)?;
+        self.end_job(name)
+    }
+
+    /// The one rule of a job's end: retired here, a fresh epoch begun on every mount sharing
+    /// it, its uses of the kept outputs forgotten.
+    fn end_job(&self, name: &str) -> Result<()> {
         let job = self.jobs.retire(name).ok_or(Error::NotFound)?;
         job.restart_everywhere();
         self.forget_job(&job);
+        tracing::info!(job = name, "job reset: its next reader begins epoch 1");
         Ok(())
     }
 

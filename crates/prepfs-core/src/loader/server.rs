@@ -307,6 +307,13 @@ impl Connection {
         let (job_name, batch, slots, view) = match hello {
             Ok(Request::Hello { version, job, batch_size, slots, view }) if version == wire::VERSION => (job, batch_size, slots, view),
             Ok(Request::Hello { version, .. }) => return refuse(&mut stream, format!("protocol version {version}; this mount speaks {}", wire::VERSION)),
+            // `prepfs job reset`: one request, one answer.
+            Ok(Request::ResetJob { version, job }) if version == wire::VERSION => {
+                return match fs.reset_job(&job, caller) {
+                    Ok(()) => wire::write_frame(&mut stream, &Reply::JobReset { job }),
+                    Err(e) => refuse(&mut stream, format!("job `{job}`: {e}")),
+                };
+            }
             Ok(_) => return refuse(&mut stream, "say hello first".into()),
             Err(e) if matches!(e.kind(), io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock) => {
                 return refuse(&mut stream, format!("no hello within {HELLO_TIMEOUT:?}"));
@@ -369,6 +376,7 @@ impl Connection {
                 }
                 Request::Next { slot } => Reply::Error { message: format!("slot {slot}: the ring has {slots}") },
                 Request::Hello { .. } => Reply::Error { message: "hello once per connection".into() },
+                Request::ResetJob { .. } => Reply::Error { message: "a reset is a connection of its own (prepfs job reset)".into() },
             };
             wire::write_frame(&mut stream, &reply)?;
             stream.flush()?;

@@ -432,3 +432,41 @@ fn listings_read_in_pieces_stay_consistent_and_job_names_are_checked() {
     }
     assert!(mnt.stats()["jobs"]["retired"].as_u64().unwrap_or(0) >= 3);
 }
+
+#[test]
+fn prepfs_job_reset_ends_a_jobs_epoch_on_a_read_only_mount_where_rmdir_is_refused() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let source = common::make_dataset(tmp.path(), 2, 10, false);
+    let config = common::write_config(tmp.path(), "seed: 3\ncache: { memory: 64MiB }\n");
+    let mut cmd = common::mount_command(&config, &source, &tmp.path().join("mnt"));
+    cmd.arg("--read-only");
+    let mnt = common::Mounted::start_command(cmd, &tmp.path().join("mnt"), &tmp.path().join("prepfs.log"), std::time::Duration::from_secs(120));
+    // A trainer read 7 samples of its first epoch, then stopped.
+    let files: Vec<_> = {
+        let mut f: Vec<_> = std::fs::read_dir(mnt.path("jobs/t/augmented")).expect("job view").flat_map(|c| std::fs::read_dir(c.expect("class").path()).expect("class")).map(|f| f.expect("file").path()).collect();
+        f.sort();
+        f
+    };
+    for f in &files[..7] {
+        std::fs::read(f).expect("read");
+    }
+    mnt.wait_released();
+    let job = |stats: &serde_json::Value| stats["jobs"]["active"].as_array().and_then(|a| a.iter().find(|j| j["name"] == "t")).cloned();
+    assert_eq!(job(&mnt.stats()).expect("job t")["served_this_epoch"], 7);
+    // The read-only mount refuses rmdir.
+    let err = std::fs::remove_dir(mnt.path("jobs/t")).expect_err("rmdir on a read-only mount");
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS), "{err}");
+    // prepfs job reset: the job's state ends; its next reader begins epoch 1 from nothing served.
+    let out = std::process::Command::new(common::prepfs_bin()).args(["job", "reset"]).arg(&mnt.mountpoint).arg("t").output().expect("prepfs job reset");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("job t reset"), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(job(&mnt.stats()).is_none(), "job t still active: {}", mnt.stats()["jobs"]);
+    std::fs::read(&files[0]).expect("read");
+    mnt.wait_released();
+    let t = job(&mnt.stats()).expect("job t again");
+    assert_eq!((t["epoch"].as_u64(), t["served_this_epoch"].as_u64()), (Some(1), Some(1)), "{t}");
+    // A job that does not exist is said so.
+    let out = std::process::Command::new(common::prepfs_bin()).args(["job", "reset"]).arg(&mnt.mountpoint).arg("nope").output().expect("prepfs job reset");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("job `nope`"), "{}", String::from_utf8_lossy(&out.stderr));
+}
