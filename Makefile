@@ -38,10 +38,12 @@ install: $(BIN)
 	ln -sf $(BINDIR)/mount.prepfs $(DESTDIR)$(SBINDIR)/mount.fuse.prepfs
 	mkdir -p target && sed 's|/usr/local/bin/prepfs|$(BINDIR)/prepfs|' contrib/prepfs@.service > target/prepfs@.service
 	install -D -m 0644 target/prepfs@.service $(DESTDIR)$(SYSTEMDDIR)/prepfs@.service
+	sed 's|/usr/local/bin/prepfs|$(BINDIR)/prepfs|' contrib/prepfs-worker@.service > target/prepfs-worker@.service
+	install -D -m 0644 target/prepfs-worker@.service $(DESTDIR)$(SYSTEMDDIR)/prepfs-worker@.service
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/prepfs $(DESTDIR)$(BINDIR)/mount.prepfs $(DESTDIR)$(SBINDIR)/mount.fuse.prepfs
-	rm -f $(DESTDIR)$(SYSTEMDDIR)/prepfs@.service
+	rm -f $(DESTDIR)$(SYSTEMDDIR)/prepfs@.service $(DESTDIR)$(SYSTEMDDIR)/prepfs-worker@.service
 
 # Mounts a generated sample dataset, reads it as a user would, prints what it saw, unmounts.
 demo: build

@@ -44,7 +44,7 @@ DASHBOARD = CONTRIB / "grafana" / "prepfs.json"
 # make install: the systemd unit
 
 
-def test_make_install_puts_the_systemd_unit_in_place(tmp_path):
+def test_make_install_puts_the_systemd_units_in_place(tmp_path):
     binary = prepfs_bin()
     stage = tmp_path / "stage"
     args = ["make", "-s", "-C", str(REPO), f"DESTDIR={stage}", f"BIN={binary}", "PREFIX=/opt/prepfs"]
@@ -55,6 +55,9 @@ def test_make_install_puts_the_systemd_unit_in_place(tmp_path):
     text = unit.read_text()
     assert "ExecStart=/opt/prepfs/bin/prepfs mount --config /etc/prepfs/%i.yaml" in text, text
     assert (stage / "opt" / "prepfs" / "bin" / "prepfs").is_file()
+    worker = stage / "etc" / "systemd" / "system" / "prepfs-worker@.service"
+    assert stat.S_IMODE(worker.stat().st_mode) == 0o644
+    assert "ExecStart=/opt/prepfs/bin/prepfs worker --config /etc/prepfs/%i.yaml" in worker.read_text()
     subprocess.run(args + ["uninstall"], check=True, timeout=60, stdout=subprocess.DEVNULL)
     left = [str(p.relative_to(stage)) for p in stage.rglob("*") if not p.is_dir()]
     assert left == [], left
