@@ -9,7 +9,8 @@ that op, and every op after it, in the DataLoader.
 """
 
 import math
-from typing import Any, List, Optional, Sequence, Tuple
+import numbers
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 __all__ = ["recipe", "UnsupportedOp"]
 
@@ -103,6 +104,88 @@ def _size(value: Any, op: str) -> List[int]:
     if isinstance(value, (list, tuple)) and len(value) in (1, 2) and all(isinstance(v, int) for v in value):
         return [value[0], value[0]] if len(value) == 1 else [value[0], value[1]]
     raise ValueError(f"{op}: size {value!r} is not an int or (h, w)")
+
+
+_PADDING_MODES = ("constant", "edge", "reflect", "symmetric")
+
+
+def _is_v2(op: Any) -> bool:
+    """Whether ``op`` is (or derives from) a torchvision.transforms.v2 class."""
+    return any(c.__module__.startswith("torchvision.transforms.v2") for c in type(op).__mro__)
+
+
+def _random_crop(op: Any, refuse: Callable[[str, str], Exception]) -> dict:
+    """``RandomCrop``'s arguments: ``size``, and where it pads, ``padding`` as the mount's
+    [left, top, right, bottom], ``pad_if_needed``, ``fill`` and ``padding_mode`` (each written
+    only where it is not torchvision's default).
+
+    v2 keeps ``padding`` parsed as [left, right, top, bottom] (None for 0), v1 as given: n, or
+    [n], [left/right, top/bottom], [left, top, right, bottom]."""
+    args: dict = {"size": _size(op.size, "RandomCrop")}
+    padding = getattr(op, "padding", None)
+    pad_if_needed = bool(getattr(op, "pad_if_needed", False))
+    sides = [0, 0, 0, 0]
+    if padding is not None:
+        given = [padding] if isinstance(padding, numbers.Number) else list(padding)
+        if not all(isinstance(p, numbers.Integral) and not isinstance(p, bool) for p in given) or len(given) not in (1, 2, 4):
+            raise refuse(f"padding={padding!r}", "the mount's padding is n, [left/right, top/bottom] or [left, top, right, bottom], whole numbers")
+        if any(p < 0 for p in given):
+            raise refuse(f"padding={padding!r}", "the mount does not pad by a negative amount (a crop)")
+        if len(given) == 1:
+            sides = given * 4
+        elif len(given) == 2:
+            sides = [given[0], given[1], given[0], given[1]]
+        elif _is_v2(op):
+            left, right, top, bottom = given
+            sides = [left, top, right, bottom]
+        else:
+            sides = given
+        sides = [int(p) for p in sides]
+    if sides == [0, 0, 0, 0] and not pad_if_needed:
+        return args
+    mode = str(getattr(op, "padding_mode", "constant"))
+    if mode not in _PADDING_MODES:
+        raise refuse(f"padding_mode={mode!r}", "the mount pads constant, edge, reflect or symmetric")
+    args["padding"] = sides
+    if pad_if_needed:
+        args["pad_if_needed"] = True
+    if mode == "constant":  # the fill is read in constant mode only, as torchvision does
+        fill = _crop_fill(getattr(op, "fill", 0))
+        if fill is None:
+            raise refuse(f"fill={getattr(op, 'fill', None)!r}", "the mount fills with a whole number from 0 to 255, or one per channel (RGB)")
+        if fill != [0, 0, 0]:
+            args["fill"] = fill
+    else:
+        args["padding_mode"] = mode
+    return args
+
+
+def _crop_fill(fill: Any) -> Optional[List[int]]:
+    """RandomCrop's fill as the mount's [r, g, b] of whole numbers 0-255, or None where it is no
+    such value: None (0), a number, one per channel (or one for all), or v2's ``{type: fill}``
+    (an image's entry, else ``"others"``)."""
+    if fill is None:
+        return [0, 0, 0]
+    if isinstance(fill, dict):
+        image = [v for k, v in fill.items() if "Image" in str(k)]
+        default = getattr(fill, "default_factory", None)
+        fill = image[0] if image else fill.get("others", default() if default is not None else None)
+        return _crop_fill(fill)
+    values = list(fill) if isinstance(fill, (list, tuple)) else [fill]
+    if len(values) == 1:
+        values = values * 3
+    if len(values) != 3:
+        return None
+    out = []
+    for v in values:
+        try:
+            f = float(v)
+        except (TypeError, ValueError):
+            return None
+        if isinstance(v, bool) or not f.is_integer() or not 0 <= f <= 255:
+            return None
+        out.append(int(f))
+    return out
 
 
 def _pair(value: Any) -> List[float]:
@@ -256,7 +339,8 @@ def recipe(transform: Any, name: Optional[str] = None) -> str:
     Served: ``RandomResizedCrop`` (size, scale, ratio; bilinear or bicubic, antialiased; timm's
     ``RandomResizedCropAndInterpolation`` too, its ``random`` interpolation included),
     ``RandomHorizontalFlip`` (p), ``Resize`` (an int: the shorter side, or (h, w); bilinear or
-    bicubic, antialiased, no ``max_size``), ``CenterCrop``, ``RandomCrop`` (no padding); after them
+    bicubic, antialiased, no ``max_size``), ``CenterCrop``, ``RandomCrop`` (with ``padding``, ``pad_if_needed``, ``fill`` and
+    ``padding_mode``, v2's or v1's); after them
     the pixel ops
     ``ColorJitter``, ``RandomGrayscale``, ``GaussianBlur``, ``RandomRotation`` (nearest or bilinear,
     fill 0, not expanded), ``TrivialAugmentWide``,
@@ -339,11 +423,7 @@ def recipe(transform: Any, name: Optional[str] = None) -> str:
         elif kind == "CenterCrop":
             augment.append(("center_crop", {"size": _size(op.size, kind)}))
         elif kind == "RandomCrop":
-            if getattr(op, "padding", None) is not None:
-                raise refuse(i, f"RandomCrop(padding={op.padding})", "the mount's RandomCrop does not pad")
-            if getattr(op, "pad_if_needed", False):
-                raise refuse(i, "RandomCrop(pad_if_needed=True)", "the mount's RandomCrop does not pad")
-            augment.append(("random_crop", {"size": _size(op.size, kind)}))
+            augment.append(("random_crop", _random_crop(op, lambda setting, why: refuse(i, f"RandomCrop({setting})", why))))
         elif kind in ("PILToTensor", "ToImage", "ToImageTensor"):
             pending_tensor = i if pending_tensor is None else pending_tensor
         elif kind == "ToTensor":

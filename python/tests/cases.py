@@ -51,6 +51,43 @@ SUPPORTED = {
         [{"resize": {"size": 40}}, {"random_crop": {"size": [20, 28]}}],
         None,
     ),
+    "random_crop_padding_v2_cifar": (
+        v2.Compose([v2.RandomCrop(32, padding=4), v2.RandomHorizontalFlip()]),
+        [{"random_crop": {"size": [32, 32], "padding": [4, 4, 4, 4]}}, {"random_horizontal_flip": {"p": 0.5}}],
+        None,
+    ),
+    "random_crop_v2_four_sides_reflect": (
+        # v2 keeps [1, 2, 3, 4] (left, top, right, bottom) as [1, 3, 2, 4]: read back in the given order.
+        [v2.RandomCrop((20, 28), padding=[1, 2, 3, 4], padding_mode="reflect")],
+        [{"random_crop": {"size": [20, 28], "padding": [1, 2, 3, 4], "padding_mode": "reflect"}}],
+        None,
+    ),
+    "random_crop_v1_four_sides_fill_per_channel": (
+        [v1.RandomCrop(24, padding=(1, 2, 3, 4), fill=(10, 20, 30))],
+        [{"random_crop": {"size": [24, 24], "padding": [1, 2, 3, 4], "fill": [10, 20, 30]}}],
+        None,
+    ),
+    "random_crop_v2_fill_one_value": (
+        [v2.RandomCrop(24, padding=2, fill=7)],
+        [{"random_crop": {"size": [24, 24], "padding": [2, 2, 2, 2], "fill": [7, 7, 7]}}],
+        None,
+    ),
+    "random_crop_v1_two_sides_pad_if_needed_edge": (
+        v1.Compose([v1.Resize(20), v1.RandomCrop(24, padding=[2, 1], pad_if_needed=True, padding_mode="edge")]),
+        [{"resize": {"size": 20}}, {"random_crop": {"size": [24, 24], "padding": [2, 1, 2, 1], "pad_if_needed": True, "padding_mode": "edge"}}],
+        None,
+    ),
+    "random_crop_v2_pad_if_needed_symmetric": (
+        # The fill is read in constant mode only.
+        [v2.RandomCrop(24, pad_if_needed=True, fill=128, padding_mode="symmetric")],
+        [{"random_crop": {"size": [24, 24], "padding": [0, 0, 0, 0], "pad_if_needed": True, "padding_mode": "symmetric"}}],
+        None,
+    ),
+    "random_crop_v2_padding_zero_is_no_padding": (
+        [v2.RandomCrop(24, padding=0, fill=9)],
+        [{"random_crop": {"size": [24, 24]}}],
+        None,
+    ),
     "center_crop_then_random_rotation_v2": (
         v2.Compose([v2.CenterCrop(32), v2.RandomRotation(15), v2.RandomRotation((-5, 30), interpolation=I.BILINEAR, fill=0)]),
         [{"center_crop": {"size": [32, 32]}}, {"random_rotation": {"degrees": [-15.0, 15.0]}},

@@ -6,7 +6,10 @@ torchvision), so a class named like torchvision's that keeps its arguments as to
 them is, to it, the same transform. Each stand-in stores its attributes the way the real class's
 ``__init__`` does (torchvision 0.2x, timm 1.0), noted where v2 and v1 differ: v2's ``Resize(40)``
 keeps ``size=[40]``, v1's ``40``; v2's ``RandomErasing(value=0)`` keeps ``[0.0]`` and
-``value="random"`` as ``None``; v2's policies keep ``fill`` as ``{"others": fill}``.
+``value="random"`` as ``None``; v2's policies keep ``fill`` as ``{"others": fill}``; v2's
+``RandomCrop(padding=[1, 2, 3, 4])`` keeps ``[1, 3, 2, 4]`` (left, right, top, bottom), v1's the
+list as given, which ``prepfs.recipe`` tells apart by the class's module (the stand-ins name
+torchvision's).
 test_recipe.py's last test runs the same transforms built by the real torchvision where it is
 installed, so a stand-in that drifts from torchvision shows there.
 """
@@ -86,6 +89,19 @@ def _color_range(value, center=1.0, bound=(0.0, float("inf")), clip_first_on_zer
     return (float(value[0]), float(value[1])) if as_tuple else list(value)
 
 
+def _parse_pad_padding(padding):
+    """v2's _parse_pad_padding: n, [n], [left/right, top/bottom] or [left, top, right, bottom]
+    as [left, right, top, bottom]."""
+    if isinstance(padding, int):
+        padding = [padding]
+    if len(padding) == 1:
+        return [padding[0]] * 4
+    if len(padding) == 2:
+        return [padding[0], padding[0], padding[1], padding[1]]
+    left, top, right, bottom = padding
+    return [left, right, top, bottom]
+
+
 def _policy_fill(fill):
     """v2's _setup_fill_arg: {"others": fill}, a sequence as floats."""
     if isinstance(fill, dict):
@@ -117,9 +133,13 @@ class v2:
             self.size = _setup_size(size)
 
     class RandomCrop:
+        # v2 keeps padding parsed as [left, right, top, bottom] (None for none or 0); prepfs.recipe
+        # tells it from v1's (kept as given) by the class's module, as the real one's.
+        __module__ = "torchvision.transforms.v2._geometry"
+
         def __init__(self, size, padding=None, pad_if_needed=False, fill=0, padding_mode="constant"):
-            self.size, self.padding, self.pad_if_needed = _setup_size(size), padding, pad_if_needed
-            self.fill, self.padding_mode = fill, padding_mode
+            self.size, self.padding, self.pad_if_needed = _setup_size(size), _parse_pad_padding(padding) if padding else None, pad_if_needed
+            self.fill, self._fill, self.padding_mode = fill, _policy_fill(fill), padding_mode
 
     class RandomHorizontalFlip:
         def __init__(self, p=0.5):
@@ -210,7 +230,13 @@ class v1:
     Compose = v2.Compose
     RandomResizedCrop = v2.RandomResizedCrop
     CenterCrop = v2.CenterCrop
-    RandomCrop = v2.RandomCrop
+
+    class RandomCrop:
+        __module__ = "torchvision.transforms.transforms"
+
+        def __init__(self, size, padding=None, pad_if_needed=False, fill=0, padding_mode="constant"):
+            self.size, self.padding, self.pad_if_needed = _setup_size(size), padding, pad_if_needed
+            self.fill, self.padding_mode = fill, padding_mode
     RandomRotation = v2.RandomRotation
     RandomHorizontalFlip = v2.RandomHorizontalFlip
     PILToTensor = v2.PILToTensor

@@ -12,7 +12,7 @@ import pytest
 
 from cases import SUPPORTED, expected_recipe
 from conftest import load_recipe_module
-from standins import MEAN, STD, I, AutoAugmentPolicy, timm, torch, v1, v2
+from standins import MEAN, STD, I, AutoAugmentPolicy, timm, torch, tv_tensors, v1, v2
 
 recipe_module = load_recipe_module()
 recipe, UnsupportedOp = recipe_module.recipe, recipe_module.UnsupportedOp
@@ -92,8 +92,11 @@ UNSUPPORTED = {
     "rotation_before_the_crop": (v2.Compose([v2.RandomRotation(10), v2.CenterCrop(24)]), "CenterCrop", 1),
     "rotation_expanded": (v2.Compose([v2.CenterCrop(24), v2.RandomRotation(10, expand=True)]), "RandomRotation(expand=True)", 1),
     "rotation_filled_grey": (v2.Compose([v2.CenterCrop(24), v2.RandomRotation(10, fill=128)]), "RandomRotation(fill=", 1),
-    "random_crop_padded": (v2.Compose([v2.Resize(40), v2.RandomCrop(32, padding=4)]), "RandomCrop(padding=4)", 1),
-    "random_crop_pad_if_needed": (v2.Compose([v2.Resize(40), v2.RandomCrop(32, pad_if_needed=True)]), "RandomCrop(pad_if_needed=True)", 1),
+    "random_crop_negative_padding": (v2.Compose([v2.Resize(40), v2.RandomCrop(32, padding=-4)]), "RandomCrop(padding=[-4, -4, -4, -4])", 1),
+    "random_crop_three_sides": (v2.Compose([v2.Resize(40), v1.RandomCrop(32, padding=[1, 2, 3])]), "RandomCrop(padding=[1, 2, 3])", 1),
+    "random_crop_fractional_fill": (v2.Compose([v2.Resize(40), v2.RandomCrop(32, padding=4, fill=0.5)]), "RandomCrop(fill=0.5)", 1),
+    "random_crop_fill_over_255": (v2.Compose([v2.Resize(40), v1.RandomCrop(32, padding=4, fill=(0, 0, 256))]), "RandomCrop(fill=(0, 0, 256))", 1),
+    "random_crop_padding_mode_wrap": (v2.Compose([v2.Resize(40), v1.RandomCrop(32, padding=4, padding_mode="wrap")]), "RandomCrop(padding_mode='wrap')", 1),
     "crop_nearest": (v2.Compose([v2.RandomResizedCrop(24, interpolation=I.NEAREST), v1.ToTensor()]), "RandomResizedCrop(interpolation=nearest)", 0),
     "resize_lanczos": (v2.Compose([v2.Resize(40, interpolation=I.LANCZOS), v2.CenterCrop(32)]), "Resize(interpolation=lanczos)", 0),
     "resize_random_interpolation": (
@@ -197,6 +200,9 @@ def test_the_same_transforms_built_by_torchvision_itself_give_the_recipes_the_st
         (tv.Compose([tv.CenterCrop(32), tv.AutoAugment(interpolation=TI.BILINEAR)]), SUPPORTED["auto_augment_imagenet_bilinear"][0], None),
         (tv.Compose([tv.RandomResizedCrop(24), tv1.ToTensor(), tv.RandomErasing(value="random")]),
          SUPPORTED["random_erasing_random_v2_none"][0], None),
+        ([tv.RandomCrop((20, 28), padding=[1, 2, 3, 4], padding_mode="reflect")], SUPPORTED["random_crop_v2_four_sides_reflect"][0], None),
+        ([tv1.RandomCrop(24, padding=(1, 2, 3, 4), fill=(10, 20, 30))], SUPPORTED["random_crop_v1_four_sides_fill_per_channel"][0], None),
+        ([tv.RandomCrop(24, pad_if_needed=True, fill=128, padding_mode="symmetric")], SUPPORTED["random_crop_v2_pad_if_needed_symmetric"][0], None),
     ]
     for real, standin, _ in pairs:
         assert recipe(real) == recipe(standin)
@@ -239,3 +245,8 @@ def test_a_float_is_printed_as_a_number_that_yaml_parsers_of_either_version_read
     text = recipe([v2.RandomResizedCrop(24, scale=(value, 1.0))])
     got = yaml.safe_load(text)["augment"][0]["random_resized_crop"]["scale"]
     assert got == [value, 1.0] and all(type(v) is float for v in got), text
+
+
+@pytest.mark.parametrize("fill", [7, 7.0, [7], (7, 7, 7), [7.0, 7.0, 7.0], {"others": 7}, {tv_tensors.Image: 7, "others": 0}])
+def test_random_crops_fill_in_any_form_torchvision_keeps_is_written_per_channel(fill):
+    assert recipe([v2.RandomCrop(24, padding=2, fill=fill)]) == "augment:\n  - random_crop: {size: [24, 24], padding: [2, 2, 2, 2], fill: [7, 7, 7]}\n"

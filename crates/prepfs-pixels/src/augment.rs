@@ -19,6 +19,7 @@ use crate::op_args::{Args, OpError};
 use crate::pixel_ops::{PixelDraw, PixelOp, PixelStep};
 use crate::erasing::Erase;
 use crate::rgb::Size2;
+use crate::crop_padding::{CropPadding, Pad};
 
 /// `resize`'s target: torchvision's `Resize(int)` (shorter side) or `Resize((h, w))`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -38,9 +39,21 @@ pub enum AugmentOp {
     Resize { to: ResizeTo, interpolation: Interpolation },
     /// `CenterCrop(size)`.
     CenterCrop { size: Size2 },
-    /// `RandomCrop(size)`: a window of `size` at a uniformly drawn place (torchvision's
-    /// `randint(0, h - th + 1)`, `randint(0, w - tw + 1)`); no padding.
-    RandomCrop { size: Size2 },
+    /// `RandomCrop(size, padding, pad_if_needed, fill, padding_mode)`, as torchvision v2's:
+    /// the image is padded by `padding` (n for every side, [left/right, top/bottom] or [left,
+    /// top, right, bottom]); then, with `pad_if_needed`, a side still shorter than the crop by
+    /// `d` is padded by `d` at both ends (v2's `make_params` adds the whole difference to each
+    /// side, so a 3-wide image cropped to 4 is padded to 5, not 4); then a window of `size` is
+    /// drawn uniformly over the padded image (`randint(0, H - th + 1)` for the row, then
+    /// `randint(0, W - tw + 1)` for the column). The padded pixels are `fill` (constant, the
+    /// default; a number or [r, g, b]), the edge pixel (`edge`), or the image mirrored without
+    /// (`reflect`) or with (`symmetric`) its edge pixel repeated: `crop_padding`. A crop still
+    /// larger than the padded image is cut to it (torchvision raises).
+    ///
+    /// A window inside the image folds into the resample as an unpadded crop does (the same
+    /// bytes); one reaching into the padding becomes a stage of its own that pads the image
+    /// it gets ([`Resample::pad`]).
+    RandomCrop { size: Size2, padding: Option<CropPadding> },
     /// `Normalize(mean, std)` on `ToTensor`'s 0-1 values; npy float32 output only.
     Normalize { mean: [f32; 3], std: [f32; 3] },
     /// An op on the output's pixels (colour, blur, erasing, the auto-augment policies):
@@ -117,15 +130,8 @@ impl AugmentOp {
             }
             "random_crop" => {
                 let size = args.size("size")?.ok_or_else(|| args.missing("size"))?;
-                // torchvision's defaults, accepted as written; padding is not implemented.
-                if args.get("padding").is_some_and(|v| !v.is_null()) {
-                    return Err(OpError::Unsupported { op: "random_crop".into(), setting: "padding: null" });
-                }
-                if args.get("pad_if_needed").is_some_and(|v| v.as_bool() != Some(false)) {
-                    return Err(OpError::Unsupported { op: "random_crop".into(), setting: "pad_if_needed: false" });
-                }
-                args.only(&["size", "padding", "pad_if_needed"])?;
-                AugmentOp::RandomCrop { size }
+                args.only(&["size", "padding", "pad_if_needed", "fill", "padding_mode"])?;
+                AugmentOp::RandomCrop { size, padding: CropPadding::from_args(&args)? }
             }
             "normalize" => {
                 let mean = args.triple("mean")?.ok_or_else(|| args.missing("mean"))?;
@@ -167,8 +173,12 @@ impl Serialize for AugmentOp {
                 args.insert("size", n);
                 args.insert("interpolation", serde_json::json!(interpolation.name()));
             }
-            AugmentOp::CenterCrop { size: s } | AugmentOp::RandomCrop { size: s } => {
+            AugmentOp::CenterCrop { size: s } | AugmentOp::RandomCrop { size: s, padding: None } => {
                 args.insert("size", size(s));
+            }
+            AugmentOp::RandomCrop { size: s, padding: Some(padding) } => {
+                args.insert("size", size(s));
+                padding.args(&mut args);
             }
             AugmentOp::Normalize { mean, std } => {
                 args.insert("mean", serde_json::json!(mean));
@@ -236,12 +246,15 @@ pub struct SamplePlan {
     pub(crate) erase: Option<Erase>,
 }
 
-/// One resample after the first: `crop` of the previous resample's output to `out`.
+/// One resample after the first: `crop` of the previous resample's output to `out`. With `pad`
+/// (a `random_crop` window reaching into its padding), the previous output is padded first and
+/// `crop` is in the padded image's pixels.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Resample {
     pub crop: Rect,
     pub out: Size2,
     pub filter: Filter,
+    pub pad: Option<Pad>,
 }
 
 impl SamplePlan {
@@ -278,7 +291,7 @@ pub fn fixed_output_size(ops: &[AugmentOp]) -> Option<Size2> {
     let mut size = None;
     for op in ops {
         match op {
-            AugmentOp::RandomResizedCrop { size: s, .. } | AugmentOp::CenterCrop { size: s } | AugmentOp::RandomCrop { size: s } => {
+            AugmentOp::RandomResizedCrop { size: s, .. } | AugmentOp::CenterCrop { size: s } | AugmentOp::RandomCrop { size: s, .. } => {
                 size = Some(*s)
             }
             AugmentOp::Resize { to: ResizeTo::Exact(s), .. } => size = Some(*s),
@@ -295,7 +308,7 @@ pub fn fixed_output_size(ops: &[AugmentOp]) -> Option<Size2> {
 pub fn plan_sample(ops: &[AugmentOp], source: Size2, rng: &mut impl Rng) -> SamplePlan {
     let mut cur = source;
     // Every resample, the first of the source; each crop in its input's pixels.
-    let mut stages = vec![Resample { crop: Rect::whole(source), out: source, filter: Filter::Bilinear }];
+    let mut stages = vec![Resample { crop: Rect::whole(source), out: source, filter: Filter::Bilinear, pad: None }];
     // Whether the last resample already changes the scale (then a new one is not folded in).
     let mut scaled = false;
     let mut flip = false;
@@ -319,7 +332,7 @@ pub fn plan_sample(ops: &[AugmentOp], source: Size2, rng: &mut impl Rng) -> Samp
             AugmentOp::RandomResizedCrop { size, scale, ratio, interpolation } => {
                 let (i, j, h, w) = random_resized_crop_params(cur, *scale, *ratio, rng);
                 if scaled {
-                    stages.push(Resample { crop: Rect::whole(cur), out: cur, filter: Filter::Bilinear });
+                    stages.push(Resample { crop: Rect::whole(cur), out: cur, filter: Filter::Bilinear, pad: None });
                 }
                 let stage = stages.last_mut().expect("the source's resample");
                 take(cur, &mut stage.crop, flip, j, i, w, h);
@@ -339,7 +352,7 @@ pub fn plan_sample(ops: &[AugmentOp], source: Size2, rng: &mut impl Rng) -> Samp
                     ResizeTo::ShorterSide(n) => shorter_side_resize(cur, *n),
                 };
                 if scaled {
-                    stages.push(Resample { crop: Rect::whole(cur), out: cur, filter: Filter::Bilinear });
+                    stages.push(Resample { crop: Rect::whole(cur), out: cur, filter: Filter::Bilinear, pad: None });
                 }
                 let stage = stages.last_mut().expect("the source's resample");
                 stage.out = next;
@@ -357,16 +370,35 @@ pub fn plan_sample(ops: &[AugmentOp], source: Size2, rng: &mut impl Rng) -> Samp
                 cur = Size2::new(w, h);
                 stage.out = cur;
             }
-            AugmentOp::RandomCrop { size } => {
-                let w = size.width.min(cur.width);
-                let h = size.height.min(cur.height);
-                // torchvision draws the row, then the column.
-                let top = rng.gen_range(0..=cur.height - h);
-                let left = rng.gen_range(0..=cur.width - w);
-                let stage = stages.last_mut().expect("the source's resample");
-                take(cur, &mut stage.crop, flip, left, top, w, h);
+            AugmentOp::RandomCrop { size, padding } => {
+                let sides = padding.map_or([0; 4], |p| p.sides(cur, *size));
+                let [l, t, r, b] = sides;
+                let padded = Size2::new(cur.width + l + r, cur.height + t + b);
+                let w = size.width.min(padded.width);
+                let h = size.height.min(padded.height);
+                // torchvision draws the row, then the column, over the padded image.
+                let top = rng.gen_range(0..=padded.height - h);
+                let left = rng.gen_range(0..=padded.width - w);
+                let inside = left >= l && top >= t && left + w <= l + cur.width && top + h <= t + cur.height;
+                match padding {
+                    Some(p) if !inside => {
+                        // A stage of its own on the image so far, padded: a flip still to come
+                        // mirrors the padding (every mode is symmetric under the mirror) as
+                        // `take` mirrors the window.
+                        let sides = if flip { [r, t, l, b] } else { sides };
+                        let pad = Pad { sides, mode: p.mode, fill: p.fill };
+                        stages.push(Resample { crop: Rect::whole(padded), out: padded, filter: Filter::Bilinear, pad: Some(pad) });
+                        let stage = stages.last_mut().expect("the padded stage");
+                        take(padded, &mut stage.crop, flip, left, top, w, h);
+                        scaled = false;
+                    }
+                    _ => {
+                        let stage = stages.last_mut().expect("the source's resample");
+                        take(cur, &mut stage.crop, flip, left - l, top - t, w, h);
+                    }
+                }
                 cur = Size2::new(w, h);
-                stage.out = cur;
+                stages.last_mut().expect("a resample").out = cur;
             }
             AugmentOp::Normalize { .. } => {}
             AugmentOp::Pixel(op) => match op.draw(cur, rng) {
@@ -437,6 +469,7 @@ fn uniform(rng: &mut impl Rng, lo: f64, hi: f64) -> f64 {
 pub mod tests {
     use super::*;
     use crate::draw::draw_rng;
+    use crate::crop_padding::PadMode;
 
     /// One `augment:` entry parsed from YAML, or its error's text (the ops' tests' parser).
     pub(crate) fn parse_one(yaml: &str) -> Result<AugmentOp, String> {
@@ -625,7 +658,7 @@ pub mod tests {
     fn resize_then_random_crop_places_every_window_the_resized_image_has_about_equally_often() {
         let ops = vec![
             AugmentOp::Resize { to: ResizeTo::ShorterSide(20), interpolation: Interpolation::Bilinear },
-            AugmentOp::RandomCrop { size: Size2::new(16, 16) },
+            AugmentOp::RandomCrop { size: Size2::new(16, 16), padding: None },
         ];
         assert_eq!(fixed_output_size(&ops), Some(Size2::new(16, 16)));
         // 40x20 -> resized 40x20 (shorter side 20): 25 columns and 5 rows of window, in source
@@ -648,17 +681,197 @@ pub mod tests {
         assert!(counts.iter().all(|&c| c > 0), "every window is drawn");
     }
 
+    fn crop(size: u32, padding: Option<CropPadding>) -> AugmentOp {
+        AugmentOp::RandomCrop { size: Size2::new(size, size), padding }
+    }
+
+    fn padding(padding: [u32; 4], mode: PadMode) -> Option<CropPadding> {
+        Some(CropPadding { padding, if_needed: false, mode, fill: [0; 3] })
+    }
+
     #[test]
-    fn random_crop_parses_torchvisions_defaults_and_refuses_padding() {
-        assert_eq!(parse_one("random_crop: {size: [32, 48]}"), Ok(AugmentOp::RandomCrop { size: Size2::new(48, 32) }));
+    fn random_crop_reads_torchvisions_padding_forms_and_keeps_the_unpadded_form_as_it_was() {
+        assert_eq!(parse_one("random_crop: {size: [32, 48]}"), Ok(AugmentOp::RandomCrop { size: Size2::new(48, 32), padding: None }));
+        // torchvision's defaults written out, and padding 0, pad nothing.
+        for yaml in [
+            "random_crop: {size: 8, padding: null, pad_if_needed: false}",
+            "random_crop: {size: 8, padding: 0, fill: 3, padding_mode: reflect}",
+        ] {
+            assert_eq!(parse_one(yaml), Ok(crop(8, None)), "{yaml}");
+        }
+        let parsed = |yaml: &str| match parse_one(yaml) {
+            Ok(AugmentOp::RandomCrop { padding: Some(p), .. }) => p,
+            other => panic!("{yaml}: {other:?}"),
+        };
+        // n, [n], [left/right, top/bottom], [left, top, right, bottom]; kept as l, t, r, b.
+        assert_eq!(parsed("random_crop: {size: 8, padding: 4}").padding, [4; 4]);
+        assert_eq!(parsed("random_crop: {size: 8, padding: [4]}").padding, [4; 4]);
+        assert_eq!(parsed("random_crop: {size: 8, padding: [1, 2]}").padding, [1, 2, 1, 2]);
+        assert_eq!(parsed("random_crop: {size: 8, padding: [1, 2, 3, 4]}").padding, [1, 2, 3, 4]);
+        let all = parsed("random_crop: {size: 8, padding: 2, pad_if_needed: true, fill: [1, 2, 3], padding_mode: symmetric}");
+        assert_eq!(all, CropPadding { padding: [2; 4], if_needed: true, mode: PadMode::Symmetric, fill: [1, 2, 3] });
+        let defaults = parsed("random_crop: {size: 8, pad_if_needed: true}");
+        assert_eq!(defaults, CropPadding { padding: [0; 4], if_needed: true, mode: PadMode::Constant, fill: [0; 3] });
+        assert_eq!(parsed("random_crop: {size: 8, padding: 1, fill: 7, padding_mode: edge}").fill, [7; 3]);
+        // The serialised form reads back as the same op; the unpadded form is unchanged.
+        let op = AugmentOp::RandomCrop { size: Size2::new(8, 8), padding: Some(all) };
+        let yaml = serde_norway::to_string(&op).expect("yaml");
+        assert_eq!(parse_one(&yaml), Ok(op), "{yaml}");
+        assert_eq!(serde_json::to_string(&crop(8, None)).expect("json"), r#"{"random_crop":{"size":[8,8]}}"#);
+    }
+
+    #[test]
+    fn random_crop_refuses_by_name_what_it_does_not_read() {
+        let refused = |yaml: &str| parse_one(&format!("random_crop: {{size: 8, {yaml}}}")).unwrap_err();
+        let padding = "random_crop: `padding` must be n, [left/right, top/bottom] or [left, top, right, bottom], whole numbers from 0 to 16384";
+        for negative_or_odd in ["padding: -1", "padding: [1, -2]", "padding: [1, 2, 3]", "padding: 1.5", "padding: [1, 2, 3, 4, 5]", "padding: 20000"] {
+            assert_eq!(refused(negative_or_odd), padding, "{negative_or_odd}");
+        }
+        let fill = "random_crop: `fill` must be a whole number from 0 to 255 or [r, g, b] of them";
+        for bad in ["fill: 256", "fill: -1", "fill: 0.5", "fill: [1, 2]", "fill: {uint8: 3}"] {
+            assert_eq!(refused(&format!("padding: 1, {bad}")), fill, "{bad}");
+        }
         assert_eq!(
-            parse_one("random_crop: {size: 8, padding: null, pad_if_needed: false}"),
-            Ok(AugmentOp::RandomCrop { size: Size2::new(8, 8) })
+            refused("padding: 1, padding_mode: wrap"),
+            "random_crop: `padding_mode` must be constant, edge, reflect or symmetric"
         );
-        let padded = parse_one("random_crop: {size: 8, padding: 4}").unwrap_err();
-        assert!(padded.contains("random_crop") && padded.contains("padding"), "{padded}");
-        let padded = parse_one("random_crop: {size: 8, pad_if_needed: true}").unwrap_err();
-        assert!(padded.contains("pad_if_needed"), "{padded}");
+        assert_eq!(refused("pad_if_needed: yes please"), "random_crop: `pad_if_needed` must be true or false");
+        assert_eq!(
+            refused("pad: 1"),
+            "random_crop: unknown argument `pad`; known: size, padding, pad_if_needed, fill, padding_mode"
+        );
         assert!(parse_one("random_crop: {}").unwrap_err().contains("size"));
+    }
+
+    /// A 3x2 image: values 1 2 3 / 4 5 6 in red, 10 and 20 more in green and blue.
+    fn three_by_two() -> crate::rgb::Rgb {
+        let pixels = (1..=6u8).flat_map(|v| [v, v + 10, v + 20]).collect();
+        crate::rgb::Rgb { width: 3, height: 2, pixels }
+    }
+
+    /// The red channel's rows of an image.
+    fn reds(image: &crate::rgb::Rgb) -> Vec<Vec<u8>> {
+        image.pixels.chunks(image.width as usize * 3).map(|row| row.iter().step_by(3).copied().collect()).collect()
+    }
+
+    #[test]
+    fn each_padding_mode_pads_a_3x2_image_as_worked_out_by_hand() {
+        // padding [2, 1]: 2 left and right, 1 top and bottom; a 7x4 crop takes all of it.
+        let image = three_by_two();
+        let padded = |mode, fill| {
+            let op = AugmentOp::RandomCrop { size: Size2::new(7, 4), padding: Some(CropPadding { padding: [2, 1, 2, 1], if_needed: false, mode, fill }) };
+            let plan = plan_sample(&[op], Size2::new(3, 2), &mut draw_rng(0, 0, 0, 0));
+            crate::pipeline::augment_pixels(&image, &plan).expect("pixels")
+        };
+        let constant = padded(PadMode::Constant, [90, 80, 70]);
+        assert_eq!(
+            reds(&constant),
+            [[90, 90, 90, 90, 90, 90, 90], [90, 90, 1, 2, 3, 90, 90], [90, 90, 4, 5, 6, 90, 90], [90, 90, 90, 90, 90, 90, 90]]
+        );
+        // The fill is per channel; the image's own pixels keep theirs.
+        assert_eq!(&constant.pixels[..3], &[90, 80, 70]);
+        assert_eq!(&constant.pixels[(7 + 2) * 3..][..3], &[1, 11, 21]);
+        assert_eq!(
+            reds(&padded(PadMode::Edge, [0; 3])),
+            [[1, 1, 1, 2, 3, 3, 3], [1, 1, 1, 2, 3, 3, 3], [4, 4, 4, 5, 6, 6, 6], [4, 4, 4, 5, 6, 6, 6]]
+        );
+        // reflect: the edge pixel is not repeated.
+        assert_eq!(
+            reds(&padded(PadMode::Reflect, [0; 3])),
+            [[6, 5, 4, 5, 6, 5, 4], [3, 2, 1, 2, 3, 2, 1], [6, 5, 4, 5, 6, 5, 4], [3, 2, 1, 2, 3, 2, 1]]
+        );
+        // symmetric: it is.
+        let symmetric = padded(PadMode::Symmetric, [0; 3]);
+        assert_eq!(reds(&symmetric), [[2, 1, 1, 2, 3, 3, 2], [2, 1, 1, 2, 3, 3, 2], [5, 4, 4, 5, 6, 6, 5], [5, 4, 4, 5, 6, 6, 5]]);
+        assert_eq!(&symmetric.pixels[..3], &[2, 12, 22]);
+    }
+
+    #[test]
+    fn a_padded_crop_is_the_window_of_the_padded_image_and_one_inside_the_image_folds_as_today() {
+        // torchvision's order on a 9x7 image: flip (or not), pad (uneven sides), then the window.
+        let image = crate::rgb::Rgb { width: 9, height: 7, pixels: (0..9 * 7 * 3).map(|v| (v * 7 % 251) as u8).collect() };
+        let (mut inside, mut outside) = (0, 0);
+        for mode in [PadMode::Constant, PadMode::Edge, PadMode::Reflect, PadMode::Symmetric] {
+            let pad = CropPadding { padding: [3, 1, 0, 2], if_needed: false, mode, fill: [5, 6, 7] };
+            let ops = [AugmentOp::RandomHorizontalFlip { p: 0.5 }, crop(6, Some(pad))];
+            for sample in 0..60 {
+                let plan = plan_sample(&ops, Size2::new(9, 7), &mut draw_rng(4, 0, 0, sample));
+                let got = crate::pipeline::augment_pixels(&image, &plan).expect("pixels");
+                // The same draws, done as torchvision does them.
+                let mut rng = draw_rng(4, 0, 0, sample);
+                let flip = rng.gen::<f64>() < 0.5;
+                let top: u32 = rng.gen_range(0..=(7 + 3 - 6));
+                let left: u32 = rng.gen_range(0..=(9 + 3 - 6));
+                let (top, left) = (i64::from(top), i64::from(left));
+                let mut seen = image.clone();
+                if flip {
+                    crate::pipeline::mirror_rows(&mut seen.pixels, 9);
+                }
+                let mut want = vec![0u8; 6 * 6 * 3];
+                let stage_pad = Pad { sides: pad.padding, mode, fill: pad.fill };
+                let seen_ref = crate::pipeline::RgbRef::of(&seen);
+                crate::crop_padding::pad_window(seen_ref, &stage_pad, left - 3, top - 1, 6, 6, &mut want);
+                assert_eq!(got.pixels, want, "{mode:?} draw {sample}");
+                if left >= 3 && top >= 1 && left + 6 <= 3 + 9 && top + 6 <= 1 + 7 {
+                    // Inside: today's folded crop of the source, no stage of its own.
+                    inside += 1;
+                    assert!(plan.then.is_empty(), "{plan:?}");
+                    let x = if flip { 9 - (left - 3) - 6 } else { left - 3 };
+                    assert_eq!(plan.crop, Rect { x: f64::from(x as u32), y: f64::from(top as u32 - 1), width: 6.0, height: 6.0 });
+                } else {
+                    outside += 1;
+                    assert_eq!(plan.then.len(), 1);
+                }
+            }
+        }
+        assert!(inside > 10 && outside > 10, "{inside} inside, {outside} outside");
+    }
+
+    #[test]
+    fn pad_if_needed_makes_an_image_smaller_than_the_crop_croppable() {
+        let image = three_by_two();
+        let needed = Some(CropPadding { padding: [0; 4], if_needed: true, mode: PadMode::Reflect, fill: [0; 3] });
+        let ops = [crop(4, needed)];
+        assert_eq!(fixed_output_size(&ops), Some(Size2::new(4, 4)));
+        // Padded to 5x6 (1 more on the left and right, 2 more on top and bottom): 2 x 3 windows.
+        let mut windows = std::collections::BTreeSet::new();
+        for sample in 0..200 {
+            let plan = plan_sample(&ops, Size2::new(3, 2), &mut draw_rng(6, 0, 0, sample));
+            let got = crate::pipeline::augment_pixels(&image, &plan).expect("pixels");
+            assert_eq!((got.width, got.height), (4, 4));
+            windows.insert(reds(&got));
+        }
+        // Reflect-padded rows of 1 2 3 / 4 5 6 by (1, 2): 2 1 2 3 2 / 5 4 5 6 5, rows 4 1 4 1 4 1.
+        let row = |r: u8| if r == 1 { vec![2, 1, 2, 3, 2] } else { vec![5, 4, 5, 6, 5] };
+        let padded: Vec<Vec<u8>> = [4u8, 1, 4, 1, 4, 1].iter().map(|&r| row(r)).collect();
+        let expected: std::collections::BTreeSet<_> = (0..3)
+            .flat_map(|top| (0..2).map(move |left| (top, left)))
+            .map(|(top, left)| padded[top..top + 4].iter().map(|r| r[left..left + 4].to_vec()).collect::<Vec<_>>())
+            .collect();
+        assert_eq!(windows, expected);
+        // Without it the crop is cut to the image, as before.
+        let plain = plan_sample(&[crop(4, None)], Size2::new(3, 2), &mut draw_rng(6, 0, 0, 0));
+        assert_eq!(plain.size(), Size2::new(3, 2));
+    }
+
+    #[test]
+    fn a_padded_crop_after_a_resize_serves_from_jpeg_bytes_and_decoded_pixels_alike() {
+        let jpeg = crate::synthetic::photo_jpeg(120, 90, turbojpeg::Subsamp::Sub2x2);
+        let full = crate::pipeline::decode_full(&jpeg, 1 << 30).expect("decode");
+        let ops = [
+            AugmentOp::Resize { to: ResizeTo::ShorterSide(40), interpolation: Interpolation::Bilinear },
+            crop(36, padding([4; 4], PadMode::Reflect)),
+            AugmentOp::Resize { to: ResizeTo::Exact(Size2::new(18, 18)), interpolation: Interpolation::Bilinear },
+        ];
+        let mut padded_stages = 0;
+        for sample in 0..20 {
+            let plan = plan_sample(&ops, Size2::new(120, 90), &mut draw_rng(8, 0, 0, sample));
+            padded_stages += plan.then.iter().filter(|s| s.pad.is_some()).count();
+            let from_bytes = crate::pipeline::augment(&jpeg, &plan, 1 << 30).expect("bytes");
+            let from_pixels = crate::pipeline::augment_pixels(&full, &plan).expect("pixels");
+            assert_eq!((from_bytes.width, from_bytes.height), (18, 18));
+            assert!(crate::pipeline::mean_abs_diff(&from_bytes, &from_pixels) <= crate::pipeline::FAST_PATH_TOLERANCE);
+        }
+        assert!(padded_stages > 5, "{padded_stages}");
     }
 }

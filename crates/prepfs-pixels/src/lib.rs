@@ -2,7 +2,8 @@
 //! the source's and no cache (prepfs-pixels depends on prepfs-base alone). The data path calls [`pipeline`], which composes the rest.
 //!
 //! - [`jpeg`]: TurboJPEG header probing and the region / DCT-scaled decode.
-//! - [`augment`]: torchvision's operations, their random draws, the geometry they fold into.
+//! - [`augment`]: torchvision's operations, their random draws, the geometry they fold into;
+//!   [`crop_padding`] is `random_crop`'s padding.
 //! - [`interpolation`]: `resize`'s and `random_resized_crop`'s filters (bilinear, bicubic, random).
 //! - [`pixel_ops`]: the ops on the output's pixels (their arguments, draws and order), made of
 //!   [`color`] (`color_jitter`, `random_grayscale`), [`blur`] (`gaussian_blur`), [`erasing`]
@@ -30,6 +31,7 @@ pub mod autoaugment;
 pub mod budget;
 pub mod blur;
 pub mod color;
+pub mod crop_padding;
 pub mod erasing;
 pub mod interpolation;
 mod normal;

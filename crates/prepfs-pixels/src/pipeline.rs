@@ -23,7 +23,8 @@ use fast_image_resize::{PixelType, ResizeAlg, ResizeOptions, Resizer};
 
 use crate::output_config::OutputConfig;
 use prepfs_base::errno::ToErrno;
-use crate::augment::{plan_sample, AugmentOp, Rect, SamplePlan};
+use crate::augment::{plan_sample, AugmentOp, Rect, Resample, SamplePlan};
+use crate::crop_padding;
 use crate::interpolation::Filter;
 use crate::pixel_ops;
 use crate::jpeg::{self, JpegError, Region, Scale};
@@ -262,10 +263,32 @@ pub(crate) fn resample_stages(image: RgbRef<'_>, origin: (u32, u32), crop: Rect,
     let mut size = plan.out;
     for stage in between {
         let mut next = vec![0u8; stage.out.area() as usize * 3];
-        resample_into(RgbRef { width: size.width, height: size.height, pixels: &cur }, (0, 0), stage.crop, stage.out, stage.filter, &mut next)?;
+        run_stage(RgbRef { width: size.width, height: size.height, pixels: &cur }, stage, &mut next)?;
         (cur, size) = (next, stage.out);
     }
-    resample_into(RgbRef { width: size.width, height: size.height, pixels: &cur }, (0, 0), last.crop, last.out, last.filter, dst)
+    run_stage(RgbRef { width: size.width, height: size.height, pixels: &cur }, last, dst)
+}
+
+/// One resample after the first, of the whole previous output `image`; padded first where the
+/// stage says (a window that is the crop's size exactly is copied straight from the image
+/// through the padding, nothing else materialised).
+fn run_stage(image: RgbRef<'_>, stage: &Resample, dst: &mut [u8]) -> Result<(), PixelError> {
+    let Some(pad) = stage.pad else {
+        return resample_into(image, (0, 0), stage.crop, stage.out, stage.filter, dst);
+    };
+    let [l, t, _, _] = pad.sides;
+    let c = stage.crop;
+    let whole_pixels = [c.x, c.y, c.width, c.height].iter().all(|v| v.fract() == 0.0);
+    if whole_pixels && stage.out == Size2::new(c.width as u32, c.height as u32) {
+        let (x, y) = (c.x as i64 - i64::from(l), c.y as i64 - i64::from(t));
+        crop_padding::pad_window(image, &pad, x, y, stage.out.width, stage.out.height, dst);
+        return Ok(());
+    }
+    let padded = pad.padded(Size2::new(image.width, image.height));
+    let mut full = vec![0u8; padded.area() as usize * 3];
+    crop_padding::pad_window(image, &pad, -i64::from(l), -i64::from(t), padded.width, padded.height, &mut full);
+    let full = RgbRef { width: padded.width, height: padded.height, pixels: &full };
+    resample_into(full, (0, 0), c, stage.out, stage.filter, dst)
 }
 
 /// What follows the resamples on the output's pixels: the mirror, then the pixel ops.
