@@ -809,7 +809,7 @@ pub mod tests {
                 }
                 let mut want = vec![0u8; 6 * 6 * 3];
                 let stage_pad = Pad { sides: pad.padding, mode, fill: pad.fill };
-                let seen_ref = crate::pipeline::RgbRef::of(&seen);
+                let seen_ref = crate::rgb::RgbRef::of(&seen);
                 crate::crop_padding::pad_window(seen_ref, &stage_pad, left - 3, top - 1, 6, 6, &mut want);
                 assert_eq!(got.pixels, want, "{mode:?} draw {sample}");
                 if left >= 3 && top >= 1 && left + 6 <= 3 + 9 && top + 6 <= 1 + 7 {

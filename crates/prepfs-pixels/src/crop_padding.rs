@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use serde_norway::Value;
 
 use crate::op_args::{Args, OpError};
-use crate::pipeline::RgbRef;
+use crate::rgb::RgbRef;
 use crate::rgb::Size2;
 
 /// The largest padding of one side prepfs accepts (the largest image side it crops to).

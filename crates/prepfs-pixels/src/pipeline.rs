@@ -25,6 +25,7 @@ use crate::output_config::OutputConfig;
 use prepfs_base::errno::ToErrno;
 use crate::augment::{plan_sample, AugmentOp, Rect, Resample, SamplePlan};
 use crate::crop_padding;
+use crate::rgb::RgbRef;
 use crate::interpolation::Filter;
 use crate::pixel_ops;
 use crate::jpeg::{self, JpegError, Region, Scale};
@@ -407,19 +408,6 @@ fn finish(image: &Rgb, origin: (u32, u32), crop: Rect, plan: &SamplePlan) -> Res
     Ok(Rgb { width: size.width, height: size.height, pixels })
 }
 
-/// Borrowed RGB pixels: packed rows, 3 bytes a pixel.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct RgbRef<'a> {
-    pub width: u32,
-    pub height: u32,
-    pub pixels: &'a [u8],
-}
-
-impl<'a> RgbRef<'a> {
-    pub fn of(image: &'a Rgb) -> RgbRef<'a> {
-        RgbRef { width: image.width, height: image.height, pixels: &image.pixels }
-    }
-}
 
 /// The resample step: `crop` of `image` (at `origin`) to `out` with `filter`, not mirrored,
 /// written into `dst` (`out`'s packed RGB rows, exactly).

@@ -351,7 +351,8 @@ mod tests {
     fn resize_then_random_resized_crop_serves_torchvisions_two_resamples() {
         use crate::augment::{plan_sample, ResizeTo};
         use crate::interpolation::{Filter, Interpolation};
-        use crate::pipeline::{self, RgbRef};
+        use crate::pipeline;
+        use crate::rgb::RgbRef;
         use crate::draw::draw_rng;
         let jpeg = crate::synthetic::photo_jpeg(512, 384, turbojpeg::Subsamp::None);
         let ops = vec![

@@ -10,7 +10,8 @@ use std::time::Instant;
 
 use crate::output_config::OutputConfig;
 use crate::augment::{plan_sample, AugmentOp};
-use crate::pipeline::{self, Codec, PixelError, RgbRef};
+use crate::pipeline::{self, Codec, PixelError};
+use crate::rgb::RgbRef;
 use crate::output::Dest;
 use crate::{jpeg, output};
 use crate::served::{OutputFiles, ServedBytes};

@@ -24,3 +24,17 @@ pub struct Rgb {
     pub height: u32,
     pub pixels: Vec<u8>,
 }
+
+/// Borrowed RGB pixels: packed rows, 3 bytes a pixel.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RgbRef<'a> {
+    pub width: u32,
+    pub height: u32,
+    pub pixels: &'a [u8],
+}
+
+impl<'a> RgbRef<'a> {
+    pub fn of(image: &'a Rgb) -> RgbRef<'a> {
+        RgbRef { width: image.width, height: image.height, pixels: &image.pixels }
+    }
+}
