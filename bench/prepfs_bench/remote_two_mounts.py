@@ -17,8 +17,6 @@ import argparse
 import random
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,46 +24,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 from . import BENCH_DIR, ROOT
 from .mount import Mount
+from .servers import RedisServer as Redis
 from .runs import write_report  # the run's JSON and Markdown, its section in BENCHMARKS.md
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 from read_tree import read_all as read_files  # noqa: E402  (the raw reader: whole files, in order)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def files_under(root):
     return sorted(os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs)
-
-
-class Redis:
-    def __init__(self, work):
-        # The deployment's shared secret (cache.remote.secret_file): private, like an ssh key.
-        self.secret = os.path.join(work, "redis.secret")
-        fd = os.open(self.secret, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.write(fd, os.urandom(32))
-        os.close(fd)
-        self.port = free_port()
-        self.proc = subprocess.Popen(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                                      "--appendonly", "no", "--dir", work], stdout=subprocess.DEVNULL)
-        for _ in range(200):
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.1).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        raise SystemExit("redis-server did not start")
-
-    def url(self):
-        return "redis://127.0.0.1:%d" % self.port
-
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait(10)
 
 
 def epoch(mount, job, seed, readers=2, part=(0, 1)):
@@ -141,7 +108,7 @@ def two_mounts(binary, data, work, shared, across):
         for m in mounts:
             m.stop()
         if redis:
-            redis.stop()
+            redis.close()
 
 
 def hit_cost(binary, data, work):
@@ -170,7 +137,7 @@ def hit_cost(binary, data, work):
             finally:
                 m.stop()
     finally:
-        redis.stop()
+        redis.close()
     return res
 
 

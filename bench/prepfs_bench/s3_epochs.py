@@ -24,14 +24,7 @@ import time
 
 from .jobs import generated_source, tree_bytes
 from .runs import script_args, write_report
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+from .servers import free_port
 
 
 def start_moto():

@@ -44,7 +44,6 @@ import random
 import resource
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -54,6 +53,7 @@ import urllib.request
 
 from . import BENCH_DIR, ROOT, module_command, show_path
 from .mount import is_mounted, proc_cpu_seconds
+from .servers import RedisServer, end_process, free_port
 from .runs import script_command, write_report  # the run's JSON and Markdown, its section in BENCHMARKS.md
 
 MOUNT_CORE, NETWORK_CORE = 0, 1
@@ -430,65 +430,12 @@ def _on_signal(signum, _frame):
     raise SystemExit(128 + signum)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def end_process(proc, timeout, signum=signal.SIGTERM):
-    """`signum`, `timeout` s, then SIGKILL; the exit status."""
-    if proc.poll() is None:
-        try:
-            proc.send_signal(signum)
-        except ProcessLookupError:
-            pass
-    try:
-        return proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        return proc.wait(10)
-
-
-class Redis:
-    """A redis-server on loopback, pinned to the network side's core; its secret file 0600."""
+class Redis(RedisServer):
+    """The network side's redis-server: pinned to its core, ended on every way out."""
 
     def __init__(self, work):
-        self.secret = os.path.join(work, "redis.secret")
-        fd = os.open(self.secret, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.write(fd, os.urandom(32))
-        os.close(fd)
-        self.port = free_port()
-        self.proc = subprocess.Popen(["taskset", "-c", str(NETWORK_CORE), "redis-server", "--port", str(self.port),
-                                      "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", work],
-                                     stdout=subprocess.DEVNULL, start_new_session=True)
+        super().__init__(work, cores=NETWORK_CORE)
         _LIVE.append(self)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.1).close()
-                return
-            except OSError:
-                if self.proc.poll() is not None:
-                    break
-                time.sleep(0.05)
-        raise SystemExit("redis-server did not start")
-
-    def url(self):
-        return "redis://127.0.0.1:%d" % self.port
-
-    def flushall(self):
-        subprocess.run(["redis-cli", "-p", str(self.port), "FLUSHALL"], check=True, timeout=30,
-                       stdout=subprocess.DEVNULL)
-
-    def cpu_seconds(self):
-        return proc_cpu_seconds(self.proc.pid)
-
-    def close(self):
-        end_process(self.proc, 10)
-
-    def __repr__(self):
-        return f"Redis(:{self.port})"
 
 
 class Worker:
