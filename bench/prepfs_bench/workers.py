@@ -430,6 +430,15 @@ def _on_signal(signum, _frame):
     raise SystemExit(128 + signum)
 
 
+def log_tail(path, n=20):
+    """The last `n` lines of the log at `path` (empty where it cannot be read)."""
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-n:])
+    except OSError:
+        return ""
+
+
 class Redis(RedisServer):
     """The network side's redis-server: pinned to its core, ended on every way out."""
 
@@ -491,11 +500,7 @@ class Worker:
             return None
 
     def log_tail(self, n=20):
-        try:
-            with open(self.log_path, errors="replace") as f:
-                return "".join(f.readlines()[-n:])
-        except OSError:
-            return ""
+        return log_tail(self.log_path, n)
 
     def kill(self):
         self.killed = True
@@ -548,11 +553,7 @@ class WorkerMount:
         return proc_cpu_seconds(self.proc.pid)
 
     def log_tail(self, n=20):
-        try:
-            with open(self.log_path, errors="replace") as f:
-                return "".join(f.readlines()[-n:])
-        except OSError:
-            return ""
+        return log_tail(self.log_path, n)
 
     def close(self, timeout=30):
         if self in _LIVE:

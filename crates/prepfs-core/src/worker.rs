@@ -51,19 +51,19 @@ pub enum WorkerError {
     Io(#[from] std::io::Error),
 }
 
-/// What a worker did, by outcome.
+/// What a worker did, by outcome (its metrics and its last line say them).
 #[derive(Debug, Default)]
-pub struct WorkerCounters {
-    pub done: AtomicU64,
-    pub failed: AtomicU64,
-    pub refused: AtomicU64,
-    pub stale: AtomicU64,
-    pub other_recipe: AtomicU64,
+struct WorkerCounters {
+    done: AtomicU64,
+    failed: AtomicU64,
+    refused: AtomicU64,
+    stale: AtomicU64,
+    other_recipe: AtomicU64,
     /// Items taken over from a worker that died holding them.
-    pub takeovers: AtomicU64,
+    takeovers: AtomicU64,
     /// CPU nanoseconds of making (reading, decoding, augmenting, encoding).
-    pub make_nanos: AtomicU64,
-    pub bytes_sent: AtomicU64,
+    make_nanos: AtomicU64,
+    bytes_sent: AtomicU64,
 }
 
 /// A worker: see the module documentation.
@@ -109,11 +109,6 @@ impl Worker {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default();
         tracing::info!(name, threads, fingerprint = %format!("{fingerprint:016x}"), url = %remote::redacted(&r.url), "worker ready");
         Ok(Worker { catalog, reader, pixels, remote, taker, fingerprints, threads: threads.max(1), host, counters: WorkerCounters::default() })
-    }
-
-    /// What it did so far.
-    pub fn counters(&self) -> &WorkerCounters {
-        &self.counters
     }
 
     /// Takes and makes items until `stop` is set, then finishes the items in hand, removes its
