@@ -9,6 +9,10 @@ use crate::channel::ChannelSender;
 use crate::ll::fuse_abi::fuse_notify_code as notify_code;
 use crate::ll::notify::Notification;
 
+/// prepfs fork: the bit the kernel sets in a resent request's unique id
+/// (`FUSE_UNIQUE_RESEND`).
+pub const UNIQUE_RESEND: u64 = 1 << 63;
+
 /// A handle to a pending `poll()` request.
 #[derive(Copy, Clone, Debug)]
 pub struct PollHandle(pub u64);
@@ -102,6 +106,16 @@ impl Notifier {
     pub fn delete(&self, parent: INodeNo, child: INodeNo, name: &OsStr) -> io::Result<()> {
         let notif = Notification::new_delete(parent, child, name).map_err(Self::too_big_err)?;
         self.send_inval(notify_code::FUSE_NOTIFY_DELETE, &notif)
+    }
+
+    /// prepfs fork: asks the kernel to send again every request a server of this connection
+    /// took and never answered (`FUSE_NOTIFY_RESEND`, Linux 6.9 and later): a server that took
+    /// over the connection of one that died answers them. The resent requests carry
+    /// [`UNIQUE_RESEND`] in their unique id when the kernel offered `FUSE_HAS_RESEND`.
+    /// # Errors
+    /// The kernel's refusal: `ENOSYS` before 6.9.
+    pub fn resend(&self) -> io::Result<()> {
+        self.send(notify_code::FUSE_NOTIFY_RESEND, &Notification::Bare(Default::default()))
     }
 
     #[allow(unused)]

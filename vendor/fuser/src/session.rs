@@ -221,6 +221,33 @@ impl<FS: Filesystem> Session<FS> {
         Ok(session)
     }
 
+    /// prepfs fork: wraps a /dev/fuse descriptor whose connection is already initialised (its
+    /// FUSE_INIT was answered by the server that had it before, which died or handed over):
+    /// no handshake, the kernel's ABI `proto_version` as that server negotiated it. The
+    /// filesystem's `init` is not called; whatever it decided then is the caller's to restore.
+    pub fn from_initialized_fd(
+        filesystem: FS,
+        fd: OwnedFd,
+        acl: SessionACL,
+        config: Config,
+        proto_version: Version,
+    ) -> Self {
+        let ch = Channel::new(Arc::new(DevFuse(File::from(fd))));
+        Session {
+            filesystem: FilesystemHolder {
+                fs: Some(filesystem),
+            },
+            ch,
+            mount: UmountOnDrop {
+                mount: Arc::new(Mutex::new(None)),
+            },
+            allowed: acl,
+            session_owner: geteuid(),
+            proto_version: Some(proto_version),
+            config,
+        }
+    }
+
     /// Run the session loop in a background thread. If the returned handle is dropped,
     /// the filesystem is unmounted and the given session ends.
     pub fn spawn(self) -> io::Result<BackgroundSession> {
