@@ -10,6 +10,9 @@
 //!   model's inputs.
 //! - [`worker`]: `prepfs worker`: this machine's CPUs lent to the mounts sharing a remote tier.
 //! - [`job`]: `prepfs job reset`: a job's state ended over the loader socket (read-only mounts too).
+//! - [`supervisor`]: the `prepfs mount` process holding the mount's FUSE connection and
+//!   starting its server again after a crash or for `prepfs upgrade`; `takeover`: the server's
+//!   side of it (what it is given, what it hands back).
 //! - [`summary`]: `prepfs stats`: the mount found from a path inside it, its figures as a
 //!   readable summary.
 //!
@@ -25,5 +28,7 @@ pub mod mount;
 pub mod plan_placement;
 mod stop;
 pub mod summary;
+pub mod supervisor;
+mod takeover;
 pub mod unmount;
 pub mod worker;

@@ -54,6 +54,18 @@ enum Command {
         #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "2")]
         watch: Option<f64>,
     },
+    /// Hand a live mount to a new binary with no failed call (docs/restarts.md): the mount's
+    /// supervisor asks the old server to stop taking requests and finish those it took, then
+    /// starts BIN (default: this binary), which takes the connection over and resumes every
+    /// job's epoch. A binary that cannot read the handed-over state is refused, and the old
+    /// server serves on.
+    Upgrade {
+        /// The mountpoint of a prepfs mount.
+        mountpoint: PathBuf,
+        /// The new binary (an absolute path, or one relative to here).
+        #[arg(long = "bin", value_name = "PATH")]
+        binary: Option<PathBuf>,
+    },
     /// A job's state: `prepfs job reset MOUNTPOINT NAME` ends it as `rmdir MOUNTPOINT/jobs/NAME`
     /// does (its next reader begins epoch 1), also on a read-only mount (docs/jobs.md).
     Job {
@@ -196,6 +208,11 @@ struct MountArgs {
     /// `passthrough: false`).
     #[arg(long)]
     no_passthrough: bool,
+    /// Serve in this process, with no supervisor (`-o nosupervise`): a crash of the server
+    /// then ends the mount (by default the `prepfs mount` process holds the connection and
+    /// starts the server again: docs/restarts.md).
+    #[arg(long)]
+    no_supervise: bool,
     /// Show every file and directory as owned by this uid (as mount-s3 and gcsfuse do; same as
     /// `uid:`). What the source's own owners and modes deny a user stays denied.
     #[arg(long, value_name = "UID", value_parser = parse_id)]
@@ -241,6 +258,7 @@ struct MountOptions {
     allow_non_empty: bool,
     create_mountpoint: bool,
     no_passthrough: bool,
+    no_supervise: bool,
     log_level: Option<String>,
     log_file: Option<PathBuf>,
     seed: Option<u64>,
@@ -279,6 +297,7 @@ fn parse_mount_options(lists: &[String]) -> Result<MountOptions, String> {
             "rw" => o.read_only = Some(false),
             "nonempty" | "allow_non_empty" => o.allow_non_empty = true,
             "nopassthrough" => o.no_passthrough = true,
+            "nosupervise" => o.no_supervise = true,
             "x-mount.mkdir" | "create_mountpoint" => o.create_mountpoint = true,
             "log_level" => o.log_level = Some(need(key, value)?.to_string()),
             "log_file" => o.log_file = Some(need(key, value)?.into()),
@@ -320,7 +339,7 @@ fn parse_id(text: &str) -> Result<u32, String> {
 }
 
 /// The subcommands, and the flags clap answers itself.
-const SUBCOMMANDS: &[&str] = &["mount", "unmount", "stats", "plan", "check", "worker", "job", "help"];
+const SUBCOMMANDS: &[&str] = &["mount", "unmount", "upgrade", "stats", "plan", "check", "worker", "job", "help"];
 
 /// Rewrites a `mount.fuse`-style call, `prepfs SOURCE MOUNTPOINT [-o OPTIONS] [-f] [-n] [-s]
 /// [-v] [-t TYPE]`, into `prepfs mount SOURCE MOUNTPOINT --background -o OPTIONS` (`-f`:
@@ -353,6 +372,10 @@ fn helper_call(args: Vec<OsString>) -> Vec<OsString> {
 
 fn main() -> ExitCode {
     prepfs_base::alloc::tune_malloc();
+    if std::env::args_os().nth(1).is_some_and(|a| a == "__takeover-formats") {
+        prepfs::supervisor::print_formats();
+        return ExitCode::SUCCESS;
+    }
     let command = Cli::parse_from(helper_call(std::env::args_os().collect())).command;
     if !matches!(command, Command::Mount(_) | Command::Worker { .. }) {
         if let Err(e) = init_log(None, None) {
@@ -366,6 +389,13 @@ fn main() -> ExitCode {
             Err(e) => fail(e),
         },
         Command::Stats { path, json, watch } => stats(&path, json, watch),
+        Command::Upgrade { mountpoint, binary } => match prepfs::supervisor::upgrade(&mountpoint, binary.as_deref()) {
+            Ok(said) => {
+                println!("prepfs: {said}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(format!("upgrade refused: {e}")),
+        },
         Command::Job { action: JobAction::Reset { mountpoint, name } } => match prepfs::job::reset(&mountpoint, &name) {
             Ok(()) => {
                 println!("job {} reset: its next reader begins epoch 1", prepfs_base::escape::escaped(&name));
@@ -557,10 +587,33 @@ fn mount(args: MountArgs) -> ExitCode {
         on_ready: None,
         drain: drain_config(config.stop, args.drain.or(options.drain), args.drain_max.or(options.drain_max)),
     };
-    if args.background && !args.foreground {
-        return background(config, lifecycle, logs_to_file);
+    // A server a supervisor started mounts in the foreground, whatever its command line says.
+    let supervise = !(args.no_supervise || options.no_supervise) && !prepfs::supervisor::started_by_supervisor();
+    if args.background && !args.foreground && !prepfs::supervisor::started_by_supervisor() {
+        return background(config, lifecycle, logs_to_file, supervise);
     }
-    finish(prepfs::mount::run(config, lifecycle))
+    finish(run_mount(config, lifecycle, supervise, false))
+}
+
+/// Mounts: under a supervisor that holds the connection and starts the server (this binary,
+/// with this command line) again when it dies, or in this process.
+fn run_mount(config: Config, mut lifecycle: Lifecycle, supervise: bool, detach_stdio: bool) -> Result<(), MountError> {
+    if !supervise {
+        return prepfs::mount::run(config, lifecycle);
+    }
+    let mountpoint = &config.mountpoint;
+    // The mountpoint may not exist yet (--create-mountpoint): its parent's canonical path then.
+    let canonical_mountpoint = mountpoint.canonicalize().unwrap_or_else(|_| match (mountpoint.parent().and_then(|p| p.canonicalize().ok()), mountpoint.file_name()) {
+        (Some(parent), Some(name)) => parent.join(name),
+        _ => mountpoint.clone(),
+    });
+    prepfs::supervisor::run(prepfs::supervisor::Supervision {
+        args: std::env::args_os().skip(1).collect(),
+        canonical_mountpoint,
+        on_ready: lifecycle.on_ready.take(),
+        allow_other: config.access.allow_other,
+        detach_stdio,
+    })
 }
 
 /// The drain's settings: the config's (`stop:`), less what the command line gives.
@@ -658,7 +711,7 @@ fn thread_count() -> Option<usize> {
 /// `--background`: forks before any thread starts; the child starts its own session and
 /// mounts, and says on a pipe `R<line>` once the mount serves or `E<error>` if it cannot
 /// mount; the parent waits for that word, prints it and exits 0 (ready) or 1.
-fn background(config: Config, mut lifecycle: Lifecycle, logs_to_file: bool) -> ExitCode {
+fn background(config: Config, mut lifecycle: Lifecycle, logs_to_file: bool, supervise: bool) -> ExitCode {
     if thread_count().is_some_and(|n| n > 1) {
         return fail("cannot go to the background: threads are already running");
     }
@@ -710,7 +763,7 @@ fn background(config: Config, mut lifecycle: Lifecycle, logs_to_file: bool) -> E
                     );
                 }
             }));
-            let ran = prepfs::mount::run(config, lifecycle);
+            let ran = run_mount(config, lifecycle, supervise, true);
             if let Some(mut pipe) = pipe.borrow_mut().take() {
                 let _ = write!(pipe, "E{}", ran.as_ref().err().map_or("stopped before the mount was ready".to_string(), |e| e.to_string()));
             }

@@ -15,7 +15,7 @@ use prepfs_source::catalog::Catalog;
 use prepfs_core::config::Config;
 use prepfs_core::fs::Filesystem;
 use prepfs_core::drain::{Activity, DrainConfig};
-use crate::fuse::{FuseAdapter, OpenPool};
+use crate::fuse::{FuseAdapter, Gate, OpenPool};
 use crate::detach::{lazy_unmount, try_unmount};
 use crate::stop::SignalWaiter;
 use prepfs_base::tasks::{self, Workers};
@@ -31,6 +31,9 @@ pub enum MountError {
     Pool(String),
     #[error("FUSE: {0}")]
     Fuse(io::Error),
+    /// A supervised mount's server ended, or could not mount (its own words).
+    #[error("{0}")]
+    Server(String),
     #[error("stopped by a signal before the mount was ready")]
     Stopped,
     #[error("--metrics-addr {addr}: {source}")]
@@ -432,6 +435,10 @@ pub fn run(config: Config, lifecycle: Lifecycle) -> Result<(), MountError> {
     let waiter = SignalWaiter::start(signals, config.mountpoint.clone(), lifecycle.drain).map_err(MountError::Fuse)?;
     let served = serve(config, lifecycle, &waiter);
     waiter.finish();
+    if let (Err(e), Some(control)) = (&served, crate::takeover::control()) {
+        // A supervised server says why, for the supervisor to say it as the mount's failure.
+        let _ = control.send(&crate::takeover::ToSupervisor::Failed { error: e.to_string() }, &[]);
+    }
     served
 }
 
@@ -439,32 +446,63 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
     for warning in config.memory_warnings() {
         tracing::warn!("{warning}");
     }
-    // Everything that can refuse the mount is asked before the scan, which may take minutes.
-    check_fuse_access(&config.mountpoint, config.access.allow_other)?;
-    let created = prepare_mountpoint(&config.mountpoint, lifecycle.create_mountpoint, lifecycle.allow_non_empty)?;
-    // Before anything mounts (a created mountpoint is removed again as `created` drops).
-    if config.object_store.is_none() {
-        check_no_overlap(&config.source, &config.mountpoint)?;
+    // Started by a supervisor (`crate::supervisor`): a server after the first takes the live
+    // mount over instead of mounting; nothing may look at the mountpoint then (a stat of it
+    // would wait on this very process).
+    let supervised = crate::takeover::given().map_err(MountError::Fuse)?;
+    let taking = supervised.as_ref().and_then(|g| g.taken.clone());
+    if let Some(given) = &supervised {
+        if given.format > crate::takeover::FORMAT {
+            tracing::error!(format = given.format, reads = crate::takeover::FORMAT, "the handed-over state is of a newer format than this binary reads: refusing the handover");
+            std::process::exit(crate::takeover::EXIT_UNKNOWN_FORMAT);
+        }
     }
+    let created = match &taking {
+        Some(_) => None,
+        None => {
+            // Everything that can refuse the mount is asked before the scan, which may take minutes.
+            check_fuse_access(&config.mountpoint, config.access.allow_other)?;
+            let created = prepare_mountpoint(&config.mountpoint, lifecycle.create_mountpoint, lifecycle.allow_non_empty)?;
+            // Before anything mounts (a created mountpoint is removed again as `created` drops).
+            if config.object_store.is_none() {
+                check_no_overlap(&config.source, &config.mountpoint)?;
+            }
+            created
+        }
+    };
     // Held while serving: the other mounts' `memory: auto` counts this one's cache.
     let _registered = register_memory(&config);
     if let Some(created) = created.as_ref().filter(|_| lifecycle.create_mountpoint) {
         tracing::info!(mountpoint = %prepfs_base::escape::escaped(&config.mountpoint), dirs = created.dirs.len(), "created the mountpoint");
     }
     // Dropped when serve returns: removes what it created (after the unmount), if still empty.
+    // A supervised server leaves it in place (the supervisor outlives it).
     let _created = match created {
-        Some(c) if lifecycle.keep_created_mountpoint => {
+        Some(c) if lifecycle.keep_created_mountpoint || supervised.is_some() => {
             c.keep();
             None
         }
         other => other,
     };
-    let canonical_mountpoint = config.mountpoint.canonicalize().unwrap_or_else(|_| config.mountpoint.clone());
-    let metrics_listener = match &lifecycle.metrics_addr {
-        Some(addr) => Some(std::net::TcpListener::bind(addr.as_str()).map_err(|source| MountError::Metrics { addr: addr.clone(), source })?),
-        None => None,
+    let canonical_mountpoint = match &supervised {
+        Some(given) if taking.is_some() => given.canonical_mountpoint.clone(),
+        _ => config.mountpoint.canonicalize().unwrap_or_else(|_| config.mountpoint.clone()),
     };
-    let loader_server = bind_loader_socket(&config)?;
+    let metrics_listener = match (&taking, &lifecycle.metrics_addr) {
+        (Some(taken), _) => taken.metrics.map(|fd| crate::takeover::own(fd).map(std::net::TcpListener::from)).transpose().map_err(MountError::Fuse)?,
+        (None, Some(addr)) => Some(std::net::TcpListener::bind(addr.as_str()).map_err(|source| MountError::Metrics { addr: addr.clone(), source })?),
+        (None, None) => None,
+    };
+    let loader_server = match &taking {
+        Some(taken) => match (taken.loader, &taken.mounted.loader_path) {
+            (Some(fd), Some(path)) => {
+                let listener = crate::takeover::own(fd).map(std::os::unix::net::UnixListener::from).map_err(MountError::Fuse)?;
+                Some(prepfs_core::loader::LoaderServer::from_listener(listener, path.clone()))
+            }
+            _ => None,
+        },
+        None => bind_loader_socket(&config)?,
+    };
     // Outputs are held in memory files while passthrough is on: one descriptor each.
     match prepfs_pixels::served::raise_fd_limit() {
         Ok(limit) => tracing::debug!(limit, "open file limit"),
@@ -493,43 +531,91 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
     prepfs_base::alloc::release_freed();
     let pool = OpenPool::new(config.threads).map_err(|e| MountError::Pool(e.to_string()))?;
     let mountpoint = config.mountpoint.clone();
-    let fuse_config = fuser_config(&config, lifecycle.read_only);
+    let fuse_config = fuser_config(&config, lifecycle.read_only, supervised.is_some());
     let fs = match (&shards, &store) {
         (Some(shards), _) => Filesystem::over_shards(config, catalog, shards),
         (None, Some(store)) => Filesystem::over_object_store(config, catalog, store),
         (None, None) => Filesystem::new(config, catalog),
     };
     let fs = Arc::new(fs.map_err(MountError::Fuse)?);
+    if let Some(given) = &supervised {
+        fs.number_handles_from((given.restarts << 40) + 1);
+    }
     if let Err(e) = validate_with_progress(&fs, &waiter.stopping) {
         fs.shutdown();
         return Err(e);
     }
     let activity = Arc::new(Activity::default());
-    let adapter = FuseAdapter::new(Arc::clone(&fs), pool, Arc::clone(&activity));
+    let gate = Arc::new(Gate::default());
+    let adapter = FuseAdapter::new(Arc::clone(&fs), pool, Arc::clone(&activity), Arc::clone(&gate));
+    let handshake = adapter.handshake();
     fs.plan_cache();
     if waiter.stopping.load(Ordering::SeqCst) {
         fs.shutdown();
         return Err(MountError::Stopped);
     }
-    let session = fuser::Session::new(adapter, &mountpoint, &fuse_config).map_err(MountError::Fuse)?;
+    let control = crate::takeover::control();
+    let (session, connection) = match &taking {
+        Some(taken) => {
+            // The connection's own descriptor, already initialised: no FUSE_INIT; what the
+            // first server's decided is restored.
+            let fuse = crate::takeover::own(taken.fuse).map_err(MountError::Fuse)?;
+            crate::fuse::restore_passthrough(&fs, &taken.mounted.passthrough);
+            let (major, minor) = taken.mounted.proto;
+            let acl = fuse_config.acl;
+            (fuser::Session::from_initialized_fd(adapter, fuse, acl, fuse_config, fuser::Version(major, minor)), taken.mounted.connection)
+        }
+        None => {
+            let session = fuser::Session::new(adapter, &mountpoint, &fuse_config).map_err(MountError::Fuse)?;
+            let connection = fuse_connection(&canonical_mountpoint);
+            if let Some(control) = control {
+                hand_mount_to_supervisor(control, &session, &handshake, connection, loader_server.as_ref(), metrics_listener.as_ref()).map_err(MountError::Fuse)?;
+            }
+            (session, connection)
+        }
+    };
     let notifier = session.notifier();
     let mut workers = Workers::default();
-    let started = start_workers(&fs, &mut workers, notifier, loader_server).and_then(|()| match metrics_listener {
+    let started = start_workers(&fs, &mut workers, notifier.clone(), loader_server).and_then(|()| match metrics_listener {
         Some(listener) => start_metrics_endpoint(&fs, &mut workers, listener),
         None => Ok(()),
     });
-    let connection = fuse_connection(&canonical_mountpoint);
     waiter.mounted(connection, activity, canonical_mountpoint.clone());
     // The session's own thread reads requests from here on (its drop no longer unmounts: see
     // `end_session`).
     let session = match started.and_then(|()| session.spawn()) {
         Ok(session) => session,
         Err(e) => {
-            let _ = try_unmount(&mountpoint).or_else(|_| lazy_unmount(&mountpoint));
+            if taking.is_none() {
+                let _ = try_unmount(&mountpoint).or_else(|_| lazy_unmount(&mountpoint));
+            }
             stop_and_join(workers, &fs);
             return Err(MountError::Fuse(e));
         }
     };
+    if taking.is_some() {
+        // What the server before this one had read and never answered, sent again.
+        match notifier.resend() {
+            Ok(()) => tracing::info!("took the mount over; the kernel sends again what the last server left unanswered"),
+            Err(e) => tracing::warn!(error = %e, "took the mount over, but the kernel cannot send again what the last server left unanswered (FUSE_NOTIFY_RESEND needs Linux 6.9): those callers wait until the mount ends"),
+        }
+    }
+    if let Some(control) = control {
+        let ready = crate::takeover::ToSupervisor::Ready {
+            samples: fs.catalog().sample_count(),
+            source: prepfs_base::escape::escaped(&fs.config().source).to_string(),
+            mountpoint: prepfs_base::escape::escaped(&mountpoint).to_string(),
+            pid: std::process::id(),
+        };
+        if let Err(e) = control.send(&ready, &[]) {
+            tracing::warn!(error = %e, "cannot tell the supervisor the mount serves");
+        }
+        start_handover_listener(control.try_clone().map_err(MountError::Fuse)?, Arc::clone(&gate), Arc::clone(&fs)).map_err(MountError::Fuse)?;
+        let ran = end_session(session, &canonical_mountpoint, connection);
+        stop_and_join(workers, &fs);
+        tracing::info!(mountpoint = %prepfs_base::escape::escaped(&mountpoint), "unmounted");
+        return ran.map_err(MountError::Fuse);
+    }
     let ready = Ready { samples: fs.catalog().sample_count(), source: &fs.config().source, mountpoint: &mountpoint };
     match lifecycle.on_ready.take() {
         Some(tell) => tell(&ready),
@@ -734,7 +820,55 @@ fn fuse_connection(canonical: &Path) -> Option<u64> {
     mount_at(canonical).map(|m| m.minor)
 }
 
-fn fuser_config(config: &Config, read_only: bool) -> fuser::Config {
+/// The first supervised server hands the supervisor what must outlive it: the connection's own
+/// `/dev/fuse` descriptor (a duplicate, not a clone: requests stay on it when this process
+/// dies), the listeners, and what FUSE_INIT decided.
+fn hand_mount_to_supervisor(
+    control: &crate::takeover::Control,
+    session: &fuser::Session<FuseAdapter>,
+    handshake: &std::sync::OnceLock<crate::fuse::Handshake>,
+    connection: Option<u64>,
+    loader: Option<&prepfs_core::loader::LoaderServer>,
+    metrics: Option<&std::net::TcpListener>,
+) -> io::Result<()> {
+    use std::os::fd::{AsFd, AsRawFd};
+    let decided = handshake.get().cloned().ok_or_else(|| io::Error::other("the FUSE handshake did not run"))?;
+    let mut fds = vec![session.as_fd().as_raw_fd()];
+    fds.extend(loader.map(|l| l.listener_fd()));
+    fds.extend(metrics.map(AsRawFd::as_raw_fd));
+    let mounted = crate::takeover::Mounted {
+        proto: decided.proto,
+        passthrough: decided.passthrough,
+        has_resend: decided.has_resend,
+        connection,
+        loader: loader.is_some(),
+        metrics: metrics.is_some(),
+        loader_path: loader.map(|l| l.path().to_path_buf()),
+    };
+    control.send(&crate::takeover::ToSupervisor::Mounted(mounted), &fds)
+}
+
+/// Waits for the supervisor's handover request (`prepfs upgrade`): then closes the gate, waits
+/// for the requests let through to be answered, and exits with `EXIT_HANDED_OVER`, leaving the
+/// connection, the listeners and the socket files to the next server (no destructor runs).
+fn start_handover_listener(control: crate::takeover::Control, gate: Arc<Gate>, fs: Arc<Filesystem>) -> io::Result<()> {
+    std::thread::Builder::new().name("prepfs-handover".into()).spawn(move || {
+        while let Ok(Some((message, _))) = control.receive::<crate::takeover::ToServer>() {
+            match message {
+                crate::takeover::ToServer::HandOver => {
+                    tracing::info!("handing the mount over: no new request taken; finishing those taken");
+                    gate.close_and_wait();
+                    fs.flush_for_handover();
+                    tracing::info!("handed over");
+                    std::process::exit(crate::takeover::EXIT_HANDED_OVER);
+                }
+            }
+        }
+    })?;
+    Ok(())
+}
+
+fn fuser_config(config: &Config, read_only: bool, supervised: bool) -> fuser::Config {
     let mut fc = fuser::Config::default();
     fc.mount_options = vec![
         fuser::MountOption::FSName(format!("prepfs:{}", config.source.display())),
@@ -759,7 +893,7 @@ fn fuser_config(config: &Config, read_only: bool) -> fuser::Config {
         fc.acl = fuser::SessionACL::All;
     }
     // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
+    if unsafe { libc::geteuid() } == 0 && !supervised {
         // As root, mounted through fusermount3 too (fuser does for this option), as every other
         // user's mount is: the mount table shows type `fuse.prepfs` (fuser's own mount(2) as
         // root says `fuse`), and a daemon that dies without unmounting (SIGKILL, a crash) leaves
@@ -771,7 +905,9 @@ fn fuser_config(config: &Config, read_only: bool) -> fuser::Config {
         }
     }
     fc.n_threads = Some(config.fuse_threads);
-    fc.clone_fd = true;
+    // Supervised, every thread reads the connection's own descriptor (the supervisor holds a
+    // duplicate): a clone's requests would fail with its server, never to be sent again.
+    fc.clone_fd = !supervised;
     fc
 }
 

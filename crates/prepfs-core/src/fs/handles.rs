@@ -142,6 +142,11 @@ impl HandleTable {
     fn shard(&self, fh: u64) -> &Mutex<HashMap<u64, Arc<Handle>>> {
         &self.shards[fh as usize % HANDLE_SHARDS]
     }
+    /// Numbers the next handles from `first` on.
+    pub(super) fn number_from(&self, first: u64) {
+        self.next.fetch_max(first, Ordering::Relaxed);
+    }
+
     pub(super) fn insert(&self, data: Arc<Handle>) -> u64 {
         let fh = self.next.fetch_add(1, Ordering::Relaxed);
         self.shard(fh).lock_or_recover().insert(fh, data);

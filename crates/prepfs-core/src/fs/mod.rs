@@ -280,6 +280,20 @@ impl Filesystem {
         self.producer.flush();
     }
 
+    /// Before a handover (`prepfs upgrade`, issue 53): the disk tier's queued writes written,
+    /// so that the next server finds them. The rest of the mount's work is left as it is: the
+    /// process exits next, holding nothing the next server needs.
+    pub fn flush_for_handover(&self) {
+        self.producer.flush();
+    }
+
+    /// This server's handles are numbered from `first` on: a server taking a mount over starts
+    /// above every number an earlier one gave, so that a release of an old handle the kernel
+    /// still holds never ends a new one. Called before serving.
+    pub fn number_handles_from(&self, first: u64) {
+        self.handles.number_from(first);
+    }
+
     /// Whether `caller` is root or the mount's owner.
     pub(crate) fn is_privileged(&self, caller: Caller) -> bool {
         caller.uid == 0 || caller.uid == self.owner.0

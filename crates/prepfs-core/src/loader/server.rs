@@ -137,6 +137,19 @@ impl LoaderServer {
         })
     }
 
+    /// Serves a listener bound by an earlier server of this mount (a supervised restart, issue
+    /// 53): the socket file at `path` stays where that server bound it.
+    pub fn from_listener(listener: UnixListener, path: PathBuf) -> LoaderServer {
+        let _ = listener.set_nonblocking(true);
+        let made = std::fs::symlink_metadata(&path).map(|m| (m.dev(), m.ino())).unwrap_or_default();
+        LoaderServer { listener, path, made, live: Arc::default(), threads: Vec::new(), ending: Arc::default() }
+    }
+
+    /// The listening descriptor, for the supervisor to hold across restarts.
+    pub fn listener_fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.listener)
+    }
+
     /// Where it listens.
     pub fn path(&self) -> &Path {
         &self.path

@@ -23,6 +23,7 @@
 //! less per cache hit).
 
 mod backings;
+mod gate;
 mod pool;
 
 use std::ffi::OsStr;
@@ -37,6 +38,7 @@ use fuser::{
 };
 
 use backings::Backings;
+pub(crate) use gate::Gate;
 pub(crate) use pool::OpenPool;
 
 use prepfs_core::drain::Activity;
@@ -58,6 +60,22 @@ pub(crate) struct FuseAdapter {
     backings: Arc<Backings>,
     /// The readers' requests, for a drain (`prepfs_core::drain`).
     activity: Arc<Activity>,
+    /// Closed at a handover: requests with an effect are then left for the next server.
+    gate: Arc<Gate>,
+    /// What this server's FUSE_INIT decided (the first server's; a server taking the connection
+    /// over gets none), for the supervisor to hand on.
+    handshake: Arc<std::sync::OnceLock<Handshake>>,
+}
+
+/// What FUSE_INIT decided: what a server taking the connection over must know of it.
+#[derive(Debug, Clone)]
+pub(crate) struct Handshake {
+    /// The kernel's ABI version (major, minor).
+    pub(crate) proto: (u32, u32),
+    /// Passthrough enabled, or why not.
+    pub(crate) passthrough: Result<(), String>,
+    /// The kernel offered FUSE_HAS_RESEND.
+    pub(crate) has_resend: bool,
 }
 
 /// Who sent a request.
@@ -68,9 +86,14 @@ fn caller(req: &Request) -> Caller {
 impl FuseAdapter {
     /// An adapter running opens' pixel work on `pool` (its threads joined when the adapter is
     /// dropped, at unmount).
-    pub(crate) fn new(fs: Arc<Filesystem>, pool: OpenPool, activity: Arc<Activity>) -> Self {
+    pub(crate) fn new(fs: Arc<Filesystem>, pool: OpenPool, activity: Arc<Activity>, gate: Arc<Gate>) -> Self {
         let backings = Arc::new(Backings::new(Arc::clone(&fs)));
-        FuseAdapter { fs, pool, backings, activity }
+        FuseAdapter { fs, pool, backings, activity, gate, handshake: Arc::default() }
+    }
+
+    /// Where FUSE_INIT's outcome will be, once the handshake ran.
+    pub(crate) fn handshake(&self) -> Arc<std::sync::OnceLock<Handshake>> {
+        Arc::clone(&self.handshake)
     }
 
     /// A reader's request on `ino`: what a drain waits out. The control files' (`prepfs stats`,
@@ -151,6 +174,15 @@ fn reply_opened(fs: &Filesystem, backings: &Backings, opened: Opened, reply: Rep
     reply.opened(FileHandle(fh), fopen_flags(opened.cache))
 }
 
+/// Sets the mount's passthrough as a handshake decided it: at this server's FUSE_INIT, or at
+/// the first server's for one that took the connection over.
+pub(crate) fn restore_passthrough(fs: &Filesystem, decided: &Result<(), String>) {
+    match decided {
+        Ok(()) => fs.enable_passthrough(),
+        Err(why) => fs.disable_passthrough(why.clone()),
+    }
+}
+
 fn fopen_flags(cache: CachePolicy) -> FopenFlags {
     match cache {
         CachePolicy::KeepCache => FopenFlags::FOPEN_KEEP_CACHE,
@@ -162,16 +194,23 @@ fn fopen_flags(cache: CachePolicy) -> FopenFlags {
 
 impl fuser::Filesystem for FuseAdapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        if self.fs.passthrough_wanted() {
+        let passthrough = if self.fs.passthrough_wanted() {
             match config.add_capabilities(InitFlags::FUSE_PASSTHROUGH) {
                 // The kernel refuses a backing file whose filesystem is stacked as deep as this
                 // mount says it may be: 2 (the most) takes sources on overlayfs too.
-                Ok(()) if config.set_max_stack_depth(2).is_ok() => self.fs.enable_passthrough(),
-                _ => self.fs.disable_passthrough("the kernel does not offer it (Linux 6.9 or later has it)".into()),
+                Ok(()) if config.set_max_stack_depth(2).is_ok() => Ok(()),
+                _ => Err("the kernel does not offer it (Linux 6.9 or later has it)".to_string()),
             }
         } else {
-            self.fs.enable_passthrough(); // logs why it stays off
-        }
+            Ok(()) // enable_passthrough logs why it stays off
+        };
+        restore_passthrough(&self.fs, &passthrough);
+        let abi = config.kernel_abi();
+        let _ = self.handshake.set(Handshake {
+            proto: (abi.0, abi.1),
+            passthrough,
+            has_resend: config.capabilities().contains(InitFlags::FUSE_HAS_RESEND),
+        });
         // Concurrent lookups in one directory; more requests in flight at once. Each is a
         // request the kernel may refuse (an older kernel): the mount works without.
         // Listings are plain READDIR: names and types, no attributes. READDIRPLUS (even _AUTO,
@@ -187,6 +226,7 @@ impl fuser::Filesystem for FuseAdapter {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let Some(_pass) = self.gate.enter() else { return std::mem::forget(reply) };
         bump(&self.fs.stats().requests.lookup, 1);
         let _span = tracing::debug_span!("fuse", op = "lookup", parent = parent.0).entered();
         if !(parent.0 == fuser::INodeNo::ROOT.0 && name == ".prepfs") {
@@ -208,6 +248,7 @@ impl fuser::Filesystem for FuseAdapter {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let Some(pass) = self.gate.enter() else { return std::mem::forget(reply) };
         bump(&self.fs.stats().requests.open, 1);
         // Entered wherever the open runs (here or on a decode thread).
         let span = tracing::debug_span!("fuse", op = "open", ino = ino.0);
@@ -218,6 +259,7 @@ impl fuser::Filesystem for FuseAdapter {
         let backings = Arc::clone(&self.backings);
         let caller = caller(req);
         let open = move || {
+            let _pass = pass;
             let _span = span.entered();
             match fs.open(ino.0, write, caller) {
                 Ok(o) => reply_opened(&fs, &backings, o, reply),
@@ -243,6 +285,7 @@ impl fuser::Filesystem for FuseAdapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        let Some(_pass) = self.gate.enter() else { return std::mem::forget(reply) };
         bump(&self.fs.stats().requests.read, 1);
         let _span = tracing::trace_span!("fuse", op = "read", ino = ino.0, offset, size).entered();
         self.note_reader_request(req, ino.0);
@@ -262,6 +305,7 @@ impl fuser::Filesystem for FuseAdapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        let Some(_pass) = self.gate.enter() else { return std::mem::forget(reply) };
         bump(&self.fs.stats().requests.release, 1);
         let _span = tracing::trace_span!("fuse", op = "release", ino = ino.0).entered();
         self.backings.release(fh.0);
@@ -277,6 +321,7 @@ impl fuser::Filesystem for FuseAdapter {
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let Some(_pass) = self.gate.enter() else { return std::mem::forget(reply) };
         bump(&self.fs.stats().requests.opendir, 1);
         let _span = tracing::debug_span!("fuse", op = "opendir", ino = ino.0).entered();
         self.note_reader_request(req, ino.0);
@@ -292,6 +337,7 @@ impl fuser::Filesystem for FuseAdapter {
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let Some(_pass) = self.gate.enter() else { return std::mem::forget(reply) };
         bump(&self.fs.stats().requests.readdir, 1);
         let _span = tracing::debug_span!("fuse", op = "readdir", ino = ino.0, offset).entered();
         let result = self.fs.readdir(fh.0, offset, |entry, next| {
@@ -311,6 +357,7 @@ impl fuser::Filesystem for FuseAdapter {
     /// send it; kept complete, and counted (`fuse_requests.readdirplus`, held at 0 by the
     /// listing test).
     fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let Some(_pass) = self.gate.enter() else { return std::mem::forget(reply) };
         bump(&self.fs.stats().requests.readdirplus, 1);
         let _span = tracing::debug_span!("fuse", op = "readdirplus", ino = ino.0, offset).entered();
         let result = self.fs.readdir(fh.0, offset, |entry, next| {
@@ -329,6 +376,7 @@ impl fuser::Filesystem for FuseAdapter {
     }
 
     fn releasedir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        let Some(_pass) = self.gate.enter() else { return std::mem::forget(reply) };
         bump(&self.fs.stats().requests.releasedir, 1);
         let _span = tracing::trace_span!("fuse", op = "releasedir", ino = ino.0).entered();
         self.fs.releasedir(fh.0);
@@ -396,6 +444,7 @@ impl fuser::Filesystem for FuseAdapter {
     // `jobs/`: mkdir makes a job, rmdir retires one.
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, _mode: u32, _umask: u32, reply: ReplyEntry) {
+        let Some(_pass) = self.gate.enter() else { return std::mem::forget(reply) };
         let _span = tracing::debug_span!("fuse", op = "mkdir", parent = parent.0).entered();
         match self.fs.mkdir(parent.0, name, caller(req)) {
             Ok(a) => reply.entry(&ttl(&a), &self.attr(&a), Generation(0)),
@@ -404,6 +453,7 @@ impl fuser::Filesystem for FuseAdapter {
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let Some(_pass) = self.gate.enter() else { return std::mem::forget(reply) };
         let _span = tracing::debug_span!("fuse", op = "rmdir", parent = parent.0).entered();
         match self.fs.rmdir(parent.0, name) {
             Ok(()) => reply.ok(),
