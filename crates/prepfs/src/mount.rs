@@ -156,7 +156,7 @@ pub struct Ready<'a> {
 /// unmount, or when the mount fails to start), each only if it is still empty.
 #[derive(Debug, Default)]
 pub struct CreatedMountpoint {
-    dirs: Vec<std::path::PathBuf>,
+    pub(crate) dirs: Vec<std::path::PathBuf>,
 }
 
 impl CreatedMountpoint {
@@ -476,10 +476,15 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
         tracing::info!(mountpoint = %prepfs_base::escape::escaped(&config.mountpoint), dirs = created.dirs.len(), "created the mountpoint");
     }
     // Dropped when serve returns: removes what it created (after the unmount), if still empty.
-    // A supervised server leaves it in place (the supervisor outlives it).
+    // A supervised server hands it to the supervisor, which outlives it.
+    let mut created_dirs = Vec::new();
     let _created = match created {
-        Some(c) if lifecycle.keep_created_mountpoint || supervised.is_some() => {
+        Some(c) if lifecycle.keep_created_mountpoint => {
             c.keep();
+            None
+        }
+        Some(mut c) if supervised.is_some() => {
+            created_dirs = std::mem::take(&mut c.dirs);
             None
         }
         other => other,
@@ -569,7 +574,7 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
             let session = fuser::Session::new(adapter, &mountpoint, &fuse_config).map_err(MountError::Fuse)?;
             let connection = fuse_connection(&canonical_mountpoint);
             if let Some(control) = control {
-                hand_mount_to_supervisor(control, &session, &handshake, connection, loader_server.as_ref(), metrics_listener.as_ref()).map_err(MountError::Fuse)?;
+                hand_mount_to_supervisor(control, &session, &handshake, connection, loader_server.as_ref(), metrics_listener.as_ref(), created_dirs).map_err(MountError::Fuse)?;
             }
             (session, connection)
         }
@@ -830,6 +835,7 @@ fn hand_mount_to_supervisor(
     connection: Option<u64>,
     loader: Option<&prepfs_core::loader::LoaderServer>,
     metrics: Option<&std::net::TcpListener>,
+    created_dirs: Vec<std::path::PathBuf>,
 ) -> io::Result<()> {
     use std::os::fd::{AsFd, AsRawFd};
     let decided = handshake.get().cloned().ok_or_else(|| io::Error::other("the FUSE handshake did not run"))?;
@@ -844,6 +850,7 @@ fn hand_mount_to_supervisor(
         loader: loader.is_some(),
         metrics: metrics.is_some(),
         loader_path: loader.map(|l| l.path().to_path_buf()),
+        created_dirs,
     };
     control.send(&crate::takeover::ToSupervisor::Mounted(mounted), &fds)
 }

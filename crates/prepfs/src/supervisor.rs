@@ -138,12 +138,20 @@ pub fn run(supervision: Supervision) -> Result<(), MountError> {
         stopping: false,
         upgrade: None,
         failure: None,
+        created_dirs: Vec::new(),
     };
     let mut server = supervisor
         .start(&binary)
         .map_err(|e| fail("starting the server", e))?;
     let status = supervisor.supervise(&mut server, &signals);
     drop(handover);
+    // What the first server created for the mountpoint goes once the mount has (each only if
+    // still empty: remove_dir refuses anything else, a mounted directory too).
+    for dir in &supervisor.created_dirs {
+        if std::fs::remove_dir(dir).is_err() {
+            break;
+        }
+    }
     match (status?, supervisor.failure.take()) {
         (status, _) if status.success() => Ok(()),
         (_, Some(error)) => Err(MountError::Server(error)),
@@ -170,6 +178,8 @@ struct Supervisor {
     upgrade: Option<(PathBuf, PathBuf, Sender<Result<String, String>>)>,
     /// What the first server said when it could not mount.
     failure: Option<String>,
+    /// Directories the first server created for the mountpoint, deepest first.
+    created_dirs: Vec<PathBuf>,
 }
 
 impl Supervisor {
@@ -361,6 +371,7 @@ impl Supervisor {
                     let loader = if mounted.loader { fds.next() } else { None };
                     let metrics = if mounted.metrics { fds.next() } else { None };
                     tracing::info!(connection = ?mounted.connection, passthrough = mounted.passthrough.is_ok(), resend = mounted.has_resend, "holding the mount's connection");
+                    self.created_dirs = mounted.created_dirs.clone();
                     self.held = Some(Held {
                         fuse,
                         loader,

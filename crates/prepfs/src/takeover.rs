@@ -84,6 +84,10 @@ pub(crate) struct Mounted {
     pub(crate) metrics: bool,
     /// The loader socket's path (its file stays; a new server serves the same listener).
     pub(crate) loader_path: Option<std::path::PathBuf>,
+    /// Directories the first server created for the mountpoint (deepest first), for the
+    /// supervisor to remove at the mount's end if still empty.
+    #[serde(default)]
+    pub(crate) created_dirs: Vec<std::path::PathBuf>,
 }
 
 /// A server's message to the supervisor.
@@ -244,6 +248,7 @@ mod tests {
             loader: false,
             metrics: false,
             loader_path: None,
+            created_dirs: Vec::new(),
         };
         a.send(&ToSupervisor::Mounted(mounted), &[file.as_raw_fd()])
             .expect("send");

@@ -62,6 +62,9 @@ pub fn unmount(mountpoint: &Path, now: bool) -> Result<(), UnmountError> {
     } else {
         &[Signal::SIGTERM]
     };
+    // A supervised mount's supervisor (the `prepfs mount` process, the server's parent) ends
+    // after its server: waited for too.
+    let supervisor = supervisor_of(pid);
     for &signal in signals {
         match kill(Pid::from_raw(pid), signal) {
             Ok(()) | Err(Errno::ESRCH) => {}
@@ -73,7 +76,7 @@ pub fn unmount(mountpoint: &Path, now: bool) -> Result<(), UnmountError> {
     }
     loop {
         let mounted = mount_at(&canonical).is_some_and(|e| e.minor == entry.minor && e.fstype == entry.fstype);
-        let running = alive(pid);
+        let running = alive(pid) || supervisor.is_some_and(alive);
         if !mounted && !running {
             prepfs_base::log::say(&format!("prepfs: unmounted {}", prepfs_base::escape::escaped(&canonical)));
             return Ok(());
@@ -120,6 +123,14 @@ fn daemon_pid(path: &Path, canonical: &Path) -> Result<i32, UnmountError> {
         )));
     }
     Ok(pid)
+}
+
+/// The supervisor of server `pid`: its parent, if that is a prepfs process too.
+fn supervisor_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let parent: i32 = stat.rsplit(')').next()?.split_whitespace().nth(1)?.parse().ok()?;
+    let comm = std::fs::read_to_string(format!("/proc/{parent}/comm")).ok()?;
+    (parent > 1 && comm.trim().starts_with("prepfs")).then_some(parent)
 }
 
 /// Whether `pid` runs (a zombie, waiting for its parent to reap it, has ended).

@@ -122,6 +122,8 @@ impl HandleData {
 /// Open handles, sharded so that many FUSE threads rarely meet on one lock.
 pub(super) struct HandleTable {
     next: AtomicU64,
+    /// The first number this server gave: those below are an earlier server's (issue 53).
+    first: AtomicU64,
     shards: Vec<Mutex<HashMap<u64, Arc<Handle>>>>,
     /// Open handles by inode that later opens of the inode share while one is open: in a job's
     /// view always (PIL opens a PPM twice to try mmap: both see the same sample), everywhere
@@ -135,6 +137,7 @@ impl HandleTable {
     pub(super) fn new() -> Self {
         HandleTable {
             next: AtomicU64::new(1),
+            first: AtomicU64::new(1),
             shards: (0..HANDLE_SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             shares: Mutex::new(HashMap::new()),
         }
@@ -145,6 +148,20 @@ impl HandleTable {
     /// Numbers the next handles from `first` on.
     pub(super) fn number_from(&self, first: u64) {
         self.next.fetch_max(first, Ordering::Relaxed);
+        self.first.store(first, Ordering::Relaxed);
+    }
+
+    /// Whether `fh` was given by an earlier server of this mount.
+    pub(super) fn is_earlier(&self, fh: u64) -> bool {
+        fh < self.first.load(Ordering::Relaxed)
+    }
+
+    /// Moves the handle numbered `from` to number `to` (a handle remade for an earlier
+    /// server's number).
+    fn renumber(&self, from: u64, to: u64) -> Result<()> {
+        let handle = self.remove(from).ok_or(Error::BadHandle)?;
+        self.shard(to).lock_or_recover().insert(to, handle);
+        Ok(())
     }
 
     pub(super) fn insert(&self, data: Arc<Handle>) -> u64 {
@@ -290,6 +307,25 @@ impl Filesystem {
             },
             HandleData::Listing(_) => reply(Err(Error::IsADirectory)),
         }
+    }
+
+    /// Remakes, under its own number, a handle an earlier server of this mount gave and died
+    /// with (issue 53), where its content is the same at every open: a top-level `encoded/` or
+    /// `decoded/` file. The kernel then reads on as if nothing happened. Any other (an
+    /// augmentation, a job's choice) cannot be remade and stays unknown (`EBADF`); with
+    /// passthrough on (the default) the kernel reads those without us, so none is asked.
+    pub fn remake_earlier_handle(&self, ino: u64, fh: u64, caller: Caller) -> Result<()> {
+        if !self.handles.is_earlier(fh) || self.handles.get(fh).is_ok() {
+            return Ok(());
+        }
+        let deterministic = matches!(super::inodes::Node::from_ino(ino), Some(super::inodes::Node::File(view, _)) if view.job == 0 && view.form != Form::Augmented);
+        if !deterministic {
+            return Err(Error::BadHandle);
+        }
+        let opened = self.open(ino, false, caller)?;
+        self.handles.renumber(opened.fh, fh)?;
+        tracing::debug!(ino, fh, "remade a handle of the server before this one");
+        Ok(())
     }
 
     /// Releases an open file (`ino`'s handle `fh`).

@@ -289,6 +289,11 @@ impl fuser::Filesystem for FuseAdapter {
         bump(&self.fs.stats().requests.read, 1);
         let _span = tracing::trace_span!("fuse", op = "read", ino = ino.0, offset, size).entered();
         self.note_reader_request(req, ino.0);
+        // A handle of a server before this one (it died or handed over): remade where its
+        // content is the same at every open.
+        if let Err(e) = self.fs.remake_earlier_handle(ino.0, fh.0, caller(req)) {
+            return reply.error(failed(&self.fs, FuseOp::Read, &e));
+        }
         self.fs.read(fh.0, offset, size, |data| match data {
             Ok(bytes) => reply.data(bytes),
             Err(e) => reply.error(failed(&self.fs, FuseOp::Read, &e)),

@@ -21,6 +21,7 @@ mod metrics;
 mod passthrough;
 mod recipes;
 mod remote;
+mod restarts;
 mod workers;
 mod s3;
 mod shards;

@@ -477,11 +477,21 @@ fn fuse_mount_sys(
         source = name;
     }
 
+    // prepfs fork: the type names the subtype (`fuse.<subtype>`), as libfuse's mount does, so
+    // the mount table says what is mounted (upstream says `fuse` for every direct mount).
+    #[cfg(target_os = "linux")]
+    let fstype = match options.iter().find_map(|x| match x {
+        MountOption::Subtype(subtype) => Some(subtype),
+        _ => None,
+    }) {
+        Some(subtype) => format!("fuse.{subtype}"),
+        None => "fuse".to_string(),
+    };
     #[cfg(target_os = "linux")]
     let result = nix::mount::mount(
         Some(source),
         mountpoint,
-        Some("fuse"),
+        Some(fstype.as_str()),
         flags,
         Some(mount_options.as_str()),
     );

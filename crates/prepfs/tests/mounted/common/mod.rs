@@ -263,18 +263,19 @@ pub fn is_mounted(path: &Path) -> bool {
 }
 
 /// Kills the daemon `pid` so that its mount stays behind dead (ENOTCONN), as a mount made
-/// without fusermount3's auto-unmount would after a crash: its fusermount3 helper (which would
-/// unmount it) is killed first, then the daemon.
+/// without fusermount3's auto-unmount would after a crash: its children first (a supervised
+/// mount's server, which would drain and unmount when its supervisor dies; fusermount3's
+/// helper, which would unmount), then the daemon.
 pub fn kill_leaving_a_dead_mount(pid: i32) {
     for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
         let Some((head, tail)) = stat.rsplit_once(')') else { continue };
         let comm = head.rsplit_once('(').map_or("", |(_, c)| c);
         let ppid = tail.split_whitespace().nth(1).and_then(|p| p.parse::<i32>().ok());
-        if comm == "fusermount3" && ppid == Some(pid) {
-            let helper: i32 = entry.file_name().to_string_lossy().parse().expect("a pid");
-            // SAFETY: kill(2) on the test daemon's own helper.
-            unsafe { libc::kill(helper, libc::SIGKILL) };
+        if (comm == "fusermount3" || comm == "prepfs") && ppid == Some(pid) {
+            let child: i32 = entry.file_name().to_string_lossy().parse().expect("a pid");
+            // SAFETY: kill(2) on the test daemon's own child.
+            unsafe { libc::kill(child, libc::SIGKILL) };
         }
     }
     // SAFETY: kill(2) on the test's own child.
