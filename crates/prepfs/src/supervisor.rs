@@ -84,6 +84,10 @@ struct Server {
     control: Control,
     started: Instant,
     ready: bool,
+    /// The thread passing on what the server says: it ends when the server's end closes.
+    reader: Option<std::thread::JoinHandle<()>>,
+    /// Asked to hand over: killed if still running then.
+    hand_over_by: Option<Instant>,
 }
 
 /// What the control socket's reader thread passes on.
@@ -242,7 +246,7 @@ impl Supervisor {
         let reader = ours.try_clone()?;
         let events = self.events.clone();
         let pid = child.id();
-        std::thread::Builder::new()
+        let reader = std::thread::Builder::new()
             .name("prepfs-supervisor-control".into())
             .spawn(move || {
                 while let Ok(Some((message, fds))) = reader.receive::<ToSupervisor>() {
@@ -258,6 +262,8 @@ impl Supervisor {
             control: ours,
             started: Instant::now(),
             ready: false,
+            reader: Some(reader),
+            hand_over_by: None,
         })
     }
 
@@ -281,9 +287,18 @@ impl Supervisor {
                     sig,
                 );
             }
+            if server.hand_over_by.is_some_and(|by| Instant::now() >= by) {
+                tracing::warn!(pid = server.child.id(), "the server did not hand over in time; killing it (its requests are sent again)");
+                let _ = server.child.kill();
+                server.hand_over_by = None;
+            }
             let Some(status) = server.child.try_wait().map_err(MountError::Fuse)? else {
                 continue;
             };
+            // Its end of the control socket is closed: the reader has passed on all it said.
+            if let Some(reader) = server.reader.take() {
+                let _ = reader.join();
+            }
             self.take_events(server);
             let connected = self
                 .held
@@ -458,21 +473,8 @@ impl Supervisor {
             return;
         }
         self.upgrade = Some((binary, server.binary.clone(), answer));
-        let pid = server.child.id();
         // A server that does not hand over in time is killed: its requests are sent again.
-        std::thread::Builder::new()
-            .name("prepfs-supervisor-handover-timeout".into())
-            .spawn(move || {
-                std::thread::sleep(HANDOVER_TIMEOUT);
-                if nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None).is_ok() {
-                    tracing::warn!(pid, "the server did not hand over in time; killing it");
-                    let _ = nix::sys::signal::kill(
-                        nix::unistd::Pid::from_raw(pid as i32),
-                        Signal::SIGKILL,
-                    );
-                }
-            })
-            .ok();
+        server.hand_over_by = Some(Instant::now() + HANDOVER_TIMEOUT);
     }
 
     fn answer_upgrade(&mut self, result: Result<String, String>) {
@@ -579,6 +581,9 @@ pub fn handover_path(canonical: &Path, public_dir: bool) -> std::io::Result<Path
 struct HandoverSocket {
     path: PathBuf,
     made: (u64, u64),
+    /// The listening descriptor (owned by the thread), shut down to end it.
+    listening: RawFd,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl HandoverSocket {
@@ -609,22 +614,37 @@ impl HandoverSocket {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
         let meta = std::fs::symlink_metadata(&path)?;
         let owner = nix::unistd::geteuid().as_raw();
-        std::thread::Builder::new()
+        let listening = listener.as_raw_fd();
+        let thread = std::thread::Builder::new()
             .name("prepfs-supervisor-handover".into())
             .spawn(move || {
-                for stream in listener.incoming().flatten() {
-                    let _ = serve_handover(stream, owner, &events);
+                // Ends when the socket is shut down (at drop): accept then fails.
+                for stream in listener.incoming() {
+                    match stream {
+                        Ok(stream) => {
+                            let _ = serve_handover(stream, owner, &events);
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(_) => break,
+                    }
                 }
             })?;
         Ok(HandoverSocket {
             path,
             made: (meta.dev(), meta.ino()),
+            listening,
+            thread: Some(thread),
         })
     }
 }
 
 impl Drop for HandoverSocket {
     fn drop(&mut self) {
+        // SAFETY: shutdown(2) of the listening socket the thread still owns: its accept fails.
+        unsafe { libc::shutdown(self.listening, libc::SHUT_RDWR) };
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
         use std::os::unix::fs::MetadataExt;
         if std::fs::symlink_metadata(&self.path).is_ok_and(|m| (m.dev(), m.ino()) == self.made) {
             let _ = std::fs::remove_file(&self.path);
