@@ -172,6 +172,9 @@ struct Progress {
 /// `jobs/<job>/<recipe>/`, the recipe's pipeline drawn per sample. Every `iter()` begins a new
 /// epoch, also after one left part way. `timeout`: the seconds the daemon may take to answer
 /// (the connect and welcome together, then each request); `None` or `inf`: no limit.
+/// `reconnect`: the seconds to try connecting again where the connection died (a restarted
+/// daemon), going on with the same epoch; 0: raise at once. `state_dict()` and
+/// `load_state_dict()` save and resume where the loader is in its epoch.
 #[pyclass(module = "prepfs")]
 struct Loader {
     conn: Mutex<Conn>,
@@ -534,7 +537,7 @@ impl Loader {
                 Ok((stream, welcome, fd))
             });
             match attempt {
-                Ok((stream, welcome, fd)) => return self.adopt(py, stream, welcome, fd),
+                Ok((stream, welcome, fd)) => return self.adopt(stream, welcome, fd),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => last = e.to_string(),
             }
@@ -553,7 +556,7 @@ impl Loader {
 
     /// Takes a new connection, its welcome and ring in place of the dead one; refused where the
     /// daemon now serves another dataset (or shape), whose epoch cannot be continued.
-    fn adopt(&self, py: Python<'_>, stream: UnixStream, welcome: Reply, fd: OwnedFd) -> PyResult<()> {
+    fn adopt(&self, stream: UnixStream, welcome: Reply, fd: OwnedFd) -> PyResult<()> {
         let (facts, ring) = map_ring(welcome, fd, &stream)?;
         if facts != self.facts {
             return Err(PyRuntimeError::new_err(format!(
@@ -561,7 +564,6 @@ impl Loader {
                 facts.samples, facts.width, facts.height, facts.dataset, self.facts.samples, self.facts.width, self.facts.height, self.facts.dataset
             )));
         }
-        let _ = py;
         let old = match self.ring.lock() {
             Ok(mut current) => std::mem::replace(&mut *current, Arc::new(ring)),
             Err(_) => return Err(PyRuntimeError::new_err("the loader's ring lock is poisoned")),
