@@ -42,6 +42,17 @@ class Loader:
     A number that is not above 0 (``0`` is refused, not taken as "no limit"), NaN, or more than
     a year raises ``ValueError``. Past the timeout: ``TimeoutError``.
 
+    Checkpoints: ``state_dict()`` and ``load_state_dict()``, as torchdata's StatefulDataLoader
+    has them: a training run restarted from its checkpoint resumes its epoch, each sample of the
+    epoch once over both runs (see their docs).
+
+    Daemon restarts: where the connection dies (the mount's daemon killed, or restarted by its
+    supervisor, which keeps the socket), the loader connects again for up to ``reconnect``
+    seconds (``0``: not at all), says hello again and goes on with the same epoch, telling the
+    new daemon exactly which samples it yielded; batches fetched and never yielded are asked
+    again. The loop sees no error; past ``reconnect``: ``ConnectionError``. A restarted daemon
+    serving another dataset raises ``RuntimeError``.
+
     Errors reaching the mount's loader socket are ``OSError`` subclasses with their ``errno``
     (``FileNotFoundError``: no socket there; ``ConnectionRefusedError``: no daemon listens;
     ``PermissionError``; ``TimeoutError``: the daemon did not accept within ``timeout``), the
@@ -61,6 +72,7 @@ class Loader:
         std: Tuple[float, float, float] = (0.229, 0.224, 0.225),
         slots: int = 4,
         timeout: Optional[float] = 600.0,
+        reconnect: float = 30.0,
     ) -> None: ...
     def __iter__(self) -> Iterator[Tuple[Tensor, Tensor]]:
         """Begins the loader's next epoch (a new one even where the last was left part way)."""
@@ -74,6 +86,22 @@ class Loader:
         exc: Optional[BaseException],
         traceback: Optional[TracebackType],
     ) -> bool: ...
+    def state_dict(self) -> Dict[str, Any]:
+        """Where the loader is in its epochs, as a plain dict (JSON-able, picklable); may be
+        called between any two batches. Keys: ``version`` (1), ``job``, ``view``, ``dataset``
+        (the samples' fingerprint) and ``samples``; ``epoch`` (the job's epoch the loader is in,
+        from 1; 0 before its first ``iter()``), ``epoch_ended`` (its share of that epoch was
+        all yielded), ``samples_yielded``, and ``yielded``: exactly the samples yielded to the
+        caller in that epoch (not those fetched ahead), a bitset of sample indices, sample ``i``
+        at bit ``i % 8`` of byte ``i // 8``, zlib-compressed and base64-encoded
+        (``zlib.decompress(base64.b64decode(state["yielded"]))``)."""
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        """Takes a ``state_dict()`` of a loader of the same job, view and dataset, on a loader
+        not iterated yet: its first ``iter()`` then goes on with that epoch, serving only the
+        samples the state does not hold (each once), or, for a state taken at an epoch's end
+        (after its last batch, before or after ``StopIteration``), with the next epoch, whole.
+        Raises ``RuntimeError`` once iteration began (never ignored), and ``ValueError`` for a
+        state of another job, view, dataset or version (the loader is then unchanged)."""
     def close(self) -> None:
         """Ends the connection, once the batches still alive are dropped (they stay intact until then). Closing twice does nothing."""
     @property

@@ -394,19 +394,27 @@ def test_a_daemon_that_hangs_up_raises_connectionerror(prepfs, tmp_path):
 
 
 def test_a_mount_that_goes_away_mid_epoch_makes_the_next_batch_raise_connectionerror(tmp_path, fuse, prepfs):
+    # Once no daemon comes back within `reconnect` seconds (0: without trying), the next batch
+    # raises, saying so.
     source = make_id_dataset(tmp_path / "idset", 2, 4)
     mount = Mount(prepfs_bin(), tmp_path, "seed: 1\n" + AUGMENTED, source, limit=LIMIT)
     try:
-        loader = prepfs.Loader(mount.mountpoint, job="u", batch_size=2, timeout=20)
-        batches = iter(loader)
-        images, _ = next(batches)
-        del images
+        at_once = prepfs.Loader(mount.mountpoint, job="u", batch_size=2, timeout=20, reconnect=0)
+        retrying = prepfs.Loader(mount.mountpoint, job="v", batch_size=2, timeout=20, reconnect=1.5)
+        batches = [iter(at_once), iter(retrying)]
+        for loader in batches:
+            images, _ = next(loader)
+            del images
         status = mount.stop()
         assert status == 0, f"prepfs exited with {status} under a loader: {mount.log()}"
         started = time.monotonic()
         with pytest.raises(ConnectionError, match=r"was the mount unmounted\?"):
-            next(batches)
+            next(batches[0])
         assert time.monotonic() - started < 10
+        started = time.monotonic()
+        with pytest.raises(ConnectionError, match=r"no daemon took it again within 1.5 s .*was the mount unmounted\?"):
+            next(batches[1])
+        assert 1.0 < time.monotonic() - started < 10
     finally:
         mount.stop()
 

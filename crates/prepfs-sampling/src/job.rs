@@ -540,6 +540,30 @@ impl Job {
         }
     }
 
+    /// A loader's walk resumes the job's epoch `epoch` (from 1) with `served` served in it (a
+    /// training run restarted from its saved state, or a loader reconnected to a restarted
+    /// daemon), and is counted in progress there as [`Job::walk_begun`] counts one; returns the
+    /// epoch it walks. Where no other walk is in that epoch, the job's epoch becomes exactly
+    /// that: begun anew at that number (the samples served in it forgotten: the daemon served
+    /// more than the loader yielded) with `served` served. Where another walk already walks it
+    /// (the other ranks of the job resuming), `served` is added to it. Served through
+    /// [`Job::mark_served`], so a `served` holding every sample begins the next epoch, which
+    /// is then the one walked. Not for a shared job (whose epochs are its store's).
+    pub fn resume_walk(&self, epoch: u64, served: &[FileId]) -> u64 {
+        let mut walks = self.walks.lock_or_recover();
+        let joined = self.epoch() == epoch && walks.contains_key(&epoch);
+        if !joined {
+            let _state = self.lock();
+            self.epoch.restart_at(epoch.max(1) - 1);
+        }
+        for &sample in served {
+            self.mark_served(sample, false);
+        }
+        let now = self.epoch();
+        *walks.entry(now).or_default() += 1;
+        now
+    }
+
     /// Whether the job is past `epoch`, ending it first when nothing is left to serve the rest
     /// of it: no loader walks it ([`Job::walk_begun`]) and no open holds a claim in the job (a
     /// sample chosen and not yet read). Its samples not served are then not served in it: a

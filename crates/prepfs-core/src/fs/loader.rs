@@ -12,6 +12,12 @@
 //! no walk is in and no open holds a claim in is ended then, served or not, so a loader never
 //! waits on itself ([`Filesystem::loader_begin`]).
 //!
+//! A loader restarted from its saved state (`prepfs.Loader.load_state_dict`), or reconnected to
+//! a restarted daemon, resumes instead of beginning: the job's epoch is set to the one it names
+//! with exactly the samples it yielded served, and its walk serves the rest
+//! ([`Filesystem::loader_resume`]). Samples travel by index, their place among the loader's
+//! samples in catalog order ([`Filesystem::loader_samples`]), fingerprinted in the facts.
+//!
 //! Nothing the source's permissions deny the loader's user is written for them: the kernel
 //! checks nothing here, so each sample is checked as the kernel checks an open through the
 //! mount (`access.rs`: every directory of its path, then the file); a job is joined only by
@@ -55,6 +61,10 @@ pub(crate) enum LoaderRefusal {
     Job(#[from] prepfs_sampling::JobError),
     #[error("the job is user {owner}'s; a job is used only by its owner (or root), as its directory jobs/<job> says")]
     NotYours { owner: u32 },
+    #[error("a job shared across mounts (jobs.shared) cannot be resumed: its epochs are the shared store's")]
+    SharedResume,
+    #[error("epoch {epoch} cannot be resumed: epochs count from 1")]
+    NoEpoch { epoch: u64 },
 }
 
 /// What a loader is told at its start.
@@ -62,6 +72,8 @@ pub(crate) struct LoaderFacts {
     /// The view walked: 0 for `augmented/`, else the recipe's number.
     pub(crate) recipe: u8,
     pub(crate) samples: u64,
+    /// The samples' fingerprint: their paths in index order, hashed.
+    pub(crate) dataset: u64,
     pub(crate) size: Size2,
     /// ImageFolder's classes: the source's top-level directories, sorted.
     pub(crate) classes: Vec<String>,
@@ -71,6 +83,8 @@ pub(crate) struct LoaderFacts {
 pub(crate) struct Walk {
     /// The job's epoch this walk's order is for (0: not begun).
     epoch: u64,
+    /// The loader's samples in catalog order: a sample's index is its place here.
+    samples: Vec<FileId>,
     order: Vec<FileId>,
     next: usize,
     /// Spreads loaders of one job over different orders.
@@ -102,6 +116,8 @@ impl Drop for Walking {
 pub(crate) struct Filled {
     pub(crate) labels: Vec<i64>,
     pub(crate) names: Vec<String>,
+    /// The samples' indices among the loader's samples.
+    pub(crate) ids: Vec<u64>,
     /// The walk's share of the epoch is served.
     pub(crate) end: bool,
 }
@@ -163,11 +179,33 @@ impl Filesystem {
         if classes.is_empty() {
             return Err(LoaderRefusal::NoClasses);
         }
-        let samples = self.loader_samples().len() as u64;
-        Ok(LoaderFacts { recipe, samples, size: self.producer.recipe_size(recipe), classes })
+        let samples = self.loader_samples();
+        let dataset = self.loader_fingerprint(&samples);
+        Ok(LoaderFacts { recipe, samples: samples.len() as u64, dataset, size: self.producer.recipe_size(recipe), classes })
     }
 
-    /// The samples a loader walks: the images inside a class directory, as ImageFolder lists.
+    /// The fingerprint of the loader's samples: their paths below the source's root, in index
+    /// order, hashed (FNV-1a, the same on every build). A saved state is resumed only on the
+    /// dataset it was taken on, whose samples have the same indices.
+    fn loader_fingerprint(&self, samples: &[FileId]) -> u64 {
+        let catalog = self.catalog();
+        let mut hash = prepfs_base::hash::fnv1a64(&[&(samples.len() as u64).to_le_bytes()]);
+        let mut dir = None;
+        for &sample in samples {
+            let d = catalog.file_dir(sample);
+            if dir != Some(d) {
+                dir = Some(d);
+                let path = catalog.dir_path(d);
+                let below = path.strip_prefix(catalog.root()).unwrap_or(&path);
+                hash = prepfs_base::hash::fnv1a64(&[&hash.to_le_bytes(), b"/", below.as_os_str().as_encoded_bytes()]);
+            }
+            hash = prepfs_base::hash::fnv1a64(&[&hash.to_le_bytes(), b"\0", catalog.file_name(sample).as_encoded_bytes()]);
+        }
+        hash
+    }
+
+    /// The samples a loader walks: the images inside a class directory, as ImageFolder lists,
+    /// in catalog order (a sample's index is its place here).
     fn loader_samples(&self) -> Vec<FileId> {
         let catalog = self.catalog();
         (0..catalog.file_count() as FileId).filter(|&f| catalog.is_image(f) && self.class_of(catalog.file_dir(f)).is_some()).collect()
@@ -200,7 +238,7 @@ impl Filesystem {
     /// sampling state it walks: in a recipe's view, the job's own state there, as an open's.
     pub(crate) fn loader_walk(&self, job: &Arc<Job>, recipe: u8, nonce: u64) -> (Arc<Job>, Walk) {
         let state = self.job_in_view(job, View::recipe(recipe, job.code()));
-        (state, Walk { epoch: 0, order: Vec::new(), next: 0, nonce, recipe, dirs: DirVerdicts::default(), walking: None })
+        (state, Walk { epoch: 0, samples: Vec::new(), order: Vec::new(), next: 0, nonce, recipe, dirs: DirVerdicts::default(), walking: None })
     }
 
     /// Begins the walk's next epoch (each `iter()` of a loader is one), and returns the job's
@@ -220,14 +258,45 @@ impl Filesystem {
                 std::thread::sleep(Duration::from_millis(5));
             }
         }
-        walk.epoch = job.walk_begun();
-        walk.walking = Some(Walking { job: Arc::clone(job), epoch: walk.epoch });
-        walk.order = self.loader_samples();
+        let epoch = job.walk_begun();
+        self.start_walk(job, walk, epoch, self.loader_samples())
+    }
+
+    /// The walk, counted in progress in the job's `epoch` (by [`Job::walk_begun`] or
+    /// [`Job::resume_walk`]), walks it in an order of its own; returns `epoch`.
+    fn start_walk(&self, job: &Arc<Job>, walk: &mut Walk, epoch: u64, samples: Vec<FileId>) -> u64 {
+        walk.epoch = epoch;
+        walk.walking = Some(Walking { job: Arc::clone(job), epoch });
+        walk.order.clone_from(&samples);
+        walk.samples = samples;
         walk.order.shuffle(&mut draw_rng(self.config().seed, walk.nonce, walk.epoch, 0x10ad));
         walk.next = 0;
         walk.dirs.clear();
         job.touch(self.jobs.now_ms());
         walk.epoch
+    }
+
+    /// Resumes the job's epoch `epoch` for a loader of `caller` (the job's owner or root, as a
+    /// reset) whose saved state says it was served the samples whose indices `served` holds
+    /// (a bitset over the loader's samples, [`prepfs_wire::served`]), and begins the walk there:
+    /// it serves the rest of the epoch, each sample once. The job's epoch is set to exactly
+    /// that, or, where another loader of the job walks that epoch already, `served` is added to
+    /// it ([`Job::resume_walk`]). Returns the epoch walked: the next one where `served` held
+    /// every sample. The walk must not have begun (a connection resumes once, first).
+    pub(crate) fn loader_resume(&self, job: &Arc<Job>, walk: &mut Walk, caller: Caller, epoch: u64, served: &[u8]) -> std::result::Result<u64, LoaderRefusal> {
+        self.check_may_join(job, caller).map_err(|_| LoaderRefusal::NotYours { owner: job.owner() })?;
+        if job.is_shared() {
+            return Err(LoaderRefusal::SharedResume);
+        }
+        if epoch == 0 {
+            return Err(LoaderRefusal::NoEpoch { epoch });
+        }
+        let samples = self.loader_samples();
+        let ids: Vec<FileId> = samples.iter().enumerate().filter(|(i, _)| prepfs_wire::served::has(served, *i as u64)).map(|(_, &s)| s).collect();
+        walk.walking = None;
+        let now = job.resume_walk(epoch, &ids);
+        tracing::info!(job = job.name(), epoch, served = ids.len(), walked = now, "loader resumed its epoch");
+        Ok(self.start_walk(job, walk, now, samples))
     }
 
     /// Writes the walk's next samples into `slot` (room for `batch` samples of the output's
@@ -240,7 +309,7 @@ impl Filesystem {
         self.note_reader();
         let catalog = self.catalog();
         let pixels = self.producer.recipe_size(walk.recipe).area() as usize * 3;
-        let mut filled = Filled { labels: Vec::with_capacity(batch), names: Vec::with_capacity(batch), end: false };
+        let mut filled = Filled { labels: Vec::with_capacity(batch), names: Vec::with_capacity(batch), ids: Vec::with_capacity(batch), end: false };
         loop {
             let have = filled.labels.len();
             let mut chosen = self.loader_choose(job, walk, batch - have);
@@ -298,6 +367,8 @@ impl Filesystem {
                     bump(&job.counters.substitutions, 1);
                 }
                 filled.labels.push(self.class_of(catalog.file_dir(choice.sample)).unwrap_or(-1));
+                // Every sample chosen is one of the walk's (a substitute is of the same directory).
+                filled.ids.push(walk.samples.binary_search(&choice.sample).map_or(u64::MAX, |i| i as u64));
                 let path = catalog.file_path(choice.sample);
                 filled.names.push(path.strip_prefix(catalog.root()).unwrap_or(&path).to_string_lossy().into_owned());
             }
@@ -448,5 +519,83 @@ mod tests {
         drop(a); // its connection ended: the walk is dropped with it
         assert_eq!(fs.loader_begin(&job, &mut b, &stop), 2);
         every_sample_once(rest(&fs, &job, &mut b, &mut slot_b));
+    }
+
+    /// A bitset over the loader's samples holding `ids` ([`prepfs_wire::served`]).
+    fn bits(ids: &[u64]) -> Vec<u8> {
+        let mut bits = vec![0u8; prepfs_wire::served::bitset_len(SAMPLES as u64)];
+        for &i in ids {
+            assert!(prepfs_wire::served::put(&mut bits, i), "sample {i} twice");
+        }
+        bits
+    }
+
+    #[test]
+    fn a_loader_resumed_with_what_it_yielded_walks_the_rest_of_its_epoch_exactly_once() {
+        let (_dir, fs) = core(SAMPLES, CACHE);
+        let (job, mut a, mut slot) = loader(&fs, "resumed", 1);
+        let stop = AtomicBool::new(false);
+        assert_eq!(fs.loader_begin(&job, &mut a, &stop), 1);
+        // One batch yielded to the training loop (its checkpoint), one more the daemon served
+        // that the loop never saw (lost in the crash), then the connection ends.
+        let yielded = fs.loader_fill(&job, &mut a, Caller::ROOT, &mut slot, BATCH);
+        let lost = fs.loader_fill(&job, &mut a, Caller::ROOT, &mut slot, BATCH);
+        assert_eq!((yielded.ids.len(), lost.ids.len()), (BATCH, BATCH));
+        let facts = fs.loader_facts(None).expect("facts");
+        for (id, name) in yielded.ids.iter().zip(&yielded.names) {
+            let path = fs.catalog().file_path(fs.loader_samples()[*id as usize]);
+            assert!(path.ends_with(name), "index {id} is not {name}");
+        }
+        assert_eq!(facts.samples, SAMPLES as u64);
+        drop(a);
+        // The restarted run: a fresh connection resumes epoch 1 with what was yielded.
+        let (_, mut b, mut slot_b) = loader(&fs, "resumed", 2);
+        assert_eq!(fs.loader_resume(&job, &mut b, Caller::ROOT, 1, &bits(&yielded.ids)).expect("resumed"), 1);
+        let mut served = yielded.names.clone();
+        let remaining = rest(&fs, &job, &mut b, &mut slot_b);
+        assert!(lost.names.iter().all(|n| remaining.contains(n)), "the batch never yielded is served again");
+        served.extend(remaining);
+        every_sample_once(served);
+        // The epoch after it is whole, as after any epoch.
+        assert_eq!(fs.loader_begin(&job, &mut b, &stop), 2);
+        every_sample_once(rest(&fs, &job, &mut b, &mut slot_b));
+    }
+
+    #[test]
+    fn a_resume_past_the_end_of_its_epoch_walks_the_next_one_whole() {
+        let (_dir, fs) = core(SAMPLES, CACHE);
+        let (job, mut walk, mut slot) = loader(&fs, "ended", 1);
+        let all: Vec<u64> = (0..SAMPLES as u64).collect();
+        // A fresh daemon (the job's epoch 1) told that epoch 4 was served whole: epoch 5.
+        assert_eq!(fs.loader_resume(&job, &mut walk, Caller::ROOT, 4, &bits(&all)).expect("resumed"), 5);
+        every_sample_once(rest(&fs, &job, &mut walk, &mut slot));
+        assert_eq!(job.epoch(), 6, "epoch 5 served whole");
+    }
+
+    #[test]
+    fn ranks_resuming_one_after_the_other_add_what_each_yielded_and_split_the_rest() {
+        let (_dir, fs) = core(SAMPLES, CACHE);
+        let (job, mut a, mut slot_a) = loader(&fs, "ranks-resumed", 1);
+        let (_, mut b, mut slot_b) = loader(&fs, "ranks-resumed", 2);
+        // A fresh daemon (epoch 1): the first rank's resume sets epoch 3 with its sample; the
+        // second, finding the first walking epoch 3, adds its own.
+        assert_eq!(fs.loader_resume(&job, &mut a, Caller::ROOT, 3, &bits(&[0])).expect("a"), 3);
+        assert_eq!(fs.loader_resume(&job, &mut b, Caller::ROOT, 3, &bits(&[5])).expect("b"), 3);
+        let mut served = vec!["c0/s000.jpg".to_owned(), "c0/s005.jpg".to_owned()];
+        served.extend(rest(&fs, &job, &mut a, &mut slot_a));
+        served.extend(rest(&fs, &job, &mut b, &mut slot_b));
+        every_sample_once(served);
+    }
+
+    #[test]
+    fn a_resume_by_a_user_other_than_the_jobs_owner_or_of_no_epoch_is_refused() {
+        let (_dir, fs) = core(SAMPLES, CACHE);
+        let (job, mut walk, _) = loader(&fs, "theirs", 1);
+        let other = Caller { uid: 4242, gid: 4242 };
+        let refused = fs.loader_resume(&job, &mut walk, other, 1, &bits(&[])).expect_err("not the owner");
+        assert!(matches!(refused, LoaderRefusal::NotYours { .. }), "{refused}");
+        let refused = fs.loader_resume(&job, &mut walk, Caller::ROOT, 0, &bits(&[])).expect_err("epoch 0");
+        assert!(refused.to_string().contains("epochs count from 1"), "{refused}");
+        assert_eq!(job.epoch(), 1, "nothing changed");
     }
 }

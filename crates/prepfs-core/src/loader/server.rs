@@ -362,6 +362,7 @@ impl Connection {
             slots,
             slot_bytes,
             batch_size: batch,
+            dataset: format!("{:016x}", facts.dataset),
         };
         send_with_fd(&stream, &welcome, &ring.fd)?;
         tracing::info!(job = job.name(), uid = caller.uid, batch, slots, "loader connected");
@@ -369,7 +370,8 @@ impl Connection {
         let (job, mut walk) = fs.loader_walk(&job, facts.recipe, nonce);
         let mut begun = false;
         loop {
-            let request = match wire::read_frame_within::<Request>(&mut stream, wire::MAX_REQUEST) {
+            // A resume carries a bitset of the dataset's samples: the longer bound.
+            let request = match wire::read_frame_within::<Request>(&mut stream, wire::MAX_RESUME) {
                 Ok(r) => r,
                 Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
                 Err(e) => return Err(e),
@@ -385,7 +387,36 @@ impl Connection {
                         begun = true;
                     }
                     let filled = fs.loader_fill(&job, &mut walk, caller, ring.slot(slot as usize), batch as usize);
-                    Reply::Batch { slot, labels: filled.labels, names: filled.names, end: filled.end }
+                    Reply::Batch { slot, labels: filled.labels, names: filled.names, ids: filled.ids, end: filled.end }
+                }
+                Request::Resume { .. } if begun => Reply::Error {
+                    message: "a resume comes before the connection's first epoch (load_state_dict before iterating)".into(),
+                },
+                Request::Resume { version, job: asked, view: asked_view, dataset, epoch, served } => {
+                    let shown = |v: &Option<String>| v.clone().unwrap_or_else(|| "augmented".into());
+                    let refused = if version != wire::VERSION {
+                        Some(format!("protocol version {version}; this mount speaks {}", wire::VERSION))
+                    } else if asked != job_name {
+                        Some(format!("a state of job `{asked}`, not of this loader's job `{job_name}`"))
+                    } else if shown(&asked_view) != shown(&view) {
+                        Some(format!("a state of view `{}`, not of this loader's view `{}`", shown(&asked_view), shown(&view)))
+                    } else if dataset != format!("{:016x}", facts.dataset) {
+                        Some(format!("a state of another dataset (fingerprint {dataset}; this mount's samples are {:016x})", facts.dataset))
+                    } else {
+                        None
+                    };
+                    let resumed = match refused {
+                        Some(message) => Err(message),
+                        None => wire::served::decode(&served, facts.samples)
+                            .and_then(|bits| fs.loader_resume(&job, &mut walk, caller, epoch, &bits).map_err(|e| format!("job `{job_name}`: {e}"))),
+                    };
+                    match resumed {
+                        Ok(epoch) => {
+                            begun = true;
+                            Reply::Epoch { epoch }
+                        }
+                        Err(message) => Reply::Error { message: format!("cannot resume: {message}") },
+                    }
                 }
                 Request::Next { slot } => Reply::Error { message: format!("slot {slot}: the ring has {slots}") },
                 Request::Hello { .. } => Reply::Error { message: "hello once per connection".into() },
