@@ -313,3 +313,28 @@ def test_a_loader_whose_daemon_is_restarted_with_another_dataset_raises_saying_s
     finally:
         for mount in mounts:
             mount.stop()
+
+
+def test_a_loader_goes_on_with_its_epoch_when_the_supervised_server_is_killed(tmp_path, fuse, prepfs):
+    # The real case under supervision (the default): the serving process dies (SIGKILL), the
+    # `prepfs mount` process keeps the mount and the loader socket listening and starts a new
+    # server; the loader reconnects to the same mount and the loop sees no error.
+    import os
+    import signal
+
+    source = make_id_dataset(tmp_path / "idset", CLASSES, PER_CLASS)
+    mount = Mount(prepfs_bin(), tmp_path, CONFIG, source, limit=LIMIT)
+    try:
+        loader = prepfs.Loader(mount.mountpoint, job="supervised", batch_size=5, timeout=TIMEOUT)
+        batches = iter(loader)
+        yielded = take(loader, batches) + take(loader, batches)
+        server = mount.stats()["pid"]
+        assert server != mount.proc.pid, "the mount's server is the supervisor's child"
+        os.kill(server, signal.SIGKILL)
+        after = rest(loader, batches)
+        once(yielded + after)
+        assert mount.stats()["pid"] != server, "a new server serves"
+        loader.close()
+    finally:
+        status = mount.stop()
+    assert status == 0, f"prepfs exited with {status}: {mount.log()}"

@@ -117,7 +117,8 @@ def torch_batch(mnt, job):
 
 
 def unmount(mnt, job):
-    loader = prepfs.Loader(mnt, job=job, batch_size=2, timeout=20)
+    # reconnect=0: the mount is unmounted, no daemon comes back; the error comes at once.
+    loader = prepfs.Loader(mnt, job=job, batch_size=2, timeout=20, reconnect=0)
     it = iter(loader)
     next(it)
     print("ready", flush=True)
