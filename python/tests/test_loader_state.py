@@ -14,6 +14,8 @@ Every Loader has a timeout and each mount a watchdog, so nothing here waits with
 """
 
 import gc
+import os
+import signal
 import json
 import pickle
 import threading
@@ -246,7 +248,11 @@ def test_a_loader_whose_daemon_is_restarted_reconnects_and_goes_on_with_its_epoc
         return mount
 
     def kill(mount):
+        # The whole mount dies at once: its server (stats.json's pid) and its supervisor (the
+        # `prepfs mount` process), so that nothing of it serves on.
+        server = mount.stats()["pid"]
         mount.proc.kill()
+        os.kill(server, signal.SIGKILL)
         mount.proc.wait(timeout=30)
         mount.stop()  # detaches the dead mount
 
@@ -302,7 +308,9 @@ def test_a_loader_whose_daemon_is_restarted_with_another_dataset_raises_saying_s
         loader = prepfs.Loader(mounts[0].mountpoint, job="swapped", batch_size=5, timeout=TIMEOUT, reconnect=20)
         batches = iter(loader)
         take(loader, batches)
+        server = mounts[0].stats()["pid"]
         mounts[0].proc.kill()
+        os.kill(server, signal.SIGKILL)
         mounts[0].proc.wait(timeout=30)
         mounts[0].stop()
         (tmp_path / "two").mkdir()
@@ -319,9 +327,6 @@ def test_a_loader_goes_on_with_its_epoch_when_the_supervised_server_is_killed(tm
     # The real case under supervision (the default): the serving process dies (SIGKILL), the
     # `prepfs mount` process keeps the mount and the loader socket listening and starts a new
     # server; the loader reconnects to the same mount and the loop sees no error.
-    import os
-    import signal
-
     source = make_id_dataset(tmp_path / "idset", CLASSES, PER_CLASS)
     mount = Mount(prepfs_bin(), tmp_path, CONFIG, source, limit=LIMIT)
     try:
