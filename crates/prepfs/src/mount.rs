@@ -552,7 +552,16 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
     }
     let activity = Arc::new(Activity::default());
     let gate = Arc::new(Gate::default());
-    let adapter = FuseAdapter::new(Arc::clone(&fs), pool, Arc::clone(&activity), Arc::clone(&gate));
+    // A supervised server's lowest backing id is kept for the next one; a server taking over
+    // closes those its predecessor left (`fuse/backings.rs`). The descriptor is duplicated: the
+    // adapter writes through its own.
+    let backings_file = supervised
+        .as_ref()
+        .map(|g| crate::takeover::own(g.backings).map(std::fs::File::from))
+        .transpose()
+        .map_err(MountError::Fuse)?;
+    let lowest_backing = backings_file.as_ref().map(std::fs::File::try_clone).transpose().map_err(MountError::Fuse)?;
+    let adapter = FuseAdapter::new(Arc::clone(&fs), pool, Arc::clone(&activity), Arc::clone(&gate), lowest_backing);
     let handshake = adapter.handshake();
     fs.plan_cache();
     if waiter.stopping.load(Ordering::SeqCst) {
@@ -566,6 +575,12 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
             // first server's decided is restored.
             let fuse = crate::takeover::own(taken.fuse).map_err(MountError::Fuse)?;
             crate::fuse::restore_passthrough(&fs, &taken.mounted.passthrough);
+            if let (Ok(()), Some(file)) = (&taken.mounted.passthrough, &backings_file) {
+                match crate::fuse::close_left_behind(&fuse, crate::fuse::LowestLive::read(file)) {
+                    Ok(closed) => tracing::info!(closed, "closed the backing ids the server before this one left registered"),
+                    Err(e) => tracing::warn!(error = %e, "cannot close the backing ids the server before this one left: their files stay held until the mount ends"),
+                }
+            }
             let (major, minor) = taken.mounted.proto;
             let acl = fuse_config.acl;
             (fuser::Session::from_initialized_fd(adapter, fuse, acl, fuse_config, fuser::Version(major, minor)), taken.mounted.connection)

@@ -133,6 +133,7 @@ pub fn run(supervision: Supervision) -> Result<(), MountError> {
     let mut supervisor = Supervisor {
         supervision,
         ledger,
+        backings: memfd("prepfs-backings").map_err(|e| fail("making the backings' memory file", e))?,
         events,
         incoming,
         held: None,
@@ -169,6 +170,8 @@ pub fn run(supervision: Supervision) -> Result<(), MountError> {
 struct Supervisor {
     supervision: Supervision,
     ledger: OwnedFd,
+    /// The lowest backing id a server may have left registered (see `crate::fuse`).
+    backings: OwnedFd,
     events: Sender<Event>,
     incoming: Receiver<Event>,
     held: Option<Held>,
@@ -190,7 +193,7 @@ impl Supervisor {
     /// Starts a server of `binary`: the first one mounts; later ones take the mount over.
     fn start(&mut self, binary: &Path) -> std::io::Result<Server> {
         let (ours, theirs) = Control::pair()?;
-        let mut passed: Vec<RawFd> = vec![theirs.raw(), self.ledger.as_raw_fd()];
+        let mut passed: Vec<RawFd> = vec![theirs.raw(), self.ledger.as_raw_fd(), self.backings.as_raw_fd()];
         let taken = self.held.as_ref().map(|held| {
             passed.push(held.fuse.as_raw_fd());
             passed.extend(
@@ -210,6 +213,7 @@ impl Supervisor {
             format: takeover::FORMAT,
             control: theirs.raw(),
             ledger: self.ledger.as_raw_fd(),
+            backings: self.backings.as_raw_fd(),
             restarts: self.restarts,
             last_cause: self.last_cause.clone(),
             canonical_mountpoint: self.supervision.canonical_mountpoint.clone(),

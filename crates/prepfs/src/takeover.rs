@@ -46,6 +46,9 @@ pub(crate) struct Given {
     pub(crate) control: RawFd,
     /// The memory file holding the jobs' epochs (`prepfs_sampling`'s ledger).
     pub(crate) ledger: RawFd,
+    /// The memory file holding the lowest kernel backing id a server may have left registered
+    /// (`crate::fuse`'s backings).
+    pub(crate) backings: RawFd,
     /// How many servers of this mount came before this one (0 for the first).
     pub(crate) restarts: u64,
     /// Why the last one ended, for stats.

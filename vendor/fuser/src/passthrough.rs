@@ -75,6 +75,12 @@ impl BackingId {
         }
     }
 
+    /// prepfs fork: the raw `backing_id` value, the reference kept (a server that takes the
+    /// connection over closes the ids its dead predecessor left).
+    pub fn raw(&self) -> u32 {
+        self.backing_id
+    }
+
     /// Converts this backing file reference into the raw `backing_id` value as returned by the kernel.
     ///
     /// This method transfers ownership of the backing file to the caller, who must invoke the

@@ -38,6 +38,7 @@ use fuser::{
 };
 
 use backings::Backings;
+pub(crate) use backings::{close_left_behind, LowestLive};
 pub(crate) use gate::Gate;
 pub(crate) use pool::OpenPool;
 
@@ -86,8 +87,10 @@ fn caller(req: &Request) -> Caller {
 impl FuseAdapter {
     /// An adapter running opens' pixel work on `pool` (its threads joined when the adapter is
     /// dropped, at unmount).
-    pub(crate) fn new(fs: Arc<Filesystem>, pool: OpenPool, activity: Arc<Activity>, gate: Arc<Gate>) -> Self {
-        let backings = Arc::new(Backings::new(Arc::clone(&fs)));
+    /// `lowest_backing`: where a supervised server records the lowest backing id it may hold,
+    /// for the next one (`backings.rs`).
+    pub(crate) fn new(fs: Arc<Filesystem>, pool: OpenPool, activity: Arc<Activity>, gate: Arc<Gate>, lowest_backing: Option<std::fs::File>) -> Self {
+        let backings = Arc::new(Backings::new(Arc::clone(&fs), lowest_backing.map(backings::LowestLive::new)));
         FuseAdapter { fs, pool, backings, activity, gate, handshake: Arc::default() }
     }
 
