@@ -232,7 +232,7 @@ impl Supervisor {
             takeover::ENV,
             serde_json::to_string(&given).map_err(std::io::Error::other)?,
         );
-        // SAFETY: between fork and exec only async-signal-safe calls: fcntl and prctl.
+        // SAFETY: between fork and exec only async-signal-safe calls: fcntl, prctl, setpgid.
         unsafe {
             command.pre_exec(move || {
                 for &fd in &passed {
@@ -242,6 +242,9 @@ impl Supervisor {
                 }
                 // The server goes (its drain unmounting) if the supervisor is killed.
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                // Its own process group: a terminal's Ctrl-C reaches the supervisor alone, which
+                // passes it on once (a second signal would cut the server's drain short).
+                libc::setpgid(0, 0);
                 Ok(())
             });
         }
