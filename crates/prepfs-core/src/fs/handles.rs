@@ -311,19 +311,22 @@ impl Filesystem {
 
     /// Remakes, under its own number, a handle an earlier server of this mount gave and died
     /// with (issue 53), where its content is the same at every open: a top-level `encoded/` or
-    /// `decoded/` file. The kernel then reads on as if nothing happened. Any other (an
+    /// `decoded/` file, a directory's listing. The kernel then reads on as if nothing happened. Any other (an
     /// augmentation, a job's choice) cannot be remade and stays unknown (`EBADF`); with
     /// passthrough on (the default) the kernel reads those without us, so none is asked.
     pub fn remake_earlier_handle(&self, ino: u64, fh: u64, caller: Caller) -> Result<()> {
         if !self.handles.is_earlier(fh) || self.handles.get(fh).is_ok() {
             return Ok(());
         }
-        let deterministic = matches!(super::inodes::Node::from_ino(ino), Some(super::inodes::Node::File(view, _)) if view.job == 0 && view.form != Form::Augmented);
-        if !deterministic {
-            return Err(Error::BadHandle);
-        }
-        let opened = self.open(ino, false, caller)?;
-        self.handles.renumber(opened.fh, fh)?;
+        use super::inodes::Node;
+        let fresh = match Node::from_ino(ino) {
+            Some(Node::File(view, _)) if view.job == 0 && view.form != Form::Augmented => self.open(ino, false, caller)?.fh,
+            // A listing is made again: the same entries, in the same order (a job's is its
+            // epoch's shuffle, the same for the same seed).
+            Some(Node::Root | Node::ControlDir | Node::JobsDir | Node::JobRoot(_) | Node::Dir(..)) => self.opendir(ino, caller)?,
+            _ => return Err(Error::BadHandle),
+        };
+        self.handles.renumber(fresh, fh)?;
         tracing::debug!(ino, fh, "remade a handle of the server before this one");
         Ok(())
     }

@@ -344,8 +344,11 @@ impl fuser::Filesystem for FuseAdapter {
         }
     }
 
-    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+    fn readdir(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
         let Some(_pass) = self.gate.enter() else { return std::mem::forget(reply) };
+        if let Err(e) = self.fs.remake_earlier_handle(ino.0, fh.0, caller(req)) {
+            return reply.error(failed(&self.fs, FuseOp::Readdir, &e));
+        }
         bump(&self.fs.stats().requests.readdir, 1);
         let _span = tracing::debug_span!("fuse", op = "readdir", ino = ino.0, offset).entered();
         let result = self.fs.readdir(fh.0, offset, |entry, next| {
@@ -364,8 +367,11 @@ impl fuser::Filesystem for FuseAdapter {
     /// Not asked for at init (listings are plain READDIR: see `init`), so the kernel does not
     /// send it; kept complete, and counted (`fuse_requests.readdirplus`, held at 0 by the
     /// listing test).
-    fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+    fn readdirplus(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
         let Some(_pass) = self.gate.enter() else { return std::mem::forget(reply) };
+        if let Err(e) = self.fs.remake_earlier_handle(ino.0, fh.0, caller(req)) {
+            return reply.error(failed(&self.fs, FuseOp::Readdirplus, &e));
+        }
         bump(&self.fs.stats().requests.readdirplus, 1);
         let _span = tracing::debug_span!("fuse", op = "readdirplus", ino = ino.0, offset).entered();
         let result = self.fs.readdir(fh.0, offset, |entry, next| {
