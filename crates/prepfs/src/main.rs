@@ -588,7 +588,7 @@ fn mount(args: MountArgs) -> ExitCode {
         drain: drain_config(config.stop, args.drain.or(options.drain), args.drain_max.or(options.drain_max)),
     };
     // A server a supervisor started mounts in the foreground, whatever its command line says.
-    let supervise = !(args.no_supervise || options.no_supervise) && !prepfs::supervisor::started_by_supervisor();
+    let supervise = !(args.no_supervise || options.no_supervise || prepfs::supervisor::started_by_supervisor());
     if args.background && !args.foreground && !prepfs::supervisor::started_by_supervisor() {
         return background(config, lifecycle, logs_to_file, supervise);
     }

@@ -630,9 +630,12 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
         if let Err(e) = control.send(&ready, &[]) {
             tracing::warn!(error = %e, "cannot tell the supervisor the mount serves");
         }
-        start_handover_listener(control.try_clone().map_err(MountError::Fuse)?, Arc::clone(&gate), Arc::clone(&fs)).map_err(MountError::Fuse)?;
+        let handover = start_handover_listener(control.try_clone().map_err(MountError::Fuse)?, Arc::clone(&gate), Arc::clone(&fs)).map_err(MountError::Fuse)?;
         let ran = end_session(session, &canonical_mountpoint, connection);
         stop_and_join(workers, &fs);
+        // The mount is over: the handover waiter is woken (its socket shut) and joined.
+        control.shutdown();
+        let _ = handover.join();
         tracing::info!(mountpoint = %prepfs_base::escape::escaped(&mountpoint), "unmounted");
         return ran.map_err(MountError::Fuse);
     }
@@ -873,21 +876,18 @@ fn hand_mount_to_supervisor(
 /// Waits for the supervisor's handover request (`prepfs upgrade`): then closes the gate, waits
 /// for the requests let through to be answered, and exits with `EXIT_HANDED_OVER`, leaving the
 /// connection, the listeners and the socket files to the next server (no destructor runs).
-fn start_handover_listener(control: crate::takeover::Control, gate: Arc<Gate>, fs: Arc<Filesystem>) -> io::Result<()> {
+fn start_handover_listener(control: crate::takeover::Control, gate: Arc<Gate>, fs: Arc<Filesystem>) -> io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new().name("prepfs-handover".into()).spawn(move || {
-        while let Ok(Some((message, _))) = control.receive::<crate::takeover::ToServer>() {
-            match message {
-                crate::takeover::ToServer::HandOver => {
-                    tracing::info!("handing the mount over: no new request taken; finishing those taken");
-                    gate.close_and_wait();
-                    fs.flush_for_handover();
-                    tracing::info!("handed over");
-                    std::process::exit(crate::takeover::EXIT_HANDED_OVER);
-                }
-            }
+        // One request is defined: hand over. The socket's end (the supervisor gone) ends the
+        // thread; the server then stops as its signal says.
+        if let Ok(Some((crate::takeover::ToServer::HandOver, _))) = control.receive::<crate::takeover::ToServer>() {
+            tracing::info!("handing the mount over: no new request taken; finishing those taken");
+            gate.close_and_wait();
+            fs.flush_for_handover();
+            tracing::info!("handed over");
+            std::process::exit(crate::takeover::EXIT_HANDED_OVER);
         }
-    })?;
-    Ok(())
+    })
 }
 
 fn fuser_config(config: &Config, read_only: bool, supervised: bool) -> fuser::Config {

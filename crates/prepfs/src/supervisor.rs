@@ -167,6 +167,14 @@ pub fn run(supervision: Supervision) -> Result<(), MountError> {
     }
 }
 
+/// An upgrade in progress.
+struct Upgrade {
+    new: PathBuf,
+    old: PathBuf,
+    /// Where the `prepfs upgrade` command waits for the answer.
+    answer: Sender<Result<String, String>>,
+}
+
 struct Supervisor {
     supervision: Supervision,
     ledger: OwnedFd,
@@ -182,7 +190,7 @@ struct Supervisor {
     /// A stop signal was passed on: the server's end is the mount's.
     stopping: bool,
     /// An upgrade in progress: the new binary, the old one, and where to answer.
-    upgrade: Option<(PathBuf, PathBuf, Sender<Result<String, String>>)>,
+    upgrade: Option<Upgrade>,
     /// What the first server said when it could not mount.
     failure: Option<String>,
     /// Directories the first server created for the mountpoint, deepest first.
@@ -324,8 +332,8 @@ impl Supervisor {
                 return Ok(status);
             }
             let next_binary = match (&self.upgrade, handed_over) {
-                (Some((new, _, _)), true) => new.clone(),
-                (Some((new, old, _)), false) if server.binary == *new => {
+                (Some(Upgrade { new, .. }), true) => new.clone(),
+                (Some(Upgrade { new, old, .. }), false) if server.binary == *new => {
                     // The new binary failed to come up: the old one serves again.
                     let why = if status.code() == Some(takeover::EXIT_UNKNOWN_FORMAT) {
                         "it cannot read the handed-over state".to_string()
@@ -433,7 +441,7 @@ impl Supervisor {
                     if self
                         .upgrade
                         .as_ref()
-                        .is_some_and(|(new, _, _)| *new == server.binary)
+                        .is_some_and(|u| u.new == server.binary)
                     {
                         self.answer_upgrade(Ok(format!(
                             "upgraded: pid {pid} serves with {}",
@@ -479,13 +487,13 @@ impl Supervisor {
             let _ = answer.send(Err(format!("cannot ask the server to hand over: {e}")));
             return;
         }
-        self.upgrade = Some((binary, server.binary.clone(), answer));
+        self.upgrade = Some(Upgrade { new: binary, old: server.binary.clone(), answer });
         // A server that does not hand over in time is killed: its requests are sent again.
         server.hand_over_by = Some(Instant::now() + HANDOVER_TIMEOUT);
     }
 
     fn answer_upgrade(&mut self, result: Result<String, String>) {
-        if let Some((_, _, answer)) = self.upgrade.take() {
+        if let Some(Upgrade { answer, .. }) = self.upgrade.take() {
             let _ = answer.send(result);
         }
     }

@@ -144,6 +144,12 @@ impl Control {
         self.0.try_clone().map(Control)
     }
 
+    /// Shuts the socket down both ways: a receive waiting on it (another descriptor of the same
+    /// end too) returns the end.
+    pub(crate) fn shutdown(&self) {
+        let _ = nix::sys::socket::shutdown(self.raw(), nix::sys::socket::Shutdown::Both);
+    }
+
     pub(crate) fn raw(&self) -> RawFd {
         self.0.as_raw_fd()
     }
