@@ -41,9 +41,12 @@ use crate::takeover::{self, Control, Given, Mounted, Taken, ToServer, ToSupervis
 pub const MAX_CRASHES: usize = 5;
 /// The window [`MAX_CRASHES`] is counted in.
 pub const CRASH_WINDOW: Duration = Duration::from_secs(60);
-/// The first restart's delay, doubled for each crash in the window, at most [`MAX_BACKOFF`].
+/// The first restart's delay, doubled for each server in a row that ended within [`STEADY`] of
+/// its start, at most [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// A server that served this long before it ended was steady: the backoff starts over.
+const STEADY: Duration = Duration::from_secs(10);
 /// How long a server has to hand over before it is killed (its requests are then sent again).
 const HANDOVER_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the supervisor waits between looks at its server, signals and requests.
@@ -144,6 +147,7 @@ pub fn run(supervision: Supervision) -> Result<(), MountError> {
         upgrade: None,
         failure: None,
         created_dirs: Vec::new(),
+        quick_ends: 0,
     };
     let mut server = supervisor
         .start(&binary)
@@ -195,6 +199,8 @@ struct Supervisor {
     failure: Option<String>,
     /// Directories the first server created for the mountpoint, deepest first.
     created_dirs: Vec<PathBuf>,
+    /// Servers in a row that ended within [`STEADY`] of their start.
+    quick_ends: u32,
 }
 
 impl Supervisor {
@@ -368,9 +374,13 @@ impl Supervisor {
                         return Ok(status);
                     }
                     self.last_cause = Some(why);
-                    let backoff = FIRST_BACKOFF
-                        .saturating_mul(1 << (self.crashes.len() - 1).min(6))
-                        .min(MAX_BACKOFF);
+                    // A server that served a while is started again at once (almost); one that
+                    // ends soon after starting waits twice as long as the last.
+                    if server.ready && server.started.elapsed() >= STEADY {
+                        self.quick_ends = 0;
+                    }
+                    let backoff = FIRST_BACKOFF.saturating_mul(1 << self.quick_ends.min(6)).min(MAX_BACKOFF);
+                    self.quick_ends += 1;
                     std::thread::sleep(backoff);
                     server.binary.clone()
                 }
