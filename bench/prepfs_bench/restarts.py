@@ -39,7 +39,8 @@ a loop of reads (each read of it waits while no server serves); from the readers
 longest latency of the reads in flight during that stall.
 
 Reported per set: per restart, the stall, the upgrade command's own time, the readers' longest
-latency around it and how many reads were in flight; the read latency p50 / p99 / max per view,
+latency around it, how many reads were in flight, and the reads that failed from it to the next
+restart, by kind; the read latency p50 / p99 / max per view,
 in the baseline, in the restart run away from any stall and around one (in flight during one);
 the read errors (must be 0); per epoch and job, the files read (`train`: must be the listing's
 size; its distinct outputs beside) and for `check` the samples served twice, never, not a source
@@ -47,7 +48,8 @@ file or under another class (each sample exactly once per epoch is issue 53's pr
 needs the jobs' ledger: reported as counted); the makespan (first read's start to last read's
 end) of both runs, the restarts' total cost their difference; stats.json's `server` section and
 `jobs` after the run where present, and the supervisor's log lines about its servers ("server
-started", "the server serves ... seconds=", "the server ended ...").
+started", "the server serves ... seconds=", "the server ended ..."), with each server's time to
+serve and the supervisor's delay from a server's end to the next one's start (its backoff).
 
 Usage: PYTHONPATH=bench python3 -m prepfs_bench.restarts --prepfs target/release/prepfs --gen target/release/examples/make_dataset
                                                          [--quick] [--sets real,gen] [--classes 20 --per-class 30]
@@ -95,7 +97,9 @@ JOBS = (  # name, view, reader processes, whether each read is checked against t
 PACED = {"check": "train"}  # a job that keeps another's pace: follower -> leader
 LEAD = 0.02  # how far (a share of its reads) a follower may be ahead of its leader
 CONFIG = "seed: 5\nthreads: 2\n"
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
+# torchvision's IMG_EXTENSIONS, matched as ImageFolder does (case-insensitive): the generator's
+# README.txt in a class directory, which `encoded/` shows too, is no sample.
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 READY_TIMEOUT = 60.0
 STALL_TIMEOUT = 120.0  # a restart that takes longer is a failure (the supervisor gives up sooner)
 RUN_TIMEOUT = 900.0  # one run's reads, all epochs of both jobs
@@ -161,6 +165,30 @@ def event_figures(event, reads):
         by_view[r["view"]] = max(by_view.get(r["view"], 0.0), r["lat"])
     return {"reads_in_flight": len(hit), "max_latency_s": max((r["lat"] for r in hit), default=None),
             "max_latency_by_view": by_view, "errors": sum(1 for r in hit if r.get("err"))}
+
+
+def errors_after(events, reads):
+    """Per event, the reads that failed from its start to the next event's (the last: to the
+    end): what each restart cost the readers in errors, by kind."""
+    starts = [e.get("t0") for e in events]
+    out = []
+    for i, t0 in enumerate(starts):
+        if t0 is None:
+            out.append(None)
+            continue
+        nxt = next((t for t in starts[i + 1:] if t is not None), float("inf"))
+        out.append(error_kinds([r for r in reads if r.get("err") and t0 <= r["t"] + r["lat"] and r["t"] < nxt]))
+    return out
+
+
+def error_kinds(reads):
+    """{kind: count} of the failed reads (the kind: the error's text before the path)."""
+    kinds = {}
+    for r in reads:
+        if r.get("err"):
+            k = r["err"].split(": '")[0].split(": /")[0]
+            kinds[k] = kinds.get(k, 0) + 1
+    return kinds
 
 
 def makespan(reads):
@@ -229,13 +257,33 @@ def supervisor_lines(text):
     return lines, serves
 
 
+def restart_delays(lines):
+    """From the supervisor's lines: per server that ended with the mount in place, the seconds
+    from its end to the next server's start (the supervisor's backoff), by their timestamps."""
+    def when(ln):
+        try:
+            return datetime.datetime.fromisoformat(ln.split()[0].replace("Z", "+00:00")).timestamp()
+        except (ValueError, IndexError):
+            return None
+    out, ended = [], None
+    for ln in lines:
+        if "the server ended" in ln:
+            ended = when(ln)
+        elif "server started" in ln and ended is not None:
+            started = when(ln)
+            out.append(started - ended if started is not None else None)
+            ended = None
+    return out
+
+
 def run_figures(run):
     """A run's figures from its reads and events: per event the readers' side, latencies per
     view (all, away from the stalls, around them), makespans, errors, the epoch checks."""
     reads = run.get("reads") or []
     events = run.get("events") or []
-    for e in events:
+    for e, kinds in zip(events, errors_after(events, reads)):
         e.update(event_figures(e, reads))
+        e["errors_until_next"] = kinds
     lat = {}
     for view in sorted({r["view"] for r in reads}):
         rs = [r for r in reads if r["view"] == view]
@@ -252,7 +300,7 @@ def run_figures(run):
             checks[name] = check_augmented(rs, (run.get("listing") or {}).get(name), run.get("epochs", EPOCHS))
     return {"latency": lat, "makespan_s": makespan(reads),
             "makespan_by_job_s": {j: makespan([r for r in reads if r["job"] == j]) for j, *_ in JOBS},
-            "reads": len(reads), "errors": sum(1 for r in reads if r.get("err")),
+            "reads": len(reads), "errors": sum(1 for r in reads if r.get("err")), "error_kinds": error_kinds(reads),
             "error_examples": [f"{r['job']} {r['path']}: {r['err']}" for r in reads if r.get("err")][:10],
             "checks": checks}
 
@@ -288,6 +336,14 @@ def verdict(set_report):
 
 def fmt_s(x, spec=".2f"):
     return fmt(x, spec)
+
+
+def fmt_kinds(kinds):
+    """A count of failed reads with their kinds: `0`, `12 ([Errno 2] No such file or directory)`."""
+    if kinds is None:
+        return "-"
+    n = sum(kinds.values())
+    return f"{n} ({'; '.join(f'{k}: {v}' if len(kinds) > 1 else k for k, v in kinds.items())})" if n else "0"
 
 
 def summary_lines(report):
@@ -327,14 +383,15 @@ def summary_lines(report):
         ev = run.get("events") or []
         if ev:
             lines += ["", "| # | what | at reads | stall s | upgrade command s | readers' max latency s (train / check) "
-                      "| reads in flight | errors among them | pids |",
-                      "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+                      "| reads in flight | errors among them | failed reads until the next | pids |",
+                      "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
             for i, e in enumerate(ev, 1):
                 v = e.get("max_latency_by_view") or {}
                 lines.append(f"| {i} | {e['what']} ({e['share'] * 100:.0f}%) | {fmt(e.get('at_reads'))} of {fmt(run.get('total_reads'))} "
                              f"| {fmt_s(e.get('stall_s'))} | {fmt_s(e.get('command_s'))} | {fmt_s(e.get('max_latency_s'))} "
                              f"({fmt_s(v.get('augmented'))} / {fmt_s(v.get('encoded'))}) | {fmt(e.get('reads_in_flight'))} "
-                             f"| {fmt(e.get('errors'))} | {e.get('old_pid')} -> {e.get('new_pid')}"
+                             f"| {fmt(e.get('errors'))} | {fmt_kinds(e.get('errors_until_next'))} "
+                             f"| {e.get('old_pid')} -> {e.get('new_pid')}"
                              + (f"; **{e['error'].splitlines()[0]}**" if e.get("error") else "") + " |")
         lines += ["", "| view | run | reads | p50 ms | p99 ms | max ms |", "| --- | --- | ---: | ---: | ---: | ---: |"]
         for view in ("augmented", "encoded", "all"):
@@ -357,19 +414,26 @@ def summary_lines(report):
         for label in ("baseline", "restarts"):
             f = (s.get(label) or {}).get("figures") or {}
             if f.get("error_examples"):
-                lines += ["", f"Read errors ({label}): " + "; ".join(f"`{x}`" for x in f["error_examples"])]
+                lines += ["", f"Read errors ({label}): {fmt_kinds(f.get('error_kinds'))}, e.g. "
+                          + "; ".join(f"`{x}`" for x in f["error_examples"][:5])]
         server = run.get("server")
         lines += ["", "stats.json's `server` after the restart run: "
                   + (f"`{json.dumps(server, sort_keys=True)}`" if server is not None else "absent (this build has none).")]
-        jobs = run.get("jobs") or []
-        if jobs:
-            lines.append("Its jobs: " + "; ".join(
+        jobs = run.get("jobs")
+        if jobs == []:
+            lines.append("Its active jobs after the run: none (the server serving then knows of no job).")
+        elif jobs:
+            lines.append("Its active jobs after the run: " + "; ".join(
                 f"{j.get('name')}: epoch {j.get('epoch')}, {j.get('served_this_epoch')} served this epoch, "
                 f"{j.get('samples_served')} in all, {j.get('substitutions')} substitutions" for j in jobs) + ".")
         serves = run.get("serves_s") or []
         if serves:
             lines.append("Each server's start to serving (the supervisor's \"the server serves ... seconds=\"): "
                          + ", ".join(fmt_s(x) for x in serves) + " s.")
+        delays = run.get("restart_delays_s") or []
+        if delays:
+            lines.append("The supervisor's delay from a killed server's end to the next one's start (its backoff, "
+                         "doubled per end within its crash window): " + ", ".join(fmt_s(x) for x in delays) + " s.")
         if run.get("log_lines"):
             lines += ["", "The supervisor's lines about its servers (restart run):", "", "```"]
             lines += run["log_lines"][:40]
@@ -779,10 +843,11 @@ class Job:
 
 def image_folder(view):
     """A view listed as torchvision's ImageFolder does: the class directories sorted, their
-    files sorted; paths relative to the view."""
+    image files (by extension) sorted; paths relative to the view."""
     out = []
     for cls in sorted(e.name for e in os.scandir(view) if e.is_dir()):
-        out += [f"{cls}/{f}" for f in sorted(e.name for e in os.scandir(os.path.join(view, cls)) if e.is_file())]
+        out += [f"{cls}/{f}" for f in sorted(e.name for e in os.scandir(os.path.join(view, cls))
+                                             if e.is_file() and e.name.lower().endswith(IMAGE_EXTENSIONS))]
     return out
 
 
@@ -907,6 +972,7 @@ def run_once(ctx, data, info, label, with_restarts):
             r.close()
         mount.close()
         rec["log_lines"], rec["serves_s"] = supervisor_lines(mount.log())
+        rec["restart_delays_s"] = restart_delays(rec["log_lines"])
         rec["supervisor_status"] = mount.proc.returncode
 
 

@@ -101,6 +101,27 @@ class FiguresTest(unittest.TestCase):
         self.assertNotIn("\x1b", "".join(lines))
         self.assertEqual(serves, [0.42, 0.30])
 
+    def test_the_supervisors_backoff_is_from_a_servers_end_to_the_next_ones_start(self):
+        lines = ["2026-11-28T07:56:46.752264Z ERROR prepfs::supervisor: the server ended with the mount still in place",
+                 "2026-11-28T07:56:46.853214Z  INFO prepfs::supervisor: server started pid=2 restarts=1",
+                 "2026-11-28T07:56:47.360519Z  INFO prepfs::supervisor: upgrade: asking the server to hand over",
+                 "2026-11-28T07:56:47.411690Z  INFO prepfs::supervisor: server started pid=3 restarts=2"]
+        (d,) = R.restart_delays(lines)
+        self.assertAlmostEqual(d, 0.10095, places=5)
+
+    def test_the_errors_after_each_restart_are_counted_until_the_next_by_kind(self):
+        ev = [{"t0": 1.0, "t1": 1.5}, {"t0": 3.0, "t1": 3.2}, {"t0": None}]
+        enoent = "[Errno 2] No such file or directory: '/m/jobs/train/augmented/c0/a.ppm'"
+        reads = [read("train", 1, 0.5, 0.1, "a", err="[Errno 5] Input/output error"),  # before any
+                 read("train", 1, 0.9, 0.6, "b", err=enoent), read("train", 1, 2.0, 0.1, "c", err=enoent),
+                 read("train", 1, 2.5, 0.1, "d"), read("check", 1, 3.1, 0.1, "e", err="[Errno 107] Transport endpoint is not connected")]
+        after = R.errors_after(ev, reads)
+        self.assertEqual(after, [{"[Errno 2] No such file or directory": 2},
+                                 {"[Errno 107] Transport endpoint is not connected": 1}, None])
+        self.assertEqual(R.fmt_kinds(after[0]), "2 ([Errno 2] No such file or directory)")
+        self.assertEqual(R.fmt_kinds({}), "0")
+        self.assertEqual(sum(R.error_kinds(reads).values()), 4)
+
 
 def canned_run(label, kills):
     """A run record as run_once leaves it, 2 epochs of 4 samples per job."""
