@@ -205,14 +205,18 @@ def class_of(rel):
 
 def check_augmented(reads, listing_size, epochs=EPOCHS):
     """Per epoch of an augmented job: files read (must be `listing_size`), errors, distinct
-    outputs (an output served twice would repeat a hash), the verdict."""
+    outputs and the reads repeating an earlier one's bytes (an output served twice: a sample's
+    output is a function of the sample and the epoch, so two equal ones are one sample served
+    twice), the verdict."""
     out = []
     for e in range(1, epochs + 1):
         rs = [r for r in reads if r["e"] == e]
         errors = sum(1 for r in rs if r.get("err"))
-        distinct = len({r["hash"] for r in rs if r.get("hash")})
+        hashes = [r["hash"] for r in rs if r.get("hash") and not r.get("err")]
+        distinct = len(set(hashes))
         out.append({"epoch": e, "files": len(rs), "expected": listing_size, "errors": errors,
-                    "distinct_outputs": distinct, "ok": len(rs) == listing_size and not errors})
+                    "distinct_outputs": distinct, "outputs_repeated": len(hashes) - distinct,
+                    "ok": len(rs) == listing_size and not errors and len(hashes) == distinct})
     return out
 
 
@@ -322,8 +326,9 @@ def verdict(set_report):
             for ep in epochs:
                 if not ep["ok"]:
                     what = [f"{ep['files']} files of {ep['expected']}"] if ep["files"] != ep["expected"] else []
-                    what += [f"{ep[k]} {k.replace('_', ' ')}" for k in ("errors", "served_twice", "never_served",
-                                                                       "not_a_source_file", "wrong_class") if ep.get(k)]
+                    what += [f"{ep[k]} {k.replace('_', ' ')}" for k in ("errors", "outputs_repeated", "served_twice",
+                                                                       "never_served", "not_a_source_file", "wrong_class")
+                             if ep.get(k)]
                     bad.append(f"{label}: {job} epoch {ep['epoch']}: " + ", ".join(what))
         for e in run.get("events") or []:
             if e.get("error"):
@@ -402,13 +407,16 @@ def summary_lines(report):
                     continue
                 lines.append(f"| {view} | {label} | {fmt(f['reads'])} | {fmt(f['p50_ms'], '.1f')} | {fmt(f['p99_ms'], '.1f')} "
                              f"| {fmt(f['max_ms'], '.1f')} |")
-        lines += ["", "| run | job | epoch | files (expected) | errors | distinct outputs | served twice | never served "
-                  "| not a source file | other class |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        lines += ["", "| run | job | epoch | files (expected) | errors | distinct outputs (repeated) | served twice "
+                  "| never served | not a source file | other class |",
+                  "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for label in ("baseline", "restarts"):
             for job, epochs in (((s.get(label) or {}).get("figures") or {}).get("checks") or {}).items():
                 for ep in epochs:
                     lines.append(f"| {label} | {job} | {ep['epoch']} | {ep['files']} ({fmt(ep['expected'])}) | {ep['errors']} "
-                                 f"| {fmt(ep.get('distinct_outputs'))} | {fmt(ep.get('served_twice'))} "
+                                 f"| {fmt(ep.get('distinct_outputs'))}"
+                                 + (f" ({ep['outputs_repeated']})" if ep.get("outputs_repeated") is not None else "")
+                                 + f" | {fmt(ep.get('served_twice'))} "
                                  f"| {fmt(ep.get('never_served'))} | {fmt(ep.get('not_a_source_file'))} "
                                  f"| {fmt(ep.get('wrong_class'))} |")
         for label in ("baseline", "restarts"):
@@ -1019,7 +1027,6 @@ def run_set(ctx, kind, data):
     for label, with_restarts in (("baseline", False), ("restarts", True)):
         ctx["say"](f"[{kind}] {label} run ({info['samples']} samples, {EPOCHS} epochs of two jobs)")
         rec = guarded(ctx, data, info, label, with_restarts)
-        rec.pop("sources", None)
         out[label] = rec
         if rec.get("error"):
             ctx["say"](f"[{kind}] {label}: failed: {rec['error']}")
@@ -1044,11 +1051,17 @@ def main(argv=None):
     ap.add_argument("--per-class", type=int, help=f"samples per class (default {PER_CLASS}; --quick: {QUICK_PER_CLASS})")
     ap.add_argument("--out", help="PREFIX: PREFIX.json, PREFIX.md (default bench/results/DATE-restarts[-quick])")
     ap.add_argument("--report-only", metavar="JSON", help="run nothing: rewrite an earlier run's Markdown (and its "
-                    "section in BENCHMARKS.md) from its JSON with this code")
+                    "section in BENCHMARKS.md) from its JSON with this code, the figures and checks recomputed "
+                    "from its reads")
     args = ap.parse_args(argv)
     if args.report_only:
         with open(args.report_only) as f:
             report = json.load(f)
+        for s in report["sets"].values():  # the figures and checks again, from the reads
+            for label in ("baseline", "restarts"):
+                if (s.get(label) or {}).get("reads") is not None:
+                    s[label]["figures"] = run_figures(s[label])
+            s["problems"] = verdict(s)
         lines = summary_lines(report)
         write_report(args.out or args.report_only, report, lines, summary=lines[:4 + len(report["sets"])],
                      command=report.get("command"), date=report.get("date"))

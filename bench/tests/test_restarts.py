@@ -5,6 +5,7 @@ report's tables (from canned reads), and the reader process over a tiny tree of 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -73,9 +74,11 @@ class FiguresTest(unittest.TestCase):
         reads.append(read("train", 2, 0, 0.1, "c0/s3.ppm", err="[Errno 5] Input/output error"))
         ok, bad = R.check_augmented(reads, 4)
         self.assertTrue(ok["ok"])
-        self.assertEqual((ok["files"], ok["distinct_outputs"]), (4, 4))
+        self.assertEqual((ok["files"], ok["distinct_outputs"], ok["outputs_repeated"]), (4, 4, 0))
         self.assertFalse(bad["ok"])
-        self.assertEqual((bad["files"], bad["errors"], bad["distinct_outputs"]), (4, 1, 1))
+        self.assertEqual((bad["files"], bad["errors"], bad["distinct_outputs"], bad["outputs_repeated"]), (4, 1, 1, 2))
+        (again,) = R.check_augmented([read("train", 1, 0, 0.1, "c0/a.ppm", hash="h"), read("train", 1, 0, 0.1, "c0/b.ppm", hash="h")], 2, 1)
+        self.assertFalse(again["ok"])  # all read, no error, but one output served twice
 
     def test_an_encoded_epoch_serves_each_sample_once_from_the_source_under_its_class(self):
         sources = ["c0/a.jpg", "c0/b.jpg", "c1/c.jpg"]
@@ -181,6 +184,29 @@ class ReportTest(unittest.TestCase):
         text = "\n".join(R.summary_lines(report))
         self.assertIn("**Failed:**", text)
         self.assertIn("Transport endpoint", text)
+
+    def test_a_report_rewritten_from_its_json_recomputes_the_figures_and_checks_from_the_reads(self):
+        report = self.report()
+        report["sets"]["gen"]["restarts"]["reads"][1]["sample"] = None  # check: equal to no source file
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "r.json")
+            with open(path, "w") as f:
+                json.dump(report, f)
+            old = os.environ.get("PREPFS_BENCH_MD")
+            os.environ["PREPFS_BENCH_MD"] = "-"
+            try:
+                with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
+                    self.assertEqual(R.main(["--report-only", path, "--out", os.path.join(d, "again")]), 0)
+            finally:
+                if old is None:
+                    del os.environ["PREPFS_BENCH_MD"]
+                else:
+                    os.environ["PREPFS_BENCH_MD"] = old
+            with open(os.path.join(d, "again.json")) as f:
+                again = json.load(f)
+            self.assertTrue(any("1 not a source file" in p for p in again["sets"]["gen"]["problems"]))
+            with open(os.path.join(d, "again.md")) as f:
+                self.assertIn("**Failed:**", f.read())
 
     def test_a_failed_run_is_a_problem(self):
         s = {"baseline": {"error": "RuntimeError: boom\nmore"}, "restarts": canned_run("r", True)}
