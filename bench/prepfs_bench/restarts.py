@@ -948,8 +948,10 @@ def run_once(ctx, data, info, label, with_restarts):
             for what, share, at in event_thresholds(total):
                 if not progress.wait_for(at, len(readers), deadline):
                     raise RuntimeError(f"the readers did not reach {at} reads within {RUN_TIMEOUT:.0f} s")
-                if progress.ended >= len(readers):
-                    rec["events"].append({"what": what, "share": share, "error": "the readers ended first"})
+                if progress.ended >= len(readers) or progress.reads >= total:
+                    # Reads that fail at once (an error answered without the server) race ahead.
+                    rec["events"].append({"what": what, "share": share, "at_reads": progress.reads,
+                                          "error": "the readers had done every read first"})
                     break
                 ev = {"what": what, "share": share, "at_reads": progress.reads}
                 try:
