@@ -179,6 +179,18 @@ bench-workers: build
 	PYTHONPATH=bench timeout 3600 $(PYTHON) -m prepfs_bench.workers --prepfs target/release/prepfs \
 		--gen target/release/examples/make_dataset $(if $(QUICK),--quick) $(WORKERS_ARGS)
 
+# Supervised restarts (issue 53): two jobs read two epochs (train: augmented/, two reader
+# processes; check: encoded/, every byte checked against the source) while the server is SIGKILLed
+# three times and upgraded once, against a run with no restart, over real photographs and the
+# generator's set (bench/results/<date>-restarts.md; its table in BENCHMARKS.md's Runs): each
+# stall, the readers' latencies, errors, each sample once per epoch. QUICK=1: the generator's set,
+# 10 classes x 20; RESTARTS_ARGS adds options (e.g. "--sets gen --classes 40").
+.PHONY: bench-restarts
+RESTARTS_ARGS ?=
+bench-restarts: build
+	PYTHONPATH=bench timeout 3600 $(PYTHON) -m prepfs_bench.restarts --prepfs target/release/prepfs \
+		--gen target/release/examples/make_dataset $(if $(QUICK),--quick) $(RESTARTS_ARGS)
+
 # Side-by-side benchmark against the data loaders users would pick instead (QUICK=1: short).
 bench: build
 	@QUICK=$(QUICK) bench/run.sh
