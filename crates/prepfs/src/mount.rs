@@ -545,6 +545,7 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
     let fs = Arc::new(fs.map_err(MountError::Fuse)?);
     if let Some(given) = &supervised {
         fs.number_handles_from((given.restarts << 40) + 1);
+        fs.attach_recent_opens(crate::takeover::own(given.opens).map(std::fs::File::from).map_err(MountError::Fuse)?);
     }
     if let Err(e) = validate_with_progress(&fs, &waiter.stopping) {
         fs.shutdown();

@@ -49,6 +49,9 @@ pub(crate) struct Given {
     /// The memory file holding the lowest kernel backing id a server may have left registered
     /// (`crate::fuse`'s backings).
     pub(crate) backings: RawFd,
+    /// The memory file of the samples recent job-view opens were given (the core's
+    /// `recent_opens`).
+    pub(crate) opens: RawFd,
     /// How many servers of this mount came before this one (0 for the first).
     pub(crate) restarts: u64,
     /// Why the last one ended, for stats.

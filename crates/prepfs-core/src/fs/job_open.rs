@@ -30,7 +30,9 @@ impl Filesystem {
     /// An open in a job's view: opportunistic sampling chooses the sample (the requested one, or
     /// an unseen one of the same directory that is cached), prefetch is queued along the job's
     /// listing, and the chosen sample's bytes are pinned to the handle (with whether it was a hit).
-    pub(super) fn open_in_job(&self, ino: u64, view: View, requested: Sample, caller: Caller) -> Result<(Arc<Handle>, Outcome)> {
+    /// `given_before`: the sample an earlier try of this very request was given (the kernel sent
+    /// it again after a server died): given again, whatever the job's epoch says of it.
+    pub(super) fn open_in_job(&self, ino: u64, view: View, requested: Sample, caller: Caller, mut given_before: Option<FileId>) -> Result<(Arc<Handle>, Outcome)> {
         // An open inside a pending name's view makes its job.
         let job = self.job_for(view.job, caller, true)?.ok_or(Error::NotFound)?;
         bump(&job.counters.opens, 1);
@@ -57,7 +59,10 @@ impl Filesystem {
         // is passed over ([`Filesystem::choose_again_after`]).
         let (mut retried, mut bad_skips) = (false, 0);
         loop {
-            let choice = self.choose_in_job(&job, view, requested.id, samples);
+            let choice = match given_before.take() {
+                Some(sample) => Choice { sample, substituted: sample != requested.id, claimed: false },
+                None => self.choose_in_job(&job, view, requested.id, samples),
+            };
             let served = Served { job: Arc::clone(&job), sample: choice.sample, claimed: choice.claimed, read: AtomicBool::new(false) };
             // A substitute is resolved like the requested sample: nothing stale is served.
             // and only what the caller may read (the kernel checked the requested file).

@@ -43,6 +43,7 @@ mod jobs;
 mod loader;
 mod open;
 mod passthrough;
+mod recent_opens;
 mod recipes;
 mod remote_work;
 mod stale;
@@ -57,6 +58,7 @@ mod reftests;
 pub use handles::{CachePolicy, Opened};
 
 pub use passthrough::Backing;
+pub use recent_opens::OpenRequest;
 pub use inodes::{is_control, ROOT_INO};
 pub(crate) use inodes::{Node, View};
 pub(crate) use stale::StaleInodes;
@@ -140,6 +142,9 @@ pub struct Filesystem {
     fill: Parallel,
     /// What this mount asked `prepfs worker`s for (with a remote tier).
     remote_work: Option<crate::remote_work::RemoteWork>,
+    /// The samples recent job-view opens were given, for an open the kernel sends again after a
+    /// server died (`recent_opens.rs`; a supervised mount's, else none).
+    recent_opens: std::sync::OnceLock<recent_opens::RecentOpens>,
 }
 
 impl Filesystem {
@@ -257,6 +262,7 @@ impl Filesystem {
             mounted_at: SystemTime::now(),
             reader_seen: AtomicBool::new(false),
             remote_work,
+            recent_opens: std::sync::OnceLock::new(),
         })
     }
 
@@ -285,6 +291,13 @@ impl Filesystem {
     /// process exits next, holding nothing the next server needs.
     pub fn flush_for_handover(&self) {
         self.producer.flush();
+    }
+
+    /// Keeps the samples job-view opens are given in `file` (a memory file the supervisor
+    /// holds, issue 53), so that an open sent again after a server died gets the sample its
+    /// first try was given. Called before serving.
+    pub fn attach_recent_opens(&self, file: std::fs::File) {
+        let _ = self.recent_opens.set(recent_opens::RecentOpens::new(file));
     }
 
     /// This server's handles are numbered from `first` on: a server taking a mount over starts

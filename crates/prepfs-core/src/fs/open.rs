@@ -32,6 +32,12 @@ impl Filesystem {
     /// Opens a file: for pixel views this decodes and augments (the caller runs it on the
     /// decode pool) and pins the result to the returned handle.
     pub fn open(&self, ino: u64, write: bool, caller: Caller) -> Result<Opened> {
+        self.open_request(ino, write, caller, None)
+    }
+
+    /// [`Filesystem::open`] of the kernel's request `request`: a job-view open the kernel sends
+    /// again after a server died is given the sample its first try was (`recent_opens.rs`).
+    pub fn open_request(&self, ino: u64, write: bool, caller: Caller, request: Option<super::OpenRequest>) -> Result<Opened> {
         if write {
             return Err(Error::ReadOnly);
         }
@@ -64,7 +70,8 @@ impl Filesystem {
                 let opened = self.resolve(file).and_then(|sample| {
                     self.check_source_access(&sample.meta, caller, super::access::READ)?;
                     if view.job != 0 {
-                        self.open_in_job(ino, view, sample, caller)
+                        let given_before = request.and_then(|r| self.recent_opens.get()?.given(r, ino));
+                        self.open_in_job(ino, view, sample, caller, given_before)
                     } else {
                         self.open_top_level(ino, view, &sample, caller)
                     }
@@ -91,6 +98,10 @@ impl Filesystem {
             }
         };
         bump(&self.stats().open_handles, 1);
+        // Before the sample counts served: an open sent again gets the same one.
+        if let (Some(request), Some(opens), HandleData::Bytes { served: Some(served), .. }) = (request, self.recent_opens.get(), &data.data) {
+            opens.record(request, ino, served.sample);
+        }
         let backing = self.backing_of(&data);
         if backing.is_some() {
             // The kernel reads it without asking us: served now, all of it (what a reader of a

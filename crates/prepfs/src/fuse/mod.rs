@@ -261,10 +261,13 @@ impl fuser::Filesystem for FuseAdapter {
         let fs = Arc::clone(&self.fs);
         let backings = Arc::clone(&self.backings);
         let caller = caller(req);
+        // The kernel's number of this request, without the mark of one sent again: an open
+        // sent again after a server died is the same request (`prepfs_core`'s recent opens).
+        let request = prepfs_core::fs::OpenRequest { unique: req.unique().0 & !fuser::UNIQUE_RESEND };
         let open = move || {
             let _pass = pass;
             let _span = span.entered();
-            match fs.open(ino.0, write, caller) {
+            match fs.open_request(ino.0, write, caller, Some(request)) {
                 Ok(o) => reply_opened(&fs, &backings, o, reply),
                 Err(e) => reply.error(failed(&fs, FuseOp::Open, &e)),
             }
