@@ -543,6 +543,12 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
         (None, None) => Filesystem::new(config, catalog),
     };
     let fs = Arc::new(fs.map_err(MountError::Fuse)?);
+    fs.set_server_life(prepfs_core::stats::ServerLife {
+        pid: std::process::id(),
+        restarts: supervised.as_ref().map_or(0, |g| g.restarts),
+        last_restart_cause: supervised.as_ref().and_then(|g| g.last_cause.clone()),
+        supervised: supervised.is_some(),
+    });
     if let Some(given) = &supervised {
         fs.number_handles_from((given.restarts << 40) + 1);
         fs.attach_recent_opens(crate::takeover::own(given.opens).map(std::fs::File::from).map_err(MountError::Fuse)?);
@@ -597,8 +603,19 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
     };
     let notifier = session.notifier();
     let mut workers = Workers::default();
+    // `/readyz`: ready once the session reads requests, until a drain or a handover begins.
+    let serving = Arc::new(AtomicBool::new(false));
+    let readiness = {
+        let (serving, stopping, gate) = (Arc::clone(&serving), Arc::clone(&waiter.stopping), Arc::clone(&gate));
+        move || match (serving.load(Ordering::Relaxed), stopping.load(Ordering::Relaxed), gate.is_closed()) {
+            (_, true, _) => Err("draining to unmount".to_string()),
+            (_, _, true) => Err("handing the mount over to a new server".to_string()),
+            (false, _, _) => Err("starting".to_string()),
+            (true, false, false) => Ok(()),
+        }
+    };
     let started = start_workers(&fs, &mut workers, notifier.clone(), loader_server).and_then(|()| match metrics_listener {
-        Some(listener) => start_metrics_endpoint(&fs, &mut workers, listener),
+        Some(listener) => start_metrics_endpoint(&fs, &mut workers, listener, readiness),
         None => Ok(()),
     });
     waiter.mounted(connection, activity, canonical_mountpoint.clone());
@@ -614,6 +631,7 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
             return Err(MountError::Fuse(e));
         }
     };
+    serving.store(true, Ordering::Relaxed);
     if taking.is_some() {
         // What the server before this one had read and never answered, sent again.
         match notifier.resend() {
@@ -718,12 +736,19 @@ fn stop_and_join(workers: Workers, fs: &Filesystem) {
     fs.shutdown();
 }
 
-/// The `--metrics-addr` endpoint: a worker answering `GET /metrics` until unmount.
-fn start_metrics_endpoint(fs: &Arc<Filesystem>, workers: &mut Workers, listener: std::net::TcpListener) -> io::Result<()> {
+/// The `--metrics-addr` endpoint: a worker answering `GET /metrics`, `/healthz` and `/readyz`
+/// (`ready` says) until unmount.
+fn start_metrics_endpoint(
+    fs: &Arc<Filesystem>,
+    workers: &mut Workers,
+    listener: std::net::TcpListener,
+    ready: impl Fn() -> Result<(), String> + Send + 'static,
+) -> io::Result<()> {
     let url = format!("http://{}/metrics", listener.local_addr()?);
     tracing::info!(url = %url, "metrics endpoint");
     let fs = Arc::clone(fs);
-    workers.spawn("prepfs-metrics".into(), tasks::REQUEST, move |stop| prepfs_core::metrics::http::serve(listener, stop, || fs.metrics_text()))
+    let answers = prepfs_core::metrics::http::Checked(move || fs.metrics_text(), ready);
+    workers.spawn("prepfs-metrics".into(), tasks::REQUEST, move |stop| prepfs_core::metrics::http::serve(listener, stop, answers))
 }
 
 /// Sleeps `d` unless `stop` is set meanwhile; returns whether to go on.

@@ -249,6 +249,9 @@ pub fn summary(doc: &Value, previous: Option<&Value>) -> String {
     if let Some(line) = workers_line(doc) {
         out.push(line);
     }
+    if let Some(line) = server_line(doc) {
+        out.push(line);
+    }
     out.push(format!(
         "fuse         {} requests per open; {} open handles",
         dash(num(doc, &at(&defs::FUSE_REQUESTS_PER_OPEN, &[])), &|v| format!("{v:.1}")),
@@ -259,9 +262,35 @@ pub fn summary(doc: &Value, previous: Option<&Value>) -> String {
     text
 }
 
+/// The serving process, for a supervised mount or one that restarted (`server`, issue 53):
+/// its pid and the restarts before it, with the last one's cause.
+fn server_line(doc: &Value) -> Option<String> {
+    let server = doc.get("server").filter(|s| s.is_object())?;
+    let restarts = server.get("restarts").and_then(Value::as_u64).unwrap_or(0);
+    let supervised = server.get("supervised").and_then(Value::as_bool).unwrap_or(false);
+    if restarts == 0 && !supervised {
+        return None;
+    }
+    let pid = server.get("pid").and_then(Value::as_u64).map_or("?".into(), |p| p.to_string());
+    let last = server.get("last_restart_cause").and_then(Value::as_str).map_or(String::new(), |c| format!(" (last: {c})"));
+    Some(format!(
+        "server       pid {pid}{}; {restarts} restart{}{last}",
+        if supervised { ", supervised" } else { "" },
+        if restarts == 1 { "" } else { "s" }
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_server_line_says_the_restarts_and_the_last_cause_and_is_left_out_of_a_plain_mount() {
+        let supervised = serde_json::json!({"server": {"pid": 9, "restarts": 3, "last_restart_cause": "killed by signal 9 (SIGKILL)", "supervised": true}});
+        assert_eq!(server_line(&supervised).as_deref(), Some("server       pid 9, supervised; 3 restarts (last: killed by signal 9 (SIGKILL))"));
+        let plain = serde_json::json!({"server": {"pid": 9, "restarts": 0, "last_restart_cause": null, "supervised": false}});
+        assert_eq!(server_line(&plain), None);
+    }
     use serde_json::json;
 
     fn doc(uptime: f64, opens: u64, read: u64) -> Value {

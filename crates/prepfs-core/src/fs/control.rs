@@ -107,6 +107,7 @@ impl Filesystem {
             passthrough_on: self.passthrough_on(),
             remote_forged: cache["remote"]["forged"].as_u64(),
             remote_work: self.remote_work_figures(),
+            server: self.server_life(),
             jobs: self
                 .jobs
                 .active()
@@ -132,9 +133,19 @@ impl Filesystem {
         let cache = self.producer.cache_stats();
         let gauges = self.gauges(&cache);
         let mut doc = crate::metrics::json(&Figures { stats: self.stats(), gauges: &gauges });
+        let life = self.server_life();
+        // Which server of the mount this is (issue 53): a supervised mount's changes at each
+        // restart.
+        let server = serde_json::json!({
+            "pid": life.pid,
+            "restarts": life.restarts,
+            "last_restart_cause": life.last_restart_cause,
+            "supervised": life.supervised,
+        });
         let extra = serde_json::json!({
             // The daemon's, for `prepfs unmount`.
             "pid": std::process::id(),
+            "server": server,
             // As text: a path that is not UTF-8 would fail the whole document (JSON holds only
             // text), its bytes shown as U+FFFD.
             "source": self.config().source.to_string_lossy(),

@@ -145,6 +145,8 @@ pub struct Filesystem {
     /// The samples recent job-view opens were given, for an open the kernel sends again after a
     /// server died (`recent_opens.rs`; a supervised mount's, else none).
     recent_opens: std::sync::OnceLock<recent_opens::RecentOpens>,
+    /// This server's place among the mount's (`stats.json`'s `server`).
+    server_life: std::sync::OnceLock<crate::stats::ServerLife>,
 }
 
 impl Filesystem {
@@ -263,6 +265,7 @@ impl Filesystem {
             reader_seen: AtomicBool::new(false),
             remote_work,
             recent_opens: std::sync::OnceLock::new(),
+            server_life: std::sync::OnceLock::new(),
         })
     }
 
@@ -298,6 +301,16 @@ impl Filesystem {
     /// first try was given. Called before serving.
     pub fn attach_recent_opens(&self, file: std::fs::File) {
         let _ = self.recent_opens.set(recent_opens::RecentOpens::new(file));
+    }
+
+    /// Says which server of the mount this is (called once, before serving).
+    pub fn set_server_life(&self, life: crate::stats::ServerLife) {
+        let _ = self.server_life.set(life);
+    }
+
+    /// This server's place among the mount's.
+    pub(crate) fn server_life(&self) -> crate::stats::ServerLife {
+        self.server_life.get().cloned().unwrap_or_default()
     }
 
     /// This server's handles are numbered from `first` on: a server taking a mount over starts

@@ -121,6 +121,8 @@ pub(crate) struct Gauges {
     /// What this mount asked `prepfs worker`s for (`remote_work` in stats.json, which writes it
     /// whole); `None`: no remote tier.
     pub(crate) remote_work: Option<RemoteWorkFigures>,
+    /// The process serving now and the restarts before it (`server` in stats.json).
+    pub(crate) server: crate::stats::ServerLife,
 }
 
 /// The remote work's series: items by state, bytes received, and each worker alive.

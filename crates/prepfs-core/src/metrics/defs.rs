@@ -318,6 +318,16 @@ registry! {
     REMOTE_WORKER_LAST_SEEN = Def::gauge("prepfs_remote_worker_last_seen_seconds", "Seconds since a worker's last beat, by worker.")
         .unit(Unit::Seconds).labels(&["worker", "host"])
         .read(|f, out| f.gauges.remote_work.iter().flat_map(|w| &w.workers).for_each(|(name, host, _, ago)| out(&[name.as_str(), host.as_str()], (*ago).into())));
+    // The serving process (issue 53; `server` in stats.json, written whole there).
+    SERVER_PID = Def::gauge("prepfs_server_pid", "The pid of the process serving the mount now (a supervised mount's server changes at each restart).")
+        .owned_at("/server/pid")
+        .read(|f, out| out(&[], u64::from(f.gauges.server.pid).into()));
+    SERVER_RESTARTS = Def::counter("prepfs_server_restarts_total", "Servers of this mount that ended before the one serving now and were replaced by the supervisor (crashes and upgrades).")
+        .owned_at("/server/restarts")
+        .read(|f, out| out(&[], f.gauges.server.restarts.into()));
+    SERVER_LAST_RESTART = Def::gauge("prepfs_server_last_restart_info", "1, labelled with why the last server ended (absent before the first restart).")
+        .labels(&["cause"])
+        .read(|f, out| if let Some(cause) = &f.gauges.server.last_restart_cause { out(&[cause.as_str()], 1u64.into()) });
     REMOTE_FORGED = Def::counter("prepfs_remote_forged_total", "Remote tier values dropped for failing their MAC (forged, or another secret's).")
         .owned_at("/cache/remote/forged")
         .read(|f, out| out(&[], f.gauges.remote_forged.into()));

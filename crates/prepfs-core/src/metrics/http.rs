@@ -1,4 +1,6 @@
-//! The `--metrics-addr` HTTP endpoint: `GET /metrics` answered with the exposition.
+//! The `--metrics-addr` HTTP endpoint: `GET /metrics` answered with the exposition, `GET
+//! /healthz` with `ok` while the process answers, `GET /readyz` with `ready` while it serves
+//! (503 and why not while it starts, drains or hands over: issue 53).
 //!
 //! Owns: the listening socket and every connection it accepted, multiplexed with poll(2) on the
 //! one thread that runs [`serve`] (the `prepfs-metrics` worker `tasks::Workers` starts, stops by
@@ -46,13 +48,43 @@ const ACCEPTS_PER_ROUND: usize = 256;
 /// Connections the kernel may queue for accept.
 const BACKLOG: i32 = 4096;
 
-/// Answers `GET /metrics` on `listener` with `body()` (the exposition) until `stop` is set.
-pub fn serve(listener: TcpListener, stop: &AtomicBool, body: impl Fn() -> String) {
+/// What the endpoint answers with: the exposition, and whether the process is ready.
+pub trait Answers {
+    /// The exposition (`GET /metrics`).
+    fn metrics(&self) -> String;
+    /// `Ok` while ready (`GET /readyz`: 200), else why not (503).
+    fn ready(&self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// A closure making the exposition: always ready (`prepfs worker`'s endpoint).
+impl<F: Fn() -> String> Answers for F {
+    fn metrics(&self) -> String {
+        self()
+    }
+}
+
+/// The exposition's maker and the readiness check, as [`Answers`] (a mount's endpoint).
+pub struct Checked<M, R>(pub M, pub R);
+
+impl<M: Fn() -> String, R: Fn() -> Result<(), String>> Answers for Checked<M, R> {
+    fn metrics(&self) -> String {
+        (self.0)()
+    }
+    fn ready(&self) -> Result<(), String> {
+        (self.1)()
+    }
+}
+
+/// Answers `GET /metrics` (and `/healthz`, `/readyz`) on `listener` from `body` until `stop` is
+/// set.
+pub fn serve(listener: TcpListener, stop: &AtomicBool, body: impl Answers) {
     serve_with(listener, stop, body, LIMITS);
 }
 
 /// [`serve`] within `limits`.
-pub(crate) fn serve_with(listener: TcpListener, stop: &AtomicBool, body: impl Fn() -> String, limits: Limits) {
+pub(crate) fn serve_with(listener: TcpListener, stop: &AtomicBool, body: impl Answers, limits: Limits) {
     if let Err(e) = listener.set_nonblocking(true) {
         tracing::warn!(error = %e, "metrics endpoint: cannot poll the listener; not serving");
         return;
@@ -152,7 +184,7 @@ impl Connection {
     }
 
     /// Reads or writes what the socket takes now, without blocking; whether to keep it.
-    fn progress(&mut self, body: &impl Fn() -> String, limits: &Limits) -> bool {
+    fn progress(&mut self, body: &impl Answers, limits: &Limits) -> bool {
         match self.step(body, limits) {
             Ok(keep) => keep,
             Err(e) => {
@@ -162,7 +194,7 @@ impl Connection {
         }
     }
 
-    fn step(&mut self, body: &impl Fn() -> String, limits: &Limits) -> io::Result<bool> {
+    fn step(&mut self, body: &impl Answers, limits: &Limits) -> io::Result<bool> {
         if let State::Head(head) = &mut self.state {
             let mut buf = [0u8; 4096];
             let complete = loop {
@@ -212,15 +244,22 @@ fn head_ends(head: &[u8]) -> bool {
     head.windows(4).any(|w| w == b"\r\n\r\n") || head.windows(2).any(|w| w == b"\n\n")
 }
 
-/// The answer to a request head: the exposition for `GET /metrics`, else 404 or 405.
-fn answer(head: &[u8], body: &impl Fn() -> String) -> Vec<u8> {
+/// The answer to a request head: the exposition for `GET /metrics`, the process's health and
+/// readiness for `/healthz` and `/readyz`, else 404 or 405.
+fn answer(head: &[u8], body: &impl Answers) -> Vec<u8> {
     let request = String::from_utf8_lossy(head);
     let mut words = request.lines().next().unwrap_or_default().split(' ');
     let (method, target) = (words.next().unwrap_or_default(), words.next().unwrap_or_default());
     let path = target.split('?').next().unwrap_or_default();
     match (method, path) {
-        ("GET", "/metrics") => response("200 OK", "text/plain; version=0.0.4; charset=utf-8", &body()),
-        ("GET", _) => response("404 Not Found", "text/plain; charset=utf-8", "prepfs serves /metrics\n"),
+        ("GET", "/metrics") => response("200 OK", "text/plain; version=0.0.4; charset=utf-8", &body.metrics()),
+        // The process answers: it is alive (a wedged one does not get this far).
+        ("GET", "/healthz") => response("200 OK", "text/plain; charset=utf-8", "ok\n"),
+        ("GET", "/readyz") => match body.ready() {
+            Ok(()) => response("200 OK", "text/plain; charset=utf-8", "ready\n"),
+            Err(why) => response("503 Service Unavailable", "text/plain; charset=utf-8", &format!("not ready: {why}\n")),
+        },
+        ("GET", _) => response("404 Not Found", "text/plain; charset=utf-8", "prepfs serves /metrics, /healthz and /readyz\n"),
         _ => response("405 Method Not Allowed", "text/plain; charset=utf-8", "GET /metrics\n"),
     }
 }
@@ -251,13 +290,17 @@ mod tests {
 
     impl Server {
         fn start(limits: Limits) -> Server {
+            Server::start_answering(limits, || "prepfs_samples 7\n".to_owned())
+        }
+
+        fn start_answering(limits: Limits, answers: impl Answers + Send + 'static) -> Server {
             let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
             let addr = listener.local_addr().expect("addr");
             let stop = Arc::new(AtomicBool::new(false));
             let flag = Arc::clone(&stop);
             let thread = std::thread::Builder::new()
                 .name("test-metrics-http".into())
-                .spawn(move || serve_with(listener, &flag, || "prepfs_samples 7\n".to_owned(), limits))
+                .spawn(move || serve_with(listener, &flag, answers, limits))
                 .expect("spawn");
             Server { addr, stop, thread: Some(thread) }
         }
@@ -309,6 +352,23 @@ mod tests {
                 let _ = t.join();
             }
         }
+    }
+
+    #[test]
+    fn healthz_answers_ok_and_readyz_says_whether_the_mount_serves() {
+        let ready = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&ready);
+        let checked = Checked(|| "prepfs_samples 7\n".to_owned(), move || if flag.load(Ordering::SeqCst) { Ok(()) } else { Err("starting".to_string()) });
+        let server = Server::start_answering(LIMITS, checked);
+        let (health, _) = server.get("/healthz");
+        assert!(health.starts_with("HTTP/1.1 200 OK\r\n") && health.ends_with("\r\n\r\nok\n"), "{health}");
+        let (starting, _) = server.get("/readyz");
+        assert!(starting.starts_with("HTTP/1.1 503 ") && starting.ends_with("not ready: starting\n"), "{starting}");
+        ready.store(true, Ordering::SeqCst);
+        let (serving, _) = server.get("/readyz");
+        assert!(serving.starts_with("HTTP/1.1 200 OK\r\n") && serving.ends_with("\r\n\r\nready\n"), "{serving}");
+        server.scrape();
+        assert!(server.get("/other").0.starts_with("HTTP/1.1 404"), "other paths stay unknown");
     }
 
     /// Sets its flag when dropped: the test's clients stop on every way out.

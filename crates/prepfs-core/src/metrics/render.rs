@@ -213,6 +213,7 @@ mod tests {
                 bytes: 450,
                 workers: vec![("w1".into(), "host-a".into(), 12.5, 0.4)],
             }),
+            server: crate::stats::ServerLife { pid: 42, restarts: 2, last_restart_cause: Some("killed by signal 9 (SIGKILL)".into()), supervised: true },
         }
     }
 

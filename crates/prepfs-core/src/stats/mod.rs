@@ -14,6 +14,27 @@ pub(crate) mod latency;
 
 use latency::Latencies;
 
+/// The process serving the mount and how many came before it (issue 53): set once by the
+/// binary at start from what its supervisor said; an unsupervised mount's is this process, no
+/// restart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerLife {
+    pub pid: u32,
+    /// Servers of this mount that came before this one (crashes and upgrades).
+    pub restarts: u64,
+    /// Why the last one ended (`killed by signal 9 (SIGKILL)`, `exited with status 101`,
+    /// `upgrade`).
+    pub last_restart_cause: Option<String>,
+    /// Whether a supervisor holds the mount (it starts the server again when it dies).
+    pub supervised: bool,
+}
+
+impl Default for ServerLife {
+    fn default() -> ServerLife {
+        ServerLife { pid: std::process::id(), restarts: 0, last_restart_cause: None, supervised: false }
+    }
+}
+
 /// One counter per view and form of work.
 #[derive(Debug, Default)]
 pub(crate) struct ViewCounters {

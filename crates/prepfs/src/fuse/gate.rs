@@ -43,6 +43,11 @@ impl Gate {
         }
     }
 
+    /// Whether the gate is closed (a handover is under way).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
     /// Closes the gate and waits until every request let through has been answered.
     pub(crate) fn close_and_wait(&self) {
         self.closed.store(true, Ordering::SeqCst);
