@@ -1,6 +1,7 @@
 //! Mounted end-to-end test of the cache's disk tier: samples spill to the disk directory, a
 //! remount finds them (a warm restart reads nothing from the source), and a damaged cache file is
-//! dropped and refetched, never served.
+//! dropped and refetched, never served; so does a server killed with SIGKILL under its
+//! supervisor (issue 53), a torn entry and a leftover temporary file beside them.
 
 use crate::common;
 
@@ -169,4 +170,61 @@ fn a_full_disk_stops_the_disk_tier_and_nothing_else() {
     let mnt = Mounted::start(tmp.path(), &config, &source, LIMIT);
     epoch(&augmented_files(&mnt));
     assert!(mnt.stats()["cache"]["disk"]["hits"].as_u64().unwrap_or(0) >= 1);
+}
+
+#[test]
+fn the_disk_tiers_entries_survive_a_server_kill_and_a_torn_one_is_dropped_never_served() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let source = make_dataset(tmp.path(), 2, 6, false);
+    let disk = tmp.path().join("nvme/prepfs-cache");
+    let config = write_config(
+        tmp.path(),
+        &format!(
+            "seed: 2\ncache:\n  memory: 1MiB\n  split: 0-50-50\n  refill: false\n  disk: {{ path: {}, size: 1GiB }}\n",
+            disk.display()
+        ),
+    );
+    let mnt = Mounted::start(tmp.path(), &config, &source, LIMIT);
+    let files = augmented_files(&mnt);
+    epoch(&files);
+    let started = Instant::now();
+    loop {
+        let stats = mnt.stats();
+        let d = &stats["cache"]["disk"];
+        let held = d["entries"]["encoded"].as_u64().unwrap_or(0) + d["entries"]["decoded"].as_u64().unwrap_or(0);
+        if d["pending_writes"] == 0 && held == 12 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "disk writes did not finish: {stats}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A torn write: an entry cut short, as a crash mid-write to its name would leave it (prepfs
+    // writes to a temporary name and renames; a leftover temporary is there too).
+    let entries = cache_files(&disk);
+    assert_eq!(entries.len(), 12);
+    let torn = &entries[3];
+    let len = fs::metadata(torn).expect("stat").len();
+    fs::OpenOptions::new().write(true).open(torn).expect("open").set_len(len / 2).expect("truncate");
+    let leftover = torn.with_file_name(".0000000000000009.7.tmp");
+    fs::write(&leftover, b"half").expect("leftover");
+    // The server dies with no shutdown (SIGKILL); its supervisor starts the next on the mount.
+    let server = mnt.stats()["pid"].as_i64().expect("pid");
+    // SAFETY: kill(2) on the test mount's own server.
+    unsafe { libc::kill(server as i32, libc::SIGKILL) };
+    while mnt.stats()["pid"].as_i64() == Some(server) {}
+    epoch(&files);
+    let stats = mnt.stats();
+    let d = &stats["cache"]["disk"];
+    assert!(d["hits"].as_u64().unwrap_or(0) >= 11, "the entries written before the kill are read: {stats}");
+    let sizes: Vec<u64> = fs::read_dir(&source)
+        .expect("list")
+        .flat_map(|c| fs::read_dir(c.expect("class").path()).expect("list"))
+        .map(|f| f.expect("file"))
+        .filter(|f| f.file_name().to_string_lossy() != "README.txt")
+        .map(|f| f.metadata().expect("stat").len())
+        .collect();
+    let read = source_bytes(&mnt);
+    assert!(sizes.contains(&read), "after the kill only the torn entry's sample is read from the source again ({read} bytes): {stats}");
+    assert!(!leftover.exists(), "the leftover temporary file is removed");
+    assert!(cache_files(&disk).iter().all(|f| f != torn || fs::metadata(f).is_ok_and(|m| m.len() == len)), "the torn entry is never kept as it was");
 }
