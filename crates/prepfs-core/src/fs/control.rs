@@ -201,6 +201,8 @@ mod tests {
         let jobs = fs.lookup(ROOT_INO, OsStr::new("jobs"), super::super::Caller::ROOT).expect("jobs/").ino;
         fs.mkdir(jobs, OsStr::new("train"), super::super::Caller::ROOT).expect("a job");
         fs.stats().fuse_errors.count(FuseOp::Lookup, libc::ENOENT);
+        // A server started again by its supervisor (issue 53): the restart's figures too.
+        fs.set_server_life(crate::stats::ServerLife { pid: 7, restarts: 1, last_restart_cause: Some("killed by signal 9 (SIGKILL)".into()), supervised: true });
 
         let doc: serde_json::Value = serde_json::from_str(&fs.stats_json()).expect("stats.json parses");
         let text = fs.metrics_text();
