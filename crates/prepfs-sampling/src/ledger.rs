@@ -62,7 +62,7 @@ use super::MAX_JOBS;
 const PAGE: u64 = 4096;
 const MAGIC: [u8; 8] = *b"PREPFSEL";
 /// The layout's version: a ledger of another is refused.
-pub(crate) const VERSION: u32 = 1;
+const VERSION: u32 = 1;
 /// Slots a ledger has room for: every slot a mount may have.
 const SLOTS: u64 = MAX_JOBS as u64;
 /// Views per slot: the job's own (0) and each recipe's (1 to 255).
