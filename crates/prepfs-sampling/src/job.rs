@@ -15,6 +15,7 @@ use prepfs_pixels::draw::draw_rng;
 use prepfs_source::catalog::{DirId, FileId};
 
 use prepfs_cache::shared_jobs::SharedJob;
+use crate::ledger::LedgerView;
 use super::{Bitset, Pass, Rank, SCAN_LIMIT};
 
 /// Listing orders remembered per job for prefetch.
@@ -111,6 +112,9 @@ pub struct Job {
     walks: Mutex<BTreeMap<u64, usize>>,
     last_active_ms: AtomicU64,
     pub counters: JobCounters,
+    /// Where this view's epoch and served samples are kept across a restart of the server
+    /// (`ledger.rs`), if the mount has an epoch ledger.
+    pub(super) ledger: Option<LedgerView>,
 }
 
 impl Job {
@@ -130,6 +134,7 @@ impl Job {
             walks: Mutex::new(BTreeMap::new()),
             last_active_ms: AtomicU64::new(now_ms),
             counters: JobCounters::default(),
+            ledger: None,
         }
     }
 
@@ -138,14 +143,65 @@ impl Job {
     /// kept until the job is retired. Not shared with other mounts:
     /// a recipe's view of a shared job samples on this mount alone.
     pub(super) fn in_recipe(&self, recipe: u8, files: usize, samples: u64) -> Arc<Job> {
+        self.recipe_view(recipe, files, samples, None)
+    }
+
+    /// [`Job::in_recipe`]; a state made here keeps its place in the epoch ledger in `restored`
+    /// (a region read back at replay), else in a fresh region of the job's, if it has one.
+    pub(super) fn recipe_view(&self, recipe: u8, files: usize, samples: u64, restored: Option<LedgerView>) -> Arc<Job> {
         let mut recipes = self.recipes.lock_or_recover();
         let job = recipes.entry(recipe).or_insert_with(|| {
             let mut job = Job::new(&self.name, self.slot, self.code, files, samples, self.seed, self.last_active_ms());
             job.owner = self.owner;
             job.key = self.key ^ u64::from(recipe);
+            job.ledger = restored.or_else(|| self.ledger.as_ref().map(|l| l.for_recipe(recipe, &self.name, self.owner)));
             Arc::new(job)
         });
         Arc::clone(job)
+    }
+
+    /// The job is retired: its places in the epoch ledger are given up (each view's marks in
+    /// flight land first, none is written after).
+    pub(super) fn retire_ledger(&self) {
+        // Held so no recipe state is made meanwhile (one made after is made retired).
+        let recipes = self.recipes.lock_or_recover();
+        for ledger in self.ledger.iter().chain(recipes.values().filter_map(|r| r.ledger.as_ref())) {
+            ledger.retire();
+        }
+    }
+
+    /// Puts the job (a view of it) back in epoch `number` (from 0) having been served `served`
+    /// in it, as the epoch ledger kept them; when they are every sample, the epoch ends. A
+    /// shared job's epochs are its store's: nothing is put back. Returns the samples put back.
+    pub(super) fn restore_epoch(&self, number: u64, served: &[FileId]) -> u64 {
+        if self.shared.is_some() {
+            return 0;
+        }
+        let _state = self.lock();
+        self.epoch.restart_at(number);
+        for &s in served {
+            self.epoch.note(s);
+        }
+        let noted = self.epoch.served();
+        if noted >= self.ledger_samples() && noted > 0 {
+            self.epoch.next();
+            self.record_roll();
+            return 0;
+        }
+        noted
+    }
+
+    /// Samples in an epoch (what the ledger was made for).
+    fn ledger_samples(&self) -> u64 {
+        self.ledger.as_ref().map_or(u64::MAX, |l| l.ledger().samples())
+    }
+
+    /// Writes the current epoch to the ledger (under the job's lock: epochs' ends never land out
+    /// of order). A shared job's epochs are its store's.
+    fn record_roll(&self) {
+        if let (None, Some(ledger)) = (&self.shared, &self.ledger) {
+            ledger.rolled(self.epoch.number());
+        }
     }
 
     /// The job's sampling states in the recipes' views it has read, by recipe number.
@@ -278,6 +334,7 @@ impl Job {
                 None if !rolled => {
                     // Nothing unseen left in this directory: the job has started its next pass.
                     self.epoch.next();
+                    self.record_roll();
                     rolled = true;
                 }
                 // Everything left is pinned to open handles: serve the request as it is.
@@ -477,6 +534,8 @@ impl Job {
         if holds_claim {
             self.claimed.clear(sample);
         }
+        // The ledger's mark, written once the lock is released (the epoch it was served in).
+        let mut unwritten = None;
         let new = match &self.shared {
             // A shared job's mirror noted the sample at its claim, in the epoch the claim was
             // made in; the store begins its epochs. A claim of an epoch since ended is not
@@ -490,8 +549,28 @@ impl Job {
                 }
                 None => self.epoch.note(sample),
             },
-            None => self.epoch.mark(sample),
+            None => {
+                let number = self.epoch.number();
+                let new = self.epoch.mark(sample);
+                if let Some(ledger) = self.ledger.as_ref().filter(|_| new) {
+                    if self.epoch.number() != number {
+                        // The epoch's last sample: its mark, then the next epoch, before another
+                        // mark of the job can begin.
+                        if let Some(writing) = ledger.begin() {
+                            ledger.mark(&writing, sample, number);
+                        }
+                        self.record_roll();
+                    } else {
+                        unwritten = ledger.begin().map(|writing| (ledger, writing, number));
+                    }
+                }
+                new
+            }
         };
+        drop(state);
+        if let Some((ledger, writing, number)) = unwritten {
+            ledger.mark(&writing, sample, number);
+        }
         if new {
             self.counters.served.fetch_add(1, Ordering::Relaxed);
         }
@@ -584,6 +663,7 @@ impl Job {
         }
         if self.epoch() == epoch {
             self.epoch.next();
+            self.record_roll();
         }
         true
     }

@@ -37,20 +37,33 @@
 //!   each sample once per epoch across all of them. A store that does not answer leaves each
 //!   mount deciding alone (once per epoch on that mount) until it is back.
 //!
+//! - **Restarts**: with an epoch ledger attached ([`Jobs::attach_ledger`]: a file the server's
+//!   supervisor keeps, a memfd), each job's identity (name, owner, slot and generation, so its
+//!   inode code), epoch and samples served in it, in each of its views, are written as they
+//!   change, and a server started again on the same file puts them back: each sample is still
+//!   served once per epoch across the restart (but for marks in flight at the crash).
+//!
 //! Where things are: [`Job`] and its decisions in `job.rs`, the registry of jobs ([`Jobs`]) in
-//! `registry.rs`, one pass over the set in `pass.rs`; the seam to a shared job's store is
+//! `registry.rs`, one pass over the set in `pass.rs`, the epoch ledger's file in `ledger.rs` and
+//! its replay in `replay.rs`; the seam to a shared job's store is
 //! prepfs-cache's `shared_jobs`, which the remote tier implements; here the limits, names and
 //! errors.
 
 mod job;
+mod ledger;
+#[cfg(test)]
+mod ledger_tests;
 mod pass;
 mod registry;
+mod replay;
 #[cfg(test)]
 mod remote_tests;
 #[cfg(test)]
 mod tests;
 
 pub use job::{Choice, Job};
+pub use ledger::LedgerError;
+pub use replay::LedgerReport;
 pub use pass::Pass;
 pub use prepfs_base::bitset::Bitset;
 pub use registry::Jobs;

@@ -1,16 +1,19 @@
 //! The mount's registry of jobs ([`Jobs`]): slots and generations (a job's inode code), the limits
-//! on how many jobs there are and who holds them, idle retirement, and the jobs' figures.
+//! on how many jobs there are and who holds them, idle retirement, and the jobs' figures. Jobs
+//! made and retired are written to the epoch ledger, if the mount has one (`ledger.rs`; read
+//! back by `replay.rs`).
 
 // The registry's counters are std's atomics; its lock is prepfs_base::sync's (shuttle's under
 // `--features shuttle`).
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use prepfs_base::sync::{Arc, RwLock, RwLockExt, RwLockReadGuard, RwLockWriteGuard};
+use prepfs_base::sync::{Arc, OnceLock, RwLock, RwLockExt, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Instant;
 
 use rand::Rng;
 
 use prepfs_pixels::draw::draw_rng;
 
+use crate::ledger::{EpochLedger, LedgerView};
 use super::{check_name, Job, JobError, Requester, SharedJobs, MAX_JOBS};
 
 /// A job in the registry, with the slot's generation.
@@ -33,6 +36,9 @@ pub struct Jobs {
     created: AtomicU32,
     /// Where jobs' state shared with other mounts is kept (`jobs.shared` with a remote tier).
     store: Option<Arc<dyn SharedJobs>>,
+    /// Where the jobs' epochs are kept across a restart of the server, once attached
+    /// ([`Jobs::attach_ledger`]).
+    ledger: OnceLock<Arc<EpochLedger>>,
 }
 
 /// Bits of an inode code that hold the slot.
@@ -57,6 +63,7 @@ impl Jobs {
             retired: AtomicU64::new(0),
             created: AtomicU32::new(0),
             store: None,
+            ledger: OnceLock::new(),
         }
     }
 
@@ -119,11 +126,61 @@ impl Jobs {
         let mut job = Job::new(name, slot, code, self.files, self.samples, self.seed, self.now_ms());
         job.owner = who.uid;
         job.shared = self.store.as_ref().map(|store| store.job(name, self.samples));
+        // Written before the job can be used (a shared job's identity only).
+        job.ledger = self.ledger.get().map(|l| LedgerView::create(l, slot, 0, name, who.uid, generation, job.shared.is_some()));
         let job = Arc::new(job);
         slots[slot] = SlotState { job: Some(Arc::clone(&job)), generation };
         self.created.fetch_add(1, Ordering::Relaxed);
         tracing::info!(job = name, "job started");
         Ok(job)
+    }
+
+    /// Puts back a job the epoch ledger kept: `name`, made by `owner`, in `slot` with its
+    /// `generation` (so its inode code is the same), its place in the ledger `ledger`. Refused
+    /// (why, for the log) when the name is bad or taken, or the slot is not this registry's or
+    /// is taken.
+    pub(crate) fn restore(&self, name: &str, owner: u32, slot: usize, generation: u32, ledger: LedgerView) -> Result<Arc<Job>, String> {
+        let name = check_name(name.as_bytes()).map_err(|e| e.to_string())?;
+        let mut slots = self.write();
+        if slot >= slots.len() || generation >= GENERATIONS {
+            return Err(format!("slot {slot} generation {generation} is past this mount's {} slots", slots.len()));
+        }
+        if slots[slot].job.is_some() || slots.iter().filter_map(|s| s.job.as_ref()).any(|j| j.name == name) {
+            return Err("its slot or its name is taken".to_owned());
+        }
+        let code = (generation << SLOT_BITS | slot as u32) + 1;
+        let mut job = Job::new(name, slot, code, self.files, self.samples, self.seed, self.now_ms());
+        job.owner = owner;
+        job.shared = self.store.as_ref().map(|store| store.job(name, self.samples));
+        job.ledger = Some(ledger);
+        let job = Arc::new(job);
+        slots[slot] = SlotState { job: Some(Arc::clone(&job)), generation };
+        Ok(job)
+    }
+
+    /// The catalog's file ids and samples the registry is for.
+    pub(crate) fn catalog_size(&self) -> (usize, u64) {
+        (self.files, self.samples)
+    }
+
+    /// The seed of the listings' shuffles.
+    pub(crate) fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// Records from now on in `ledger`; false if one was attached already.
+    pub(crate) fn set_ledger(&self, ledger: Arc<EpochLedger>) -> bool {
+        let mut fresh = false;
+        self.ledger.get_or_init(|| {
+            fresh = true;
+            ledger
+        });
+        fresh
+    }
+
+    /// Whether an epoch ledger is attached.
+    pub(crate) fn has_ledger(&self) -> bool {
+        self.ledger.get().is_some()
     }
 
     /// `job`'s sampling state in recipe `recipe`'s view (its number, from 1): see
@@ -163,6 +220,10 @@ impl Jobs {
         let mut slots = self.write();
         let slot = slots.iter().position(|s| s.job.as_ref().is_some_and(|j| j.name == name))?;
         let job = slots[slot].job.take();
+        // Its regions are given up before the slot can be taken again.
+        if let Some(job) = &job {
+            job.retire_ledger();
+        }
         self.retired.fetch_add(1, Ordering::Relaxed);
         tracing::info!(job = name, "job retired");
         job
@@ -243,6 +304,10 @@ impl Jobs {
             "per_user": self.per_user,
             "started": self.created.load(Ordering::Relaxed),
             "retired": get(&self.retired),
+            "ledger": self.ledger.get().map(|l| serde_json::json!({
+                "bytes": l.bytes_in_use(),
+                "write_failures": l.failures(),
+            })),
         })
     }
 

@@ -51,6 +51,8 @@ mod tree;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod ledger_tests;
+#[cfg(test)]
 mod recipe_tests;
 #[cfg(test)]
 mod reftests;
@@ -348,6 +350,17 @@ impl Filesystem {
     /// The effective configuration.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// Keeps the jobs' place in their epochs in `file` from now on (the epoch ledger: in
+    /// production a memfd the server's supervisor holds and hands to each server it starts on
+    /// the mount), after putting back the jobs a previous server recorded there: each in its
+    /// slot with its generation (the same inodes), owner, epoch and samples served in it, in
+    /// each view. An empty file is made a ledger. Call it once, before serving. A ledger made
+    /// for another catalog, or one that does not check, is refused, left as it is, and the
+    /// mount serves without one; one made with another seed is put back and the report says so.
+    pub fn attach_ledger(&self, file: std::fs::File) -> Result<prepfs_sampling::LedgerReport, prepfs_sampling::LedgerError> {
+        self.jobs.attach_ledger(file)
     }
 
     /// The jobs under `jobs/`.
