@@ -550,6 +550,13 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
         supervised: supervised.is_some(),
     });
     if let Some(given) = &supervised {
+        // Every job's place in its epoch, kept in the supervisor's memory file: put back after a
+        // restart (same slots, codes, epochs, samples served), recorded from here on. A ledger
+        // that cannot be used leaves the jobs starting anew; the mount serves all the same.
+        match crate::takeover::own(given.ledger).map(std::fs::File::from).map_err(prepfs_sampling::LedgerError::Io).and_then(|f| fs.attach_ledger(f)) {
+            Ok(report) => tracing::info!("{report}"),
+            Err(e) => tracing::warn!("the jobs' epoch ledger is not used ({e}): a restart begins every job's epoch anew"),
+        }
         fs.number_handles_from((given.restarts << 40) + 1);
         fs.attach_recent_opens(crate::takeover::own(given.opens).map(std::fs::File::from).map_err(MountError::Fuse)?);
     }
