@@ -559,6 +559,10 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
         }
         fs.number_handles_from((given.restarts << 40) + 1);
         fs.attach_recent_opens(crate::takeover::own(given.opens).map(std::fs::File::from).map_err(MountError::Fuse)?);
+        let pending = fs.attach_pending_names(crate::takeover::own(given.pending).map(std::fs::File::from).map_err(MountError::Fuse)?);
+        if pending > 0 {
+            tracing::info!(names = pending, "pending job names put back");
+        }
     }
     if let Err(e) = validate_with_progress(&fs, &waiter.stopping) {
         fs.shutdown();

@@ -138,6 +138,7 @@ pub fn run(supervision: Supervision) -> Result<(), MountError> {
         ledger,
         backings: memfd("prepfs-backings").map_err(|e| fail("making the backings' memory file", e))?,
         opens: memfd("prepfs-opens").map_err(|e| fail("making the opens' memory file", e))?,
+        pending: memfd("prepfs-pending").map_err(|e| fail("making the pending names' memory file", e))?,
         events,
         incoming,
         held: None,
@@ -187,6 +188,8 @@ struct Supervisor {
     backings: OwnedFd,
     /// The samples recent job-view opens were given (see the core's `recent_opens`).
     opens: OwnedFd,
+    /// The pending job names (see the core's `PendingNames`).
+    pending: OwnedFd,
     events: Sender<Event>,
     incoming: Receiver<Event>,
     held: Option<Held>,
@@ -210,7 +213,7 @@ impl Supervisor {
     /// Starts a server of `binary`: the first one mounts; later ones take the mount over.
     fn start(&mut self, binary: &Path) -> std::io::Result<Server> {
         let (ours, theirs) = Control::pair()?;
-        let mut passed: Vec<RawFd> = vec![theirs.raw(), self.ledger.as_raw_fd(), self.backings.as_raw_fd(), self.opens.as_raw_fd()];
+        let mut passed: Vec<RawFd> = vec![theirs.raw(), self.ledger.as_raw_fd(), self.backings.as_raw_fd(), self.opens.as_raw_fd(), self.pending.as_raw_fd()];
         let taken = self.held.as_ref().map(|held| {
             passed.push(held.fuse.as_raw_fd());
             passed.extend(
@@ -232,6 +235,7 @@ impl Supervisor {
             ledger: self.ledger.as_raw_fd(),
             backings: self.backings.as_raw_fd(),
             opens: self.opens.as_raw_fd(),
+            pending: self.pending.as_raw_fd(),
             restarts: self.restarts,
             last_cause: self.last_cause.clone(),
             canonical_mountpoint: self.supervision.canonical_mountpoint.clone(),

@@ -52,6 +52,8 @@ pub(crate) struct Given {
     /// The memory file of the samples recent job-view opens were given (the core's
     /// `recent_opens`).
     pub(crate) opens: RawFd,
+    /// The memory file of the pending job names (the core's `PendingNames`).
+    pub(crate) pending: RawFd,
     /// How many servers of this mount came before this one (0 for the first).
     pub(crate) restarts: u64,
     /// Why the last one ended, for stats.

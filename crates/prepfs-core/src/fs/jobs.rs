@@ -64,10 +64,20 @@ impl PrefetchQueue {
 /// `jobs.max` slot, nothing listed in `jobs/`); the first open inside makes the job. Bounded:
 /// past [`PENDING_KEPT`] names the oldest is forgotten (its inodes then answer `ENOENT`, and the
 /// kernel looks the name up again).
+///
+/// A supervised mount keeps them in a memory file the supervisor holds (issue 53): the kernel
+/// keeps a pending name's inodes across a restart of the server (a reader's `jobs/j/augmented/c`
+/// looked up before `j` was made), and the next server must still know what they name. Slot
+/// `n % PENDING_KEPT` of the file holds the name given code `PENDING_JOB | n`: the one that
+/// code's making pushed out of memory is the one its slot held.
 #[derive(Default)]
 pub(super) struct PendingNames {
     inner: Mutex<PendingInner>,
+    kept: std::sync::OnceLock<std::fs::File>,
 }
+
+/// A kept pending name's slot: code (4), name's length (1), name (up to 255), checksum (4).
+const PENDING_SLOT: u64 = 264;
 
 #[derive(Default)]
 struct PendingInner {
@@ -80,12 +90,78 @@ struct PendingInner {
 /// Pending job names remembered at most.
 const PENDING_KEPT: usize = 4096;
 
+fn pending_check(code: u32, name: &[u8]) -> u32 {
+    prepfs_base::hash::fnv1a64(&[&code.to_le_bytes(), name]) as u32
+}
+
 impl PendingNames {
+    /// Keeps the names in `file` from now on, after putting back those an earlier server of
+    /// this mount kept there. Called before serving.
+    pub(super) fn keep_in(&self, file: std::fs::File) -> usize {
+        use std::os::unix::fs::FileExt;
+        let mut found: Vec<(u32, String)> = Vec::new();
+        let mut slot = [0u8; PENDING_SLOT as usize];
+        for i in 0..PENDING_KEPT as u64 {
+            if file.read_exact_at(&mut slot, i * PENDING_SLOT).is_err() {
+                break;
+            }
+            let code = u32::from_le_bytes([slot[0], slot[1], slot[2], slot[3]]);
+            let len = usize::from(slot[4]);
+            let name = &slot[5..5 + len];
+            let sum = u32::from_le_bytes([slot[260], slot[261], slot[262], slot[263]]);
+            if code & PENDING_JOB == 0 || sum != pending_check(code, name) {
+                continue;
+            }
+            if let Ok(name) = std::str::from_utf8(name) {
+                found.push((code, name.to_owned()));
+            }
+        }
+        found.sort_by_key(|&(code, _)| code & !PENDING_JOB);
+        let mut p = self.inner.lock_or_recover();
+        for (code, name) in &found {
+            p.by_name.insert(name.clone(), *code);
+            p.by_code.insert(*code, name.clone());
+            p.order.push_back(*code);
+            p.next = p.next.max(code & !PENDING_JOB);
+        }
+        drop(p);
+        let _ = self.kept.set(file);
+        found.len()
+    }
+
+    /// Writes `name`'s code to its slot of the kept file, if any (outside the lock).
+    fn keep(&self, code: u32, name: &str) {
+        use std::os::unix::fs::FileExt;
+        let Some(file) = self.kept.get() else { return };
+        let bytes = name.as_bytes();
+        if bytes.len() > 255 {
+            return;
+        }
+        let mut slot = [0u8; PENDING_SLOT as usize];
+        slot[..4].copy_from_slice(&code.to_le_bytes());
+        slot[4] = bytes.len() as u8;
+        slot[5..5 + bytes.len()].copy_from_slice(bytes);
+        slot[260..].copy_from_slice(&pending_check(code, bytes).to_le_bytes());
+        let at = u64::from(code & !PENDING_JOB) % PENDING_KEPT as u64 * PENDING_SLOT;
+        if let Err(e) = file.write_at(&slot, at) {
+            tracing::warn!(error = %e, "cannot keep a pending job name for the next server");
+        }
+    }
+
     /// The pending code of `name` (the same while it is remembered).
     fn code_of(&self, name: &str) -> u32 {
+        let code = self.code_in_memory(name);
+        if let Some(code) = code.1 {
+            self.keep(code, name);
+        }
+        code.0
+    }
+
+    /// The code of `name`, and it again if it is new (to keep).
+    fn code_in_memory(&self, name: &str) -> (u32, Option<u32>) {
         let mut p = self.inner.lock_or_recover();
         if let Some(&code) = p.by_name.get(name) {
-            return code;
+            return (code, None);
         }
         if p.order.len() >= PENDING_KEPT {
             if let Some(old) = p.order.pop_front() {
@@ -99,7 +175,7 @@ impl PendingNames {
         p.by_name.insert(name.to_owned(), code);
         p.by_code.insert(code, name.to_owned());
         p.order.push_back(code);
-        code
+        (code, Some(code))
     }
 
     /// The name a pending code stands for, while remembered.

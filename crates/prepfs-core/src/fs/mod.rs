@@ -298,6 +298,14 @@ impl Filesystem {
         self.producer.flush();
     }
 
+    /// Keeps the pending job names (a path into a job not made yet) in `file`, a memory file
+    /// the supervisor holds (issue 53), after putting back those an earlier server kept there:
+    /// the kernel's inodes of such a path stay meaningful across a restart. Returns how many
+    /// were put back. Called before serving.
+    pub fn attach_pending_names(&self, file: std::fs::File) -> usize {
+        self.pending.keep_in(file)
+    }
+
     /// Keeps the samples job-view opens are given in `file` (a memory file the supervisor
     /// holds, issue 53), so that an open sent again after a server died gets the sample its
     /// first try was given. Called before serving.
