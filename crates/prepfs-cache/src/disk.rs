@@ -29,6 +29,15 @@
 //!   rest of the mount (logged once, counted in `write_errors`); requests never fail for it.
 //! - **Warm restart.** Opening the store scans `DIR`, checks each entry's header and length, and
 //!   rebuilds the index and the bytes used; files with bad headers are deleted.
+//! - **Crashes.** Nothing the tier needs lives only in memory: the index is rebuilt from the
+//!   files at open, so every entry whose rename happened before the serving process died (a
+//!   panic, `SIGKILL`, the OOM killer; no drop, no flush) is served by the next instance over the
+//!   same `DIR`. What a crash can leave is dropped, never served: a write in progress is only
+//!   its temporary file (removed by the scan, never indexed, never charged); and an entry whose
+//!   bytes never all reached the disk (entries are not fsynced: after a machine crash a renamed
+//!   file may be short or zero-filled) fails its length at the scan or its CRC at its first
+//!   read, and is deleted and counted in `corrupt_dropped` (`cache.disk.corrupt_dropped` in
+//!   `stats.json`) like any other damage.
 //!
 //! No lock is held across I/O: index shards are locked only to find, insert or remove a key.
 
@@ -586,6 +595,7 @@ impl LowerTier for DiskCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write as _;
 
     const WAIT: Duration = Duration::from_secs(10);
 
@@ -752,6 +762,193 @@ mod tests {
         let store = DiskCache::open(dir.path(), 2 * charge_of(5_040)).expect("reopen small");
         assert!(store.used() <= store.size());
         assert_eq!(walk(dir.path()).len() - 1, store.entries(DiskKind::Encoded) as usize + store.entries(DiskKind::Decoded) as usize);
+    }
+
+    /// The test binary's own name for a test of this module (as `--exact` takes it).
+    fn test_name(name: &str) -> String {
+        let module = module_path!().split_once("::").map_or(module_path!(), |(_, m)| m);
+        format!("{module}::{name}")
+    }
+
+    /// Set in the child a crash test starts: the directory it writes its tier in.
+    const CRASH_CHILD: &str = "PREPFS_DISK_CRASH_CHILD";
+
+    /// Entries the crashing child writes and waits for, and those it only queues.
+    const WRITTEN: std::ops::RangeInclusive<u64> = 1..=8;
+    const QUEUED: std::ops::RangeInclusive<u64> = 100..=131;
+
+    /// The bytes of entry `key` in the crash test (large queued ones, so the kill is likely to
+    /// land in the middle of a write).
+    fn crash_payload(key: u64) -> Arc<[u8]> {
+        if WRITTEN.contains(&key) {
+            bytes(30_000 + key as usize * 1000, key as u8)
+        } else {
+            bytes(2 << 20, key as u8)
+        }
+    }
+
+    /// The crashing child: writes [`WRITTEN`] (waiting until each is on disk), queues
+    /// [`QUEUED`], and is killed by SIGKILL at once: no drop, no flush, no close.
+    fn crash_child(dir: &Path) -> ! {
+        let store = DiskCache::open(dir, 1 << 30).expect("open");
+        for key in WRITTEN {
+            assert!(store.admit_encoded(key, crash_payload(key)));
+        }
+        assert!(store.admit_decoded(9, pixels(64, 48)));
+        assert!(store.flush(WAIT));
+        // Made first, so the writes are queued faster than the writer takes them.
+        let queued: Vec<_> = QUEUED.map(|key| (key, crash_payload(key))).collect();
+        for (key, payload) in queued {
+            store.admit_encoded(key, payload);
+        }
+        // Killed once one of them is written and the next one's temporary file is seen: most
+        // likely in the middle of a write.
+        let started = Instant::now();
+        while store.entries(DiskKind::Encoded) <= WRITTEN.count() as u64 && started.elapsed() < WAIT {
+            std::hint::spin_loop();
+        }
+        while !walk(dir).iter().any(|p| p.extension().is_some_and(|e| e == "tmp")) && started.elapsed() < WAIT {}
+        // SAFETY: kill(2) of this very process.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        unreachable!("SIGKILL ends the process");
+    }
+
+    #[test]
+    fn entries_written_before_a_crash_are_served_whole_by_the_next_instance_and_nothing_half_written_is() {
+        if let Some(dir) = std::env::var_os(CRASH_CHILD) {
+            crash_child(Path::new(&dir));
+        }
+        use std::os::unix::process::ExitStatusExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let name = test_name("entries_written_before_a_crash_are_served_whole_by_the_next_instance_and_nothing_half_written_is");
+        let child = std::process::Command::new(std::env::current_exe().expect("the test binary"))
+            .args(["--exact", &name, "--nocapture", "--test-threads=1"])
+            .env(CRASH_CHILD, dir.path())
+            .output()
+            .expect("run the child");
+        assert_eq!(child.status.signal(), Some(libc::SIGKILL), "the child was killed: {child:?}");
+
+        let store = DiskCache::open(dir.path(), 1 << 30).expect("reopen after the crash");
+        for key in WRITTEN {
+            match store.get(key) {
+                Some(LowerHit::Bytes(b)) => assert_eq!(&b[..], &crash_payload(key)[..], "entry {key} served whole"),
+                _ => panic!("entry {key}, written before the crash, is not served"),
+            }
+        }
+        assert!(matches!(store.get(9), Some(LowerHit::Pixels(p)) if p.pixels == pixels(64, 48).pixels));
+        // What was only queued is there whole or not at all; a kill leaves no torn entry.
+        let mut whole = 0;
+        for key in QUEUED {
+            match store.get(key) {
+                Some(LowerHit::Bytes(b)) => {
+                    assert_eq!(&b[..], &crash_payload(key)[..], "queued entry {key} is whole");
+                    whole += 1;
+                }
+                Some(LowerHit::Pixels(_)) => panic!("entry {key} as pixels"),
+                None => {}
+            }
+        }
+        assert_eq!(store.corrupt_dropped(), 0);
+        assert_eq!(store.entries(DiskKind::Encoded), WRITTEN.count() as u64 + whole);
+        // The kill most often lands in a write, whose temporary file the reopen removed.
+        let leftovers: Vec<_> = walk(dir.path()).into_iter().filter(|p| p.extension().is_some_and(|e| e == "tmp")).collect();
+        assert!(leftovers.is_empty(), "temporary files left after the reopen: {leftovers:?}");
+        assert_eq!(walk(dir.path()).len() as u64, store.entries(DiskKind::Encoded) + store.entries(DiskKind::Decoded));
+    }
+
+    #[test]
+    fn a_torn_entry_found_after_a_restart_is_dropped_counted_and_never_served() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let payload = |key: u64| bytes(20_000, key as u8);
+        let first = DiskCache::open(dir.path(), 1 << 30).expect("open");
+        for key in 1..=9 {
+            assert!(first.admit_encoded(key, payload(key)));
+        }
+        assert!(first.admit_decoded(10, pixels(40, 30)));
+        assert!(first.flush(WAIT));
+        let path = |kind: DiskKind, key: u64| {
+            let name = format!("{key:016x}");
+            dir.path().join(kind.dir_name()).join(&name[..2]).join(format!("{name}.bin"))
+        };
+        assert_eq!(path(DiskKind::Encoded, 1), first.entry_path(DiskKind::Encoded, 1));
+        let (enc, dec) = (DiskKind::Encoded, DiskKind::Decoded);
+        // The first instance is gone without a word (what a crash leaves of it: its files).
+        std::mem::forget(first);
+        let cut = |p: PathBuf, len: u64| fs::OpenOptions::new().write(true).open(p).expect("open").set_len(len).expect("cut");
+        let overwrite = |p: PathBuf, at: u64, garbage: &[u8]| {
+            use std::os::unix::fs::FileExt;
+            fs::OpenOptions::new().write(true).open(p).expect("open").write_all_at(garbage, at).expect("overwrite");
+        };
+        cut(path(enc, 1), 0); // nothing of it reached the disk
+        cut(path(enc, 2), 17); // cut inside the header
+        cut(path(enc, 3), HEADER_LEN as u64 + 12_345); // cut inside the payload
+        overwrite(path(enc, 4), HEADER_LEN as u64 + 4096, &[0u8; 4096]); // a block never written: zeros
+        overwrite(path(enc, 5), HEADER_LEN as u64 + 19_000, b"garbage garbage garbage"); // garbage in the payload
+        overwrite(path(enc, 6), 16, &[0xff; 8]); // garbage in the header's length
+        fs::OpenOptions::new().append(true).open(path(enc, 7)).expect("open").write_all(b"tail").expect("append"); // a longer file
+        overwrite(path(dec, 10), HEADER_LEN as u64, &[1, 2, 3]); // decoded pixels changed
+        let torn = [1, 2, 3, 4, 5, 6, 7];
+
+        let second = DiskCache::open(dir.path(), 1 << 30).expect("reopen");
+        // Header and length damage is found at the scan: those files are gone already.
+        for key in [1, 2, 3, 6, 7] {
+            assert!(!path(enc, key).exists(), "entry {key} dropped at the scan");
+        }
+        for key in torn {
+            assert!(second.get(key).is_none(), "torn entry {key} was served");
+            assert!(!path(enc, key).exists(), "torn entry {key} still on disk");
+        }
+        assert!(second.get(10).is_none(), "torn decoded entry was served");
+        assert!(!path(dec, 10).exists());
+        for key in [8, 9] {
+            assert!(matches!(second.get(key), Some(LowerHit::Bytes(b)) if b[..] == payload(key)[..]), "intact entry {key} still served");
+        }
+        assert_eq!(second.corrupt_dropped(), torn.len() as u64 + 1, "each torn entry counted once");
+        assert_eq!(second.stats()["corrupt_dropped"], torn.len() as u64 + 1);
+        assert_eq!((second.entries(enc), second.entries(dec)), (2, 0));
+        assert_eq!(second.used(), 2 * charge_of(HEADER_LEN as u64 + 20_000));
+        // Each is asked again and missed again, never served, never counted twice.
+        for key in torn {
+            assert!(second.get(key).is_none());
+        }
+        assert_eq!(second.corrupt_dropped(), torn.len() as u64 + 1);
+        // A dropped key is written again whole.
+        assert!(second.admit_encoded(5, payload(5)));
+        assert!(second.flush(WAIT));
+        assert!(matches!(second.get(5), Some(LowerHit::Bytes(b)) if b[..] == payload(5)[..]));
+    }
+
+    #[test]
+    fn a_temporary_file_left_by_an_interrupted_write_is_removed_at_open_and_never_served() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = DiskCache::open(dir.path(), 1 << 30).expect("open");
+        assert!(store.admit_encoded(0x42, bytes(9_000, 1)));
+        assert!(store.flush(WAIT));
+        let held = store.entry_path(DiskKind::Encoded, 0x42);
+        let (new_key, new_path) = (0x4243, store.entry_path(DiskKind::Encoded, 0x4243));
+        drop(store);
+        // Named as `PrivateDir::write_atomically` names them: `.NAME.RANDOM.tmp` beside NAME.
+        let tmp_of = |p: &Path, random: &str| p.with_file_name(format!(".{}.{random}.tmp", p.file_name().expect("name").to_string_lossy()));
+        // A new entry's write cut short: a valid header, half its payload.
+        let payload = bytes(8_000, 2);
+        let head = entry::header(FORMAT, entry::Kind::Encoded, new_key, &payload, (0, 0));
+        let half_new = tmp_of(&new_path, "0123456789abcdef");
+        fs::write(&half_new, [&head[..], &payload[..4_000]].concat()).expect("tmp");
+        // The same entry's, whole but never renamed; and a rewrite of a held entry's.
+        let whole_new = tmp_of(&new_path, "fedcba9876543210");
+        fs::write(&whole_new, [&head[..], &payload[..]].concat()).expect("tmp");
+        let over_held = tmp_of(&held, "00000000000000ff");
+        fs::write(&over_held, b"half of something").expect("tmp");
+
+        let store = DiskCache::open(dir.path(), 1 << 30).expect("reopen");
+        for tmp in [&half_new, &whole_new, &over_held] {
+            assert!(!tmp.exists(), "{} left", tmp.display());
+        }
+        assert!(store.get(new_key).is_none(), "a write never renamed is no entry");
+        assert!(matches!(store.get(0x42), Some(LowerHit::Bytes(b)) if b[..] == bytes(9_000, 1)[..]), "the held entry is untouched");
+        assert_eq!(store.entries(DiskKind::Encoded), 1);
+        assert_eq!(store.used(), charge_of(HEADER_LEN as u64 + 9_000), "no temporary file is charged");
+        assert_eq!(store.corrupt_dropped(), 0, "an interrupted write is not damage");
     }
 
     #[test]
