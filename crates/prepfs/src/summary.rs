@@ -280,6 +280,38 @@ fn server_line(doc: &Value) -> Option<String> {
     ))
 }
 
+/// The remote work, where the mount has a remote tier: the workers alive and what came of the
+/// items asked (`remote_work`, issue 52).
+fn workers_line(doc: &Value) -> Option<String> {
+    let work = doc.get("remote_work").filter(|w| w.is_object())?;
+    let n = |k: &str| work.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let workers: Vec<String> = work
+        .get("workers")
+        .and_then(Value::as_array)
+        .map(|ws| {
+            ws.iter()
+                .map(|w| format!("{} {:.0}/s", prepfs_base::escape::escaped(w.get("name").and_then(Value::as_str).unwrap_or("?")), w.get("rate").and_then(Value::as_f64).unwrap_or(0.0)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let asking = match (work.get("asking").and_then(Value::as_bool), work.get("why").and_then(Value::as_str)) {
+        (Some(true), Some(why)) => format!("asking: {why}"),
+        (_, Some(why)) => format!("not asking: {why}"),
+        _ => "-".into(),
+    };
+    Some(format!(
+        "workers      {} alive{}; {} asked, {} done ({} late), {} dropped, {} lost; {}",
+        workers.len(),
+        if workers.is_empty() { String::new() } else { format!(" ({})", workers.join(", ")) },
+        n("queued"),
+        n("done"),
+        n("late"),
+        n("dropped"),
+        n("lost"),
+        asking
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -421,34 +453,3 @@ mod tests {
     }
 }
 
-/// The remote work, where the mount has a remote tier: the workers alive and what came of the
-/// items asked (`remote_work`, issue 52).
-fn workers_line(doc: &Value) -> Option<String> {
-    let work = doc.get("remote_work").filter(|w| w.is_object())?;
-    let n = |k: &str| work.get(k).and_then(Value::as_u64).unwrap_or(0);
-    let workers: Vec<String> = work
-        .get("workers")
-        .and_then(Value::as_array)
-        .map(|ws| {
-            ws.iter()
-                .map(|w| format!("{} {:.0}/s", prepfs_base::escape::escaped(w.get("name").and_then(Value::as_str).unwrap_or("?")), w.get("rate").and_then(Value::as_f64).unwrap_or(0.0)))
-                .collect()
-        })
-        .unwrap_or_default();
-    let asking = match (work.get("asking").and_then(Value::as_bool), work.get("why").and_then(Value::as_str)) {
-        (Some(true), Some(why)) => format!("asking: {why}"),
-        (_, Some(why)) => format!("not asking: {why}"),
-        _ => "-".into(),
-    };
-    Some(format!(
-        "workers      {} alive{}; {} asked, {} done ({} late), {} dropped, {} lost; {}",
-        workers.len(),
-        if workers.is_empty() { String::new() } else { format!(" ({})", workers.join(", ")) },
-        n("queued"),
-        n("done"),
-        n("late"),
-        n("dropped"),
-        n("lost"),
-        asking
-    ))
-}
