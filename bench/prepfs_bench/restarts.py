@@ -81,7 +81,8 @@ import time
 from . import BENCH_DIR, ROOT, module_command, show_path
 from .mount import is_mounted
 from .runs import script_command, write_report
-from .servers import end_process
+from . import servers
+from .servers import LIVE as _LIVE, end_all as _end_all, end_process, forget as _forget, on_signal as _on_signal
 from .workers import fmt, git_commit, log_tail, our_mounts, percentile
 
 CLASSES, PER_CLASS, WIDTH, HEIGHT = 20, 30, 500, 375
@@ -536,27 +537,6 @@ def reader_main(argv):
 
 # ---------------------------------------------------------------- the processes it runs
 
-_LIVE = []  # what to end on every way out, newest last
-
-
-def _end_all():
-    while _LIVE:
-        thing = _LIVE.pop()
-        try:
-            thing.close()
-        except Exception as e:  # noqa: BLE001  (the rest must still be ended)
-            print(f"closing {thing!r}: {e}", file=sys.stderr)
-
-
-def _on_signal(signum, _frame):
-    raise SystemExit(128 + signum)
-
-
-def _forget(thing):
-    if thing in _LIVE:
-        _LIVE.remove(thing)
-
-
 def timed(fn, timeout, what):
     """fn() in a thread of its own, waited for `timeout` s (a read of a mount that no longer
     answers must not hang the harness): its value, or RuntimeError."""
@@ -995,25 +975,10 @@ def guarded(ctx, data, info, label, with_restarts):
         return {"label": label, "error": f"{type(e).__name__}: {e}"}
 
 
-def files_under(root):
-    return sorted(os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs)
-
-
 def make_set(kind, gen, root, classes, per_class):
     """target/bench-data/restarts-KIND-CxP, made unless already there (its count checked)."""
     path = os.path.join(root, f"restarts-{kind}-{classes}x{per_class}")
-    if os.path.isdir(path) and len([p for p in files_under(path) if p.lower().endswith(IMAGE_EXTENSIONS)]) == classes * per_class:
-        return path
-    shutil.rmtree(path, ignore_errors=True)
-    args = ["--out", path, "--classes", str(classes), "--per-class", str(per_class), "--width", str(WIDTH),
-            "--height", str(HEIGHT), "--seed", "0"]
-    if kind == "real":
-        subprocess.run(module_command(sys.executable, "real_photos") + args, check=True, timeout=900)
-    elif kind == "gen":
-        subprocess.run([gen] + args + ["--quiet"], check=True, timeout=900)
-    else:
-        raise SystemExit(f"unknown set {kind} (real, gen)")
-    return path
+    return servers.make_set(kind, gen, path, classes, per_class, WIDTH, HEIGHT, lambda p: p.lower().endswith(IMAGE_EXTENSIONS))
 
 
 def run_set(ctx, kind, data):

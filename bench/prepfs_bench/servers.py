@@ -1,13 +1,64 @@
-"""The benchmarks' real servers, written once: a free loopback port, a process ended politely
-then surely, and a `redis-server` on loopback (optionally pinned to cores) with the deployment's
-secret file (0600) beside it: the remote tier's and the workers' benchmarks start theirs here."""
+"""The benchmarks' real servers and processes, written once: a free loopback port, a process ended
+politely then surely, what a benchmark started and must end on every way out (`LIVE`,
+`end_all`, `on_signal`), a data set of the generator's or of real photographs made once under
+target/bench-data (`make_set`), and a `redis-server` on loopback (optionally pinned to cores)
+with the deployment's secret file (0600) beside it: the remote tier's, the workers' and the
+restarts' benchmarks start theirs here."""
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 
+from . import module_command
 from .mount import proc_cpu_seconds
+
+LIVE = []  # what to end on every way out, newest last (each has close())
+
+
+def end_all():
+    """Closes everything in LIVE, newest first; one that fails does not stop the rest."""
+    while LIVE:
+        thing = LIVE.pop()
+        try:
+            thing.close()
+        except Exception as e:  # noqa: BLE001  (the rest must still be ended)
+            print(f"closing {thing!r}: {e}", file=sys.stderr)
+
+
+def on_signal(signum, _frame):
+    """A stop signal ends the run through its `finally` and atexit (end_all)."""
+    raise SystemExit(128 + signum)
+
+
+def forget(thing):
+    """`thing` was ended by its owner: no longer LIVE."""
+    if thing in LIVE:
+        LIVE.remove(thing)
+
+
+def files_under(root):
+    return sorted(os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs)
+
+
+def make_set(kind, gen, path, classes, per_class, width, height, is_sample):
+    """The data set at `path` (`kind` real: JPEGs cut from real photographs, real_photos.py; gen:
+    the generator's), made unless already there with classes * per_class files `is_sample` says
+    are samples (the generator adds a README.txt)."""
+    if os.path.isdir(path) and len([p for p in files_under(path) if is_sample(p)]) == classes * per_class:
+        return path
+    shutil.rmtree(path, ignore_errors=True)
+    args = ["--out", path, "--classes", str(classes), "--per-class", str(per_class), "--width", str(width),
+            "--height", str(height), "--seed", "0"]
+    if kind == "real":
+        subprocess.run(module_command(sys.executable, "real_photos") + args, check=True, timeout=900)
+    elif kind == "gen":
+        subprocess.run([gen] + args + ["--quiet"], check=True, timeout=900)
+    else:
+        raise SystemExit(f"unknown set {kind} (real, gen)")
+    return path
 
 
 def free_port():

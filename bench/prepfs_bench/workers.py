@@ -53,7 +53,8 @@ import urllib.request
 
 from . import BENCH_DIR, ROOT, module_command, show_path
 from .mount import is_mounted, proc_cpu_seconds
-from .servers import RedisServer, end_process, free_port
+from . import servers
+from .servers import LIVE as _LIVE, RedisServer, end_all as _end_all, end_process, files_under, free_port, on_signal as _on_signal
 from .runs import script_command, write_report  # the run's JSON and Markdown, its section in BENCHMARKS.md
 
 MOUNT_CORE, NETWORK_CORE = 0, 1
@@ -414,22 +415,6 @@ def reader_main(argv):
 
 # ---------------------------------------------------------------- the processes it runs
 
-_LIVE = []  # what to end on every way out, newest last
-
-
-def _end_all():
-    while _LIVE:
-        thing = _LIVE.pop()
-        try:
-            thing.close()
-        except Exception as e:  # noqa: BLE001  (the rest must still be ended)
-            print(f"closing {thing!r}: {e}", file=sys.stderr)
-
-
-def _on_signal(signum, _frame):
-    raise SystemExit(128 + signum)
-
-
 def log_tail(path, n=20):
     """The last `n` lines of the log at `path` (empty where it cannot be read)."""
     try:
@@ -629,10 +614,6 @@ def config_yaml(source, redis, placement, threads=2):
             f"cache:\n  memory: 512MiB\n  remote: {{ url: \"{redis.url()}\", size: 2GiB, secret_file: {redis.secret} }}\n")
 
 
-def files_under(root):
-    return sorted(os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs)
-
-
 def halves(paths, n=2, seed=SHUFFLE_SEED):
     """The listing shuffled with a fixed seed, cut into n interleaved shares."""
     paths = list(paths)
@@ -795,20 +776,9 @@ def decoded_per_sample(source):
 
 def make_set(kind, gen, root):
     """target/bench-data/workers-KIND: 20 classes x 30, made unless already there (count checked)."""
-    path = os.path.join(root, "workers-" + kind)
     # The generator adds a README.txt among the images (not a sample).
-    if os.path.isdir(path) and len([p for p in files_under(path) if not p.endswith(".txt")]) == CLASSES * PER_CLASS:
-        return path
-    shutil.rmtree(path, ignore_errors=True)
-    args = ["--out", path, "--classes", str(CLASSES), "--per-class", str(PER_CLASS), "--width", str(WIDTH),
-            "--height", str(HEIGHT), "--seed", "0"]
-    if kind == "real":
-        subprocess.run(module_command(sys.executable, "real_photos") + args, check=True, timeout=900)
-    elif kind == "gen":
-        subprocess.run([gen] + args + ["--quiet"], check=True, timeout=900)
-    else:
-        raise SystemExit(f"unknown set {kind} (real, gen)")
-    return path
+    return servers.make_set(kind, gen, os.path.join(root, "workers-" + kind), CLASSES, PER_CLASS, WIDTH, HEIGHT,
+                            lambda p: not p.endswith(".txt"))
 
 
 def plan_flags(binary):
