@@ -13,6 +13,7 @@ Environment:
 """
 
 import atexit
+import gc
 import importlib.util
 import json
 import os
@@ -240,3 +241,17 @@ class Mount:
 @pytest.fixture(scope="session")
 def fuse():
     need_fuse()
+
+
+def module_mount(dir, config, classes, per_class, limit):
+    """A test module's mount (a generator for its fixture: `yield from`): an id dataset of
+    `classes` x `per_class` made in `dir`, mounted with `config`; its daemon must exit cleanly
+    (status 0) when stopped at the end."""
+    source = make_id_dataset(dir / "idset", classes, per_class)
+    mount = Mount(prepfs_bin(), dir, config, source, limit=limit)
+    try:
+        yield mount
+    finally:
+        gc.collect()  # loaders a failed test's traceback kept
+        status = mount.stop()
+    assert status == 0, f"prepfs exited with {status}: {mount.log()}"

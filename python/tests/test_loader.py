@@ -20,7 +20,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import Mount, id_of_pixels, load_recipe_module, loader_module, make_id_dataset, parse_ppm, prepfs_bin
+from conftest import module_mount, Mount, id_of_pixels, load_recipe_module, loader_module, make_id_dataset, parse_ppm, prepfs_bin
 from standins import MEAN, STD, v1, v2
 
 LIMIT = 120.0  # seconds a mount may live before its watchdog detaches it
@@ -44,16 +44,7 @@ def prepfs():
 @pytest.fixture(scope="module")
 def mounted(tmp_path_factory, fuse, prepfs):
     """The module's mount; its daemon must exit cleanly (status 0) when stopped at the end."""
-    binary = prepfs_bin()
-    dir = tmp_path_factory.mktemp("loader")
-    source = make_id_dataset(dir / "idset", CLASSES, PER_CLASS)
-    mount = Mount(binary, dir, CONFIG, source, limit=LIMIT)
-    try:
-        yield mount
-    finally:
-        gc.collect()  # loaders a failed test's traceback kept
-        status = mount.stop()
-    assert status == 0, f"prepfs exited with {status}: {mount.log()}"
+    yield from module_mount(tmp_path_factory.mktemp("loader"), CONFIG, CLASSES, PER_CLASS, LIMIT)
 
 
 def sample_id(name):

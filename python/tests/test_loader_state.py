@@ -13,7 +13,6 @@ in its pixels):
 Every Loader has a timeout and each mount a watchdog, so nothing here waits without end.
 """
 
-import gc
 import os
 import signal
 import json
@@ -24,7 +23,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import Mount, id_of_pixels, load_recipe_module, loader_module, make_id_dataset, prepfs_bin
+from conftest import module_mount, Mount, id_of_pixels, load_recipe_module, loader_module, make_id_dataset, prepfs_bin
 from standins import v2
 
 LIMIT = 120.0  # seconds a mount may live before its watchdog detaches it
@@ -46,16 +45,8 @@ def prepfs():
 
 @pytest.fixture(scope="module")
 def mounted(tmp_path_factory, fuse, prepfs):
-    binary = prepfs_bin()
-    dir = tmp_path_factory.mktemp("loader-state")
-    source = make_id_dataset(dir / "idset", CLASSES, PER_CLASS)
-    mount = Mount(binary, dir, CONFIG, source, limit=LIMIT)
-    try:
-        yield mount
-    finally:
-        gc.collect()
-        status = mount.stop()
-    assert status == 0, f"prepfs exited with {status}: {mount.log()}"
+    """The module's mount; its daemon must exit cleanly (status 0) when stopped at the end."""
+    yield from module_mount(tmp_path_factory.mktemp("loader-state"), CONFIG, CLASSES, PER_CLASS, LIMIT)
 
 
 def sample_id(name):

@@ -125,7 +125,7 @@ pub fn run(supervision: Supervision) -> Result<(), MountError> {
         .thread_block()
         .map_err(|e| fail("blocking signals", e.into()))?;
     let binary = std::env::current_exe().map_err(|e| fail("finding its own binary", e))?;
-    let ledger = memfd("prepfs-ledger").map_err(|e| fail("making the ledger's memory file", e))?;
+    let ledger = memfd(c"prepfs-ledger").map_err(|e| fail("making the ledger's memory file", e))?;
     let (events, incoming) = mpsc::channel();
     let handover = HandoverSocket::bind(
         &supervision.canonical_mountpoint,
@@ -136,9 +136,9 @@ pub fn run(supervision: Supervision) -> Result<(), MountError> {
     let mut supervisor = Supervisor {
         supervision,
         ledger,
-        backings: memfd("prepfs-backings").map_err(|e| fail("making the backings' memory file", e))?,
-        opens: memfd("prepfs-opens").map_err(|e| fail("making the opens' memory file", e))?,
-        pending: memfd("prepfs-pending").map_err(|e| fail("making the pending names' memory file", e))?,
+        backings: memfd(c"prepfs-backings").map_err(|e| fail("making the backings' memory file", e))?,
+        opens: memfd(c"prepfs-opens").map_err(|e| fail("making the opens' memory file", e))?,
+        pending: memfd(c"prepfs-pending").map_err(|e| fail("making the pending names' memory file", e))?,
         events,
         incoming,
         held: None,
@@ -575,15 +575,9 @@ fn connection_alive(fuse: &OwnedFd) -> bool {
     !(n > 0 && pfd.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0)
 }
 
-fn memfd(name: &str) -> std::io::Result<OwnedFd> {
-    let name = std::ffi::CString::new(name).map_err(std::io::Error::other)?;
-    // SAFETY: memfd_create with a valid C string; the descriptor is ours.
-    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: a fresh descriptor nothing else owns.
-    Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+/// A memory file the supervisor holds for its servers (nix's `memfd_create`).
+fn memfd(name: &std::ffi::CStr) -> std::io::Result<OwnedFd> {
+    Ok(nix::sys::memfd::memfd_create(name, nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC)?)
 }
 
 /// The newest handover format `binary` reads (`prepfs __takeover-formats`).

@@ -99,7 +99,7 @@ pub(crate) fn close_left_behind(fuse: &impl std::os::fd::AsFd, lowest: u32) -> i
         return Ok(0);
     }
     // A fresh id tells where the ids are now; it is closed with the rest.
-    let probe = memfd_for_probe()?;
+    let probe = nix::sys::memfd::memfd_create(c"prepfs-backing-probe", nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC)?;
     let fresh = BackingId::create_raw(fuse, &probe)?;
     let end = fresh.min(lowest.saturating_add(MOST_TO_CLOSE));
     let mut closed = 0;
@@ -110,16 +110,6 @@ pub(crate) fn close_left_behind(fuse: &impl std::os::fd::AsFd, lowest: u32) -> i
         }
     }
     Ok(closed)
-}
-
-fn memfd_for_probe() -> io::Result<std::fs::File> {
-    // SAFETY: memfd_create with a static C string; the descriptor is ours.
-    let fd = unsafe { libc::memfd_create(c"prepfs-backing-probe".as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a fresh descriptor nothing else owns.
-    Ok(unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) })
 }
 
 impl Backings {

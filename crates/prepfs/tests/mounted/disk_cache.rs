@@ -33,27 +33,49 @@ fn cache_files(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-#[test]
-fn a_remount_reads_the_disk_tier_and_refetches_only_a_damaged_entry() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let source = make_dataset(tmp.path(), 2, 6, false);
-    let disk = tmp.path().join("nvme/prepfs-cache");
-    // Memory far too small for the set; the disk holds all of it. No background refill, so each
-    // sample is loaded exactly once per epoch.
-    let config = write_config(
-        tmp.path(),
-        &format!(
-            "seed: 2\ncache:\n  memory: 1MiB\n  split: 0-50-50\n  refill: false\n  disk: {{ path: {}, size: 1GiB }}\n",
-            disk.display()
-        ),
-    );
-    let sizes: Vec<u64> = fs::read_dir(&source)
+/// A config whose memory is far too small for the set and whose disk tier (at `disk`) holds all
+/// of it; no background refill, so each sample is loaded exactly once per epoch.
+fn disk_config(dir: &Path, disk: &Path) -> PathBuf {
+    write_config(
+        dir,
+        &format!("seed: 2\ncache:\n  memory: 1MiB\n  split: 0-50-50\n  refill: false\n  disk: {{ path: {}, size: 1GiB }}\n", disk.display()),
+    )
+}
+
+/// Waits until the disk tier's queued writes are written and it holds `entries` entries; its
+/// stats then.
+fn wait_disk_writes(mnt: &Mounted, entries: u64) -> serde_json::Value {
+    let started = Instant::now();
+    loop {
+        let stats = mnt.stats();
+        let d = &stats["cache"]["disk"];
+        let held = d["entries"]["encoded"].as_u64().unwrap_or(0) + d["entries"]["decoded"].as_u64().unwrap_or(0);
+        if d["pending_writes"] == 0 && held == entries {
+            return stats;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "disk writes did not finish: {stats}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The source's sample files' sizes (not the generator's README).
+fn sample_sizes(source: &Path) -> Vec<u64> {
+    fs::read_dir(source)
         .expect("list")
         .flat_map(|c| fs::read_dir(c.expect("class").path()).expect("list"))
         .map(|f| f.expect("file"))
         .filter(|f| f.file_name().to_string_lossy() != "README.txt")
         .map(|f| f.metadata().expect("stat").len())
-        .collect();
+        .collect()
+}
+
+#[test]
+fn a_remount_reads_the_disk_tier_and_refetches_only_a_damaged_entry() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let source = make_dataset(tmp.path(), 2, 6, false);
+    let disk = tmp.path().join("nvme/prepfs-cache");
+    let config = disk_config(tmp.path(), &disk);
+    let sizes = sample_sizes(&source);
     assert_eq!(sizes.len(), 12);
 
     let mnt = Mounted::start(tmp.path(), &config, &source, LIMIT);
@@ -62,17 +84,7 @@ fn a_remount_reads_the_disk_tier_and_refetches_only_a_damaged_entry() {
     epoch(&files);
     assert_eq!(source_bytes(&mnt), sizes.iter().sum::<u64>(), "epoch 1 reads each sample once");
     // Writes are queued off the request path: wait for the writer to finish them.
-    let started = Instant::now();
-    let stats = loop {
-        let stats = mnt.stats();
-        let d = &stats["cache"]["disk"];
-        let held = d["entries"]["encoded"].as_u64().unwrap_or(0) + d["entries"]["decoded"].as_u64().unwrap_or(0);
-        if d["pending_writes"] == 0 && held == 12 {
-            break stats;
-        }
-        assert!(started.elapsed() < Duration::from_secs(30), "disk writes did not finish: {stats}");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let stats = wait_disk_writes(&mnt, 12);
     let d = &stats["cache"]["disk"];
     assert_eq!(d["admitting"], true, "{stats}");
     assert_eq!(d["write_errors"], 0, "{stats}");
@@ -177,27 +189,11 @@ fn the_disk_tiers_entries_survive_a_server_kill_and_a_torn_one_is_dropped_never_
     let tmp = tempfile::tempdir().expect("tempdir");
     let source = make_dataset(tmp.path(), 2, 6, false);
     let disk = tmp.path().join("nvme/prepfs-cache");
-    let config = write_config(
-        tmp.path(),
-        &format!(
-            "seed: 2\ncache:\n  memory: 1MiB\n  split: 0-50-50\n  refill: false\n  disk: {{ path: {}, size: 1GiB }}\n",
-            disk.display()
-        ),
-    );
+    let config = disk_config(tmp.path(), &disk);
     let mnt = Mounted::start(tmp.path(), &config, &source, LIMIT);
     let files = augmented_files(&mnt);
     epoch(&files);
-    let started = Instant::now();
-    loop {
-        let stats = mnt.stats();
-        let d = &stats["cache"]["disk"];
-        let held = d["entries"]["encoded"].as_u64().unwrap_or(0) + d["entries"]["decoded"].as_u64().unwrap_or(0);
-        if d["pending_writes"] == 0 && held == 12 {
-            break;
-        }
-        assert!(started.elapsed() < Duration::from_secs(30), "disk writes did not finish: {stats}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_disk_writes(&mnt, 12);
     // A torn write: an entry cut short, as a crash mid-write to its name would leave it (prepfs
     // writes to a temporary name and renames; a leftover temporary is there too).
     let entries = cache_files(&disk);
@@ -208,21 +204,12 @@ fn the_disk_tiers_entries_survive_a_server_kill_and_a_torn_one_is_dropped_never_
     let leftover = torn.with_file_name(".0000000000000009.7.tmp");
     fs::write(&leftover, b"half").expect("leftover");
     // The server dies with no shutdown (SIGKILL); its supervisor starts the next on the mount.
-    let server = mnt.stats()["pid"].as_i64().expect("pid");
-    // SAFETY: kill(2) on the test mount's own server.
-    unsafe { libc::kill(server as i32, libc::SIGKILL) };
-    while mnt.stats()["pid"].as_i64() == Some(server) {}
+    common::kill_server(&mnt);
     epoch(&files);
     let stats = mnt.stats();
     let d = &stats["cache"]["disk"];
     assert!(d["hits"].as_u64().unwrap_or(0) >= 11, "the entries written before the kill are read: {stats}");
-    let sizes: Vec<u64> = fs::read_dir(&source)
-        .expect("list")
-        .flat_map(|c| fs::read_dir(c.expect("class").path()).expect("list"))
-        .map(|f| f.expect("file"))
-        .filter(|f| f.file_name().to_string_lossy() != "README.txt")
-        .map(|f| f.metadata().expect("stat").len())
-        .collect();
+    let sizes = sample_sizes(&source);
     let read = source_bytes(&mnt);
     assert!(sizes.contains(&read), "after the kill only the torn entry's sample is read from the source again ({read} bytes): {stats}");
     assert!(!leftover.exists(), "the leftover temporary file is removed");

@@ -15,9 +15,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{id_of_pixels, make_id_dataset, parse_ppm, write_config, Mounted};
+use common::{id_of_pixels, kill_server, make_id_dataset, parse_ppm, server_pid, write_config, Mounted};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
@@ -25,28 +25,6 @@ const LIMIT: Duration = Duration::from_secs(300);
 const CLASSES: usize = 3;
 const PER_CLASS: usize = 16;
 const SAMPLES: usize = CLASSES * PER_CLASS;
-
-/// The pid serving the mount now (stats.json answers once a server serves: reading it waits
-/// for a restarted one).
-fn server_pid(mnt: &Mounted) -> i64 {
-    mnt.stats()["pid"].as_i64().expect("pid")
-}
-
-/// Kills the serving process with SIGKILL and waits until another serves; returns the stall:
-/// from the kill to the first answer of the new server.
-fn kill_server(mnt: &Mounted) -> Duration {
-    let old = server_pid(mnt);
-    assert_ne!(old, i64::from(mnt.pid()), "the server is not the supervisor");
-    let killed = Instant::now();
-    // SAFETY: kill(2) on the test mount's own server.
-    unsafe { libc::kill(old as i32, libc::SIGKILL) };
-    loop {
-        let now = server_pid(mnt);
-        if now != old {
-            return killed.elapsed();
-        }
-    }
-}
 
 /// The class directory's number of a path `.../c<k>/file`.
 fn class_of_path(path: &Path) -> usize {

@@ -262,6 +262,24 @@ pub fn is_mounted(path: &Path) -> bool {
     prepfs::mount::mount_at(&canonical).is_some()
 }
 
+/// The pid serving the mount now (stats.json answers once a server serves: reading it waits
+/// for a restarted one).
+pub fn server_pid(mnt: &Mounted) -> i64 {
+    mnt.stats()["pid"].as_i64().expect("pid")
+}
+
+/// Kills a supervised mount's serving process with SIGKILL and waits until another serves;
+/// returns the stall: from the kill to the first answer of the new server.
+pub fn kill_server(mnt: &Mounted) -> Duration {
+    let old = server_pid(mnt);
+    assert_ne!(old, i64::from(mnt.pid()), "the server is not the supervisor");
+    let killed = Instant::now();
+    // SAFETY: kill(2) on the test mount's own server.
+    unsafe { libc::kill(old as i32, libc::SIGKILL) };
+    while server_pid(mnt) == old {}
+    killed.elapsed()
+}
+
 /// Kills the daemon `pid` so that its mount stays behind dead (ENOTCONN), as a mount made
 /// without fusermount3's auto-unmount would after a crash: its children first (a supervised
 /// mount's server, which would drain and unmount when its supervisor dies; fusermount3's
