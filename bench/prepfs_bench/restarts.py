@@ -62,7 +62,6 @@ read failed or hung, a run failed, a check above failed, or something stayed mou
 --out OUT [--sources HASHES] [--paced]` is the reader process itself.
 """
 import argparse
-import atexit
 import datetime
 import hashlib
 import json
@@ -82,7 +81,7 @@ from . import BENCH_DIR, ROOT, module_command, show_path
 from .mount import is_mounted
 from .runs import script_command, write_report
 from . import servers
-from .servers import LIVE as _LIVE, end_all as _end_all, end_process, forget as _forget, on_signal as _on_signal
+from .servers import LIVE as _LIVE, end_all as _end_all, end_process, forget as _forget
 from .workers import fmt, git_commit, log_tail, our_mounts, percentile
 
 CLASSES, PER_CLASS, WIDTH, HEIGHT = 20, 30, 500, 375
@@ -1043,9 +1042,7 @@ def main(argv=None):
     if not os.path.isfile(args.prepfs):
         raise SystemExit(f"{args.prepfs} not found: build it (cargo build --release -p prepfs --examples)")
     binary = os.path.abspath(args.prepfs)
-    atexit.register(_end_all)
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-        signal.signal(sig, _on_signal)
+    servers.end_on_exit()
     work = tempfile.mkdtemp(prefix="prepfs-restarts-")
     logs = os.path.join(work, "logs")
     os.makedirs(logs)

@@ -4,6 +4,7 @@ politely then surely, what a benchmark started and must end on every way out (`L
 target/bench-data (`make_set`), and a `redis-server` on loopback (optionally pinned to cores)
 with the deployment's secret file (0600) beside it: the remote tier's, the workers' and the
 restarts' benchmarks start theirs here."""
+import atexit
 import os
 import shutil
 import signal
@@ -31,6 +32,13 @@ def end_all():
 def on_signal(signum, _frame):
     """A stop signal ends the run through its `finally` and atexit (end_all)."""
     raise SystemExit(128 + signum)
+
+
+def end_on_exit():
+    """LIVE is ended at exit, a stop signal's too."""
+    atexit.register(end_all)
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, on_signal)
 
 
 def forget(thing):

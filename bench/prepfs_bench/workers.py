@@ -35,7 +35,6 @@ mounts released: `fusermount3 -u`, then `-u -z`) on every way out.
 `python3 -m prepfs_bench.workers read LIST [--hash] [--progress]` is the reader process itself.
 """
 import argparse
-import atexit
 import datetime
 import hashlib
 import json
@@ -54,7 +53,7 @@ import urllib.request
 from . import BENCH_DIR, ROOT, module_command, show_path
 from .mount import is_mounted, proc_cpu_seconds
 from . import servers
-from .servers import LIVE as _LIVE, RedisServer, end_all as _end_all, end_process, files_under, free_port, on_signal as _on_signal
+from .servers import LIVE as _LIVE, RedisServer, end_all as _end_all, end_process, files_under, free_port
 from .runs import script_command, write_report  # the run's JSON and Markdown, its section in BENCHMARKS.md
 
 MOUNT_CORE, NETWORK_CORE = 0, 1
@@ -1001,9 +1000,7 @@ def main(argv=None):
     if not os.path.isfile(args.prepfs):
         raise SystemExit(f"{args.prepfs} not found: build it (cargo build --release -p prepfs --examples)")
     binary = os.path.abspath(args.prepfs)
-    atexit.register(_end_all)
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-        signal.signal(sig, _on_signal)
+    servers.end_on_exit()
     work = tempfile.mkdtemp(prefix="prepfs-workers-")
     logs = os.path.join(work, "logs")
     os.makedirs(logs)
