@@ -593,6 +593,11 @@ fn serve(config: Config, mut lifecycle: Lifecycle, waiter: &SignalWaiter) -> Res
             // first server's decided is restored.
             let fuse = crate::takeover::own(taken.fuse).map_err(MountError::Fuse)?;
             crate::fuse::restore_passthrough(&fs, &taken.mounted.passthrough);
+            let _ = handshake.set(crate::fuse::Handshake {
+                proto: taken.mounted.proto,
+                passthrough: taken.mounted.passthrough.clone(),
+                has_resend: taken.mounted.has_resend,
+            });
             if let (Ok(()), Some(file)) = (&taken.mounted.passthrough, &backings_file) {
                 match crate::fuse::close_left_behind(&fuse, crate::fuse::LowestLive::read(file)) {
                     Ok(closed) => tracing::info!(closed, "closed the backing ids the server before this one left registered"),

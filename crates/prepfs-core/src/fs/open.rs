@@ -70,7 +70,7 @@ impl Filesystem {
                 let opened = self.resolve(file).and_then(|sample| {
                     self.check_source_access(&sample.meta, caller, super::access::READ)?;
                     if view.job != 0 {
-                        let given_before = request.and_then(|r| self.recent_opens.get()?.given(r, ino));
+                        let given_before = request.filter(|r| r.maybe_resent).and_then(|r| self.recent_opens.get()?.given(r, ino));
                         self.open_in_job(ino, view, sample, caller, given_before)
                     } else {
                         self.open_top_level(ino, view, &sample, caller)

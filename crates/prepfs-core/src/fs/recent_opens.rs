@@ -29,6 +29,10 @@ const SLOT_LEN: u64 = 24;
 pub struct OpenRequest {
     /// The request's number (its unique id, without the mark of a resent request).
     pub unique: u64,
+    /// Whether it may be one sent again: it carries the kernel's mark of a resent request, or
+    /// the kernel marks none (it did not offer FUSE_HAS_RESEND). Only such a request is looked
+    /// up; every job-view open is recorded.
+    pub maybe_resent: bool,
 }
 
 /// See the module documentation.
@@ -84,18 +88,18 @@ mod tests {
     #[test]
     fn an_open_sent_again_finds_the_sample_its_first_try_was_given() {
         let opens = ring();
-        let request = OpenRequest { unique: 1_234_567 };
+        let request = OpenRequest { unique: 1_234_567, maybe_resent: true };
         assert_eq!(opens.given(request, 42), None, "nothing recorded yet");
         opens.record(request, 42, 7);
         assert_eq!(opens.given(request, 42), Some(7));
         assert_eq!(opens.given(request, 43), None, "another inode's open is another request");
-        assert_eq!(opens.given(OpenRequest { unique: 1_234_567 + SLOTS }, 42), None, "a later request in the same slot is not this one");
+        assert_eq!(opens.given(OpenRequest { unique: 1_234_567 + SLOTS, maybe_resent: true }, 42), None, "a later request in the same slot is not this one");
     }
 
     #[test]
     fn a_torn_slot_reads_as_nothing_recorded() {
         let opens = ring();
-        let request = OpenRequest { unique: 99 };
+        let request = OpenRequest { unique: 99, maybe_resent: true };
         opens.record(request, 5, 3);
         opens.file.write_at(&[0xff], RecentOpens::offset(99) + 17).expect("tear");
         assert_eq!(opens.given(request, 5), None);

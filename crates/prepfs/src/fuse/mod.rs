@@ -63,8 +63,8 @@ pub(crate) struct FuseAdapter {
     activity: Arc<Activity>,
     /// Closed at a handover: requests with an effect are then left for the next server.
     gate: Arc<Gate>,
-    /// What this server's FUSE_INIT decided (the first server's; a server taking the connection
-    /// over gets none), for the supervisor to hand on.
+    /// What FUSE_INIT decided: this server's own, or (a server that took the connection over)
+    /// the first server's, as the supervisor handed it on.
     handshake: Arc<std::sync::OnceLock<Handshake>>,
 }
 
@@ -263,7 +263,9 @@ impl fuser::Filesystem for FuseAdapter {
         let caller = caller(req);
         // The kernel's number of this request, without the mark of one sent again: an open
         // sent again after a server died is the same request (`prepfs_core`'s recent opens).
-        let request = prepfs_core::fs::OpenRequest { unique: req.unique().0 & !fuser::UNIQUE_RESEND };
+        let unique = req.unique().0;
+        let marked = self.handshake.get().is_some_and(|h| h.has_resend);
+        let request = prepfs_core::fs::OpenRequest { unique: unique & !fuser::UNIQUE_RESEND, maybe_resent: unique & fuser::UNIQUE_RESEND != 0 || !marked };
         let open = move || {
             let _pass = pass;
             let _span = span.entered();
