@@ -397,11 +397,14 @@ impl WorkTaker {
         &self.name
     }
 
-    /// Makes the stream and its group if they are not there; whether they are now.
+    /// Makes the stream and its group if they are not there; whether they are now. A group made
+    /// now starts at the stream's beginning (`0`, not `$`): items mounts queued before the first
+    /// worker joined are taken too, never passed over (a result no mount still wants is dropped
+    /// by the mount).
     pub fn join(&self) -> bool {
         let stream = self.keys.stream();
         self.inner
-            .with_conn(|c| match redis::cmd("XGROUP").arg("CREATE").arg(&stream[..]).arg(GROUP).arg("$").arg("MKSTREAM").query::<()>(c) {
+            .with_conn(|c| match redis::cmd("XGROUP").arg("CREATE").arg(&stream[..]).arg(GROUP).arg("0").arg("MKSTREAM").query::<()>(c) {
                 Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
                 other => other,
             })
@@ -449,7 +452,7 @@ impl WorkTaker {
             // The group is made by the first worker; a stream flushed since has lost it.
             match reply {
                 Err(e) if e.code() == Some("NOGROUP") => {
-                    let made = redis::cmd("XGROUP").arg("CREATE").arg(&stream[..]).arg(GROUP).arg("$").arg("MKSTREAM").query::<()>(c);
+                    let made = redis::cmd("XGROUP").arg("CREATE").arg(&stream[..]).arg(GROUP).arg("0").arg("MKSTREAM").query::<()>(c);
                     made.or_else(|e| if e.code() == Some("BUSYGROUP") { Ok(()) } else { Err(e) }).map(|()| None)
                 }
                 other => other,
