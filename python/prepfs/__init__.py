@@ -4,5 +4,5 @@ extension ``prepfs.prepfs``, python/src/) and a torchvision transform moved to a
 ``ImageFolder`` reads images (``prepfs.NpyFolder``, ``_folder.py``)."""
 
 from .prepfs import *  # noqa: F401,F403  (Loader, Tensor, gpu_support)
-from ._recipe import UnsupportedOp, recipe  # noqa: F401
+from ._recipe import UnsupportedOp, recipe, recipes  # noqa: F401
 from ._folder import NpyFolder  # noqa: F401

@@ -137,6 +137,10 @@ def recipe(transform: Any, name: Optional[str] = None) -> str:
     sample: ``augment:`` and ``output:``, or with ``name`` a ``recipes:`` mapping holding them.
     Raises :class:`UnsupportedOp` naming an op the mount cannot serve."""
 
+def recipes(**named: Any) -> str:
+    """One ``recipes:`` mapping of several named transforms (``recipes(train=..., val=...)``):
+    the views ``MNT/<name>/`` and ``MNT/jobs/<job>/<name>/`` of one mount."""
+
 
 class NpyFolder:
     """The ``.npy`` files under ``root/<class>/`` as ``(array, class index)`` items, read as

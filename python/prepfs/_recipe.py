@@ -331,10 +331,32 @@ def _timm_random_erasing(op: Any, refuse: Any) -> dict:
     return {"p": float(op.probability), "scale": [float(op.min_area), float(op.max_area)], "ratio": [low, high], "value": values[mode]}
 
 
+def _ops_of(transform: Any) -> List[Any]:
+    """The ops of a transform: a ``Compose``'s list, the list or one op given, or, for an object
+    holding its ``Compose`` as ``transforms`` (torchvision's reference ``presets.py``:
+    ``ClassificationPresetTrain`` and ``ClassificationPresetEval``), that ``Compose``'s list."""
+    held = getattr(transform, "transforms", None)
+    while held is not None and not isinstance(held, (list, tuple)) and hasattr(held, "transforms"):
+        held = held.transforms
+    if held is not None:
+        return list(held)
+    return list(transform) if isinstance(transform, (list, tuple)) else [transform]
+
+
+def recipes(**named: Any) -> str:
+    """One ``recipes:`` mapping of several named transforms, e.g. a training and a validation
+    view of one mount: ``prepfs.recipes(train=..., val=...)`` (each read as :func:`recipe` reads
+    it; the names become the views ``MNT/<name>/`` and ``MNT/jobs/<job>/<name>/``)."""
+    if not named:
+        raise ValueError("prepfs.recipes needs at least one name=transform")
+    return "recipes:\n" + "".join(recipe(t, name).split("\n", 1)[1] for name, t in named.items())
+
+
 def recipe(transform: Any, name: Optional[str] = None) -> str:
     """The YAML of a prepfs recipe doing what ``transform`` does per sample.
 
-    ``transform``: a torchvision ``Compose`` (v2 or v1), timm's ``create_transform(...)``, a list
+    ``transform``: a torchvision ``Compose`` (v2 or v1), timm's ``create_transform(...)``, an
+    object holding its ``Compose`` as ``transforms`` (torchvision's reference presets), a list
     of transforms, or one transform.
     Served: ``RandomResizedCrop`` (size, scale, ratio; bilinear or bicubic, antialiased; timm's
     ``RandomResizedCropAndInterpolation`` too, its ``random`` interpolation included),
@@ -360,7 +382,7 @@ def recipe(transform: Any, name: Optional[str] = None) -> str:
     Raises :class:`UnsupportedOp` for an op the mount cannot serve, and ``ValueError`` when the
     ops end in no fixed size (every file of a view has one size, known before it is read).
     """
-    ops = list(getattr(transform, "transforms", transform if isinstance(transform, (list, tuple)) else [transform]))
+    ops = _ops_of(transform)
     augment: List[Tuple[str, dict]] = []
     to_float = False  # a conversion to float (0-1) has been met
     pending_tensor: Optional[int] = None  # a ToImage/PILToTensor not yet followed by a float conversion

@@ -229,7 +229,10 @@ class v1:
 
     Compose = v2.Compose
     RandomResizedCrop = v2.RandomResizedCrop
+    RandomHorizontalFlip = v2.RandomHorizontalFlip
     CenterCrop = v2.CenterCrop
+    PILToTensor = v2.PILToTensor
+    ConvertImageDtype = v2.ConvertImageDtype
 
     class RandomCrop:
         __module__ = "torchvision.transforms.transforms"

@@ -74,6 +74,37 @@ def test_a_list_of_transforms_and_a_single_transform_are_read_as_a_compose_is():
     assert recipe(v2.CenterCrop(16)) == "augment:\n  - center_crop: {size: [16, 16]}\n"
 
 
+class ReferencePreset:
+    """As torchvision's references/classification/presets.py holds a preset: its Compose as
+    ``transforms``, called as a transform."""
+
+    def __init__(self, ops):
+        self.transforms = v1.Compose(ops)
+
+    def __call__(self, img):
+        return img
+
+
+def test_a_preset_holding_its_compose_as_transforms_is_read_as_that_compose():
+    # ClassificationPresetEval(crop_size=224, resize_size=256) as presets.py builds it (v1, PIL).
+    ops = [v1.Resize(256, interpolation=I.BILINEAR, antialias=True), v1.CenterCrop(224), v1.PILToTensor(),
+           v1.ConvertImageDtype(torch.float), v1.Normalize(MEAN, STD)]
+    assert recipe(ReferencePreset(ops)) == recipe(v1.Compose(ops))
+    assert recipe(ReferencePreset(ops), name="val") == recipe(v1.Compose(ops), name="val")
+
+
+def test_recipes_of_several_names_is_one_mapping_holding_each_names_recipe_in_order():
+    yaml = pytest.importorskip("yaml", reason="PyYAML parses the printed recipes back (make deps installs it with moto[server])")
+    train = v2.Compose([v2.RandomResizedCrop(24), v2.RandomHorizontalFlip(), v2.ToImage(), v2.ToDtype(torch.float32, scale=True)])
+    val = v1.Compose([v1.Resize(28), v1.CenterCrop(24), v1.ToTensor()])
+    both = yaml.safe_load(recipe_module.recipes(train=train, val=val))
+    assert list(both) == ["recipes"] and list(both["recipes"]) == ["train", "val"]
+    assert both["recipes"]["train"] == yaml.safe_load(recipe(train, name="train"))["recipes"]["train"]
+    assert both["recipes"]["val"] == yaml.safe_load(recipe(val, name="val"))["recipes"]["val"]
+    with pytest.raises(ValueError, match="at least one"):
+        recipe_module.recipes()
+
+
 def test_normalize_given_float32_tensors_writes_the_shortest_decimals_of_the_values():
     # timm's create_transform holds mean and std as float32 tensors: 0.48500001430511475, ...
     text = recipe([v2.CenterCrop(8), timm.MaybeToTensor(), timm.Normalize(MEAN, STD)])
