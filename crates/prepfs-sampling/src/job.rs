@@ -38,6 +38,17 @@ pub struct Choice {
 }
 
 /// A job's figures (live, relaxed).
+/// A job's figures across every view it reads ([`Job::across_views`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AcrossViews {
+    /// Samples served in all its views.
+    pub served: u64,
+    /// The furthest epoch any of its views has reached.
+    pub epoch: u64,
+    /// Samples served in that view's epoch.
+    pub served_this_epoch: u64,
+}
+
 #[derive(Debug, Default)]
 pub struct JobCounters {
     pub opens: AtomicU64,
@@ -209,6 +220,21 @@ impl Job {
         let mut states: Vec<(u8, Arc<Job>)> = self.recipes.lock_or_recover().iter().map(|(r, j)| (*r, Arc::clone(j))).collect();
         states.sort_by_key(|(r, _)| *r);
         states
+    }
+
+    /// The job across every view it reads: the samples served in all of them, and the furthest
+    /// epoch any of them has reached with the samples served in it. A job is one job in every
+    /// view (one read only through a recipe's view would otherwise show epoch 1 and 0 served);
+    /// `stats.json` and the exposition both read it here.
+    pub fn across_views(&self) -> AcrossViews {
+        let recipes = self.recipe_states();
+        let served = self.counters.served.load(Ordering::Relaxed)
+            + recipes.iter().map(|(_, r)| r.counters.served.load(Ordering::Relaxed)).sum::<u64>();
+        let (epoch, served_this_epoch) = recipes
+            .iter()
+            .map(|(_, r)| (r.epoch(), r.served_this_epoch()))
+            .fold((self.epoch(), self.served_this_epoch()), |a, b| a.max(b));
+        AcrossViews { served, epoch, served_this_epoch }
     }
 
     /// The job's sampling state in recipe `recipe`'s view, if it has read it.

@@ -241,8 +241,9 @@ impl Jobs {
         idle.iter().filter_map(|n| self.retire(n)).collect()
     }
 
-    /// Figures for stats: each active job, and the totals.
-    pub fn stats(&self) -> serde_json::Value {
+    /// Figures for stats: each active job, and the totals. A job's recipe views are keyed by
+    /// the recipe's name, `recipe_names[r - 1]` for recipe `r` (its number where none is given).
+    pub fn stats(&self, recipe_names: &[String]) -> serde_json::Value {
         let now = self.now_ms();
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let jobs: Vec<serde_json::Value> = self
@@ -252,15 +253,7 @@ impl Jobs {
                 let c = &j.counters;
                 let hits = c.hits();
                 let looked = hits + get(&c.misses);
-                // A job is one job in every view it reads: samples served in a recipe's view are
-                // the job's, and its epoch is the furthest any of its views has reached (a job
-                // reading only a recipe's view would otherwise show epoch 1 and 0 served).
-                let recipes = j.recipe_states();
-                let served = get(&c.served) + recipes.iter().map(|(_, r)| get(&r.counters.served)).sum::<u64>();
-                let furthest = recipes
-                    .iter()
-                    .map(|(_, r)| (r.epoch(), r.served_this_epoch()))
-                    .fold((j.epoch(), j.served_this_epoch()), |a, b| a.max(b));
+                let (recipes, all) = (j.recipe_states(), j.across_views());
                 let views: serde_json::Map<String, serde_json::Value> = recipes
                     .iter()
                     .map(|(n, r)| {
@@ -269,14 +262,15 @@ impl Jobs {
                             "served_this_epoch": r.served_this_epoch(),
                             "samples_served": get(&r.counters.served),
                         });
-                        (n.to_string(), figures)
+                        let name = usize::from(*n).checked_sub(1).and_then(|i| recipe_names.get(i));
+                        (name.cloned().unwrap_or_else(|| n.to_string()), figures)
                     })
                     .collect();
                 serde_json::json!({
                     "name": j.name,
-                    "epoch": furthest.0,
-                    "served_this_epoch": furthest.1,
-                    "samples_served": served,
+                    "epoch": all.epoch,
+                    "served_this_epoch": all.served_this_epoch,
+                    "samples_served": all.served,
                     "recipes": views,
                     "opens": get(&c.opens),
                     "hits": {

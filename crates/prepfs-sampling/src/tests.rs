@@ -309,15 +309,17 @@ fn a_job_read_only_through_a_recipes_view_shows_its_epochs_and_samples_served_in
     for s in (0..10).chain(0..10).chain(0..3) {
         assert!(ta.mark_served(s, false), "sample {s} is new in its epoch");
     }
-    let stats = reg.stats();
+    let stats = reg.stats(&["ta".to_string()]);
     let figures = &stats["active"][0];
     assert_eq!(figures["name"], "train");
     assert_eq!(figures["samples_served"], 23, "{figures}");
     assert_eq!((figures["epoch"].as_u64(), figures["served_this_epoch"].as_u64()), (Some(3), Some(3)), "{figures}");
-    assert_eq!(figures["recipes"]["1"]["epoch"], 3, "{figures}");
-    assert_eq!(figures["recipes"]["1"]["samples_served"], 23, "{figures}");
+    // Its recipe view under the recipe's name (its number where the names are not given).
+    assert_eq!(figures["recipes"]["ta"]["epoch"], 3, "{figures}");
+    assert_eq!(figures["recipes"]["ta"]["samples_served"], 23, "{figures}");
+    assert_eq!(reg.stats(&[])["active"][0]["recipes"]["1"]["samples_served"], 23);
     // Its own view's reads add to the same figures; the epoch is the furthest view's.
     assert!(job.mark_served(4, false));
-    let figures = &reg.stats()["active"][0];
+    let figures = &reg.stats(&[])["active"][0];
     assert_eq!((figures["samples_served"].as_u64(), figures["epoch"].as_u64()), (Some(24), Some(3)), "{figures}");
 }

@@ -185,6 +185,7 @@ pub fn summary(doc: &Value, previous: Option<&Value>) -> String {
         })
         .collect();
     out.push(format!("cache        {}", forms.join(", ")));
+    out.extend(recipe_lines(doc));
     if doc.pointer(&at(&defs::MEMORY, &["cache_encoded"])).is_some() {
         let m = |key: &str| dash(num(doc, &at(&defs::MEMORY, &[key])), &human_bytes);
         out.push(format!(
@@ -260,6 +261,30 @@ pub fn summary(doc: &Value, previous: Option<&Value>) -> String {
     let mut text = out.join("\n");
     text.push('\n');
     text
+}
+
+/// One line per recipe (`recipes`): its opens, the share served an output kept ahead, and its
+/// store of kept outputs against its share of the augmented budget (the `cache` line's
+/// `augmented` is `augmented/`'s own store).
+fn recipe_lines(doc: &Value) -> Vec<String> {
+    let Some(recipes) = doc.get("recipes").and_then(Value::as_object) else { return Vec::new() };
+    recipes
+        .keys()
+        .map(|name| {
+            let figure = |def: &Def| num(doc, &at(def, &[name]));
+            let opens = figure(&defs::RECIPE_OPENS).unwrap_or(0.0);
+            let kept = figure(&defs::RECIPE_SERVED_KEPT).unwrap_or(0.0);
+            let share = if opens > 0.0 { format!("{:.0}%", 100.0 * kept / opens) } else { "-".into() };
+            let bytes = |def: &Def| figure(def).map_or_else(|| "-".to_owned(), human_bytes);
+            format!(
+                "  recipe {}: {opens:.0} opens, {share} served kept ahead; cache {} / {} ({:.0} outputs)",
+                prepfs_base::escape::escaped(name),
+                bytes(&defs::RECIPE_CACHE_USED),
+                bytes(&defs::RECIPE_CACHE_BUDGET),
+                figure(&defs::RECIPE_CACHE_OUTPUTS).unwrap_or(0.0)
+            )
+        })
+        .collect()
 }
 
 /// The serving process, for a supervised mount or one that restarted (`server`, issue 53):
@@ -386,6 +411,16 @@ mod tests {
         assert!(text.contains("off (the kernel does not offer it)"), "{text}");
         assert!(text.contains("3.2 requests per open") || text.contains("3.3 requests per open"), "{text}");
         assert!(!text.contains("/s)"), "no rates without an earlier reading: {text}");
+    }
+
+    #[test]
+    fn each_recipe_has_a_line_with_its_opens_its_share_served_kept_and_its_store_against_its_budget() {
+        let mut d = doc(10.0, 4, 0);
+        d["recipes"] = json!({"ta": {"opens": 300, "served_kept": 240, "kept": 12, "kept_bytes": 1_181_116_006u64, "budget": 2_147_483_648u64}});
+        let text = summary(&d, None);
+        let line = text.lines().find(|l| l.starts_with("  recipe ta:")).expect("a line for recipe ta");
+        assert_eq!(line, "  recipe ta: 300 opens, 80% served kept ahead; cache 1.1 GiB / 2.0 GiB (12 outputs)");
+        assert!(!summary(&doc(10.0, 4, 0), None).contains("recipe"), "no recipes, no recipe line");
     }
 
     #[test]

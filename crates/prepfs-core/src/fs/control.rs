@@ -8,7 +8,7 @@
 use std::sync::atomic::Ordering;
 
 use super::Filesystem;
-use crate::metrics::{exposition, Figures, Gauges, JobFigures};
+use crate::metrics::{exposition, Figures, Gauges, JobFigures, RecipeStore};
 use prepfs_cache::form::Form;
 
 impl Filesystem {
@@ -102,6 +102,16 @@ impl Filesystem {
         Gauges {
             memory: self.memory(cache),
             recipes: self.config().recipes.iter().map(|r| r.name.clone()).collect(),
+            recipe_stores: (1u8..)
+                .take(self.config().recipes.len())
+                .map(|r| {
+                    self.cache.outputs(r).map(|store| RecipeStore {
+                        outputs: store.entries(),
+                        bytes: store.used(),
+                        budget: store.budget(),
+                    })
+                })
+                .collect(),
             samples: self.catalog().sample_count() as u64,
             cache: forms,
             passthrough_on: self.passthrough_on(),
@@ -113,11 +123,11 @@ impl Filesystem {
                 .active()
                 .iter()
                 .map(|j| {
-                    let c = &j.counters;
+                    let (c, all) = (&j.counters, j.across_views());
                     JobFigures {
                         name: j.name().to_owned(),
-                        epoch: j.epoch(),
-                        served: c.served.load(Ordering::Relaxed),
+                        epoch: all.epoch,
+                        served: all.served,
                         hits: c.hits(),
                         misses: c.misses.load(Ordering::Relaxed),
                     }
@@ -157,7 +167,7 @@ impl Filesystem {
             "memory_auto": self.config().cache.auto,
             "cache": cache,
             "plan": self.plan.plan_json(self.epochs_done()),
-            "jobs": self.jobs.stats(),
+            "jobs": self.jobs.stats(&self.config().recipes.iter().map(|r| r.name.clone()).collect::<Vec<_>>()),
             "ods_metadata_bytes": self.ods_metadata_bytes(),
             "open_bytes": self.open_budget.held(),
             "max_open_bytes": self.config().access.max_open_bytes,
@@ -165,7 +175,6 @@ impl Filesystem {
             "pixel_work_bytes": self.producer.pixels_in_flight().0,
             "passthrough": self.passthrough_json(),
             "loader": { "socket": self.stats().loader.socket.get() },
-            "recipes": self.recipes_json(),
             "remote_work": self.remote_work_stats(),
         });
         if let serde_json::Value::Object(extra) = extra {

@@ -43,24 +43,6 @@ impl Filesystem {
         recipe.map_or(&self.config().output, |r| &r.output)
     }
 
-    /// Each recipe's figures by name (`stats.json`'s `recipes`): its opens, served from a kept
-    /// output or made at the open, its refills and pixel work per output, and what its store of
-    /// kept outputs holds of its share of the augmented budget.
-    pub(super) fn recipes_json(&self) -> serde_json::Value {
-        // Each recipe's opens and pixel work are the registry's (`metrics::defs`); what its
-        // store keeps is the cache's.
-        let mut doc = serde_json::Map::new();
-        for (r, recipe) in (1u8..).zip(&self.config().recipes) {
-            if let Some(store) = self.cache.outputs(r) {
-                doc.insert(
-                    recipe.name.clone(),
-                    serde_json::json!({"kept": store.entries(), "kept_bytes": store.used(), "budget": store.budget()}),
-                );
-            }
-        }
-        doc.into()
-    }
-
     /// What opportunistic sampling prefers `sample` by in `view` for a job (its used-by bit
     /// `job`), up to `SampleCache::top_preference(view.form)`: in a recipe's view a kept output of
     /// the recipe's the job has not used (kept ahead, or by another job's open) is the best, then

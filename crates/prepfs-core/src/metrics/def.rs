@@ -118,11 +118,22 @@ pub(crate) struct Gauges {
     pub(crate) memory: Vec<(&'static str, Option<u64>)>,
     /// The recipes' names, recipe `r`'s at `r - 1` (their series are labelled `recipe`).
     pub(crate) recipes: Vec<String>,
+    /// What each recipe's store of kept outputs holds, at the same places as `recipes` (`None`:
+    /// no store).
+    pub(crate) recipe_stores: Vec<Option<RecipeStore>>,
     /// What this mount asked `prepfs worker`s for (`remote_work` in stats.json, which writes it
     /// whole); `None`: no remote tier.
     pub(crate) remote_work: Option<RemoteWorkFigures>,
     /// The process serving now and the restarts before it (`server` in stats.json).
     pub(crate) server: crate::stats::ServerLife,
+}
+
+/// A recipe's store of kept outputs: how many, their bytes, and its share of the augmented budget.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct RecipeStore {
+    pub(crate) outputs: u64,
+    pub(crate) bytes: u64,
+    pub(crate) budget: u64,
 }
 
 /// The remote work's series: items by state, bytes received, and each worker alive.

@@ -275,6 +275,17 @@ registry! {
     RECIPE_PIXEL_SECONDS = Def::counter("prepfs_recipe_pixel_seconds_total", "CPU seconds of the pixel work that made a recipe's outputs (a decode included where one was made), by recipe.")
         .unit(Unit::Seconds).labels(&["recipe"])
         .read(|f, out| each_recipe(f, out, |c| Value::Float(get(&c.made_nanos) as f64 / 1e9)));
+    // What each recipe's store of kept outputs holds of its share of the augmented budget (the
+    // cache's figures, gathered into the gauges).
+    RECIPE_CACHE_OUTPUTS = Def::gauge("prepfs_recipe_cache_outputs", "Outputs a recipe's store keeps ahead of its readers, by recipe.")
+        .labels(&["recipe"]).at("/recipes/{recipe}/kept")
+        .read(|f, out| each_recipe_store(f, out, |s| s.outputs));
+    RECIPE_CACHE_USED = Def::gauge("prepfs_recipe_cache_used_bytes", "Bytes a recipe's store of kept outputs holds, by recipe.")
+        .unit(Unit::Bytes).labels(&["recipe"]).at("/recipes/{recipe}/kept_bytes")
+        .read(|f, out| each_recipe_store(f, out, |s| s.bytes));
+    RECIPE_CACHE_BUDGET = Def::gauge("prepfs_recipe_cache_budget_bytes", "A recipe's share of the augmented budget, by recipe.")
+        .unit(Unit::Bytes).labels(&["recipe"]).at("/recipes/{recipe}/budget")
+        .read(|f, out| each_recipe_store(f, out, |s| s.budget));
 
     // Each active job's figures (`jobs.active`, the jobs' own section).
     JOBS_ACTIVE = Def::gauge("prepfs_jobs_active", "Jobs active now.")
@@ -337,5 +348,14 @@ registry! {
 fn each_recipe(f: &super::def::Figures<'_>, out: &mut super::def::Sink<'_>, pick: fn(&crate::stats::PipelineCounters) -> Value) {
     for (name, r) in f.gauges.recipes.iter().zip(1u8..) {
         out(&[name.as_str()], pick(f.stats.pipeline(r)));
+    }
+}
+
+/// Each recipe's store figure `pick` (a recipe with no store yet has none).
+fn each_recipe_store(f: &super::def::Figures<'_>, out: &mut super::def::Sink<'_>, pick: fn(&super::def::RecipeStore) -> u64) {
+    for (name, store) in f.gauges.recipes.iter().zip(&f.gauges.recipe_stores) {
+        if let Some(store) = store {
+            out(&[name.as_str()], pick(store).into());
+        }
     }
 }

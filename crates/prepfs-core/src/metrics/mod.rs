@@ -14,7 +14,7 @@ pub mod http;
 mod render;
 
 pub use def::{Def, Json, Kind, Unit};
-pub(crate) use def::{Figures, Gauges, JobFigures, RemoteWorkFigures};
+pub(crate) use def::{Figures, Gauges, JobFigures, RecipeStore, RemoteWorkFigures};
 #[cfg(test)]
 pub(crate) use def::Value;
 pub(crate) use render::{exposition, json, merge};

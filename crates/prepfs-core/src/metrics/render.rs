@@ -208,6 +208,7 @@ mod tests {
             jobs: vec![JobFigures { name: "train".into(), epoch: 2, served: 9, hits: 6, misses: 3 }],
             memory: vec![("resident", Some(5)), ("peak_resident", None)],
             recipes: vec!["ta".into()],
+            recipe_stores: vec![Some(super::super::def::RecipeStore { outputs: 4, bytes: 600, budget: 1000 })],
             remote_work: Some(super::super::def::RemoteWorkFigures {
                 items: vec![("queued", 4), ("done", 3)],
                 bytes: 450,
@@ -250,6 +251,9 @@ mod tests {
         assert!(text.contains("prepfs_cache_budget_bytes{form=\"augmented\"} 100\n"), "{text}");
         assert!(text.contains("prepfs_recipe_opens_total{recipe=\"ta\"} 3\n"), "{text}");
         assert!(text.contains("prepfs_recipe_served_kept_total{recipe=\"ta\"} 2\n"), "{text}");
+        assert!(text.contains("prepfs_recipe_cache_used_bytes{recipe=\"ta\"} 600\n"), "{text}");
+        assert!(text.contains("prepfs_recipe_cache_budget_bytes{recipe=\"ta\"} 1000\n"), "{text}");
+        assert!(text.contains("prepfs_recipe_cache_outputs{recipe=\"ta\"} 4\n"), "{text}");
     }
 
     #[test]
@@ -377,6 +381,7 @@ mod tests {
         assert_eq!(doc["latency_us"]["pixel_work"]["decode_augment"]["count"], 1);
         assert_eq!(doc["recipes"]["ta"]["opens"], 3);
         assert_eq!(doc["recipes"]["ta"]["served_kept"], 2);
+        assert_eq!((doc["recipes"]["ta"]["kept"].as_u64(), doc["recipes"]["ta"]["kept_bytes"].as_u64(), doc["recipes"]["ta"]["budget"].as_u64()), (Some(4), Some(600), Some(1000)));
         assert_eq!(doc["passthrough"]["on"], true);
         assert!(doc["memory"]["peak_resident"].is_null(), "{doc}");
         let text = exposition(&Figures { stats: &stats, gauges: &gauges });

@@ -222,3 +222,85 @@ fn a_failed_request_is_counted_by_operation_and_errno_in_stats_json_and_the_metr
     assert!(refused >= 1.0, "the refused create is counted: {m:?}");
     assert!(mnt.stop().success());
 }
+
+/// Every file of `view` read once, in the order a listing gives: one epoch of a job's view.
+fn read_epoch(mnt: &Mounted, view: &str) -> usize {
+    let mut read = 0;
+    for class in std::fs::read_dir(mnt.path(view)).expect("list the view").map(|e| e.expect("entry").path()) {
+        for file in std::fs::read_dir(&class).expect("list a class").map(|e| e.expect("entry").path()) {
+            assert!(!std::fs::read(&file).expect("read a sample").is_empty());
+            read += 1;
+        }
+    }
+    read
+}
+
+#[test]
+fn a_job_reading_a_recipe_for_three_epochs_shows_its_served_count_epoch_rate_and_the_recipes_cache_everywhere() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (source, _) = make_id_dataset(dir.path(), 2, 3);
+    let config = common::write_config(dir.path(), "recipes:\n  ta: { augment: [ {random_resized_crop: {size: 16}}, {random_horizontal_flip: {}} ] }\n");
+    let mnt = Mounted::start(dir.path(), &config, &source, LIMIT);
+    let samples = 6;
+    let job = |doc: &serde_json::Value| -> serde_json::Value {
+        doc["jobs"]["active"].as_array().and_then(|a| a.iter().find(|j| j["name"] == "train").cloned()).expect("job train in stats.json")
+    };
+    for _ in 0..2 {
+        assert_eq!(read_epoch(&mnt, "jobs/train/ta"), samples);
+    }
+    let before = mnt.stats();
+    // Half of epoch 3, a reading, then the rest: the summary's rate and the epoch's end from two readings.
+    let mut third = 0;
+    for class in std::fs::read_dir(mnt.path("jobs/train/ta")).expect("list").map(|e| e.expect("entry").path()).take(1) {
+        for file in std::fs::read_dir(&class).expect("list a class").map(|e| e.expect("entry").path()) {
+            std::fs::read(&file).expect("read");
+            third += 1;
+        }
+    }
+    let midway = mnt.stats();
+    let line = prepfs::summary::summary(&midway, Some(&before));
+    let job_line = line.lines().find(|l| l.starts_with("  train: ")).unwrap_or_else(|| panic!("a line for job train: {line}"));
+    assert!(job_line.starts_with(&format!("  train: epoch 3, {third} of {samples} (50%), {} served in all", 2 * samples + third)), "{job_line}");
+    assert!(job_line.contains("/s, epoch ends in "), "a rate and when the epoch ends from two readings: {job_line}");
+    third += std::fs::read_dir(mnt.path("jobs/train/ta"))
+        .expect("list")
+        .map(|e| e.expect("entry").path())
+        .skip(1)
+        .flat_map(|c| std::fs::read_dir(c).expect("list a class").map(|e| e.expect("entry").path()).collect::<Vec<_>>())
+        .map(|f| assert!(!std::fs::read(f).expect("read").is_empty()))
+        .count();
+    assert_eq!(third, samples);
+
+    // stats.json: the job's served count and epoch, its recipe view's, and the recipe's store.
+    let doc = mnt.stats();
+    let train = job(&doc);
+    // Three epochs whole: the job is at the start of its fourth.
+    assert_eq!(train["samples_served"], 3 * samples as u64, "{train}");
+    assert_eq!((train["epoch"].as_u64(), train["served_this_epoch"].as_u64()), (Some(4), Some(0)), "{train}");
+    assert_eq!(train["recipes"]["ta"]["epoch"], 4, "{train}");
+    assert_eq!(train["recipes"]["ta"]["samples_served"], 3 * samples as u64, "{train}");
+    let recipe = &doc["recipes"]["ta"];
+    assert_eq!(recipe["opens"], 3 * samples as u64, "{recipe}");
+    let (kept, kept_bytes, budget) = (recipe["kept"].as_u64().expect("kept"), recipe["kept_bytes"].as_u64().expect("kept_bytes"), recipe["budget"].as_u64().expect("budget"));
+    assert!(budget > 0 && kept_bytes <= budget && (kept == 0) == (kept_bytes == 0), "{recipe}");
+
+    // The same figures in the exposition.
+    let m = metrics(&mnt);
+    let series = |s: &str| *m.get(s).unwrap_or_else(|| panic!("no series {s}"));
+    assert_eq!(series("prepfs_job_samples_served_total{job=\"train\"}"), (3 * samples) as f64);
+    assert_eq!(series("prepfs_job_epoch{job=\"train\"}"), 4.0);
+    assert_eq!(series("prepfs_recipe_opens_total{recipe=\"ta\"}"), (3 * samples) as f64);
+    let after = mnt.stats();
+    let recipe = &after["recipes"]["ta"];
+    assert_eq!(series("prepfs_recipe_cache_budget_bytes{recipe=\"ta\"}"), recipe["budget"].as_u64().expect("budget") as f64);
+    assert!(series("prepfs_recipe_cache_used_bytes{recipe=\"ta\"}") <= recipe["budget"].as_u64().expect("budget") as f64);
+
+    // And in `prepfs stats`.
+    let out = prepfs_for(30.0, &[&"stats", &mnt.mountpoint]);
+    let summary = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(summary.contains(&format!("  train: epoch 4, 0 of {samples} (0%), {} served in all", 3 * samples)), "{summary}");
+    let recipe_line = summary.lines().find(|l| l.starts_with("  recipe ta: ")).unwrap_or_else(|| panic!("a line for recipe ta: {summary}"));
+    assert!(recipe_line.starts_with(&format!("  recipe ta: {} opens, ", 3 * samples)) && recipe_line.contains("; cache "), "{recipe_line}");
+    assert!(mnt.stop().success());
+}
