@@ -311,7 +311,8 @@ impl AutoDraw {
                 Op::Brightness => color::brightness(pixels, factor),
                 Op::Color => color::saturation(pixels, factor),
                 Op::Contrast => color::contrast(pixels, factor),
-                Op::Sharpness => tone::sharpness(pixels, size, factor),
+                // torch's `add_(..., alpha=1.0 - factor)`: the double rounded to f32 once.
+                Op::Sharpness => tone::sharpness(pixels, size, (1.0 - (1.0 + m)) as f32),
                 Op::Posterize => tone::posterize(pixels, m as u32),
                 Op::Solarize => tone::solarize(pixels, 255.0 * m),
                 Op::AutoContrast => tone::autocontrast(pixels),
@@ -384,6 +385,29 @@ mod tests {
         // The policy's probabilities average (sum of 50 p) / 25 = 1.2 ops a sample.
         let expected: f64 = IMAGENET.iter().flatten().map(|(_, p, _)| p).sum::<f64>() / 25.0;
         assert!((mean - expected).abs() < 0.06, "{mean} against {expected}");
+    }
+
+    /// torchvision's `_apply_image_or_video_transform` on edge values, as torchvision 0.29 gives
+    /// them: AutoAugment's Solarize at bin 3 of 10 (threshold 255 * 2/3, which torch compares in
+    /// float32, so 170 itself is inverted) and its Sharpness at bin 7 (factor 1.7, torch's
+    /// `alpha = 1 - factor` rounded to f32 once: -0.69999999, which keeps the centre at 3 where
+    /// 1 - f32(1.7) = -0.70000005 truncated it to 2).
+    #[test]
+    fn solarize_and_sharpness_round_their_magnitudes_as_torch_does() {
+        let size = Size2::new(3, 1);
+        let m = magnitude(Table::Standard, Op::Solarize, 10, 3, size).expect("solarize").0;
+        let mut px: Vec<u8> = [169u8, 170, 171].iter().flat_map(|&v| [v; 3]).collect();
+        AutoDraw { ops: vec![(Op::Solarize, m)], warp: Warp::Nearest }.apply(&mut px, size);
+        assert_eq!(px, [169u8, 85, 84].iter().flat_map(|&v| [v; 3]).collect::<Vec<u8>>());
+
+        let size = Size2::new(3, 3);
+        let m = magnitude(Table::Standard, Op::Sharpness, 10, 7, size).expect("sharpness").0;
+        let grey = [26u8, 26, 26, 26, 10, 26, 26, 27, 27];
+        let mut px: Vec<u8> = grey.iter().flat_map(|&v| [v; 3]).collect();
+        AutoDraw { ops: vec![(Op::Sharpness, m)], warp: Warp::Nearest }.apply(&mut px, size);
+        let mut want = grey;
+        want[4] = 3;
+        assert_eq!(px, want.iter().flat_map(|&v| [v; 3]).collect::<Vec<u8>>());
     }
 
     #[test]

@@ -215,7 +215,7 @@ impl TimmDraw {
                 TimmOp::Color => color::pil_color(pixels, a as f32),
                 TimmOp::Contrast => color::pil_contrast(pixels, a as f32),
                 TimmOp::Brightness => color::brightness(pixels, a as f32),
-                TimmOp::Sharpness => tone::sharpness(pixels, size, a as f32),
+                TimmOp::Sharpness => tone::sharpness(pixels, size, 1.0 - a as f32),
                 TimmOp::ShearX => warp(pixels, [1.0, a, 0.0, 0.0, 1.0, 0.0]),
                 TimmOp::ShearY => warp(pixels, [1.0, 0.0, 0.0, a, 1.0, 0.0]),
                 TimmOp::TranslateXRel => warp(pixels, [1.0, 0.0, a * w, 0.0, 1.0, 0.0]),

@@ -11,9 +11,13 @@ pub(crate) fn posterize(pixels: &mut [u8], bits: u32) {
     pixels.iter_mut().for_each(|v| *v &= mask);
 }
 
-/// `solarize(threshold)`: values at or above it inverted.
+/// `solarize(threshold)`: values at or above it inverted. torch compares a uint8 tensor with a
+/// Python float in float32 (the scalar takes the default float dtype), so the threshold is
+/// rounded to f32 first: 255 times the policies' `linspace` magnitude lands a hair off a whole
+/// value (170.00000000000003 for 2/3 in f64) and rounds back onto it, which is then inverted.
 pub(crate) fn solarize(pixels: &mut [u8], threshold: f64) {
-    pixels.iter_mut().filter(|v| f64::from(**v) >= threshold).for_each(|v| *v = 255 - *v);
+    let threshold = threshold as f32;
+    pixels.iter_mut().filter(|v| f32::from(**v) >= threshold).for_each(|v| *v = 255 - *v);
 }
 
 /// timm's `solarize_add(add, thresh=128)`: values below `threshold` raised by `add`, capped at
@@ -65,8 +69,9 @@ pub(crate) fn equalize(pixels: &mut [u8]) {
 }
 
 /// `adjust_sharpness(factor)`: a blend with the 3x3 smoothed image (1s around a 5, over 13,
-/// rounded), the border kept; images 2 pixels or less across are left as they are.
-pub(crate) fn sharpness(pixels: &mut [u8], size: Size2, factor: f32) {
+/// rounded), `toward` (1 - factor) of the way to it, the border kept; images 2 pixels or less
+/// across are left as they are. The caller rounds 1 - factor to f32 as its library does.
+pub(crate) fn sharpness(pixels: &mut [u8], size: Size2, toward: f32) {
     let (w, h) = (size.width as usize, size.height as usize);
     if w <= 2 || h <= 2 {
         return;
@@ -84,7 +89,7 @@ pub(crate) fn sharpness(pixels: &mut [u8], size: Size2, factor: f32) {
                 }
                 let smooth = ((sum + 4.0 * at(1, 1)) / 13.0).round();
                 let v = at(1, 1);
-                pixels[(y * w + x) * 3 + c] = (v + (1.0 - factor) * (smooth - v)).clamp(0.0, 255.0) as u8;
+                pixels[(y * w + x) * 3 + c] = (v + toward * (smooth - v)).clamp(0.0, 255.0) as u8;
             }
         }
     }
@@ -133,13 +138,13 @@ mod tests {
     }
 
     #[test]
-    fn sharpness_one_is_the_identity_and_keeps_the_border() {
+    fn sharpness_of_factor_one_is_the_identity_and_keeps_the_border() {
         let size = Size2::new(4, 4);
         let orig: Vec<u8> = (0..48).map(|i| (i * 37 % 256) as u8).collect();
         let mut px = orig.clone();
-        sharpness(&mut px, size, 1.0);
-        assert_eq!(px, orig);
         sharpness(&mut px, size, 0.0);
+        assert_eq!(px, orig);
+        sharpness(&mut px, size, 1.0);
         assert_eq!(&px[..12], &orig[..12]);
         assert_ne!(px, orig);
     }

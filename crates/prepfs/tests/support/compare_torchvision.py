@@ -19,9 +19,12 @@ is installed, and compared from the source JPEG to the normalised float32 tensor
 
 The photographs are bench/prepfs_bench/real_photos.py's (public-domain sample images of the scikit-image and
 matplotlib wheels, fetched with pip into target/photos once). Statistics per image: the three
-channel means, the standard deviation of all values, and the erased share (pixels whose three
-values all equal the erasing value). The KS critical value is at alpha = 0.001 (two-sided,
-asymptotic); torchvision is seeded, the mount too, so a result is reproducible.
+channel means, the standard deviation of all values, the zero share (pixels whose three values
+are all 0 in the 0-255 sense: 0 in a uint8 image, (0 - mean) / std in a normalised float32 one;
+what the fill of a rotation, shear or padding, or an op mapping dark values to 0, leaves), and
+for an erasing op the erased share (pixels whose three values all equal the erasing value). The
+KS critical value is at alpha = 0.001 (two-sided, asymptotic); torchvision is seeded, the mount
+too, so a result is reproducible.
 """
 import io
 import json
@@ -109,6 +112,30 @@ def cases():
                            lambda: v2.ColorJitter(0.4, 0.4, 0.4, 0.1)),
         "random_grayscale": op({"random_grayscale": {"p": 0.5}}, lambda: v2.RandomGrayscale(0.5)),
         "random_rotation": op({"random_rotation": {"degrees": 30}}, lambda: v2.RandomRotation(30)),
+        # Bilinear, as torchvision turns a PIL image (PIL's rotate).
+        "random_rotation_bilinear": dict(
+            op({"random_rotation": {"degrees": [-10, 45], "interpolation": "bilinear"}},
+               lambda: v2.RandomRotation([-10, 45], interpolation=I.BILINEAR)),
+            pil=True),
+        # random_crop's padding on the 96x96 input: the window reaches into the padding on most
+        # draws (with size 96 and padding 12 it sits inside the image only at offset (12, 12)).
+        "random_crop_pad_constant": op({"random_crop": {"size": 96, "padding": 12}},
+                                       lambda: v2.RandomCrop(96, padding=12)),
+        "random_crop_pad_fill": op(
+            {"random_crop": {"size": 88, "padding": [10, 6], "fill": [255, 40, 128]}},
+            lambda: v2.RandomCrop(88, padding=[10, 6], fill=[255, 40, 128])),
+        "random_crop_pad_edge": op({"random_crop": {"size": 96, "padding": [8, 14], "padding_mode": "edge"}},
+                                   lambda: v2.RandomCrop(96, padding=[8, 14], padding_mode="edge")),
+        "random_crop_pad_reflect": op(
+            {"random_crop": {"size": [90, 100], "padding": [2, 16, 14, 6], "padding_mode": "reflect"}},
+            lambda: v2.RandomCrop([90, 100], padding=[2, 16, 14, 6], padding_mode="reflect")),
+        "random_crop_pad_symmetric": op({"random_crop": {"size": 96, "padding": 12, "padding_mode": "symmetric"}},
+                                        lambda: v2.RandomCrop(96, padding=12, padding_mode="symmetric")),
+        # 112 high from 96: pad_if_needed pads 16 at the top and the bottom, the window drawn in
+        # 128 (it always holds the whole height: v2 pads twice the shortfall); 64 wide, drawn
+        # across the 96 (a size needing padding on both sides would give every draw one image).
+        "random_crop_pad_if_needed": op({"random_crop": {"size": [112, 64], "pad_if_needed": True}},
+                                        lambda: v2.RandomCrop([112, 64], pad_if_needed=True)),
         "gaussian_blur": op({"gaussian_blur": {"kernel_size": 9, "sigma": [0.1, 5.0]}},
                             lambda: v2.GaussianBlur(9, (0.1, 5.0))),
         "random_erasing_uint8": op({"random_erasing": {"p": 0.5}}, lambda: v2.RandomErasing(0.5), erase=0),
@@ -141,8 +168,9 @@ def cases():
         prepfs = None
     if prepfs is not None:
         def whole(build, erase):
-            return {"yaml": prepfs.recipe(build()), "tv": build, "from_source": True, "erase": erase,
-                    "output": {"format": "npy", "dtype": "float32"}}
+            transform = build()
+            return {"yaml": prepfs.recipe(transform), "tv": build, "from_source": True, "erase": erase,
+                    "output": {"format": "npy", "dtype": "float32", **normalize_of(transform)}}
         out["whole_torchvision_reference_recipe"] = whole(lambda: v2.Compose([
             v2.RandomResizedCrop(48, antialias=True), v2.RandomHorizontalFlip(0.5),
             v2.TrivialAugmentWide(interpolation=I.BILINEAR),
@@ -160,6 +188,23 @@ def cases():
             case["pil"] = True
             out["timm_" + config.replace("-", "_").replace(".", "")] = case
     return out
+
+
+def normalize_of(transform):
+    """The mean and std of a whole transform's Normalize (what the recipe's output normalises by)."""
+    for t in getattr(transform, "transforms", []):
+        if type(t).__name__ == "Normalize":
+            return {"mean": [float(v) for v in t.mean], "std": [float(v) for v in t.std]}
+    return {}
+
+
+def zero_of(output):
+    """Per channel, the value 0 (in the 0-255 sense) takes in an output: 0 in uint8; in float32,
+    0 scaled to [0, 1] then normalised by the output's mean and std where it has them."""
+    if output.get("dtype") != "float32":
+        return np.zeros(3)
+    mean, std = np.array(output.get("mean", [0.0] * 3)), np.array(output.get("std", [1.0] * 3))
+    return (0.0 - mean) / std
 
 
 def config_yaml(case):
@@ -181,14 +226,16 @@ def chw_of(img):
     return img if img.dtype == np.float32 and img.shape[0] == 3 else np.transpose(img, (2, 0, 1))
 
 
-def stats(img, erase, before=None):
+def stats(img, erase, zero, before=None):
     """Per-image statistics of an HWC (uint8) or CHW (float32) image, rounded to 4 decimals: an
     image the op left alone has one exact mean, and float32 normalisation summed in another order
-    (ours against torch's, 4e-7 apart) must not split that tie into a KS step. With erase
+    (ours against torch's, 4e-7 apart) must not split that tie into a KS step. The zero share:
+    pixels whose three values are each within 1e-4 of `zero` (zero_of's, per channel). With erase
     "random", the changed share: pixels with a channel more than 1e-3 from `before` (the op's
     input, in the image's layout and dtype)."""
     chw = chw_of(img).astype(np.float64)
     out = {"mean_r": chw[0].mean(), "mean_g": chw[1].mean(), "mean_b": chw[2].mean(), "std": chw.std()}
+    out["zero_share"] = float(np.all(np.abs(chw - np.asarray(zero, dtype=np.float64)[:, None, None]) <= 1e-4, axis=0).mean())
     if erase == "random":
         out["changed_share"] = float(np.any(np.abs(chw - chw_of(before).astype(np.float64)) > 1e-3, axis=0).mean())
     elif erase is not None:
@@ -244,6 +291,7 @@ def main():
         random.seed(0)
         np.random.seed(0)
         transform = case["tv"]()
+        zero = zero_of(case["output"])
         ours, theirs = [], []
         for photo in photos_in(src):
             stem = os.path.splitext(os.path.basename(photo))[0]
@@ -256,22 +304,23 @@ def main():
                     mean, std = (np.array(NORMALIZE[k], dtype=np.float32)[:, None, None] for k in ("mean", "std"))
                     before = (np.transpose(hwc, (2, 0, 1)).astype(np.float32) / 255 - mean) / std
             for _ in range(draws):
-                ours.append(stats(read_npy(path), case["erase"], before))
+                ours.append(stats(read_npy(path), case["erase"], zero, before))
             if case["from_source"]:
                 pil = Image.open(photo).convert("RGB")
                 for _ in range(draws):
                     # A PIL image (geometric ops) or a float32 CHW tensor (a whole transform).
-                    theirs.append(stats(np.asarray(transform(pil)), case["erase"]))
+                    theirs.append(stats(np.asarray(transform(pil)), case["erase"], zero))
             elif case.get("pil"):
                 pil = Image.fromarray(read_npy(os.path.join(base, "augmented", "photos", stem + ".npy")))
                 for _ in range(draws):
-                    theirs.append(stats(np.asarray(transform(pil.copy())), case["erase"], before))
+                    theirs.append(stats(np.asarray(transform(pil.copy())), case["erase"], zero, before))
             else:
                 hwc = read_npy(os.path.join(base, "augmented", "photos", stem + ".npy"))
                 chw = torch.from_numpy(np.ascontiguousarray(np.transpose(hwc, (2, 0, 1))))
                 for _ in range(draws):
                     out = transform(chw.clone()).numpy()
-                    theirs.append(stats(out if out.dtype == np.float32 else np.transpose(out, (1, 2, 0)), case["erase"], before))
+                    theirs.append(stats(out if out.dtype == np.float32 else np.transpose(out, (1, 2, 0)), case["erase"], zero,
+                                        before))
         result = {"case": name, "n": len(ours), "m": len(theirs), "stats": {}}
         for key in ours[0]:
             d, crit = ks([s[key] for s in ours], [s[key] for s in theirs])
