@@ -64,15 +64,18 @@ CATEGORIES = [
                           r"^std::sync::(mpmc|mpsc|poison|Condvar|Mutex|RwLock|condvar|mutex|rwlock)|"
                           r"^__lll_lock|^pthread_(mutex|cond|rwlock)|^sched_yield|^__sched_yield|"
                           r"^prepfs_base::sync"),
+    # libjpeg-turbo, and the image crate's decoders for the sources that are not JPEG (PNG:
+    # the generator's set has some, as ImageNet does).
     ("JPEG decode", r"^(tj|jpeg_|jinit_|jsimd_|decode_mcu|decompress_|process_data_|ycc_|h2v[12]_|"
                     r"jpeg_idct|jpeg_fill|sep_upsample|fullsize_upsample|start_pass|consume_data|"
                     r"fill_bit_buffer|jpeg_huff_decode|prepfs_pixels::jpeg|turbojpeg::|zune_jpeg::)|"
-                    r"libturbojpeg|libjpeg"),
+                    r"libturbojpeg|libjpeg|^<?image::(codecs|io|images::dynimage)|^<alloc::boxed::Box<T> as image::io|"
+                    r"^png::|^<png::|^fdeflate::decompress|^<fdeflate::decompress"),
     ("resize/resample", r"fast_image_resize|^image::imageops::sample|resample|resize"),
     ("augment ops", r"^prepfs_pixels::(augment|pixel_ops|color|erasing|crop_padding|pil_warp|autoaugment|"
                     r"timm_rand|pipeline)|^image::imageops::(colorops|affine)|^rand|^rand_pcg"),
-    ("output encoding and copies", r"^prepfs_pixels::(output|encode|served)|npy|ppm|png|deflate|miniz|"
-                                   r"memcpy|memmove|^__memcpy|^__memmove|copy_user|_copy_to_iter|"
+    ("output encoding and copies", r"^prepfs_pixels::(output|encode_png|encode_jpeg|served)|^flate2::|^miniz_oxide::deflate|"
+                                   r"^fdeflate::compress|memcpy|memmove|^__memcpy|^__memmove|copy_user|_copy_to_iter|"
                                    r"_copy_from_iter|copyout|copyin|^bytes::|<bytes::"),
     ("FUSE request handling", r"^fuser::|^prepfs::fuse|fuse_dev|^fuse_|^__x64_sys_(read|write|writev|splice)$"),
     ("page cache / kernel", r"^filemap_|^generic_file|^page_cache|^__x64_sys_(pread64|openat|statx|newfstatat|close)|"
@@ -215,16 +218,22 @@ def within(t, starts, ivs):
 
 
 def context_switches(pid):
-    """Voluntary and involuntary context switches of all a process's threads (/proc status)."""
-    total = 0
+    """Context switches of a process's threads by kind (`thread_kind`), from /proc's status: the
+    voluntary ones (the thread slept) under the kind, the others (it was preempted) under
+    "<kind> preempted"."""
+    by_kind = collections.Counter()
     task = f"/proc/{pid}/task"
     for tid in os.listdir(task):
         try:
+            with open(f"{task}/{tid}/comm") as f:
+                kind = thread_kind(f.read().strip())
             with open(f"{task}/{tid}/status") as f:
-                total += sum(int(ln.split()[1]) for ln in f if ln.startswith(("voluntary_ctxt", "nonvoluntary_ctxt")))
+                for ln in f:
+                    if ln.startswith(("voluntary_ctxt", "nonvoluntary_ctxt")):
+                        by_kind[kind + (" preempted" if ln.startswith("non") else "")] += int(ln.split()[1])
         except OSError:
-            continue
-    return total
+            continue  # the thread ended meanwhile
+    return by_kind
 
 
 def waits(traces, machine, daemon_pid, freq):
@@ -286,7 +295,8 @@ def profile_set(args, kind, workdir, outdir, with_perf):
     row = {"set": kind, "perf": with_perf, "cache_bytes": cache, "makespan_s": took, "samples_served": served,
            "predicted_makespan_s": predicted_makespan(served, args.epochs, seen), "plan": st.get("plan"),
            "decodes": st["decodes"], "decode_ms_mean": st.get("decode_ms_mean"), "work": st.get("work"),
-           "daemon_cpu_s": cpu1 - cpu0, "context_switches": switches1 - switches0,
+           "daemon_cpu_s": cpu1 - cpu0, "context_switches": sum((switches1 - switches0).values()),
+           "context_switches_by_thread": dict(switches1 - switches0),
            "threads_cpu_s": {k: v - threads0.get(k, 0.0) for k, v in threads1.items() if v - threads0.get(k, 0.0) >= 0.01},
            "fuse_requests": st.get("fuse_requests"), "latency_us": st.get("latency_us")}
     jobs = []
@@ -308,7 +318,7 @@ def profile_set(args, kind, workdir, outdir, with_perf):
     # What a reader of the table asks next: the leaf functions, and who calls the copies.
     leaf = collections.Counter((s["frames"][0][0] if s["frames"] else "[unknown]") for s in samples)
     row["top_leaves"] = [[k, v] for k, v in leaf.most_common(40)]
-    copy_rx = re.compile(CATEGORIES[5][1])
+    copy_rx = re.compile(dict(CATEGORIES)["output encoding and copies"])
     callers = collections.Counter()
     for s, c in zip(samples, cats):
         if c == "output encoding and copies":
@@ -325,6 +335,11 @@ def profile_set(args, kind, workdir, outdir, with_perf):
                                                   f"prepfs server, three jobs x {args.epochs} epochs, {kind} ({suffix})") and path[:-len(".folded")] + ".svg"
     machine = perf_samples(machine_data, callchains=False)
     row["machine_samples"] = len(machine)
+    # The whole run's cores: this run's daemon and jobs, and anyone else's work (a shared machine).
+    job_pids = {j["pid"] for j in jobs}
+    who = collections.Counter("daemon" if s["pid"] == spid else "jobs" if s["pid"] in job_pids else "idle" if s["pid"] == 0
+                              else "perf" if s["comm"] == "perf" else "others" for s in machine)
+    row["machine_core_s"] = {k: v / args.freq for k, v in who.items()}
     row["waits"] = waits(jobs, machine, spid, args.freq)
     return row
 
@@ -347,7 +362,9 @@ def table(rows):
         lines += [f"| all | 100% | {switch * 100:.1f}% | {total:.3f} |", "",
                   f"Context switches of the server's threads: {r['context_switches']:,} ({r['context_switches'] / r['samples_served']:.1f} "
                   f"per sample served; {switch * r['daemon_samples'] / r['freq'] / max(1, r['context_switches']) * 1e6:.0f} µs of CPU each "
-                  "by the samples that fell in one).", ""]
+                  "by the samples that fell in one), by thread: " + ", ".join(
+                      f"{k} {v / r['samples_served']:.2f}" for k, v in sorted(r["context_switches_by_thread"].items(), key=lambda kv: -kv[1])
+                      if v / r["samples_served"] >= 0.01) + ".", ""]
         lines += [f"The jobs' side (`{r['set']}`): seconds blocked in `open` and in reads (header, and the "
                   "pixels' page faults through PIL's mmap), their own CPU, time runnable waiting for a core; and during "
                   "their blocked time, what the two cores did (core-seconds from `perf record -a`).", "",
@@ -360,6 +377,10 @@ def table(rows):
             lines.append(f"| {w['job']} | {w['opens']:,} | {w['open_s']:.1f} | {w['read_s']:.1f} | {w['blocked_s']:.1f} ({predicted}) "
                          f"| {w['cpu_s']:.1f} | {w['runnable_s'] or 0:.1f} | {d.get('daemon', 0):.1f} / "
                          f"{d.get('other jobs', 0):.1f} / {d.get('idle', 0):.1f} / {d.get('other', 0) + d.get('this job', 0):.1f} |")
+        m = r.get("machine_core_s") or {}
+        lines += ["", f"The machine's two cores over the run (core-seconds, `perf record -a`): this daemon {m.get('daemon', 0):.1f}, "
+                  f"its jobs {m.get('jobs', 0):.1f}, perf {m.get('perf', 0):.1f}, other people's processes {m.get('others', 0):.1f}, "
+                  f"of {r['makespan_s'] * len(os.sched_getaffinity(0)):.1f} (idle is not sampled)."]
         lines += ["", "The daemon's threads (CPU s): " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(r["threads_cpu_s"].items(), key=lambda kv: -kv[1])),
                   "", "Top leaf functions (samples): " + "; ".join(f"`{k}` {v}" for k, v in r["top_leaves"][:15]),
                   "", "Copies' callers (samples): " + "; ".join(f"`{k}` {v}" for k, v in r["copy_callers"][:8]), ""]

@@ -20,6 +20,11 @@ class CategorizeTest(unittest.TestCase):
         resize = [("fast_image_resize::convolution::u8x3::avx2::horiz_convolution_four_rows", APP),
                   ("prepfs_pixels::pipeline::resample_into", APP)]
         self.assertEqual(profile.categorize(resize), "resize/resample")
+        png = [("fdeflate::decompress::Decompressor::read_compressed", APP), ("png::decoder::stream::StreamingDecoder::update", APP),
+               ("<alloc::boxed::Box<T> as image::io::decoder::ImageDecoder>::read_image", APP)]
+        self.assertEqual(profile.categorize(png), "JPEG decode")
+        copy = [("__memmove_avx_unaligned_erms", "/lib/libc.so.6"), ("<image::codecs::png::PngDecoder<R>>::read_image", APP)]
+        self.assertEqual(profile.categorize(copy), "output encoding and copies")
         malloc = [("_int_malloc", "/lib/libc.so.6"), ("prepfs_pixels::jpeg::decode_with", APP)]
         self.assertEqual(profile.categorize(malloc), "allocation")
 
