@@ -50,7 +50,7 @@ from .epochs import warm
 from .jobs import predicted_makespan, three_jobs, tree_bytes
 from .mount import Mount, proc_cpu_seconds
 from .plan_matrix import make_set
-from .runs import script_args, write_report
+from .runs import script_args, summary_of, write_report
 from .warm_floor import thread_cpu
 
 # The categories, in the order they are tried on a stack's frames from the innermost out; the
@@ -409,7 +409,10 @@ def main():
                 row["freq"] = args.freq
                 rows.append(row)
                 print(json.dumps({k: row[k] for k in ("set", "perf", "makespan_s", "daemon_cpu_s")}), flush=True)
-        write_report(args.out, rows, table(rows))
+        lines = table(rows)
+        # BENCHMARKS.md keeps each set's two tables (the daemon's categories, the jobs' waits) and their lead text.
+        summary = [ln for k in range(2 * sum(r["perf"] for r in rows)) for ln in summary_of(lines, k) + [""]]
+        write_report(args.out, rows, lines, summary=summary)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
