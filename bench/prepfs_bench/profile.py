@@ -312,6 +312,9 @@ def profile_set(args, kind, workdir, outdir, with_perf):
     counts = collections.Counter(cats)
     switching = collections.Counter(c for s, c in zip(samples, cats) if s["frames"] and SWITCH.match(s["frames"][0][0]))
     row["daemon_samples"] = len(samples)
+    # How many stacks DWARF unwound whole, to the thread's start (the rest stop early, in code
+    # without unwind tables such as libjpeg-turbo's SIMD; their innermost frames still count).
+    row["unwound_share"] = sum(1 for s in samples if s["frames"] and s["frames"][-1][0] in ("clone3", "__clone3", "start_thread", "_start")) / max(1, len(samples))
     row["categories"] = {c: {"samples": counts.get(c, 0), "share": counts.get(c, 0) / max(1, len(samples)),
                              "switch_share": switching.get(c, 0) / max(1, len(samples)),
                              "ms_per_sample": counts.get(c, 0) / args.freq * 1e3 / max(1, served)} for c in ORDER}
@@ -352,7 +355,8 @@ def table(rows):
                   f"{r['makespan_s']:.1f} s with perf" + (f", {base['makespan_s']:.1f} s without" if base else "") +
                   f"; the plan predicted {r['predicted_makespan_s'] or 0:.1f} s): {r['daemon_samples']:,} cpu-clock samples "
                   f"at {r['freq']} Hz of the server process ({r['daemon_cpu_s']:.1f} CPU s by /proc), "
-                  f"{r['decodes']:,} decodes of {r['decode_ms_mean'] or 0:.2f} ms.", "",
+                  f"{r['decodes']:,} decodes of {r['decode_ms_mean'] or 0:.2f} ms; {r.get('unwound_share', 0) * 100:.0f}% of the stacks "
+                  "unwound to their thread's start.", "",
                   "| category | % of samples | of which context switches | ms per sample served |", "| --- | ---: | ---: | ---: |"]
         for c in ORDER:
             v = r["categories"][c]
