@@ -4,7 +4,7 @@ CARGO ?= cargo
 PYTHON ?= python3
 QUICK ?=
 
-.PHONY: all build deps demo test check compare-torchvision python wheel gpu-check ptx bench bench-plan bench-epochs bench-cold-epochs bench-jobs bench-floor bench-workers fuzz clean install uninstall
+.PHONY: all build deps demo test check compare-torchvision python wheel gpu-check ptx bench bench-plan bench-epochs bench-cold-epochs bench-jobs bench-floor bench-workers profile fuzz clean install uninstall
 
 all: build
 
@@ -151,6 +151,21 @@ bench-plan: build
 
 bench-jobs: build
 	PYTHONPATH=bench $(PYTHON) -m prepfs_bench.jobs --prepfs target/release/prepfs --gen target/release/examples/make_dataset
+
+# Where the daemon's CPU goes in bench-jobs's three-job run (issue 55): `perf record` (cpu-clock,
+# DWARF call graphs) on the mount's server while three jobs read two epochs over real
+# photographs, its samples put in categories (decode, resize, augment, output and copies, FUSE,
+# locks, page cache, allocation), each job's time blocked in open and read beside what the cores
+# did meanwhile and the plan's prediction, and flame graphs (inferno, installed where missing)
+# under bench/results/<date>-profile/ (the table also in BENCHMARKS.md's Runs). Needs perf
+# (Debian linux-perf) and root or perf_event_paranoid <= 1. PROFILE_ARGS adds options (e.g.
+# "--sets real,gen500 --baseline").
+PROFILE_ARGS ?=
+profile: build
+	@command -v perf >/dev/null || { echo "make profile needs perf (apt-get install linux-perf)"; exit 1; }
+	@command -v inferno-flamegraph >/dev/null || test -x $(HOME)/.cargo/bin/inferno-flamegraph || $(CARGO) install inferno --locked
+	PYTHONPATH=bench timeout 1800 $(PYTHON) -m prepfs_bench.profile --prepfs target/release/prepfs \
+		--gen target/release/examples/make_dataset $(PROFILE_ARGS)
 
 # Back-to-back epochs from a cold mount (page cache dropped), over bench/run.sh's data set;
 # COLD_BINS=a,b (and COLD_LABELS) compares builds in alternated runs.

@@ -31,7 +31,7 @@ The driver of `make bench`:
 The standalone measurements (each ``python3 -m prepfs_bench.<name> --help``): ``epochs``,
 ``jobs``, ``plan_matrix``, ``cold_epochs``, ``warm_floor`` (Makefile targets bench-epochs,
 bench-jobs, bench-plan, bench-cold-epochs, bench-floor), ``loader`` (issue 14),
-``remote_two_mounts`` (issue 13), ``workers`` (issue 52, ``make bench-workers``), ``floor_read``, ``augment_ops_torchvision``, and
+``remote_two_mounts`` (issue 13), ``workers`` (issue 52, ``make bench-workers``), ``profile`` (issue 55, ``make profile``), ``floor_read``, ``augment_ops_torchvision``, and
 ``real_photos`` (a data set cut from real photographs).
 
 Everything the driver imports but ``charts`` needs only the standard library, so the self-test

@@ -36,7 +36,12 @@ from .mount import Mount
 from .runs import write_report
 
 
-def job(root, decode_jpeg, seed, epochs, uncached=False):
+def job(root, decode_jpeg, seed, epochs, uncached=False, trace=None):
+    """One job's epochs (see the module's text). TRACE: a path the job writes its waits to at
+    the end (JSON; prepfs_bench.profile): per sample, its open (the `open` call PIL makes:
+    FUSE lookup and open) and its reads (the rest of `Image.open`, the header's read, and
+    `load()`, the pixels' read or page faults of PIL's mmap), each as [start, end] on
+    time.monotonic(); and the job's own CPU seconds. The loop is the same with or without."""
     import io
     from PIL import Image
     from .loaders import read_uncached
@@ -44,6 +49,7 @@ def job(root, decode_jpeg, seed, epochs, uncached=False):
     items = [(os.path.join(root, c, n), i) for i, c in enumerate(classes) for n in sorted(os.listdir(os.path.join(root, c)))
              if n.lower().endswith((".jpg", ".jpeg", ".ppm"))]
     rng = random.Random(seed)
+    waits = _Waits() if trace else None
     for _ in range(epochs):
         order = list(range(len(items)))
         rng.shuffle(order)
@@ -52,7 +58,11 @@ def job(root, decode_jpeg, seed, epochs, uncached=False):
             # Limited storage stands for a set larger than memory: as scenario 4's torchvision
             # jobs do, the peers read each file past the page cache (else one job's read would
             # serve the other two and every later epoch from memory).
+            if waits:
+                waits.begin()
             with Image.open(io.BytesIO(read_uncached(path)) if uncached else path) as im:
+                if waits:
+                    waits.loaded(im)
                 im = im.convert("RGB")
                 if decode_jpeg:
                     w, h = im.size
@@ -64,6 +74,53 @@ def job(root, decode_jpeg, seed, epochs, uncached=False):
                     if rng.random() < 0.5:
                         im = im.transpose(Image.FLIP_LEFT_RIGHT)
                 im.tobytes()
+    if waits:
+        waits.write(trace)
+
+
+class _Waits:
+    """A traced job's waits (`job`'s TRACE): the `open` PIL calls, timed through builtins.open
+    (patched in the job's own process only), and the reads around it."""
+
+    def __init__(self):
+        import builtins
+        self.opens, self.reads = [], []
+        self._open = builtins.open
+        self._last = None
+
+        def timed_open(*a, **k):
+            t0 = time.monotonic()
+            f = self._open(*a, **k)
+            self._last = (t0, time.monotonic())
+            return f
+        builtins.open = timed_open
+
+    def begin(self):
+        self._last = None
+        self._start = time.monotonic()
+
+    def loaded(self, im):
+        """Image.open has returned: its open and its header's read are timed; `load()` the pixels."""
+        t_opened = time.monotonic()
+        if self._last:
+            self.opens.append(self._last)
+            self.reads.append((self._last[1], t_opened))
+        im.load()
+        self.reads.append((t_opened, time.monotonic()))
+
+    def write(self, path):
+        with self._open(path, "w") as f:
+            json.dump({"pid": os.getpid(), "opens": self.opens, "reads": self.reads, "cpu_s": time.process_time(),
+                       "schedstat": _schedstat()}, f)
+
+
+def _schedstat():
+    """This process's [CPU ns, ns runnable but waiting for a core, time slices] (/proc's schedstat)."""
+    try:
+        with open("/proc/self/schedstat") as f:
+            return [int(x) for x in f.read().split()]
+    except (OSError, ValueError):
+        return None
 
 
 def children_cpu():
@@ -73,12 +130,14 @@ def children_cpu():
     return r.ru_utime + r.ru_stime
 
 
-def makespan(roots, decode_jpeg, epochs=2, uncached=False, poll=None):
+def makespan(roots, decode_jpeg, epochs=2, uncached=False, poll=None, traces=None):
     """Seconds until every job is done; `poll` is called about every half second meanwhile.
-    The jobs' CPU seconds (all three together) are left in `makespan.jobs_cpu`."""
+    The jobs' CPU seconds (all three together) are left in `makespan.jobs_cpu`. TRACES: one
+    path per job for its waits (`job`'s TRACE)."""
     cpu_before = children_cpu()
     started = time.time()
-    procs = [Process(target=job, args=(root, decode_jpeg, 100 + i, epochs, uncached)) for i, root in enumerate(roots)]
+    procs = [Process(target=job, args=(root, decode_jpeg, 100 + i, epochs, uncached, traces[i] if traces else None))
+             for i, root in enumerate(roots)]
     for p in procs:
         p.start()
     for p in procs:
@@ -93,10 +152,10 @@ def makespan(roots, decode_jpeg, epochs=2, uncached=False, poll=None):
     return took
 
 
-def three_jobs(mount, epochs):
+def three_jobs(mount, epochs, traces=None):
     """Three jobs at once over `mount`, one process each over jobs/job<i>/augmented, `epochs`
     epochs each: their makespan, and the plan's per-epoch predictions for several jobs seen
-    meanwhile (stats.json's `plan.epochs`, for `predicted_makespan`)."""
+    meanwhile (stats.json's `plan.epochs`, for `predicted_makespan`). TRACES: `makespan`'s."""
     roots = [os.path.join(mount.mnt, "jobs", f"job{i}", "augmented") for i in range(3)]
     for r in roots:
         os.listdir(r)
@@ -106,7 +165,7 @@ def three_jobs(mount, epochs):
         plan = mount.stats().get("plan") or {}
         if (plan.get("inputs") or {}).get("jobs", 1) > 1 and plan.get("epochs"):
             seen.append(plan["epochs"])
-    return makespan(roots, False, epochs=epochs, poll=poll), seen
+    return makespan(roots, False, epochs=epochs, poll=poll, traces=traces), seen
 
 
 def predicted_makespan(served, epochs, seen):
