@@ -108,7 +108,13 @@ class PrepfsMount:
             return None
 
     def cpu_seconds(self) -> float:
-        return proc_cpu_seconds(self.proc.pid)
+        """The mount's CPU seconds: the `prepfs mount` process's and, where it supervises a server
+        (issue 53: the default), the server's (stats.json's `pid`), which does the work."""
+        total = proc_cpu_seconds(self.proc.pid)
+        server = (self.stats() or {}).get("pid")
+        if server and server != self.proc.pid:
+            total += proc_cpu_seconds(server)
+        return total
 
     def rss_mb(self) -> float:
         return loaders.tree_memory_mb(self.proc.pid, use_pss=False)
