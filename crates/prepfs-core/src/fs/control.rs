@@ -167,7 +167,7 @@ impl Filesystem {
             "memory_auto": self.config().cache.auto,
             "cache": cache,
             "plan": self.plan.plan_json(self.epochs_done()),
-            "jobs": self.jobs.stats(&self.config().recipes.iter().map(|r| r.name.clone()).collect::<Vec<_>>()),
+            "jobs": self.jobs.stats(&gauges.recipes),
             "ods_metadata_bytes": self.ods_metadata_bytes(),
             "open_bytes": self.open_budget.held(),
             "max_open_bytes": self.config().access.max_open_bytes,
