@@ -77,7 +77,7 @@ import tempfile
 import threading
 import time
 
-from . import BENCH_DIR, ROOT, module_command, show_path
+from . import BENCH_DIR, module_command, show_path
 from .mount import is_mounted
 from .runs import script_command, write_report
 from . import servers
@@ -1008,14 +1008,11 @@ def main(argv=None):
     if argv[:1] == ["read"]:
         return reader_main(argv[1:])
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--prepfs", default=os.path.join(ROOT, "target/release/prepfs"))
-    ap.add_argument("--gen", default=os.path.join(ROOT, "target/release/examples/make_dataset"))
-    ap.add_argument("--data-root", default=os.path.join(ROOT, "target/bench-data"))
+    servers.process_bench_args(ap, "restarts")
     ap.add_argument("--quick", action="store_true", help=f"the generator's set only, {QUICK_CLASSES} x {QUICK_PER_CLASS}")
     ap.add_argument("--sets", help="real,gen (default; --quick: gen)")
     ap.add_argument("--classes", type=int, help=f"classes per set (default {CLASSES}; --quick: {QUICK_CLASSES})")
     ap.add_argument("--per-class", type=int, help=f"samples per class (default {PER_CLASS}; --quick: {QUICK_PER_CLASS})")
-    ap.add_argument("--out", help="PREFIX: PREFIX.json, PREFIX.md (default bench/results/DATE-restarts[-quick])")
     ap.add_argument("--report-only", metavar="JSON", help="run nothing: rewrite an earlier run's Markdown (and its "
                     "section in BENCHMARKS.md) from its JSON with this code, the figures and checks recomputed "
                     "from its reads")

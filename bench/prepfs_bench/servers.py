@@ -69,6 +69,17 @@ def make_set(kind, gen, path, classes, per_class, width, height, is_sample):
     return path
 
 
+def process_bench_args(ap, out_name):
+    """The start of the arguments of a benchmark whose reader processes run this module's own
+    `read` command (prepfs_bench.workers, prepfs_bench.restarts): the binaries, where the data
+    sets go, and the report's prefix."""
+    from . import ROOT
+    ap.add_argument("--prepfs", default=os.path.join(ROOT, "target/release/prepfs"))
+    ap.add_argument("--gen", default=os.path.join(ROOT, "target/release/examples/make_dataset"))
+    ap.add_argument("--data-root", default=os.path.join(ROOT, "target/bench-data"))
+    ap.add_argument("--out", help=f"PREFIX: PREFIX.json, PREFIX.md (default bench/results/DATE-{out_name}[-quick])")
+
+
 def free_port():
     """A loopback TCP port free now."""
     with socket.socket() as s:

@@ -961,15 +961,12 @@ def main(argv=None):
     if argv[:1] == ["read"]:
         return reader_main(argv[1:])
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--prepfs", default=os.path.join(ROOT, "target/release/prepfs"))
-    ap.add_argument("--gen", default=os.path.join(ROOT, "target/release/examples/make_dataset"))
-    ap.add_argument("--data-root", default=os.path.join(ROOT, "target/bench-data"))
+    servers.process_bench_args(ap, "workers")
     ap.add_argument("--quick", action="store_true", help="one round, the generator's set only")
     ap.add_argument("--sets", help="real,gen (default; --quick: gen)")
     ap.add_argument("--repeats", type=int, help="rounds of the timed cases (default 3; --quick: 1)")
     ap.add_argument("--cases", default="a,b,c,d,e,f")
     ap.add_argument("--threads", type=int, default=2, help="the mount's threads (default 2)")
-    ap.add_argument("--out", help="PREFIX: PREFIX.json, PREFIX.md (default bench/results/DATE-workers[-quick])")
     ap.add_argument("--report-only", metavar="JSON", help="run nothing: rewrite an earlier run's Markdown (and its "
                     "section in BENCHMARKS.md) from its JSON with this code")
     args = ap.parse_args(argv)
